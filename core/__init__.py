@@ -1,0 +1,7 @@
+"""ringsnap: cluster-consistent array snapshots of Apache Cassandra, with restores that prove themselves.
+
+The root package holds what every component shares: configuration, logging, validation of names
+that cross a boundary, and the error base class.
+"""
+
+__version__ = "0.1.0"
