@@ -1,0 +1,71 @@
+"""Typed driver errors. `retryable` says whether trying the same call again can help.
+
+Drivers raise these (never vendor exceptions); the middleware retries only retryable ones and the
+gRPC layer maps each class to one status code.
+"""
+
+from __future__ import annotations
+
+
+class DriverError(Exception):
+    """A failed array operation. The message names the array and says what to do."""
+
+    retryable = False
+
+    def __init__(self, message: str, *, array: str = "", retryable: bool | None = None) -> None:
+        self.array = array
+        if retryable is not None:
+            self.retryable = retryable
+        super().__init__(f"array {array!r}: {message}" if array else message)
+
+
+class ConfigurationError(DriverError):
+    """The driver's settings are wrong (unknown driver, bad endpoint, TLS verification failure)."""
+
+
+class UnreachableError(DriverError):
+    """The array could not be reached; a retry may help."""
+
+    retryable = True
+
+
+class AuthError(DriverError):
+    """Credentials were refused or have expired and could not be renewed."""
+
+
+class NotFoundError(DriverError):
+    """The volume, group or snapshot does not exist."""
+
+
+class AlreadyExistsError(DriverError):
+    """An object of that name exists already."""
+
+
+class BusyError(DriverError):
+    """The array is busy or rate limiting; a retry later may help."""
+
+    retryable = True
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        array: str = "",
+        retry_after: float | None = None,
+    ) -> None:
+        self.retry_after = retry_after
+        super().__init__(message, array=array)
+
+
+class QuotaExceededError(DriverError):
+    """A documented limit would be exceeded (snapshots per volume, volumes per group, ...)."""
+
+
+class UnsupportedError(DriverError):
+    """The driver or the array cannot do this."""
+
+
+class ArrayTimeoutError(DriverError):
+    """The array did not finish in time (a job or an asynchronous rollback)."""
+
+    retryable = True
