@@ -5,11 +5,9 @@ PY := $(VENV)/bin/python
 # Debian packages the test bed and the agent need (Docker engine, image bootstrap, XFS pool, LVM).
 DEB_PACKAGES := docker.io debootstrap xfsprogs lvm2 openjdk-17-jre-headless maven util-linux
 
-.PHONY: test demo install system-deps lint generate clean-sandbox bench
+.PHONY: test demo install system-deps lint typecheck-tree generate clean-sandbox bench
 
-test: system-deps install
-	$(PY) -m ruff check .
-	$(PY) -m mypy
+test: system-deps lint
 	$(PY) -m pytest
 
 demo: system-deps install
@@ -30,9 +28,18 @@ system-deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
-lint: install
+lint: install typecheck-tree
 	$(PY) -m ruff check .
-	$(PY) -m mypy
+	$(PY) -m mypy -p ringsnap
+	$(PY) -m mypy tests bench
+
+# mypy cannot follow setuptools' package-dir mapping of an editable install, so it reads the
+# import tree through symlinks laid out the way the wheel lays it out.
+typecheck-tree:
+	@rm -rf build/typecheck && mkdir -p build/typecheck/ringsnap
+	@ln -s $(CURDIR)/core/* build/typecheck/ringsnap/
+	@ln -s $(CURDIR)/proto/gen/ringsnap/api build/typecheck/ringsnap/api
+	@for pkg in agent coordinator plugins; do ln -s $(CURDIR)/$$pkg build/typecheck/ringsnap/$$pkg; done
 
 generate: install
 	$(PY) proto/generate.py

@@ -30,7 +30,9 @@ def keyspace_name(value: str) -> str:
 def table_name(value: str) -> str:
     """Return `value` if it is a valid Cassandra table name, else raise ValidationError."""
     if not _CQL_IDENTIFIER.fullmatch(value):
-        raise ValidationError(f"invalid table name {value!r}: use 1-48 letters, digits or underscores")
+        raise ValidationError(
+            f"invalid table name {value!r}: use 1-48 letters, digits or underscores"
+        )
     return value
 
 
@@ -55,6 +57,10 @@ def relative_path(value: str) -> PurePosixPath:
     if not value or "\x00" in value:
         raise ValidationError(f"invalid path {value!r}: empty or contains NUL")
     path = PurePosixPath(value)
-    if path.is_absolute() or any(part in ("..", "") for part in path.parts) or path.parts[:1] == (".",):
+    if (
+        path.is_absolute()
+        or any(part in ("..", "") for part in path.parts)
+        or path.parts[:1] == (".",)
+    ):
         raise ValidationError(f"invalid path {value!r}: must be relative and must not contain '..'")
     return path

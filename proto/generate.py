@@ -21,7 +21,9 @@ GEN = PROTO_ROOT / "gen"
 
 def generate(out: Path) -> None:
     """Write the generated package for every .proto under PROTO_ROOT/PACKAGE into `out`."""
-    sources = sorted(str(path.relative_to(PROTO_ROOT)) for path in (PROTO_ROOT / PACKAGE).glob("*.proto"))
+    sources = sorted(
+        str(path.relative_to(PROTO_ROOT)) for path in (PROTO_ROOT / PACKAGE).glob("*.proto")
+    )
     include = Path(protoc.__file__).parent / "_proto"
     args = [
         "protoc",
