@@ -57,10 +57,6 @@ def relative_path(value: str) -> PurePosixPath:
     if not value or "\x00" in value:
         raise ValidationError(f"invalid path {value!r}: empty or contains NUL")
     path = PurePosixPath(value)
-    if (
-        path.is_absolute()
-        or any(part in ("..", "") for part in path.parts)
-        or path.parts[:1] == (".",)
-    ):
+    if path.is_absolute() or ".." in path.parts or not path.parts:
         raise ValidationError(f"invalid path {value!r}: must be relative and must not contain '..'")
     return path

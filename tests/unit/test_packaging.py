@@ -1,0 +1,54 @@
+"""The distribution's package list matches the tree, and the generated API code is fresh."""
+
+from __future__ import annotations
+
+import filecmp
+import importlib
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "proto"))
+import generate  # noqa: E402  (proto/generate.py is a script, not a package)
+
+SETUPTOOLS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+
+
+def _packages_in_tree() -> set[str]:
+    found = set()
+    for package, directory in SETUPTOOLS["package-dir"].items():
+        base = ROOT / directory
+        for init in base.rglob("__init__.py"):
+            relative = init.parent.relative_to(base)
+            if "__pycache__" in relative.parts:
+                continue
+            found.add(".".join([package, *relative.parts]))
+    return found
+
+
+def test_every_package_in_the_tree_is_listed_in_pyproject() -> None:
+    assert set(SETUPTOOLS["packages"]) == _packages_in_tree()
+
+
+@pytest.mark.parametrize("package", SETUPTOOLS["packages"])
+def test_every_listed_package_imports(package: str) -> None:
+    importlib.import_module(package)
+
+
+def test_committed_generated_code_is_fresh(tmp_path: Path) -> None:
+    generate.generate(tmp_path)
+    committed = ROOT / "proto" / "gen" / "ringsnap" / "api"
+    fresh = tmp_path / "ringsnap" / "api"
+
+    def differences(cmp: filecmp.dircmp[str]) -> list[str]:
+        found = [*cmp.left_only, *cmp.right_only, *cmp.diff_files]
+        found = [name for name in found if name != "__pycache__"]
+        for sub in cmp.subdirs.values():
+            found += differences(sub)
+        return found
+
+    comparison = filecmp.dircmp(committed, fresh, ignore=["__pycache__"])
+    assert differences(comparison) == [], "run `make generate` and commit the result"
