@@ -1,0 +1,479 @@
+"""One backup of a whole ring: plan, canary, flush, freeze barrier, snapshot, thaw, record.
+
+The order of `run` is the protocol of MISSION.md. Its safety rules, in one place:
+- every freeze is under a short lease that the agent ends by itself; the lease is renewed only while
+  the array call is legitimately running;
+- the array call gets what is left of the freeze budget; past it the run thaws and fails instead of
+  letting client writes time out;
+- thaw runs in a `finally`, shielded from cancellation, whatever happened before;
+- a node whose lease ran out before its thaw was not frozen for the whole snapshot: the run fails;
+- every snapshot a failed run made is deleted, or recorded for cleanup when it cannot be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+
+from ringsnap.coordinator.ports import (
+    ArrayPort,
+    CanaryWriter,
+    FreezeReceipt,
+    NodeAgent,
+    NodeFacts,
+    PhaseClock,
+    SSTable,
+    ThawReceipt,
+)
+from ringsnap.errors import RingsnapError
+from ringsnap.logs import get_logger
+from ringsnap.plugins.types import SnapshotRef, Volume
+
+log = get_logger(__name__)
+
+
+class QuiesceMode(enum.StrEnum):
+    FREEZE = "freeze"
+    FLUSH_ONLY = "flush-only"
+    NONE = "none"
+
+
+class BackupRefused(RingsnapError):
+    """The backup did not start: the plan found nodes or arrays it cannot reach."""
+
+    exit_code = 3
+
+
+class BackupFailed(RingsnapError):
+    """The backup started and failed; nothing was recorded as complete."""
+
+    exit_code = 4
+
+
+@dataclass(frozen=True)
+class VolumeTarget:
+    """One of a node's volumes, as configured: which array, which volume, what it holds."""
+
+    array: str
+    volume: str
+    role: str
+
+
+@dataclass(frozen=True)
+class NodeTarget:
+    name: str
+    agent: NodeAgent
+    volumes: tuple[VolumeTarget, ...]
+
+
+@dataclass(frozen=True)
+class BackupSettings:
+    quiesce: QuiesceMode = QuiesceMode.FREEZE
+    #: Longest the filesystems may stay frozen (first freeze to last thaw). Below the write timeout.
+    freeze_budget: float = 1.5
+    #: The agent thaws by itself when this runs out without a renewal.
+    lease: float = 1.0
+    allow_partial: bool = False
+    #: How long to wait for an agent's answer in the plan, canary, flush and record phases.
+    agent_timeout: float = 60.0
+    #: How long a snapshot call that overran the budget may still take before it is left for cleanup.
+    straggler_grace: float = 120.0
+
+
+@dataclass(frozen=True)
+class NodeOutcome:
+    name: str
+    host_id: str = ""
+    volumes: tuple[Volume, ...] = ()
+    canary_id: str = ""
+    manifest: tuple[SSTable, ...] = ()
+    excluded_reason: str = ""
+
+
+@dataclass(frozen=True)
+class FreezeWindow:
+    """First freeze to last thaw, and its parts, in seconds."""
+
+    total: float
+    slowest_freeze: float
+    array_call: float
+    slowest_thaw: float
+
+    @property
+    def overhead(self) -> float:
+        return self.total - self.slowest_freeze - self.array_call - self.slowest_thaw
+
+
+@dataclass
+class BackupRun:
+    """Everything a run learned; what the catalog records."""
+
+    backup_id: str
+    cluster: str
+    settings: BackupSettings
+    trigger: str
+    policy: str
+    started_at: datetime
+    nodes: dict[str, NodeOutcome] = field(default_factory=dict)
+    snapshots: list[SnapshotRef] = field(default_factory=list)
+    clock: PhaseClock = field(default_factory=PhaseClock)
+    window: FreezeWindow | None = None
+    #: Snapshots a failed run could not delete, with the reason; the catalog keeps them for cleanup.
+    leftovers: list[tuple[SnapshotRef | str, str]] = field(default_factory=list)
+
+    @property
+    def included(self) -> list[str]:
+        return [name for name, node in self.nodes.items() if not node.excluded_reason]
+
+
+Progress = Callable[[str, str], None]
+
+
+def new_backup_id(now: datetime | None = None) -> str:
+    """Sortable, unique, and valid as a snapshot name on every array: `rs-20261121-230000-3fa9`."""
+    now = now or datetime.now(UTC)
+    return f"rs-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+async def _bounded(what: str, awaitable: Awaitable[object], timeout: float) -> object:
+    try:
+        return await asyncio.wait_for(awaitable, timeout)
+    except TimeoutError:
+        raise BackupFailed(f"{what}: no answer within {timeout:g} s") from None
+
+
+class BackupWorkflow:
+    """Runs backups of one cluster. Not reentrant: the scheduler serialises runs per cluster."""
+
+    def __init__(
+        self,
+        cluster: str,
+        nodes: Sequence[NodeTarget],
+        arrays: Mapping[str, ArrayPort],
+        canaries: CanaryWriter | None,
+        *,
+        progress: Progress | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.nodes = list(nodes)
+        self.arrays = dict(arrays)
+        self.canaries = canaries
+        self._progress = progress or (lambda phase, message: None)
+        # Snapshot calls that overran the freeze budget; cleaned up when they end.
+        self._stragglers: list[tuple[str, asyncio.Task[SnapshotRef]]] = []
+
+    # -- phases ----------------------------------------------------------------------------------
+
+    async def plan(self, run: BackupRun) -> dict[str, list[Volume]]:
+        """Reach every node and array; resolve each node's volumes. Returns volumes per array."""
+        timeout = run.settings.agent_timeout
+        facts = await asyncio.gather(
+            *(_bounded(f"node {n.name}", n.agent.node_info(), timeout) for n in self.nodes),
+            return_exceptions=True,
+        )
+        wanted_arrays = {v.array for n in self.nodes for v in n.volumes}
+        unknown = wanted_arrays - set(self.arrays)
+        if unknown:
+            raise BackupRefused(f"nodes use arrays that are not configured: {sorted(unknown)}")
+        listings = await asyncio.gather(
+            *(_list_volumes(self.arrays[a], timeout) for a in sorted(wanted_arrays)),
+            return_exceptions=True,
+        )
+        by_array: dict[str, dict[str, Volume]] = {}
+        problems: list[str] = []
+        for array, listing in zip(sorted(wanted_arrays), listings, strict=True):
+            if isinstance(listing, BaseException):
+                problems.append(f"array {array} unreachable: {listing}")
+            else:
+                by_array[array] = {v.name: v for v in listing}
+        if problems:  # an unreachable array takes every node on it: never partial
+            raise BackupRefused(
+                "; ".join(problems) + "; fix the array or its credentials and retry"
+            )
+
+        unreachable: list[str] = []
+        for node, info in zip(self.nodes, facts, strict=True):
+            if isinstance(info, BaseException):
+                reason = f"agent unreachable: {info}"
+                unreachable.append(f"node {node.name}: {reason}")
+                run.nodes[node.name] = NodeOutcome(node.name, excluded_reason=reason)
+                continue
+            assert isinstance(info, NodeFacts)
+            volumes = []
+            for target in node.volumes:
+                volume = by_array[target.array].get(target.volume)
+                if volume is None:
+                    raise BackupRefused(
+                        f"node {node.name}: volume {target.volume!r} not found on array"
+                        f" {target.array}; check the node's volumes in the coordinator config"
+                    )
+                volumes.append(volume)
+            run.nodes[node.name] = NodeOutcome(node.name, info.host_id, tuple(volumes))
+        if unreachable and not run.settings.allow_partial:
+            raise BackupRefused(
+                "; ".join(unreachable)
+                + "; bring the agents back, or allow a partial backup (--allow-partial)"
+            )
+        if not run.included:
+            raise BackupRefused("no node of the cluster is reachable")
+        per_array: dict[str, list[Volume]] = {}
+        for node in self.nodes:
+            if run.nodes[node.name].excluded_reason:
+                continue
+            for target, volume in zip(node.volumes, run.nodes[node.name].volumes, strict=True):
+                per_array.setdefault(target.array, []).append(volume)
+        return per_array
+
+    async def write_canaries(self, run: BackupRun) -> None:
+        if self.canaries is None:
+            return
+        host_ids = [run.nodes[name].host_id for name in run.included]
+        ids = await _bounded(
+            "canary write", self.canaries.write_canaries(run.backup_id, host_ids), 60.0
+        )
+        assert isinstance(ids, dict)
+        for name in run.included:
+            node = run.nodes[name]
+            run.nodes[name] = replace(node, canary_id=ids.get(node.host_id, ""))
+
+    async def flush(self, run: BackupRun) -> None:
+        await self._on_included(run, lambda agent: agent.flush(), "flush")
+
+    async def snapshot_frozen(self, run: BackupRun, per_array: dict[str, list[Volume]]) -> None:
+        """Freeze barrier, one snapshot per array within the budget, thaw always."""
+        settings = run.settings
+        agents = self._included_agents(run)
+        operation_id = run.backup_id
+        freezes: dict[str, FreezeReceipt] = {}
+        thaws: dict[str, ThawReceipt] = {}
+        started = time.monotonic()
+        array_call = 0.0
+        try:
+            results = await asyncio.gather(
+                *(a.freeze(operation_id, settings.lease) for a in agents.values()),
+                return_exceptions=True,
+            )
+            failures = []
+            for name, result in zip(agents, results, strict=True):
+                if isinstance(result, BaseException):
+                    failures.append(f"node {name}: freeze failed: {result}")
+                else:
+                    freezes[name] = result
+            if failures:
+                raise BackupFailed("; ".join(failures))
+            frozen_at = time.monotonic()
+            self._progress("snapshot", f"{len(agents)} nodes frozen; snapshotting")
+            remaining = settings.freeze_budget - (frozen_at - started)
+            renewer = asyncio.create_task(self._renew(agents, operation_id, settings.lease))
+            try:
+                await self._snapshot_arrays(run, per_array, remaining)
+            finally:
+                renewer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await renewer
+                array_call = time.monotonic() - frozen_at
+        finally:
+            # Shielded: a cancelled run still waits for its thaw.
+            thaws = await asyncio.shield(self._thaw_all(agents, operation_id))
+            total = time.monotonic() - started
+            run.window = FreezeWindow(
+                total=total,
+                slowest_freeze=max((f.freeze_seconds for f in freezes.values()), default=0.0),
+                array_call=array_call,
+                slowest_thaw=max((t.thaw_seconds for t in thaws.values()), default=0.0),
+            )
+            log.info(
+                "freeze window",
+                backup_id=run.backup_id,
+                window_ms=round(total * 1000, 1),
+                overhead_ms=round(run.window.overhead * 1000, 1),
+            )
+        expired = [name for name, t in thaws.items() if t.lease_expired]
+        if expired:
+            raise BackupFailed(
+                f"the freeze lease ran out on {', '.join(sorted(expired))} before the snapshot"
+                " finished, so those nodes were not quiesced for it; raise the lease or check the"
+                " agent's clock and load"
+            )
+
+    async def collect_manifests(self, run: BackupRun) -> None:
+        async def one(name: str, agent: NodeAgent) -> None:
+            manifest = await _bounded(f"node {name}: manifest", agent.manifest(), 600.0)
+            assert isinstance(manifest, list)
+            run.nodes[name] = replace(run.nodes[name], manifest=tuple(manifest))
+
+        agents = self._included_agents(run)
+        await asyncio.gather(*(one(name, agent) for name, agent in agents.items()))
+
+    # -- the whole run ---------------------------------------------------------------------------
+
+    async def run(
+        self,
+        settings: BackupSettings,
+        *,
+        trigger: str,
+        policy: str = "",
+        backup_id: str | None = None,
+        on_start: Callable[[BackupRun], Awaitable[None]] | None = None,
+    ) -> BackupRun:
+        """Run one backup; raise BackupRefused/BackupFailed with the reason, after cleaning up."""
+        run = BackupRun(
+            backup_id=backup_id or new_backup_id(),
+            cluster=self.cluster,
+            settings=settings,
+            trigger=trigger,
+            policy=policy,
+            started_at=datetime.now(UTC),
+        )
+        bound = log.bind(backup_id=run.backup_id, cluster=self.cluster)
+        if on_start is not None:
+            await on_start(run)
+        try:
+            per_array = await self._phase(run, "plan", self.plan(run))
+            assert isinstance(per_array, dict)
+            await self._phase(run, "canary", self.write_canaries(run))
+            if settings.quiesce is not QuiesceMode.NONE:
+                await self._phase(run, "flush", self.flush(run))
+            if settings.quiesce is QuiesceMode.FREEZE:
+                await self._phase(run, "freeze+snapshot+thaw", self.snapshot_frozen(run, per_array))
+            else:
+                await self._phase(
+                    run, "snapshot", self._snapshot_arrays(run, per_array, settings.straggler_grace)
+                )
+            await self._phase(run, "record", self.collect_manifests(run))
+        except BaseException as exc:
+            bound.error("backup failed", error=str(exc), error_type=type(exc).__name__)
+            await asyncio.shield(self._discard_snapshots(run, f"backup failed: {exc}"))
+            raise
+        bound.info("backup taken", phases=run.clock.phases)
+        return run
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    async def _phase(self, run: BackupRun, phase: str, work: Awaitable[object]) -> object:
+        self._progress(phase, "")
+        started = time.monotonic()
+        try:
+            return await work
+        finally:
+            run.clock.add(phase, time.monotonic() - started)
+
+    def _included_agents(self, run: BackupRun) -> dict[str, NodeAgent]:
+        included = set(run.included)
+        return {n.name: n.agent for n in self.nodes if n.name in included}
+
+    async def _on_included(
+        self, run: BackupRun, call: Callable[[NodeAgent], Awaitable[object]], what: str
+    ) -> None:
+        agents = self._included_agents(run)
+        results = await asyncio.gather(
+            *(
+                _bounded(f"node {n}: {what}", call(a), run.settings.agent_timeout)
+                for n, a in agents.items()
+            ),
+            return_exceptions=True,
+        )
+        failures = [
+            f"node {name}: {what} failed: {result}"
+            for name, result in zip(agents, results, strict=True)
+            if isinstance(result, BaseException)
+        ]
+        if failures:
+            raise BackupFailed("; ".join(failures))
+
+    async def _snapshot_arrays(
+        self, run: BackupRun, per_array: dict[str, list[Volume]], budget: float
+    ) -> None:
+        """One atomic group snapshot per array, in parallel, all done within `budget` seconds."""
+        tasks = {
+            array: asyncio.create_task(
+                self.arrays[array].create_group_snapshot(volumes, run.backup_id)
+            )
+            for array, volumes in per_array.items()
+        }
+        _, pending = await asyncio.wait(tasks.values(), timeout=max(budget, 0.0))
+        failures = []
+        for array, task in tasks.items():
+            if task in pending:
+                failures.append(
+                    f"array {array}: snapshot call still running after the freeze budget"
+                    f" ({run.settings.freeze_budget:g} s); the nodes were thawed to protect client"
+                    " writes"
+                )
+                # Not cancelled: the driver runs in a thread; its result is cleaned up when it ends.
+                self._stragglers.append((array, task))
+            elif (error := task.exception()) is not None:
+                failures.append(f"array {array}: snapshot failed: {error}")
+            else:
+                run.snapshots.append(task.result())
+        if failures:
+            raise BackupFailed("; ".join(failures))
+
+    async def _renew(
+        self, agents: Mapping[str, NodeAgent], operation_id: str, lease: float
+    ) -> None:
+        """Keep the freeze alive while the array call runs. A failed renewal is reported by the
+        thaw (lease_expired), which fails the run."""
+        while True:
+            await asyncio.sleep(lease / 3)
+            results = await asyncio.gather(
+                *(a.renew(operation_id, lease) for a in agents.values()), return_exceptions=True
+            )
+            for name, result in zip(agents, results, strict=True):
+                if isinstance(result, BaseException):
+                    log.warning("lease renewal failed", node=name, error=str(result))
+
+    async def _thaw_all(
+        self, agents: Mapping[str, NodeAgent], operation_id: str
+    ) -> dict[str, ThawReceipt]:
+        results = await asyncio.gather(
+            *(a.thaw(operation_id) for a in agents.values()), return_exceptions=True
+        )
+        receipts: dict[str, ThawReceipt] = {}
+        for name, result in zip(agents, results, strict=True):
+            if isinstance(result, BaseException):
+                # The lease thaws this node by itself within one lease length.
+                log.error(
+                    "thaw failed; the node's lease will thaw it", node=name, error=str(result)
+                )
+            else:
+                receipts[name] = result
+        return receipts
+
+    async def _discard_snapshots(self, run: BackupRun, reason: str) -> None:
+        """Delete what a failed run made; record for cleanup what cannot be deleted now."""
+        for ref in list(run.snapshots):
+            try:
+                await self.arrays[ref.array].delete_snapshot(ref)
+                log.info(
+                    "deleted snapshot of failed run", array=ref.array, snapshot=ref.snapshot_name
+                )
+            except Exception as exc:  # recorded, and retried by the cleanup
+                run.leftovers.append((ref, f"{reason}; delete failed: {exc}"))
+        run.snapshots.clear()
+        stragglers, self._stragglers = self._stragglers, []
+        for array, task in stragglers:
+            try:
+                ref = await asyncio.wait_for(asyncio.shield(task), run.settings.straggler_grace)
+            except TimeoutError:
+                run.leftovers.append((f"{array}:{run.backup_id}", f"{reason}; call never returned"))
+                continue
+            except Exception as exc:
+                log.info("late snapshot call failed; it made nothing", array=array, error=str(exc))
+                continue
+            try:
+                await self.arrays[array].delete_snapshot(ref)
+                log.info("deleted late snapshot of failed run", array=array)
+            except Exception as exc:
+                run.leftovers.append((ref, f"{reason}; delete of late snapshot failed: {exc}"))
+
+
+async def _list_volumes(array: ArrayPort, timeout: float) -> Sequence[Volume]:
+    await asyncio.wait_for(array.check(), timeout)
+    return await asyncio.wait_for(array.list_volumes(), timeout)

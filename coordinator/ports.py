@@ -1,0 +1,139 @@
+"""What the workflows need from the outside world, as domain types.
+
+The backup and restore workflows import nothing from gRPC, the driver or the database: they talk to
+these protocols. `ringsnap.coordinator.agents` implements `NodeAgent` over gRPC with mutual TLS;
+`ringsnap.plugins.middleware` provides `ArrayPort` around any driver; tests may fake both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from ringsnap.plugins.types import SnapshotInfo, SnapshotRef, Volume
+
+
+@dataclass(frozen=True)
+class FilesystemFacts:
+    mount_point: str
+    device: str
+    fs_type: str
+    role: str
+    serial: str = ""
+    wwn: str = ""
+    loop_backing_file: str = ""
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What an agent reports about its node."""
+
+    cluster_name: str
+    host_id: str
+    datacenter: str
+    rack: str
+    cassandra_version: str
+    rpc_address: str
+    tokens: tuple[str, ...] = ()
+    filesystems: tuple[FilesystemFacts, ...] = ()
+
+
+@dataclass(frozen=True)
+class FreezeReceipt:
+    mount_points: tuple[str, ...]
+    #: Sum of the FIFREEZE ioctls on this node (they run one after another).
+    freeze_seconds: float
+    lease_expires_at: datetime
+
+
+@dataclass(frozen=True)
+class ThawReceipt:
+    #: Mount points this call thawed (empty if the lease had already thawed them).
+    thawed: tuple[str, ...]
+    #: Sum of the FITHAW ioctls on this node.
+    thaw_seconds: float
+    #: Longest time any filesystem of the node stayed frozen.
+    frozen_for_seconds: float
+    lease_expired: bool
+
+
+@dataclass(frozen=True)
+class SSTableComponent:
+    name: str
+    path: str
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class SSTable:
+    """One SSTable of a node's manifest."""
+
+    data_directory: str
+    keyspace: str
+    table: str
+    table_directory: str
+    generation: str
+    format: str
+    version: str
+    components: tuple[SSTableComponent, ...]
+    data_digest_crc32: str
+    complete: bool
+    problem: str = ""
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(component.size_bytes for component in self.components)
+
+
+class NodeAgent(Protocol):
+    """One node's agent. Every call raises `AgentError` naming the node on failure."""
+
+    @property
+    def node(self) -> str: ...
+
+    async def node_info(self) -> NodeFacts: ...
+
+    async def flush(self) -> float: ...
+
+    async def freeze(self, operation_id: str, lease_seconds: float) -> FreezeReceipt: ...
+
+    async def renew(self, operation_id: str, lease_seconds: float) -> datetime: ...
+
+    async def thaw(self, operation_id: str) -> ThawReceipt: ...
+
+    async def manifest(self) -> list[SSTable]: ...
+
+
+class ArrayPort(Protocol):
+    """One array, through the driver middleware (retries, timing, logs, off the event loop)."""
+
+    @property
+    def array(self) -> str: ...
+
+    async def check(self) -> None: ...
+
+    async def list_volumes(self) -> Sequence[Volume]: ...
+
+    async def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef: ...
+
+    async def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]: ...
+
+    async def delete_snapshot(self, ref: SnapshotRef) -> None: ...
+
+
+@dataclass
+class PhaseClock:
+    """Durations of the phases of one run, in the order they ran."""
+
+    phases: dict[str, float] = field(default_factory=dict)
+
+    def add(self, phase: str, seconds: float) -> None:
+        self.phases[phase] = self.phases.get(phase, 0.0) + seconds
+
+
+class CanaryWriter(Protocol):
+    """Writes this backup's canary rows (one per node, at CL=ALL); returns their ids by host id."""
+
+    async def write_canaries(self, backup_id: str, host_ids: Sequence[str]) -> dict[str, str]: ...

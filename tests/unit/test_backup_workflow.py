@@ -1,0 +1,254 @@
+"""The backup protocol's safety rules, against fakes of our own seams (agents and arrays).
+
+The real-parts proof is in tests/integration; these pin the ordering and failure handling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from ringsnap.coordinator.backup import (
+    BackupFailed,
+    BackupRefused,
+    BackupSettings,
+    BackupWorkflow,
+    NodeTarget,
+    QuiesceMode,
+    VolumeTarget,
+)
+from ringsnap.coordinator.ports import FreezeReceipt, NodeFacts, SSTable, ThawReceipt
+from ringsnap.plugins.errors import DriverError
+from ringsnap.plugins.types import SnapshotInfo, SnapshotRef, Volume, VolumeSnapshot
+
+
+class FakeAgent:
+    def __init__(self, node: str, events: list[str], *, unreachable: bool = False) -> None:
+        self._node = node
+        self.events = events
+        self.unreachable = unreachable
+        self.frozen = False
+        self.lease_deadline = 0.0
+        self.lease_expired = False
+        self._watchdog: asyncio.Task[None] | None = None
+        self.fail_freeze = False
+
+    @property
+    def node(self) -> str:
+        return self._node
+
+    async def node_info(self) -> NodeFacts:
+        if self.unreachable:
+            raise ConnectionError(f"{self._node} refused connection")
+        return NodeFacts("c", f"host-{self._node}", "dc1", "r1", "5.0.7", "127.0.0.1")
+
+    async def flush(self) -> float:
+        self.events.append(f"flush {self._node}")
+        return 0.0
+
+    async def freeze(self, operation_id: str, lease_seconds: float) -> FreezeReceipt:
+        if self.fail_freeze:
+            raise RuntimeError("FIFREEZE: device busy")
+        self.events.append(f"freeze {self._node}")
+        self.frozen = True
+        self.lease_deadline = asyncio.get_running_loop().time() + lease_seconds
+        self._watchdog = asyncio.create_task(self._watch())
+        return FreezeReceipt(("/data",), 0.01, datetime.now(UTC) + timedelta(seconds=lease_seconds))
+
+    async def _watch(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self.frozen:
+            if loop.time() >= self.lease_deadline:
+                self.frozen = False
+                self.lease_expired = True
+                self.events.append(f"lease-thaw {self._node}")
+                return
+            await asyncio.sleep(0.005)
+
+    async def renew(self, operation_id: str, lease_seconds: float) -> datetime:
+        self.lease_deadline = asyncio.get_running_loop().time() + lease_seconds
+        return datetime.now(UTC)
+
+    async def thaw(self, operation_id: str) -> ThawReceipt:
+        was = self.frozen
+        self.frozen = False
+        self.events.append(f"thaw {self._node}")
+        return ThawReceipt(("/data",) if was else (), 0.001, 0.1, self.lease_expired)
+
+    async def manifest(self) -> list[SSTable]:
+        return []
+
+
+class FakeArray:
+    def __init__(self, name: str, events: list[str], agents: Sequence[FakeAgent]) -> None:
+        self._name = name
+        self.events = events
+        self.agents = agents
+        self.delay = 0.0
+        self.error: Exception | None = None
+        self.snapshots: dict[str, SnapshotRef] = {}
+        self.frozen_during_snapshot: list[bool] = []
+
+    @property
+    def array(self) -> str:
+        return self._name
+
+    async def check(self) -> None:
+        return None
+
+    async def list_volumes(self) -> Sequence[Volume]:
+        return [
+            Volume(f"{a.node}-{role}", f"id-{a.node}-{role}")
+            for a in self.agents
+            for role in ("data", "cl")
+        ]
+
+    async def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
+        self.events.append(f"snapshot {self._name}")
+        await asyncio.sleep(self.delay)
+        if self.error:
+            raise self.error
+        self.frozen_during_snapshot.append(all(a.frozen for a in self.agents))
+        ref = SnapshotRef(
+            self._name,
+            "fake",
+            "g",
+            name,
+            name,
+            datetime.now(UTC),
+            tuple(VolumeSnapshot(v, name) for v in volumes),
+        )
+        self.snapshots[name] = ref
+        return ref
+
+    async def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]:
+        return [SnapshotInfo(r) for r in self.snapshots.values()]
+
+    async def delete_snapshot(self, ref: SnapshotRef) -> None:
+        self.events.append(f"delete {ref.snapshot_name}")
+        self.snapshots.pop(ref.snapshot_name, None)
+
+
+def cluster(
+    n: int = 3, **agent_kwargs: bool
+) -> tuple[BackupWorkflow, list[FakeAgent], FakeArray, list[str]]:
+    events: list[str] = []
+    agents = [FakeAgent(f"n{i}", events) for i in range(1, n + 1)]
+    array = FakeArray("a1", events, agents)
+    nodes = [
+        NodeTarget(
+            a.node,
+            a,
+            (
+                VolumeTarget("a1", f"{a.node}-data", "data"),
+                VolumeTarget("a1", f"{a.node}-cl", "commitlog"),
+            ),
+        )
+        for a in agents
+    ]
+    return BackupWorkflow("c", nodes, {"a1": array}, None), agents, array, events
+
+
+def test_protocol_order_and_one_snapshot_per_array() -> None:
+    workflow, agents, array, events = cluster()
+    run = asyncio.run(workflow.run(BackupSettings(), trigger="test"))
+    kinds = [e.split()[0] for e in events]
+    assert kinds == ["flush"] * 3 + ["freeze"] * 3 + ["snapshot"] + ["thaw"] * 3
+    assert array.frozen_during_snapshot == [True]
+    assert len(run.snapshots) == 1 and len(run.snapshots[0].members) == 6
+    assert run.window is not None and run.window.total >= run.window.array_call
+    assert not any(a.frozen for a in agents)
+
+
+def test_array_overrunning_the_budget_thaws_in_time_and_cleans_up_the_late_snapshot() -> None:
+    workflow, agents, array, events = cluster()
+    array.delay = 0.6
+    settings = BackupSettings(freeze_budget=0.2, lease=0.5, straggler_grace=5)
+    with pytest.raises(BackupFailed, match="still running after the freeze budget"):
+        asyncio.run(workflow.run(settings, trigger="test"))
+    assert not any(a.frozen for a in agents)
+    # Thawed before the array answered; the late snapshot was deleted after it arrived.
+    deletes = [i for i, e in enumerate(events) if e.startswith("delete ")]
+    assert deletes and events.index("thaw n1") < deletes[0]
+    assert array.snapshots == {}
+
+
+def test_array_error_fails_the_run_and_thaws() -> None:
+    workflow, agents, array, _ = cluster()
+    array.error = DriverError("HTTP 500: internal error", array="a1")
+    with pytest.raises(BackupFailed, match="HTTP 500"):
+        asyncio.run(workflow.run(BackupSettings(), trigger="test"))
+    assert not any(a.frozen for a in agents)
+
+
+def test_lease_expiry_during_snapshot_fails_the_run_and_deletes_the_snapshot() -> None:
+    workflow, agents, array, _ = cluster()
+    array.delay = 0.3
+
+    async def no_renewal(*_: object) -> None:
+        await asyncio.sleep(3600)
+
+    workflow._renew = no_renewal  # type: ignore[method-assign,assignment]
+    with pytest.raises(BackupFailed, match="lease ran out"):
+        asyncio.run(workflow.run(BackupSettings(lease=0.1, freeze_budget=1.0), trigger="test"))
+    assert array.snapshots == {}
+
+
+def test_renewal_keeps_nodes_frozen_through_a_long_snapshot() -> None:
+    workflow, agents, array, _ = cluster()
+    array.delay = 0.5
+    run = asyncio.run(workflow.run(BackupSettings(lease=0.15, freeze_budget=2.0), trigger="test"))
+    assert array.frozen_during_snapshot == [True]
+    assert run.snapshots
+
+
+def test_a_failed_freeze_thaws_the_nodes_that_did_freeze() -> None:
+    workflow, agents, array, events = cluster()
+    agents[1].fail_freeze = True
+    with pytest.raises(BackupFailed, match="node n2: freeze failed"):
+        asyncio.run(workflow.run(BackupSettings(), trigger="test"))
+    assert not any(a.frozen for a in agents)
+    assert "snapshot a1" not in events
+
+
+def test_unreachable_agent_refuses_unless_partial_is_allowed() -> None:
+    workflow, agents, array, events = cluster()
+    agents[2].unreachable = True
+    with pytest.raises(BackupRefused, match="node n3: agent unreachable.*allow a partial"):
+        asyncio.run(workflow.run(BackupSettings(), trigger="test"))
+    assert events == []
+    run = asyncio.run(workflow.run(BackupSettings(allow_partial=True), trigger="test"))
+    assert run.included == ["n1", "n2"]
+    assert "refused connection" in run.nodes["n3"].excluded_reason
+    assert len(run.snapshots[0].members) == 4
+
+
+def test_cancelled_run_still_thaws() -> None:
+    workflow, agents, array, _ = cluster()
+    array.delay = 5
+
+    async def cancel_mid_snapshot() -> None:
+        task = asyncio.create_task(
+            workflow.run(BackupSettings(freeze_budget=10, lease=1), trigger="t")
+        )
+        while not array.events or array.events[-1] != "snapshot a1":
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_mid_snapshot())
+    assert not any(a.frozen for a in agents)
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [(QuiesceMode.FLUSH_ONLY, ["flush", "snapshot"]), (QuiesceMode.NONE, ["snapshot"])],
+)
+def test_quiesce_modes(mode: QuiesceMode, expected: list[str]) -> None:
+    workflow, _, _, events = cluster()
+    asyncio.run(workflow.run(BackupSettings(quiesce=mode), trigger="test"))
+    assert sorted({e.split()[0] for e in events}) == sorted(expected)
