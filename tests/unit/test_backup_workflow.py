@@ -185,7 +185,7 @@ def test_array_error_fails_the_run_and_thaws() -> None:
 
 
 def test_lease_expiry_during_snapshot_fails_the_run_and_deletes_the_snapshot() -> None:
-    workflow, agents, array, _ = cluster()
+    workflow, _agents, array, _ = cluster()
     array.delay = 0.3
 
     async def no_renewal(*_: object) -> None:
@@ -198,7 +198,7 @@ def test_lease_expiry_during_snapshot_fails_the_run_and_deletes_the_snapshot() -
 
 
 def test_renewal_keeps_nodes_frozen_through_a_long_snapshot() -> None:
-    workflow, agents, array, _ = cluster()
+    workflow, _agents, array, _ = cluster()
     array.delay = 0.5
     run = asyncio.run(workflow.run(BackupSettings(lease=0.15, freeze_budget=2.0), trigger="test"))
     assert array.frozen_during_snapshot == [True]
@@ -206,7 +206,7 @@ def test_renewal_keeps_nodes_frozen_through_a_long_snapshot() -> None:
 
 
 def test_a_failed_freeze_thaws_the_nodes_that_did_freeze() -> None:
-    workflow, agents, array, events = cluster()
+    workflow, agents, _array, events = cluster()
     agents[1].fail_freeze = True
     with pytest.raises(BackupFailed, match="node n2: freeze failed"):
         asyncio.run(workflow.run(BackupSettings(), trigger="test"))
@@ -215,9 +215,9 @@ def test_a_failed_freeze_thaws_the_nodes_that_did_freeze() -> None:
 
 
 def test_unreachable_agent_refuses_unless_partial_is_allowed() -> None:
-    workflow, agents, array, events = cluster()
+    workflow, agents, _array, events = cluster()
     agents[2].unreachable = True
-    with pytest.raises(BackupRefused, match="node n3: agent unreachable.*allow a partial"):
+    with pytest.raises(BackupRefused, match=r"node n3: agent unreachable.*allow a partial"):
         asyncio.run(workflow.run(BackupSettings(), trigger="test"))
     assert events == []
     run = asyncio.run(workflow.run(BackupSettings(allow_partial=True), trigger="test"))
