@@ -8,6 +8,7 @@ present, and the "pre-restore" canaries written just before the restore must be 
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -122,3 +123,22 @@ class CanaryStore:
         )
         rows = self._session.execute(statement, (canary.key,), host=self._host(canary.host_id))
         return rows.one() is not None
+
+
+class CqlCanaries:
+    """`CanaryWriter` for the backup workflow: schema once, then one canary per node per backup."""
+
+    def __init__(self, store: CanaryStore, datacenters: Iterable[str]) -> None:
+        self._store = store
+        self._datacenters = tuple(datacenters)
+        self._schema_ready = False
+
+    async def write_canaries(self, backup_id: str, host_ids: Sequence[str]) -> dict[str, str]:
+        def write() -> dict[str, str]:
+            if not self._schema_ready:
+                self._store.ensure_schema(self._datacenters)
+                self._schema_ready = True
+            canaries = self._store.write(backup_id, [UUID(h) for h in host_ids], CanaryKind.BACKUP)
+            return {str(c.host_id): c.key for c in canaries}
+
+        return await asyncio.to_thread(write)
