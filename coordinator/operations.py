@@ -1,0 +1,121 @@
+"""Long-running operations (backups, deletes, retention) with progress that callers can watch.
+
+Operations live in memory: the catalog is the durable record of what they produced. A watcher gets
+every change as it happens and the final state, even if it subscribed after the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+
+
+class OperationState(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (OperationState.SUCCEEDED, OperationState.FAILED, OperationState.CANCELLED)
+
+
+@dataclass(frozen=True)
+class OperationSnapshot:
+    """One immutable view of an operation; a new one is published at every change."""
+
+    operation_id: str
+    kind: str
+    state: OperationState
+    phase: str = ""
+    message: str = ""
+    backup_id: str = ""
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    finished_at: datetime | None = None
+    timings: tuple[tuple[str, float], ...] = ()
+    errors: tuple[str, ...] = ()
+
+
+class Operation:
+    def __init__(self, kind: str) -> None:
+        self._current = OperationSnapshot(uuid.uuid4().hex, kind, OperationState.PENDING)
+        self._changed = asyncio.Condition()
+        self.task: asyncio.Task[None] | None = None
+
+    @property
+    def current(self) -> OperationSnapshot:
+        return self._current
+
+    async def update(self, **changes: object) -> None:
+        async with self._changed:
+            self._current = replace(self._current, **changes)  # type: ignore[arg-type]
+            self._changed.notify_all()
+
+    def update_soon(self, **changes: object) -> None:
+        """For synchronous progress callbacks inside the running operation."""
+        asyncio.get_running_loop().create_task(self.update(**changes))
+
+    async def watch(self) -> AsyncIterator[OperationSnapshot]:
+        seen: OperationSnapshot | None = None
+        while True:
+            async with self._changed:
+                if self._current is seen:
+                    await self._changed.wait()
+                seen = self._current
+            yield seen
+            if seen.state.finished:
+                return
+
+
+class Operations:
+    """The operations of one coordinator process, by id; finished ones are kept for a while."""
+
+    def __init__(self, keep_finished: int = 1000) -> None:
+        self._by_id: dict[str, Operation] = {}
+        self._keep = keep_finished
+
+    def get(self, operation_id: str) -> Operation | None:
+        return self._by_id.get(operation_id)
+
+    def start(
+        self, kind: str, work: Callable[[Operation], Awaitable[None]], *, backup_id: str = ""
+    ) -> Operation:
+        """Run `work` as a task; its exception becomes the FAILED state with the message."""
+        operation = Operation(kind)
+        self._by_id[operation.current.operation_id] = operation
+        self._forget_old()
+
+        async def runner() -> None:
+            await operation.update(state=OperationState.RUNNING, backup_id=backup_id)
+            try:
+                await work(operation)
+            except asyncio.CancelledError:
+                await operation.update(
+                    state=OperationState.CANCELLED, finished_at=datetime.now(UTC)
+                )
+                raise
+            except Exception as exc:
+                await operation.update(
+                    state=OperationState.FAILED,
+                    errors=(*operation.current.errors, str(exc)),
+                    message=str(exc),
+                    finished_at=datetime.now(UTC),
+                )
+            else:
+                await operation.update(
+                    state=OperationState.SUCCEEDED, finished_at=datetime.now(UTC)
+                )
+
+        operation.task = asyncio.get_running_loop().create_task(runner())
+        return operation
+
+    def _forget_old(self) -> None:
+        finished = [op for op in self._by_id.values() if op.current.state.finished]
+        for op in finished[: max(0, len(finished) - self._keep)]:
+            del self._by_id[op.current.operation_id]
