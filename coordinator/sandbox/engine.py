@@ -91,7 +91,9 @@ def _start_dockerd(*, timeout: float, log_path: Path) -> None:
                 + _tail(log_path)
             )
         time.sleep(0.5)
-    raise SandboxError(f"dockerd did not answer within {timeout:.0f} s; see {log_path}:\n" + _tail(log_path))
+    raise SandboxError(
+        f"dockerd did not answer within {timeout:.0f} s; see {log_path}:\n" + _tail(log_path)
+    )
 
 
 def _tail(path: Path, lines: int = 20) -> str:

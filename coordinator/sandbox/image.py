@@ -81,7 +81,11 @@ def image_data_dir() -> Path:
 def java17_flags() -> list[str]:
     """The Java 17 flags Cassandra needs, from the same file the image uses."""
     text = (image_data_dir() / "jvm17.options").read_text()
-    return [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return [
+        line.strip()
+        for line in text.splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
 
 
 def nodetool_argv(jmx_port: int, *, host: str = "127.0.0.1", java: str = "java") -> list[str]:
@@ -119,7 +123,12 @@ def debian_mirror(sources: Sequence[str], suite: str = SUITE) -> str:
             types = stanza.get("types", "").split()
             suites = stanza.get("suites", "").split()
             components = stanza.get("components", "").split()
-            if "deb" in types and suite in suites and "main" in components and stanza.get("enabled", "yes") != "no":
+            if (
+                "deb" in types
+                and suite in suites
+                and "main" in components
+                and stanza.get("enabled", "yes") != "no"
+            ):
                 return stanza.get("uris", "").split()[0]
         for line in text.splitlines():
             words = line.split("#", 1)[0].split()
@@ -178,7 +187,9 @@ def image_tag(version: str = CASSANDRA_VERSION) -> str:
 
 
 def _docker_image_exists(tag: str) -> bool:
-    return run(["docker", "image", "inspect", "--format", "{{.Id}}", tag], check=False).returncode == 0
+    return (
+        run(["docker", "image", "inspect", "--format", "{{.Id}}", tag], check=False).returncode == 0
+    )
 
 
 @contextmanager
@@ -208,8 +219,15 @@ def ensure_image(report: Reporter | None = None) -> ImageBuild:
         if not _docker_image_exists(tag):
             say(f"building {tag}")
             timings["image"] = _timed(lambda: _build_image(tag, home))
-    build = ImageBuild(tag=tag, base_tag=base_tag(), cassandra_home=home, cached=not timings, timings=timings)
-    log.info("image ready", tag=tag, cached=build.cached, **{f"{k}_s": round(v, 1) for k, v in timings.items()})
+    build = ImageBuild(
+        tag=tag, base_tag=base_tag(), cassandra_home=home, cached=not timings, timings=timings
+    )
+    log.info(
+        "image ready",
+        tag=tag,
+        cached=build.cached,
+        **{f"{k}_s": round(v, 1) for k, v in timings.items()},
+    )
     return build
 
 
@@ -323,7 +341,9 @@ def _build_base() -> None:
                 tar.stdout.close()
             tar_rc = tar.wait()
         if tar_rc != 0 or imported.returncode != 0:
-            raise SandboxError(f"importing the base image failed (tar {tar_rc}): {imported.stderr.strip()}")
+            raise SandboxError(
+                f"importing the base image failed (tar {tar_rc}): {imported.stderr.strip()}"
+            )
     log.info("base image ready", tag=base_tag(), mirror=mirror)
 
 
@@ -352,8 +372,12 @@ def _build_image(tag: str, home: Path) -> None:
                 network_mode="none",
             )
         except docker.errors.BuildError as exc:
-            lines = [str(chunk.get("stream") or chunk.get("error") or "") for chunk in exc.build_log]
-            raise SandboxError(f"docker build of {tag} failed: {exc.msg}\n{''.join(lines)[-2000:]}") from exc
+            lines = [
+                str(chunk.get("stream") or chunk.get("error") or "") for chunk in exc.build_log
+            ]
+            raise SandboxError(
+                f"docker build of {tag} failed: {exc.msg}\n{''.join(lines)[-2000:]}"
+            ) from exc
         finally:
             client.close()
     log.info("node image ready", tag=tag)
