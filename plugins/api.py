@@ -4,6 +4,10 @@ A driver is synchronous and simple: it speaks to one array and raises the typed 
 `ringsnap.plugins.errors`. Retries, timing, logging and running off the event loop are added once,
 around every driver, by `ringsnap.plugins.middleware`. Optional abilities are separate interfaces
 (`Revertible`, `Cloneable`), announced in `capabilities()` and checked by the conformance suite.
+
+Because the middleware repeats a call that failed with a retryable error, and a timed-out call may
+still have happened on the array, every operation must be safe to repeat: creating what exists
+already (same name, same volumes) returns it, deleting what is gone succeeds.
 """
 
 from __future__ import annotations
@@ -87,7 +91,10 @@ class Cloneable(ABC):
 
     @abstractmethod
     def clone(self, ref: SnapshotRef, suffix: str) -> Sequence[Volume]:
-        """One new volume per member of `ref`, named from the member and `suffix`."""
+        """One new volume per member of `ref`, named from the member and `suffix`.
+
+        Repeating it returns the clones made by the first call.
+        """
 
     @abstractmethod
     def delete_clone(self, volume: Volume) -> None:

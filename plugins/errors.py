@@ -12,11 +12,24 @@ class DriverError(Exception):
 
     retryable = False
 
-    def __init__(self, message: str, *, array: str = "", retryable: bool | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        array: str = "",
+        retryable: bool | None = None,
+        leftovers: tuple[str, ...] = (),
+    ) -> None:
         self.array = array
         if retryable is not None:
             self.retryable = retryable
-        super().__init__(f"array {array!r}: {message}" if array else message)
+        #: Objects a failed operation could not clean up, each saying what and where; the
+        #: caller must report them (empty when nothing was left behind).
+        self.leftovers = leftovers
+        text = f"array {array!r}: {message}" if array else message
+        if leftovers:
+            text += "; left behind: " + ", ".join(leftovers)
+        super().__init__(text)
 
 
 class ConfigurationError(DriverError):
@@ -52,9 +65,11 @@ class BusyError(DriverError):
         *,
         array: str = "",
         retry_after: float | None = None,
+        leftovers: tuple[str, ...] = (),
     ) -> None:
+        #: Seconds the array asked us to wait (`Retry-After`); the middleware honours it.
         self.retry_after = retry_after
-        super().__init__(message, array=array)
+        super().__init__(message, array=array, leftovers=leftovers)
 
 
 class QuotaExceededError(DriverError):

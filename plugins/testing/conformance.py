@@ -1,0 +1,584 @@
+"""The driver conformance suite, shipped in the package: one set of tests for every array driver.
+
+A driver's test module subclasses `DriverConformance` and points it at its simulator:
+
+    from ringsnap.plugins.testing.conformance import DriverConformance
+
+    class TestOntap(DriverConformance):
+        driver_name = "ontap"
+
+        def start_simulator(self, pool, workdir):          # -> context manager of a SimulatorServer
+            return serving(OntapSimulator(pool), tls=make_test_ca(workdir / "tls").server_tls)
+
+        def config_table(self, server, workdir, *, request_timeout):
+            (workdir / "password").write_text("secret")
+            return {"driver": "ontap", "endpoint": server.url, "username": "admin",
+                    "password_file": str(workdir / "password"), ...,
+                    "request_timeout": request_timeout}
+
+        def snapshot_route(self):                           # the request that takes the snapshot
+            return ("POST", r"^/api/application/consistency-groups/[^/]+/snapshots$")
+
+What the suite does for you: for each test it makes a fresh reflink-capable XFS pool (loop-mounted
+sparse image under pytest's tmp_path, always removed), creates `volume_names` as LUN images
+formatted with `filesystem`, starts your simulator over the pool, builds the driver through
+`ringsnap.plugins.registry.open_driver` (so the entry point, config validation and the middleware
+with `retry_policy` are exercised) and hands the test a `Harness`.
+
+Required hooks
+  driver_name                     the entry-point name
+  start_simulator(pool, workdir)  a context manager yielding a started SimulatorServer over `pool`;
+                                  the simulator must show every `<pool>/luns/<name>.img` as a volume
+  config_table(server, workdir, *, request_timeout)
+                                  the array's config table (with "driver"); `request_timeout` is the
+                                  per-request timeout the hang tests rely on (seconds)
+  snapshot_route()                (method, path regex) of the request that takes the group snapshot
+
+Optional hooks (defaults in brackets)
+  volume_names, lun_size, filesystem       [3 volumes of 64 MiB, ext4]
+  retry_policy                              [FAST_RETRY: 4 attempts, tiny delays]
+  hang_seconds, hang_request_timeout        [1.5 s hang vs 0.5 s client timeout]
+  vendor_fault_cases()                      extra FaultCases: failed jobs, expired sessions, full
+                                            repositories... [none]
+  vendor_leftovers(harness)                 objects a failed create must not leave on the simulator
+                                            unreported, e.g. temporary consistency groups [none]
+  wrong_credentials(table, workdir)         table with a wrong secret [rewrites every *password_file
+                                            / *token_file key to a file holding a wrong secret]
+  unreachable(table, url)                   table pointing at `url`, where nothing listens [sets
+                                            table["endpoint"]]
+  untrusted_ca(table, ca_file)              table trusting only `ca_file`, a CA that did not sign
+                                            the simulator's certificate [sets table["ca_file"]];
+                                            the TLS test runs when the server serves TLS
+  lun_image(harness, volume)                the LUN image of a volume (clones too)
+                                            [pool.lun_path(volume.name)]
+  select_volumes(harness)                   the volumes to snapshot [those of list_volumes() named in
+                                            volume_names, in that order]
+
+Preconditions: root, loop devices, mkfs.xfs/mkfs.ext4, fsfreeze. Without them every test is
+skipped with a message naming what is missing (nothing else is ever skipped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import pytest
+
+from ringsnap.plugins.api import Cloneable, Revertible
+from ringsnap.plugins.errors import (
+    ArrayTimeoutError,
+    AuthError,
+    ConfigurationError,
+    DriverError,
+    NotFoundError,
+    UnreachableError,
+)
+from ringsnap.plugins.middleware import FAST_RETRY, ManagedDriver, RetryPolicy
+from ringsnap.plugins.registry import open_driver
+from ringsnap.plugins.simulators.faults import Fault, FaultPlan
+from ringsnap.plugins.simulators.lunpool import LunPool, temporary_xfs_pool
+from ringsnap.plugins.simulators.server import SimulatorServer
+from ringsnap.plugins.simulators.tls import make_test_ca
+from ringsnap.plugins.testing import mounts
+from ringsnap.plugins.types import SnapshotRef, Volume
+
+SOURCE = "conformance.toml"
+
+Operation = Literal["create", "delete", "revert", "clone"]
+
+
+@dataclass(frozen=True)
+class FaultCase:
+    """One injected failure and what the driver (through the middleware) must make of it."""
+
+    id: str
+    faults: tuple[Fault, ...]
+    #: None: the operation must succeed (after retries). Otherwise the typed error expected.
+    error: type[DriverError] | None = None
+    #: For an expected error: must it be retryable (and so tried `retry_policy.attempts` times)?
+    retryable: bool | None = None
+    #: Seconds to wait before looking for leftovers (a hung request may still finish).
+    settle: float = 0.0
+    #: The operation the fault hits; "create" runs create_group_snapshot.
+    operation: Operation = "create"
+    #: Minimum number of times the faults must have fired (None: not checked).
+    min_fired: int | None = 1
+
+
+@dataclass
+class Harness:
+    """Everything a conformance test needs, built fresh for each test."""
+
+    suite: DriverConformance
+    pool: LunPool
+    server: SimulatorServer
+    workdir: Path
+    array: str
+    table: dict[str, Any]
+    driver: ManagedDriver
+    volumes: list[Volume] = field(default_factory=list)
+
+    @property
+    def faults(self) -> FaultPlan:
+        return self.server.faults
+
+    def open(self, table: dict[str, Any]) -> ManagedDriver:
+        """Another driver for the same array built from `table` (bad-config tests)."""
+        return open_driver(self.array, table, SOURCE, retry=self.suite.retry_policy)
+
+    def lun(self, volume: Volume) -> Path:
+        return self.suite.lun_image(self, volume)
+
+    def snapshot_name(self, label: str = "snap") -> str:
+        return f"rs-{label}-{uuid.uuid4().hex[:8]}"
+
+
+class DriverConformance:
+    """Subclass as `Test<Vendor>` and implement the required hooks (see the module docstring)."""
+
+    driver_name: ClassVar[str]
+    volume_names: ClassVar[tuple[str, ...]] = ("rs-node1-data", "rs-node2-data", "rs-node3-data")
+    lun_size: ClassVar[int] = 64 << 20
+    filesystem: ClassVar[str] = "ext4"
+    retry_policy: ClassVar[RetryPolicy] = FAST_RETRY
+    array_name: ClassVar[str] = "conformance-array"
+    hang_seconds: ClassVar[float] = 1.5
+    hang_request_timeout: ClassVar[float] = 0.5
+    request_timeout: ClassVar[float] = 10.0
+
+    # Required hooks
+
+    def start_simulator(
+        self, pool: LunPool, workdir: Path
+    ) -> AbstractContextManager[SimulatorServer]:
+        raise NotImplementedError
+
+    def config_table(
+        self, server: SimulatorServer, workdir: Path, *, request_timeout: float
+    ) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def snapshot_route(self) -> tuple[str, str]:
+        raise NotImplementedError
+
+    # Optional hooks
+
+    def vendor_fault_cases(self) -> Sequence[FaultCase]:
+        return ()
+
+    def vendor_leftovers(self, harness: Harness) -> list[str]:
+        return []
+
+    def wrong_credentials(self, table: dict[str, Any], workdir: Path) -> dict[str, Any]:
+        wrong = workdir / "wrong-secret"
+        wrong.write_text("definitely-not-the-secret\n")
+        keys = [key for key in table if key.endswith(("password_file", "token_file"))]
+        if not keys:
+            raise NotImplementedError("override wrong_credentials(): no *password_file/*token_file")
+        return {**table, **{key: str(wrong) for key in keys}}
+
+    def unreachable(self, table: dict[str, Any], url: str) -> dict[str, Any]:
+        return {**table, "endpoint": url}
+
+    def untrusted_ca(self, table: dict[str, Any], ca_file: Path) -> dict[str, Any]:
+        return {**table, "ca_file": str(ca_file)}
+
+    def lun_image(self, harness: Harness, volume: Volume) -> Path:
+        return harness.pool.lun_path(volume.name)
+
+    def select_volumes(self, harness: Harness) -> list[Volume]:
+        by_name = {volume.name: volume for volume in harness.driver.list_volumes()}
+        missing = [name for name in self.volume_names if name not in by_name]
+        assert not missing, f"list_volumes() does not show the pool's LUNs {missing}"
+        return [by_name[name] for name in self.volume_names]
+
+    # Generic fault cases built from the hooks
+
+    def fault_cases(self) -> list[FaultCase]:
+        method, path = self.snapshot_route()
+        attempts = self.retry_policy.attempts
+        generic = [
+            FaultCase(
+                "http-500-once",
+                (Fault("status", method=method, path=path, status=500, count=1),),
+                error=None,
+            ),
+            FaultCase(
+                "http-500-persistent",
+                (Fault("status", method=method, path=path, status=500, count=1000),),
+                error=DriverError,
+                retryable=True,
+                min_fired=attempts,
+            ),
+            FaultCase(
+                "hang-then-drop",
+                (
+                    Fault(
+                        "hang",
+                        method=method,
+                        path=path,
+                        seconds=self.hang_seconds,
+                        then="drop",
+                        count=1000,
+                    ),
+                ),
+                error=ArrayTimeoutError,
+                retryable=True,
+                settle=self.hang_seconds,
+                min_fired=attempts,
+            ),
+            FaultCase(
+                # The array did the work but answered too late: the retry must find it.
+                "hang-once-then-proceed",
+                (
+                    Fault(
+                        "hang",
+                        method=method,
+                        path=path,
+                        seconds=self.hang_seconds,
+                        then="proceed",
+                        count=1,
+                    ),
+                ),
+                error=None,
+                settle=self.hang_seconds + 0.5,
+            ),
+        ]
+        return [*generic, *self.vendor_fault_cases()]
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        if "fault_case" in metafunc.fixturenames:
+            cases = self.fault_cases()
+            metafunc.parametrize("fault_case", cases, ids=[case.id for case in cases])
+
+    # Fixtures
+
+    @pytest.fixture
+    def lun_pool(self, tmp_path: Path) -> Iterator[LunPool]:
+        missing = mounts.missing_preconditions()
+        if missing:
+            pytest.skip("missing precondition: " + "; ".join(missing))
+        with temporary_xfs_pool(tmp_path, size_bytes=1 << 30) as pool:
+            for name in self.volume_names:
+                image = pool.create_lun(name, self.lun_size)
+                mounts.format_image(image, self.filesystem)
+            yield pool
+
+    def _harness(self, pool: LunPool, workdir: Path, request_timeout: float) -> Iterator[Harness]:
+        with self.start_simulator(pool, workdir) as server:
+            table = self.config_table(server, workdir, request_timeout=request_timeout)
+            driver = open_driver(self.array_name, table, SOURCE, retry=self.retry_policy)
+            harness = Harness(self, pool, server, workdir, self.array_name, table, driver)
+            try:
+                harness.volumes = self.select_volumes(harness)
+                yield harness
+            finally:
+                driver.close()
+
+    @pytest.fixture
+    def harness(self, lun_pool: LunPool, tmp_path: Path) -> Iterator[Harness]:
+        workdir = tmp_path / "work"
+        workdir.mkdir()
+        yield from self._harness(lun_pool, workdir, self.request_timeout)
+
+    @pytest.fixture
+    def fast_harness(self, lun_pool: LunPool, tmp_path: Path) -> Iterator[Harness]:
+        """A harness whose driver gives up on a request after `hang_request_timeout`."""
+        workdir = tmp_path / "work"
+        workdir.mkdir()
+        yield from self._harness(lun_pool, workdir, self.hang_request_timeout)
+
+    # Helpers
+
+    @staticmethod
+    def assert_complete(harness: Harness, ref: SnapshotRef, name: str) -> None:
+        member_ids = [member.volume.id for member in ref.members]
+        assert sorted(member_ids) == sorted(volume.id for volume in harness.volumes), (
+            f"snapshot {name} must have one member per volume of the group"
+        )
+        assert ref.snapshot_name == name
+        assert ref.array == harness.array
+        assert ref.driver == harness.driver.name
+        listed = [info.ref for info in harness.driver.list_snapshots(harness.volumes)]
+        matching = [candidate for candidate in listed if candidate.snapshot_name == name]
+        assert len(matching) == 1, f"list_snapshots() shows {len(matching)} snapshots named {name}"
+        assert sorted(m.volume.id for m in matching[0].members) == sorted(member_ids)
+
+    def assert_nothing_left(self, harness: Harness, images_before: int, name: str) -> None:
+        assert harness.pool.snapshot_count() == images_before, (
+            "a failed create left snapshot images in the pool without reporting them"
+        )
+        names = [info.ref.snapshot_name for info in harness.driver.list_snapshots(harness.volumes)]
+        assert name not in names, f"a failed create left snapshot {name} behind unreported"
+        leftovers = self.vendor_leftovers(harness)
+        assert not leftovers, f"a failed create left {leftovers} behind unreported"
+
+    # The tests
+
+    def test_capabilities_match_interfaces(self, harness: Harness) -> None:
+        raw = harness.driver.driver
+        capabilities = raw.capabilities()
+        assert isinstance(raw, Revertible) == capabilities.revert
+        assert isinstance(raw, Cloneable) == capabilities.clone
+        assert isinstance(harness.driver, Revertible) == capabilities.revert
+        assert isinstance(harness.driver, Cloneable) == capabilities.clone
+        assert raw.name == self.driver_name
+        assert raw.array == harness.array
+        if capabilities.max_volumes_per_group is not None:
+            assert capabilities.max_volumes_per_group >= len(self.volume_names)
+
+    def test_check_and_list_volumes(self, harness: Harness) -> None:
+        harness.driver.check()
+        volumes = harness.driver.list_volumes()
+        assert {volume.name for volume in volumes} >= set(self.volume_names)
+        for volume in harness.volumes:
+            assert volume.id, "every volume needs the array's identifier"
+            assert volume.size_bytes == self.lun_size
+
+    def test_group_snapshot_covers_every_volume(self, harness: Harness) -> None:
+        images_before = harness.pool.snapshot_count()
+        name = harness.snapshot_name()
+        ref = harness.driver.create_group_snapshot(harness.volumes, name)
+        self.assert_complete(harness, ref, name)
+        assert harness.pool.snapshot_count() == images_before + len(harness.volumes)
+        info = harness.driver.get_snapshot(ref)
+        assert info.ref.snapshot_name == name
+
+    def test_create_is_idempotent(self, harness: Harness) -> None:
+        name = harness.snapshot_name()
+        first = harness.driver.create_group_snapshot(harness.volumes, name)
+        images = harness.pool.snapshot_count()
+        second = harness.driver.create_group_snapshot(harness.volumes, name)
+        assert second.snapshot_id == first.snapshot_id
+        assert sorted(second.members, key=repr) == sorted(first.members, key=repr)
+        assert harness.pool.snapshot_count() == images
+        self.assert_complete(harness, second, name)
+
+    def test_missing_snapshot_is_not_found(self, harness: Harness) -> None:
+        ref = harness.driver.create_group_snapshot(harness.volumes, harness.snapshot_name())
+        harness.driver.delete_snapshot(ref)
+        with pytest.raises(NotFoundError) as caught:
+            harness.driver.get_snapshot(ref)
+        assert not caught.value.retryable
+        assert harness.array in str(caught.value)
+
+    def test_delete_is_idempotent(self, harness: Harness) -> None:
+        images_before = harness.pool.snapshot_count()
+        ref = harness.driver.create_group_snapshot(harness.volumes, harness.snapshot_name())
+        harness.driver.delete_snapshot(ref)
+        harness.driver.delete_snapshot(ref)
+        assert harness.pool.snapshot_count() == images_before
+        names = [info.ref.snapshot_name for info in harness.driver.list_snapshots(harness.volumes)]
+        assert ref.snapshot_name not in names
+
+    def test_injected_fault(self, fast_harness: Harness, fault_case: FaultCase) -> None:
+        harness = fast_harness
+        name = harness.snapshot_name(fault_case.id)
+        target: SnapshotRef | None = None
+        if fault_case.operation != "create":
+            target = harness.driver.create_group_snapshot(harness.volumes, name)
+        images_before = harness.pool.snapshot_count()
+        armed = [harness.faults.add(fault) for fault in fault_case.faults]
+        caught: DriverError | None = None
+        try:
+            self._run_operation(harness, fault_case.operation, name, target)
+        except DriverError as error:
+            caught = error
+        harness.faults.clear()
+        fired = sum(harness.faults.fired(fault.id) for fault in armed)
+        if fault_case.min_fired is not None:
+            assert fired >= fault_case.min_fired, f"the injected fault fired {fired} times"
+        if fault_case.error is None:
+            assert caught is None, f"expected success after retries, got {caught!r}"
+        else:
+            assert isinstance(caught, fault_case.error), (
+                f"expected {fault_case.error.__name__}, got {caught!r}"
+            )
+            assert harness.array in str(caught), "the error must name the array"
+            if fault_case.retryable is not None:
+                assert caught.retryable == fault_case.retryable
+        if fault_case.settle:
+            time.sleep(fault_case.settle)
+        if fault_case.operation == "create":
+            if caught is None:
+                refs = [
+                    info.ref
+                    for info in harness.driver.list_snapshots(harness.volumes)
+                    if info.ref.snapshot_name == name
+                ]
+                assert len(refs) == 1
+                self.assert_complete(harness, refs[0], name)
+                assert harness.pool.snapshot_count() == images_before + len(harness.volumes)
+                assert not self.vendor_leftovers(harness)
+            elif not caught.leftovers:
+                self.assert_nothing_left(harness, images_before, name)
+
+    @staticmethod
+    def _run_operation(
+        harness: Harness, operation: Operation, name: str, target: SnapshotRef | None
+    ) -> None:
+        driver: Any = harness.driver
+        if operation == "create":
+            driver.create_group_snapshot(harness.volumes, name)
+        elif operation == "delete":
+            driver.delete_snapshot(target)
+        elif operation == "revert":
+            driver.revert(target)
+        elif operation == "clone":
+            driver.clone(target, "faulted")
+
+    def test_wrong_credentials_is_auth_error(self, harness: Harness) -> None:
+        table = self.wrong_credentials(harness.table, harness.workdir)
+        driver = harness.open(table)
+        with pytest.raises(AuthError) as caught:
+            driver.check()
+        assert harness.array in str(caught.value)
+        assert not caught.value.retryable
+        assert "definitely-not-the-secret" not in str(caught.value)
+
+    def test_unreachable_endpoint(self, harness: Harness) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        url = f"{harness.server.scheme}://127.0.0.1:{port}"
+        driver = harness.open(self.unreachable(harness.table, url))
+        with pytest.raises(UnreachableError) as caught:
+            driver.check()
+        message = str(caught.value)
+        assert harness.array in message
+        assert str(port) in message, "the error must name the endpoint that was tried"
+
+    def test_tls_verification_failure(self, harness: Harness) -> None:
+        if harness.server.tls is None:
+            pytest.skip("precondition: this simulator serves plain HTTP, there is no TLS to fail")
+        other = make_test_ca(harness.workdir / "other-ca", name="unrelated CA")
+        driver = harness.open(self.untrusted_ca(harness.table, other.ca_file))
+        with pytest.raises(ConfigurationError) as caught:
+            driver.check()
+        message = str(caught.value).lower()
+        assert harness.array in str(caught.value)
+        assert "certificate" in message or "tls" in message
+
+    def test_async_facade(self, harness: Harness) -> None:
+        aio = harness.driver.aio
+
+        async def scenario() -> SnapshotRef:
+            ref = await aio.create_group_snapshot(harness.volumes, harness.snapshot_name("aio"))
+            await aio.get_snapshot(ref)
+            await aio.delete_snapshot(ref)
+            return ref
+
+        ref = asyncio.run(scenario())
+        assert len(ref.members) == len(harness.volumes)
+        assert aio.revertible == isinstance(harness.driver.driver, Revertible)
+        assert aio.cloneable == isinstance(harness.driver.driver, Cloneable)
+
+    # The marker tests: real filesystems, frozen while the array snapshots them.
+
+    @contextlib.contextmanager
+    def _mounted_volumes(self, harness: Harness, label: str) -> Iterator[list[Path]]:
+        mountpoints: list[Path] = []
+        try:
+            for volume in harness.volumes:
+                mountpoint = harness.workdir / "mnt" / label / volume.name
+                mounts.mount_image(harness.lun(volume), mountpoint)
+                mountpoints.append(mountpoint)
+            yield mountpoints
+        finally:
+            for mountpoint in mountpoints:
+                mounts.unmount(mountpoint)
+
+    def test_marker_revert(self, harness: Harness) -> None:
+        if not isinstance(harness.driver, Revertible):
+            pytest.skip("precondition: the driver does not implement Revertible")
+        with self._mounted_volumes(harness, "live") as mountpoints:
+            expected_before: list[dict[str, bytes]] = []
+            for index, mountpoint in enumerate(mountpoints):
+                mounts.write_marker(mountpoint, "before", f"before-{index}".encode())
+                expected_before.append(mounts.read_markers(mountpoint))
+            with mounts.frozen(mountpoints):
+                ref = harness.driver.create_group_snapshot(
+                    harness.volumes, harness.snapshot_name("mk")
+                )
+            for index, mountpoint in enumerate(mountpoints):
+                mounts.write_marker(mountpoint, "after", f"after-{index}".encode())
+                mounts.write_marker(mountpoint, "before", b"overwritten after the snapshot")
+        plan = harness.driver.revert_plan(ref)
+        assert isinstance(plan, Sequence)
+        harness.driver.revert(ref)
+        with self._mounted_volumes(harness, "reverted") as mountpoints:
+            for index, mountpoint in enumerate(mountpoints):
+                assert mounts.read_markers(mountpoint) == expected_before[index], (
+                    f"volume {harness.volumes[index].name}: after revert the filesystem must hold"
+                    " exactly the markers written before the snapshot"
+                )
+
+    def test_marker_clone(self, harness: Harness) -> None:
+        if not isinstance(harness.driver, Cloneable):
+            pytest.skip("precondition: the driver does not implement Cloneable")
+        with self._mounted_volumes(harness, "live") as mountpoints:
+            expected: list[dict[str, bytes]] = []
+            for index, mountpoint in enumerate(mountpoints):
+                mounts.write_marker(mountpoint, "before", f"clone-before-{index}".encode())
+                expected.append(mounts.read_markers(mountpoint))
+            with mounts.frozen(mountpoints):
+                ref = harness.driver.create_group_snapshot(
+                    harness.volumes, harness.snapshot_name("mkc")
+                )
+            for index, mountpoint in enumerate(mountpoints):
+                mounts.write_marker(mountpoint, "after", f"clone-after-{index}".encode())
+            clones = harness.driver.clone(ref, "mkclone")
+            assert len(clones) == len(harness.volumes)
+            again = harness.driver.clone(ref, "mkclone")
+            assert sorted(v.id for v in again) == sorted(v.id for v in clones), (
+                "repeating clone() must return the clones made the first time"
+            )
+            by_source = self._clone_sources(harness, ref, clones)
+            for index, volume in enumerate(harness.volumes):
+                clone = by_source[volume.id]
+                mountpoint = harness.workdir / "mnt" / "clone" / clone.name
+                with mounts.mounted(harness.lun(clone), mountpoint):
+                    assert mounts.read_markers(mountpoint) == expected[index], (
+                        f"clone {clone.name} of {volume.name} must hold exactly the markers"
+                        " written before the snapshot"
+                    )
+            # The originals are untouched by cloning.
+            for mountpoint in mountpoints:
+                assert "after" in mounts.read_markers(mountpoint)
+        for clone in clones:
+            harness.driver.delete_clone(clone)
+            harness.driver.delete_clone(clone)
+            assert not harness.lun(clone).exists()
+
+    @staticmethod
+    def _clone_sources(
+        harness: Harness, ref: SnapshotRef, clones: Sequence[Volume]
+    ) -> dict[str, Volume]:
+        """Map source volume id -> its clone (clones come back in member order)."""
+        assert len(clones) == len(ref.members)
+        return {member.volume.id: clone for member, clone in zip(ref.members, clones, strict=True)}
+
+    def test_revert_plan_names_what_revert_destroys(self, harness: Harness) -> None:
+        if not isinstance(harness.driver, Revertible):
+            pytest.skip("precondition: the driver does not implement Revertible")
+        older = harness.driver.create_group_snapshot(harness.volumes, harness.snapshot_name("old"))
+        newer = harness.driver.create_group_snapshot(harness.volumes, harness.snapshot_name("new"))
+        plan = harness.driver.revert_plan(older)
+        deletes_newer = harness.driver.capabilities().revert_deletes_newer
+        if deletes_newer:
+            assert any(newer.snapshot_name in line for line in plan), (
+                f"revert_plan must name the newer snapshot {newer.snapshot_name}: {plan}"
+            )
+        harness.driver.revert(older)
+        names = {info.ref.snapshot_name for info in harness.driver.list_snapshots(harness.volumes)}
+        assert older.snapshot_name in names
+        assert (newer.snapshot_name in names) != deletes_newer
