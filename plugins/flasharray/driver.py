@@ -1,0 +1,484 @@
+"""Pure Storage FlashArray driver (REST 2.x).
+
+A group snapshot is a protection-group snapshot: the driver keeps one protection group per volume
+set (`<prefix>-<hash of the sorted names>`, created and completed idempotently) and snapshots it
+with a suffix derived from the snapshot name, giving `pg.suffix` with one `pg.suffix.volume` per
+member, all taken at one point in time by the array.
+
+Deleting is the array's two steps: destroy (recoverable) then eradicate. When the array refuses to
+eradicate (SafeMode: "Eradication is disabled."), the snapshot stays destroyed until the array
+eradicates it itself; `get_snapshot` and `list_snapshots` keep reporting it, with a warning, so it
+is never lost track of.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from ringsnap.config import validate
+from ringsnap.plugins.api import ArrayDriver, Cloneable, Revertible
+from ringsnap.plugins.errors import (
+    AlreadyExistsError,
+    DriverError,
+    NotFoundError,
+    UnsupportedError,
+)
+from ringsnap.plugins.flasharray.client import FlashArrayClient, RejectedError
+from ringsnap.plugins.flasharray.config import FlashArraySettings
+from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume, VolumeSnapshot
+
+_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+_MAX_NAME = 63
+# Purity prefixes a volume's serial with Pure's IEEE OUI to form the LUN's NAA identifier.
+_WWN_PREFIX = "624a9370"
+_PGROUP_SNAPSHOT = "pgroup_snapshot"
+
+
+class FlashArrayDriver(ArrayDriver, Revertible, Cloneable):
+    """Protection-group snapshots, overwrite-revert and copies on one FlashArray."""
+
+    name = "flasharray"
+
+    def __init__(
+        self, array: str, settings: FlashArraySettings, client: FlashArrayClient | None = None
+    ) -> None:
+        self._array = array
+        self._settings = settings
+        self._client = client or FlashArrayClient(
+            array=array,
+            endpoint=settings.endpoint,
+            api_token=settings.api_token_file,
+            ca_file=settings.ca_file,
+            verify_tls=settings.verify_tls,
+            api_version=settings.api_version,
+            timeout=settings.timeout_seconds,
+        )
+        # Protection groups known to hold exactly their volume set; checked again on a miss.
+        self._complete_groups: set[str] = set()
+
+    @classmethod
+    def from_config(
+        cls, array: str, settings: Mapping[str, Any], *, source: str
+    ) -> FlashArrayDriver:
+        return cls(array, validate(dict(settings), FlashArraySettings, source=source))
+
+    @property
+    def array(self) -> str:
+        return self._array
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            atomic_group_snapshot=True,
+            revert=True,
+            clone=True,
+            extra={
+                "delete": "destroy, then eradicate (may stay destroyed when eradication is disabled)",
+                "consistency": "protection group snapshot",
+            },
+        )
+
+    def check(self) -> None:
+        self._client.login()
+
+    def close(self) -> None:
+        self._client.close()
+
+    # -- volumes -----------------------------------------------------------------------------
+
+    def list_volumes(self) -> Sequence[Volume]:
+        return [_volume(item) for item in self._client.items("volumes", {"destroyed": False})]
+
+    # -- group snapshots ---------------------------------------------------------------------
+
+    def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
+        by_name = _volume_set(volumes, self._array)
+        group = self._pgroup_name(by_name)
+        suffix = snapshot_suffix(name)
+        self._ensure_pgroup(group, by_name)
+        try:
+            items = self._client.post(
+                "protection-group-snapshots", {"source_names": group}, {"suffix": suffix}
+            )["items"]
+        except RejectedError as exc:
+            if exc.mentions("already"):
+                return self._existing(group, suffix, by_name)
+            if exc.mentions("does not exist"):
+                # The group vanished behind our back: make it again, once.
+                self._complete_groups.discard(group)
+                self._ensure_pgroup(group, by_name)
+                items = self._client.post(
+                    "protection-group-snapshots", {"source_names": group}, {"suffix": suffix}
+                )["items"]
+            else:
+                raise
+        ref = self._ref(items[0], by_name)
+        if len(ref.members) != len(by_name):
+            self._discard_incomplete(ref, by_name)
+        return ref
+
+    def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]:
+        by_name = _volume_set(volumes, self._array)
+        group = self._pgroup_name(by_name)
+        try:
+            pg_snapshots = list(
+                self._client.items("protection-group-snapshots", {"source_names": group})
+            )
+        except RejectedError as exc:
+            if exc.mentions("does not exist"):
+                return []
+            raise
+        members = self._member_snapshots(
+            self._client.items("volume-snapshots", {"filter": f"name='{group}.*'"})
+        )
+        infos = []
+        for item in sorted(pg_snapshots, key=lambda i: int(i.get("created") or 0)):
+            ref = self._ref_from(item, by_name, members.get(str(item["name"]), []))
+            infos.append(_info(ref, item))
+        return infos
+
+    def get_snapshot(self, ref: SnapshotRef) -> SnapshotInfo:
+        item = self._pgroup_snapshot(ref)
+        if item is None:
+            raise NotFoundError(
+                f"snapshot {self._pg_snapshot_name(ref)} does not exist", array=self._array
+            )
+        by_name = {m.volume.name: m.volume for m in ref.members}
+        return _info(self._ref(item, by_name), item)
+
+    def delete_snapshot(self, ref: SnapshotRef) -> None:
+        name = self._pg_snapshot_name(ref)
+        self._destroy_and_eradicate("protection-group-snapshots", name)
+
+    # -- revert ------------------------------------------------------------------------------
+
+    def revert_plan(self, ref: SnapshotRef) -> Sequence[str]:
+        # Overwriting a volume from a snapshot keeps every other snapshot; only the current
+        # contents of the member volumes go.
+        return []
+
+    def revert(self, ref: SnapshotRef) -> None:
+        snapshot = self._usable(ref)
+        done: list[str] = []
+        for member in snapshot.members:
+            try:
+                # The TARGET volume goes in `names`, the SOURCE snapshot in the body.
+                self._client.post(
+                    "volumes",
+                    {"names": member.volume.name, "overwrite": True},
+                    {"source": {"name": member.snapshot_name}},
+                )
+            except DriverError as exc:
+                if exc.retryable:
+                    raise  # the whole revert can run again: overwriting twice is harmless
+                raise DriverError(
+                    f"revert to {self._pg_snapshot_name(ref)} stopped at volume"
+                    f" {member.volume.name} (already reverted: {', '.join(done) or 'none'}): {exc}",
+                    array=self._array,
+                ) from exc
+            done.append(member.volume.name)
+
+    # -- clones ------------------------------------------------------------------------------
+
+    def clone(self, ref: SnapshotRef, suffix: str) -> Sequence[Volume]:
+        snapshot = self._usable(ref)
+        made: list[Volume] = []
+        for member in snapshot.members:
+            target = clone_name(member.volume.name, suffix)
+            try:
+                items = self._client.post(
+                    "volumes", {"names": target}, {"source": {"name": member.snapshot_name}}
+                )["items"]
+            except RejectedError as exc:
+                if exc.mentions("already exists"):
+                    made.append(self._earlier_clone(target, member, snapshot))
+                    continue
+                raise self._clone_failed(target, member, exc, made) from None
+            except DriverError as exc:
+                raise self._clone_failed(target, member, exc, made) from None
+            made.append(_volume(items[0]))
+        return made
+
+    def _earlier_clone(self, target: str, member: VolumeSnapshot, snapshot: SnapshotRef) -> Volume:
+        """The volume `target` if an earlier clone() of this snapshot made it."""
+        item = self._lookup("volumes", target)
+        source = (item or {}).get("source") or {}
+        created = int((item or {}).get("created") or 0)
+        if (
+            item is None
+            or item.get("destroyed")
+            or source.get("name") != member.volume.name
+            or created < snapshot.created_at.timestamp() * 1000
+        ):
+            raise AlreadyExistsError(
+                f"volume {target} exists already and is not a clone of {member.snapshot_name};"
+                " pick another clone suffix",
+                array=self._array,
+            )
+        return _volume(item)
+
+    def _clone_failed(
+        self, target: str, member: VolumeSnapshot, error: DriverError, made: Sequence[Volume]
+    ) -> DriverError:
+        if error.retryable:
+            # A retry finds the clones made so far and goes on; if it never comes, they are
+            # reported below.
+            left = [volume.name for volume in made]
+            undone = ""
+        else:
+            left = self._undo_clones(made)
+            undone = f"; removed the {len(made) - len(left)} clone(s) made before" if made else ""
+        return DriverError(
+            f"cloning {member.snapshot_name} to {target} failed: {error}{undone}",
+            array=self._array,
+            retryable=error.retryable,
+            leftovers=tuple(f"volume {name} (a clone; delete it)" for name in left),
+        )
+
+    def delete_clone(self, volume: Volume) -> None:
+        try:
+            groups = [
+                str(m["group"]["name"])
+                for m in self._client.items(
+                    "protection-groups/volumes", {"member_names": volume.name}
+                )
+            ]
+        except RejectedError as exc:
+            if not exc.mentions("does not exist"):
+                raise
+            groups = []
+        if groups:
+            raise UnsupportedError(
+                f"volume {volume.name} is a member of protection group(s) {', '.join(groups)};"
+                " it is not a clone, refusing to delete it",
+                array=self._array,
+            )
+        self._destroy_and_eradicate("volumes", volume.name)
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _pgroup_name(self, by_name: Mapping[str, Volume]) -> str:
+        digest = hashlib.sha256("\n".join(sorted(by_name)).encode()).hexdigest()[:16]
+        return f"{self._settings.pgroup_prefix}-{digest}"
+
+    def _ensure_pgroup(self, group: str, by_name: Mapping[str, Volume]) -> None:
+        if group in self._complete_groups:
+            return
+        try:
+            self._client.post("protection-groups", {"names": group})
+        except RejectedError as exc:
+            if not exc.mentions("already exists"):
+                raise
+        present = {
+            str(m["member"]["name"])
+            for m in self._client.items("protection-groups/volumes", {"group_names": group})
+        }
+        missing = [v for v in by_name if v not in present]
+        if missing:
+            self._client.post(
+                "protection-groups/volumes",
+                {"group_names": group, "member_names": ",".join(missing)},
+            )
+        self._complete_groups.add(group)
+
+    def _existing(self, group: str, suffix: str, by_name: Mapping[str, Volume]) -> SnapshotRef:
+        name = f"{group}.{suffix}"
+        item = self._lookup("protection-group-snapshots", name)
+        if item is None:
+            raise AlreadyExistsError(
+                f"the array says {name} exists but it cannot be found", array=self._array
+            )
+        if item.get("destroyed"):
+            raise AlreadyExistsError(
+                f"snapshot {name} was destroyed and awaits eradication, so its name is still"
+                " taken; use another snapshot name, or eradicate it on the array",
+                array=self._array,
+            )
+        ref = self._ref(item, by_name)
+        if {m.volume.name for m in ref.members} != set(by_name):
+            raise AlreadyExistsError(
+                f"snapshot {name} exists but covers other volumes"
+                f" ({', '.join(m.volume.name for m in ref.members)})",
+                array=self._array,
+            )
+        return ref
+
+    def _discard_incomplete(self, ref: SnapshotRef, by_name: Mapping[str, Volume]) -> None:
+        name = self._pg_snapshot_name(ref)
+        missing = sorted(set(by_name) - {m.volume.name for m in ref.members})
+        self._complete_groups.discard(ref.group)
+        try:
+            self._destroy_and_eradicate("protection-group-snapshots", name)
+            outcome = "it was deleted"
+        except DriverError as exc:
+            outcome = f"deleting it failed ({exc}); delete {name} on the array"
+        raise DriverError(
+            f"snapshot {name} lacks volume(s) {', '.join(missing)} (protection group {ref.group}"
+            f" was changed on the array); {outcome}; try again",
+            array=self._array,
+            retryable=True,
+        )
+
+    def _pgroup_snapshot(self, ref: SnapshotRef) -> dict[str, Any] | None:
+        return self._lookup("protection-group-snapshots", self._pg_snapshot_name(ref))
+
+    def _lookup(self, resource: str, name: str) -> dict[str, Any] | None:
+        try:
+            items = self._client.get(resource, {"names": name}).get("items") or []
+        except RejectedError as exc:
+            if exc.mentions("does not exist"):
+                return None
+            raise
+        return dict(items[0]) if items else None
+
+    def _usable(self, ref: SnapshotRef) -> SnapshotRef:
+        item = self._pgroup_snapshot(ref)
+        name = self._pg_snapshot_name(ref)
+        if item is None:
+            raise NotFoundError(f"snapshot {name} does not exist", array=self._array)
+        if item.get("destroyed"):
+            raise NotFoundError(
+                f"snapshot {name} is destroyed (pending eradication); recover it on the array"
+                f" (PATCH destroyed=false) before using it",
+                array=self._array,
+            )
+        by_name = {m.volume.name: m.volume for m in ref.members}
+        return self._ref(item, by_name)
+
+    def _ref(self, item: Mapping[str, Any], by_name: Mapping[str, Volume]) -> SnapshotRef:
+        name = str(item["name"])
+        members = self._member_snapshots(
+            self._client.items("volume-snapshots", {"filter": f"name='{name}.*'"})
+        )
+        return self._ref_from(item, by_name, members.get(name, []))
+
+    def _ref_from(
+        self,
+        item: Mapping[str, Any],
+        by_name: Mapping[str, Volume],
+        members: Sequence[Mapping[str, Any]],
+    ) -> SnapshotRef:
+        name = str(item["name"])
+        group, _, suffix = name.partition(".")
+        snaps = []
+        for member in sorted(members, key=lambda m: str(m["name"])):
+            volume_name = str(member["source"]["name"])
+            volume = by_name.get(volume_name) or Volume(
+                name=volume_name, id=str(member["source"]["id"])
+            )
+            snaps.append(VolumeSnapshot(volume, str(member["id"]), str(member["name"])))
+        return SnapshotRef(
+            array=self._array,
+            driver=self.name,
+            group=group,
+            snapshot_id=str(item["id"]),
+            snapshot_name=suffix,
+            created_at=datetime.fromtimestamp(int(item["created"]) / 1000, tz=UTC),
+            members=tuple(snaps),
+            attributes=((_PGROUP_SNAPSHOT, name),),
+        )
+
+    @staticmethod
+    def _member_snapshots(
+        items: Iterable[Mapping[str, Any]],
+    ) -> dict[str, list[Mapping[str, Any]]]:
+        """Volume snapshots keyed by the protection-group snapshot they belong to."""
+        grouped: dict[str, list[Mapping[str, Any]]] = {}
+        for item in items:
+            name = str(item["name"])
+            source = str(item["source"]["name"])
+            if name.count(".") == 2 and name.endswith(f".{source}"):
+                grouped.setdefault(name.rsplit(".", 1)[0], []).append(item)
+        return grouped
+
+    def _pg_snapshot_name(self, ref: SnapshotRef) -> str:
+        return ref.attribute(_PGROUP_SNAPSHOT) or f"{ref.group}.{ref.snapshot_name}"
+
+    def _destroy_and_eradicate(self, resource: str, name: str) -> None:
+        try:
+            self._client.patch(resource, {"names": name}, {"destroyed": True})
+        except RejectedError as exc:
+            if exc.mentions("does not exist"):
+                return
+            raise
+        try:
+            self._client.delete(resource, {"names": name})
+        except RejectedError as exc:
+            # SafeMode: the array eradicates it when its eradication delay ends; get/list
+            # keep showing it as destroyed until then.
+            if exc.mentions("eradication is disabled") or exc.mentions("does not exist"):
+                return
+            raise
+
+    def _undo_clones(self, made: Sequence[Volume]) -> list[str]:
+        """Remove clones of a failed clone(); the names that could not be removed."""
+        left = []
+        for volume in made:
+            try:
+                self._destroy_and_eradicate("volumes", volume.name)
+            except DriverError:
+                left.append(volume.name)
+        return left
+
+
+def snapshot_suffix(name: str) -> str:
+    """The protection-group snapshot suffix for a ringsnap snapshot name.
+
+    Suffixes allow letters, digits and '-'; a name with '_' gets them replaced and a short hash of
+    the original appended, so two names never share a suffix.
+    """
+    if _NAME.fullmatch(name):
+        return name
+    cleaned = re.sub(r"[^A-Za-z0-9-]", "-", name).strip("-") or "s"
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{cleaned[: _MAX_NAME - 9].rstrip('-')}-{digest}"
+
+
+def clone_name(volume: str, suffix: str) -> str:
+    name = f"{volume}-{suffix}"
+    if not _NAME.fullmatch(name):
+        raise UnsupportedError(
+            f"clone name {name!r} is not a valid FlashArray volume name (1-63 letters, digits or"
+            " '-'); use a shorter clone suffix without other characters"
+        )
+    return name
+
+
+def _volume_set(volumes: Sequence[Volume], array: str) -> dict[str, Volume]:
+    by_name = {v.name: v for v in volumes}
+    if not by_name:
+        raise UnsupportedError("a group snapshot needs at least one volume", array=array)
+    if len(by_name) != len(volumes):
+        raise UnsupportedError("the same volume is listed twice", array=array)
+    return dict(sorted(by_name.items()))
+
+
+def _volume(item: Mapping[str, Any]) -> Volume:
+    serial = str(item.get("serial") or "")
+    return Volume(
+        name=str(item["name"]),
+        id=str(item["id"]),
+        size_bytes=int(item.get("provisioned") or 0),
+        wwn=f"{_WWN_PREFIX}{serial}".lower() if serial else "",
+    )
+
+
+def _info(ref: SnapshotRef, item: Mapping[str, Any]) -> SnapshotInfo:
+    warnings = []
+    if item.get("destroyed"):
+        remaining = item.get("time_remaining")
+        when = f" in {int(remaining) // 1000} s" if remaining is not None else ""
+        warnings.append(
+            f"destroyed, pending eradication: the array eradicates it{when}; until then it can be"
+            " recovered and its name stays taken"
+        )
+    space = item.get("space") or {}
+    snapshots = space.get("snapshots") if isinstance(space, Mapping) else None
+    return SnapshotInfo(
+        ref=ref,
+        space_bytes=int(snapshots) if snapshots is not None else None,
+        warnings=tuple(warnings),
+    )
