@@ -91,7 +91,11 @@ class NodeState:
     node: NodeInfo
     container: str  # docker's state: running, exited, ... or "missing"
     ring: RingMember | None  # as the first answering node sees it
-    mounted: tuple[bool, bool]  # data LUN, commit-log LUN
+    devices: tuple[str | None, str | None]  # loop devices of the data and commit-log LUN mounts
+
+    @property
+    def mounted(self) -> tuple[bool, bool]:
+        return (self.devices[0] is not None, self.devices[1] is not None)
 
 
 class SandboxCluster:
@@ -364,13 +368,17 @@ class SandboxCluster:
     def session(self, keyspace: str | None = None) -> Session:
         """A cassandra-driver session that only ever talks to this cluster's nodes."""
         if self._session is None:
-            from cassandra.cluster import Cluster
+            from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
             from cassandra.policies import WhiteListRoundRobinPolicy
 
+            # The whitelist keeps the driver on this instance's nodes, whatever peers they report.
+            profile = ExecutionProfile(
+                load_balancing_policy=WhiteListRoundRobinPolicy(self.addresses)
+            )
             self._driver = Cluster(
                 contact_points=self.addresses,
                 port=NATIVE_PORT,
-                load_balancing_policy=WhiteListRoundRobinPolicy(self.addresses),
+                execution_profiles={EXEC_PROFILE_DEFAULT: profile},
                 protocol_version=5,
                 connect_timeout=10,
             )
@@ -471,9 +479,9 @@ class SandboxCluster:
                 node=node,
                 container=self.container_state(node),
                 ring=ring.get(node.address),
-                mounted=(
-                    current_loop_device(node.data_lun) is not None,
-                    current_loop_device(node.commitlog_lun) is not None,
+                devices=(
+                    current_loop_device(node.data_lun),
+                    current_loop_device(node.commitlog_lun),
                 ),
             )
             for node in self._nodes

@@ -1,0 +1,213 @@
+"""`ringsnap sandbox ...`: a real Cassandra cluster on this machine, for trying ringsnap by hand.
+
+up / status / down manage one instance (default "sandbox"); demo brings one up and shows it working.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ringsnap.coordinator.sandbox import instance as instances
+from ringsnap.coordinator.sandbox.cluster import NodeState, SandboxCluster
+from ringsnap.coordinator.sandbox.errors import SandboxError
+from ringsnap.coordinator.sandbox.instance import DEFAULT_INSTANCE
+from ringsnap.coordinator.sandbox.teardown import down as down_instance
+from ringsnap.coordinator.sandbox.teardown import find_leftovers, instance_containers
+from ringsnap.logs import configure
+
+app = typer.Typer(
+    name="sandbox",
+    help="A local Cassandra test cluster (Docker, loop-mounted LUNs in a reflink XFS pool).",
+    no_args_is_help=True,
+)
+out = Console()
+err = Console(stderr=True)
+
+INSTANCE = typer.Option(
+    DEFAULT_INSTANCE, "--instance", "-i", help="Instance name (isolated dirs, addresses, ports)."
+)
+NODES = typer.Option(
+    3, "--nodes", "-n", min=1, max=instances.MAX_NODES, help="Number of Cassandra nodes."
+)
+
+
+@app.callback()
+def _sandbox(
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log every step."),
+) -> None:
+    configure(json=False, level="info" if verbose else "warning")
+
+
+# The innermost `_progress` block shows the cluster's step reports in its spinner.
+_report_holder: list[Callable[[str], None]] = []
+
+
+@contextmanager
+def _progress(what: str) -> Iterator[None]:
+    started = time.monotonic()
+    with err.status(what) as status:
+
+        def report(message: str) -> None:
+            elapsed = time.monotonic() - started
+            err.log(f"[dim]{elapsed:6.1f} s[/dim] {message}")
+            status.update(message)
+
+        _report_holder.append(report)
+        try:
+            yield
+        finally:
+            _report_holder.pop()
+
+
+def _report(message: str) -> None:
+    if _report_holder:
+        _report_holder[-1](message)
+
+
+def _bring_up(instance: str, nodes: int) -> tuple[SandboxCluster, bool]:
+    """The instance's cluster, started now (True) or found running (False)."""
+    if instance_containers(instance):
+        return SandboxCluster.attach(instance), False
+    cluster = SandboxCluster(instance, nodes, report=_report)
+    with _progress(f"starting a {nodes}-node sandbox cluster {instance!r}"):
+        cluster.start()
+    return cluster, True
+
+
+def _print_state(cluster: SandboxCluster) -> list[NodeState]:
+    states = cluster.status()
+    nodes = Table(
+        title=f"sandbox {cluster.instance!r}: cluster {cluster.cluster_name}, image {cluster.image_tag}"
+    )
+    for column in ("node", "address", "CQL", "JMX", "container", "ring"):
+        nodes.add_column(column, no_wrap=True)
+    for state in states:
+        node = state.node
+        ring = f"{state.ring.status}{state.ring.state}" if state.ring else "?"
+        style = "green" if state.ring and state.ring.up_normal else "red"
+        nodes.add_row(
+            node.name,
+            node.address,
+            str(node.native_port),
+            f"127.0.0.1:{node.jmx_port}",
+            state.container,
+            f"[{style}]{ring}[/{style}]",
+        )
+    out.print(nodes)
+    luns = Table(title=f"LUNs: ext4 images in the XFS reflink pool {cluster.pool_dir}")
+    luns.add_column("volume", no_wrap=True)
+    luns.add_column("loop", no_wrap=True)
+    luns.add_column("mounted at", overflow="fold")
+    for state in states:
+        for lun, device in zip(state.node.luns, state.devices, strict=True):
+            luns.add_row(lun.volume_name, device or "[red]not mounted[/red]", str(lun.mount_point))
+    out.print(luns)
+    return states
+
+
+@app.command()
+def up(instance: str = INSTANCE, nodes: int = NODES) -> None:
+    """Start a sandbox cluster (or show the one already running) and print its state."""
+    cluster, started = _bring_up(instance, nodes)
+    if started:
+        figures = ", ".join(f"{k} {v:.1f} s" for k, v in cluster.timings.items())
+        out.print(f"[green]up[/green] in {cluster.timings.get('total', 0):.1f} s ({figures})")
+    else:
+        out.print(f"instance {instance!r} was already running")
+    _print_state(cluster)
+    out.print(f"stop it with: ringsnap sandbox down --instance {instance}")
+
+
+@app.command()
+def status(instance: str = INSTANCE) -> None:
+    """Show the instance's nodes, ring state and mounts."""
+    try:
+        cluster = SandboxCluster.attach(instance)
+    except SandboxError:
+        leftovers = find_leftovers(instance)
+        if leftovers.empty:
+            out.print(f"sandbox instance {instance!r} is not up")
+        else:
+            out.print(f"sandbox instance {instance!r} is not up, but left behind: {leftovers}")
+            out.print(f"clean up with: ringsnap sandbox down --instance {instance}")
+        raise typer.Exit(3) from None
+    states = _print_state(cluster)
+    if not all(s.container == "running" and s.ring and s.ring.up_normal for s in states):
+        raise typer.Exit(1)
+
+
+@app.command()
+def down(
+    instance: str = INSTANCE,
+    all_instances: bool = typer.Option(False, "--all", help="Every instance on this machine."),
+) -> None:
+    """Remove the instance's containers, mounts, loop devices and files (also after a crash)."""
+    names = instances.known_instances() if all_instances else [instance]
+    for name in names:
+        with _progress(f"tearing down {name!r}"):
+            report = down_instance(name)
+        out.print(
+            f"{name}: removed {len(report.containers_removed)} containers, {len(report.unmounted)} mounts, "
+            f"{len(report.loops_released)} loop devices"
+            + (f", deleted {report.root_removed}" if report.root_removed else "")
+        )
+
+
+@app.command()
+def demo(
+    instance: str = INSTANCE,
+    nodes: int = NODES,
+    keep: bool = typer.Option(False, "--keep", help="Leave the cluster running afterwards."),
+) -> None:
+    """Bring a cluster up, show it, write rows at RF=3, flush, and show the SSTables on each LUN."""
+    from cassandra import ConsistencyLevel
+    from cassandra.concurrent import execute_concurrent_with_args
+
+    cluster, started = _bring_up(instance, nodes)
+    try:
+        _print_state(cluster)
+        with _progress("writing rows at RF=3 and flushing every node"):
+            session = cluster.session()
+            rf = min(3, len(cluster.nodes))
+            session.execute(
+                "CREATE KEYSPACE IF NOT EXISTS ringsnap_demo WITH replication = "
+                f"{{'class': 'SimpleStrategy', 'replication_factor': {rf}}}"
+            )
+            session.execute(
+                "CREATE TABLE IF NOT EXISTS ringsnap_demo.readings (id int PRIMARY KEY, value text)"
+            )
+            insert = session.prepare("INSERT INTO ringsnap_demo.readings (id, value) VALUES (?, ?)")
+            insert.consistency_level = ConsistencyLevel.ALL
+            rows = [(i, f"reading-{i}") for i in range(1000)]
+            execute_concurrent_with_args(
+                session, insert, rows, concurrency=32, raise_on_first_error=True
+            )
+            _report(f"wrote {len(rows)} rows at consistency ALL")
+            for node in cluster.nodes:
+                _report(f"nodetool flush on {node.name}")
+                cluster.nodetool(node, "flush", "ringsnap_demo")
+        table = Table(title="SSTables on each node's own data LUN")
+        table.add_column("node", no_wrap=True)
+        table.add_column("data LUN", no_wrap=True)
+        table.add_column("Data.db files (under the node's data dir)", overflow="fold")
+        for node in cluster.nodes:
+            files = sorted(node.data_dir.glob("ringsnap_demo/readings-*/*-Data.db"))
+            table.add_row(
+                node.name,
+                node.data_lun.volume_name,
+                "\n".join(str(f.relative_to(node.data_dir)) for f in files) or "[red]none[/red]",
+            )
+        out.print(table)
+    finally:
+        if keep or not started:
+            out.print(f"left running; stop it with: ringsnap sandbox down --instance {instance}")
+        else:
+            with _progress(f"tearing down {instance!r}"):
+                cluster.close()
+            out.print("torn down: no containers, mounts or loop devices left")

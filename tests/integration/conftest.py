@@ -1,0 +1,57 @@
+"""The real test bed for integration tests: one 3-node sandbox cluster per pytest session.
+
+Each pytest process gets its own sandbox instance ($RINGSNAP_SANDBOX_INSTANCE, else `pytest-<pid>`),
+so several sessions (several helpers) run side by side without sharing addresses, ports or files.
+The cluster is removed at the end of the session, also when tests fail or the run is interrupted.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+
+import pytest
+
+from ringsnap.coordinator.sandbox.cluster import SandboxCluster
+from ringsnap.coordinator.sandbox.instance import validate_instance_name
+
+
+def _missing_precondition() -> str | None:
+    if os.geteuid() != 0:
+        return "the sandbox needs root (loop devices, mounts, dockerd)"
+    if not Path("/dev/loop-control").exists():
+        return "no /dev/loop-control: this kernel gives no loop devices"
+    for tool in ("docker", "dockerd", "debootstrap", "mkfs.xfs", "mvn", "java"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (run `make system-deps`)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def sandbox_instance_name() -> str:
+    """This session's instance name; other sandbox instances of the session derive theirs from it."""
+    name = os.environ.get("RINGSNAP_SANDBOX_INSTANCE") or f"pytest-{os.getpid()}"
+    return validate_instance_name(name[:24])
+
+
+@pytest.fixture(scope="session")
+def sandbox_cluster(sandbox_instance_name: str) -> Iterator[SandboxCluster]:
+    """A running 3-node Cassandra 5.0 cluster, shared by the whole session. Leave it as you found it."""
+    missing = _missing_precondition()
+    if missing:
+        pytest.skip(f"real test bed unavailable: {missing}")
+
+    def interrupted(signum: int, _frame: FrameType | None) -> None:
+        # A CI timeout sends SIGTERM: turn it into an exception so the teardown below still runs.
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupted)
+    try:
+        with SandboxCluster(sandbox_instance_name, nodes=3) as cluster:
+            yield cluster
+    finally:
+        signal.signal(signal.SIGTERM, previous)
