@@ -1,0 +1,366 @@
+"""The coordinator's configuration file (`/etc/ringsnap/coordinator.toml`), validated into typed
+sections.
+
+Every error names the file and the key (see `ringsnap.config`), including the checks that span
+sections (a schedule naming an unknown cluster, a freeze budget not below the cluster's write
+timeout). Durations are seconds, as in the agent's file; retention ages are days. Array tables are
+passed through untouched to their driver, which validates them (`ringsnap.plugins.registry`).
+"""
+
+from __future__ import annotations
+
+import re
+import zoneinfo
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, ConfigDict, Field, ValidationInfo, model_validator
+
+from ringsnap import names
+from ringsnap.config import ReadableFile, SecretFile, Section, load
+from ringsnap.coordinator.model import QuiesceMode, VolumeRole
+from ringsnap.coordinator.retention import RetentionPolicy
+from ringsnap.coordinator.scheduler import Schedule, cron_trigger
+from ringsnap.errors import ConfigError
+
+DEFAULT_CONFIG_PATH = Path("/etc/ringsnap/coordinator.toml")
+DEFAULT_CATALOG_PATH = Path("/var/lib/ringsnap/catalog.db")
+#: Cassandra's default `write_request_timeout`: client writes stall for the whole freeze.
+DEFAULT_WRITE_TIMEOUT_SECONDS = 2.0
+DEFAULT_FREEZE_BUDGET_SECONDS = 1.5
+DEFAULT_LEASE_SECONDS = 1.0
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+
+def _name(value: str) -> str:
+    if not _NAME.fullmatch(value):
+        raise ValueError(
+            f"invalid name {value!r}: use 1-63 letters, digits, '.', '-' or '_', starting with a"
+            " letter or digit"
+        )
+    return value
+
+
+def _address(value: str, *, allow_port_zero: bool) -> str:
+    host, sep, port = value.rpartition(":")
+    lowest = 0 if allow_port_zero else 1
+    if not sep or not host or not port.isdigit() or not lowest <= int(port) <= 65535:
+        raise ValueError(f"{value!r} is not HOST:PORT (e.g. '10.0.0.5:7443', '[::1]:7443')")
+    if host.startswith("[") != host.endswith("]"):
+        raise ValueError(f"{value!r}: an IPv6 address goes in brackets, e.g. '[::1]:7443'")
+    return value
+
+
+def _listen(value: str) -> str:
+    return _address(value, allow_port_zero=True)
+
+
+def _optional_listen(value: str) -> str:
+    return value and _listen(value)
+
+
+def _agent(value: str) -> str:
+    return _address(value, allow_port_zero=False)
+
+
+def _contact_point(value: str) -> str:
+    if not value or any(c.isspace() for c in value):
+        raise ValueError(f"{value!r} is not a host name or address (optionally HOST:PORT)")
+    return value
+
+
+def _timezone(value: str) -> str:
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {value!r} (use an IANA name such as 'UTC')") from None
+    return value
+
+
+def _keyspace(value: str) -> str:
+    return names.keyspace_name(value)
+
+
+Name = Annotated[str, AfterValidator(_name)]
+ListenAddress = Annotated[str, AfterValidator(_listen)]
+AgentAddress = Annotated[str, AfterValidator(_agent)]
+ContactPoint = Annotated[str, AfterValidator(_contact_point)]
+Seconds = Annotated[float, Field(gt=0, le=3600)]
+
+
+class CoordinatorSection(Section):
+    #: HOST:PORT of the coordinator's gRPC service (the CLI talks to it).
+    listen: ListenAddress = "127.0.0.1:7444"
+    catalog: Path = DEFAULT_CATALOG_PATH
+    #: HOST:PORT of the Prometheus text exposition; "" disables it. Port 0 picks one (tests).
+    metrics_listen: Annotated[str, AfterValidator(_optional_listen)] = "127.0.0.1:9444"
+    #: Longest the filesystems may stay frozen (first freeze to last thaw); past it the run thaws
+    #: and fails. Must stay below every cluster's write timeout.
+    freeze_budget_seconds: Seconds = DEFAULT_FREEZE_BUDGET_SECONDS
+    #: An agent thaws by itself this long after the last renewal (a lost coordinator costs
+    #: clients at most one lease).
+    lease_seconds: Seconds = DEFAULT_LEASE_SECONDS
+    #: A scheduled run later than this (stalled loop, downtime) is skipped, not run late.
+    misfire_grace_seconds: float = Field(default=3600.0, ge=1, le=7 * 86400)
+
+
+class TlsSection(Section):
+    """The coordinator's client certificate for mutual TLS with the agents."""
+
+    cert_file: ReadableFile
+    #: A path, or `credential:NAME` for a systemd credential (`LoadCredential=NAME:/path`).
+    key_file: SecretFile
+    #: The CA the agents' certificates must chain to.
+    ca_file: ReadableFile
+    #: Check the agents' certificates against this name instead of each agent's host (when agents
+    #: are addressed by IP and share one certificate name).
+    agent_server_name: str | None = Field(default=None, min_length=1)
+
+
+class VolumeSection(Section):
+    #: The array's name in `[arrays.<name>]`.
+    array: Name
+    #: The array's name for the volume (LUN, FlexVol, "vg/lv").
+    volume: Annotated[str, Field(min_length=1)]
+    role: VolumeRole
+
+
+class NodeSection(Section):
+    name: Name
+    #: HOST:PORT of the node's ringsnap-agent.
+    agent: AgentAddress
+    volumes: list[VolumeSection] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _data_and_commitlog(self) -> NodeSection:
+        roles = {v.role for v in self.volumes}
+        both = VolumeRole.DATA_AND_COMMITLOG in roles
+        missing = [
+            role
+            for role in (VolumeRole.DATA, VolumeRole.COMMITLOG)
+            if role not in roles and not both
+        ]
+        if missing:
+            raise ValueError(
+                f"node {self.name}: no volume with role {' or '.join(missing)}; a crash-consistent"
+                " backup needs both the data and the commit log (or one volume with role"
+                " 'data+commitlog')"
+            )
+        return self
+
+
+class ClusterSection(Section):
+    name: Name
+    #: CQL contact points (HOST or HOST:PORT) for canaries and topology.
+    contact_points: list[ContactPoint] = Field(min_length=1)
+    cql_port: int = Field(default=9042, ge=1, le=65535)
+    cql_username: str | None = Field(default=None, min_length=1)
+    cql_password_file: SecretFile | None = None
+    local_datacenter: str | None = Field(default=None, min_length=1)
+    #: Keyspace of the canary rows; created by ringsnap, one replica per datacenter.
+    canary_keyspace: Annotated[str, AfterValidator(_keyspace)] = "ringsnap"
+    #: Cassandra's `write_request_timeout` on this cluster, in seconds.
+    write_timeout_seconds: Seconds = DEFAULT_WRITE_TIMEOUT_SECONDS
+    #: Overrides `coordinator.freeze_budget_seconds` for this cluster.
+    freeze_budget_seconds: Seconds | None = None
+    quiesce: QuiesceMode = QuiesceMode.FREEZE
+    #: Back up the reachable nodes when some are not (each excluded node says why); default:
+    #: refuse the whole backup.
+    allow_partial: bool = False
+    nodes: list[NodeSection] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ClusterSection:
+        if (self.cql_username is None) != (self.cql_password_file is None):
+            raise ValueError("set both cql_username and cql_password_file, or neither")
+        return self
+
+
+class ArraySection(Section):
+    """`[arrays.<name>]`: `driver` names the driver; every other key is the driver's own."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    driver: Annotated[str, Field(min_length=1)]
+
+    def table(self) -> dict[str, Any]:
+        """The table as written, for `ringsnap.plugins.registry.open_driver`."""
+        return {"driver": self.driver, **(self.model_extra or {})}
+
+
+class ScheduleSection(Section):
+    name: Name
+    cluster: Name
+    #: Five-field crontab expression ("0 * * * *": hourly), in `timezone`.
+    cron: str
+    #: The `[retention.<policy>]` its backups belong to.
+    policy: Name
+    timezone: Annotated[str, AfterValidator(_timezone)] = "UTC"
+
+    @model_validator(mode="after")
+    def _cron_parses(self) -> ScheduleSection:
+        try:
+            cron_trigger(self.schedule())
+        except ValueError as exc:
+            raise ValueError(f"invalid cron expression {self.cron!r}: {exc}") from None
+        return self
+
+    def schedule(self) -> Schedule:
+        return Schedule(
+            name=self.name,
+            cluster=self.cluster,
+            cron=self.cron,
+            policy=self.policy,
+            timezone=self.timezone,
+        )
+
+
+class RetentionSection(Section):
+    """Restic-style buckets plus an age and a count (see `ringsnap.coordinator.retention`)."""
+
+    hourly: int = Field(default=0, ge=0)
+    daily: int = Field(default=0, ge=0)
+    weekly: int = Field(default=0, ge=0)
+    monthly: int = Field(default=0, ge=0)
+    max_age_days: float | None = Field(default=None, gt=0)
+    min_count: int = Field(default=0, ge=0)
+    failed_grace_days: float = Field(default=7.0, ge=0)
+
+    @model_validator(mode="after")
+    def _keeps_something(self) -> RetentionSection:
+        if not self.policy().keeps_history:
+            raise ValueError(
+                "this policy keeps nothing but the newest complete backup; set at least one of"
+                " hourly, daily, weekly, monthly, max_age_days, min_count"
+            )
+        return self
+
+    def policy(self) -> RetentionPolicy:
+        return RetentionPolicy(
+            hourly=self.hourly,
+            daily=self.daily,
+            weekly=self.weekly,
+            monthly=self.monthly,
+            max_age=timedelta(days=self.max_age_days) if self.max_age_days is not None else None,
+            min_count=self.min_count,
+            failed_grace=timedelta(days=self.failed_grace_days),
+        )
+
+
+class CoordinatorConfig(Section):
+    coordinator: CoordinatorSection = Field(default_factory=CoordinatorSection)
+    tls: TlsSection
+    clusters: list[ClusterSection] = Field(min_length=1)
+    arrays: dict[Name, ArraySection] = Field(default_factory=dict)
+    schedules: list[ScheduleSection] = Field(default_factory=list)
+    retention: dict[Name, RetentionSection] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _references(self, info: ValidationInfo) -> CoordinatorConfig:
+        # Raised as ConfigError (not ValueError) so that the key is the exact one at fault.
+        source = str((info.context or {}).get("source", "<config>"))
+
+        def fail(key: str, problem: str) -> ConfigError:
+            return ConfigError(source, key, problem)
+
+        seen_clusters: set[str] = set()
+        agents: dict[str, str] = {}
+        for c, cluster in enumerate(self.clusters):
+            if cluster.name in seen_clusters:
+                raise fail(f"clusters.{c}.name", f"duplicate cluster name {cluster.name!r}")
+            seen_clusters.add(cluster.name)
+            budget = self.freeze_budget_seconds(cluster.name)
+            if budget >= cluster.write_timeout_seconds:
+                key = (
+                    f"clusters.{c}.freeze_budget_seconds"
+                    if cluster.freeze_budget_seconds is not None
+                    else "coordinator.freeze_budget_seconds"
+                )
+                raise fail(
+                    key,
+                    f"the freeze budget ({budget:g} s) must be below the write timeout of cluster"
+                    f" {cluster.name} ({cluster.write_timeout_seconds:g} s): client writes stall"
+                    " while the commit log is frozen and time out past it",
+                )
+            if self.coordinator.lease_seconds >= cluster.write_timeout_seconds:
+                raise fail(
+                    "coordinator.lease_seconds",
+                    f"the freeze lease ({self.coordinator.lease_seconds:g} s) must be below the"
+                    f" write timeout of cluster {cluster.name} ({cluster.write_timeout_seconds:g} s)",
+                )
+            node_names: set[str] = set()
+            volumes: dict[tuple[str, str], str] = {}
+            for n, node in enumerate(cluster.nodes):
+                where = f"clusters.{c}.nodes.{n}"
+                if node.name in node_names:
+                    raise fail(f"{where}.name", f"duplicate node name {node.name!r}")
+                node_names.add(node.name)
+                if node.agent in agents:
+                    raise fail(
+                        f"{where}.agent",
+                        f"agent {node.agent} is already the agent of node {agents[node.agent]}",
+                    )
+                agents[node.agent] = f"{cluster.name}/{node.name}"
+                for v, volume in enumerate(node.volumes):
+                    if volume.array not in self.arrays:
+                        raise fail(
+                            f"{where}.volumes.{v}.array",
+                            f"unknown array {volume.array!r}; configured arrays:"
+                            f" {', '.join(sorted(self.arrays)) or 'none (add an [arrays.<name>] table)'}",
+                        )
+                    used = (volume.array, volume.volume)
+                    if used in volumes:
+                        raise fail(
+                            f"{where}.volumes.{v}.volume",
+                            f"volume {volume.volume!r} of array {volume.array} is already used by"
+                            f" node {volumes[used]}",
+                        )
+                    volumes[used] = node.name
+        seen_schedules: set[str] = set()
+        for s, schedule in enumerate(self.schedules):
+            if schedule.name in seen_schedules:
+                raise fail(f"schedules.{s}.name", f"duplicate schedule name {schedule.name!r}")
+            seen_schedules.add(schedule.name)
+            if schedule.cluster not in seen_clusters:
+                raise fail(
+                    f"schedules.{s}.cluster",
+                    f"unknown cluster {schedule.cluster!r}; configured clusters:"
+                    f" {', '.join(sorted(seen_clusters))}",
+                )
+            if schedule.policy not in self.retention:
+                raise fail(
+                    f"schedules.{s}.policy",
+                    f"unknown retention policy {schedule.policy!r}; add a"
+                    f" [retention.{schedule.policy}] table"
+                    + (
+                        f" or use one of: {', '.join(sorted(self.retention))}"
+                        if self.retention
+                        else ""
+                    ),
+                )
+        return self
+
+    # -- lookups -----------------------------------------------------------------------------------
+
+    def cluster(self, name: str) -> ClusterSection:
+        for cluster in self.clusters:
+            if cluster.name == name:
+                return cluster
+        raise KeyError(name)
+
+    def freeze_budget_seconds(self, cluster: str) -> float:
+        override = self.cluster(cluster).freeze_budget_seconds
+        return override if override is not None else self.coordinator.freeze_budget_seconds
+
+    def retention_policy(self, name: str) -> RetentionPolicy:
+        return self.retention[name].policy()
+
+    def schedule_list(self) -> list[Schedule]:
+        return [s.schedule() for s in self.schedules]
+
+
+def load_config(path: str | Path = DEFAULT_CONFIG_PATH) -> CoordinatorConfig:
+    """Read and validate the coordinator's config file; raises ConfigError naming file and key."""
+    return load(path, CoordinatorConfig)

@@ -1,0 +1,225 @@
+"""Prometheus metrics of the coordinator, in a registry of its own, served over HTTP on a local
+address.
+
+Series of the configured clusters exist from the start (at zero), so that alerts on rates and on
+absence work before the first backup. `ringsnap_last_successful_backup_timestamp_seconds` counts
+complete backups only: a partial one leaves nodes unprotected, which is what the alert is for.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    start_http_server,
+)
+
+from ringsnap import __version__
+from ringsnap.coordinator.model import Backup, BackupState, FreezeWindow, PhaseTiming
+
+RESULTS = tuple(s.value for s in BackupState if s is not BackupState.RUNNING)
+SKIP_REASONS = ("busy", "missed")
+
+_DURATION_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
+# Around the freeze budget (1.5 s by default) and the 250 ms target on simulators.
+_WINDOW_BUCKETS = (0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.35, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)
+_OVERHEAD_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5)
+_PHASE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 600)
+
+
+class CoordinatorMetrics:
+    def __init__(self, clusters: Iterable[str] = ()) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.backup_duration = Histogram(
+            "ringsnap_backup_duration_seconds",
+            "Wall time of a backup run, start to record, by result.",
+            ["cluster", "result"],
+            buckets=_DURATION_BUCKETS,
+            registry=r,
+        )
+        self.backups = Counter(
+            "ringsnap_backups",
+            "Backups finished, by result (complete, partial, failed).",
+            ["cluster", "result"],
+            registry=r,
+        )
+        self.skipped = Counter(
+            "ringsnap_backups_skipped",
+            "Backups that did not run: cluster busy with another backup, or schedule missed.",
+            ["cluster", "reason"],
+            registry=r,
+        )
+        self.freeze_window = Histogram(
+            "ringsnap_freeze_window_seconds",
+            "First freeze to last thaw: how long client writes could stall.",
+            ["cluster"],
+            buckets=_WINDOW_BUCKETS,
+            registry=r,
+        )
+        self.freeze_overhead = Histogram(
+            "ringsnap_freeze_overhead_seconds",
+            "Freeze window minus slowest freeze, array call and slowest thaw: coordination cost.",
+            ["cluster"],
+            buckets=_OVERHEAD_BUCKETS,
+            registry=r,
+        )
+        self.phase_duration = Histogram(
+            "ringsnap_backup_phase_duration_seconds",
+            "Time spent in each phase of a backup run.",
+            ["cluster", "phase"],
+            buckets=_PHASE_BUCKETS,
+            registry=r,
+        )
+        self.last_success = Gauge(
+            "ringsnap_last_successful_backup_timestamp_seconds",
+            "Unix time at which the newest complete backup of the cluster finished.",
+            ["cluster"],
+            registry=r,
+        )
+        self.retention_deletions = Counter(
+            "ringsnap_retention_deletions",
+            "Backups removed by retention.",
+            ["cluster"],
+            registry=r,
+        )
+        self.pending_cleanups = Gauge(
+            "ringsnap_pending_cleanups",
+            "Array snapshots left by failed or deleted backups that are still to be deleted.",
+            registry=r,
+        )
+        self.build_info = Gauge(
+            "ringsnap_build_info",
+            "Always 1; the version label says which.",
+            ["version"],
+            registry=r,
+        )
+        self.build_info.labels(version=__version__).set(1)
+        for cluster in clusters:
+            self.add_cluster(cluster)
+
+    def add_cluster(self, cluster: str) -> None:
+        for result in RESULTS:
+            self.backups.labels(cluster=cluster, result=result)
+        for reason in SKIP_REASONS:
+            self.skipped.labels(cluster=cluster, reason=reason)
+        self.retention_deletions.labels(cluster=cluster)
+
+    # -- recording ---------------------------------------------------------------------------------
+
+    def backup_finished(
+        self,
+        cluster: str,
+        result: BackupState,
+        duration_seconds: float,
+        *,
+        finished_at: datetime | None = None,
+        freeze_window: FreezeWindow | None = None,
+        phases: Mapping[str, float] | Iterable[PhaseTiming] = (),
+    ) -> None:
+        if result is BackupState.RUNNING:
+            raise ValueError("a running backup has not finished")
+        label = BackupState(result).value
+        self.backups.labels(cluster=cluster, result=label).inc()
+        self.backup_duration.labels(cluster=cluster, result=label).observe(duration_seconds)
+        if freeze_window is not None:
+            self.freeze_window.labels(cluster=cluster).observe(freeze_window.total)
+            self.freeze_overhead.labels(cluster=cluster).observe(max(freeze_window.overhead, 0.0))
+        pairs = (
+            phases.items()
+            if isinstance(phases, Mapping)
+            else ((p.phase, p.seconds) for p in phases)
+        )
+        for phase, seconds in pairs:
+            self.phase_duration.labels(cluster=cluster, phase=phase).observe(seconds)
+        if result is BackupState.COMPLETE and finished_at is not None:
+            self.last_success.labels(cluster=cluster).set(finished_at.timestamp())
+
+    def record_backup(self, backup: Backup) -> None:
+        """Everything a finished backup from the catalog tells."""
+        if backup.finished_at is None:
+            raise ValueError(f"backup {backup.id} has not finished")
+        self.backup_finished(
+            backup.cluster,
+            backup.state,
+            (backup.finished_at - backup.started_at).total_seconds(),
+            finished_at=backup.finished_at,
+            freeze_window=backup.freeze_window,
+            phases=backup.timings,
+        )
+
+    def set_last_success(self, cluster: str, finished_at: datetime) -> None:
+        """Seed the gauge from the catalog at start, so that a restart does not reset it."""
+        self.last_success.labels(cluster=cluster).set(finished_at.timestamp())
+
+    def backup_skipped(self, cluster: str, reason: str) -> None:
+        if reason not in SKIP_REASONS:
+            raise ValueError(f"skip reason must be one of {SKIP_REASONS}, not {reason!r}")
+        self.skipped.labels(cluster=cluster, reason=reason).inc()
+
+    def retention_deleted(self, cluster: str, count: int = 1) -> None:
+        self.retention_deletions.labels(cluster=cluster).inc(count)
+
+    def set_pending_cleanups(self, count: int) -> None:
+        self.pending_cleanups.set(count)
+
+    def exposition(self) -> bytes:
+        """The registry in the Prometheus text format."""
+        return generate_latest(self.registry)
+
+
+def _split(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class MetricsServer:
+    """The HTTP exposition (`/metrics`, any path) of one registry, in a daemon thread."""
+
+    def __init__(self, registry: CollectorRegistry, listen: str) -> None:
+        self._registry = registry
+        self._host, self._port = _split(listen)
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._server is not None:
+            raise RuntimeError("metrics server already started")
+        self._server, self._thread = start_http_server(
+            self._port, addr=self._host, registry=self._registry
+        )
+
+    @property
+    def port(self) -> int:
+        """The bound port (the one picked by the kernel when configured as 0)."""
+        if self._server is None:
+            raise RuntimeError("metrics server not started")
+        return int(self._server.server_address[1])
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> MetricsServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

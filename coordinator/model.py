@@ -1,0 +1,237 @@
+"""The coordinator's domain values: backups, their nodes, phases, cleanups and operations.
+
+Plain frozen dataclasses and string enums, free of gRPC, SQL and driver code, so that the catalog,
+retention, the workflows and the gRPC servicers all speak the same types. Every timestamp is an
+aware `datetime` in UTC.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from ringsnap.plugins.types import SnapshotRef
+
+
+class BackupState(enum.StrEnum):
+    RUNNING = "running"
+    COMPLETE = "complete"
+    FAILED = "failed"
+    #: Some nodes were left out, as the cluster's policy allowed; each says why.
+    PARTIAL = "partial"
+
+    @property
+    def usable(self) -> bool:
+        """A backup that can be restored (for the nodes it holds)."""
+        return self in (BackupState.COMPLETE, BackupState.PARTIAL)
+
+
+class QuiesceMode(enum.StrEnum):
+    #: Flush, freeze every filesystem, snapshot, thaw (as the vendor papers do).
+    FREEZE = "freeze"
+    FLUSH_ONLY = "flush-only"
+    #: Crash-consistent array snapshot only.
+    NONE = "none"
+
+
+class Verification(enum.StrEnum):
+    #: Never restored or drilled: not proven.
+    UNVERIFIED = "unverified"
+    PROVEN = "proven"
+    FAILED = "failed"
+
+
+class VolumeRole(enum.StrEnum):
+    DATA = "data"
+    COMMITLOG = "commitlog"
+    #: Data and commit log on one volume.
+    DATA_AND_COMMITLOG = "data+commitlog"
+
+
+class OperationKind(enum.StrEnum):
+    BACKUP = "backup"
+    RESTORE = "restore"
+    DELETE = "delete"
+    DRILL = "drill"
+    RETENTION = "retention"
+
+
+class OperationState(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (OperationState.SUCCEEDED, OperationState.FAILED, OperationState.CANCELLED)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeVolume:
+    """One volume of a node in a backup: where it lives and what it holds."""
+
+    array: str
+    #: The array's name for the volume (as configured for the node).
+    volume: str
+    role: VolumeRole
+    #: The array's own identifier, once the plan resolved it.
+    volume_id: str = ""
+    size_bytes: int = 0
+    wwn: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BackupNode:
+    name: str
+    host_id: str = ""
+    volumes: tuple[NodeVolume, ...] = ()
+    #: The canary row written for this node before the quiesce.
+    canary_id: str = ""
+    #: Why the node is not part of a partial backup; empty for a node that is.
+    excluded_reason: str = ""
+    #: From the node's manifest, once recorded.
+    sstable_count: int = 0
+    bytes: int = 0
+
+    @property
+    def included(self) -> bool:
+        return not self.excluded_reason
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseTiming:
+    phase: str
+    seconds: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class FreezeWindow:
+    """First freeze to last thaw, and its parts, in seconds.
+
+    `overhead` is what coordination added on top of the slowest freeze, the array call and the
+    slowest thaw.
+    """
+
+    total: float
+    slowest_freeze: float
+    array_call: float
+    slowest_thaw: float
+
+    @property
+    def overhead(self) -> float:
+        return self.total - self.slowest_freeze - self.array_call - self.slowest_thaw
+
+
+@dataclass(frozen=True, kw_only=True)
+class BackupSummary:
+    """A backup's own row: enough to list it and to apply retention to it."""
+
+    id: str
+    cluster: str
+    state: BackupState
+    quiesce_mode: QuiesceMode
+    #: Who or what asked, e.g. "schedule:hourly", "cli:alice".
+    trigger: str
+    #: The retention policy the backup belongs to ("" for none).
+    policy: str
+    started_at: datetime
+    finished_at: datetime | None = None
+    #: Why it failed; the first problem first.
+    error: str = ""
+    verification: Verification = Verification.UNVERIFIED
+    verified_at: datetime | None = None
+    verification_detail: str = ""
+    freeze_window: FreezeWindow | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Backup(BackupSummary):
+    """A backup with everything the catalog holds about it, except the (large) manifests."""
+
+    nodes: tuple[BackupNode, ...] = ()
+    snapshots: tuple[SnapshotRef, ...] = ()
+    timings: tuple[PhaseTiming, ...] = ()
+
+    @property
+    def arrays(self) -> tuple[str, ...]:
+        """The arrays holding volumes of the included nodes: each needs one snapshot."""
+        return tuple(
+            sorted({v.array for node in self.nodes if node.included for v in node.volumes})
+        )
+
+    def node(self, name: str) -> BackupNode:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ManifestSummary:
+    """What a node's recorded manifest holds, without its entries."""
+
+    node: str
+    sstables: int
+    components: int
+    bytes: int
+    incomplete_sstables: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class CleanupRequest:
+    """A snapshot that must still be deleted from an array, and why.
+
+    `ref` is known when the array answered; when it did not (a call that never returned), only the
+    name the snapshot was asked for is, and the cleanup looks it up by name.
+    """
+
+    array: str
+    reason: str
+    ref: SnapshotRef | None = None
+    snapshot_name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.ref is None and not self.snapshot_name:
+            raise ValueError("a cleanup needs a snapshot reference or at least its name")
+        if self.ref is not None and self.ref.array != self.array:
+            raise ValueError(
+                f"cleanup for array {self.array!r} holds a snapshot of array {self.ref.array!r}"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PendingCleanup(CleanupRequest):
+    id: int
+    #: The backup whose run (or deletion) left the snapshot behind.
+    backup_id: str
+    created_at: datetime
+    attempts: int = 0
+    last_error: str = ""
+    last_attempt_at: datetime | None = None
+
+    @property
+    def name(self) -> str:
+        return self.ref.snapshot_name if self.ref is not None else self.snapshot_name
+
+
+@dataclass(frozen=True, kw_only=True)
+class OperationRecord:
+    """A long-running operation (backup, restore, delete, drill, retention) and how it ended."""
+
+    id: str
+    kind: OperationKind
+    state: OperationState
+    started_at: datetime
+    finished_at: datetime | None = None
+    backup_id: str = ""
+    cluster: str = ""
+    trigger: str = ""
+    phase: str = ""
+    message: str = ""
+    steps_done: int = 0
+    steps_total: int = 0
+    #: Human-readable problems; the first is the reason for a failure.
+    errors: tuple[str, ...] = field(default_factory=tuple)
