@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import fnmatch
 import json
+import math
 import re
 import secrets
 import threading
@@ -172,8 +173,10 @@ class FlashArraySimulator(SimulatorApp):
         self._pgroups: dict[str, _PGroup] = {}
         self._pg_snapshots: dict[str, _PGSnapshot] = {}
         self._vol_snapshots: dict[str, _VolSnapshot] = {}
-        self._rate_window = 0
-        self._rate_used = 0
+        self._rate_tokens = float(self.options.rate_limit_per_second or 0)
+        self._rate_checked = self.clock.now()
+        #: Successful logins so far (tests check that a session was renewed, not reused).
+        self.logins = 0
         self._refresh_volumes()
         self._routes: dict[tuple[str, str], Callable[[Request], Response]] = {
             ("POST", "logout"): self._logout,
@@ -211,6 +214,13 @@ class FlashArraySimulator(SimulatorApp):
         with self._lock:
             self.options.eradication_enabled = enabled
 
+    def set_rate_limit(self, per_second: int | None) -> None:
+        """Start (or stop, with None) rate limiting with a full bucket."""
+        with self._lock:
+            self.options.rate_limit_per_second = per_second
+            self._rate_tokens = float(per_second or 0)
+            self._rate_checked = self.clock.now()
+
     def state(self) -> Any:
         with self._lock:
             return {
@@ -246,16 +256,17 @@ class FlashArraySimulator(SimulatorApp):
             raise _fail(400, "This simulator speaks REST 2.x only.", match.group(1))
         resource = match.group(2)
         with self._lock:
-            limited = self._rate_limit()
+            limits = self._rate_limit()
             if resource == "login" and request.method == "POST":
-                return self._login(request)
-            self._authenticate(request)
-            self._eradicate_expired()
-            handler = self._routes.get((request.method, resource))
-            if handler is None:
-                raise _fail(404, "Not found.", f"{request.method} {resource}")
-            response = handler(request)
-            response.headers.update(limited)
+                response = self._login(request)
+            else:
+                self._authenticate(request)
+                self._eradicate_expired()
+                handler = self._routes.get((request.method, resource))
+                if handler is None:
+                    raise _fail(404, "Not found.", f"{request.method} {resource}")
+                response = handler(request)
+            response.headers.update(limits)
             return response
 
     # -- rate limits and sessions ------------------------------------------------------------
@@ -270,23 +281,26 @@ class FlashArraySimulator(SimulatorApp):
         }
 
     def _rate_limit(self) -> dict[str, str]:
-        """Count the request against this second's budget; 429 once it is spent."""
+        """Take one token from a bucket refilled at `rate_limit_per_second`; 429 when empty."""
         limit = self.options.rate_limit_per_second
         if limit is None:
             return {}
-        window = int(self.clock.now())
-        if window != self._rate_window:
-            self._rate_window, self._rate_used = window, 0
-        if self._rate_used >= limit:
-            raise HttpError(429, "API rate limit exceeded", headers={"Retry-After": "1"})
-        self._rate_used += 1
-        return self._limit_headers(limit - self._rate_used)
+        now = self.clock.now()
+        elapsed = max(now - self._rate_checked, 0.0)
+        self._rate_tokens = min(float(limit), self._rate_tokens + elapsed * limit)
+        self._rate_checked = now
+        if self._rate_tokens < 1.0:
+            wait = math.ceil((1.0 - self._rate_tokens) / limit)
+            raise HttpError(429, "API rate limit exceeded", headers={"Retry-After": str(wait)})
+        self._rate_tokens -= 1.0
+        return self._limit_headers(int(self._rate_tokens))
 
     def _login(self, request: Request) -> Response:
         user = self.options.api_tokens.get(request.header("api-token") or "")
         if user is None:
             raise _fail(401, "Invalid API token.")
         session = secrets.token_urlsafe(24)
+        self.logins += 1
         self._sessions[session] = (user, self.clock.now() + self.options.session_ttl)
         return Response(200, {"items": [{"username": user}]}, {"x-auth-token": session})
 

@@ -1,0 +1,372 @@
+"""The FlashArray driver against its REST 2.x simulator over HTTPS (test CA), on a real XFS pool.
+
+The conformance suite runs unchanged; the tests below add what only FlashArray has: sessions that
+expire, rate limits with Retry-After, the destroy → eradicate lifecycle and SafeMode.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import time
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from ringsnap.errors import ConfigError
+from ringsnap.plugins.api import Revertible
+from ringsnap.plugins.errors import AlreadyExistsError, AuthError, BusyError, NotFoundError
+from ringsnap.plugins.flasharray.client import FlashArrayClient, RejectedError
+from ringsnap.plugins.flasharray.driver import FlashArrayDriver
+from ringsnap.plugins.middleware import FAST_RETRY, wrap
+from ringsnap.plugins.registry import build_driver
+from ringsnap.plugins.simulators.faults import Fault
+from ringsnap.plugins.simulators.flasharray import (
+    SESSION_EXPIRED,
+    FlashArrayOptions,
+    FlashArraySimulator,
+)
+from ringsnap.plugins.simulators.lunpool import LunPool
+from ringsnap.plugins.simulators.server import ManualClock, SimulatorServer, serving
+from ringsnap.plugins.simulators.tls import make_test_ca
+from ringsnap.plugins.testing.conformance import DriverConformance, FaultCase, Harness
+
+TOKEN = "0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9"
+SNAPSHOT_ROUTE = r"/api/2\.\d+/protection-group-snapshots$"
+
+
+class RunningClock(ManualClock):
+    """Wall-clock time that tests can also move forward (session expiry, eradication delay)."""
+
+    def __init__(self) -> None:
+        super().__init__(start=0.0)
+
+    def now(self) -> float:
+        return time.time() + super().now()
+
+
+def simulator(server: SimulatorServer) -> FlashArraySimulator:
+    app = server.app
+    assert isinstance(app, FlashArraySimulator)
+    return app
+
+
+def clock(server: SimulatorServer) -> RunningClock:
+    running = simulator(server).clock
+    assert isinstance(running, RunningClock)
+    return running
+
+
+class TestFlashArray(DriverConformance):
+    driver_name = "flasharray"
+
+    def start_simulator(
+        self, pool: LunPool, workdir: Path
+    ) -> AbstractContextManager[SimulatorServer]:
+        options = FlashArrayOptions(array_name="sim-fa", api_tokens={TOKEN: "pureuser"})
+        app = FlashArraySimulator(pool, options, clock=RunningClock())
+        return serving(app, tls=make_test_ca(workdir / "tls").server_tls)
+
+    def config_table(
+        self, server: SimulatorServer, workdir: Path, *, request_timeout: float
+    ) -> dict[str, Any]:
+        token_file = workdir / "fa.token"
+        token_file.write_text(TOKEN + "\n")
+        return {
+            "driver": "flasharray",
+            "endpoint": server.url,
+            "api_token_file": str(token_file),
+            "ca_file": str(workdir / "tls" / "ca.pem"),
+            "timeout_seconds": request_timeout,
+        }
+
+    def snapshot_route(self) -> tuple[str, str]:
+        return ("POST", SNAPSHOT_ROUTE)
+
+    def vendor_fault_cases(self) -> Sequence[FaultCase]:
+        attempts = self.retry_policy.attempts
+        return [
+            FaultCase(
+                "session-expired",
+                (Fault(SESSION_EXPIRED, method="POST", path=SNAPSHOT_ROUTE),),
+                error=None,
+            ),
+            FaultCase(
+                "rate-limited-429",
+                (
+                    Fault(
+                        "status",
+                        method="POST",
+                        path=SNAPSHOT_ROUTE,
+                        status=429,
+                        message="API rate limit exceeded",
+                        headers={"Retry-After": "0"},
+                        count=2,
+                    ),
+                ),
+                error=None,
+            ),
+            FaultCase(
+                "server-busy-500",
+                (
+                    Fault(
+                        "status",
+                        method="POST",
+                        path=SNAPSHOT_ROUTE,
+                        status=500,
+                        message="Server is busy",
+                        headers={"Retry-After": "0"},
+                    ),
+                ),
+                error=None,
+            ),
+            FaultCase(
+                "unavailable-503-persistent",
+                (
+                    Fault(
+                        "status",
+                        method="POST",
+                        path=SNAPSHOT_ROUTE,
+                        status=503,
+                        message="Service unavailable.",
+                        headers={"Retry-After": "0"},
+                        count=1000,
+                    ),
+                ),
+                error=BusyError,
+                retryable=True,
+                min_fired=attempts,
+            ),
+            FaultCase(
+                "eradicate-500-once",
+                (Fault("status", method="DELETE", path=SNAPSHOT_ROUTE, status=500),),
+                operation="delete",
+            ),
+            FaultCase(
+                "overwrite-500-once",
+                (Fault("status", method="POST", path=r"/volumes$", status=500),),
+                operation="revert",
+            ),
+            FaultCase(
+                "copy-hang-once",
+                (
+                    Fault(
+                        "hang",
+                        method="POST",
+                        path=r"/volumes$",
+                        seconds=self.hang_seconds,
+                        count=1,
+                    ),
+                ),
+                operation="clone",
+                settle=self.hang_seconds + 0.5,
+            ),
+        ]
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    def test_relogin_after_session_expiry(self, harness: Harness) -> None:
+        app = simulator(harness.server)
+        harness.driver.check()
+        logins = app.logins
+        clock(harness.server).advance(app.options.session_ttl + 1)
+        volumes = harness.driver.list_volumes()
+        assert {v.name for v in volumes} >= set(self.volume_names)
+        assert app.logins == logins + 1, "an expired session must be renewed by one new login"
+
+    def test_session_answer_is_purity_envelope(self, harness: Harness) -> None:
+        url = f"{harness.server.url}/api/2.26/volumes"
+        with httpx.Client(verify=self._ca(harness)) as http:
+            response = http.get(url, headers={"x-auth-token": "expired"})
+        assert response.status_code == 401
+        assert response.json() == {
+            "errors": [{"message": "Invalid session.", "context": None, "location_context": None}]
+        }
+
+    def test_wrong_token_is_auth_error_naming_the_array(self, harness: Harness) -> None:
+        table = self.wrong_credentials(harness.table, harness.workdir)
+        with pytest.raises(AuthError) as caught:
+            harness.open(table).check()
+        message = str(caught.value)
+        assert harness.array in message
+        assert "api_token_file" in message, "the error must say which setting to fix"
+        assert TOKEN not in message
+
+    def test_token_is_never_logged(
+        self, harness: Harness, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        harness.driver.check()
+        ref = harness.driver.create_group_snapshot(harness.volumes, harness.snapshot_name())
+        harness.driver.delete_snapshot(ref)
+        with pytest.raises(AuthError):
+            harness.open(self.wrong_credentials(harness.table, harness.workdir)).check()
+        captured = capsys.readouterr()
+        assert TOKEN not in captured.out + captured.err
+        assert "definitely-not-the-secret" not in captured.out + captured.err
+
+    # -- rate limits -------------------------------------------------------------------------
+
+    def test_429_retry_after_is_honoured_by_the_middleware(self, harness: Harness) -> None:
+        waits: list[float] = []
+        raw = harness.driver.driver
+        managed = wrap(raw, retry=FAST_RETRY, sleep=waits.append)
+        harness.faults.add(
+            Fault(
+                "status",
+                method="POST",
+                path=SNAPSHOT_ROUTE,
+                status=429,
+                message="API rate limit exceeded",
+                headers={"Retry-After": "7"},
+            )
+        )
+        name = harness.snapshot_name("rl")
+        ref = managed.create_group_snapshot(harness.volumes, name)
+        assert waits == [7.0], "the middleware must wait as long as Retry-After says"
+        self.assert_complete(harness, ref, name)
+
+    def test_rate_limiter_answers_429_with_headers(self, harness: Harness) -> None:
+        simulator(harness.server).set_rate_limit(2)
+        base = harness.server.url
+        with httpx.Client(verify=self._ca(harness)) as http:
+            answers = [
+                http.post(f"{base}/api/2.26/login", headers={"api-token": TOKEN}) for _ in range(4)
+            ]
+        limited = [a for a in answers if a.status_code == 429]
+        assert limited, "four requests within a second must exceed a budget of two"
+        assert limited[0].headers["Retry-After"] == "1"
+        assert limited[0].headers["X-RateLimit-Remaining-second"] == "0"
+        assert limited[0].json() == {"message": "API rate limit exceeded"}
+        assert answers[0].headers["X-RateLimit-Limit-second"] == "2"
+
+    # -- destroy, eradicate ------------------------------------------------------------------
+
+    def test_delete_destroys_then_eradicates(self, harness: Harness) -> None:
+        images = harness.pool.snapshot_count()
+        ref = harness.driver.create_group_snapshot(harness.volumes, harness.snapshot_name())
+        pg_snapshot = ref.attribute("pgroup_snapshot")
+        assert pg_snapshot == f"{ref.group}.{ref.snapshot_name}"
+        assert {m.snapshot_name for m in ref.members} == {
+            f"{pg_snapshot}.{v.name}" for v in harness.volumes
+        }
+        harness.driver.delete_snapshot(ref)
+        state = simulator(harness.server).state()
+        assert pg_snapshot not in state["protection_group_snapshots"]
+        assert harness.pool.snapshot_count() == images
+        with pytest.raises(NotFoundError):
+            harness.driver.get_snapshot(ref)
+
+    def test_destroyed_snapshot_is_reported_and_eradicated_by_delete(
+        self, harness: Harness
+    ) -> None:
+        ref = harness.driver.create_group_snapshot(harness.volumes, harness.snapshot_name())
+        client = self._client(harness)
+        client.patch(
+            "protection-group-snapshots",
+            {"names": ref.attribute("pgroup_snapshot")},
+            {"destroyed": True},
+        )
+        info = harness.driver.get_snapshot(ref)
+        assert any("destroyed, pending eradication" in w for w in info.warnings)
+        assert isinstance(harness.driver, Revertible)
+        with pytest.raises(NotFoundError, match="destroyed"):
+            harness.driver.revert(ref)
+        harness.driver.delete_snapshot(ref)
+        with pytest.raises(NotFoundError):
+            harness.driver.get_snapshot(ref)
+
+    def test_eradication_disabled_keeps_track_of_the_snapshot(self, harness: Harness) -> None:
+        app = simulator(harness.server)
+        app.set_eradication(enabled=False)
+        images = harness.pool.snapshot_count()
+        name = harness.snapshot_name("safemode")
+        ref = harness.driver.create_group_snapshot(harness.volumes, name)
+        harness.driver.delete_snapshot(ref)  # no error: the array will eradicate it itself
+        harness.driver.delete_snapshot(ref)
+        info = harness.driver.get_snapshot(ref)
+        assert any("pending eradication" in w for w in info.warnings), info.warnings
+        listed = {i.ref.snapshot_name: i for i in harness.driver.list_snapshots(harness.volumes)}
+        assert name in listed and listed[name].warnings
+        assert harness.pool.snapshot_count() == images + len(harness.volumes)
+        with pytest.raises(AlreadyExistsError, match="awaits eradication"):
+            harness.driver.create_group_snapshot(harness.volumes, name)
+        # The eradication delay passes: the array eradicates it on its own.
+        clock(harness.server).advance(app.options.eradication_delay + 1)
+        with pytest.raises(NotFoundError):
+            harness.driver.get_snapshot(ref)
+        assert harness.pool.snapshot_count() == images
+
+    # -- revert argument order, pagination, config ---------------------------------------------
+
+    def test_overwrite_with_swapped_arguments_is_refused(self, harness: Harness) -> None:
+        ref = harness.driver.create_group_snapshot(harness.volumes, harness.snapshot_name())
+        member = ref.members[0]
+        client = self._client(harness)
+        # A snapshot name is not a volume name: the array refuses, nothing is overwritten.
+        with pytest.raises(RejectedError) as caught:
+            client.post(
+                "volumes",
+                {"names": member.snapshot_name, "overwrite": True},
+                {"source": {"name": member.volume.name}},
+            )
+        assert caught.value.status == 400
+        assert not caught.value.retryable
+
+    def test_listing_follows_continuation_tokens(self, harness: Harness) -> None:
+        client = self._client(harness)
+        page = client.get("volumes", {"limit": 1, "total_item_count": True})
+        assert page["more_items_remaining"] is True
+        assert page["total_item_count"] == len(self.volume_names)
+        assert page["continuation_token"]
+        names = [item["name"] for item in client.items("volumes", {"limit": 1})]
+        assert names == sorted(self.volume_names)
+
+    def test_created_is_milliseconds(self, harness: Harness) -> None:
+        before = time.time()
+        ref = harness.driver.create_group_snapshot(harness.volumes, harness.snapshot_name())
+        assert abs(ref.created_at.timestamp() - before) < 60
+
+    def test_plain_http_endpoint_is_a_config_error(self, harness: Harness) -> None:
+        table = {**harness.table, "endpoint": harness.server.url.replace("https", "http")}
+        with pytest.raises(ConfigError) as caught:
+            build_driver(harness.array, table, source="conformance.toml")
+        assert caught.value.key == f"arrays.{harness.array}.endpoint"
+        assert "HTTPS" in str(caught.value)
+
+    def test_tls_failure_says_what_to_fix(self, harness: Harness) -> None:
+        other = make_test_ca(harness.workdir / "unrelated", name="unrelated CA")
+        driver = harness.open(self.untrusted_ca(harness.table, other.ca_file))
+        with pytest.raises(Exception) as caught:
+            driver.check()
+        message = str(caught.value)
+        assert harness.array in message and "ca_file" in message
+        assert harness.server.url in message
+
+    @staticmethod
+    def _ca(harness: Harness) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(harness.workdir / "tls" / "ca.pem"))
+
+    @staticmethod
+    def _client(harness: Harness) -> FlashArrayClient:
+        raw = harness.driver.driver
+        assert isinstance(raw, FlashArrayDriver)
+        client: FlashArrayClient = raw._client
+        return client
+
+
+def test_simulator_answers_api_version_without_auth(tmp_path: Path) -> None:
+    pool_dir = tmp_path / "pool"
+    app = FlashArraySimulator(LunPool(pool_dir), FlashArrayOptions(api_tokens={TOKEN: "u"}))
+    certs = make_test_ca(tmp_path / "tls")
+    with serving(app, tls=certs.server_tls) as server:
+        response = httpx.get(
+            f"{server.url}/api/api_version",
+            verify=ssl.create_default_context(cafile=str(certs.ca_file)),
+        )
+    assert response.status_code == 200
+    versions = json.loads(response.text)["version"]
+    assert any(v.startswith("2.") for v in versions)
