@@ -267,11 +267,17 @@ class FlashArrayDriver(ArrayDriver, Revertible, Cloneable):
     def _ensure_pgroup(self, group: str, by_name: Mapping[str, Volume]) -> None:
         if group in self._complete_groups:
             return
-        try:
-            self._client.post("protection-groups", {"names": group})
-        except RejectedError as exc:
-            if not exc.mentions("already exists"):
-                raise
+        existing = self._lookup("protection-groups", group)
+        if existing is None:
+            try:
+                self._client.post("protection-groups", {"names": group})
+            except RejectedError as exc:
+                # Made by a concurrent call in between: just as good.
+                if not exc.mentions("already exists"):
+                    raise
+        elif existing.get("destroyed"):
+            # Our own group, destroyed by hand: recovering it is what creating it would do.
+            self._client.patch("protection-groups", {"names": group}, {"destroyed": False})
         present = {
             str(m["member"]["name"])
             for m in self._client.items("protection-groups/volumes", {"group_names": group})

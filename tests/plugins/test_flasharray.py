@@ -300,6 +300,26 @@ class TestFlashArray(DriverConformance):
             harness.driver.get_snapshot(ref)
         assert harness.pool.snapshot_count() == images
 
+    def test_protection_group_destroyed_by_hand_is_recovered(self, harness: Harness) -> None:
+        first = harness.driver.create_group_snapshot(harness.volumes, harness.snapshot_name())
+        self._client(harness).patch(
+            "protection-groups", {"names": first.group}, {"destroyed": True}
+        )
+        name = harness.snapshot_name("again")
+        second = harness.driver.create_group_snapshot(harness.volumes, name)
+        assert second.group == first.group
+        self.assert_complete(harness, second, name)
+
+    def test_volume_set_maps_to_one_protection_group(self, harness: Harness) -> None:
+        one = harness.driver.create_group_snapshot(harness.volumes, harness.snapshot_name())
+        other = harness.driver.create_group_snapshot(
+            list(reversed(harness.volumes)), harness.snapshot_name()
+        )
+        subset = harness.driver.create_group_snapshot(harness.volumes[:2], harness.snapshot_name())
+        assert one.group == other.group != subset.group
+        groups = simulator(harness.server).state()["protection_groups"]
+        assert sorted(groups[subset.group]) == sorted(v.name for v in harness.volumes[:2])
+
     # -- revert argument order, pagination, config ---------------------------------------------
 
     def test_overwrite_with_swapped_arguments_is_refused(self, harness: Harness) -> None:
