@@ -7,6 +7,7 @@ expire, rate limits with Retry-After, the destroy → eradicate lifecycle and Sa
 from __future__ import annotations
 
 import json
+import re
 import ssl
 import time
 from collections.abc import Sequence
@@ -21,7 +22,7 @@ from ringsnap.errors import ConfigError
 from ringsnap.plugins.api import Revertible
 from ringsnap.plugins.errors import AlreadyExistsError, AuthError, BusyError, NotFoundError
 from ringsnap.plugins.flasharray.client import FlashArrayClient, RejectedError
-from ringsnap.plugins.flasharray.driver import FlashArrayDriver
+from ringsnap.plugins.flasharray.driver import FlashArrayDriver, snapshot_suffix
 from ringsnap.plugins.middleware import FAST_RETRY, wrap
 from ringsnap.plugins.registry import build_driver
 from ringsnap.plugins.simulators.faults import Fault
@@ -390,3 +391,31 @@ def test_simulator_answers_api_version_without_auth(tmp_path: Path) -> None:
     assert response.status_code == 200
     versions = json.loads(response.text)["version"]
     assert any(v.startswith("2.") for v in versions)
+
+
+def test_snapshot_suffix_keeps_valid_names_and_maps_others_injectively() -> None:
+    assert snapshot_suffix("rs-2026-11-21") == "rs-2026-11-21"
+    mapped = {snapshot_suffix(n) for n in ("a_b", "a-b", "a__b", "a_b_")}
+    assert len(mapped) == 4
+    for name in ("a_b", "x" * 62 + "_y", "_lead"):
+        suffix = snapshot_suffix(name)
+        assert re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?", suffix), suffix
+
+
+def test_settings_reject_plain_http_and_bad_prefix(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("secret-token\n")
+    base = {"endpoint": "fa1.example.net", "api_token_file": str(token)}
+    driver = FlashArrayDriver.from_config("fa1", base, source="c.toml")
+    assert driver.capabilities().revert and driver.capabilities().clone
+    driver.close()
+    for key, value in (("endpoint", "http://fa1"), ("pgroup_prefix", "bad_prefix")):
+        with pytest.raises(ConfigError) as caught:
+            FlashArrayDriver.from_config("fa1", {**base, key: value}, source="c.toml")
+        assert caught.value.key == key
+    with pytest.raises(ConfigError) as caught:
+        FlashArrayDriver.from_config(
+            "fa1", {**base, "api_token_file": str(tmp_path / "absent")}, source="c.toml"
+        )
+    assert caught.value.key == "api_token_file"
+    assert "secret-token" not in str(caught.value)
