@@ -31,6 +31,18 @@ class DriverError(Exception):
             text += "; left behind: " + ", ".join(leftovers)
         super().__init__(text)
 
+    def left_behind(self, leftovers: tuple[str, ...]) -> DriverError:
+        """Record what a failed operation could not clean up; keeps the type and retryability."""
+        if leftovers:
+            self.leftovers = (*self.leftovers, *leftovers)
+            self.args = (f"{self.args[0]}; left behind: {', '.join(leftovers)}", *self.args[1:])
+        return self
+
+    def explain(self, more: str) -> DriverError:
+        """Append to the message (e.g. what was already done); keeps type and retryability."""
+        self.args = (f"{self.args[0]}; {more}", *self.args[1:])
+        return self
+
 
 class ConfigurationError(DriverError):
     """The driver's settings are wrong (unknown driver, bad endpoint, TLS verification failure)."""

@@ -1,0 +1,461 @@
+"""The ONTAP REST calls ringsnap makes, through the official `netapp-ontap` SDK, unmodified.
+
+Every call goes through `OntapClient.call`, which turns the SDK's `NetAppRestError` (and the
+`requests` exception inside it) into one typed `ringsnap.plugins.errors` error that names the array
+and says what to do. Jobs: writes pass `return_timeout`, so a job that ends quickly answers with its
+final status (a failure arrives as an HTTP error with its code); a job that outlives it is polled by
+the SDK (`poll_timeout` = `job_timeout`). When a polled job fails the SDK keeps only its message,
+so the client looks the failed job up to recover its code.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import requests
+from netapp_ontap.error import NetAppRestError
+from netapp_ontap.host_connection import HostConnection
+from netapp_ontap.resources.cluster import Cluster
+from netapp_ontap.resources.consistency_group import ConsistencyGroup
+from netapp_ontap.resources.consistency_group_snapshot import ConsistencyGroupSnapshot
+from netapp_ontap.resources.job import Job
+from netapp_ontap.resources.snapshot import Snapshot
+from netapp_ontap.resources.svm import Svm
+from netapp_ontap.resources.volume import Volume as OntapVolume
+
+from ringsnap.plugins.errors import (
+    AlreadyExistsError,
+    ArrayTimeoutError,
+    AuthError,
+    BusyError,
+    ConfigurationError,
+    DriverError,
+    NotFoundError,
+    QuotaExceededError,
+    UnreachableError,
+)
+from ringsnap.plugins.ontap.config import OntapSettings
+
+Result = TypeVar("Result")
+
+CODE_NOT_FOUND = "4"
+CODE_DUPLICATE = "1"
+CODE_NOT_AUTHORIZED = "6"
+CODE_VOLUME_BUSY = "524486"
+CODE_CG_SNAPSHOT_EXISTS = "53411921"
+_QUOTA_WORDS = ("maximum number", "at most", "limit")
+
+
+@dataclass(frozen=True)
+class VolumeRecord:
+    uuid: str
+    name: str
+    svm: str
+    size: int
+    is_flexclone: bool = False
+    parent_volume_uuid: str = ""
+    parent_snapshot_uuid: str = ""
+
+
+@dataclass(frozen=True)
+class SnapshotRecord:
+    uuid: str
+    name: str
+    volume_uuid: str
+    create_time: datetime.datetime
+    size: int
+    comment: str
+
+
+@dataclass(frozen=True)
+class CgRecord:
+    uuid: str
+    name: str
+    volume_uuids: tuple[str, ...]
+
+
+class OntapClient:
+    """One array's REST API: typed inputs and outputs, typed errors."""
+
+    def __init__(self, array: str, settings: OntapSettings) -> None:
+        self.array = array
+        self.settings = settings
+        self.connection = HostConnection(
+            settings.host,
+            username=settings.username,
+            password=settings.password_file.get_secret_value(),
+            verify=settings.verify,  # type: ignore[arg-type]  # requests takes a CA path too
+            poll_timeout=settings.job_timeout,
+            poll_interval=settings.job_poll_interval,
+            port=settings.port,
+            protocol_timeouts=(settings.connect_timeout, settings.request_timeout),
+            scheme=settings.scheme,
+        )
+        # requests lets REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE override a session's CA file, and
+        # would pick up proxies and .netrc credentials from the environment: the array is reached
+        # with exactly the configured TLS settings and credentials instead.
+        self.connection.session.trust_env = False
+
+    def close(self) -> None:
+        session = getattr(self.connection, "_request_session", None)
+        if session is not None:
+            session.close()
+
+    # Error handling
+
+    def call(self, doing: str, function: Callable[[], Result], *, job: str = "") -> Result:
+        """Run one SDK call; `job` is the request line its job would describe (for codes)."""
+        try:
+            return function()
+        except NetAppRestError as error:
+            raise self.translate(error, doing, job=job) from error
+
+    def translate(self, error: NetAppRestError, doing: str, *, job: str = "") -> DriverError:
+        endpoint = self.settings.endpoint
+        array = self.array
+        cause = getattr(error, "cause", None)
+        if isinstance(cause, requests.exceptions.SSLError):
+            return ConfigurationError(
+                f"TLS verification of {endpoint} failed while {doing}: {_reason(cause)}; set"
+                " ca_file to the CA certificate that signed the array's certificate (and make"
+                " sure the endpoint host name is in it)",
+                array=array,
+            )
+        if isinstance(cause, requests.exceptions.ReadTimeout) or _is_read_timeout(cause):
+            return ArrayTimeoutError(
+                f"{endpoint} did not answer within {self.settings.request_timeout:g}s while"
+                f" {doing}; the array may be overloaded (request_timeout sets the limit)",
+                array=array,
+            )
+        if isinstance(cause, requests.exceptions.ConnectionError):
+            return UnreachableError(
+                f"cannot reach {endpoint} while {doing}: {_reason(cause)}; check the endpoint"
+                " setting and that the management interface is up",
+                array=array,
+            )
+        status = error.status_code
+        if status is not None:
+            body = error.response_body or {}
+            details = body.get("error", {}) if isinstance(body, dict) else {}
+            message = str(details.get("message") or error.response_text or "").strip()
+            code = str(details.get("code", ""))
+            headers = (
+                error.http_err_response.http_response.headers if error.http_err_response else {}
+            )
+            return self._classify(status, code, message, doing, headers.get("Retry-After"))
+        text = str(error)
+        if text.startswith(("Job failed:", "The job to create")):
+            message = text.split(":", 1)[1].strip() if ":" in text else text
+            code = self._failed_job_code(job, message) if job else ""
+            return self._classify(None, code, message, doing, None, from_job=True)
+        if "Polling timed out" in text:
+            return ArrayTimeoutError(
+                f"a job did not finish within job_timeout={self.settings.job_timeout}s while"
+                f" {doing}: {text}",
+                array=array,
+            )
+        return DriverError(f"{doing} failed: {text}", array=array)
+
+    def _classify(
+        self,
+        status: int | None,
+        code: str,
+        message: str,
+        doing: str,
+        retry_after: str | None,
+        *,
+        from_job: bool = False,
+    ) -> DriverError:
+        array = self.array
+        where = "a job" if from_job else f"HTTP {status}"
+        detail = f"{message} ({where}, code {code or 'none'})"
+        if status == 401:
+            return AuthError(
+                f"{self.settings.endpoint} refused the credentials of user"
+                f" {self.settings.username!r} while {doing}; check username and password_file",
+                array=array,
+            )
+        if status == 403 or code == CODE_NOT_AUTHORIZED:
+            return AuthError(
+                f"user {self.settings.username!r} is not allowed to do this ({doing}): {detail};"
+                " give its role the snapshot and volume privileges",
+                array=array,
+            )
+        if code == CODE_NOT_FOUND or status == 404:
+            return NotFoundError(f"{doing}: {detail}", array=array)
+        if code in {CODE_DUPLICATE, CODE_CG_SNAPSHOT_EXISTS}:
+            return AlreadyExistsError(f"{doing}: {detail}", array=array)
+        if code == CODE_VOLUME_BUSY or status in {429, 503}:
+            return BusyError(f"{doing}: {detail}", array=array, retry_after=_seconds(retry_after))
+        if any(word in message.lower() for word in _QUOTA_WORDS):
+            return QuotaExceededError(f"{doing}: {detail}", array=array)
+        retryable = status is not None and status >= 500
+        return DriverError(f"{doing} failed: {detail}", array=array, retryable=retryable)
+
+    def _failed_job_code(self, description: str, message: str) -> str:
+        """Recover the code of a failed job the SDK polled (it keeps only the message)."""
+        try:
+            jobs = list(
+                Job.get_collection(
+                    connection=self.connection,
+                    state="failure",
+                    description=description,
+                    fields="uuid,code,message,end_time",
+                )
+            )
+        except NetAppRestError:
+            return ""
+        for job in reversed(jobs):
+            if getattr(job, "message", None) == message:
+                return str(getattr(job, "code", ""))
+        return ""
+
+    # Reads
+
+    def cluster_name(self) -> str:
+        cluster = Cluster()
+        cluster.set_connection(self.connection)
+        self.call("reading the cluster", lambda: cluster.get(fields="name,version"))
+        return str(getattr(cluster, "name", ""))
+
+    def svm_exists(self, svm: str) -> bool:
+        found = self.call(
+            f"looking up SVM {svm!r}",
+            lambda: list(Svm.get_collection(connection=self.connection, name=svm, fields="uuid")),
+        )
+        return bool(found)
+
+    def volumes(self, svm: str, *, name: str | None = None) -> list[VolumeRecord]:
+        query: dict[str, Any] = {"svm.name": svm}
+        if name is not None:
+            query["name"] = name
+
+        def fetch() -> list[VolumeRecord]:
+            return [
+                _volume_record(item)
+                for item in OntapVolume.get_collection(
+                    connection=self.connection,
+                    max_records=self.settings.page_size,
+                    fields="uuid,name,svm.name,size,clone.is_flexclone,clone.parent_volume.uuid,"
+                    "clone.parent_snapshot.uuid",
+                    **query,
+                )
+            ]
+
+        return self.call(f"listing the volumes of SVM {svm!r}", fetch)
+
+    def snapshots(self, volume_uuid: str, *, name: str | None = None) -> list[SnapshotRecord]:
+        query: dict[str, Any] = {} if name is None else {"name": name}
+
+        def fetch() -> list[SnapshotRecord]:
+            return [
+                _snapshot_record(item, volume_uuid)
+                for item in Snapshot.get_collection(
+                    volume_uuid,
+                    connection=self.connection,
+                    max_records=self.settings.page_size,
+                    fields="uuid,name,create_time,size,comment",
+                    **query,
+                )
+            ]
+
+        return self.call(f"listing the snapshots of volume {volume_uuid}", fetch)
+
+    def snapshot(self, volume_uuid: str, snapshot_uuid: str) -> SnapshotRecord:
+        resource = Snapshot(volume_uuid, uuid=snapshot_uuid)
+        resource.set_connection(self.connection)
+        self.call(
+            f"reading snapshot {snapshot_uuid} of volume {volume_uuid}",
+            lambda: resource.get(fields="uuid,name,create_time,size,comment"),
+        )
+        return _snapshot_record(resource, volume_uuid)
+
+    def consistency_groups(self, svm: str, name_pattern: str) -> list[CgRecord]:
+        def fetch() -> Iterator[CgRecord]:
+            query: dict[str, Any] = {
+                "fields": "uuid,name,volumes",
+                "name": name_pattern,
+                "svm.name": svm,
+            }
+            for item in ConsistencyGroup.get_collection(connection=self.connection, **query):
+                volumes = tuple(str(v.uuid) for v in getattr(item, "volumes", []) or [])
+                yield CgRecord(str(item.uuid), str(item.name), volumes)
+
+        return self.call(f"listing consistency groups {name_pattern!r}", lambda: list(fetch()))
+
+    # Writes (each waits for its job)
+
+    def _write_args(self) -> dict[str, Any]:
+        return {
+            "poll": True,
+            "poll_timeout": self.settings.job_timeout,
+            "poll_interval": self.settings.job_poll_interval,
+            "return_timeout": self.settings.return_timeout,
+        }
+
+    def create_consistency_group(self, svm: str, name: str, volume_names: list[str]) -> str:
+        group = ConsistencyGroup(
+            svm={"name": svm},
+            name=name,
+            volumes=[{"name": v, "provisioning_options": {"action": "add"}} for v in volume_names],
+        )
+        group.set_connection(self.connection)
+        self.call(
+            f"creating consistency group {name!r}",
+            lambda: group.post(**self._write_args()),
+            job="POST /api/application/consistency-groups",
+        )
+        return str(group.uuid)
+
+    def delete_consistency_group(self, cg_uuid: str) -> None:
+        group = ConsistencyGroup(uuid=cg_uuid)
+        group.set_connection(self.connection)
+        self.call(
+            f"deleting consistency group {cg_uuid}",
+            lambda: group.delete(**self._write_args()),
+            job=f"DELETE /api/application/consistency-groups/{cg_uuid}",
+        )
+
+    def create_cg_snapshot(
+        self, cg_uuid: str, name: str, consistency_type: str, comment: str
+    ) -> dict[str, str]:
+        """Snapshot the group; returns volume uuid -> member snapshot uuid."""
+        snapshot = ConsistencyGroupSnapshot(
+            cg_uuid, name=name, consistency_type=consistency_type, comment=comment
+        )
+        snapshot.set_connection(self.connection)
+        self.call(
+            f"taking snapshot {name!r} of consistency group {cg_uuid}",
+            lambda: snapshot.post(**self._write_args()),
+            job=f"POST /api/application/consistency-groups/{cg_uuid}/snapshots",
+        )
+        self.call(
+            f"reading snapshot {name!r} of consistency group {cg_uuid}",
+            lambda: snapshot.get(fields="uuid,name,create_time,snapshot_volumes"),
+        )
+        members: dict[str, str] = {}
+        for item in getattr(snapshot, "snapshot_volumes", []) or []:
+            members[str(item.volume.uuid)] = str(item.snapshot.uuid)
+        return members
+
+    def delete_snapshot(self, volume_uuid: str, snapshot_uuid: str) -> None:
+        resource = Snapshot(volume_uuid, uuid=snapshot_uuid)
+        resource.set_connection(self.connection)
+        self.call(
+            f"deleting snapshot {snapshot_uuid} of volume {volume_uuid}",
+            lambda: resource.delete(**self._write_args()),
+            job=f"DELETE /api/storage/volumes/{volume_uuid}/snapshots/{snapshot_uuid}",
+        )
+
+    def restore_volume(self, volume_uuid: str, snapshot_uuid: str) -> None:
+        volume = OntapVolume(uuid=volume_uuid)
+        volume.set_connection(self.connection)
+        args = {**self._write_args(), "restore_to.snapshot.uuid": snapshot_uuid}
+        self.call(
+            f"restoring volume {volume_uuid} to snapshot {snapshot_uuid}",
+            lambda: volume.patch(**args),
+            job=f"PATCH /api/storage/volumes/{volume_uuid}",
+        )
+
+    def clone_volume(
+        self, svm: str, name: str, parent_uuid: str, snapshot_uuid: str
+    ) -> VolumeRecord:
+        volume = OntapVolume(
+            name=name,
+            svm={"name": svm},
+            clone={
+                "is_flexclone": True,
+                "parent_volume": {"uuid": parent_uuid},
+                "parent_snapshot": {"uuid": snapshot_uuid},
+            },
+        )
+        volume.set_connection(self.connection)
+        self.call(
+            f"cloning volume {parent_uuid} from snapshot {snapshot_uuid} as {name!r}",
+            lambda: volume.post(**self._write_args()),
+            job=f"POST /api/storage/volumes/{name}",
+        )
+        self.call(
+            f"reading clone {name!r}",
+            lambda: volume.get(fields="uuid,name,svm.name,size,clone.is_flexclone"),
+        )
+        return _volume_record(volume)
+
+    def volume(self, volume_uuid: str) -> VolumeRecord:
+        volume = OntapVolume(uuid=volume_uuid)
+        volume.set_connection(self.connection)
+        self.call(
+            f"reading volume {volume_uuid}",
+            lambda: volume.get(
+                fields="uuid,name,svm.name,size,clone.is_flexclone,clone.parent_volume.uuid,"
+                "clone.parent_snapshot.uuid"
+            ),
+        )
+        return _volume_record(volume)
+
+    def delete_volume(self, volume_uuid: str) -> None:
+        volume = OntapVolume(uuid=volume_uuid)
+        volume.set_connection(self.connection)
+        self.call(
+            f"deleting volume {volume_uuid}",
+            lambda: volume.delete(**self._write_args()),
+            job=f"DELETE /api/storage/volumes/{volume_uuid}",
+        )
+
+
+def _volume_record(item: Any) -> VolumeRecord:
+    clone = getattr(item, "clone", None)
+    parent_volume = getattr(clone, "parent_volume", None) if clone is not None else None
+    parent_snapshot = getattr(clone, "parent_snapshot", None) if clone is not None else None
+    svm = getattr(item, "svm", None)
+    return VolumeRecord(
+        uuid=str(item.uuid),
+        name=str(item.name),
+        svm=str(getattr(svm, "name", "")) if svm is not None else "",
+        size=int(getattr(item, "size", 0) or 0),
+        is_flexclone=bool(getattr(clone, "is_flexclone", False)) if clone is not None else False,
+        parent_volume_uuid=str(getattr(parent_volume, "uuid", "") or ""),
+        parent_snapshot_uuid=str(getattr(parent_snapshot, "uuid", "") or ""),
+    )
+
+
+def _snapshot_record(item: Any, volume_uuid: str) -> SnapshotRecord:
+    created = getattr(item, "create_time", None)
+    if isinstance(created, str):
+        created = datetime.datetime.fromisoformat(created)
+    if not isinstance(created, datetime.datetime):
+        created = datetime.datetime.fromtimestamp(0, datetime.UTC)
+    return SnapshotRecord(
+        uuid=str(item.uuid),
+        name=str(item.name),
+        volume_uuid=volume_uuid,
+        create_time=created,
+        size=int(getattr(item, "size", 0) or 0),
+        comment=str(getattr(item, "comment", "") or ""),
+    )
+
+
+def _reason(error: BaseException) -> str:
+    """The innermost useful message of a requests/urllib3 error chain."""
+    text = str(error)
+    for marker in ("certificate verify failed", "Connection refused", "Name or service not known"):
+        if marker in text:
+            return marker
+    return text.split("Caused by", 1)[-1].strip(" ()'\"") if "Caused by" in text else text
+
+
+def _is_read_timeout(error: BaseException | None) -> bool:
+    """urllib3 wraps read timeouts of retried GETs in a ConnectionError."""
+    return error is not None and "Read timed out" in str(error)
+
+
+def _seconds(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None

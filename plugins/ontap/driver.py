@@ -1,0 +1,381 @@
+"""NetApp ONTAP driver: consistency-group snapshots, restore_to revert, FlexClone clones.
+
+How a group snapshot is taken: a **temporary consistency group** of exactly the requested volumes
+is created, snapshotted once (one write fence across all of them), and deleted; the member
+snapshots survive as ordinary volume snapshots sharing one name. Why temporary rather than a
+persistent CG per cluster:
+- a volume can be in one CG only: a persistent CG would have to be torn down and rebuilt whenever
+  a node (volume) is added or removed, and would collide with CGs an administrator manages;
+- nothing lasting is left on the array to drift out of date, and list / delete / revert / clone
+  use the plain volume-snapshot APIs that every ONTAP 9 release has;
+- cost: two extra jobs per snapshot (create and delete the CG), a few milliseconds on the
+  simulator. A temporary CG that could not be deleted is reported, and swept (it carries our
+  prefix) before the next snapshot of the same volumes.
+
+Group snapshots are identified by name (`SnapshotRef.snapshot_id` = the snapshot name, members
+carry each volume snapshot's uuid); ringsnap recognises its own by their comment.
+
+Revert uses `PATCH /storage/volumes/{uuid}?restore_to.snapshot.uuid=…` volume by volume. ONTAP
+deletes every snapshot newer than the one restored: `revert_plan` lists them and `revert` logs that
+decision before it acts.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from ringsnap.config import validate
+from ringsnap.logs import get_logger
+from ringsnap.plugins.api import ArrayDriver, Cloneable, Revertible
+from ringsnap.plugins.errors import (
+    AlreadyExistsError,
+    ConfigurationError,
+    DriverError,
+    NotFoundError,
+    QuotaExceededError,
+    UnsupportedError,
+)
+from ringsnap.plugins.ontap.client import OntapClient, SnapshotRecord, VolumeRecord
+from ringsnap.plugins.ontap.config import OntapSettings
+from ringsnap.plugins.types import (
+    Capabilities,
+    SnapshotInfo,
+    SnapshotRef,
+    Volume,
+    VolumeSnapshot,
+)
+
+MAX_VOLUMES_PER_GROUP = 80
+MAX_SNAPSHOTS_PER_VOLUME = 1023
+_SNAPSHOT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}$")
+
+_log = get_logger(__name__)
+
+
+class OntapDriver(ArrayDriver, Revertible, Cloneable):
+    name: ClassVar[str] = "ontap"
+
+    def __init__(self, array: str, settings: OntapSettings) -> None:
+        self._array = array
+        self.settings = settings
+        self.client = OntapClient(array, settings)
+
+    @classmethod
+    def from_config(cls, array: str, settings: Mapping[str, Any], *, source: str) -> OntapDriver:
+        return cls(array, validate(dict(settings), OntapSettings, source=source))
+
+    @property
+    def array(self) -> str:
+        return self._array
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            atomic_group_snapshot=True,
+            revert=True,
+            clone=True,
+            revert_deletes_newer=True,
+            max_volumes_per_group=MAX_VOLUMES_PER_GROUP,
+            max_snapshots_per_volume=MAX_SNAPSHOTS_PER_VOLUME,
+            extra={"group_mechanism": "temporary consistency group"},
+        )
+
+    def close(self) -> None:
+        self.client.close()
+
+    # Reachability
+
+    def check(self) -> None:
+        self.client.cluster_name()
+        if not self.client.svm_exists(self.settings.svm):
+            raise ConfigurationError(
+                f"SVM {self.settings.svm!r} does not exist on {self.settings.endpoint};"
+                " fix the svm setting",
+                array=self.array,
+            )
+
+    def list_volumes(self) -> Sequence[Volume]:
+        return [_volume(record) for record in self.client.volumes(self.settings.svm)]
+
+    # Group snapshots
+
+    def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
+        members = self._checked_group(volumes)
+        if not _SNAPSHOT_NAME.match(name):
+            raise DriverError(
+                f"snapshot name {name!r} is not valid on ONTAP (letters, digits, _ . -;"
+                " at most 255 characters)",
+                array=self.array,
+            )
+        existing = self._named(members, name)
+        if len(existing) == len(members):
+            # A repeat after a failed clean-up: finish the clean-up, then answer as before.
+            self._sweep_temporary_groups(members)
+            return self._ref(name, members, existing)
+        if existing:
+            have = sorted(volume.name for volume in members if volume.id in existing)
+            lack = sorted(volume.name for volume in members if volume.id not in existing)
+            raise AlreadyExistsError(
+                f"snapshot {name!r} exists on volumes {have} but not on {lack}: it is not one"
+                " group snapshot of these volumes; delete it or choose another name",
+                array=self.array,
+            )
+        self._sweep_temporary_groups(members)
+        cg_name = self._temporary_group_name(name)
+        cg_uuid = self.client.create_consistency_group(
+            self.settings.svm, cg_name, [volume.name for volume in members]
+        )
+        try:
+            self.client.create_cg_snapshot(
+                cg_uuid, name, self.settings.consistency_type, self.settings.snapshot_comment
+            )
+        except DriverError as error:
+            raise error.left_behind(self._drop_temporary_group(cg_uuid, cg_name)) from None
+        leftovers = self._drop_temporary_group(cg_uuid, cg_name)
+        if leftovers:
+            # The snapshot is good, but the CG would block the next snapshot of these volumes.
+            # Retryable: a repeat finds the snapshot and removes the CG.
+            raise DriverError(
+                f"snapshot {name!r} was taken, but its temporary consistency group could not be"
+                " removed; repeating the call removes it",
+                array=self.array,
+                retryable=True,
+                leftovers=leftovers,
+            )
+        found = self._named(members, name)
+        if len(found) != len(members):
+            raise DriverError(
+                f"the array reported snapshot {name!r} done, but it is on {len(found)} of"
+                f" {len(members)} volumes",
+                array=self.array,
+            )
+        return self._ref(name, members, found)
+
+    def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]:
+        members = self._checked_group(volumes)
+        by_name: dict[str, dict[str, SnapshotRecord]] = {}
+        for volume in members:
+            for record in self.client.snapshots(volume.id):
+                if record.comment == self.settings.snapshot_comment:
+                    by_name.setdefault(record.name, {})[volume.id] = record
+        infos: list[SnapshotInfo] = []
+        for name, found in by_name.items():
+            warnings: tuple[str, ...] = ()
+            if len(found) != len(members):
+                missing = sorted(v.name for v in members if v.id not in found)
+                warnings = (f"incomplete: no snapshot {name!r} on volumes {missing}",)
+            present = [volume for volume in members if volume.id in found]
+            infos.append(SnapshotInfo(self._ref(name, present, found), warnings=warnings))
+        return sorted(infos, key=lambda info: (info.ref.created_at, info.ref.snapshot_name))
+
+    def get_snapshot(self, ref: SnapshotRef) -> SnapshotInfo:
+        found: dict[str, SnapshotRecord] = {}
+        missing: list[str] = []
+        for member in ref.members:
+            try:
+                found[member.volume.id] = self.client.snapshot(member.volume.id, member.snapshot_id)
+            except NotFoundError:
+                missing.append(member.volume.name)
+        if missing:
+            raise NotFoundError(
+                f"snapshot {ref.snapshot_name!r} no longer exists on volumes {sorted(missing)}",
+                array=self.array,
+            )
+        volumes = [member.volume for member in ref.members]
+        return SnapshotInfo(self._ref(ref.snapshot_name, volumes, found))
+
+    def delete_snapshot(self, ref: SnapshotRef) -> None:
+        for member in ref.members:
+            try:
+                self.client.delete_snapshot(member.volume.id, member.snapshot_id)
+            except NotFoundError:
+                continue
+
+    # Revert
+
+    def revert_plan(self, ref: SnapshotRef) -> Sequence[str]:
+        plan: list[str] = []
+        for member in ref.members:
+            for newer in self._newer_snapshots(member):
+                plan.append(
+                    f"volume {member.volume.name}: snapshot {newer.name!r} (created"
+                    f" {newer.create_time.isoformat()}) is deleted by restore_to"
+                )
+        return plan
+
+    def revert(self, ref: SnapshotRef) -> None:
+        self.get_snapshot(ref)  # every member must exist before anything is touched
+        plan = self.revert_plan(ref)
+        _log.warning(
+            "reverting volumes in place; ONTAP restore_to deletes the newer snapshots listed",
+            array=self.array,
+            snapshot=ref.snapshot_name,
+            volumes=[member.volume.name for member in ref.members],
+            deletes=list(plan),
+        )
+        done: list[str] = []
+        for member in ref.members:
+            try:
+                self.client.restore_volume(member.volume.id, member.snapshot_id)
+            except DriverError as error:
+                if done:
+                    error.explain(
+                        f"volumes {done} were already reverted to {ref.snapshot_name!r}, the"
+                        " others were not: run the revert again"
+                    )
+                raise
+            done.append(member.volume.name)
+
+    def _newer_snapshots(self, member: VolumeSnapshot) -> list[SnapshotRecord]:
+        listed = self.client.snapshots(member.volume.id)
+        order = {record.uuid: index for index, record in enumerate(listed)}
+        target = next((r for r in listed if r.uuid == member.snapshot_id), None)
+        if target is None:
+            raise NotFoundError(
+                f"snapshot {member.snapshot_name!r} of volume {member.volume.name} does not exist",
+                array=self.array,
+            )
+
+        def key(record: SnapshotRecord) -> tuple[datetime.datetime, int]:
+            return (record.create_time, order[record.uuid])
+
+        return sorted((r for r in listed if key(r) > key(target)), key=key)
+
+    # Clones
+
+    def clone(self, ref: SnapshotRef, suffix: str) -> Sequence[Volume]:
+        tag = re.sub(r"[^A-Za-z0-9_]", "_", suffix)
+        existing = {record.name: record for record in self.client.volumes(self.settings.svm)}
+        made: list[VolumeRecord] = []
+        clones: list[Volume] = []
+        for member in ref.members:
+            clone_name = f"{member.volume.name}_{tag}"[:203]
+            current = existing.get(clone_name)
+            if current is not None:
+                if (
+                    current.is_flexclone
+                    and current.parent_volume_uuid == member.volume.id
+                    and current.parent_snapshot_uuid == member.snapshot_id
+                ):
+                    clones.append(_volume(current))
+                    continue
+                self._undo_clones(made)
+                raise AlreadyExistsError(
+                    f"volume {clone_name!r} exists and is not a clone of snapshot"
+                    f" {ref.snapshot_name!r} of {member.volume.name}; choose another suffix",
+                    array=self.array,
+                )
+            try:
+                record = self.client.clone_volume(
+                    self.settings.svm, clone_name, member.volume.id, member.snapshot_id
+                )
+            except DriverError as error:
+                raise error.left_behind(self._undo_clones(made)) from None
+            made.append(record)
+            clones.append(_volume(record))
+        return clones
+
+    def delete_clone(self, volume: Volume) -> None:
+        try:
+            record = self.client.volume(volume.id)
+        except NotFoundError:
+            return
+        if not record.is_flexclone:
+            raise UnsupportedError(
+                f"volume {record.name!r} is not a FlexClone; ringsnap deletes only the clones it"
+                " made",
+                array=self.array,
+            )
+        try:
+            self.client.delete_volume(volume.id)
+        except NotFoundError:
+            return
+
+    def _undo_clones(self, made: list[VolumeRecord]) -> tuple[str, ...]:
+        leftovers: list[str] = []
+        for record in made:
+            try:
+                self.client.delete_volume(record.uuid)
+            except NotFoundError:
+                continue
+            except DriverError as error:
+                leftovers.append(f"FlexClone volume {record.name} ({record.uuid}): {error}")
+        return tuple(leftovers)
+
+    # Helpers
+
+    def _checked_group(self, volumes: Sequence[Volume]) -> list[Volume]:
+        members = list(dict.fromkeys(volumes))
+        if not members:
+            raise DriverError("a group snapshot needs at least one volume", array=self.array)
+        if len(members) > MAX_VOLUMES_PER_GROUP:
+            raise QuotaExceededError(
+                f"{len(members)} volumes requested; an ONTAP consistency group holds at most"
+                f" {MAX_VOLUMES_PER_GROUP}: split the cluster over several arrays or SVMs",
+                array=self.array,
+            )
+        return members
+
+    def _named(self, members: Sequence[Volume], name: str) -> dict[str, SnapshotRecord]:
+        found: dict[str, SnapshotRecord] = {}
+        for volume in members:
+            for record in self.client.snapshots(volume.id, name=name):
+                found[volume.id] = record
+        return found
+
+    def _temporary_group_name(self, snapshot_name: str) -> str:
+        digest = hashlib.sha256(snapshot_name.encode()).hexdigest()[:16]
+        return f"{self.settings.cg_prefix}{digest}"
+
+    def _sweep_temporary_groups(self, members: Sequence[Volume]) -> None:
+        """Delete our temporary CGs that hold any of these volumes (left by a failed run)."""
+        ids = {volume.id for volume in members}
+        for group in self.client.consistency_groups(
+            self.settings.svm, f"{self.settings.cg_prefix}*"
+        ):
+            if ids & set(group.volume_uuids):
+                _log.warning(
+                    "removing a temporary consistency group left by an earlier run",
+                    array=self.array,
+                    consistency_group=group.name,
+                )
+                self.client.delete_consistency_group(group.uuid)
+
+    def _drop_temporary_group(self, cg_uuid: str, cg_name: str) -> tuple[str, ...]:
+        try:
+            self.client.delete_consistency_group(cg_uuid)
+        except NotFoundError:
+            return ()
+        except DriverError as error:
+            return (
+                f"temporary consistency group {cg_name} ({cg_uuid}) in SVM"
+                f" {self.settings.svm}: {error}",
+            )
+        return ()
+
+    def _ref(
+        self, name: str, members: Sequence[Volume], found: Mapping[str, SnapshotRecord]
+    ) -> SnapshotRef:
+        created = min(
+            (found[volume.id].create_time for volume in members),
+            default=datetime.datetime.fromtimestamp(0, datetime.UTC),
+        )
+        return SnapshotRef(
+            array=self.array,
+            driver=self.name,
+            group=self._temporary_group_name(name),
+            snapshot_id=name,
+            snapshot_name=name,
+            created_at=created,
+            members=tuple(
+                VolumeSnapshot(volume, found[volume.id].uuid, name) for volume in members
+            ),
+            attributes=(("svm", self.settings.svm),),
+        )
+
+
+def _volume(record: VolumeRecord) -> Volume:
+    return Volume(name=record.name, id=record.uuid, size_bytes=record.size)
