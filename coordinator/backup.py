@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
+from ringsnap.coordinator.model import FreezeWindow, QuiesceMode
 from ringsnap.coordinator.ports import (
     ArrayPort,
     CanaryWriter,
@@ -36,12 +36,6 @@ from ringsnap.logs import get_logger
 from ringsnap.plugins.types import SnapshotRef, Volume
 
 log = get_logger(__name__)
-
-
-class QuiesceMode(enum.StrEnum):
-    FREEZE = "freeze"
-    FLUSH_ONLY = "flush-only"
-    NONE = "none"
 
 
 class BackupRefused(RingsnapError):
@@ -94,20 +88,6 @@ class NodeOutcome:
     canary_id: str = ""
     manifest: tuple[SSTable, ...] = ()
     excluded_reason: str = ""
-
-
-@dataclass(frozen=True)
-class FreezeWindow:
-    """First freeze to last thaw, and its parts, in seconds."""
-
-    total: float
-    slowest_freeze: float
-    array_call: float
-    slowest_thaw: float
-
-    @property
-    def overhead(self) -> float:
-        return self.total - self.slowest_freeze - self.array_call - self.slowest_thaw
 
 
 @dataclass

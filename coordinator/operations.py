@@ -7,23 +7,12 @@ every change as it happens and the final state, even if it subscribed after the 
 from __future__ import annotations
 
 import asyncio
-import enum
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-
-class OperationState(enum.StrEnum):
-    PENDING = "pending"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def finished(self) -> bool:
-        return self in (OperationState.SUCCEEDED, OperationState.FAILED, OperationState.CANCELLED)
+from ringsnap.coordinator.model import OperationState
 
 
 @dataclass(frozen=True)
