@@ -116,8 +116,8 @@ class FlashArrayDriver(ArrayDriver, Revertible, Cloneable):
             else:
                 raise
         ref = self._ref(items[0], by_name)
-        if len(ref.members) != len(by_name):
-            self._discard_incomplete(ref, by_name)
+        if {m.volume.name for m in ref.members} != set(by_name):
+            self._discard_mismatched(ref, by_name)
         return ref
 
     def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]:
@@ -288,6 +288,13 @@ class FlashArrayDriver(ArrayDriver, Revertible, Cloneable):
                 "protection-groups/volumes",
                 {"group_names": group, "member_names": ",".join(missing)},
             )
+        # The group is named after exactly this volume set: anything else was added by hand.
+        extra = sorted(present - set(by_name))
+        if extra:
+            self._client.delete(
+                "protection-groups/volumes",
+                {"group_names": group, "member_names": ",".join(extra)},
+            )
         self._complete_groups.add(group)
 
     def _existing(self, group: str, suffix: str, by_name: Mapping[str, Volume]) -> SnapshotRef:
@@ -312,20 +319,25 @@ class FlashArrayDriver(ArrayDriver, Revertible, Cloneable):
             )
         return ref
 
-    def _discard_incomplete(self, ref: SnapshotRef, by_name: Mapping[str, Volume]) -> None:
+    def _discard_mismatched(self, ref: SnapshotRef, by_name: Mapping[str, Volume]) -> None:
+        """The group changed on the array between our check and the snapshot: undo, retry."""
         name = self._pg_snapshot_name(ref)
-        missing = sorted(set(by_name) - {m.volume.name for m in ref.members})
+        covered = {m.volume.name for m in ref.members}
         self._complete_groups.discard(ref.group)
+        leftovers: tuple[str, ...] = ()
         try:
             self._destroy_and_eradicate("protection-group-snapshots", name)
             outcome = "it was deleted"
         except DriverError as exc:
-            outcome = f"deleting it failed ({exc}); delete {name} on the array"
+            outcome = f"deleting it failed ({exc})"
+            leftovers = (f"protection-group snapshot {name} (delete it on the array)",)
         raise DriverError(
-            f"snapshot {name} lacks volume(s) {', '.join(missing)} (protection group {ref.group}"
-            f" was changed on the array); {outcome}; try again",
+            f"snapshot {name} covers {', '.join(sorted(covered)) or 'no volume'} instead of"
+            f" {', '.join(by_name)} (protection group {ref.group} was changed on the array);"
+            f" {outcome}; try again",
             array=self._array,
             retryable=True,
+            leftovers=leftovers,
         )
 
     def _pgroup_snapshot(self, ref: SnapshotRef) -> dict[str, Any] | None:

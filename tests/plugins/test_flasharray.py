@@ -311,6 +311,23 @@ class TestFlashArray(DriverConformance):
         assert second.group == first.group
         self.assert_complete(harness, second, name)
 
+    def test_member_added_by_hand_is_removed_and_the_snapshot_retaken(
+        self, harness: Harness
+    ) -> None:
+        first = harness.driver.create_group_snapshot(harness.volumes, harness.snapshot_name())
+        client = self._client(harness)
+        client.post("volumes", {"names": "stranger"}, {"provisioned": 1 << 20})
+        client.post(
+            "protection-groups/volumes", {"group_names": first.group, "member_names": "stranger"}
+        )
+        images = harness.pool.snapshot_count()
+        name = harness.snapshot_name("retaken")
+        ref = harness.driver.create_group_snapshot(harness.volumes, name)
+        self.assert_complete(harness, ref, name)
+        assert harness.pool.snapshot_count() == images + len(harness.volumes)
+        groups = simulator(harness.server).state()["protection_groups"]
+        assert "stranger" not in groups[first.group]
+
     def test_volume_set_maps_to_one_protection_group(self, harness: Harness) -> None:
         one = harness.driver.create_group_snapshot(harness.volumes, harness.snapshot_name())
         other = harness.driver.create_group_snapshot(
