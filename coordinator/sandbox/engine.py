@@ -53,6 +53,7 @@ def ensure_engine(*, timeout: float = 60, log_path: Path = DEFAULT_LOG) -> bool:
     start; whoever comes second finds the engine answering).
     """
     if engine_running():
+        _warn_about_bridges()
         return False
     _LOCK.parent.mkdir(parents=True, exist_ok=True)
     with _LOCK.open("w") as lock:
@@ -94,6 +95,24 @@ def _start_dockerd(*, timeout: float, log_path: Path) -> None:
     raise SandboxError(
         f"dockerd did not answer within {timeout:.0f} s; see {log_path}:\n" + _tail(log_path)
     )
+
+
+def _warn_about_bridges() -> None:
+    # An engine someone else started (e.g. a package's init script) may have a bridge network. The
+    # sandbox never uses it (host network only), but say so instead of silently relying on it.
+    proc = subprocess.run(
+        ["docker", "network", "ls", "--filter", "driver=bridge", "--format", "{{.Name}}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    bridges = proc.stdout.split()
+    if bridges:
+        log.warning(
+            "the running Docker engine has bridge networks; sandbox containers use the host network only",
+            bridges=bridges,
+        )
 
 
 def _tail(path: Path, lines: int = 20) -> str:
