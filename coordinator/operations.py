@@ -72,6 +72,14 @@ class Operations:
     def get(self, operation_id: str) -> Operation | None:
         return self._by_id.get(operation_id)
 
+    def running(self) -> list[Operation]:
+        return [op for op in self._by_id.values() if not op.current.state.finished]
+
+    def for_backup(self, backup_id: str) -> Operation | None:
+        """The newest operation working on `backup_id`."""
+        matches = [op for op in self._by_id.values() if op.current.backup_id == backup_id]
+        return matches[-1] if matches else None
+
     def start(
         self, kind: str, work: Callable[[Operation], Awaitable[None]], *, backup_id: str = ""
     ) -> Operation:

@@ -78,6 +78,8 @@ class BackupRequest:
     scheduled_at: datetime | None = None
     #: Runs once after downtime for the runs missed meanwhile.
     catch_up: bool = False
+    #: Chosen by the caller when it must know the id before the run starts ("" = the run picks).
+    backup_id: str = ""
 
 
 #: The backup itself (the workflow); its result is passed back to `BackupScheduler.run` callers.

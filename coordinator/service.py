@@ -1,0 +1,409 @@
+"""The coordinator's business: backups recorded in the catalog, retention, cleanups, recovery.
+
+Joins the pieces that each do one job: the workflow (the protocol), the catalog (the record), the
+drivers (through the middleware), the scheduler (one backup per cluster at a time), the metrics.
+Nothing here speaks gRPC; `ringsnap.coordinator.server` translates for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+from ringsnap.coordinator.backup import (
+    BackupRun,
+    BackupSettings,
+    BackupWorkflow,
+    NodeOutcome,
+    NodeTarget,
+    VolumeTarget,
+    new_backup_id,
+)
+from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig, NodeSection
+from ringsnap.coordinator.metrics import CoordinatorMetrics
+from ringsnap.coordinator.model import (
+    Backup,
+    BackupNode,
+    BackupState,
+    CleanupRequest,
+    NodeVolume,
+    PendingCleanup,
+)
+from ringsnap.coordinator.operations import Operation, Operations
+from ringsnap.coordinator.ports import CanaryWriter, NodeAgent
+from ringsnap.coordinator.retention import RetentionPlan, apply_policy
+from ringsnap.coordinator.scheduler import BackupRequest, BackupScheduler, Schedule, Skip
+from ringsnap.errors import RingsnapError
+from ringsnap.logs import get_logger
+from ringsnap.plugins.middleware import AsyncDriver
+from ringsnap.plugins.types import Volume
+
+log = get_logger(__name__)
+
+
+class UnknownClusterError(RingsnapError):
+    exit_code = 2
+
+
+@dataclass
+class ClusterRuntime:
+    """One configured cluster and the live handles to reach it."""
+
+    config: ClusterSection
+    agents: dict[str, NodeAgent]
+    canaries: CanaryWriter | None
+
+    def targets(self) -> list[NodeTarget]:
+        return [
+            NodeTarget(
+                node.name,
+                self.agents[node.name],
+                tuple(VolumeTarget(v.array, v.volume, v.role.value) for v in node.volumes),
+            )
+            for node in self.config.nodes
+        ]
+
+
+class Coordinator:
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        catalog: Catalog,
+        metrics: CoordinatorMetrics,
+        arrays: dict[str, AsyncDriver],
+        clusters: dict[str, ClusterRuntime],
+        *,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.config = config
+        self.catalog = catalog
+        self.metrics = metrics
+        self.arrays = arrays
+        self.clusters = clusters
+        self.operations = Operations()
+        self._now = now
+        self._runs: dict[str, BackupRun] = {}
+        self.scheduler = BackupScheduler(
+            [s.schedule() for s in config.schedules],
+            self._scheduled_backup,
+            on_skip=self._skipped,
+            last_run=self._last_run,
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Recover what a previous process left, then start the schedules."""
+        for cluster in self.clusters:
+            self.metrics.add_cluster(cluster)
+            latest = await asyncio.to_thread(
+                self.catalog.latest_backup, cluster, states=[BackupState.COMPLETE]
+            )
+            if latest is not None and latest.finished_at is not None:
+                self.metrics.set_last_success(cluster, latest.finished_at)
+        await self.recover()
+        await self.scheduler.start()
+
+    async def stop(self) -> None:
+        self.scheduler.shutdown()
+        for operation in list(self.operations.running()):
+            if operation.task is not None:
+                operation.task.cancel()
+                await asyncio.gather(operation.task, return_exceptions=True)
+
+    # -- backups ---------------------------------------------------------------------------------
+
+    def cluster(self, name: str) -> ClusterRuntime:
+        try:
+            return self.clusters[name]
+        except KeyError:
+            raise UnknownClusterError(
+                f"unknown cluster {name!r}; configured: {', '.join(sorted(self.clusters))}"
+            ) from None
+
+    def start_backup(self, request: BackupRequest) -> Operation:
+        """Start a backup as an operation; the per-cluster guard refuses a second one at once."""
+        self.cluster(request.cluster)
+        request = replace(request, backup_id=request.backup_id or new_backup_id(self._now()))
+
+        async def work(operation: Operation) -> None:
+            await self.scheduler.run(request)
+
+        return self.operations.start("backup", work, backup_id=request.backup_id)
+
+    async def backup(self, request: BackupRequest) -> Backup:
+        """Run one backup to its end (for the scheduler and tests); raises on failure."""
+        result = await self.scheduler.run(request)
+        assert isinstance(result, Backup)
+        return result
+
+    async def _scheduled_backup(self, request: BackupRequest) -> Backup:
+        backup_id = request.backup_id or new_backup_id(self._now())
+        operation = self.operations.for_backup(backup_id)
+        runtime = self.cluster(request.cluster)
+        cluster = runtime.config
+        settings = BackupSettings(
+            quiesce=cluster.quiesce,
+            freeze_budget=cluster.freeze_budget_seconds
+            or self.config.coordinator.freeze_budget_seconds,
+            lease=self.config.coordinator.lease_seconds,
+            allow_partial=cluster.allow_partial,
+        )
+
+        def progress(phase: str, message: str) -> None:
+            if operation is not None:
+                operation.update_soon(phase=phase, message=message)
+
+        workflow = BackupWorkflow(
+            cluster.name,
+            runtime.targets(),
+            {name: self.arrays[name] for name in _arrays_of(cluster)},
+            runtime.canaries,
+            progress=progress,
+        )
+        started = time.monotonic()
+
+        async def begin(run: BackupRun) -> None:
+            self._runs[backup_id] = run
+            await asyncio.to_thread(
+                self.catalog.begin_backup,
+                backup_id=backup_id,
+                cluster=cluster.name,
+                quiesce_mode=cluster.quiesce,
+                trigger=request.trigger,
+                policy=request.policy,
+                started_at=run.started_at,
+                nodes=_planned_nodes(cluster),
+            )
+
+        try:
+            run = await workflow.run(
+                settings,
+                trigger=request.trigger,
+                policy=request.policy,
+                backup_id=backup_id,
+                on_start=begin,
+            )
+            backup = await asyncio.to_thread(self._record, run)
+        except BaseException as exc:
+            failed = self._runs.get(backup_id)
+            if failed is not None:
+                await asyncio.shield(asyncio.to_thread(self._record_failure, failed, exc))
+                self.metrics.backup_finished(
+                    cluster.name,
+                    BackupState.FAILED,
+                    time.monotonic() - started,
+                    freeze_window=failed.window,
+                    phases=failed.clock.phases,
+                )
+                if not isinstance(exc, asyncio.CancelledError):
+                    await self.run_pending_cleanups()
+            raise
+        finally:
+            self._runs.pop(backup_id, None)
+        self.metrics.record_backup(backup)
+        if request.policy:
+            await self.apply_retention(cluster.name, request.policy)
+        return backup
+
+    def _record(self, run: BackupRun) -> Backup:
+        cluster = self.cluster(run.cluster).config
+        nodes = [_recorded_node(node, run.nodes[node.name]) for node in cluster.nodes]
+        self.catalog.record_nodes(run.backup_id, nodes)
+        for ref in run.snapshots:
+            self.catalog.record_snapshot(run.backup_id, ref)
+        for name in run.included:
+            self.catalog.record_manifest(run.backup_id, name, run.nodes[name].manifest)
+        return self.catalog.complete_backup(
+            run.backup_id, timings=run.clock.phases, freeze_window=run.window
+        )
+
+    def _record_failure(self, run: BackupRun, error: BaseException) -> None:
+        cleanups = [
+            CleanupRequest(array=ref.array, reason=reason, ref=ref)
+            if not isinstance(ref, str)
+            else CleanupRequest(
+                array=ref.split(":", 1)[0], reason=reason, snapshot_name=run.backup_id
+            )
+            for ref, reason in run.leftovers
+        ]
+        # Snapshots the workflow took but the catalog refused (e.g. incomplete) are still held.
+        cleanups += [
+            CleanupRequest(array=ref.array, reason=f"backup failed: {error}", ref=ref)
+            for ref in run.snapshots
+        ]
+        message = str(error) or type(error).__name__
+        if isinstance(error, asyncio.CancelledError):
+            message = "cancelled (the coordinator is stopping); every node was thawed"
+        self.catalog.fail_backup(
+            run.backup_id,
+            message,
+            cleanups=cleanups,
+            timings=run.clock.phases,
+            freeze_window=run.window,
+        )
+
+    # -- deletion, cleanup, retention ------------------------------------------------------------
+
+    async def delete_backup(self, backup_id: str, reason: str) -> None:
+        cleanups = await asyncio.to_thread(self.catalog.delete_backup, backup_id, reason=reason)
+        await self._run_cleanups(cleanups)
+
+    async def run_pending_cleanups(self) -> int:
+        pending = await asyncio.to_thread(self.catalog.pending_cleanups)
+        await self._run_cleanups(pending)
+        left = await asyncio.to_thread(self.catalog.pending_cleanups)
+        self.metrics.set_pending_cleanups(len(left))
+        return len(left)
+
+    async def _run_cleanups(self, cleanups: Sequence[PendingCleanup]) -> None:
+        for cleanup in cleanups:
+            array = self.arrays.get(cleanup.array)
+            try:
+                if array is None:
+                    raise RingsnapError(f"array {cleanup.array!r} is no longer configured")
+                if cleanup.ref is not None:
+                    await array.delete_snapshot(cleanup.ref)
+                else:
+                    volumes = await self._configured_volumes(cleanup.array)
+                    for info in await array.list_snapshots(volumes):
+                        if info.ref.snapshot_name == cleanup.snapshot_name:
+                            await array.delete_snapshot(info.ref)
+            except Exception as exc:
+                log.warning(
+                    "cleanup failed; will retry",
+                    array=cleanup.array,
+                    snapshot=cleanup.name,
+                    error=str(exc),
+                )
+                await asyncio.to_thread(self.catalog.cleanup_failed, cleanup.id, str(exc))
+                continue
+            log.info(
+                "snapshot deleted",
+                array=cleanup.array,
+                snapshot=cleanup.name,
+                reason=cleanup.reason,
+            )
+            await asyncio.to_thread(self.catalog.cleanup_done, cleanup.id)
+
+    async def _configured_volumes(self, array: str) -> list[Volume]:
+        wanted = {
+            v.volume
+            for runtime in self.clusters.values()
+            for node in runtime.config.nodes
+            for v in node.volumes
+            if v.array == array
+        }
+        return [v for v in await self.arrays[array].list_volumes() if v.name in wanted]
+
+    async def plan_retention(self, cluster: str, policy: str) -> RetentionPlan:
+        self.cluster(cluster)
+        try:
+            section = self.config.retention[policy]
+        except KeyError:
+            raise RingsnapError(
+                f"unknown retention policy {policy!r}; configured:"
+                f" {', '.join(sorted(self.config.retention))}"
+            ) from None
+        summaries = await asyncio.to_thread(self.catalog.backup_summaries, cluster, policy=policy)
+        # A running backup is never retention's to judge.
+        finished = [s for s in summaries if s.state is not BackupState.RUNNING]
+        return apply_policy(finished, section.policy(), self._now())
+
+    async def apply_retention(self, cluster: str, policy: str) -> RetentionPlan:
+        plan = await self.plan_retention(cluster, policy)
+        for decision in plan.decisions:
+            if decision.keep:
+                continue
+            log.info(
+                "retention removes backup",
+                cluster=cluster,
+                backup_id=decision.backup.id,
+                reason=decision.reason,
+            )
+            await self.delete_backup(decision.backup.id, f"retention ({policy}): {decision.reason}")
+            self.metrics.retention_deleted(cluster)
+        return plan
+
+    # -- recovery --------------------------------------------------------------------------------
+
+    async def recover(self) -> None:
+        """Runs that died with a previous process: thaw their nodes, find what their arrays made,
+        mark them failed. Then retry every pending cleanup."""
+        for backup in await asyncio.to_thread(self.catalog.interrupted_backups):
+            log.warning("found an interrupted backup", backup_id=backup.id, cluster=backup.cluster)
+            runtime = self.clusters.get(backup.cluster)
+            if runtime is not None:
+                results = await asyncio.gather(
+                    *(agent.thaw(backup.id) for agent in runtime.agents.values()),
+                    return_exceptions=True,
+                )
+                for name, result in zip(runtime.agents, results, strict=True):
+                    if isinstance(result, BaseException):
+                        log.warning("thaw on recovery failed; the lease has thawed it", node=name)
+            cleanups = [
+                CleanupRequest(
+                    array=array,
+                    reason=f"backup {backup.id} interrupted by a coordinator stop",
+                    snapshot_name=backup.id,
+                )
+                for array in backup.arrays
+            ]
+            await asyncio.to_thread(
+                self.catalog.fail_backup,
+                backup.id,
+                "the coordinator stopped during the run; nodes were thawed by their leases",
+                cleanups=cleanups,
+            )
+        await self.run_pending_cleanups()
+
+    async def _last_run(self, schedule: Schedule) -> datetime | None:
+        latest = await asyncio.to_thread(
+            self.catalog.latest_backup, schedule.cluster, trigger=schedule.trigger
+        )
+        return latest.started_at if latest is not None else None
+
+    def _skipped(self, skip: Skip) -> None:
+        self.metrics.backup_skipped(skip.request.cluster, skip.kind)
+
+
+def _arrays_of(cluster: ClusterSection) -> set[str]:
+    return {v.array for node in cluster.nodes for v in node.volumes}
+
+
+def _planned_nodes(cluster: ClusterSection) -> list[BackupNode]:
+    return [
+        BackupNode(
+            name=node.name,
+            volumes=tuple(
+                NodeVolume(array=v.array, volume=v.volume, role=v.role) for v in node.volumes
+            ),
+        )
+        for node in cluster.nodes
+    ]
+
+
+def _recorded_node(node: NodeSection, outcome: NodeOutcome) -> BackupNode:
+    """The node as configured, with what the run learned (ids, canary, exclusion)."""
+    resolved = dict(zip((v.volume for v in node.volumes), outcome.volumes, strict=False))
+    return BackupNode(
+        name=node.name,
+        host_id=outcome.host_id,
+        canary_id=outcome.canary_id,
+        excluded_reason=outcome.excluded_reason,
+        volumes=tuple(
+            NodeVolume(
+                array=v.array,
+                volume=v.volume,
+                role=v.role,
+                volume_id=resolved[v.volume].id if v.volume in resolved else "",
+                size_bytes=resolved[v.volume].size_bytes if v.volume in resolved else 0,
+                wwn=resolved[v.volume].wwn if v.volume in resolved else "",
+            )
+            for v in node.volumes
+        ),
+    )
