@@ -1,0 +1,140 @@
+"""The agent's configuration file (`/etc/ringsnap/agent.toml`), validated into typed sections.
+
+Every error names the file and the key (see `ringsnap.config`). Durations are seconds (TOML has no
+duration type), paths must be absolute, commands are argv lists (never a shell string).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, ConfigDict, Field, model_validator
+
+from ringsnap.config import ReadableFile, SecretFile, Section, load
+
+DEFAULT_CONFIG_PATH = Path("/etc/ringsnap/agent.toml")
+DEFAULT_STATE_DIRECTORY = Path("/run/ringsnap")
+#: Below Cassandra's default 2 s write timeout: client writes stall for the whole freeze.
+DEFAULT_LEASE_SECONDS = 1.5
+MAX_LEASE_SECONDS = 30.0
+#: No configuration may allow a longer lease: past this, every in-flight write has long timed out.
+LEASE_CEILING_SECONDS = 600.0
+
+
+def _absolute(path: Path) -> Path:
+    if not path.is_absolute():
+        raise ValueError(f"{str(path)!r} must be an absolute path")
+    if "\x00" in str(path):
+        raise ValueError("path contains a NUL character")
+    return Path(os.path.normpath(path))
+
+
+def _argv(argv: list[str]) -> list[str]:
+    if not argv or not argv[0]:
+        raise ValueError("must be a non-empty list: the program, then its arguments")
+    return argv
+
+
+def _listen(value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{value!r} is not HOST:PORT (e.g. '0.0.0.0:7443', '[::1]:7443')")
+    return value
+
+
+AbsolutePath = Annotated[Path, AfterValidator(_absolute)]
+Argv = Annotated[list[str], AfterValidator(_argv)]
+
+
+class ServerSection(Section):
+    """Where the agent listens and who may call it."""
+
+    #: HOST:PORT; port 0 picks a free port (tests).
+    listen: Annotated[str, AfterValidator(_listen)] = "0.0.0.0:7443"
+    #: Client identities allowed to call the agent: a certificate's subject common name or any of
+    #: its subject alternative names (DNS name, URI, e-mail). The certificate must also chain to
+    #: `tls.ca_file`.
+    allowed_clients: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
+    #: On shutdown, in-flight calls get this long before they are cancelled.
+    shutdown_grace_seconds: float = Field(default=5.0, ge=0, le=300)
+
+
+class TlsSection(Section):
+    """The agent's certificate and key, and the CA its clients' certificates must chain to."""
+
+    cert_file: ReadableFile
+    #: A path, or `credential:NAME` for a systemd credential (`LoadCredential=NAME:/path`).
+    key_file: SecretFile
+    ca_file: ReadableFile
+
+
+class CassandraSection(Section):
+    """The local Cassandra node: its directories and how to reach and control it."""
+
+    data_directories: list[AbsolutePath] = Field(min_length=1)
+    commitlog_directory: AbsolutePath
+    saved_caches_directory: AbsolutePath | None = None
+    hints_directory: AbsolutePath | None = None
+    #: The nodetool command: a path or a full argv prefix (e.g. `["docker", "exec", "c1", "nodetool"]`).
+    nodetool: Argv = Field(default_factory=lambda: ["nodetool"])
+    #: Passed to nodetool as `-h`/`-p` when set.
+    jmx_host: str | None = None
+    jmx_port: int | None = Field(default=None, ge=1, le=65535)
+    nodetool_timeout_seconds: float = Field(default=600.0, gt=0)
+    stop_command: Argv = Field(default_factory=lambda: ["systemctl", "stop", "cassandra.service"])
+    start_command: Argv = Field(default_factory=lambda: ["systemctl", "start", "cassandra.service"])
+    #: Limit for stop_command/start_command themselves (waiting for Up/Normal is separate).
+    command_timeout_seconds: float = Field(default=300.0, gt=0)
+    #: The address clients reach the native protocol on; default: what gossip says.
+    rpc_address: str | None = None
+
+    def nodetool_argv(self) -> list[str]:
+        argv = list(self.nodetool)
+        if self.jmx_host is not None:
+            argv += ["-h", self.jmx_host]
+        if self.jmx_port is not None:
+            argv += ["-p", str(self.jmx_port)]
+        return argv
+
+
+class FreezeSection(Section):
+    """Freeze records and lease bounds."""
+
+    #: Freeze records live here, written before every freeze; must not be on a Cassandra filesystem.
+    state_directory: AbsolutePath = DEFAULT_STATE_DIRECTORY
+    #: Lease when the caller asks for none.
+    default_lease_seconds: float = Field(default=DEFAULT_LEASE_SECONDS, gt=0)
+    #: Longest lease a caller may ask for; longer requests are refused.
+    max_lease_seconds: float = Field(default=MAX_LEASE_SECONDS, gt=0, le=LEASE_CEILING_SECONDS)
+
+    @model_validator(mode="after")
+    def _default_within_max(self) -> FreezeSection:
+        if self.default_lease_seconds > self.max_lease_seconds:
+            raise ValueError(
+                f"default_lease_seconds ({self.default_lease_seconds}) exceeds"
+                f" max_lease_seconds ({self.max_lease_seconds})"
+            )
+        return self
+
+
+class LogSection(Section):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    #: JSON lines (journald) or a console renderer for people.
+    json_lines: bool = Field(default=True, alias="json")
+    level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class AgentConfig(Section):
+    server: ServerSection
+    tls: TlsSection
+    cassandra: CassandraSection
+    freeze: FreezeSection = Field(default_factory=FreezeSection)
+    log: LogSection = Field(default_factory=LogSection)
+
+
+def load_config(path: str | Path = DEFAULT_CONFIG_PATH) -> AgentConfig:
+    """Read and validate the agent's config file; raises ConfigError naming file and key."""
+    return load(path, AgentConfig)

@@ -1,0 +1,39 @@
+"""Typed errors of the agent's domain. The gRPC layer maps each kind to one status code, once.
+
+`ringsnap.errors.ValidationError` (a bad name, path or value sent by a client) is the other error a
+domain call raises on purpose; everything else is a bug or an operating-system failure.
+"""
+
+from __future__ import annotations
+
+from ringsnap.errors import RingsnapError
+
+
+class AgentError(RingsnapError):
+    """Base of the errors a domain call raises for a reason the caller can act on."""
+
+
+class Conflict(AgentError):
+    """The node is not in a state that allows the request (e.g. a filesystem frozen by another
+    operation, an operation that already ended, a directory on a filesystem the agent never freezes)."""
+
+
+class NotFound(AgentError):
+    """The request names something that does not exist (an operation id, a keyspace, a snapshot)."""
+
+
+class AlreadyExists(AgentError):
+    """The request would create something that exists already (a native snapshot tag)."""
+
+
+class CommandFailed(AgentError):
+    """An external command (nodetool, the Cassandra stop/start command) failed; the message holds
+    the command and the relevant part of its output."""
+
+
+class CommandTimeout(AgentError):
+    """An external command did not finish in time and was killed."""
+
+
+class FreezeFailed(AgentError):
+    """The kernel refused to freeze or thaw a filesystem for a reason other than its state."""

@@ -1,0 +1,528 @@
+"""Freezing the node's Cassandra filesystems under a lease.
+
+Rules (MISSION.md, issue 3):
+- only filesystems that hold a configured data or commit-log directory are ever frozen; never `/`,
+  the filesystem of the agent's state directory, or the one its own program runs from;
+- every freeze is recorded (fsynced) before the first ioctl; the record goes only once all is thawed;
+- a watchdog task per operation thaws when the lease runs out, whatever the caller does;
+- an operation id freezes at most once: repeating the call returns the same result, reusing the id
+  of an ended operation is refused;
+- a filesystem frozen by another operation (or by someone outside the agent) is refused.
+
+Ioctls run in a small dedicated thread pool, so the event loop (and with it every watchdog) never
+waits behind a slow FIFREEZE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import errno
+import os
+import sys
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ringsnap import logs
+from ringsnap.agent import fsfreeze, volumes
+from ringsnap.agent.errors import Conflict, FreezeFailed, NotFound
+from ringsnap.agent.freezestate import StateStore, thaw_all, valid_operation_id
+from ringsnap.agent.lease import Clock, Lease, LeasePolicy
+from ringsnap.errors import ValidationError
+
+log = logs.get_logger(__name__)
+_HISTORY = 1024
+_THAW_RETRY_SECONDS = (0.1, 0.5, 2.0, 10.0, 30.0)
+
+
+class State(enum.Enum):
+    FREEZING = "freezing"
+    FROZEN = "frozen"
+    THAWING = "thawing"
+    ENDED = "ended"
+
+
+class EndReason(enum.Enum):
+    THAWED = "thawed by request"
+    LEASE_EXPIRED = "lease expired"
+    SHUTDOWN = "agent shutting down"
+    FAILED = "freeze failed"
+
+
+@dataclass(frozen=True, slots=True)
+class FrozenFilesystem:
+    mount_point: str
+    #: Unix time when the filesystem was frozen (the ioctl returned).
+    frozen_at: float
+    #: How long FIFREEZE took (the kernel writes back dirty data inside it).
+    freeze_seconds: float
+    #: How long the syncfs before it took (0 without sync_first).
+    sync_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class FreezeResult:
+    operation_id: str
+    filesystems: tuple[FrozenFilesystem, ...]
+    lease_expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ThawedFilesystem:
+    mount_point: str
+    #: False if it was no longer frozen when this call came (the lease, or an operator, thawed it).
+    was_frozen: bool
+    #: How long it stayed frozen, if this call thawed it.
+    frozen_seconds: float | None = None
+    thaw_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ThawResult:
+    operation_id: str
+    filesystems: tuple[ThawedFilesystem, ...]
+    lease_expired: bool
+
+
+@dataclass
+class _Operation:
+    operation_id: str
+    mount_points: tuple[str, ...]
+    devices: frozenset[int]
+    lease: Lease
+    state: State = State.FREEZING
+    frozen: dict[str, FrozenFilesystem] = field(default_factory=dict)
+    frozen_mono: dict[str, float] = field(default_factory=dict)
+    freeze_done: asyncio.Event = field(default_factory=asyncio.Event)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    ending: asyncio.Future[ThawResult] | None = None
+    end_reason: EndReason | None = None
+    watchdog: asyncio.Task[None] | None = None
+    thaw_failures: int = 0
+    thawed: list[ThawedFilesystem] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Freezable:
+    """A filesystem a caller may freeze, with every path it may be named by."""
+
+    mount_point: str
+    device_number: int
+    names: frozenset[str]
+
+
+class FreezeManager:
+    def __init__(
+        self,
+        *,
+        data_directories: Sequence[Path],
+        commitlog_directory: Path,
+        store: StateStore,
+        policy: LeasePolicy,
+        clock: Clock = time.monotonic,
+        mounts: Callable[[], list[volumes.Mount]] = volumes.read_mounts,
+    ) -> None:
+        self._directories = {"data": list(data_directories), "commitlog": [commitlog_directory]}
+        self._store = store
+        self.policy = policy
+        self._clock = clock
+        self._mounts = mounts
+        self._active: dict[str, _Operation] = {}
+        self._ended: OrderedDict[str, _Operation] = OrderedDict()
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="ringsnap-freeze")
+
+    # -- what may be frozen -------------------------------------------------------------------
+
+    def _protected_devices(self) -> dict[int, str]:
+        """Devices never frozen, with the reason: the agent needs them writable (or is on them)."""
+        protected = {os.stat("/").st_dev: "it holds /"}
+        state = self._store.directory
+        probe = state if state.exists() else state.parent
+        protected.setdefault(os.stat(probe).st_dev, f"it holds the agent's state ({state})")
+        for program in (sys.prefix, os.path.dirname(volumes.__file__)):
+            protected.setdefault(
+                os.stat(program).st_dev, f"it holds the agent's own program ({program})"
+            )
+        return protected
+
+    def freezable(self) -> tuple[list[Freezable], dict[str, str]]:
+        """(filesystems that may be frozen, {mount point: why it may not}) for the configured
+        data and commit-log directories, as mounted now."""
+        filesystems = volumes.discover(self._directories, mounts=self._mounts(), identities=False)
+        protected = self._protected_devices()
+        allowed: list[Freezable] = []
+        refused: dict[str, str] = {}
+        for filesystem in filesystems:
+            reason = protected.get(filesystem.device_number)
+            if filesystem.mount_point == "/":
+                reason = "it is /"
+            if reason:
+                for name in (filesystem.mount_point, *filesystem.aliases):
+                    refused[name] = reason
+                continue
+            allowed.append(
+                Freezable(
+                    mount_point=filesystem.mount_point,
+                    device_number=filesystem.device_number,
+                    names=frozenset((filesystem.mount_point, *filesystem.aliases)),
+                )
+            )
+        return allowed, refused
+
+    def _targets(self, requested: Sequence[str]) -> list[Freezable]:
+        allowed, refused = self.freezable()
+        if not requested:
+            if refused:
+                details = "; ".join(f"{point}: {why}" for point, why in sorted(refused.items()))
+                raise Conflict(
+                    f"a configured Cassandra directory is on a filesystem the agent never"
+                    f" freezes ({details}); move it to its own filesystem or use quiesce mode"
+                    " flush-only"
+                )
+            if not allowed:
+                raise Conflict("no Cassandra filesystem is mounted")
+            return allowed
+        chosen: dict[int, Freezable] = {}
+        for point in requested:
+            normal = _checked_mount_point(point)
+            if normal in refused:
+                raise ValidationError(f"refusing to freeze {normal!r}: {refused[normal]}")
+            match = next((fs for fs in allowed if normal in fs.names), None)
+            if match is None:
+                if normal == "/":
+                    raise ValidationError("refusing to freeze '/': the agent never freezes /")
+                names = sorted(name for fs in allowed for name in fs.names)
+                raise ValidationError(
+                    f"{normal!r} is not the mount point of a configured Cassandra data or"
+                    f" commit-log directory (allowed: {', '.join(names) or 'none'})"
+                )
+            chosen.setdefault(match.device_number, match)
+        return list(chosen.values())
+
+    # -- freeze, renew, thaw ------------------------------------------------------------------
+
+    async def freeze(
+        self,
+        operation_id: str,
+        mount_points: Sequence[str] = (),
+        *,
+        lease_seconds: float | None = None,
+        sync_first: bool = False,
+    ) -> FreezeResult:
+        _check_operation_id(operation_id)
+        seconds = self.policy.choose(lease_seconds)
+        existing = self._active.get(operation_id) or self._ended.get(operation_id)
+        targets = self._targets(mount_points)
+        wanted = tuple(sorted(fs.mount_point for fs in targets))
+        if existing is not None:
+            return await self._repeat(existing, wanted)
+        devices = frozenset(fs.device_number for fs in targets)
+        for other in self._active.values():
+            if other.devices & devices:
+                busy = sorted(set(other.mount_points) & set(wanted)) or list(other.mount_points)
+                raise Conflict(
+                    f"{', '.join(busy)} is frozen by operation {other.operation_id!r}; thaw it"
+                    " first or wait for its lease to run out"
+                )
+        # Registered synchronously, before any await: a concurrent request sees the operation and
+        # cannot claim the same devices.
+        operation = _Operation(
+            operation_id=operation_id,
+            mount_points=wanted,
+            devices=devices,
+            lease=Lease(seconds, clock=self._clock),
+        )
+        self._active[operation_id] = operation
+        # Shielded: a caller that disconnects mid-freeze must not cancel the bookkeeping that the
+        # watchdog relies on to thaw.
+        work = asyncio.ensure_future(self._freeze_operation(operation, sync_first))
+        return await asyncio.shield(work)
+
+    async def _freeze_operation(self, operation: _Operation, sync_first: bool) -> FreezeResult:
+        operation_id, wanted = operation.operation_id, operation.mount_points
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._pool, self._store.write, operation_id, wanted)
+        except BaseException:
+            self._active.pop(operation_id, None)
+            raise
+        operation.watchdog = asyncio.create_task(
+            self._watch(operation), name=f"lease-{operation_id}"
+        )
+        log.info(
+            "freezing",
+            operation_id=operation_id,
+            mount_points=list(wanted),
+            lease_seconds=operation.lease.seconds,
+            sync_first=sync_first,
+        )
+        outcomes = await asyncio.gather(
+            *(loop.run_in_executor(self._pool, _freeze_one, point, sync_first) for point in wanted),
+            return_exceptions=True,
+        )
+        failures: list[tuple[str, BaseException]] = []
+        for point, outcome in zip(wanted, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                failures.append((point, outcome))
+            else:
+                frozen_at_mono, frozen = outcome
+                operation.frozen[point] = frozen
+                operation.frozen_mono[point] = frozen_at_mono
+        operation.state = State.FROZEN
+        operation.freeze_done.set()
+        if failures:
+            error = _freeze_error(failures)
+            await self._end(operation, EndReason.FAILED)
+            raise error
+        result = self._freeze_result(operation)
+        log.info(
+            "frozen",
+            operation_id=operation_id,
+            freeze_ms={
+                fs.mount_point: round(fs.freeze_seconds * 1000, 2) for fs in result.filesystems
+            },
+            sync_ms={fs.mount_point: round(fs.sync_seconds * 1000, 2) for fs in result.filesystems},
+        )
+        return result
+
+    async def _repeat(self, operation: _Operation, wanted: tuple[str, ...]) -> FreezeResult:
+        if operation.mount_points != wanted:
+            raise Conflict(
+                f"operation {operation.operation_id!r} froze {', '.join(operation.mount_points)},"
+                f" not {', '.join(wanted)}; use a new operation id"
+            )
+        await operation.freeze_done.wait()
+        if operation.state is not State.FROZEN or operation.end_reason is not None:
+            why = operation.end_reason.value if operation.end_reason else operation.state.value
+            raise Conflict(
+                f"operation {operation.operation_id!r} has ended ({why}); its filesystems are"
+                " thawed; use a new operation id"
+            )
+        return self._freeze_result(operation)
+
+    def _freeze_result(self, operation: _Operation) -> FreezeResult:
+        return FreezeResult(
+            operation_id=operation.operation_id,
+            filesystems=tuple(operation.frozen[point] for point in operation.mount_points),
+            lease_expires_at=operation.lease.expires_at_wall(),
+        )
+
+    async def renew(self, operation_id: str, lease_seconds: float | None = None) -> float:
+        """Extend the lease; returns its new end as a Unix time."""
+        _check_operation_id(operation_id)
+        seconds = self.policy.choose(lease_seconds)
+        operation = self._active.get(operation_id)
+        if operation is None or operation.state not in (State.FREEZING, State.FROZEN):
+            ended = self._ended.get(operation_id) or operation
+            if ended is not None:
+                why = ended.end_reason.value if ended.end_reason else "thawing"
+                raise Conflict(
+                    f"operation {operation_id!r} has ended ({why}); its filesystems are thawed"
+                )
+            raise NotFound(f"no freeze operation {operation_id!r} on this agent")
+        if operation.lease.expired():
+            # The watchdog is about to thaw; a late renewal must not revive the freeze.
+            raise Conflict(f"the lease of operation {operation_id!r} has run out")
+        operation.lease.renew(seconds)
+        operation.wake.set()
+        log.debug("lease renewed", operation_id=operation_id, lease_seconds=seconds)
+        return operation.lease.expires_at_wall()
+
+    async def thaw(self, operation_id: str) -> ThawResult:
+        """Thaw what `operation_id` froze. Unknown or ended operations are not an error: the result
+        then says that nothing was frozen any more (`was_frozen` False)."""
+        _check_operation_id(operation_id)
+        operation = self._active.get(operation_id) or self._ended.get(operation_id)
+        if operation is None:
+            log.info("thaw of an unknown operation: nothing frozen", operation_id=operation_id)
+            return ThawResult(operation_id, (), lease_expired=False)
+        if operation.end_reason is not None and operation.state is State.ENDED:
+            return _already_thawed(operation)
+        # Shielded: a caller that disconnects must not interrupt a thaw half-way.
+        return await asyncio.shield(self._end(operation, EndReason.THAWED))
+
+    async def thaw_everything(self, reason: EndReason = EndReason.SHUTDOWN) -> list[ThawResult]:
+        operations = list(self._active.values())
+        results = await asyncio.gather(
+            *(asyncio.shield(self._end(operation, reason)) for operation in operations),
+            return_exceptions=True,
+        )
+        return [result for result in results if isinstance(result, ThawResult)]
+
+    def active_operations(self) -> list[str]:
+        return sorted(self._active)
+
+    async def recover(self) -> None:
+        """Thaw whatever a previous agent process recorded (run before serving)."""
+        outcomes = await asyncio.get_running_loop().run_in_executor(
+            self._pool, thaw_all, self._store
+        )
+        thawed = [outcome.mount_point for outcome in outcomes if outcome.was_frozen]
+        failed = [outcome for outcome in outcomes if outcome.error]
+        if thawed:
+            log.warning("thawed filesystems a previous agent left frozen", mount_points=thawed)
+        for outcome in failed:
+            log.error(
+                "could not thaw a recorded freeze; the record stays",
+                operation_id=outcome.operation_id,
+                mount_point=outcome.mount_point,
+                error=outcome.error,
+            )
+
+    async def close(self) -> None:
+        await self.thaw_everything(EndReason.SHUTDOWN)
+        self._pool.shutdown(wait=False)
+
+    # -- the watchdog and the single path that thaws --------------------------------------------
+
+    async def _watch(self, operation: _Operation) -> None:
+        while operation.state in (State.FREEZING, State.FROZEN):
+            delay = operation.lease.remaining()
+            if delay <= 0:
+                log.warning(
+                    "lease expired: thawing",
+                    operation_id=operation.operation_id,
+                    lease_seconds=operation.lease.seconds,
+                    renewals=operation.lease.renewals,
+                )
+                # A failure is logged and the next attempt already scheduled by _thaw_operation.
+                with contextlib.suppress(FreezeFailed):
+                    await asyncio.shield(self._end(operation, EndReason.LEASE_EXPIRED))
+                return
+            operation.wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(operation.wake.wait(), delay)
+
+    async def _retry_thaw(self, operation: _Operation, reason: EndReason, delay: float) -> None:
+        await asyncio.sleep(delay)
+        with contextlib.suppress(FreezeFailed):  # logged; the next attempt is scheduled
+            await asyncio.shield(self._end(operation, reason))
+
+    def _end(self, operation: _Operation, reason: EndReason) -> asyncio.Future[ThawResult]:
+        """Thaw the operation's filesystems once; concurrent callers share the one attempt."""
+        if operation.ending is None:
+            operation.ending = asyncio.ensure_future(self._thaw_operation(operation, reason))
+        return operation.ending
+
+    async def _thaw_operation(self, operation: _Operation, reason: EndReason) -> ThawResult:
+        await operation.freeze_done.wait()
+        operation.state = State.THAWING
+        operation.end_reason = reason
+        operation.wake.set()  # lets the watchdog see that it has nothing left to do
+        loop = asyncio.get_running_loop()
+        thawed = operation.thawed
+        pending = [point for point in operation.mount_points if point in operation.frozen]
+        for pause in (0.0, 0.05):
+            if pause:
+                await asyncio.sleep(pause)
+            outcomes = await asyncio.gather(
+                *(loop.run_in_executor(self._pool, fsfreeze.thaw, point) for point in pending),
+                return_exceptions=True,
+            )
+            still: list[str] = []
+            for point, outcome in zip(pending, outcomes, strict=True):
+                if isinstance(outcome, BaseException):
+                    still.append(point)
+                    log.error(
+                        "thaw failed",
+                        operation_id=operation.operation_id,
+                        mount_point=point,
+                        error=str(outcome),
+                    )
+                    continue
+                frozen_for = self._clock() - operation.frozen_mono[point]
+                thawed.append(ThawedFilesystem(point, outcome.changed, frozen_for, outcome.seconds))
+                log.info(
+                    "thawed",
+                    operation_id=operation.operation_id,
+                    mount_point=point,
+                    reason=reason.value,
+                    frozen_ms=round(frozen_for * 1000, 2),
+                    thaw_ms=round(outcome.seconds * 1000, 2),
+                    was_frozen=outcome.changed,
+                )
+            pending = still
+            if not pending:
+                break
+        if pending:
+            # Still frozen: the operation stays active (nothing else may claim the filesystems), the
+            # record stays on disk, and a background task keeps trying with growing pauses.
+            for fs in thawed:
+                operation.frozen.pop(fs.mount_point, None)
+            operation.state = State.FROZEN
+            operation.ending = None
+            delay = _THAW_RETRY_SECONDS[min(operation.thaw_failures, len(_THAW_RETRY_SECONDS) - 1)]
+            operation.thaw_failures += 1
+            operation.watchdog = asyncio.create_task(self._retry_thaw(operation, reason, delay))
+            raise FreezeFailed(
+                f"could not thaw {', '.join(pending)} for operation {operation.operation_id!r};"
+                f" retrying in {delay:g} s; `ringsnap-agent thaw-all` also retries; check the"
+                " kernel log"
+            )
+        await loop.run_in_executor(self._pool, self._store.remove, operation.operation_id)
+        operation.state = State.ENDED
+        self._active.pop(operation.operation_id, None)
+        self._ended[operation.operation_id] = operation
+        while len(self._ended) > _HISTORY:
+            self._ended.popitem(last=False)
+        order = {point: index for index, point in enumerate(operation.mount_points)}
+        return ThawResult(
+            operation.operation_id,
+            tuple(sorted(thawed, key=lambda fs: order[fs.mount_point])),
+            lease_expired=reason is EndReason.LEASE_EXPIRED,
+        )
+
+
+def _already_thawed(operation: _Operation) -> ThawResult:
+    return ThawResult(
+        operation.operation_id,
+        tuple(ThawedFilesystem(fs.mount_point, was_frozen=False) for fs in operation.thawed),
+        lease_expired=operation.end_reason is EndReason.LEASE_EXPIRED,
+    )
+
+
+def _freeze_one(mount_point: str, sync_first: bool) -> tuple[float, FrozenFilesystem]:
+    sync_seconds = fsfreeze.syncfs(mount_point) if sync_first else 0.0
+    result = fsfreeze.freeze(mount_point)
+    return time.monotonic(), FrozenFilesystem(
+        mount_point=mount_point,
+        frozen_at=time.time(),
+        freeze_seconds=result.seconds,
+        sync_seconds=sync_seconds,
+    )
+
+
+def _freeze_error(failures: list[tuple[str, BaseException]]) -> Exception:
+    messages = []
+    busy = False
+    for point, error in failures:
+        if isinstance(error, OSError) and error.errno == errno.EBUSY:
+            busy = True
+            messages.append(f"{point} is already frozen, not by this agent (fsfreeze -u it first?)")
+        elif isinstance(error, OSError):
+            messages.append(f"{point}: {os.strerror(error.errno or 0)}")
+        else:
+            messages.append(f"{point}: {error}")
+    text = "freeze failed, nothing left frozen: " + "; ".join(messages)
+    return Conflict(text) if busy else FreezeFailed(text)
+
+
+def _check_operation_id(value: str) -> None:
+    if not valid_operation_id(value):
+        raise ValidationError(
+            f"invalid operation id {value!r}: use 1-128 letters, digits, '.', '-' or '_',"
+            " starting with a letter or digit"
+        )
+
+
+def _checked_mount_point(value: str) -> str:
+    if not value or "\x00" in value or not value.startswith("/"):
+        raise ValidationError(f"mount point {value!r} must be an absolute path")
+    if ".." in value.split("/"):
+        raise ValidationError(f"mount point {value!r} must not contain '..'")
+    return os.path.normpath(value)

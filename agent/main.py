@@ -1,0 +1,124 @@
+"""`ringsnap-agent`: serve the node agent, or thaw every filesystem a freeze record names.
+
+    ringsnap-agent serve [--config /etc/ringsnap/agent.toml]
+    ringsnap-agent thaw-all [--config FILE | --state-dir DIR]
+
+Exit codes: 0 ok; 1 a thaw failed (thaw-all) or the agent failed; 78 configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from pathlib import Path
+
+from ringsnap import logs
+from ringsnap.agent import sdnotify
+from ringsnap.agent.app import AgentServer
+from ringsnap.agent.config import DEFAULT_CONFIG_PATH, AgentConfig, load_config
+from ringsnap.agent.freezestate import StateStore, thaw_all
+from ringsnap.errors import ConfigError, RingsnapError
+
+log = logs.get_logger("ringsnap.agent")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ringsnap-agent",
+        description="ringsnap's per-node agent: flush, freeze under a lease, SSTable manifests, "
+        "native snapshots, Cassandra stop/start; reachable only over mutual TLS.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve = commands.add_parser("serve", help="run the agent (under systemd: Type=notify)")
+    serve.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH, help="agent.toml")
+    thaw = commands.add_parser(
+        "thaw-all",
+        help="thaw every filesystem recorded as frozen (ExecStopPost=, or an operator)",
+        description="Thaw every filesystem named in a freeze record under the state directory. "
+        "Thawing a filesystem that is not frozen is not an error. Safe to run at any time.",
+    )
+    source = thaw.add_mutually_exclusive_group()
+    source.add_argument("--config", type=Path, help=f"agent.toml (default {DEFAULT_CONFIG_PATH})")
+    source.add_argument("--state-dir", type=Path, help="the state directory itself")
+    return parser
+
+
+async def serve(config: AgentConfig) -> None:
+    notifier = sdnotify.Notifier.from_environment()
+    server = AgentServer(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    port = await server.start()
+    notifier.ready(f"serving on {config.server.listen} (port {port})")
+    watchdog: asyncio.Task[None] | None = None
+    interval = sdnotify.watchdog_interval()
+    if interval is not None:
+        watchdog = asyncio.create_task(_keep_alive(notifier, interval))
+    try:
+        await stop.wait()
+    finally:
+        log.info("stopping: no new requests; thawing whatever is still frozen")
+        notifier.stopping("thawing and shutting down")
+        if watchdog is not None:
+            watchdog.cancel()
+        await server.stop()
+
+
+async def _keep_alive(notifier: sdnotify.Notifier, interval: float) -> None:
+    # The pings come from the event loop that also runs every lease watchdog: if it stalls, systemd
+    # notices, kills the agent, and ExecStopPost= thaws.
+    while True:
+        notifier.watchdog()
+        await asyncio.sleep(interval)
+
+
+def _state_directory(arguments: argparse.Namespace) -> Path:
+    if arguments.state_dir is not None:
+        return Path(arguments.state_dir)
+    return load_config(arguments.config or DEFAULT_CONFIG_PATH).freeze.state_directory
+
+
+def thaw_all_command(arguments: argparse.Namespace) -> int:
+    store = StateStore(_state_directory(arguments))
+    outcomes = thaw_all(store)
+    failed = [outcome for outcome in outcomes if outcome.error]
+    for outcome in outcomes:
+        if outcome.error:
+            state = f"FAILED: {outcome.error}"
+        else:
+            state = "thawed" if outcome.was_frozen else "was not frozen"
+        print(f"{outcome.mount_point or '-'}\t{outcome.operation_id}\t{state}")
+    if not outcomes:
+        print(f"no freeze records under {store.directory}")
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = _parser().parse_args(argv)
+    try:
+        if arguments.command == "thaw-all":
+            logs.configure(json=False, level="info")
+            return thaw_all_command(arguments)
+        config = load_config(arguments.config)
+        logs.configure(json=config.log.json_lines, level=config.log.level)
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve(config))
+        return 0
+    except ConfigError as exc:
+        print(f"ringsnap-agent: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except RingsnapError as exc:
+        print(f"ringsnap-agent: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except RuntimeError as exc:
+        print(f"ringsnap-agent: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,306 @@
+"""SSTable manifests: every SSTable of the live data directories or of one native snapshot.
+
+Layout (Cassandra 4.x/5.0): `<data dir>/<keyspace>/<table>-<table id>/<version>-<generation>-<format>-<Component>`
+(e.g. `nb-1-big-Data.db`, `oa-3gk0_0xyz_4gt0g2ks7idrbkqxqj-bti-Data.db`); secondary-index SSTables
+in `.<index>` subdirectories; snapshots in `<table dir>/snapshots/<tag>/` (same layout inside);
+incremental backups in `backups/` (never listed here).
+
+An SSTable's components are the ones its `TOC.txt` lists. No TOC, or a listed component missing on
+disk, makes the SSTable incomplete with the reason; it is reported, never silently included or
+dropped. Sizes come from stat; the data checksum is the one Cassandra wrote to `Digest.crc32` —
+data files are never read.
+
+Speed: one scandir per directory (from a directory fd, so that each stat is an fstatat on a short
+name), grouping by name prefix, and small files read with raw os calls.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from ringsnap.names import keyspace_name, snapshot_tag
+
+DEFAULT_BATCH = 500
+_IDENTIFIER = re.compile(r"[A-Za-z0-9_]{1,48}")
+_TABLE_DIRECTORY = re.compile(r"([A-Za-z0-9_]{1,48})(?:-([0-9a-f]{32}))?")
+_INDEX_DIRECTORY = re.compile(r"\.[A-Za-z0-9_]{1,48}")
+_VERSION = re.compile(r"[a-z]{2}")
+_GENERATION = re.compile(r"[0-9a-z_]{1,64}")
+_FORMAT = re.compile(r"[a-z]{1,16}")
+_COMPONENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,254}")
+_SKIPPED_IN_TABLE = frozenset(("snapshots", "backups"))
+# TOC.txt and Digest.crc32 are a few hundred bytes: one small read (a large buffer costs more than
+# the syscall), more only if needed.
+_READ_SIZE = 4096
+_READ_LIMIT = 1 << 16
+DEFAULT_WORKERS = 2
+
+
+class Component(NamedTuple):
+    """One component file: name as in TOC.txt, path relative to the data directory root."""
+
+    name: str
+    path: str
+    size_bytes: int
+    mtime_ns: int
+
+
+@dataclass(slots=True)
+class SSTable:
+    data_directory: str
+    keyspace: str
+    table: str
+    #: Directory name with the table id suffix; `<table dir>/.<index>` for index SSTables.
+    table_directory: str
+    generation: str
+    format: str
+    version: str
+    components: list[Component]
+    data_digest_crc32: str
+    complete: bool
+    problem: str
+    snapshot_tag: str
+
+
+def manifest(
+    data_directories: Sequence[Path | str],
+    *,
+    tag: str = "",
+    keyspaces: Iterable[str] = (),
+    batch_size: int = DEFAULT_BATCH,
+    workers: int = DEFAULT_WORKERS,
+) -> Iterator[list[SSTable]]:
+    """Yield the manifest in batches of at most `batch_size` SSTables, in a stable order.
+
+    `tag` (validated) selects a native snapshot; `keyspaces` (validated) restricts the keyspaces.
+    `workers` threads scan directories in parallel (stat and read release the GIL); memory stays
+    bounded by a small window of directories ahead of the consumer.
+    """
+    if tag:
+        snapshot_tag(tag)
+    wanted = frozenset(keyspace_name(name) for name in keyspaces)
+    directories = (
+        directory for root in data_directories for directory in _directories(str(root), tag, wanted)
+    )
+    batch: list[SSTable] = []
+    for tables in _ordered_map(_scan, directories, workers):
+        for table in tables:
+            batch.append(table)
+            if len(batch) >= batch_size:
+                yield batch
+                batch = []
+    if batch:
+        yield batch
+
+
+@dataclass(frozen=True, slots=True)
+class _Directory:
+    """A directory that holds SSTables, and what every SSTable in it shares."""
+
+    path: str
+    relative: str
+    table_directory: str
+    root: str
+    keyspace: str
+    table: str
+    tag: str
+
+
+def _ordered_map(
+    function: Callable[[_Directory], list[SSTable]], items: Iterator[_Directory], workers: int
+) -> Iterator[list[SSTable]]:
+    if workers <= 1:
+        yield from map(function, items)
+        return
+    window: deque[Future[list[SSTable]]] = deque()
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ringsnap-manifest") as pool:
+        try:
+            for item in items:
+                window.append(pool.submit(function, item))
+                if len(window) >= 4 * workers:
+                    yield window.popleft().result()
+            while window:
+                yield window.popleft().result()
+        finally:
+            for future in window:
+                future.cancel()
+
+
+def _subdirectories(path: str) -> list[str]:
+    try:
+        with os.scandir(path) as entries:
+            return sorted(entry.name for entry in entries if entry.is_dir(follow_symlinks=False))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _directories(root: str, tag: str, wanted: frozenset[str]) -> Iterator[_Directory]:
+    for keyspace in _subdirectories(root):
+        if not _IDENTIFIER.fullmatch(keyspace) or (wanted and keyspace not in wanted):
+            continue  # lost+found and anything else that is not a keyspace
+        keyspace_path = f"{root}/{keyspace}"
+        for table_directory in _subdirectories(keyspace_path):
+            match = _TABLE_DIRECTORY.fullmatch(table_directory)
+            if match is None:
+                continue
+            relative = f"{keyspace}/{table_directory}"
+            if tag:
+                relative = f"{relative}/snapshots/{tag}"
+            yield _Directory(
+                path=f"{root}/{relative}",
+                relative=relative,
+                table_directory=table_directory,
+                root=root,
+                keyspace=keyspace,
+                table=match.group(1),
+                tag=tag,
+            )
+
+
+def _read_small(name: str, directory_fd: int) -> bytes:
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory_fd)
+    try:
+        data = os.read(fd, _READ_SIZE)
+        if len(data) == _READ_SIZE:  # rare: read the rest, up to the limit
+            while len(data) < _READ_LIMIT and (more := os.read(fd, _READ_SIZE)):
+                data += more
+        return data
+    finally:
+        os.close(fd)
+
+
+def _scan(directory: _Directory) -> list[SSTable]:
+    """Every SSTable in `directory`, then those of its secondary-index subdirectories."""
+    try:
+        directory_fd = os.open(directory.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return []  # e.g. a table without this snapshot
+    found: list[SSTable] = []
+    indexes: list[str] = []
+    try:
+        groups: dict[str, dict[str, os.DirEntry[str]]] = {}
+        with os.scandir(directory_fd) as entries:
+            for entry in entries:
+                name = entry.name
+                parts = name.split("-", 3)
+                if len(parts) != 4:
+                    if name[:1] == "." and entry.is_dir(follow_symlinks=False):
+                        indexes.append(name)
+                    continue
+                component = parts[3]
+                key = name[: len(name) - len(component)]
+                group = groups.get(key)
+                if group is None:
+                    group = groups[key] = {}
+                group[component] = entry
+        prefix = f"{directory.relative}/"
+        for key in sorted(groups):
+            version, generation, sstable_format, _ = key.split("-")
+            if not (
+                _VERSION.fullmatch(version)
+                and _GENERATION.fullmatch(generation)
+                and _FORMAT.fullmatch(sstable_format)
+            ):
+                continue  # not an SSTable (e.g. a transaction log whose uuid has dashes)
+            found.append(
+                _sstable(
+                    groups[key],
+                    prefix + key,
+                    directory_fd,
+                    SSTable(
+                        data_directory=directory.root,
+                        keyspace=directory.keyspace,
+                        table=directory.table,
+                        table_directory=directory.table_directory,
+                        generation=generation,
+                        format=sstable_format,
+                        version=version,
+                        components=[],
+                        data_digest_crc32="",
+                        complete=True,
+                        problem="",
+                        snapshot_tag=directory.tag,
+                    ),
+                )
+            )
+    finally:
+        os.close(directory_fd)
+    for index in sorted(indexes):
+        if _INDEX_DIRECTORY.fullmatch(index):
+            found += _scan(
+                _Directory(
+                    path=f"{directory.path}/{index}",
+                    relative=f"{directory.relative}/{index}",
+                    table_directory=f"{directory.table_directory}/{index}",
+                    root=directory.root,
+                    keyspace=directory.keyspace,
+                    table=directory.table,
+                    tag=directory.tag,
+                )
+            )
+    return found
+
+
+def _sstable(
+    files: dict[str, os.DirEntry[str]], path_prefix: str, directory_fd: int, table: SSTable
+) -> SSTable:
+    problems: list[str] = []
+    toc_entry = files.get("TOC.txt")
+    if toc_entry is None:
+        listed = sorted(files)
+        problems.append("TOC.txt is missing")
+    else:
+        try:
+            text = _read_small(toc_entry.name, directory_fd).decode("utf-8", errors="replace")
+        except OSError as exc:
+            text = ""
+            problems.append(f"TOC.txt unreadable: {os.strerror(exc.errno or 0)}")
+        listed = []
+        for line in text.splitlines():
+            name = line.strip()
+            if not name:
+                continue
+            if not _COMPONENT.fullmatch(name):
+                problems.append(f"TOC.txt lists an invalid component name {name[:80]!r}")
+            elif name not in listed:
+                listed.append(name)
+        if "TOC.txt" not in listed:
+            listed.append("TOC.txt")
+    components = table.components
+    missing: list[str] = []
+    for name in listed:
+        entry = files.get(name)
+        if entry is None:
+            missing.append(name)
+            continue
+        try:
+            stat = entry.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            missing.append(name)  # removed between the listing and now (compaction)
+            continue
+        components.append(Component(name, path_prefix + name, stat.st_size, stat.st_mtime_ns))
+    if missing:
+        problems.append(f"component(s) listed in TOC.txt missing on disk: {', '.join(missing)}")
+    digest = files.get("Digest.crc32")
+    if digest is not None and "Digest.crc32" in listed and "Digest.crc32" not in missing:
+        try:
+            value = _read_small(digest.name, directory_fd).decode("ascii", errors="replace")
+            table.data_digest_crc32 = value.strip()
+        except OSError as exc:
+            problems.append(f"Digest.crc32 unreadable: {os.strerror(exc.errno or 0)}")
+        if table.data_digest_crc32 and not table.data_digest_crc32.isdigit():
+            problems.append(
+                f"Digest.crc32 is not a decimal number: {table.data_digest_crc32[:40]!r}"
+            )
+            table.data_digest_crc32 = ""
+    if problems:
+        table.complete = False
+        table.problem = "; ".join(problems)
+    return table

@@ -1,0 +1,215 @@
+"""The agent's domain: everything the coordinator may ask of one node, as plain async calls.
+
+The gRPC servicer only translates messages to these calls and their results back; tests and
+in-process users call them directly. Every name is validated here, so no caller can skip it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ringsnap import logs
+from ringsnap.agent import manifest, process, volumes
+from ringsnap.agent.config import AgentConfig
+from ringsnap.agent.errors import CommandFailed, CommandTimeout
+from ringsnap.agent.freeze import FreezeManager, FreezeResult, ThawResult
+from ringsnap.agent.freezestate import StateStore
+from ringsnap.agent.lease import LeasePolicy
+from ringsnap.agent.nodetool import Nodetool
+from ringsnap.errors import ValidationError
+from ringsnap.names import keyspace_name, snapshot_tag, table_name
+
+log = logs.get_logger(__name__)
+AGENT_VERSION = "0.1.0"
+_START_POLL_SECONDS = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    cluster_name: str
+    host_id: str
+    datacenter: str
+    rack: str
+    tokens: tuple[str, ...]
+    cassandra_version: str
+    data_directories: tuple[str, ...]
+    commitlog_directory: str
+    filesystems: tuple[volumes.NodeFilesystem, ...]
+    agent_version: str
+    rpc_address: str
+
+
+class NodeAgent:
+    def __init__(self, config: AgentConfig) -> None:
+        self.config = config
+        cassandra = config.cassandra
+        self.nodetool = Nodetool(
+            cassandra.nodetool_argv(), timeout=cassandra.nodetool_timeout_seconds
+        )
+        self.store = StateStore(config.freeze.state_directory)
+        self.freezer = FreezeManager(
+            data_directories=cassandra.data_directories,
+            commitlog_directory=cassandra.commitlog_directory,
+            store=self.store,
+            policy=LeasePolicy(
+                default_seconds=config.freeze.default_lease_seconds,
+                max_seconds=config.freeze.max_lease_seconds,
+            ),
+        )
+
+    # -- identity ------------------------------------------------------------------------------
+
+    def directories(self) -> dict[str, list[Path]]:
+        cassandra = self.config.cassandra
+        found: dict[str, list[Path]] = {
+            "data": list(cassandra.data_directories),
+            "commitlog": [cassandra.commitlog_directory],
+        }
+        if cassandra.saved_caches_directory is not None:
+            found["saved_caches"] = [cassandra.saved_caches_directory]
+        if cassandra.hints_directory is not None:
+            found["hints"] = [cassandra.hints_directory]
+        return found
+
+    def filesystems(self) -> list[volumes.NodeFilesystem]:
+        return volumes.discover(self.directories())
+
+    async def node_info(self) -> NodeInfo:
+        facts = await self.nodetool.facts()
+        filesystems = await asyncio.to_thread(self.filesystems)
+        cassandra = self.config.cassandra
+        return NodeInfo(
+            cluster_name=facts.cluster_name,
+            host_id=facts.identity.host_id,
+            datacenter=facts.identity.datacenter,
+            rack=facts.identity.rack,
+            tokens=facts.identity.tokens,
+            cassandra_version=facts.cassandra_version,
+            data_directories=tuple(str(path) for path in cassandra.data_directories),
+            commitlog_directory=str(cassandra.commitlog_directory),
+            filesystems=tuple(filesystems),
+            agent_version=AGENT_VERSION,
+            rpc_address=cassandra.rpc_address or facts.native_address,
+        )
+
+    # -- flush, freeze, manifest, native snapshots ---------------------------------------------
+
+    async def flush(self, keyspace: str = "", tables: Sequence[str] = ()) -> float:
+        if keyspace:
+            keyspace_name(keyspace)
+        for table in tables:
+            table_name(table)
+        if tables and not keyspace:
+            raise ValidationError("tables to flush were named without their keyspace")
+        seconds = await self.nodetool.flush(keyspace, tables)
+        log.info(
+            "flushed", keyspace=keyspace or "*", tables=list(tables), seconds=round(seconds, 3)
+        )
+        return seconds
+
+    async def freeze(
+        self,
+        operation_id: str,
+        mount_points: Sequence[str] = (),
+        *,
+        lease_seconds: float | None = None,
+        sync_first: bool = False,
+    ) -> FreezeResult:
+        return await self.freezer.freeze(
+            operation_id, mount_points, lease_seconds=lease_seconds, sync_first=sync_first
+        )
+
+    async def renew(self, operation_id: str, lease_seconds: float | None = None) -> float:
+        return await self.freezer.renew(operation_id, lease_seconds)
+
+    async def thaw(self, operation_id: str) -> ThawResult:
+        return await self.freezer.thaw(operation_id)
+
+    def manifest(
+        self,
+        tag: str = "",
+        keyspaces: Sequence[str] = (),
+        *,
+        batch_size: int = manifest.DEFAULT_BATCH,
+    ) -> Iterator[list[manifest.SSTable]]:
+        """A blocking generator (run it in a thread): validates its arguments on the first step."""
+        return manifest.manifest(
+            self.config.cassandra.data_directories,
+            tag=tag,
+            keyspaces=keyspaces,
+            batch_size=batch_size,
+        )
+
+    async def create_snapshot(self, tag: str, keyspaces: Sequence[str] = ()) -> float:
+        snapshot_tag(tag)
+        names = [keyspace_name(name) for name in keyspaces]
+        seconds = await self.nodetool.snapshot(tag, names)
+        log.info(
+            "native snapshot taken", tag=tag, keyspaces=names or "*", seconds=round(seconds, 3)
+        )
+        return seconds
+
+    async def clear_snapshot(self, tag: str) -> None:
+        snapshot_tag(tag)
+        await self.nodetool.clear_snapshot(tag)
+        log.info("native snapshot cleared", tag=tag)
+
+    # -- stop and start (restores) --------------------------------------------------------------
+
+    async def stop_cassandra(self, *, drain: bool = False) -> float:
+        started = time.monotonic()
+        cassandra = self.config.cassandra
+        log.warning("stopping Cassandra at the coordinator's request", drain=drain)
+        if drain:
+            await self.nodetool.drain()
+        await process.run(cassandra.stop_command, timeout=cassandra.command_timeout_seconds)
+        seconds = time.monotonic() - started
+        log.warning("Cassandra stopped", seconds=round(seconds, 3))
+        return seconds
+
+    async def start_cassandra(self, *, wait_seconds: float = 0.0) -> float:
+        started = time.monotonic()
+        cassandra = self.config.cassandra
+        if wait_seconds < 0:
+            raise ValidationError(f"wait {wait_seconds:g} s is negative")
+        log.info("starting Cassandra at the coordinator's request", wait_seconds=wait_seconds)
+        await process.run(cassandra.start_command, timeout=cassandra.command_timeout_seconds)
+        if wait_seconds:
+            await self._wait_until_serving(started + wait_seconds)
+        seconds = time.monotonic() - started
+        log.info("Cassandra started", seconds=round(seconds, 3), waited=bool(wait_seconds))
+        return seconds
+
+    async def _wait_until_serving(self, deadline: float) -> None:
+        last = "no answer yet"
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise CommandTimeout(f"Cassandra did not report itself serving in time ({last})")
+            try:
+                identity = await self.nodetool.info(timeout=max(remaining, 1.0))
+                if identity.gossip_active and identity.native_transport_active:
+                    return
+                last = "gossip or native transport not active yet"
+            except (CommandFailed, CommandTimeout) as exc:
+                last = str(exc)[:300]
+            await asyncio.sleep(min(_START_POLL_SECONDS, max(deadline - time.monotonic(), 0)))
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Thaw whatever a previous process left frozen; warn about unfreezable filesystems."""
+        self.store.ensure()
+        await self.freezer.recover()
+        _, refused = await asyncio.to_thread(self.freezer.freezable)
+        for point, why in sorted(refused.items()):
+            log.warning(
+                "this Cassandra filesystem can never be frozen", mount_point=point, reason=why
+            )
+
+    async def close(self) -> None:
+        await self.freezer.close()

@@ -1,0 +1,298 @@
+"""The gRPC servicer: messages to domain calls and back, and domain errors to status codes (once).
+
+Nothing here decides anything; `NodeAgent` does. A request that fails validation is answered with
+INVALID_ARGUMENT before anything on the node changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any, NoReturn, TypeVar
+
+import grpc
+import grpc.aio
+from google.protobuf import duration_pb2, timestamp_pb2
+
+from ringsnap import logs
+from ringsnap.agent import errors as agent_errors
+from ringsnap.agent import manifest, volumes
+from ringsnap.agent.freeze import FreezeResult, ThawResult
+from ringsnap.agent.node import NodeAgent, NodeInfo
+from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc, types_pb2
+from ringsnap.errors import ValidationError
+
+log = logs.get_logger(__name__)
+
+Context = grpc.aio.ServicerContext[Any, Any]
+Request = TypeVar("Request")
+Response = TypeVar("Response")
+
+#: The one place where domain errors become status codes (most specific class first).
+STATUS_FOR_ERROR: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
+    (ValidationError, grpc.StatusCode.INVALID_ARGUMENT),
+    (agent_errors.NotFound, grpc.StatusCode.NOT_FOUND),
+    (agent_errors.AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
+    (agent_errors.Conflict, grpc.StatusCode.FAILED_PRECONDITION),
+    (agent_errors.CommandTimeout, grpc.StatusCode.DEADLINE_EXCEEDED),
+    (agent_errors.CommandFailed, grpc.StatusCode.UNAVAILABLE),
+    (agent_errors.FreezeFailed, grpc.StatusCode.INTERNAL),
+)
+
+
+def status_for(error: Exception) -> grpc.StatusCode | None:
+    for kind, code in STATUS_FOR_ERROR:
+        if isinstance(error, kind):
+            return code
+    return None
+
+
+async def _abort(context: Context, error: Exception, method: str) -> NoReturn:
+    code = status_for(error)
+    if code is None:
+        log.error("internal error", method=method, exc_info=error)
+        await context.abort(grpc.StatusCode.INTERNAL, "internal error in the agent; see its log")
+    log.info("request refused", method=method, code=code.name, reason=str(error))
+    await context.abort(code, str(error))
+
+
+def unary(
+    handler: Callable[[Any, Request, Context], Awaitable[Response]],
+) -> Callable[[Any, Request, Context], Awaitable[Response]]:
+    @functools.wraps(handler)
+    async def wrapper(self: Any, request: Request, context: Context) -> Response:
+        try:
+            return await handler(self, request, context)
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
+        except Exception as exc:
+            await _abort(context, exc, handler.__name__)
+
+    return wrapper
+
+
+# -- conversions ---------------------------------------------------------------------------------
+
+
+def seconds_of(duration: duration_pb2.Duration, field: str) -> float:
+    """A request Duration as seconds; malformed ones (mixed signs, nanos out of range) are refused."""
+    seconds, nanos = duration.seconds, duration.nanos
+    if not -999_999_999 <= nanos <= 999_999_999 or (seconds > 0 > nanos) or (seconds < 0 < nanos):
+        raise ValidationError(f"{field}: malformed duration ({seconds} s, {nanos} ns)")
+    value = seconds + nanos / 1e9
+    if not math.isfinite(value):
+        raise ValidationError(f"{field}: duration out of range")
+    return value
+
+
+def duration(seconds: float) -> duration_pb2.Duration:
+    message = duration_pb2.Duration()
+    message.FromNanoseconds(round(seconds * 1e9))
+    return message
+
+
+def timestamp(unix_seconds: float) -> timestamp_pb2.Timestamp:
+    message = timestamp_pb2.Timestamp()
+    message.FromDatetime(datetime.fromtimestamp(unix_seconds, UTC))
+    return message
+
+
+def _role(kinds: frozenset[str]) -> types_pb2.FilesystemRole.ValueType:
+    if {"data", "commitlog"} <= kinds:
+        return types_pb2.FILESYSTEM_ROLE_DATA_AND_COMMITLOG
+    if "data" in kinds:
+        return types_pb2.FILESYSTEM_ROLE_DATA
+    if "commitlog" in kinds:
+        return types_pb2.FILESYSTEM_ROLE_COMMITLOG
+    return types_pb2.FILESYSTEM_ROLE_UNSPECIFIED
+
+
+def filesystem_message(filesystem: volumes.NodeFilesystem) -> types_pb2.Filesystem:
+    return types_pb2.Filesystem(
+        mount_point=filesystem.mount_point,
+        device=filesystem.device,
+        fs_type=filesystem.fs_type,
+        role=_role(filesystem.kinds),
+        serial=filesystem.identity.serial,
+        wwn=filesystem.identity.wwn,
+        loop_backing_file=filesystem.identity.loop_backing_file,
+        cassandra_directories=list(filesystem.cassandra_directories),
+    )
+
+
+def node_info_message(info: NodeInfo) -> agent_pb2.NodeInfo:
+    return agent_pb2.NodeInfo(
+        cluster_name=info.cluster_name,
+        host_id=info.host_id,
+        datacenter=info.datacenter,
+        rack=info.rack,
+        tokens=list(info.tokens),
+        cassandra_version=info.cassandra_version,
+        data_directories=list(info.data_directories),
+        commitlog_directory=info.commitlog_directory,
+        filesystems=[filesystem_message(fs) for fs in info.filesystems],
+        agent_version=info.agent_version,
+        rpc_address=info.rpc_address,
+    )
+
+
+def freeze_message(result: FreezeResult) -> agent_pb2.FreezeFilesystemsResponse:
+    return agent_pb2.FreezeFilesystemsResponse(
+        filesystems=[
+            agent_pb2.FrozenFilesystem(
+                mount_point=fs.mount_point,
+                frozen_at=timestamp(fs.frozen_at),
+                freeze_duration=duration(fs.freeze_seconds),
+            )
+            for fs in result.filesystems
+        ],
+        lease_expires_at=timestamp(result.lease_expires_at),
+    )
+
+
+def thaw_message(result: ThawResult) -> agent_pb2.ThawFilesystemsResponse:
+    response = agent_pb2.ThawFilesystemsResponse(lease_expired=result.lease_expired)
+    for fs in result.filesystems:
+        entry = response.filesystems.add(mount_point=fs.mount_point, was_frozen=fs.was_frozen)
+        if fs.frozen_seconds is not None:
+            entry.frozen_for.CopyFrom(duration(fs.frozen_seconds))
+        if fs.thaw_seconds is not None:
+            entry.thaw_duration.CopyFrom(duration(fs.thaw_seconds))
+    return response
+
+
+def manifest_batch_message(batch: Sequence[manifest.SSTable]) -> agent_pb2.GetManifestResponse:
+    response = agent_pb2.GetManifestResponse()
+    add_entry = response.entries.add
+    for table in batch:
+        entry = add_entry(
+            data_directory=table.data_directory,
+            keyspace=table.keyspace,
+            table=table.table,
+            table_directory=table.table_directory,
+            generation=table.generation,
+            format=table.format,
+            version=table.version,
+            data_digest_crc32=table.data_digest_crc32,
+            complete=table.complete,
+            problem=table.problem,
+            snapshot_tag=table.snapshot_tag,
+        )
+        add_component = entry.components.add
+        for name, path, size, mtime in table.components:
+            add_component(name=name, path=path, size_bytes=size, mtime_ns=mtime)
+    return response
+
+
+# -- the servicer ----------------------------------------------------------------------------------
+
+
+class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
+    def __init__(self, agent: NodeAgent) -> None:
+        self._agent = agent
+
+    @unary
+    async def GetNodeInfo(
+        self, request: agent_pb2.GetNodeInfoRequest, context: Context
+    ) -> agent_pb2.NodeInfo:
+        return node_info_message(await self._agent.node_info())
+
+    @unary
+    async def FlushMemtables(
+        self, request: agent_pb2.FlushMemtablesRequest, context: Context
+    ) -> agent_pb2.FlushMemtablesResponse:
+        seconds = await self._agent.flush(request.keyspace, list(request.tables))
+        return agent_pb2.FlushMemtablesResponse(duration=duration(seconds))
+
+    @unary
+    async def FreezeFilesystems(
+        self, request: agent_pb2.FreezeFilesystemsRequest, context: Context
+    ) -> agent_pb2.FreezeFilesystemsResponse:
+        lease = seconds_of(request.lease, "lease") if request.HasField("lease") else None
+        result = await self._agent.freeze(
+            request.operation_id,
+            list(request.mount_points),
+            lease_seconds=lease,
+            sync_first=request.sync_first,
+        )
+        return freeze_message(result)
+
+    @unary
+    async def RenewLease(
+        self, request: agent_pb2.RenewLeaseRequest, context: Context
+    ) -> agent_pb2.RenewLeaseResponse:
+        lease = seconds_of(request.lease, "lease") if request.HasField("lease") else None
+        expires = await self._agent.renew(request.operation_id, lease)
+        return agent_pb2.RenewLeaseResponse(lease_expires_at=timestamp(expires))
+
+    @unary
+    async def ThawFilesystems(
+        self, request: agent_pb2.ThawFilesystemsRequest, context: Context
+    ) -> agent_pb2.ThawFilesystemsResponse:
+        return thaw_message(await self._agent.thaw(request.operation_id))
+
+    async def GetManifest(
+        self, request: agent_pb2.GetManifestRequest, context: Context
+    ) -> AsyncIterator[agent_pb2.GetManifestResponse]:
+        loop = asyncio.get_running_loop()
+        batches: Iterator[list[manifest.SSTable]] | None = None
+        try:
+            batches = self._agent.manifest(request.snapshot_tag, list(request.keyspaces))
+            while True:
+                message = await loop.run_in_executor(None, _next_message, batches)
+                if message is None:
+                    return
+                yield message
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
+        except Exception as exc:
+            await _abort(context, exc, "GetManifest")
+        finally:
+            if batches is not None:
+                await loop.run_in_executor(None, _close, batches)
+
+    @unary
+    async def CreateSnapshot(
+        self, request: agent_pb2.CreateSnapshotRequest, context: Context
+    ) -> agent_pb2.CreateSnapshotResponse:
+        seconds = await self._agent.create_snapshot(request.tag, list(request.keyspaces))
+        return agent_pb2.CreateSnapshotResponse(duration=duration(seconds))
+
+    @unary
+    async def ClearSnapshot(
+        self, request: agent_pb2.ClearSnapshotRequest, context: Context
+    ) -> agent_pb2.ClearSnapshotResponse:
+        await self._agent.clear_snapshot(request.tag)
+        return agent_pb2.ClearSnapshotResponse()
+
+    @unary
+    async def StopCassandra(
+        self, request: agent_pb2.StopCassandraRequest, context: Context
+    ) -> agent_pb2.StopCassandraResponse:
+        seconds = await self._agent.stop_cassandra(drain=request.drain)
+        return agent_pb2.StopCassandraResponse(duration=duration(seconds))
+
+    @unary
+    async def StartCassandra(
+        self, request: agent_pb2.StartCassandraRequest, context: Context
+    ) -> agent_pb2.StartCassandraResponse:
+        wait = seconds_of(request.wait, "wait") if request.HasField("wait") else 0.0
+        seconds = await self._agent.start_cassandra(wait_seconds=wait)
+        return agent_pb2.StartCassandraResponse(duration=duration(seconds))
+
+
+def _next_message(
+    batches: Iterator[list[manifest.SSTable]],
+) -> agent_pb2.GetManifestResponse | None:
+    # Runs in a worker thread: the walk and the message building both stay off the event loop.
+    batch = next(batches, None)
+    return None if batch is None else manifest_batch_message(batch)
+
+
+def _close(batches: Iterator[list[manifest.SSTable]]) -> None:
+    close = getattr(batches, "close", None)
+    if close is not None:
+        close()
