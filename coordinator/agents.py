@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -37,7 +37,7 @@ class ClientTls:
     """The coordinator's client certificate and the CA that signed the agents' certificates."""
 
     cert: bytes
-    key: bytes
+    key: bytes = field(repr=False)  # never in a log or an error
     ca: bytes
     #: Expected name in the agents' certificates when it differs from the address host.
     server_name: str = ""
