@@ -106,7 +106,9 @@ class FlashArrayClient:
 
     def api_versions(self) -> list[str]:
         """`GET /api/api_version` (no authentication)."""
-        body = self._json(self._send("GET", "/api/api_version"), "GET", "/api/api_version")
+        response = self._send("GET", "/api/api_version")
+        self._raise_for_status(response, "GET", "/api/api_version")
+        body = self._json(response, "GET", "/api/api_version")
         versions = body.get("version", [])
         return [str(v) for v in versions] if isinstance(versions, list) else []
 
@@ -341,9 +343,11 @@ def _query_value(value: str | int | bool) -> str | int:
 
 def _is_certificate_failure(exc: httpx.ConnectError) -> bool:
     cause: BaseException | None = exc
-    while cause is not None:
+    seen: set[int] = set()
+    while cause is not None and id(cause) not in seen:
         if isinstance(cause, ssl.SSLCertVerificationError):
             return True
+        seen.add(id(cause))
         cause = cause.__cause__ or cause.__context__
     return "CERTIFICATE_VERIFY_FAILED" in str(exc)
 
