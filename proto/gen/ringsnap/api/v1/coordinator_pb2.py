@@ -27,21 +27,23 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from ringsnap.api.v1 import types_pb2 as ringsnap_dot_api_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!ringsnap/api/v1/coordinator.proto\x12\x0fringsnap.api.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1bringsnap/api/v1/types.proto\"\x91\x01\n\x12StartBackupRequest\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x32\n\x0cquiesce_mode\x18\x02 \x01(\x0e\x32\x1c.ringsnap.api.v1.QuiesceMode\x12\x15\n\rallow_partial\x18\x03 \x01(\x08\x12\x0f\n\x07trigger\x18\x04 \x01(\t\x12\x0e\n\x06policy\x18\x05 \x01(\t\"+\n\x13GetOperationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\"-\n\x15WatchOperationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\"L\n\x12ListBackupsRequest\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\r\x12\x12\n\npage_token\x18\x03 \x01(\t\"X\n\x13ListBackupsResponse\x12(\n\x07\x62\x61\x63kups\x18\x01 \x03(\x0b\x32\x17.ringsnap.api.v1.Backup\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"%\n\x10GetBackupRequest\x12\x11\n\tbackup_id\x18\x01 \x01(\t\"(\n\x13\x44\x65leteBackupRequest\x12\x11\n\tbackup_id\x18\x01 \x01(\t\"\xa7\x01\n\nBackupNode\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07host_id\x18\x02 \x01(\t\x12(\n\x07volumes\x18\x03 \x03(\x0b\x32\x17.ringsnap.api.v1.Volume\x12\x15\n\rsstable_count\x18\x04 \x01(\x04\x12\r\n\x05\x62ytes\x18\x05 \x01(\x04\x12\x11\n\tcanary_id\x18\x06 \x01(\t\x12\x17\n\x0f\x65xcluded_reason\x18\x07 \x01(\t\"\x96\x04\n\x06\x42\x61\x63kup\x12\x11\n\tbackup_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63luster\x18\x02 \x01(\t\x12+\n\x05state\x18\x03 \x01(\x0e\x32\x1c.ringsnap.api.v1.BackupState\x12\x32\n\x0cquiesce_mode\x18\x04 \x01(\x0e\x32\x1c.ringsnap.api.v1.QuiesceMode\x12\x0f\n\x07trigger\x18\x05 \x01(\t\x12\x0e\n\x06policy\x18\x06 \x01(\t\x12.\n\nstarted_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12*\n\x05nodes\x18\t \x03(\x0b\x32\x1b.ringsnap.api.v1.BackupNode\x12/\n\tsnapshots\x18\n \x03(\x0b\x32\x1c.ringsnap.api.v1.SnapshotRef\x12-\n\x07timings\x18\x0b \x03(\x0b\x32\x1c.ringsnap.api.v1.PhaseTiming\x12\x30\n\rfreeze_window\x18\x0c \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05\x65rror\x18\r \x01(\t\x12\x38\n\x0cverification\x18\x0e \x01(\x0e\x32\".ringsnap.api.v1.VerificationState\"\x95\x01\n\x13StartRestoreRequest\x12\x11\n\tbackup_id\x18\x01 \x01(\t\x12\r\n\x05nodes\x18\x02 \x03(\t\x12\x10\n\x08keyspace\x18\x03 \x01(\t\x12\r\n\x05table\x18\x04 \x01(\t\x12*\n\x04mode\x18\x05 \x01(\x0e\x32\x1c.ringsnap.api.v1.RestoreMode\x12\x0f\n\x07\x64ry_run\x18\x06 \x01(\x08*x\n\x0bQuiesceMode\x12\x1c\n\x18QUIESCE_MODE_UNSPECIFIED\x10\x00\x12\x17\n\x13QUIESCE_MODE_FREEZE\x10\x01\x12\x1b\n\x17QUIESCE_MODE_FLUSH_ONLY\x10\x02\x12\x15\n\x11QUIESCE_MODE_NONE\x10\x03*\x93\x01\n\x0b\x42\x61\x63kupState\x12\x1c\n\x18\x42\x41\x43KUP_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14\x42\x41\x43KUP_STATE_RUNNING\x10\x01\x12\x19\n\x15\x42\x41\x43KUP_STATE_COMPLETE\x10\x02\x12\x17\n\x13\x42\x41\x43KUP_STATE_FAILED\x10\x03\x12\x18\n\x14\x42\x41\x43KUP_STATE_PARTIAL\x10\x04*\x98\x01\n\x11VerificationState\x12\"\n\x1eVERIFICATION_STATE_UNSPECIFIED\x10\x00\x12!\n\x1dVERIFICATION_STATE_UNVERIFIED\x10\x01\x12\x1d\n\x19VERIFICATION_STATE_PROVEN\x10\x02\x12\x1d\n\x19VERIFICATION_STATE_FAILED\x10\x03*\\\n\x0bRestoreMode\x12\x1c\n\x18RESTORE_MODE_UNSPECIFIED\x10\x00\x12\x17\n\x13RESTORE_MODE_REVERT\x10\x01\x12\x16\n\x12RESTORE_MODE_CLONE\x10\x02\x32\xd5\x04\n\x12\x43oordinatorService\x12N\n\x0bStartBackup\x12#.ringsnap.api.v1.StartBackupRequest\x1a\x1a.ringsnap.api.v1.Operation\x12P\n\x0cGetOperation\x12$.ringsnap.api.v1.GetOperationRequest\x1a\x1a.ringsnap.api.v1.Operation\x12V\n\x0eWatchOperation\x12&.ringsnap.api.v1.WatchOperationRequest\x1a\x1a.ringsnap.api.v1.Operation0\x01\x12X\n\x0bListBackups\x12#.ringsnap.api.v1.ListBackupsRequest\x1a$.ringsnap.api.v1.ListBackupsResponse\x12G\n\tGetBackup\x12!.ringsnap.api.v1.GetBackupRequest\x1a\x17.ringsnap.api.v1.Backup\x12P\n\x0c\x44\x65leteBackup\x12$.ringsnap.api.v1.DeleteBackupRequest\x1a\x1a.ringsnap.api.v1.Operation\x12P\n\x0cStartRestore\x12$.ringsnap.api.v1.StartRestoreRequest\x1a\x1a.ringsnap.api.v1.Operationb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!ringsnap/api/v1/coordinator.proto\x12\x0fringsnap.api.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1bringsnap/api/v1/types.proto\"\x91\x01\n\x12StartBackupRequest\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x32\n\x0cquiesce_mode\x18\x02 \x01(\x0e\x32\x1c.ringsnap.api.v1.QuiesceMode\x12\x15\n\rallow_partial\x18\x03 \x01(\x08\x12\x0f\n\x07trigger\x18\x04 \x01(\t\x12\x0e\n\x06policy\x18\x05 \x01(\t\"+\n\x13GetOperationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\"-\n\x15WatchOperationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\"w\n\x12ListBackupsRequest\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\r\x12\x12\n\npage_token\x18\x03 \x01(\t\x12)\n\x04view\x18\x04 \x01(\x0e\x32\x1b.ringsnap.api.v1.BackupView\"X\n\x13ListBackupsResponse\x12(\n\x07\x62\x61\x63kups\x18\x01 \x03(\x0b\x32\x17.ringsnap.api.v1.Backup\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"%\n\x10GetBackupRequest\x12\x11\n\tbackup_id\x18\x01 \x01(\t\"8\n\x13\x44\x65leteBackupRequest\x12\x11\n\tbackup_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\xa7\x01\n\nBackupNode\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07host_id\x18\x02 \x01(\t\x12(\n\x07volumes\x18\x03 \x03(\x0b\x32\x17.ringsnap.api.v1.Volume\x12\x15\n\rsstable_count\x18\x04 \x01(\x04\x12\r\n\x05\x62ytes\x18\x05 \x01(\x04\x12\x11\n\tcanary_id\x18\x06 \x01(\t\x12\x17\n\x0f\x65xcluded_reason\x18\x07 \x01(\t\"\xdc\x05\n\x06\x42\x61\x63kup\x12\x11\n\tbackup_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63luster\x18\x02 \x01(\t\x12+\n\x05state\x18\x03 \x01(\x0e\x32\x1c.ringsnap.api.v1.BackupState\x12\x32\n\x0cquiesce_mode\x18\x04 \x01(\x0e\x32\x1c.ringsnap.api.v1.QuiesceMode\x12\x0f\n\x07trigger\x18\x05 \x01(\t\x12\x0e\n\x06policy\x18\x06 \x01(\t\x12.\n\nstarted_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12*\n\x05nodes\x18\t \x03(\x0b\x32\x1b.ringsnap.api.v1.BackupNode\x12/\n\tsnapshots\x18\n \x03(\x0b\x32\x1c.ringsnap.api.v1.SnapshotRef\x12-\n\x07timings\x18\x0b \x03(\x0b\x32\x1c.ringsnap.api.v1.PhaseTiming\x12\x30\n\rfreeze_window\x18\x0c \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05\x65rror\x18\r \x01(\t\x12\x38\n\x0cverification\x18\x0e \x01(\x0e\x32\".ringsnap.api.v1.VerificationState\x12-\n\x06\x66reeze\x18\x0f \x01(\x0b\x32\x1d.ringsnap.api.v1.FreezeWindow\x12/\n\x0bverified_at\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1b\n\x13verification_detail\x18\x11 \x01(\t\x12\x12\n\nnode_count\x18\x12 \x01(\r\x12\x1b\n\x13\x65xcluded_node_count\x18\x13 \x01(\r\x12\x16\n\x0esnapshot_count\x18\x14 \x01(\r\"\xf8\x01\n\x0c\x46reezeWindow\x12(\n\x05total\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x31\n\x0eslowest_freeze\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12-\n\narray_call\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12/\n\x0cslowest_thaw\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12+\n\x08overhead\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\"\x95\x01\n\x13StartRestoreRequest\x12\x11\n\tbackup_id\x18\x01 \x01(\t\x12\r\n\x05nodes\x18\x02 \x03(\t\x12\x10\n\x08keyspace\x18\x03 \x01(\t\x12\r\n\x05table\x18\x04 \x01(\t\x12*\n\x04mode\x18\x05 \x01(\x0e\x32\x1c.ringsnap.api.v1.RestoreMode\x12\x0f\n\x07\x64ry_run\x18\x06 \x01(\x08\"F\n\x14PlanRetentionRequest\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x0e\n\x06policy\x18\x02 \x01(\t\x12\r\n\x05\x61pply\x18\x03 \x01(\x08\"\xa1\x01\n\x11RetentionDecision\x12\x11\n\tbackup_id\x18\x01 \x01(\t\x12.\n\nstarted_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x05state\x18\x03 \x01(\x0e\x32\x1c.ringsnap.api.v1.BackupState\x12\x0c\n\x04keep\x18\x04 \x01(\x08\x12\x0e\n\x06reason\x18\x05 \x01(\t\"_\n\x15PlanRetentionResponse\x12\x35\n\tdecisions\x18\x01 \x03(\x0b\x32\".ringsnap.api.v1.RetentionDecision\x12\x0f\n\x07\x61pplied\x18\x02 \x01(\x08\"\x12\n\x10GetStatusRequest\"\x81\x01\n\x0cScheduledRun\x12\x10\n\x08schedule\x18\x01 \x01(\t\x12/\n\x0bnext_run_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04\x63ron\x18\x03 \x01(\t\x12\x10\n\x08timezone\x18\x04 \x01(\t\x12\x0e\n\x06policy\x18\x05 \x01(\t\"\xc4\x02\n\rClusterStatus\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12,\n\x0blast_backup\x18\x02 \x01(\x0b\x32\x17.ringsnap.api.v1.Backup\x12=\n\x19last_successful_backup_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1c\n\x14running_operation_id\x18\x04 \x01(\t\x12\x30\n\tnext_runs\x18\x05 \x03(\x0b\x32\x1d.ringsnap.api.v1.ScheduledRun\x12\x19\n\x11running_backup_id\x18\x06 \x01(\t\x12\x17\n\x0frunning_trigger\x18\x07 \x01(\t\x12\x31\n\rrunning_since\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"w\n\rSkippedBackup\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x0f\n\x07trigger\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12&\n\x02\x61t\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x9b\x01\n\x06Status\x12\x30\n\x08\x63lusters\x18\x01 \x03(\x0b\x32\x1e.ringsnap.api.v1.ClusterStatus\x12\x18\n\x10pending_cleanups\x18\x02 \x01(\r\x12\x34\n\x0crecent_skips\x18\x03 \x03(\x0b\x32\x1e.ringsnap.api.v1.SkippedBackup\x12\x0f\n\x07version\x18\x04 \x01(\t*x\n\x0bQuiesceMode\x12\x1c\n\x18QUIESCE_MODE_UNSPECIFIED\x10\x00\x12\x17\n\x13QUIESCE_MODE_FREEZE\x10\x01\x12\x1b\n\x17QUIESCE_MODE_FLUSH_ONLY\x10\x02\x12\x15\n\x11QUIESCE_MODE_NONE\x10\x03*\x93\x01\n\x0b\x42\x61\x63kupState\x12\x1c\n\x18\x42\x41\x43KUP_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14\x42\x41\x43KUP_STATE_RUNNING\x10\x01\x12\x19\n\x15\x42\x41\x43KUP_STATE_COMPLETE\x10\x02\x12\x17\n\x13\x42\x41\x43KUP_STATE_FAILED\x10\x03\x12\x18\n\x14\x42\x41\x43KUP_STATE_PARTIAL\x10\x04*\x98\x01\n\x11VerificationState\x12\"\n\x1eVERIFICATION_STATE_UNSPECIFIED\x10\x00\x12!\n\x1dVERIFICATION_STATE_UNVERIFIED\x10\x01\x12\x1d\n\x19VERIFICATION_STATE_PROVEN\x10\x02\x12\x1d\n\x19VERIFICATION_STATE_FAILED\x10\x03*\\\n\x0bRestoreMode\x12\x1c\n\x18RESTORE_MODE_UNSPECIFIED\x10\x00\x12\x17\n\x13RESTORE_MODE_REVERT\x10\x01\x12\x16\n\x12RESTORE_MODE_CLONE\x10\x02*V\n\nBackupView\x12\x1b\n\x17\x42\x41\x43KUP_VIEW_UNSPECIFIED\x10\x00\x12\x15\n\x11\x42\x41\x43KUP_VIEW_BASIC\x10\x01\x12\x14\n\x10\x42\x41\x43KUP_VIEW_FULL\x10\x02\x32\xfe\x05\n\x12\x43oordinatorService\x12N\n\x0bStartBackup\x12#.ringsnap.api.v1.StartBackupRequest\x1a\x1a.ringsnap.api.v1.Operation\x12P\n\x0cGetOperation\x12$.ringsnap.api.v1.GetOperationRequest\x1a\x1a.ringsnap.api.v1.Operation\x12V\n\x0eWatchOperation\x12&.ringsnap.api.v1.WatchOperationRequest\x1a\x1a.ringsnap.api.v1.Operation0\x01\x12X\n\x0bListBackups\x12#.ringsnap.api.v1.ListBackupsRequest\x1a$.ringsnap.api.v1.ListBackupsResponse\x12G\n\tGetBackup\x12!.ringsnap.api.v1.GetBackupRequest\x1a\x17.ringsnap.api.v1.Backup\x12P\n\x0c\x44\x65leteBackup\x12$.ringsnap.api.v1.DeleteBackupRequest\x1a\x1a.ringsnap.api.v1.Operation\x12P\n\x0cStartRestore\x12$.ringsnap.api.v1.StartRestoreRequest\x1a\x1a.ringsnap.api.v1.Operation\x12^\n\rPlanRetention\x12%.ringsnap.api.v1.PlanRetentionRequest\x1a&.ringsnap.api.v1.PlanRetentionResponse\x12G\n\tGetStatus\x12!.ringsnap.api.v1.GetStatusRequest\x1a\x17.ringsnap.api.v1.Statusb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ringsnap.api.v1.coordinator_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_QUIESCEMODE']._serialized_start=1496
-  _globals['_QUIESCEMODE']._serialized_end=1616
-  _globals['_BACKUPSTATE']._serialized_start=1619
-  _globals['_BACKUPSTATE']._serialized_end=1766
-  _globals['_VERIFICATIONSTATE']._serialized_start=1769
-  _globals['_VERIFICATIONSTATE']._serialized_end=1921
-  _globals['_RESTOREMODE']._serialized_start=1923
-  _globals['_RESTOREMODE']._serialized_end=2015
+  _globals['_QUIESCEMODE']._serialized_start=3095
+  _globals['_QUIESCEMODE']._serialized_end=3215
+  _globals['_BACKUPSTATE']._serialized_start=3218
+  _globals['_BACKUPSTATE']._serialized_end=3365
+  _globals['_VERIFICATIONSTATE']._serialized_start=3368
+  _globals['_VERIFICATIONSTATE']._serialized_end=3520
+  _globals['_RESTOREMODE']._serialized_start=3522
+  _globals['_RESTOREMODE']._serialized_end=3614
+  _globals['_BACKUPVIEW']._serialized_start=3616
+  _globals['_BACKUPVIEW']._serialized_end=3702
   _globals['_STARTBACKUPREQUEST']._serialized_start=149
   _globals['_STARTBACKUPREQUEST']._serialized_end=294
   _globals['_GETOPERATIONREQUEST']._serialized_start=296
@@ -49,19 +51,37 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WATCHOPERATIONREQUEST']._serialized_start=341
   _globals['_WATCHOPERATIONREQUEST']._serialized_end=386
   _globals['_LISTBACKUPSREQUEST']._serialized_start=388
-  _globals['_LISTBACKUPSREQUEST']._serialized_end=464
-  _globals['_LISTBACKUPSRESPONSE']._serialized_start=466
-  _globals['_LISTBACKUPSRESPONSE']._serialized_end=554
-  _globals['_GETBACKUPREQUEST']._serialized_start=556
-  _globals['_GETBACKUPREQUEST']._serialized_end=593
-  _globals['_DELETEBACKUPREQUEST']._serialized_start=595
-  _globals['_DELETEBACKUPREQUEST']._serialized_end=635
-  _globals['_BACKUPNODE']._serialized_start=638
-  _globals['_BACKUPNODE']._serialized_end=805
-  _globals['_BACKUP']._serialized_start=808
-  _globals['_BACKUP']._serialized_end=1342
-  _globals['_STARTRESTOREREQUEST']._serialized_start=1345
-  _globals['_STARTRESTOREREQUEST']._serialized_end=1494
-  _globals['_COORDINATORSERVICE']._serialized_start=2018
-  _globals['_COORDINATORSERVICE']._serialized_end=2615
+  _globals['_LISTBACKUPSREQUEST']._serialized_end=507
+  _globals['_LISTBACKUPSRESPONSE']._serialized_start=509
+  _globals['_LISTBACKUPSRESPONSE']._serialized_end=597
+  _globals['_GETBACKUPREQUEST']._serialized_start=599
+  _globals['_GETBACKUPREQUEST']._serialized_end=636
+  _globals['_DELETEBACKUPREQUEST']._serialized_start=638
+  _globals['_DELETEBACKUPREQUEST']._serialized_end=694
+  _globals['_BACKUPNODE']._serialized_start=697
+  _globals['_BACKUPNODE']._serialized_end=864
+  _globals['_BACKUP']._serialized_start=867
+  _globals['_BACKUP']._serialized_end=1599
+  _globals['_FREEZEWINDOW']._serialized_start=1602
+  _globals['_FREEZEWINDOW']._serialized_end=1850
+  _globals['_STARTRESTOREREQUEST']._serialized_start=1853
+  _globals['_STARTRESTOREREQUEST']._serialized_end=2002
+  _globals['_PLANRETENTIONREQUEST']._serialized_start=2004
+  _globals['_PLANRETENTIONREQUEST']._serialized_end=2074
+  _globals['_RETENTIONDECISION']._serialized_start=2077
+  _globals['_RETENTIONDECISION']._serialized_end=2238
+  _globals['_PLANRETENTIONRESPONSE']._serialized_start=2240
+  _globals['_PLANRETENTIONRESPONSE']._serialized_end=2335
+  _globals['_GETSTATUSREQUEST']._serialized_start=2337
+  _globals['_GETSTATUSREQUEST']._serialized_end=2355
+  _globals['_SCHEDULEDRUN']._serialized_start=2358
+  _globals['_SCHEDULEDRUN']._serialized_end=2487
+  _globals['_CLUSTERSTATUS']._serialized_start=2490
+  _globals['_CLUSTERSTATUS']._serialized_end=2814
+  _globals['_SKIPPEDBACKUP']._serialized_start=2816
+  _globals['_SKIPPEDBACKUP']._serialized_end=2935
+  _globals['_STATUS']._serialized_start=2938
+  _globals['_STATUS']._serialized_end=3093
+  _globals['_COORDINATORSERVICE']._serialized_start=3705
+  _globals['_COORDINATORSERVICE']._serialized_end=4471
 # @@protoc_insertion_point(module_scope)

@@ -106,6 +106,30 @@ RESTORE_MODE_REVERT: RestoreMode.ValueType  # 1
 RESTORE_MODE_CLONE: RestoreMode.ValueType  # 2
 Global___RestoreMode: _TypeAlias = RestoreMode  # noqa: Y015
 
+class _BackupView:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _BackupViewEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_BackupView.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    BACKUP_VIEW_UNSPECIFIED: _BackupView.ValueType  # 0
+    """BASIC for ListBackups."""
+    BACKUP_VIEW_BASIC: _BackupView.ValueType  # 1
+    """Without nodes, snapshots and timings (their counts are set): small, whatever the ring size."""
+    BACKUP_VIEW_FULL: _BackupView.ValueType  # 2
+    """Everything GetBackup returns; pages may then hold fewer backups than page_size."""
+
+class BackupView(_BackupView, metaclass=_BackupViewEnumTypeWrapper):
+    """How much of a backup a listing returns."""
+
+BACKUP_VIEW_UNSPECIFIED: BackupView.ValueType  # 0
+"""BASIC for ListBackups."""
+BACKUP_VIEW_BASIC: BackupView.ValueType  # 1
+"""Without nodes, snapshots and timings (their counts are set): small, whatever the ring size."""
+BACKUP_VIEW_FULL: BackupView.ValueType  # 2
+"""Everything GetBackup returns; pages may then hold fewer backups than page_size."""
+Global___BackupView: _TypeAlias = BackupView  # noqa: Y015
+
 @_typing.final
 class StartBackupRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -184,20 +208,23 @@ class ListBackupsRequest(_message.Message):
     CLUSTER_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    VIEW_FIELD_NUMBER: _builtins.int
     cluster: _builtins.str
     """Empty: every cluster."""
     page_size: _builtins.int
     page_token: _builtins.str
+    view: Global___BackupView.ValueType
     def __init__(
         self,
         *,
         cluster: _builtins.str = ...,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        view: Global___BackupView.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "page_size", b"page_size", "page_token", b"page_token", "view", b"view"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -250,15 +277,19 @@ class DeleteBackupRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     BACKUP_ID_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
     backup_id: _builtins.str
+    reason: _builtins.str
+    """Why, and who asked (recorded with the deletion and in the coordinator's log)."""
     def __init__(
         self,
         *,
         backup_id: _builtins.str = ...,
+        reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -322,6 +353,12 @@ class Backup(_message.Message):
     FREEZE_WINDOW_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
     VERIFICATION_FIELD_NUMBER: _builtins.int
+    FREEZE_FIELD_NUMBER: _builtins.int
+    VERIFIED_AT_FIELD_NUMBER: _builtins.int
+    VERIFICATION_DETAIL_FIELD_NUMBER: _builtins.int
+    NODE_COUNT_FIELD_NUMBER: _builtins.int
+    EXCLUDED_NODE_COUNT_FIELD_NUMBER: _builtins.int
+    SNAPSHOT_COUNT_FIELD_NUMBER: _builtins.int
     backup_id: _builtins.str
     cluster: _builtins.str
     state: Global___BackupState.ValueType
@@ -330,6 +367,11 @@ class Backup(_message.Message):
     policy: _builtins.str
     error: _builtins.str
     verification: Global___VerificationState.ValueType
+    verification_detail: _builtins.str
+    node_count: _builtins.int
+    """Set in every view (BASIC leaves nodes and snapshots out)."""
+    excluded_node_count: _builtins.int
+    snapshot_count: _builtins.int
     @_builtins.property
     def started_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -344,6 +386,12 @@ class Backup(_message.Message):
     def freeze_window(self) -> _duration_pb2.Duration:
         """First freeze to last thaw."""
 
+    @_builtins.property
+    def freeze(self) -> Global___FreezeWindow:
+        """The freeze window and its parts; absent when nothing was frozen."""
+
+    @_builtins.property
+    def verified_at(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
         *,
@@ -361,14 +409,60 @@ class Backup(_message.Message):
         freeze_window: _duration_pb2.Duration | None = ...,
         error: _builtins.str = ...,
         verification: Global___VerificationState.ValueType = ...,
+        freeze: Global___FreezeWindow | None = ...,
+        verified_at: _timestamp_pb2.Timestamp | None = ...,
+        verification_detail: _builtins.str = ...,
+        node_count: _builtins.int = ...,
+        excluded_node_count: _builtins.int = ...,
+        snapshot_count: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["finished_at", b"finished_at", "freeze_window", b"freeze_window", "started_at", b"started_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["finished_at", b"finished_at", "freeze", b"freeze", "freeze_window", b"freeze_window", "started_at", b"started_at", "verified_at", b"verified_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "cluster", b"cluster", "error", b"error", "finished_at", b"finished_at", "freeze_window", b"freeze_window", "nodes", b"nodes", "policy", b"policy", "quiesce_mode", b"quiesce_mode", "snapshots", b"snapshots", "started_at", b"started_at", "state", b"state", "timings", b"timings", "trigger", b"trigger", "verification", b"verification"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "cluster", b"cluster", "error", b"error", "excluded_node_count", b"excluded_node_count", "finished_at", b"finished_at", "freeze", b"freeze", "freeze_window", b"freeze_window", "node_count", b"node_count", "nodes", b"nodes", "policy", b"policy", "quiesce_mode", b"quiesce_mode", "snapshot_count", b"snapshot_count", "snapshots", b"snapshots", "started_at", b"started_at", "state", b"state", "timings", b"timings", "trigger", b"trigger", "verification", b"verification", "verification_detail", b"verification_detail", "verified_at", b"verified_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Backup: _TypeAlias = Backup  # noqa: Y015
+
+@_typing.final
+class FreezeWindow(_message.Message):
+    """First freeze to last thaw, and its parts. overhead = total - (slowest_freeze + array_call +
+    slowest_thaw): what coordination added.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOTAL_FIELD_NUMBER: _builtins.int
+    SLOWEST_FREEZE_FIELD_NUMBER: _builtins.int
+    ARRAY_CALL_FIELD_NUMBER: _builtins.int
+    SLOWEST_THAW_FIELD_NUMBER: _builtins.int
+    OVERHEAD_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def total(self) -> _duration_pb2.Duration: ...
+    @_builtins.property
+    def slowest_freeze(self) -> _duration_pb2.Duration: ...
+    @_builtins.property
+    def array_call(self) -> _duration_pb2.Duration: ...
+    @_builtins.property
+    def slowest_thaw(self) -> _duration_pb2.Duration: ...
+    @_builtins.property
+    def overhead(self) -> _duration_pb2.Duration: ...
+    def __init__(
+        self,
+        *,
+        total: _duration_pb2.Duration | None = ...,
+        slowest_freeze: _duration_pb2.Duration | None = ...,
+        array_call: _duration_pb2.Duration | None = ...,
+        slowest_thaw: _duration_pb2.Duration | None = ...,
+        overhead: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["array_call", b"array_call", "overhead", b"overhead", "slowest_freeze", b"slowest_freeze", "slowest_thaw", b"slowest_thaw", "total", b"total"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["array_call", b"array_call", "overhead", b"overhead", "slowest_freeze", b"slowest_freeze", "slowest_thaw", b"slowest_thaw", "total", b"total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FreezeWindow: _TypeAlias = FreezeWindow  # noqa: Y015
 
 @_typing.final
 class StartRestoreRequest(_message.Message):
@@ -407,3 +501,258 @@ class StartRestoreRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StartRestoreRequest: _TypeAlias = StartRestoreRequest  # noqa: Y015
+
+@_typing.final
+class PlanRetentionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLUSTER_FIELD_NUMBER: _builtins.int
+    POLICY_FIELD_NUMBER: _builtins.int
+    APPLY_FIELD_NUMBER: _builtins.int
+    cluster: _builtins.str
+    policy: _builtins.str
+    """A [retention.<policy>] of the coordinator's configuration."""
+    apply: _builtins.bool
+    """False: a dry run, nothing changes. True: delete what the plan removes."""
+    def __init__(
+        self,
+        *,
+        cluster: _builtins.str = ...,
+        policy: _builtins.str = ...,
+        apply: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["apply", b"apply", "cluster", b"cluster", "policy", b"policy"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlanRetentionRequest: _TypeAlias = PlanRetentionRequest  # noqa: Y015
+
+@_typing.final
+class RetentionDecision(_message.Message):
+    """One backup's fate under a retention policy."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BACKUP_ID_FIELD_NUMBER: _builtins.int
+    STARTED_AT_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    KEEP_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    backup_id: _builtins.str
+    state: Global___BackupState.ValueType
+    keep: _builtins.bool
+    reason: _builtins.str
+    """Every rule that keeps it, or the one reason it goes, joined with "; "."""
+    @_builtins.property
+    def started_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        backup_id: _builtins.str = ...,
+        started_at: _timestamp_pb2.Timestamp | None = ...,
+        state: Global___BackupState.ValueType = ...,
+        keep: _builtins.bool = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["started_at", b"started_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "keep", b"keep", "reason", b"reason", "started_at", b"started_at", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetentionDecision: _TypeAlias = RetentionDecision  # noqa: Y015
+
+@_typing.final
+class PlanRetentionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DECISIONS_FIELD_NUMBER: _builtins.int
+    APPLIED_FIELD_NUMBER: _builtins.int
+    applied: _builtins.bool
+    """True when the removed backups were deleted by this call."""
+    @_builtins.property
+    def decisions(self) -> _containers.RepeatedCompositeFieldContainer[Global___RetentionDecision]:
+        """Newest first."""
+
+    def __init__(
+        self,
+        *,
+        decisions: _abc.Iterable[Global___RetentionDecision] | None = ...,
+        applied: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "decisions", b"decisions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlanRetentionResponse: _TypeAlias = PlanRetentionResponse  # noqa: Y015
+
+@_typing.final
+class GetStatusRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetStatusRequest: _TypeAlias = GetStatusRequest  # noqa: Y015
+
+@_typing.final
+class ScheduledRun(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCHEDULE_FIELD_NUMBER: _builtins.int
+    NEXT_RUN_AT_FIELD_NUMBER: _builtins.int
+    CRON_FIELD_NUMBER: _builtins.int
+    TIMEZONE_FIELD_NUMBER: _builtins.int
+    POLICY_FIELD_NUMBER: _builtins.int
+    schedule: _builtins.str
+    cron: _builtins.str
+    timezone: _builtins.str
+    policy: _builtins.str
+    @_builtins.property
+    def next_run_at(self) -> _timestamp_pb2.Timestamp:
+        """Absent when the schedule will not fire again (or the scheduler is stopped)."""
+
+    def __init__(
+        self,
+        *,
+        schedule: _builtins.str = ...,
+        next_run_at: _timestamp_pb2.Timestamp | None = ...,
+        cron: _builtins.str = ...,
+        timezone: _builtins.str = ...,
+        policy: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["next_run_at", b"next_run_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cron", b"cron", "next_run_at", b"next_run_at", "policy", b"policy", "schedule", b"schedule", "timezone", b"timezone"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScheduledRun: _TypeAlias = ScheduledRun  # noqa: Y015
+
+@_typing.final
+class ClusterStatus(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLUSTER_FIELD_NUMBER: _builtins.int
+    LAST_BACKUP_FIELD_NUMBER: _builtins.int
+    LAST_SUCCESSFUL_BACKUP_AT_FIELD_NUMBER: _builtins.int
+    RUNNING_OPERATION_ID_FIELD_NUMBER: _builtins.int
+    NEXT_RUNS_FIELD_NUMBER: _builtins.int
+    RUNNING_BACKUP_ID_FIELD_NUMBER: _builtins.int
+    RUNNING_TRIGGER_FIELD_NUMBER: _builtins.int
+    RUNNING_SINCE_FIELD_NUMBER: _builtins.int
+    cluster: _builtins.str
+    running_operation_id: _builtins.str
+    """The operation of the backup running now, if it was started through the API."""
+    running_backup_id: _builtins.str
+    """The backup running now (scheduled or not) and who asked for it."""
+    running_trigger: _builtins.str
+    @_builtins.property
+    def last_backup(self) -> Global___Backup:
+        """The newest backup whatever its state (BASIC view); absent if there is none."""
+
+    @_builtins.property
+    def last_successful_backup_at(self) -> _timestamp_pb2.Timestamp:
+        """When the newest complete backup finished; absent if there is none."""
+
+    @_builtins.property
+    def next_runs(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScheduledRun]: ...
+    @_builtins.property
+    def running_since(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        cluster: _builtins.str = ...,
+        last_backup: Global___Backup | None = ...,
+        last_successful_backup_at: _timestamp_pb2.Timestamp | None = ...,
+        running_operation_id: _builtins.str = ...,
+        next_runs: _abc.Iterable[Global___ScheduledRun] | None = ...,
+        running_backup_id: _builtins.str = ...,
+        running_trigger: _builtins.str = ...,
+        running_since: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["last_backup", b"last_backup", "last_successful_backup_at", b"last_successful_backup_at", "running_since", b"running_since"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "last_backup", b"last_backup", "last_successful_backup_at", b"last_successful_backup_at", "next_runs", b"next_runs", "running_backup_id", b"running_backup_id", "running_operation_id", b"running_operation_id", "running_since", b"running_since", "running_trigger", b"running_trigger"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClusterStatus: _TypeAlias = ClusterStatus  # noqa: Y015
+
+@_typing.final
+class SkippedBackup(_message.Message):
+    """A backup that did not run: its cluster was busy, or its schedule's time was missed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLUSTER_FIELD_NUMBER: _builtins.int
+    TRIGGER_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    AT_FIELD_NUMBER: _builtins.int
+    cluster: _builtins.str
+    trigger: _builtins.str
+    kind: _builtins.str
+    """"busy" or "missed"."""
+    reason: _builtins.str
+    @_builtins.property
+    def at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        cluster: _builtins.str = ...,
+        trigger: _builtins.str = ...,
+        kind: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["at", b"at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "cluster", b"cluster", "kind", b"kind", "reason", b"reason", "trigger", b"trigger"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SkippedBackup: _TypeAlias = SkippedBackup  # noqa: Y015
+
+@_typing.final
+class Status(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLUSTERS_FIELD_NUMBER: _builtins.int
+    PENDING_CLEANUPS_FIELD_NUMBER: _builtins.int
+    RECENT_SKIPS_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    pending_cleanups: _builtins.int
+    """Array snapshots of failed or deleted backups still to delete (retried by the coordinator)."""
+    version: _builtins.str
+    @_builtins.property
+    def clusters(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClusterStatus]: ...
+    @_builtins.property
+    def recent_skips(self) -> _containers.RepeatedCompositeFieldContainer[Global___SkippedBackup]:
+        """Newest first."""
+
+    def __init__(
+        self,
+        *,
+        clusters: _abc.Iterable[Global___ClusterStatus] | None = ...,
+        pending_cleanups: _builtins.int = ...,
+        recent_skips: _abc.Iterable[Global___SkippedBackup] | None = ...,
+        version: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clusters", b"clusters", "pending_cleanups", b"pending_cleanups", "recent_skips", b"recent_skips", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Status: _TypeAlias = Status  # noqa: Y015

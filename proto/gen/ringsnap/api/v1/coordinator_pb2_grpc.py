@@ -70,6 +70,16 @@ class CoordinatorServiceStub:
                 request_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.StartRestoreRequest.SerializeToString,
                 response_deserializer=ringsnap_dot_api_dot_v1_dot_types__pb2.Operation.FromString,
                 _registered_method=True)
+        self.PlanRetention = channel.unary_unary(
+                '/ringsnap.api.v1.CoordinatorService/PlanRetention',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.PlanRetentionRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.PlanRetentionResponse.FromString,
+                _registered_method=True)
+        self.GetStatus = channel.unary_unary(
+                '/ringsnap.api.v1.CoordinatorService/GetStatus',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.GetStatusRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.Status.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServiceServicer:
@@ -114,7 +124,23 @@ class CoordinatorServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def StartRestore(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Not built yet (a later issue): answers UNIMPLEMENTED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PlanRetention(self, request, context):
+        """What a retention policy keeps and removes, with the reasons; apply=true deletes the removed
+        backups (catalog entries and array snapshots) and returns the plan it applied.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetStatus(self, request, context):
+        """Per cluster: the last backup, the last success, what runs now, what runs next.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -156,6 +182,16 @@ def add_CoordinatorServiceServicer_to_server(servicer, server):
                     servicer.StartRestore,
                     request_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.StartRestoreRequest.FromString,
                     response_serializer=ringsnap_dot_api_dot_v1_dot_types__pb2.Operation.SerializeToString,
+            ),
+            'PlanRetention': grpc.unary_unary_rpc_method_handler(
+                    servicer.PlanRetention,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.PlanRetentionRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.PlanRetentionResponse.SerializeToString,
+            ),
+            'GetStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetStatus,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.GetStatusRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.Status.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -347,6 +383,60 @@ class CoordinatorService:
             '/ringsnap.api.v1.CoordinatorService/StartRestore',
             ringsnap_dot_api_dot_v1_dot_coordinator__pb2.StartRestoreRequest.SerializeToString,
             ringsnap_dot_api_dot_v1_dot_types__pb2.Operation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PlanRetention(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.CoordinatorService/PlanRetention',
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.PlanRetentionRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.PlanRetentionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.CoordinatorService/GetStatus',
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.GetStatusRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.Status.FromString,
             options,
             channel_credentials,
             insecure,

@@ -41,6 +41,13 @@ class CoordinatorServiceStub:
     GetBackup: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.GetBackupRequest, _coordinator_pb2.Backup]
     DeleteBackup: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.DeleteBackupRequest, _types_pb2.Operation]
     StartRestore: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.StartRestoreRequest, _types_pb2.Operation]
+    """Not built yet (a later issue): answers UNIMPLEMENTED."""
+    PlanRetention: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.PlanRetentionRequest, _coordinator_pb2.PlanRetentionResponse]
+    """What a retention policy keeps and removes, with the reasons; apply=true deletes the removed
+    backups (catalog entries and array snapshots) and returns the plan it applied.
+    """
+    GetStatus: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.GetStatusRequest, _coordinator_pb2.Status]
+    """Per cluster: the last backup, the last success, what runs now, what runs next."""
 
 @_typing.type_check_only
 class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
@@ -54,6 +61,13 @@ class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
     GetBackup: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.GetBackupRequest, _coordinator_pb2.Backup]  # type: ignore[assignment]
     DeleteBackup: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.DeleteBackupRequest, _types_pb2.Operation]  # type: ignore[assignment]
     StartRestore: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.StartRestoreRequest, _types_pb2.Operation]  # type: ignore[assignment]
+    """Not built yet (a later issue): answers UNIMPLEMENTED."""
+    PlanRetention: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.PlanRetentionRequest, _coordinator_pb2.PlanRetentionResponse]  # type: ignore[assignment]
+    """What a retention policy keeps and removes, with the reasons; apply=true deletes the removed
+    backups (catalog entries and array snapshots) and returns the plan it applied.
+    """
+    GetStatus: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.GetStatusRequest, _coordinator_pb2.Status]  # type: ignore[assignment]
+    """Per cluster: the last backup, the last success, what runs now, what runs next."""
 
 class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -105,6 +119,25 @@ class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _coordinator_pb2.StartRestoreRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_types_pb2.Operation, _abc.Awaitable[_types_pb2.Operation]]: ...
+    ) -> _typing.Union[_types_pb2.Operation, _abc.Awaitable[_types_pb2.Operation]]:
+        """Not built yet (a later issue): answers UNIMPLEMENTED."""
+
+    @_abc_1.abstractmethod
+    def PlanRetention(
+        self,
+        request: _coordinator_pb2.PlanRetentionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_coordinator_pb2.PlanRetentionResponse, _abc.Awaitable[_coordinator_pb2.PlanRetentionResponse]]:
+        """What a retention policy keeps and removes, with the reasons; apply=true deletes the removed
+        backups (catalog entries and array snapshots) and returns the plan it applied.
+        """
+
+    @_abc_1.abstractmethod
+    def GetStatus(
+        self,
+        request: _coordinator_pb2.GetStatusRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_coordinator_pb2.Status, _abc.Awaitable[_coordinator_pb2.Status]]:
+        """Per cluster: the last backup, the last success, what runs now, what runs next."""
 
 def add_CoordinatorServiceServicer_to_server(servicer: CoordinatorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

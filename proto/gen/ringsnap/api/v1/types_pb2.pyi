@@ -146,6 +146,7 @@ class Volume(_message.Message):
     ID_FIELD_NUMBER: _builtins.int
     SIZE_BYTES_FIELD_NUMBER: _builtins.int
     WWN_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
     array: _builtins.str
     """Array name as configured in the coordinator."""
     name: _builtins.str
@@ -154,6 +155,8 @@ class Volume(_message.Message):
     """The array's own identifier (ONTAP uuid, FlashArray id, E-Series ref, vg/lv)."""
     size_bytes: _builtins.int
     wwn: _builtins.str
+    role: Global___FilesystemRole.ValueType
+    """What the volume holds for the node, where known (the coordinator's catalog knows)."""
     def __init__(
         self,
         *,
@@ -162,10 +165,11 @@ class Volume(_message.Message):
         id: _builtins.str = ...,
         size_bytes: _builtins.int = ...,
         wwn: _builtins.str = ...,
+        role: Global___FilesystemRole.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["array", b"array", "id", b"id", "name", b"name", "size_bytes", b"size_bytes", "wwn", b"wwn"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["array", b"array", "id", b"id", "name", b"name", "role", b"role", "size_bytes", b"size_bytes", "wwn", b"wwn"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -407,6 +411,7 @@ class Operation(_message.Message):
     BACKUP_ID_FIELD_NUMBER: _builtins.int
     TIMINGS_FIELD_NUMBER: _builtins.int
     ERRORS_FIELD_NUMBER: _builtins.int
+    ERROR_REASON_FIELD_NUMBER: _builtins.int
     operation_id: _builtins.str
     kind: Global___OperationKind.ValueType
     state: Global___OperationState.ValueType
@@ -417,6 +422,10 @@ class Operation(_message.Message):
     message: _builtins.str
     backup_id: _builtins.str
     """The backup this operation makes or acts on."""
+    error_reason: _builtins.str
+    """Why it failed, as a stable word scripts can test: BACKUP_REFUSED (nothing changed),
+    CLUSTER_BUSY, BACKUP_FAILED, NOT_FOUND, ...; empty unless the state is FAILED.
+    """
     @_builtins.property
     def started_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -442,10 +451,11 @@ class Operation(_message.Message):
         backup_id: _builtins.str = ...,
         timings: _abc.Iterable[Global___PhaseTiming] | None = ...,
         errors: _abc.Iterable[_builtins.str] | None = ...,
+        error_reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["finished_at", b"finished_at", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "errors", b"errors", "finished_at", b"finished_at", "kind", b"kind", "message", b"message", "operation_id", b"operation_id", "phase", b"phase", "started_at", b"started_at", "state", b"state", "steps_done", b"steps_done", "steps_total", b"steps_total", "timings", b"timings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "error_reason", b"error_reason", "errors", b"errors", "finished_at", b"finished_at", "kind", b"kind", "message", b"message", "operation_id", b"operation_id", "phase", b"phase", "started_at", b"started_at", "state", b"state", "steps_done", b"steps_done", "steps_total", b"steps_total", "timings", b"timings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
