@@ -140,15 +140,19 @@ class FreezeManager:
 
     def _protected_devices(self) -> dict[int, str]:
         """Devices never frozen, with the reason: the agent needs them writable (or is on them)."""
-        protected = {os.stat("/").st_dev: "it holds /"}
         state = self._store.directory
         probe = state if state.exists() else state.parent
-        protected.setdefault(os.stat(probe).st_dev, f"it holds the agent's state ({state})")
-        for program in (sys.prefix, os.path.dirname(volumes.__file__)):
-            protected.setdefault(
-                os.stat(program).st_dev, f"it holds the agent's own program ({program})"
-            )
-        return protected
+        reasons: dict[int, list[str]] = {}
+        for path, why in (
+            ("/", "it holds /"),
+            (str(probe), f"it holds the agent's state ({state})"),
+            (sys.prefix, f"it holds the agent's own program ({sys.prefix})"),
+            (os.path.dirname(volumes.__file__), "it holds the agent's own program"),
+        ):
+            found = reasons.setdefault(os.stat(path).st_dev, [])
+            if why not in found:
+                found.append(why)
+        return {device: " and ".join(why) for device, why in reasons.items()}
 
     def freezable(self) -> tuple[list[Freezable], dict[str, str]]:
         """(filesystems that may be frozen, {mount point: why it may not}) for the configured
@@ -342,6 +346,11 @@ class FreezeManager:
             log.info("thaw of an unknown operation: nothing frozen", operation_id=operation_id)
             return ThawResult(operation_id, (), lease_expired=False)
         if operation.end_reason is not None and operation.state is State.ENDED:
+            return _already_thawed(operation)
+        if operation.ending is not None:
+            # The lease (or shutdown) is thawing right now: wait for it, and report that this call
+            # found the filesystems no longer held.
+            await asyncio.shield(operation.ending)
             return _already_thawed(operation)
         # Shielded: a caller that disconnects must not interrupt a thaw half-way.
         return await asyncio.shield(self._end(operation, EndReason.THAWED))
