@@ -18,7 +18,12 @@ from pathlib import Path
 
 from ringsnap.logs import configure
 from ringsnap.plugins.simulators.lunpool import LunPool, supports_reflink, temporary_xfs_pool
-from ringsnap.plugins.simulators.server import ServerTls, SimulatorOptions, SimulatorServer
+from ringsnap.plugins.simulators.server import (
+    AdvancingClock,
+    ServerTls,
+    SimulatorOptions,
+    SimulatorServer,
+)
 from ringsnap.plugins.simulators.tls import make_test_ca
 
 VENDORS = ("ontap", "flasharray", "eseries")
@@ -81,7 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             name, _, size = spec.partition(":")
             if not pool.has_lun(name):
                 pool.create_lun(name, _size(size or "64M"))
-        options = SimulatorOptions(pool.root, args.username, password, settings)
+        options = SimulatorOptions(
+            pool.root, args.username, password, settings, clock=AdvancingClock()
+        )
         app = module.create_app(options)
         tls: ServerTls | None = None
         if args.tls_dir:

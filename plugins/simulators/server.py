@@ -7,7 +7,7 @@ TLS, and applies the base faults (`faults.py`) before the app sees a request.
 
 Admin endpoints (no auth; loopback only), under `/_sim/`:
   GET/POST/DELETE /_sim/faults   list / arm (one fault object or a list) / disarm all
-  GET /_sim/clock, POST /_sim/clock {"advance": seconds}   (only with a ManualClock)
+  GET /_sim/clock, POST /_sim/clock {"advance": seconds}   (ManualClock or AdvancingClock)
   GET /_sim/state                the app's `state()` (for people poking at a simulator)
 """
 
@@ -61,6 +61,22 @@ class ManualClock:
     def advance(self, seconds: float) -> None:
         with self._lock:
             self._now += seconds
+
+
+class AdvancingClock:
+    """The system clock plus an offset tests can push forward (expiry while time still runs)."""
+
+    def __init__(self) -> None:
+        self._offset = 0.0
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        with self._lock:
+            return time.time() + self._offset
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._offset += seconds
 
 
 @dataclass
@@ -221,6 +237,9 @@ class _Server(ThreadingHTTPServer):
 
     def get_request(self) -> tuple[socket.socket, Any]:
         sock, address = self.socket.accept()
+        # Headers and body go out in separate writes; without NODELAY, Nagle's algorithm and the
+        # client's delayed ACK add ~40 ms to every keep-alive request.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         context = self.owner.ssl_context
         if context is not None:
             # The handshake happens on first read, in the connection's own thread, so a client
@@ -427,10 +446,11 @@ class SimulatorServer:
             if what == "clock":
                 clock = self.app.clock
                 if request.method == "POST":
-                    if not isinstance(clock, ManualClock):
+                    if not isinstance(clock, ManualClock | AdvancingClock):
                         return Response(409, {"error": "this simulator runs on the system clock"})
                     clock.advance(float(request.json().get("advance", 0)))
-                return Response(200, {"now": clock.now(), "manual": isinstance(clock, ManualClock)})
+                movable = isinstance(clock, ManualClock | AdvancingClock)
+                return Response(200, {"now": clock.now(), "movable": movable})
             if what == "state" and request.method == "GET":
                 return Response(200, self.app.state())
         except (ValueError, TypeError, re.error) as exc:

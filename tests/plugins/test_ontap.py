@@ -4,16 +4,34 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ringsnap.plugins.errors import BusyError, DriverError
+import pytest
+import requests
+from structlog.testing import capture_logs
+
+from ringsnap.errors import ConfigError
+from ringsnap.plugins.api import Cloneable, Revertible
+from ringsnap.plugins.errors import (
+    AuthError,
+    BusyError,
+    ConfigurationError,
+    DriverError,
+    QuotaExceededError,
+    UnsupportedError,
+)
+from ringsnap.plugins.middleware import FAST_RETRY, ManagedDriver
+from ringsnap.plugins.registry import open_driver
 from ringsnap.plugins.simulators.faults import Fault
-from ringsnap.plugins.simulators.lunpool import LunPool
+from ringsnap.plugins.simulators.lunpool import LunPool, temporary_xfs_pool
 from ringsnap.plugins.simulators.ontap import OntapSimulator
-from ringsnap.plugins.simulators.server import SimulatorServer, serving
+from ringsnap.plugins.simulators.server import AdvancingClock, SimulatorServer, serving
 from ringsnap.plugins.simulators.tls import make_test_ca
+from ringsnap.plugins.testing import mounts
 from ringsnap.plugins.testing.conformance import DriverConformance, FaultCase, Harness
+from ringsnap.plugins.types import Volume
 
 CG_SNAPSHOTS = r"^/api/application/consistency-groups/[^/]+/snapshots$"
 
@@ -125,3 +143,341 @@ class TestOntap(DriverConformance):
                 ),
             ),
         ]
+
+
+# ONTAP-only behaviour, over plain HTTP (allow_insecure_http) against the same simulator.
+
+VOLUMES = ("vol_a", "vol_b", "vol_c")
+PASSWORD = "s3cret"
+
+
+@dataclass
+class OntapEnv:
+    pool: LunPool
+    simulator: OntapSimulator
+    server: SimulatorServer
+    workdir: Path
+
+    def table(self, **overrides: Any) -> dict[str, Any]:
+        password_file = self.workdir / "password"
+        password_file.write_text(PASSWORD)
+        table: dict[str, Any] = {
+            "driver": "ontap",
+            "endpoint": self.server.url,
+            "allow_insecure_http": True,
+            "svm": "svm0",
+            "username": "admin",
+            "password_file": str(password_file),
+            "request_timeout": 10,
+            "return_timeout": 5,
+        }
+        table.update(overrides)
+        return table
+
+    def driver(self, **overrides: Any) -> ManagedDriver:
+        return open_driver("fas1", self.table(**overrides), "ringsnap.toml", retry=FAST_RETRY)
+
+    def rest(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        return requests.request(
+            method, self.server.url + path, auth=("admin", PASSWORD), timeout=10, **kwargs
+        )
+
+    def volumes(self) -> list[Volume]:
+        by_name = {v.name: v for v in self.driver().list_volumes()}
+        return [by_name[name] for name in VOLUMES]
+
+
+@pytest.fixture
+def ontap(tmp_path: Path) -> Iterator[OntapEnv]:
+    missing = mounts.missing_preconditions()
+    if missing:
+        pytest.skip("missing precondition: " + "; ".join(missing))
+    with temporary_xfs_pool(tmp_path, size_bytes=1 << 30) as pool:
+        for name in VOLUMES:
+            pool.create_lun(name, 16 << 20)
+        simulator = OntapSimulator(
+            pool,
+            username="admin",
+            password=PASSWORD,
+            clock=AdvancingClock(),
+            readonly_users={"viewer": "view-only"},
+        )
+        with serving(simulator) as server:
+            yield OntapEnv(pool, simulator, server, tmp_path)
+
+
+def test_error_envelope_and_codes(ontap: OntapEnv) -> None:
+    missing = ontap.rest("GET", "/api/storage/volumes/00000000-0000-0000-0000-000000000000")
+    assert missing.status_code == 404
+    assert missing.json() == {
+        "error": {
+            "message": 'Volume "00000000-0000-0000-0000-000000000000" does not exist.',
+            "code": "4",
+            "target": "uuid",
+        }
+    }
+    unknown = ontap.rest("GET", "/api/storage/volumes?colour=red")
+    assert unknown.status_code == 400
+    assert unknown.json()["error"]["code"] == "262179"
+    anonymous = requests.get(ontap.server.url + "/api/storage/volumes", timeout=5)
+    assert anonymous.status_code == 401
+    assert "Basic" in anonymous.headers["WWW-Authenticate"]
+
+
+def test_volumes_are_paged_with_next_links(ontap: OntapEnv) -> None:
+    first = ontap.rest("GET", "/api/storage/volumes?fields=name,svm.name,size&max_records=2").json()
+    assert first["num_records"] == 2
+    assert set(first["records"][0]) == {"uuid", "name", "svm", "size", "_links"}
+    second = ontap.rest("GET", first["_links"]["next"]["href"]).json()
+    assert second["num_records"] == 1
+    assert "next" not in second["_links"]
+    names = [r["name"] for r in first["records"] + second["records"]]
+    assert names == sorted(VOLUMES)
+    # The driver follows the links through the SDK.
+    assert [v.name for v in ontap.driver(page_size=1).list_volumes()] == sorted(VOLUMES)
+
+
+def test_snapshot_post_is_a_job_unless_return_timeout_covers_it(ontap: OntapEnv) -> None:
+    volume = ontap.volumes()[0]
+    path = f"/api/storage/volumes/{volume.id}/snapshots"
+    ontap.simulator.job_seconds = 0.3
+    accepted = ontap.rest("POST", path, json={"name": "s1"})
+    assert accepted.status_code == 202
+    assert accepted.headers["Location"] == f"{path}/?name=s1"
+    job_href = accepted.json()["job"]["_links"]["self"]["href"]
+    assert ontap.rest("GET", job_href).json()["state"] in {"queued", "running"}
+    done = ontap.rest("POST", path, params={"return_timeout": 5}, json={"name": "s2"})
+    assert done.status_code == 201
+    assert ontap.rest("GET", done.json()["job"]["_links"]["self"]["href"]).json()["state"] == (
+        "success"
+    )
+    listed = ontap.rest("GET", path, params={"fields": "name,create_time,size,state"}).json()
+    record = listed["records"][-1]
+    assert record["state"] == "valid"
+    assert record["size"] == 16 << 20
+    assert record["create_time"].endswith("-04:00")  # ISO 8601 with the cluster's offset
+
+
+def test_jobs_vanish_300_seconds_after_they_end(ontap: OntapEnv) -> None:
+    volume = ontap.volumes()[0]
+    posted = ontap.rest(
+        "POST",
+        f"/api/storage/volumes/{volume.id}/snapshots",
+        params={"return_timeout": 5},
+        json={"name": "s1"},
+    )
+    job_href = posted.json()["job"]["_links"]["self"]["href"]
+    clock = ontap.simulator.clock
+    assert isinstance(clock, AdvancingClock)
+    clock.advance(295)
+    assert ontap.rest("GET", job_href).status_code == 200
+    clock.advance(10)
+    gone = ontap.rest("GET", job_href)
+    assert gone.status_code == 404
+    assert gone.json()["error"]["code"] == "4"
+
+
+@pytest.mark.slow
+def test_1023_snapshots_per_volume(ontap: OntapEnv) -> None:
+    volume = ontap.volumes()[0]
+    path = f"/api/storage/volumes/{volume.id}/snapshots"
+    with requests.Session() as session:
+        session.auth = ("admin", PASSWORD)
+        for index in range(1023):
+            answer = session.post(
+                ontap.server.url + path, params={"return_timeout": 10}, json={"name": f"s{index}"}
+            )
+            assert answer.status_code == 201, answer.text
+    images = ontap.pool.snapshot_count()
+    with pytest.raises(QuotaExceededError) as caught:
+        ontap.driver().create_group_snapshot(ontap.volumes(), "one-too-many")
+    assert "1023" in str(caught.value)
+    assert ontap.pool.snapshot_count() == images
+    assert ontap.simulator.consistency_group_names() == []
+    assert "one-too-many" not in ontap.simulator.snapshot_names("vol_b")
+
+
+def test_consistency_group_limits(ontap: OntapEnv) -> None:
+    for index in range(81):
+        ontap.pool.create_lun(f"extra_{index:02d}", 1 << 20)
+    body = {
+        "svm": {"name": "svm0"},
+        "name": "big",
+        "volumes": [
+            {"name": f"extra_{i:02d}", "provisioning_options": {"action": "add"}} for i in range(81)
+        ],
+    }
+    too_many = ontap.rest("POST", "/api/application/consistency-groups", json=body)
+    assert too_many.status_code == 400
+    assert "at most 80" in too_many.json()["error"]["message"]
+    extra = [v for v in ontap.driver().list_volumes() if v.name.startswith("extra_")]
+    with pytest.raises(QuotaExceededError):
+        ontap.driver().create_group_snapshot(extra, "too-wide")
+    eighty = ontap.driver().create_group_snapshot(extra[:80], "eighty")
+    assert len(eighty.members) == 80
+
+
+def test_a_volume_belongs_to_one_consistency_group(ontap: OntapEnv) -> None:
+    admin_group = {
+        "svm": {"name": "svm0"},
+        "name": "admins_cg",
+        "volumes": [{"name": "vol_a", "provisioning_options": {"action": "add"}}],
+    }
+    created = ontap.rest(
+        "POST",
+        "/api/application/consistency-groups",
+        params={"return_timeout": 5},
+        json=admin_group,
+    )
+    assert created.status_code == 201
+    images = ontap.pool.snapshot_count()
+    with pytest.raises(DriverError) as caught:
+        ontap.driver().create_group_snapshot(ontap.volumes(), "blocked")
+    assert "already in consistency group" in str(caught.value)
+    assert not caught.value.retryable
+    assert ontap.simulator.consistency_group_names() == ["admins_cg"]
+    assert ontap.pool.snapshot_count() == images
+
+
+def test_a_consistency_group_spans_one_svm(ontap: OntapEnv) -> None:
+    ontap.simulator.assign_svm("vol_c", "svm1")
+    body = {
+        "svm": {"name": "svm0"},
+        "name": "mixed",
+        "volumes": [
+            {"name": n, "provisioning_options": {"action": "add"}} for n in ("vol_a", "vol_c")
+        ],
+    }
+    answer = ontap.rest(
+        "POST", "/api/application/consistency-groups", params={"return_timeout": 5}, json=body
+    )
+    assert answer.status_code == 400
+    assert "one SVM" in answer.json()["error"]["message"]
+    assert [v.name for v in ontap.driver().list_volumes()] == ["vol_a", "vol_b"]
+
+
+def test_restore_deletes_newer_snapshots_and_the_plan_says_so(ontap: OntapEnv) -> None:
+    driver = ontap.driver()
+    assert isinstance(driver, Revertible)
+    volumes = ontap.volumes()
+    first = driver.create_group_snapshot(volumes, "first")
+    driver.create_group_snapshot(volumes, "second")
+    driver.create_group_snapshot(volumes, "third")
+    plan = driver.revert_plan(first)
+    assert len(plan) == 2 * len(volumes)
+    assert all(("'second'" in line) or ("'third'" in line) for line in plan)
+    with capture_logs() as logs:
+        driver.revert(first)
+    decision = next(entry for entry in logs if entry["event"].startswith("reverting volumes"))
+    assert decision["deletes"] == list(plan)
+    assert ontap.simulator.snapshot_names("vol_a") == ["first"]
+
+
+def test_a_snapshot_backing_a_clone_cannot_be_deleted(ontap: OntapEnv) -> None:
+    driver = ontap.driver()
+    assert isinstance(driver, Cloneable) and isinstance(driver, Revertible)
+    volumes = ontap.volumes()
+    older = driver.create_group_snapshot(volumes, "older")
+    newer = driver.create_group_snapshot(volumes, "newer")
+    clones = driver.clone(newer, "copy")
+    assert [c.name for c in clones] == [f"{v.name}_copy" for v in volumes]
+    with pytest.raises(DriverError) as caught:
+        driver.delete_snapshot(newer)
+    assert "FlexClone" in str(caught.value)
+    assert not caught.value.retryable
+    with pytest.raises(DriverError) as refused:
+        driver.revert(older)
+    assert "FlexClone" in str(refused.value)
+    assert ontap.simulator.snapshot_names("vol_a") == ["older", "newer"]
+    for clone in clones:
+        driver.delete_clone(clone)
+    driver.delete_snapshot(newer)
+    assert ontap.simulator.snapshot_names("vol_a") == ["older"]
+
+
+def test_delete_clone_refuses_an_original_volume(ontap: OntapEnv) -> None:
+    driver = ontap.driver()
+    assert isinstance(driver, Cloneable)
+    with pytest.raises(UnsupportedError):
+        driver.delete_clone(ontap.volumes()[0])
+    assert ontap.pool.has_lun("vol_a")
+
+
+def test_two_phase_consistency_group_snapshot(ontap: OntapEnv) -> None:
+    body = {
+        "svm": {"name": "svm0"},
+        "name": "two_phase",
+        "volumes": [{"name": n, "provisioning_options": {"action": "add"}} for n in VOLUMES],
+    }
+    ontap.rest(
+        "POST", "/api/application/consistency-groups", params={"return_timeout": 5}, json=body
+    )
+    groups = ontap.rest("GET", "/api/application/consistency-groups", params={"name": "two_phase"})
+    cg = groups.json()["records"][0]["uuid"]
+    path = f"/api/application/consistency-groups/{cg}/snapshots"
+    started = ontap.rest(
+        "POST",
+        path,
+        params={"action": "start", "action_timeout": 5, "return_timeout": 5},
+        json={"name": "fenced"},
+    )
+    assert started.status_code == 201
+    record = ontap.rest("GET", path, params={"name": "fenced", "fields": "*"}).json()["records"][0]
+    assert record["write_fence"] is True
+    committed = ontap.rest(
+        "PATCH", f"{path}/{record['uuid']}", params={"action": "commit", "return_timeout": 5}
+    )
+    assert committed.status_code == 200
+    ontap.rest(
+        "POST",
+        path,
+        params={"action": "start", "action_timeout": 2, "return_timeout": 5},
+        json={"name": "late"},
+    )
+    late = ontap.rest("GET", path, params={"name": "late"}).json()["records"][0]
+    clock = ontap.simulator.clock
+    assert isinstance(clock, AdvancingClock)
+    clock.advance(3)
+    expired = ontap.rest(
+        "PATCH", f"{path}/{late['uuid']}", params={"action": "commit", "return_timeout": 5}
+    )
+    assert expired.status_code == 404
+    assert ontap.simulator.snapshot_names("vol_a") == ["fenced"]
+
+
+def test_read_only_account_gets_an_auth_error_naming_the_fix(ontap: OntapEnv) -> None:
+    viewer = ontap.workdir / "viewer"
+    viewer.write_text("view-only")
+    driver = ontap.driver(username="viewer", password_file=str(viewer))
+    driver.check()
+    with pytest.raises(AuthError) as caught:
+        driver.create_group_snapshot(ontap.volumes(), "forbidden")
+    assert "'viewer' is not allowed" in str(caught.value)
+    assert "fas1" in str(caught.value)
+
+
+def test_unknown_svm_is_a_configuration_error(ontap: OntapEnv) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        ontap.driver(svm="nope").check()
+    assert "svm setting" in str(caught.value)
+    assert "fas1" in str(caught.value)
+
+
+def test_plain_http_needs_an_explicit_opt_in(ontap: OntapEnv) -> None:
+    with pytest.raises(ConfigError) as caught:
+        ontap.driver(allow_insecure_http=False)
+    assert "clear text" in str(caught.value)
+    assert "ringsnap.toml" in str(caught.value)
+
+
+def test_password_never_reaches_logs_or_errors(ontap: OntapEnv) -> None:
+    with capture_logs() as logs:
+        driver = ontap.driver()
+        driver.check()
+        wrong = ontap.workdir / "wrong"
+        wrong.write_text("not-it")
+        with pytest.raises(AuthError) as caught:
+            ontap.driver(password_file=str(wrong)).check()
+    assert PASSWORD not in repr(logs)
+    assert "not-it" not in str(caught.value)
+    assert "password_file" in str(caught.value)
