@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -448,7 +448,20 @@ class SandboxCluster:
                     f"{info.name} did not log {STARTUP_MESSAGE!r} within {limit:.0f} s"
                 )
             time.sleep(1.0)
+        self._refresh_luns(info)
         self.wait_until_up_normal([n for n in self._nodes if self.node_running(n)])
+
+    def _refresh_luns(self, info: NodeInfo) -> NodeInfo:
+        # A LUN mounted again may sit on another loop device: keep the NodeInfo current.
+        fresh = replace(
+            info,
+            data_lun=replace(info.data_lun, loop_device=current_loop_device(info.data_lun)),
+            commitlog_lun=replace(
+                info.commitlog_lun, loop_device=current_loop_device(info.commitlog_lun)
+            ),
+        )
+        self._nodes = [fresh if n.index == info.index else n for n in self._nodes]
+        return fresh
 
     def node_running(self, node: str | int | NodeInfo) -> bool:
         return self.container_state(node) == "running"

@@ -43,7 +43,8 @@ class Lun:
     """One LUN: an image file in the pool, and (when mounted) its loop device and mount point.
 
     `volume_name` is what an array would call it (`<instance>-node1-data`); `image_path` is the file
-    the simulators snapshot by reflink; `loop_device` is None while the LUN is not mounted.
+    the simulators snapshot by reflink; `loop_device` is the one it was mounted on when this value
+    was made (None: not mounted); `current_loop_device(lun)` asks the system.
     """
 
     volume_name: str

@@ -4,6 +4,7 @@ XFS reflink pool, seen by the driver and nodetool, and torn down without leftove
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -149,6 +150,8 @@ def test_a_node_comes_back_after_stop_and_remount_of_its_luns(
     finally:
         sandbox_cluster.start_node(node)
     assert sandbox_cluster.ring("node1")[node.address].up_normal
+    refreshed = sandbox_cluster.node("node3")
+    assert refreshed.data_lun.loop_device == findmnt(refreshed.data_lun.mount_point)["source"]
     session = sandbox_cluster.session()
     row = session.execute(
         SimpleStatement(
@@ -181,3 +184,18 @@ def test_a_start_that_fails_half_way_leaves_nothing_behind(sandbox_instance_name
         SandboxCluster(instance, nodes=1, start_timeout=1).start()
     assert instance_residue(instance) == ([], [], [])
     assert not (sandbox_root() / instance).exists()
+
+
+def test_cli_status_shows_the_running_cluster(sandbox_cluster: SandboxCluster) -> None:
+    from typer.testing import CliRunner
+
+    from ringsnap.coordinator.sandbox.cli import app
+
+    result = CliRunner().invoke(
+        app, ["status", "--instance", sandbox_cluster.instance], terminal_width=200
+    )
+    assert result.exit_code == 0, result.output
+    for node in sandbox_cluster.nodes:
+        assert node.address in result.output
+        assert node.data_lun.volume_name in result.output
+    assert len(re.findall(r"\bUN\b", result.output)) == 3, result.output

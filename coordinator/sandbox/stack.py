@@ -1,0 +1,157 @@
+"""The whole ringsnap stack around a sandbox cluster: an agent per node, an array simulator over
+the cluster's LUN pool, and the coordinator configuration that ties them together.
+
+Used by `ringsnap sandbox demo` and by the integration tests, so that both run exactly what an
+operator would: real agents over mutual TLS, a driver speaking the vendor's REST API, the real
+coordinator.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ringsnap.agent.testing.background import BackgroundAgent, TestPki, agent_config
+from ringsnap.config import validate
+from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.sandbox.cluster import SandboxCluster
+from ringsnap.plugins.simulators.flasharray import FlashArrayOptions, FlashArraySimulator
+from ringsnap.plugins.simulators.lunpool import LunPool
+from ringsnap.plugins.simulators.ontap import OntapSimulator
+from ringsnap.plugins.simulators.server import SimulatorApp, SimulatorServer, serving
+from ringsnap.plugins.simulators.tls import make_test_ca
+
+ARRAY_NAME = "array1"
+CLUSTER_NAME = "sandbox"
+VENDORS = ("ontap", "flasharray", "eseries")
+_SECRET = "sandbox-secret"  # noqa: S105 - the simulators' throwaway login
+
+
+@dataclass
+class ArraySimulator:
+    vendor: str
+    app: SimulatorApp
+    server: SimulatorServer
+    #: The `[arrays.<name>]` table a coordinator needs to reach it.
+    table: dict[str, Any]
+
+
+@contextlib.contextmanager
+def array_simulator(vendor: str, pool: LunPool, workdir: Path) -> Iterator[ArraySimulator]:
+    """Serve one vendor's simulator over TLS (a fresh test CA) on 127.0.0.1."""
+    certificates = make_test_ca(workdir / "tls")
+    secret = workdir / f"{vendor}.secret"
+    secret.write_text(_SECRET + "\n")
+    secret.chmod(0o600)
+    app: SimulatorApp
+    if vendor == "ontap":
+        app = OntapSimulator(pool, username="ringsnap", password=_SECRET)
+        extra: dict[str, Any] = {
+            "svm": "svm0",
+            "username": "ringsnap",
+            "password_file": str(secret),
+        }
+    elif vendor == "flasharray":
+        app = FlashArraySimulator(
+            pool, FlashArrayOptions(array_name="sandbox-fa", api_tokens={_SECRET: "pureuser"})
+        )
+        extra = {"api_token_file": str(secret)}
+    elif vendor == "eseries":
+        from ringsnap.plugins.simulators.eseries import ESeriesSimulator
+
+        app = ESeriesSimulator(pool, username="ringsnap", password=_SECRET)
+        extra = {"username": "ringsnap", "password_file": str(secret)}
+    else:
+        raise ValueError(f"unknown simulator {vendor!r}; choose one of {', '.join(VENDORS)}")
+    with serving(app, tls=certificates.server_tls) as server:
+        table = {
+            "driver": vendor,
+            "endpoint": server.url,
+            "ca_file": str(certificates.ca_file),
+            **extra,
+        }
+        yield ArraySimulator(vendor, app, server, table)
+
+
+@dataclass
+class Stack:
+    """Agents and an array around `cluster`; `coordinator_config()` is ready to open."""
+
+    cluster: SandboxCluster
+    workdir: Path
+    pki: TestPki
+    agents: dict[str, BackgroundAgent]
+    array: ArraySimulator
+    coordinator_settings: dict[str, Any] = field(default_factory=dict)
+
+    def coordinator_data(self, **cluster_settings: Any) -> dict[str, Any]:
+        client = self.pki.client.write(self.workdir / "pki", "coordinator")
+        nodes = [
+            {
+                "name": node.name,
+                "agent": self.agents[node.name].address,
+                "volumes": [
+                    {"array": ARRAY_NAME, "volume": node.data_lun.volume_name, "role": "data"},
+                    {
+                        "array": ARRAY_NAME,
+                        "volume": node.commitlog_lun.volume_name,
+                        "role": "commitlog",
+                    },
+                ],
+            }
+            for node in self.cluster.nodes
+        ]
+        return {
+            "coordinator": {
+                "listen": "127.0.0.1:0",
+                "metrics_listen": "127.0.0.1:0",
+                "catalog": str(self.workdir / "catalog.db"),
+                **self.coordinator_settings,
+            },
+            "tls": {
+                "cert_file": str(client.cert),
+                "key_file": str(client.key),
+                "ca_file": str(self.pki.ca_file),
+            },
+            "clusters": [
+                {
+                    "name": CLUSTER_NAME,
+                    "contact_points": self.cluster.addresses,
+                    "nodes": nodes,
+                    **cluster_settings,
+                }
+            ],
+            "arrays": {ARRAY_NAME: self.array.table},
+        }
+
+    def coordinator_config(self, **cluster_settings: Any) -> CoordinatorConfig:
+        return validate(
+            self.coordinator_data(**cluster_settings), CoordinatorConfig, source="<sandbox>"
+        )
+
+
+@contextlib.contextmanager
+def running_stack(
+    cluster: SandboxCluster, workdir: Path, *, vendor: str = "ontap"
+) -> Iterator[Stack]:
+    """Agents for every node of `cluster` and a `vendor` simulator over its pool."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    pki = TestPki.create(workdir / "pki")
+    with contextlib.ExitStack() as stack:
+        agents: dict[str, BackgroundAgent] = {}
+        for node in cluster.nodes:
+            config = agent_config(
+                pki,
+                data_directories=[node.data_dir],
+                commitlog_directory=node.commitlog_dir,
+                state_directory=workdir / "agent-state" / node.name,
+                nodetool=node.nodetool_argv(),
+            )
+            agents[node.name] = stack.enter_context(BackgroundAgent(config))
+        array = stack.enter_context(
+            array_simulator(vendor, LunPool(cluster.pool_dir), workdir / vendor)
+        )
+        yield Stack(cluster, workdir, pki, agents, array)
