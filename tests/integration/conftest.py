@@ -34,8 +34,13 @@ def _missing_precondition() -> str | None:
 @pytest.fixture(scope="session")
 def sandbox_instance_name() -> str:
     """This session's instance name; other sandbox instances of the session derive theirs from it."""
-    name = os.environ.get("RINGSNAP_SANDBOX_INSTANCE") or f"pytest-{os.getpid()}"
-    return validate_instance_name(name[:24])
+    name = validate_instance_name(
+        os.environ.get("RINGSNAP_SANDBOX_INSTANCE") or f"pytest-{os.getpid()}"
+    )
+    if len(name) > 24:
+        # Room for suffixes like "-solo" within the 31-character limit of instance names.
+        raise ValueError(f"RINGSNAP_SANDBOX_INSTANCE={name!r} is longer than 24 characters")
+    return name
 
 
 @pytest.fixture(scope="session")
