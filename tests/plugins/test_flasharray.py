@@ -32,22 +32,12 @@ from ringsnap.plugins.simulators.flasharray import (
     FlashArraySimulator,
 )
 from ringsnap.plugins.simulators.lunpool import LunPool
-from ringsnap.plugins.simulators.server import ManualClock, SimulatorServer, serving
+from ringsnap.plugins.simulators.server import AdvancingClock, SimulatorServer, serving
 from ringsnap.plugins.simulators.tls import make_test_ca
 from ringsnap.plugins.testing.conformance import DriverConformance, FaultCase, Harness
 
 TOKEN = "0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9"
 SNAPSHOT_ROUTE = r"/api/2\.\d+/protection-group-snapshots$"
-
-
-class RunningClock(ManualClock):
-    """Wall-clock time that tests can also move forward (session expiry, eradication delay)."""
-
-    def __init__(self) -> None:
-        super().__init__(start=0.0)
-
-    def now(self) -> float:
-        return time.time() + super().now()
 
 
 def simulator(server: SimulatorServer) -> FlashArraySimulator:
@@ -56,9 +46,9 @@ def simulator(server: SimulatorServer) -> FlashArraySimulator:
     return app
 
 
-def clock(server: SimulatorServer) -> RunningClock:
+def clock(server: SimulatorServer) -> AdvancingClock:
     running = simulator(server).clock
-    assert isinstance(running, RunningClock)
+    assert isinstance(running, AdvancingClock)
     return running
 
 
@@ -69,7 +59,7 @@ class TestFlashArray(DriverConformance):
         self, pool: LunPool, workdir: Path
     ) -> AbstractContextManager[SimulatorServer]:
         options = FlashArrayOptions(array_name="sim-fa", api_tokens={TOKEN: "pureuser"})
-        app = FlashArraySimulator(pool, options, clock=RunningClock())
+        app = FlashArraySimulator(pool, options, clock=AdvancingClock())
         return serving(app, tls=make_test_ca(workdir / "tls").server_tls)
 
     def config_table(
