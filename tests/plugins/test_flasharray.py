@@ -196,6 +196,7 @@ class TestFlashArray(DriverConformance):
         with pytest.raises(AuthError):
             harness.open(self.wrong_credentials(harness.table, harness.workdir)).check()
         captured = capsys.readouterr()
+        assert "array operation" in captured.out + captured.err, "the logs must be captured"
         assert TOKEN not in captured.out + captured.err
         assert "definitely-not-the-secret" not in captured.out + captured.err
 
