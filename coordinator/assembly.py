@@ -53,8 +53,12 @@ class LazyCqlCanaries:
             auth_provider=auth,
             load_balancing_policy=policy,
             protocol_version=5,
+            connect_timeout=30,
+            control_connection_timeout=30,
+            idle_heartbeat_timeout=60,
         )
         self._session = cluster.connect()
+        self._session.default_timeout = 30.0
         datacenters = {h.datacenter for h in cluster.metadata.all_hosts() if h.datacenter}
         store = CanaryStore(self._session, self._config.canary_keyspace)
         return CqlCanaries(store, datacenters)

@@ -27,6 +27,8 @@ from ringsnap.errors import RingsnapError
 #: A node owns about 1/N of the ring, so a key is found in ~N tries; this bound is never reached
 #: on a healthy ring and turns a broken token map into an error instead of a hang.
 _MAX_KEY_TRIES = 100_000
+#: Schema changes wait for every node to agree; on a busy cluster that takes more than a query.
+_SCHEMA_TIMEOUT = 60.0
 
 
 class CanaryKind(enum.StrEnum):
@@ -56,15 +58,19 @@ class CanaryStore:
 
     def ensure_schema(self, datacenters: Iterable[str]) -> None:
         """Create the keyspace (one replica per datacenter) and the table, if missing."""
-        replication = ", ".join(f"'{names.keyspace_name(dc)}': 1" for dc in sorted(set(datacenters)))
+        replication = ", ".join(
+            f"'{names.keyspace_name(dc)}': 1" for dc in sorted(set(datacenters))
+        )
         self._session.execute(
             f"CREATE KEYSPACE IF NOT EXISTS {self.keyspace} WITH replication = "
-            f"{{'class': 'NetworkTopologyStrategy', {replication}}}"
+            f"{{'class': 'NetworkTopologyStrategy', {replication}}}",
+            timeout=_SCHEMA_TIMEOUT,
         )
         self._session.execute(
             f"CREATE TABLE IF NOT EXISTS {self.keyspace}.canary ("
             " canary_key text PRIMARY KEY, backup_id text, host_id uuid, kind text,"
-            " written_at timestamp)"
+            " written_at timestamp)",
+            timeout=_SCHEMA_TIMEOUT,
         )
         cluster = self._session.cluster
         cluster.control_connection.wait_for_schema_agreement()

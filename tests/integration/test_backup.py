@@ -1,0 +1,166 @@
+"""Cluster-consistent backups of the real 3-node sandbox through each simulator-backed driver.
+
+Real Cassandra, real agents over mutual TLS freezing real loop-mounted filesystems, a vendor REST
+simulator taking reflink snapshots of the LUN images, and the real coordinator with its catalog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ringsnap.coordinator.assembly import open_coordinator
+from ringsnap.coordinator.backup import BackupFailed, BackupRefused
+from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.model import Backup, BackupState
+from ringsnap.coordinator.sandbox.cluster import SandboxCluster
+from ringsnap.coordinator.sandbox.load import WriteLoad
+from ringsnap.coordinator.sandbox.stack import CLUSTER_NAME, Stack, running_stack
+from ringsnap.coordinator.scheduler import BackupRequest
+from ringsnap.plugins.simulators.faults import Fault
+
+pytestmark = pytest.mark.integration
+
+
+def _backup(config: CoordinatorConfig) -> Backup:
+    async def run() -> Backup:
+        async with open_coordinator(config, source="<test>") as coordinator:
+            return await coordinator.backup(BackupRequest(CLUSTER_NAME, trigger="test"))
+
+    return asyncio.run(run())
+
+
+def _catalog_state(config: CoordinatorConfig) -> list[Backup]:
+    from ringsnap.coordinator.catalog import Catalog
+
+    with Catalog(config.coordinator.catalog, exclusive=False) as catalog:
+        return list(catalog.list_backups(CLUSTER_NAME, page_size=100).backups)
+
+
+def _frozen_mounts() -> list[str]:
+    """Mounts the kernel reports frozen: none may stay frozen after any test."""
+    frozen = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        mount_point = line.split()[4]
+        if "/ringsnap" in mount_point and _is_frozen(mount_point):
+            frozen.append(mount_point)
+    return frozen
+
+
+def _is_frozen(mount_point: str) -> bool:
+    import fcntl
+    import os
+
+    fifreeze, fithaw = 0xC0045877, 0xC0045878
+    fd = os.open(mount_point, os.O_RDONLY)
+    try:
+        try:
+            fcntl.ioctl(fd, fifreeze, 0)
+        except OSError:
+            return True  # EBUSY: already frozen
+        fcntl.ioctl(fd, fithaw, 0)
+        return False
+    finally:
+        os.close(fd)
+
+
+@pytest.fixture(params=["ontap", "flasharray"])
+def stack(
+    request: pytest.FixtureRequest, sandbox_cluster: SandboxCluster, tmp_path: Path
+) -> Iterator[Stack]:
+    with running_stack(sandbox_cluster, tmp_path / "stack", vendor=request.param) as running:
+        yield running
+    assert _frozen_mounts() == []
+
+
+def test_backup_under_write_load_snapshots_every_volume_in_one_call(
+    sandbox_cluster: SandboxCluster, stack: Stack
+) -> None:
+    config = stack.coordinator_config()
+    session = sandbox_cluster.session()
+    with WriteLoad(session, rate=100) as load:
+        backup = _backup(config)
+    assert backup.state is BackupState.COMPLETE, backup.error
+    # One consistency-group snapshot on the one array, covering all 6 volumes of the 3 nodes.
+    (snapshot,) = backup.snapshots
+    expected = {lun.volume_name for node in sandbox_cluster.nodes for lun in node.luns}
+    assert {member.volume.name for member in snapshot.members} == expected
+    # The array really holds it: the driver lists it.
+    assert backup.freeze_window is not None
+    assert backup.freeze_window.total < config.coordinator.freeze_budget_seconds
+    # Canaries: one per node, in the canary keyspace, for this backup id.
+    rows = list(session.execute("SELECT canary_key, backup_id, host_id FROM ringsnap.canary"))
+    mine = [row for row in rows if row.backup_id == backup.id]
+    assert sorted(str(row.host_id) for row in mine) == sorted(node.host_id for node in backup.nodes)
+    assert all(node.canary_id for node in backup.nodes)
+    # Manifests: every node recorded SSTables (system keyspaces at least).
+    assert all(node.sstable_count > 0 for node in backup.nodes)
+    assert load.report.writes > 0
+    assert load.report.errors == [], load.report.summary()
+
+
+def test_array_error_during_snapshot_thaws_and_fails_with_the_arrays_message(
+    stack: Stack,
+) -> None:
+    config = stack.coordinator_config()
+    path = {
+        "ontap": r"/consistency-groups/[^/]+/snapshots$",
+        "flasharray": r"protection-group-snapshots",
+    }
+    stack.array.server.faults.add(
+        Fault(
+            "status",
+            method="POST",
+            path=path[stack.array.vendor],
+            status=500,
+            count=99,
+            message="simulated controller failure",
+        )
+    )
+    with pytest.raises(BackupFailed, match=r"simulated controller failure|500"):
+        _backup(config)
+    assert _frozen_mounts() == []
+    (failed,) = _catalog_state(config)
+    assert failed.state is BackupState.FAILED
+    assert "500" in failed.error or "controller failure" in failed.error
+
+
+def test_array_hanging_past_the_freeze_budget_thaws_in_time_and_cleans_up(
+    stack: Stack,
+) -> None:
+    config = stack.coordinator_config(freeze_budget_seconds=0.8)
+    path = {
+        "ontap": r"/consistency-groups/[^/]+/snapshots$",
+        "flasharray": r"protection-group-snapshots",
+    }
+    stack.array.server.faults.add(
+        Fault("hang", method="POST", path=path[stack.array.vendor], seconds=2.0)
+    )
+    with pytest.raises(BackupFailed, match="freeze budget"):
+        _backup(config)
+    assert _frozen_mounts() == []
+    (failed,) = _catalog_state(config)
+    assert failed.state is BackupState.FAILED
+    assert failed.freeze_window is not None and failed.freeze_window.total < 1.5
+
+
+def test_unreachable_agent_refuses_or_backs_up_the_rest_when_partial_is_allowed(
+    sandbox_cluster: SandboxCluster, stack: Stack
+) -> None:
+    data = stack.coordinator_data()
+    data["clusters"][0]["nodes"][2]["agent"] = "127.0.0.1:1"  # nothing listens there
+    from ringsnap.config import validate
+
+    refused = validate(data, CoordinatorConfig, source="<test>")
+    with pytest.raises(BackupRefused, match=r"node node3: agent unreachable"):
+        _backup(refused)
+    data["clusters"][0]["allow_partial"] = True
+    partial = _backup(validate(data, CoordinatorConfig, source="<test>"))
+    assert partial.state is BackupState.PARTIAL
+    assert "unreachable" in partial.node("node3").excluded_reason
+    assert len(partial.snapshots[0].members) == 4
+    json.dumps([n.name for n in partial.nodes])
