@@ -1,0 +1,432 @@
+"""The E-Series driver against its SANtricity simulator over HTTPS (test CA), on a real XFS pool.
+
+The conformance suite runs unchanged (marker tests on loop-mounted ext4, frozen while the
+consistency group is snapshotted); the tests below add what only E-Series has: oldest-first
+deletion, asynchronous rollback, repositories that fill and get purged, its error envelope and
+its limits.
+"""
+
+from __future__ import annotations
+
+import ssl
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import SecretStr
+from structlog.testing import capture_logs
+
+from ringsnap.errors import ConfigError
+from ringsnap.plugins.errors import (
+    ArrayTimeoutError,
+    DriverError,
+    NotFoundError,
+    QuotaExceededError,
+    UnreachableError,
+)
+from ringsnap.plugins.eseries.client import ApiFailure, EseriesClient, retcode_of
+from ringsnap.plugins.eseries.driver import ESeriesDriver
+from ringsnap.plugins.middleware import FAST_RETRY, ManagedFullDriver, wrap
+from ringsnap.plugins.registry import build_driver
+from ringsnap.plugins.simulators.eseries import (
+    MAX_CGS_PER_SYSTEM,
+    MAX_IMAGES_PER_GROUP,
+    MAX_MEMBERS_PER_CG,
+    REPOSITORY_FULL,
+    ROLLBACK_SLOW,
+    EseriesOptions,
+    EseriesSimulator,
+)
+from ringsnap.plugins.simulators.faults import Fault
+from ringsnap.plugins.simulators.lunpool import LunPool
+from ringsnap.plugins.simulators.server import SimulatorServer, serving
+from ringsnap.plugins.simulators.tls import make_test_ca
+from ringsnap.plugins.testing import mounts
+from ringsnap.plugins.testing.conformance import DriverConformance, FaultCase, Harness
+
+PASSWORD = "Es-s3cret-pw"
+SNAPSHOTS = r"/consistency-groups/[^/]+/snapshots$"
+ROLLBACK = r"/consistency-groups/[^/]+/snapshots/\d+/rollback$"
+
+
+def simulator(harness: Harness) -> EseriesSimulator:
+    app = harness.server.app
+    assert isinstance(app, EseriesSimulator)
+    return app
+
+
+def full(harness: Harness) -> ManagedFullDriver:
+    assert isinstance(harness.driver, ManagedFullDriver)
+    return harness.driver
+
+
+class TestEseries(DriverConformance):
+    driver_name = "eseries"
+
+    def start_simulator(
+        self, pool: LunPool, workdir: Path
+    ) -> AbstractContextManager[SimulatorServer]:
+        options = EseriesOptions(
+            users={"admin": PASSWORD},
+            rollback_seconds=0.2,
+            thin_volumes={self.volume_names[-1]},
+        )
+        return serving(
+            EseriesSimulator(pool, options), tls=make_test_ca(workdir / "tls").server_tls
+        )
+
+    def config_table(
+        self, server: SimulatorServer, workdir: Path, *, request_timeout: float
+    ) -> dict[str, Any]:
+        (workdir / "es.password").write_text(PASSWORD + "\n")
+        return {
+            "driver": "eseries",
+            "endpoint": server.url,
+            "username": "admin",
+            "password_file": str(workdir / "es.password"),
+            "ca_file": str(workdir / "tls" / "ca.pem"),
+            "timeout_seconds": request_timeout,
+            "rollback_poll_seconds": 0.05,
+            "rollback_timeout_seconds": 20,
+        }
+
+    def snapshot_route(self) -> tuple[str, str]:
+        return ("POST", SNAPSHOTS)
+
+    def vendor_fault_cases(self) -> Sequence[FaultCase]:
+        attempts = self.retry_policy.attempts
+        return [
+            FaultCase(
+                "offline-424-once",
+                (Fault("status", method="POST", path=SNAPSHOTS, status=424, count=1),),
+                error=None,
+            ),
+            FaultCase(
+                "offline-424-persistent",
+                (Fault("status", method="POST", path=SNAPSHOTS, status=424, count=1000),),
+                error=UnreachableError,
+                retryable=True,
+                min_fired=attempts,
+            ),
+            FaultCase(
+                "image-limit-422",
+                (
+                    Fault(
+                        "status",
+                        method="POST",
+                        path=SNAPSHOTS,
+                        status=422,
+                        code="maxPitsPerGroupExceeded",
+                        message="each snapshot group already holds 32 images",
+                    ),
+                ),
+                error=QuotaExceededError,
+                retryable=False,
+            ),
+            FaultCase(
+                "repository-full",
+                (Fault(REPOSITORY_FULL, method="POST", path=SNAPSHOTS),),
+                error=None,
+            ),
+            FaultCase(
+                "rollback-500-once",
+                (Fault("status", method="POST", path=ROLLBACK, status=500),),
+                error=None,
+                operation="revert",
+            ),
+            FaultCase(
+                "clone-offline-persistent",
+                (Fault("status", method="POST", path=r"/views$", status=424, count=1000),),
+                error=UnreachableError,
+                retryable=True,
+                operation="clone",
+                min_fired=attempts,
+            ),
+        ]
+
+    def vendor_leftovers(self, harness: Harness) -> list[str]:
+        """Images ringsnap cannot name: they would block oldest-first deletion forever."""
+        state = simulator(harness).state()
+        named = {
+            (key.split(".")[1], int(key.split(".")[2]))
+            for key in state["key_values"]
+            if key.count(".") == 2 and key.split(".")[2].isdigit()
+        }
+        return [
+            f"unnamed image {seq} of {cg}" for cg, seq in state["images"] if (cg, seq) not in named
+        ]
+
+    # -- E-Series specifics --------------------------------------------------------------
+
+    def test_snapshot_is_one_consistency_group_image(self, harness: Harness) -> None:
+        ref = harness.driver.create_group_snapshot(harness.volumes, "cg1")
+        state = simulator(harness).state()
+        assert list(state["consistency_groups"].values()) == [sorted(self.volume_names)]
+        assert state["images"] == [(ref.group, int(ref.snapshot_id))]
+        assert ref.attribute("consistency_group_label").startswith("rs_")
+        # A second snapshot of the same volumes reuses the group.
+        harness.driver.create_group_snapshot(harness.volumes, "cg2")
+        assert simulator(harness).group_count() == 1
+
+    def test_delete_newer_image_is_deferred_until_older_ones_go(self, harness: Harness) -> None:
+        refs = [harness.driver.create_group_snapshot(harness.volumes, f"d{i}") for i in range(3)]
+        app = simulator(harness)
+        per_image = len(harness.volumes)
+        with capture_logs() as logs:
+            harness.driver.delete_snapshot(refs[1])
+        assert any("deferred" in entry["event"] for entry in logs)
+        assert app.image_count() == 3 * per_image  # still on the array: it is not the oldest
+        with pytest.raises(NotFoundError, match="once every older image is gone"):
+            harness.driver.get_snapshot(refs[1])
+        listed = [i.ref.snapshot_name for i in harness.driver.list_snapshots(harness.volumes)]
+        assert listed == ["d0", "d2"]
+        harness.driver.delete_snapshot(refs[0])  # the oldest: goes, and takes d1 with it
+        assert app.image_count() == per_image
+        assert [i.ref.snapshot_name for i in harness.driver.list_snapshots(harness.volumes)] == [
+            "d2"
+        ]
+        assert not [k for k in app.state()["key_values"] if k.endswith((".1", ".2"))]
+
+    def test_array_refuses_deleting_a_newer_image(self, harness: Harness) -> None:
+        first = harness.driver.create_group_snapshot(harness.volumes, "o1")
+        second = harness.driver.create_group_snapshot(harness.volumes, "o2")
+        client = self._client(harness)
+        with pytest.raises(DriverError) as caught:
+            client.delete(
+                f"/storage-systems/1/consistency-groups/{second.group}/snapshots/{second.snapshot_id}"
+            )
+        assert retcode_of(caught.value) == "pitNotOldest"
+        assert "oldest first" in str(caught.value)
+        client.delete(
+            f"/storage-systems/1/consistency-groups/{first.group}/snapshots/{first.snapshot_id}"
+        )
+
+    def test_rollback_is_watched_until_done(self, harness: Harness) -> None:
+        ref = harness.driver.create_group_snapshot(harness.volumes, "rb")
+        harness.faults.add(Fault(ROLLBACK_SLOW, method="POST", path=ROLLBACK, seconds=0.6))
+        started = time.monotonic()
+        full(harness).revert(ref)
+        assert time.monotonic() - started >= 0.6
+        volumes = self._client(harness).get("/storage-systems/1/volumes")
+        assert {volume["action"] for volume in volumes} == {"none"}
+
+    def test_rollback_timeout_then_repeat_watches_instead_of_restarting(
+        self, harness: Harness
+    ) -> None:
+        ref = harness.driver.create_group_snapshot(harness.volumes, "rbt")
+        table = {**harness.table, "rollback_timeout_seconds": 0.3}
+        impatient = wrap(
+            ESeriesDriver.from_config(
+                harness.array, {k: v for k, v in table.items() if k != "driver"}, source="t"
+            ),
+            retry=FAST_RETRY.__class__(attempts=1, initial_delay=0, max_delay=0, deadline=10),
+        )
+        assert isinstance(impatient, ManagedFullDriver)
+        harness.faults.add(Fault(ROLLBACK_SLOW, method="POST", path=ROLLBACK, seconds=1.5))
+        with pytest.raises(ArrayTimeoutError, match="still running") as caught:
+            impatient.revert(ref)
+        assert caught.value.retryable
+        # A second POST would fail: the repeat must watch the running rollback, not start one.
+        guard = harness.faults.add(Fault("status", method="POST", path=ROLLBACK, status=500))
+        full(harness).revert(ref)
+        assert harness.faults.fired(guard.id) == 0
+        impatient.close()
+
+    def test_repository_filling_warns_before_the_array_purges(self, harness: Harness) -> None:
+        oldest = harness.driver.create_group_snapshot(harness.volumes, "r0")
+        harness.faults.add(
+            Fault(REPOSITORY_FULL, method="POST", path=SNAPSHOTS, options={"percent": 90})
+        )
+        with capture_logs() as logs:
+            ref = harness.driver.create_group_snapshot(harness.volumes, "r1")
+        assert any(entry["event"] == "E-Series repository filling" for entry in logs)
+        warnings = harness.driver.get_snapshot(ref).warnings
+        assert any("90% full" in w and "purge" in w for w in warnings)
+        assert all(
+            any("90% full" in w for w in info.warnings)
+            for info in harness.driver.list_snapshots(harness.volumes)
+        )
+        # At 100% the array purges the oldest image silently; the driver notices and says so.
+        harness.faults.add(
+            Fault(REPOSITORY_FULL, method="POST", path=SNAPSHOTS, options={"percent": 100})
+        )
+        with capture_logs() as logs:
+            harness.driver.create_group_snapshot(harness.volumes, "r2")
+        assert simulator(harness).purged == [(oldest.group, int(oldest.snapshot_id))]
+        assert any("purged" in entry["event"] and entry.get("snapshot") == "r0" for entry in logs)
+        with pytest.raises(NotFoundError, match="purged it when a repository filled"):
+            harness.driver.get_snapshot(oldest)
+
+    def test_real_writes_fill_the_repository_and_warn(self, harness: Harness) -> None:
+        volume = harness.volumes[0]
+        ref = harness.driver.create_group_snapshot([volume], "ru")
+        assert not harness.driver.get_snapshot(ref).warnings
+        # The member's repository is 20% of 64 MiB; rewrite 11 MiB of the live filesystem.
+        with mounts.mounted(harness.lun(volume), harness.workdir / "ru") as point:
+            (point / "changed").write_bytes(b"x" * (11 << 20))
+        members = self._client(harness).get(
+            f"/storage-systems/1/consistency-groups/{ref.group}/member-volumes"
+        )
+        used, total = (
+            int(members[0]["usedRepositoryCapacity"]),
+            int(members[0]["totalRepositoryCapacity"]),
+        )
+        assert total == (64 << 20) // 5 and used >= 10 << 20
+        with capture_logs() as logs:
+            warnings = harness.driver.get_snapshot(ref).warnings
+        assert any(volume.name in w and "full" in w for w in warnings)
+        assert any(entry["event"] == "E-Series repository filling" for entry in logs)
+
+    def test_422_envelope_becomes_a_typed_error(self, harness: Harness) -> None:
+        ref = harness.driver.create_group_snapshot(harness.volumes, "env")
+        client = self._client(harness)
+        with pytest.raises(DriverError) as caught:
+            client.post(
+                f"/storage-systems/1/consistency-groups/{ref.group}/member-volumes",
+                {"volumeId": harness.volumes[0].id, "repositoryPercent": 20},
+            )
+        failure = caught.value.__cause__
+        assert isinstance(failure, ApiFailure)
+        assert (failure.status, failure.retcode, failure.code_type) == (
+            422,
+            "volumeAlreadyMember",
+            "symbol",
+        )
+        assert not caught.value.retryable and harness.array in str(caught.value)
+        raw = httpx.get(
+            f"{harness.server.url}/devmgr/v2/storage-systems/1/consistency-groups/nope",
+            auth=("admin", PASSWORD),
+            verify=ssl.create_default_context(cafile=str(harness.workdir / "tls" / "ca.pem")),
+        )
+        assert raw.status_code == 404
+        assert set(raw.json()) == {
+            "errorMessage",
+            "developerMessage",
+            "localizedMessage",
+            "retcode",
+            "codeType",
+        }
+        with pytest.raises(NotFoundError):
+            client.get("/storage-systems/1/consistency-groups/nope")
+
+    def test_images_per_group_limit(self, harness: Harness) -> None:
+        for index in range(MAX_IMAGES_PER_GROUP):
+            harness.driver.create_group_snapshot(harness.volumes, f"l{index}")
+        with pytest.raises(QuotaExceededError, match="delete older snapshots first"):
+            harness.driver.create_group_snapshot(harness.volumes, "one-too-many")
+        group = harness.driver.list_snapshots(harness.volumes)[0].ref.group
+        with pytest.raises(QuotaExceededError) as caught:
+            self._client(harness).post(f"/storage-systems/1/consistency-groups/{group}/snapshots")
+        assert retcode_of(caught.value) == "maxPitsPerGroupExceeded"
+
+    def test_groups_per_system_and_members_per_group_limits(self, harness: Harness) -> None:
+        client = self._client(harness)
+        for index in range(MAX_CGS_PER_SYSTEM):
+            client.post("/storage-systems/1/consistency-groups", {"name": f"cg{index}"})
+        with pytest.raises(QuotaExceededError) as caught:
+            client.post("/storage-systems/1/consistency-groups", {"name": "cg-extra"})
+        assert retcode_of(caught.value) == "maxConsistencyGroupsExceeded"
+        cg = client.get("/storage-systems/1/consistency-groups")[0]["id"]
+        for index in range(MAX_MEMBERS_PER_CG + 1 - len(self.volume_names)):
+            harness.pool.create_lun(f"extra{index:02d}", 4 << 20)
+        volumes = client.get("/storage-systems/1/volumes") + client.get(
+            "/storage-systems/1/thin-volumes"
+        )
+        assert len(volumes) == MAX_MEMBERS_PER_CG + 1
+        for volume in volumes[:MAX_MEMBERS_PER_CG]:
+            client.post(
+                f"/storage-systems/1/consistency-groups/{cg}/member-volumes",
+                {"volumeId": volume["id"], "repositoryPercent": 20},
+            )
+        with pytest.raises(QuotaExceededError) as caught:
+            client.post(
+                f"/storage-systems/1/consistency-groups/{cg}/member-volumes",
+                {"volumeId": volumes[-1]["id"], "repositoryPercent": 20},
+            )
+        assert retcode_of(caught.value) == "maxCgMembersExceeded"
+
+    def test_images_per_system_limit(self, harness: Harness) -> None:
+        simulator(harness).options.max_images_per_system = 2 * len(harness.volumes)
+        harness.driver.create_group_snapshot(harness.volumes, "sys1")
+        harness.driver.create_group_snapshot(harness.volumes, "sys2")
+        with pytest.raises(QuotaExceededError) as caught:
+            harness.driver.create_group_snapshot(harness.volumes, "sys3")
+        assert retcode_of(caught.value) == "maxPitsPerSystemExceeded"
+        assert not self.vendor_leftovers(harness)
+
+    def test_session_login_and_relogin(self, harness: Harness) -> None:
+        driver = harness.open({**harness.table, "auth": "session"})
+        driver.check()
+        simulator(harness)._sessions.clear()  # every session expires
+        assert driver.list_volumes()
+        driver.close()
+
+    def test_password_never_logged_or_in_errors(self, harness: Harness) -> None:
+        with capture_logs() as logs:
+            ref = harness.driver.create_group_snapshot(harness.volumes, "pw")
+            harness.driver.get_snapshot(ref)
+            bad = harness.open(self.wrong_credentials(harness.table, harness.workdir))
+            with pytest.raises(DriverError) as caught:
+                bad.check()
+        assert PASSWORD not in repr(logs) and PASSWORD not in str(caught.value)
+
+    def _client(self, harness: Harness) -> EseriesClient:
+        return EseriesClient(
+            array=harness.array,
+            endpoint=harness.server.url,
+            username="admin",
+            password=SecretStr(PASSWORD),
+            ca_file=harness.workdir / "tls" / "ca.pem",
+            timeout=10,
+        )
+
+
+# Without a pool: settings and the registry
+
+
+@contextmanager
+def _password(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "pw"
+    path.write_text(PASSWORD)
+    yield path
+
+
+def test_registered_under_its_entry_point(tmp_path: Path) -> None:
+    with _password(tmp_path) as path:
+        driver = build_driver(
+            "es1",
+            {
+                "driver": "eseries",
+                "endpoint": "es1.example.net:8443",
+                "username": "admin",
+                "password_file": str(path),
+            },
+            source="t.toml",
+        )
+    assert isinstance(driver, ESeriesDriver)
+    assert driver.capabilities().delete_oldest_first and driver.capabilities().atomic_group_snapshot
+
+
+def test_bad_settings_name_the_key(tmp_path: Path) -> None:
+    with _password(tmp_path) as path:
+        base = {
+            "driver": "eseries",
+            "endpoint": "https://es1:8443",
+            "username": "admin",
+            "password_file": str(path),
+        }
+        for key, value in (
+            ("endpoint", "ftp://es1"),
+            ("password_file", str(tmp_path / "missing")),
+            ("repository_percent", 0),
+            ("repository_full_policy", "never"),
+            ("group_prefix", "no spaces"),
+        ):
+            with pytest.raises(ConfigError) as caught:
+                build_driver("es1", {**base, key: value}, source="t.toml")
+            assert f"arrays.es1.{key}" in str(caught.value)
+            assert PASSWORD not in str(caught.value)
