@@ -219,7 +219,7 @@ def apply_policy(
             ended = (backup.finished_at or backup.started_at).astimezone(UTC)
             until = ended + policy.failed_grace
             if now < until:
-                reason = f"failed, kept for inspection until {until:%Y-%m-%dT%H:%MZ}"
+                reason = f"failed, kept for inspection until {until:%Y-%m-%dT%H:%M:%SZ}"
                 decisions.append(RetentionDecision(backup, True, (reason,)))
             else:
                 reason = f"failed, past its {format_duration(policy.failed_grace)} grace period"
