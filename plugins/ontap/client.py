@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import requests
 from netapp_ontap.error import NetAppRestError
 from netapp_ontap.host_connection import HostConnection
+from netapp_ontap.raw_resource import RawResource
 from netapp_ontap.resources.cluster import Cluster
 from netapp_ontap.resources.consistency_group import ConsistencyGroup
 from netapp_ontap.resources.consistency_group_snapshot import ConsistencyGroupSnapshot
@@ -239,6 +240,7 @@ class OntapClient:
                 for item in OntapVolume.get_collection(
                     connection=self.connection,
                     max_records=self.settings.page_size,
+                    raw=True,
                     fields="uuid,name,svm.name,size,clone.is_flexclone,clone.parent_volume.uuid,"
                     "clone.parent_snapshot.uuid",
                     **query,
@@ -257,6 +259,7 @@ class OntapClient:
                     volume_uuid,
                     connection=self.connection,
                     max_records=self.settings.page_size,
+                    raw=True,
                     fields="uuid,name,create_time,size,comment",
                     **query,
                 )
@@ -280,9 +283,12 @@ class OntapClient:
                 "name": name_pattern,
                 "svm.name": svm,
             }
-            for item in ConsistencyGroup.get_collection(connection=self.connection, **query):
-                volumes = tuple(str(v.uuid) for v in getattr(item, "volumes", []) or [])
-                yield CgRecord(str(item.uuid), str(item.name), volumes)
+            for item in ConsistencyGroup.get_collection(
+                connection=self.connection, raw=True, **query
+            ):
+                data = _data(item)
+                volumes = tuple(str(v.get("uuid", "")) for v in data.get("volumes") or [])
+                yield CgRecord(str(data["uuid"]), str(data["name"]), volumes)
 
         return self.call(f"listing consistency groups {name_pattern!r}", lambda: list(fetch()))
 
@@ -321,8 +327,8 @@ class OntapClient:
 
     def create_cg_snapshot(
         self, cg_uuid: str, name: str, consistency_type: str, comment: str
-    ) -> dict[str, str]:
-        """Snapshot the group; returns volume uuid -> member snapshot uuid."""
+    ) -> list[SnapshotRecord]:
+        """Snapshot the group; returns the member volume snapshots it made."""
         snapshot = ConsistencyGroupSnapshot(
             cg_uuid, name=name, consistency_type=consistency_type, comment=comment
         )
@@ -336,10 +342,19 @@ class OntapClient:
             f"reading snapshot {name!r} of consistency group {cg_uuid}",
             lambda: snapshot.get(fields="uuid,name,create_time,snapshot_volumes"),
         )
-        members: dict[str, str] = {}
-        for item in getattr(snapshot, "snapshot_volumes", []) or []:
-            members[str(item.volume.uuid)] = str(item.snapshot.uuid)
-        return members
+        data = _data(snapshot)
+        created = _timestamp(data.get("create_time"))
+        return [
+            SnapshotRecord(
+                uuid=str(_lookup(item, "snapshot.uuid", "")),
+                name=name,
+                volume_uuid=str(_lookup(item, "volume.uuid", "")),
+                create_time=created,
+                size=0,
+                comment=comment,
+            )
+            for item in data.get("snapshot_volumes") or []
+        ]
 
     def delete_snapshot(self, volume_uuid: str, snapshot_uuid: str) -> None:
         resource = Snapshot(volume_uuid, uuid=snapshot_uuid)
@@ -406,36 +421,56 @@ class OntapClient:
         )
 
 
+def _data(item: Any) -> dict[str, Any]:
+    """The JSON of a resource: as received for raw collections, serialised for full ones."""
+    if isinstance(item, RawResource):
+        data: dict[str, Any] = item.resource_data
+        return data
+    full: dict[str, Any] = item.to_dict()
+    return full
+
+
+def _lookup(data: dict[str, Any], dotted: str, default: Any = None) -> Any:
+    value: Any = data
+    for part in dotted.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return default
+        value = value[part]
+    return value
+
+
 def _volume_record(item: Any) -> VolumeRecord:
-    clone = getattr(item, "clone", None)
-    parent_volume = getattr(clone, "parent_volume", None) if clone is not None else None
-    parent_snapshot = getattr(clone, "parent_snapshot", None) if clone is not None else None
-    svm = getattr(item, "svm", None)
+    data = _data(item)
     return VolumeRecord(
-        uuid=str(item.uuid),
-        name=str(item.name),
-        svm=str(getattr(svm, "name", "")) if svm is not None else "",
-        size=int(getattr(item, "size", 0) or 0),
-        is_flexclone=bool(getattr(clone, "is_flexclone", False)) if clone is not None else False,
-        parent_volume_uuid=str(getattr(parent_volume, "uuid", "") or ""),
-        parent_snapshot_uuid=str(getattr(parent_snapshot, "uuid", "") or ""),
+        uuid=str(data["uuid"]),
+        name=str(data["name"]),
+        svm=str(_lookup(data, "svm.name", "")),
+        size=int(data.get("size") or 0),
+        is_flexclone=bool(_lookup(data, "clone.is_flexclone", False)),
+        parent_volume_uuid=str(_lookup(data, "clone.parent_volume.uuid", "")),
+        parent_snapshot_uuid=str(_lookup(data, "clone.parent_snapshot.uuid", "")),
     )
 
 
 def _snapshot_record(item: Any, volume_uuid: str) -> SnapshotRecord:
-    created = getattr(item, "create_time", None)
-    if isinstance(created, str):
-        created = datetime.datetime.fromisoformat(created)
-    if not isinstance(created, datetime.datetime):
-        created = datetime.datetime.fromtimestamp(0, datetime.UTC)
+    data = _data(item)
     return SnapshotRecord(
-        uuid=str(item.uuid),
-        name=str(item.name),
+        uuid=str(data["uuid"]),
+        name=str(data["name"]),
         volume_uuid=volume_uuid,
-        create_time=created,
-        size=int(getattr(item, "size", 0) or 0),
-        comment=str(getattr(item, "comment", "") or ""),
+        create_time=_timestamp(data.get("create_time")),
+        size=int(data.get("size") or 0),
+        comment=str(data.get("comment") or ""),
     )
+
+
+def _timestamp(value: Any) -> datetime.datetime:
+    """ONTAP times are ISO 8601 with the cluster's UTC offset."""
+    if isinstance(value, datetime.datetime):
+        return value
+    if isinstance(value, str):
+        return datetime.datetime.fromisoformat(value)
+    return datetime.datetime.fromtimestamp(0, datetime.UTC)
 
 
 def _reason(error: BaseException) -> str:

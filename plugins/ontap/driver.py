@@ -129,7 +129,7 @@ class OntapDriver(ArrayDriver, Revertible, Cloneable):
             self.settings.svm, cg_name, [volume.name for volume in members]
         )
         try:
-            self.client.create_cg_snapshot(
+            made = self.client.create_cg_snapshot(
                 cg_uuid, name, self.settings.consistency_type, self.settings.snapshot_comment
             )
         except DriverError as error:
@@ -145,8 +145,8 @@ class OntapDriver(ArrayDriver, Revertible, Cloneable):
                 retryable=True,
                 leftovers=leftovers,
             )
-        found = self._named(members, name)
-        if len(found) != len(members):
+        found = {record.volume_uuid: record for record in made}
+        if set(found) != {volume.id for volume in members}:
             raise DriverError(
                 f"the array reported snapshot {name!r} done, but it is on {len(found)} of"
                 f" {len(members)} volumes",

@@ -1,0 +1,111 @@
+"""create_group_snapshot per driver against its simulator: median of 20 (by default).
+
+Every driver with a simulator plugs in through a module `bench/<driver>_snapshot.py` exposing
+
+    target(pool: LunPool, workdir: Path) -> ContextManager[tuple[SimulatorServer, dict]]
+
+which starts its simulator over `pool` and yields it with the array's config table. This script
+makes a fresh reflink XFS pool per driver, formats `--volumes` LUNs of 64 MiB as ext4, builds the
+driver through the registry (middleware included, as the coordinator would) and times
+`--runs` group snapshots of all the volumes, after one warm-up call (sessions, protection groups)
+reported apart. Needs root and loop devices.
+
+    .venv/bin/python -m bench.driver_snapshot [--runs 20] [--volumes 3] [--drivers ontap,flasharray]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ringsnap.logs import configure
+from ringsnap.plugins.registry import known_drivers, open_driver
+from ringsnap.plugins.simulators.lunpool import temporary_xfs_pool
+from ringsnap.plugins.testing import mounts
+
+
+@dataclass(frozen=True)
+class Result:
+    driver: str
+    volumes: int
+    first_ms: float
+    timings_ms: tuple[float, ...]
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.timings_ms)
+
+    def line(self) -> str:
+        ordered = sorted(self.timings_ms)
+        p90 = ordered[max(0, round(0.9 * len(ordered)) - 1)]
+        return (
+            f"{self.driver:<11} {self.volumes} vols  median {self.median_ms:7.1f} ms"
+            f"  min {ordered[0]:7.1f}  p90 {p90:7.1f}  max {ordered[-1]:7.1f}"
+            f"  (first call {self.first_ms:.1f} ms, {len(ordered)} runs)"
+        )
+
+
+def measure(driver_name: str, *, runs: int = 20, volume_count: int = 3) -> Result:
+    """Time `runs` group snapshots of `volume_count` LUNs through the driver's simulator."""
+    module = importlib.import_module(f"bench.{driver_name}_snapshot")
+    # Letters and digits only: valid as an ONTAP, FlashArray and E-Series volume name alike.
+    names = [f"benchvol{index}" for index in range(1, volume_count + 1)]
+    with tempfile.TemporaryDirectory(prefix=f"bench-{driver_name}-") as scratch:
+        workdir = Path(scratch)
+        with temporary_xfs_pool(workdir, size_bytes=1 << 30) as pool:
+            for name in names:
+                mounts.format_image(pool.create_lun(name, 64 << 20), "ext4")
+            with module.target(pool, workdir) as (_, table):
+                driver = open_driver(f"bench-{driver_name}", table, "bench.toml")
+                try:
+                    volumes = [v for v in driver.list_volumes() if v.name in names]
+                    if len(volumes) != len(names):
+                        raise SystemExit(
+                            f"{driver_name}: the simulator shows {len(volumes)} of the pool's"
+                            f" LUNs {names}"
+                        )
+                    started = time.perf_counter()
+                    driver.create_group_snapshot(volumes, "bench-warm-up")
+                    first = time.perf_counter() - started
+                    timings = []
+                    for run in range(runs):
+                        started = time.perf_counter()
+                        driver.create_group_snapshot(volumes, f"bench-{run}")
+                        timings.append((time.perf_counter() - started) * 1000)
+                finally:
+                    driver.close()
+    return Result(driver_name, len(volumes), first * 1000, tuple(timings))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--volumes", type=int, default=3)
+    parser.add_argument("--drivers", help="comma-separated (default: every registered driver)")
+    args = parser.parse_args()
+    configure(json=True, level="warning")
+    missing = mounts.missing_preconditions()
+    if missing:
+        raise SystemExit("cannot run: missing " + "; ".join(missing))
+    drivers = args.drivers.split(",") if args.drivers else known_drivers()
+    load = os.getloadavg()[0]
+    print(
+        f"create_group_snapshot against the simulators (load average {load:.1f}, {os.cpu_count()} CPUs)"
+    )
+    for name in drivers:
+        try:
+            importlib.import_module(f"bench.{name}_snapshot")
+        except ModuleNotFoundError:
+            print(f"{name:<11} no simulator benchmark target (bench/{name}_snapshot.py)")
+            continue
+        print(measure(name, runs=args.runs, volume_count=args.volumes).line(), flush=True)
+
+
+if __name__ == "__main__":
+    main()
