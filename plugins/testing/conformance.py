@@ -36,8 +36,11 @@ Required hooks
 
 Optional hooks (defaults in brackets)
   volume_names, lun_size, filesystem       [3 volumes of 64 MiB, ext4]
+  array_name                                ["conformance-array"; errors must contain it]
   retry_policy                              [FAST_RETRY: 4 attempts, tiny delays]
-  hang_seconds, hang_request_timeout        [1.5 s hang vs 0.5 s client timeout]
+  request_timeout                           [10 s: config_table's request_timeout normally]
+  hang_seconds, hang_request_timeout        [1.5 s hang vs 0.5 s client timeout (fast_harness)]
+  fault_cases()                             [the generic cases below + vendor_fault_cases()]
   vendor_fault_cases()                      extra FaultCases: failed jobs, expired sessions, full
                                             repositories... [none]
   vendor_leftovers(harness)                 objects a failed create must not leave on the simulator
@@ -54,8 +57,22 @@ Optional hooks (defaults in brackets)
   select_volumes(harness)                   the volumes to snapshot [those of list_volumes() named in
                                             volume_names, in that order]
 
+Generic fault cases, all on `snapshot_route()`: a 500 once (must succeed after a retry), a
+persistent 500 (retryable DriverError after `retry_policy.attempts` tries), a hang answered too late
+and dropped (ArrayTimeoutError, retried, then reported), a hang once that the array then completes
+(the retry must find the snapshot: idempotency). A `FaultCase` names its faults (`faults.Fault`),
+the error class expected (None: success), whether it must be retryable, the operation it hits
+("create", "delete", "revert", "clone"), how often the faults must have fired, and how long to
+let a hung request settle. After every failing case the suite checks that nothing was left behind
+unreported: no new snapshot images in the pool, no snapshot of that name in `list_snapshots`,
+nothing from `vendor_leftovers` -- unless the error's `leftovers` names what was left.
+
+Fixtures a subclass's own tests can use: `lun_pool`, `harness` (a `Harness`: pool, server, table,
+managed driver, volumes, faults), `fast_harness` (requests time out after hang_request_timeout).
+
 Preconditions: root, loop devices, mkfs.xfs/mkfs.ext4, fsfreeze. Without them every test is
-skipped with a message naming what is missing (nothing else is ever skipped).
+skipped with a message naming what is missing (nothing else is ever skipped, except the TLS test
+when the simulator serves plain HTTP, and revert/clone tests for a driver without that ability).
 """
 
 from __future__ import annotations
