@@ -21,7 +21,7 @@ from typing import Any
 
 from bench.driver_snapshot import measure
 from ringsnap.logs import configure
-from ringsnap.plugins.simulators.eseries import EseriesOptions, EseriesSimulator
+from ringsnap.plugins.simulators.eseries import ESeriesOptions, ESeriesSimulator
 from ringsnap.plugins.simulators.lunpool import LunPool
 from ringsnap.plugins.simulators.server import SimulatorServer, serving
 from ringsnap.plugins.simulators.tls import make_test_ca
@@ -33,7 +33,7 @@ PASSWORD = "bench-password"
 def target(pool: LunPool, workdir: Path) -> Iterator[tuple[SimulatorServer, dict[str, Any]]]:
     """The E-Series simulator over `pool`, served over TLS, and a config table for it."""
     certs = make_test_ca(workdir / "tls")
-    app = EseriesSimulator(pool, EseriesOptions(users={"admin": PASSWORD}))
+    app = ESeriesSimulator(pool, ESeriesOptions(users={"admin": PASSWORD}))
     password_file = workdir / "es.password"
     password_file.write_text(PASSWORD + "\n")
     with serving(app, tls=certs.server_tls) as server:

@@ -92,7 +92,7 @@ _HEADER = struct.Struct("=QQIIII")
 
 
 @dataclass
-class EseriesOptions:
+class ESeriesOptions:
     """Behaviour of one simulated storage system."""
 
     system_id: str = "1"
@@ -108,7 +108,7 @@ class EseriesOptions:
     max_images_per_system: int = MAX_IMAGES_PER_SYSTEM
 
     @classmethod
-    def from_settings(cls, options: SimulatorOptions) -> EseriesOptions:
+    def from_settings(cls, options: SimulatorOptions) -> ESeriesOptions:
         """From `python -m ringsnap.plugins.simulators eseries --set key=value ...`."""
         settings = dict(options.settings)
         made = cls(users={options.username: options.password})
@@ -224,7 +224,7 @@ def unshared_bytes(path: Path) -> int:
                 return total
 
 
-class EseriesSimulator(SimulatorApp):
+class ESeriesSimulator(SimulatorApp):
     """One storage system's state and REST semantics; thread-safe through one lock."""
 
     vendor = "eseries"
@@ -232,13 +232,20 @@ class EseriesSimulator(SimulatorApp):
     def __init__(
         self,
         pool: LunPool,
-        options: EseriesOptions | None = None,
+        options: ESeriesOptions | None = None,
         *,
+        username: str | None = None,
+        password: str | None = None,
         clock: Clock | None = None,
     ) -> None:
+        """`username`/`password` (both or neither) replace the options' users with that one."""
         super().__init__(clock=clock)
         self.pool = pool
-        self.options = options or EseriesOptions()
+        self.options = options or ESeriesOptions()
+        if username is not None:
+            if password is None:
+                raise ValueError("a username needs a password")
+            self.options.users = {username: password}
         self._lock = threading.RLock()
         self._sessions: dict[str, float] = {}
         self._groups: dict[str, _Group] = {}
@@ -1017,8 +1024,8 @@ class EseriesSimulator(SimulatorApp):
         return Response(204)
 
 
-def create_app(options: SimulatorOptions) -> EseriesSimulator:
+def create_app(options: SimulatorOptions) -> ESeriesSimulator:
     """For `python -m ringsnap.plugins.simulators eseries` (Basic auth with --username/password)."""
-    return EseriesSimulator(
-        LunPool(options.pool), EseriesOptions.from_settings(options), clock=options.clock
+    return ESeriesSimulator(
+        LunPool(options.pool), ESeriesOptions.from_settings(options), clock=options.clock
     )

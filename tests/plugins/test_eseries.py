@@ -38,8 +38,8 @@ from ringsnap.plugins.simulators.eseries import (
     MAX_MEMBERS_PER_CG,
     REPOSITORY_FULL,
     ROLLBACK_SLOW,
-    EseriesOptions,
-    EseriesSimulator,
+    ESeriesOptions,
+    ESeriesSimulator,
 )
 from ringsnap.plugins.simulators.faults import Fault
 from ringsnap.plugins.simulators.lunpool import LunPool
@@ -53,9 +53,9 @@ SNAPSHOTS = r"/consistency-groups/[^/]+/snapshots$"
 ROLLBACK = r"/consistency-groups/[^/]+/snapshots/\d+/rollback$"
 
 
-def simulator(harness: Harness) -> EseriesSimulator:
+def simulator(harness: Harness) -> ESeriesSimulator:
     app = harness.server.app
-    assert isinstance(app, EseriesSimulator)
+    assert isinstance(app, ESeriesSimulator)
     return app
 
 
@@ -70,13 +70,13 @@ class TestEseries(DriverConformance):
     def start_simulator(
         self, pool: LunPool, workdir: Path
     ) -> AbstractContextManager[SimulatorServer]:
-        options = EseriesOptions(
+        options = ESeriesOptions(
             users={"admin": PASSWORD},
             rollback_seconds=0.2,
             thin_volumes={self.volume_names[-1]},
         )
         return serving(
-            EseriesSimulator(pool, options), tls=make_test_ca(workdir / "tls").server_tls
+            ESeriesSimulator(pool, options), tls=make_test_ca(workdir / "tls").server_tls
         )
 
     def config_table(
