@@ -33,6 +33,7 @@ from ringsnap.coordinator.ports import (
 )
 from ringsnap.errors import RingsnapError
 from ringsnap.logs import get_logger
+from ringsnap.plugins.middleware import deadline
 from ringsnap.plugins.types import SnapshotRef, Volume
 
 log = get_logger(__name__)
@@ -371,12 +372,14 @@ class BackupWorkflow:
         self, run: BackupRun, per_array: dict[str, list[Volume]], budget: float
     ) -> None:
         """One atomic group snapshot per array, in parallel, all done within `budget` seconds."""
-        tasks = {
-            array: asyncio.create_task(
-                self.arrays[array].create_group_snapshot(volumes, run.backup_id)
-            )
-            for array, volumes in per_array.items()
-        }
+        # Retries inside the drivers stop where the budget does (the context follows the tasks).
+        with deadline(budget):
+            tasks = {
+                array: asyncio.create_task(
+                    self.arrays[array].create_group_snapshot(volumes, run.backup_id)
+                )
+                for array, volumes in per_array.items()
+            }
         _, pending = await asyncio.wait(tasks.values(), timeout=max(budget, 0.0))
         failures = []
         for array, task in tasks.items():

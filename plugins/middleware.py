@@ -20,10 +20,12 @@ thread-safe.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -74,6 +76,37 @@ class RetryPolicy:
 
 #: For tests and simulators: retries without waiting long.
 FAST_RETRY = RetryPolicy(attempts=4, initial_delay=0.01, max_delay=0.05, deadline=60.0)
+
+
+#: A caller's deadline (time.monotonic()) for one call, retries included. The backup workflow sets
+#: it around the snapshot taken while nodes are frozen: a retry that cannot finish before the freeze
+#: budget runs out is not started, so the caller gets the array's own error instead of a timeout.
+#: Context variables follow `asyncio.to_thread` into the worker thread.
+call_deadline: ContextVar[float | None] = ContextVar("ringsnap_call_deadline", default=None)
+
+
+@contextlib.contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Bound the driver calls started in this context (and tasks created in it) to `seconds`."""
+    token = call_deadline.set(time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        call_deadline.reset(token)
+
+
+class _PastCallerDeadline(tenacity.stop.stop_base):
+    """Stop when the next try could not start before the caller's deadline."""
+
+    def __init__(self, policy: RetryPolicy) -> None:
+        self._policy = policy
+
+    def __call__(self, state: tenacity.RetryCallState) -> bool:
+        limit = call_deadline.get()
+        if limit is None:
+            return False
+        error = state.outcome.exception() if state.outcome else None
+        return time.monotonic() + self._policy.delay(state.attempt_number, error) >= limit
 
 
 def _retryable(error: BaseException) -> bool:
@@ -133,8 +166,11 @@ class ManagedDriver:
 
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception(_retryable),
-            stop=tenacity.stop_after_attempt(self.retry.attempts)
-            | tenacity.stop_after_delay(self.retry.deadline),
+            stop=tenacity.stop_any(
+                tenacity.stop_after_attempt(self.retry.attempts),
+                tenacity.stop_after_delay(self.retry.deadline),
+                _PastCallerDeadline(self.retry),
+            ),
             wait=lambda state: self.retry.delay(
                 state.attempt_number, state.outcome.exception() if state.outcome else None
             ),
