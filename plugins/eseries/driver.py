@@ -397,14 +397,14 @@ class ESeriesDriver(ArrayDriver, Revertible, Cloneable):
                 )
                 added.append(ref)
         except DriverError as exc:
-            if made_now or added:
-                raise exc.left_behind(
-                    (
-                        f"consistency group {label} ({group.ref}) with {len(group.members) + len(added)}"
-                        f" of {len(refs)} members; the next snapshot of these volumes completes it",
-                    )
-                ) from exc
-            raise
+            # The group stays (the next snapshot of these volumes completes it) but is reported.
+            state = "created now" if made_now else "existing"
+            raise exc.left_behind(
+                (
+                    f"consistency group {label} ({group.ref}, {state}) with"
+                    f" {len(group.members) + len(added)} of {len(refs)} members",
+                )
+            ) from exc
         if missing:
             return self._group_by_ref(group.ref)
         return group

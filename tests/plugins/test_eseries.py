@@ -133,6 +133,14 @@ class TestEseries(DriverConformance):
                 error=None,
             ),
             FaultCase(
+                # The consistency group is left incomplete: the error must say so.
+                "member-add-500-persistent",
+                (Fault("status", method="POST", path=r"/member-volumes$", status=500, count=1000),),
+                error=DriverError,
+                retryable=True,
+                min_fired=attempts,
+            ),
+            FaultCase(
                 "rollback-500-once",
                 (Fault("status", method="POST", path=ROLLBACK, status=500),),
                 error=None,
@@ -161,6 +169,17 @@ class TestEseries(DriverConformance):
         ]
 
     # -- E-Series specifics --------------------------------------------------------------
+
+    def test_incomplete_group_is_reported_then_completed(self, harness: Harness) -> None:
+        harness.faults.add(
+            Fault("status", method="POST", path=r"/member-volumes$", status=500, count=1000)
+        )
+        with pytest.raises(DriverError) as caught:
+            harness.driver.create_group_snapshot(harness.volumes, "half")
+        assert caught.value.leftovers and "0 of 3 members" in caught.value.leftovers[0]
+        harness.faults.clear()
+        ref = harness.driver.create_group_snapshot(harness.volumes, "half")
+        assert len(ref.members) == 3 and simulator(harness).group_count() == 1
 
     def test_snapshot_is_one_consistency_group_image(self, harness: Harness) -> None:
         ref = harness.driver.create_group_snapshot(harness.volumes, "cg1")
