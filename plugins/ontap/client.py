@@ -294,13 +294,24 @@ class OntapClient:
 
     # Writes (each waits for its job)
 
-    def _write_args(self) -> dict[str, Any]:
-        return {
-            "poll": True,
-            "poll_timeout": self.settings.job_timeout,
-            "poll_interval": self.settings.job_poll_interval,
-            "return_timeout": self.settings.return_timeout,
-        }
+    def _write(self, doing: str, resource: Any, method: str, *, job: str, **query: Any) -> None:
+        """POST/PATCH/DELETE `resource` and wait for its job to end.
+
+        `return_timeout` lets the array answer with the job's final status; only a 202 (the job
+        outlived it) is polled, through the SDK, for up to `job_timeout`.
+        """
+        args = {"poll": False, "return_timeout": self.settings.return_timeout, **query}
+        response = self.call(doing, lambda: getattr(resource, method)(**args), job=job)
+        if response.http_response.status_code == 202:
+            self.call(
+                doing,
+                lambda: response.poll(
+                    connection=self.connection,
+                    timeout=self.settings.job_timeout,
+                    interval=self.settings.job_poll_interval,
+                ),
+                job=job,
+            )
 
     def create_consistency_group(self, svm: str, name: str, volume_names: list[str]) -> str:
         group = ConsistencyGroup(
@@ -309,9 +320,10 @@ class OntapClient:
             volumes=[{"name": v, "provisioning_options": {"action": "add"}} for v in volume_names],
         )
         group.set_connection(self.connection)
-        self.call(
+        self._write(
             f"creating consistency group {name!r}",
-            lambda: group.post(**self._write_args()),
+            group,
+            "post",
             job="POST /api/application/consistency-groups",
         )
         return str(group.uuid)
@@ -319,9 +331,10 @@ class OntapClient:
     def delete_consistency_group(self, cg_uuid: str) -> None:
         group = ConsistencyGroup(uuid=cg_uuid)
         group.set_connection(self.connection)
-        self.call(
+        self._write(
             f"deleting consistency group {cg_uuid}",
-            lambda: group.delete(**self._write_args()),
+            group,
+            "delete",
             job=f"DELETE /api/application/consistency-groups/{cg_uuid}",
         )
 
@@ -333,9 +346,10 @@ class OntapClient:
             cg_uuid, name=name, consistency_type=consistency_type, comment=comment
         )
         snapshot.set_connection(self.connection)
-        self.call(
+        self._write(
             f"taking snapshot {name!r} of consistency group {cg_uuid}",
-            lambda: snapshot.post(**self._write_args()),
+            snapshot,
+            "post",
             job=f"POST /api/application/consistency-groups/{cg_uuid}/snapshots",
         )
         self.call(
@@ -359,20 +373,22 @@ class OntapClient:
     def delete_snapshot(self, volume_uuid: str, snapshot_uuid: str) -> None:
         resource = Snapshot(volume_uuid, uuid=snapshot_uuid)
         resource.set_connection(self.connection)
-        self.call(
+        self._write(
             f"deleting snapshot {snapshot_uuid} of volume {volume_uuid}",
-            lambda: resource.delete(**self._write_args()),
+            resource,
+            "delete",
             job=f"DELETE /api/storage/volumes/{volume_uuid}/snapshots/{snapshot_uuid}",
         )
 
     def restore_volume(self, volume_uuid: str, snapshot_uuid: str) -> None:
         volume = OntapVolume(uuid=volume_uuid)
         volume.set_connection(self.connection)
-        args = {**self._write_args(), "restore_to.snapshot.uuid": snapshot_uuid}
-        self.call(
+        self._write(
             f"restoring volume {volume_uuid} to snapshot {snapshot_uuid}",
-            lambda: volume.patch(**args),
+            volume,
+            "patch",
             job=f"PATCH /api/storage/volumes/{volume_uuid}",
+            **{"restore_to.snapshot.uuid": snapshot_uuid},
         )
 
     def clone_volume(
@@ -388,9 +404,10 @@ class OntapClient:
             },
         )
         volume.set_connection(self.connection)
-        self.call(
+        self._write(
             f"cloning volume {parent_uuid} from snapshot {snapshot_uuid} as {name!r}",
-            lambda: volume.post(**self._write_args()),
+            volume,
+            "post",
             job=f"POST /api/storage/volumes/{name}",
         )
         self.call(
@@ -414,9 +431,10 @@ class OntapClient:
     def delete_volume(self, volume_uuid: str) -> None:
         volume = OntapVolume(uuid=volume_uuid)
         volume.set_connection(self.connection)
-        self.call(
+        self._write(
             f"deleting volume {volume_uuid}",
-            lambda: volume.delete(**self._write_args()),
+            volume,
+            "delete",
             job=f"DELETE /api/storage/volumes/{volume_uuid}",
         )
 
