@@ -78,9 +78,6 @@ class BackupRequest:
     scheduled_at: datetime | None = None
     #: Runs once after downtime for the runs missed meanwhile.
     catch_up: bool = False
-    #: The id to record the backup under (a manual caller may pick it to watch it); empty: the
-    #: runner picks one.
-    backup_id: str = ""
     #: Chosen by the caller when it must know the id before the run starts ("" = the run picks).
     backup_id: str = ""
 
