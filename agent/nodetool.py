@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -133,7 +134,11 @@ class Nodetool:
 
     async def _run(self, *arguments: str, timeout: float | None = None) -> process.CommandResult:
         try:
-            return await process.run([*self._argv, *arguments], timeout=timeout or self._timeout)
+            return await process.run(
+                [*self._argv, *arguments],
+                timeout=timeout or self._timeout,
+                display=shlex.join(["nodetool", *arguments]),
+            )
         except CommandFailed as exc:
             raise _translate(exc) from None
 

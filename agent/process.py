@@ -40,9 +40,15 @@ def excerpt(stdout: str, stderr: str) -> str:
     return text if len(text) <= _EXCERPT_CHARS else text[: _EXCERPT_CHARS - 3] + "..."
 
 
-async def run(argv: Sequence[str], *, timeout: float, check: bool = True) -> CommandResult:
-    """Run `argv`, wait at most `timeout` seconds; raise CommandFailed on a non-zero exit."""
-    shown = shlex.join(argv)
+async def run(
+    argv: Sequence[str], *, timeout: float, check: bool = True, display: str | None = None
+) -> CommandResult:
+    """Run `argv`, wait at most `timeout` seconds; raise CommandFailed on a non-zero exit.
+
+    `display` names the command in errors instead of the whole argv (a nodetool argv can be a
+    long java command line).
+    """
+    shown = display or shlex.join(argv)
     started = time.monotonic()
     try:
         process = await asyncio.create_subprocess_exec(
