@@ -15,7 +15,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, ConfigDict, Field, ValidationInfo, model_validator
+from pydantic import (
+    AfterValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from ringsnap import names
 from ringsnap.config import ReadableFile, SecretFile, Section, load
@@ -199,13 +206,14 @@ class ScheduleSection(Section):
     policy: Name
     timezone: Annotated[str, AfterValidator(_timezone)] = "UTC"
 
-    @model_validator(mode="after")
-    def _cron_parses(self) -> ScheduleSection:
+    @field_validator("cron")
+    @classmethod
+    def _cron_parses(cls, value: str) -> str:
         try:
-            cron_trigger(self.schedule())
+            cron_trigger(Schedule(name="check", cluster="check", cron=value, policy="check"))
         except ValueError as exc:
-            raise ValueError(f"invalid cron expression {self.cron!r}: {exc}") from None
-        return self
+            raise ValueError(f"invalid cron expression {value!r}: {exc}") from None
+        return value
 
     def schedule(self) -> Schedule:
         return Schedule(

@@ -1,0 +1,209 @@
+"""The coordinator's config file: what it accepts, and errors that name the file and the key."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from ringsnap.config import redacted
+from ringsnap.coordinator.config import CoordinatorConfig, load_config
+from ringsnap.coordinator.model import QuiesceMode, VolumeRole
+from ringsnap.coordinator.retention import RetentionPolicy
+from ringsnap.coordinator.scheduler import Schedule
+from ringsnap.errors import ConfigError
+
+EXAMPLE = Path(__file__).parents[2] / "systemd" / "coordinator.example.toml"
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Path:
+    for name in ("coordinator.crt", "ca.crt"):
+        (tmp_path / name).write_text("-----BEGIN CERTIFICATE-----\n")
+    (tmp_path / "coordinator.key").write_text("-----BEGIN PRIVATE KEY-----\nkey-material\n")
+    (tmp_path / "cql.password").write_text("hunter2\n")
+    return tmp_path
+
+
+def valid(files: Path) -> str:
+    return f"""
+[coordinator]
+freeze_budget_seconds = 1.2
+
+[tls]
+cert_file = "{files}/coordinator.crt"
+key_file = "{files}/coordinator.key"
+ca_file = "{files}/ca.crt"
+
+[arrays.a1]
+driver = "ontap"
+endpoint = "https://fas1"
+password_file = "/etc/ringsnap/does-not-exist-yet"
+nested = {{ anything = [1, 2] }}
+
+[[clusters]]
+name = "c1"
+contact_points = ["127.0.0.1", "127.0.0.2:9043"]
+cql_username = "ringsnap"
+cql_password_file = "{files}/cql.password"
+
+[[clusters.nodes]]
+name = "n1"
+agent = "127.0.0.1:7443"
+volumes = [
+  {{ array = "a1", volume = "n1_data", role = "data" }},
+  {{ array = "a1", volume = "n1_log", role = "commitlog" }},
+]
+
+[[clusters.nodes]]
+name = "n2"
+agent = "127.0.0.2:7443"
+volumes = [{{ array = "a1", volume = "n2_all", role = "data+commitlog" }}]
+
+[[schedules]]
+name = "hourly"
+cluster = "c1"
+cron = "0 * * * *"
+policy = "standard"
+
+[retention.standard]
+hourly = 24
+daily = 7
+max_age_days = 2
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "coordinator.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_valid_config_loads_into_typed_values(files: Path) -> None:
+    config = load_config(write(files, valid(files)))
+    assert config.coordinator.catalog == Path("/var/lib/ringsnap/catalog.db")
+    assert config.coordinator.listen == "127.0.0.1:7444"
+    assert config.freeze_budget_seconds("c1") == 1.2
+    assert config.coordinator.lease_seconds == 1.0
+    cluster = config.cluster("c1")
+    assert cluster.quiesce is QuiesceMode.FREEZE and not cluster.allow_partial
+    assert cluster.canary_keyspace == "ringsnap"
+    assert cluster.write_timeout_seconds == 2.0
+    assert cluster.nodes[1].volumes[0].role is VolumeRole.DATA_AND_COMMITLOG
+    assert cluster.cql_password_file is not None
+    assert cluster.cql_password_file.get_secret_value() == "hunter2"
+    assert config.tls.key_file.get_secret_value().endswith("key-material")
+    # Array tables go to their driver untouched, secrets references included.
+    assert config.arrays["a1"].table() == {
+        "driver": "ontap",
+        "endpoint": "https://fas1",
+        "password_file": "/etc/ringsnap/does-not-exist-yet",
+        "nested": {"anything": [1, 2]},
+    }
+    assert config.schedule_list() == [Schedule("hourly", "c1", "0 * * * *", "standard", "UTC")]
+    assert config.retention_policy("standard") == RetentionPolicy(
+        hourly=24, daily=7, max_age=timedelta(days=2)
+    )
+    dumped = str(redacted(config))
+    assert "hunter2" not in dumped and "key-material" not in dumped
+
+
+def test_the_shipped_example_is_valid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tls = tmp_path / "tls"
+    tls.mkdir()
+    for name in ("coordinator.crt", "ca.crt"):
+        (tls / name).write_text("pem\n")
+    credentials = tmp_path / "credentials"
+    credentials.mkdir()
+    (credentials / "coordinator.key").write_text("key\n")
+    (credentials / "prod.cql.password").write_text("pw\n")
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(credentials))
+    text = EXAMPLE.read_text().replace("/etc/ringsnap/tls/", f"{tls}/")
+    config = load_config(write(tmp_path, text))
+    assert [n.name for n in config.cluster("prod").nodes] == ["cass1", "cass2", "cass3"]
+    assert config.arrays["pure1"].driver == "flasharray"
+    assert config.retention_policy("standard").monthly == 12
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key", "problem"),
+    [
+        # unknown keys and wrong types
+        ("[coordinator]\n", "[coordinator]\ncolour = 'red'\n", "coordinator.colour", "unknown key"),
+        ('name = "c1"\n', 'name = "c1"\nseeds = []\n', "clusters.0.seeds", "unknown key"),
+        ('name = "c1"\n', 'name = "c1"\ncql_port = "many"\n', "clusters.0.cql_port", "integer"),
+        ("hourly = 24", "hourly = -1", "retention.standard.hourly", "greater than or equal to 0"),
+        ("role = \"data\"", "role = \"logs\"", "clusters.0.nodes.0.volumes.0.role", "'data'"),
+        ('agent = "127.0.0.1:7443"', 'agent = "127.0.0.1"', "clusters.0.nodes.0.agent", "HOST:PORT"),
+        ('name = "c1"\n', 'name = "c1"\ncanary_keyspace = "ring-snap"\n', "clusters.0.canary_keyspace", "invalid keyspace name"),
+        ('driver = "ontap"\n', "", "arrays.a1.driver", "required key is missing"),
+        # secrets and files
+        ("/cql.password", "/missing.password", "clusters.0.cql_password_file", "does not exist"),
+        ("/ca.crt", "/missing.crt", "tls.ca_file", "does not exist"),
+        ('cql_password_file = "', 'unused = "', "clusters.0.unused", "unknown key"),
+        # references across sections
+        ('cluster = "c1"', 'cluster = "c9"', "schedules.0.cluster", "unknown cluster 'c9'; configured clusters: c1"),
+        ('policy = "standard"', 'policy = "gold"', "schedules.0.policy", "add a [retention.gold] table"),
+        ('name = "n2"', 'name = "n1"', "clusters.0.nodes.1.name", "duplicate node name 'n1'"),
+        ('agent = "127.0.0.2:7443"', 'agent = "127.0.0.1:7443"', "clusters.0.nodes.1.agent", "already the agent of node c1/n1"),
+        ('volume = "n2_all"', 'volume = "n1_data"', "clusters.0.nodes.1.volumes.0.volume", "already used by node n1"),
+        ('{ array = "a1", volume = "n2_all"', '{ array = "a2", volume = "n2_all"', "clusters.0.nodes.1.volumes.0.array", "unknown array 'a2'; configured arrays: a1"),
+        ('role = "commitlog"', 'role = "data"', "clusters.0.nodes.0", "no volume with role commitlog"),
+        ('cron = "0 * * * *"', 'cron = "0 * * *"', "schedules.0.cron", "invalid cron expression"),
+        ('policy = "standard"\n', 'policy = "standard"\ntimezone = "Mars/Olympus"\n', "schedules.0.timezone", "unknown time zone"),
+        ("hourly = 24\ndaily = 7\nmax_age_days = 2\n", "failed_grace_days = 3\n", "retention.standard", "keeps nothing"),
+        ('cql_username = "ringsnap"\n', "", "clusters.0", "set both cql_username and cql_password_file"),
+        # the freeze budget against the cluster's write timeout
+        ("freeze_budget_seconds = 1.2", "freeze_budget_seconds = 2.0", "coordinator.freeze_budget_seconds", "must be below the write timeout of cluster c1 (2 s)"),
+        ('name = "c1"\n', 'name = "c1"\nwrite_timeout_seconds = 1.0\n', "coordinator.freeze_budget_seconds", "must be below the write timeout"),
+        ('name = "c1"\n', 'name = "c1"\nfreeze_budget_seconds = 2.5\n', "clusters.0.freeze_budget_seconds", "(2.5 s) must be below"),
+        ("freeze_budget_seconds = 1.2", "freeze_budget_seconds = 1.2\nlease_seconds = 3", "coordinator.lease_seconds", "must be below the write timeout"),
+    ],
+)  # fmt: skip
+def test_bad_config_names_the_file_and_the_key(
+    files: Path, old: str, new: str, key: str, problem: str
+) -> None:
+    text = valid(files)
+    assert old in text, old
+    path = write(files, text.replace(old, new, 1))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert caught.value.file == str(path)
+    assert caught.value.key == key
+    assert problem in caught.value.problem
+    assert "hunter2" not in str(caught.value)
+
+
+def test_a_duplicate_cluster_is_refused(files: Path) -> None:
+    text = valid(files)
+    cluster = text[text.index("[[clusters]]") : text.index("[[schedules]]")]
+    second = cluster.replace("n1", "m1").replace("n2", "m2").replace("127.0.0", "127.0.1")
+    path = write(files, text.replace("[[schedules]]", second + "[[schedules]]"))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert (caught.value.key, caught.value.problem) == (
+        "clusters.1.name",
+        "duplicate cluster name 'c1'",
+    )
+
+
+def test_unreadable_missing_or_broken_files(files: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(files)  # a directory
+    with pytest.raises(ConfigError, match="file not found"):
+        load_config(files / "nope.toml")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(write(files, "[coordinator\n"))
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(files, valid(files).split("[[clusters]]")[0]))
+    assert caught.value.key == "clusters"
+
+
+def test_a_cross_reference_error_raised_outside_load_still_names_the_key(files: Path) -> None:
+    import tomllib
+
+    data = tomllib.loads(valid(files).replace('cluster = "c1"', 'cluster = "c9"'))
+    with pytest.raises(ConfigError) as caught:
+        CoordinatorConfig.model_validate(data)
+    assert (caught.value.file, caught.value.key) == ("<config>", "schedules.0.cluster")
