@@ -3,6 +3,7 @@
     server.faults.add(Fault("status", method="POST", path=r"/snapshots$", status=500, count=2))
     server.faults.add(Fault("hang", path=r"/api/cluster/jobs/", seconds=5))
     server.faults.add(Fault("job_failure", path=r"/snapshots$", code="524486", message="busy"))
+    server.faults.add(Fault("status", path=r"^/api/storage/volumes$", method="POST", skip=1))
 
 or over HTTP (no auth; the simulators bind 127.0.0.1 only):
 
@@ -46,6 +47,8 @@ class Fault:
     #: HTTP method to match; empty matches any.
     method: str = ""
     count: int = 1
+    #: Let this many matching requests through before the fault starts firing.
+    skip: int = 0
     status: int = 500
     seconds: float = 0.0
     then: str = "proceed"
@@ -70,6 +73,7 @@ class Fault:
             "path": self.path,
             "method": self.method,
             "remaining": self.count,
+            "skip": self.skip,
             "fired": self.fired,
             "status": self.status,
             "seconds": self.seconds,
@@ -87,6 +91,7 @@ class Fault:
             "path",
             "method",
             "count",
+            "skip",
             "status",
             "seconds",
             "then",
@@ -107,6 +112,8 @@ class Fault:
     def validate(self) -> None:
         if self.count < 1:
             raise ValueError("count must be at least 1")
+        if self.skip < 0:
+            raise ValueError("skip must not be negative")
         if self.then not in {"proceed", "drop"}:
             raise ValueError("then must be 'proceed' or 'drop'")
         re.compile(self.path)
@@ -133,6 +140,9 @@ class FaultPlan:
         with self._lock:
             for fault in self._faults:
                 if fault.kind in kinds and fault.matches(method, path):
+                    if fault.skip:
+                        fault.skip -= 1
+                        continue
                     fault.count -= 1
                     fault.fired += 1
                     if fault.count == 0:

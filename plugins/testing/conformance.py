@@ -404,6 +404,7 @@ class DriverConformance:
         if fault_case.operation != "create":
             target = harness.driver.create_group_snapshot(harness.volumes, name)
         images_before = harness.pool.snapshot_count()
+        luns_before = set(harness.pool.list_luns())
         armed = [harness.faults.add(fault) for fault in fault_case.faults]
         caught: DriverError | None = None
         try:
@@ -438,6 +439,10 @@ class DriverConformance:
                 assert not self.vendor_leftovers(harness)
             elif not caught.leftovers:
                 self.assert_nothing_left(harness, images_before, name)
+        elif fault_case.operation == "clone" and caught is not None and not caught.leftovers:
+            assert set(harness.pool.list_luns()) == luns_before, (
+                "a failed clone left volumes behind unreported"
+            )
 
     @staticmethod
     def _run_operation(

@@ -131,6 +131,41 @@ class TestOntap(DriverConformance):
                 min_fired=self.retry_policy.attempts,
             ),
             FaultCase(
+                "delete-500-once",
+                (Fault("status", method="DELETE", path=r"/snapshots/[^/]+$", status=500),),
+                operation="delete",
+            ),
+            FaultCase(
+                "restore-job-busy-once",
+                (
+                    Fault(
+                        "job_failure",
+                        method="PATCH",
+                        path=r"^/api/storage/volumes/[^/]+$",
+                        code="524486",
+                    ),
+                ),
+                operation="revert",
+            ),
+            FaultCase(
+                # The first member's FlexClone is made, the second fails: the first is undone.
+                "clone-of-second-member-fails",
+                (
+                    Fault(
+                        "job_failure",
+                        method="POST",
+                        path=r"^/api/storage/volumes$",
+                        code="13001",
+                        message="flexclone create failed",
+                        skip=1,
+                        count=99,
+                    ),
+                ),
+                error=DriverError,
+                retryable=False,
+                operation="clone",
+            ),
+            FaultCase(
                 "consistency-group-delete-fails",
                 (
                     Fault(
