@@ -309,7 +309,8 @@ def temporary_xfs_pool(workdir: Path, size_bytes: int = 2 << 30) -> Iterator[Lun
 
 
 def release_mounts_under(directory: Path) -> None:
-    """Thaw and unmount every filesystem whose image lives under `directory` (test clean-up)."""
+    """Thaw and unmount every filesystem whose image lives under `directory`, and detach its loop
+    devices (test clean-up)."""
     target = os.path.realpath(directory)
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         fields = line.split()
@@ -325,6 +326,12 @@ def release_mounts_under(directory: Path) -> None:
             result = subprocess.run(["umount", mountpoint], check=False, capture_output=True)
             if result.returncode != 0:
                 subprocess.run(["umount", "-l", mountpoint], check=False, capture_output=True)
+    # Loop devices attached without a mount (losetup) would keep the pool busy.
+    for backing_file in Path("/sys/block").glob("loop*/loop/backing_file"):
+        with contextlib.suppress(OSError):
+            if backing_file.read_text().strip().startswith(target + os.sep):
+                device = "/dev/" + backing_file.parent.parent.name
+                subprocess.run(["losetup", "-d", device], check=False, capture_output=True)
 
 
 def _run(command: list[str]) -> None:
