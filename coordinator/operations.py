@@ -32,10 +32,15 @@ class OperationSnapshot:
 
 
 class Operation:
-    def __init__(self, kind: str) -> None:
-        self._current = OperationSnapshot(uuid.uuid4().hex, kind, OperationState.PENDING)
+    def __init__(self, kind: str, backup_id: str = "") -> None:
+        # The backup id is known from the start, so that callers can report it at once.
+        self._current = OperationSnapshot(
+            uuid.uuid4().hex, kind, OperationState.PENDING, backup_id=backup_id
+        )
         self._changed = asyncio.Condition()
         self.task: asyncio.Task[None] | None = None
+        #: What made it fail (for callers that map error kinds, e.g. to status codes).
+        self.error: Exception | None = None
 
     @property
     def current(self) -> OperationSnapshot:
@@ -84,7 +89,7 @@ class Operations:
         self, kind: str, work: Callable[[Operation], Awaitable[None]], *, backup_id: str = ""
     ) -> Operation:
         """Run `work` as a task; its exception becomes the FAILED state with the message."""
-        operation = Operation(kind)
+        operation = Operation(kind, backup_id)
         self._by_id[operation.current.operation_id] = operation
         self._forget_old()
 
@@ -98,6 +103,7 @@ class Operations:
                 )
                 raise
             except Exception as exc:
+                operation.error = exc
                 await operation.update(
                     state=OperationState.FAILED,
                     errors=(*operation.current.errors, str(exc)),

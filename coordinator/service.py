@@ -23,7 +23,12 @@ from ringsnap.coordinator.backup import (
     new_backup_id,
 )
 from ringsnap.coordinator.catalog import Catalog
-from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig, NodeSection
+from ringsnap.coordinator.config import (
+    ClusterSection,
+    CoordinatorConfig,
+    NodeSection,
+    RetentionSection,
+)
 from ringsnap.coordinator.metrics import CoordinatorMetrics
 from ringsnap.coordinator.model import (
     Backup,
@@ -46,6 +51,10 @@ log = get_logger(__name__)
 
 
 class UnknownClusterError(RingsnapError):
+    exit_code = 2
+
+
+class UnknownPolicyError(RingsnapError):
     exit_code = 2
 
 
@@ -87,6 +96,9 @@ class Coordinator:
         self.operations = Operations()
         self._now = now
         self._runs: dict[str, BackupRun] = {}
+        # Every backup running in this process (scheduled ones have no operation): stop() cancels
+        # them so that their nodes are thawed and the catalog says why they failed.
+        self._backup_tasks: set[asyncio.Task[object]] = set()
         self.scheduler = BackupScheduler(
             [s.schedule() for s in config.schedules],
             self._scheduled_backup,
@@ -110,10 +122,11 @@ class Coordinator:
 
     async def stop(self) -> None:
         self.scheduler.shutdown()
-        for operation in list(self.operations.running()):
-            if operation.task is not None:
-                operation.task.cancel()
-                await asyncio.gather(operation.task, return_exceptions=True)
+        tasks = set(self._backup_tasks)
+        tasks.update(op.task for op in self.operations.running() if op.task is not None)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     # -- backups ---------------------------------------------------------------------------------
 
@@ -128,6 +141,8 @@ class Coordinator:
     def start_backup(self, request: BackupRequest) -> Operation:
         """Start a backup as an operation; the per-cluster guard refuses a second one at once."""
         self.cluster(request.cluster)
+        if request.policy:
+            self.policy(request.policy)
         request = replace(request, backup_id=request.backup_id or new_backup_id(self._now()))
 
         async def work(operation: Operation) -> None:
@@ -142,6 +157,16 @@ class Coordinator:
         return result
 
     async def _scheduled_backup(self, request: BackupRequest) -> Backup:
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("a backup runs in a task")
+        self._backup_tasks.add(task)
+        try:
+            return await self._run_backup(request)
+        finally:
+            self._backup_tasks.discard(task)
+
+    async def _run_backup(self, request: BackupRequest) -> Backup:
         backup_id = request.backup_id or new_backup_id(self._now())
         operation = self.operations.for_backup(backup_id)
         runtime = self.cluster(request.cluster)
@@ -300,15 +325,18 @@ class Coordinator:
         }
         return [v for v in await self.arrays[array].list_volumes() if v.name in wanted]
 
+    def policy(self, name: str) -> RetentionSection:
+        try:
+            return self.config.retention[name]
+        except KeyError:
+            raise UnknownPolicyError(
+                f"unknown retention policy {name!r}; configured:"
+                f" {', '.join(sorted(self.config.retention)) or 'none'}"
+            ) from None
+
     async def plan_retention(self, cluster: str, policy: str) -> RetentionPlan:
         self.cluster(cluster)
-        try:
-            section = self.config.retention[policy]
-        except KeyError:
-            raise RingsnapError(
-                f"unknown retention policy {policy!r}; configured:"
-                f" {', '.join(sorted(self.config.retention))}"
-            ) from None
+        section = self.policy(policy)
         summaries = await asyncio.to_thread(self.catalog.backup_summaries, cluster, policy=policy)
         # A running backup is never retention's to judge.
         finished = [s for s in summaries if s.state is not BackupState.RUNNING]
