@@ -38,8 +38,10 @@ def _root(
 
 def _attach_commands() -> None:
     # Imported here so that `ringsnap --help` stays fast and a broken optional part names itself.
+    from ringsnap.coordinator import commands
     from ringsnap.coordinator.sandbox.cli import app as sandbox_app
 
+    commands.register(app)
     app.add_typer(sandbox_app, name="sandbox")
 
 

@@ -1,0 +1,411 @@
+"""The coordinator's gRPC service: messages to `Coordinator` calls and back, nothing more.
+
+Domain errors become status codes in one place (`ERRORS`), each with a stable reason word in a
+`google.rpc.ErrorInfo` (domain `ringsnap.coordinator`) so that clients need not parse messages; an
+operation that fails carries the same word in `error_reason`. Anything unexpected is INTERNAL and
+logged with its traceback; the caller is told where to look, not the traceback.
+
+Access: loopback only (gRPC local credentials refuse any other peer, whatever the bind address)
+and a bearer token that only root and the coordinator's group can read (`apitoken`). The standard
+health service (`grpc.health.v1.Health`) answers without a token, for probes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hmac
+import ipaddress
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, NoReturn, TypeVar
+
+import grpc
+import grpc.aio
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2  # type: ignore[import-untyped]
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from grpc_status import rpc_status
+
+from ringsnap import names
+from ringsnap.api.v1 import coordinator_pb2 as pb
+from ringsnap.api.v1 import coordinator_pb2_grpc, types_pb2
+from ringsnap.coordinator import control, messages
+from ringsnap.coordinator.agents import AgentError
+from ringsnap.coordinator.backup import BackupFailed, BackupRefused
+from ringsnap.coordinator.canary import CanaryError
+from ringsnap.coordinator.catalog import (
+    BackupNotFoundError,
+    BackupStateError,
+    CatalogError,
+    CatalogLockedError,
+    InvalidPageTokenError,
+    OperationNotFoundError,
+)
+from ringsnap.coordinator.operations import Operation
+from ringsnap.coordinator.scheduler import BackupRequest, ClusterBusyError
+from ringsnap.coordinator.service import Coordinator, UnknownClusterError, UnknownPolicyError
+from ringsnap.errors import RingsnapError, ValidationError
+from ringsnap.logs import get_logger
+from ringsnap.plugins.errors import DriverError
+
+log = get_logger(__name__)
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["CoordinatorService"].full_name
+ERROR_DOMAIN = "ringsnap.coordinator"
+HEALTH_METHODS = "/grpc.health.v1.Health/"
+#: ListBackups in the FULL view: at most this many backups a page (each holds its whole ring).
+FULL_VIEW_PAGE_SIZE = 20
+_MAX_TRIGGER = 200
+
+Context = grpc.aio.ServicerContext[Any, Any]
+Request = TypeVar("Request")
+Response = TypeVar("Response")
+
+
+class NotSupportedError(RingsnapError):
+    """The API has the call or field, the coordinator does not do it (yet)."""
+
+
+#: The one place where errors become status codes and reasons (most specific class first).
+ERRORS: tuple[tuple[type[BaseException], grpc.StatusCode, str], ...] = (
+    (ValidationError, grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT"),
+    (InvalidPageTokenError, grpc.StatusCode.INVALID_ARGUMENT, "INVALID_PAGE_TOKEN"),
+    (BackupNotFoundError, grpc.StatusCode.NOT_FOUND, "BACKUP_NOT_FOUND"),
+    (OperationNotFoundError, grpc.StatusCode.NOT_FOUND, "OPERATION_NOT_FOUND"),
+    (UnknownClusterError, grpc.StatusCode.NOT_FOUND, "UNKNOWN_CLUSTER"),
+    (UnknownPolicyError, grpc.StatusCode.NOT_FOUND, "UNKNOWN_POLICY"),
+    (ClusterBusyError, grpc.StatusCode.ABORTED, "CLUSTER_BUSY"),
+    (BackupRefused, grpc.StatusCode.FAILED_PRECONDITION, "BACKUP_REFUSED"),
+    (BackupStateError, grpc.StatusCode.FAILED_PRECONDITION, "BACKUP_STATE"),
+    (BackupFailed, grpc.StatusCode.UNAVAILABLE, "BACKUP_FAILED"),
+    (AgentError, grpc.StatusCode.UNAVAILABLE, "AGENT_FAILED"),
+    (CanaryError, grpc.StatusCode.UNAVAILABLE, "CANARY_FAILED"),
+    (DriverError, grpc.StatusCode.UNAVAILABLE, "ARRAY_FAILED"),
+    (CatalogLockedError, grpc.StatusCode.UNAVAILABLE, "CATALOG_LOCKED"),
+    (NotSupportedError, grpc.StatusCode.UNIMPLEMENTED, "NOT_SUPPORTED"),
+    (CatalogError, grpc.StatusCode.FAILED_PRECONDITION, "CATALOG_REFUSED"),
+    # Every other error of ours says what to do: the caller's request cannot be served as is.
+    (RingsnapError, grpc.StatusCode.FAILED_PRECONDITION, "FAILED_PRECONDITION"),
+)
+
+
+def classify(error: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The status code and reason word of an error (INTERNAL for anything unforeseen)."""
+    for kind, code, reason in ERRORS:
+        if isinstance(error, kind):
+            return code, reason
+    return grpc.StatusCode.INTERNAL, "INTERNAL"
+
+
+def error_reason(operation: Operation) -> str:
+    return classify(operation.error)[1] if operation.error is not None else ""
+
+
+def rich_status(code: grpc.StatusCode, reason: str, message: str) -> grpc.Status:
+    detail = any_pb2.Any()
+    detail.Pack(error_details_pb2.ErrorInfo(reason=reason, domain=ERROR_DOMAIN))
+    status: grpc.Status = rpc_status.to_status(
+        status_pb2.Status(code=_CODE_NUMBER[code], message=message, details=[detail])
+    )
+    return status
+
+
+_CODE_NUMBER = {code: code_pb2.Code.Value(code.name) for code in grpc.StatusCode}
+
+
+async def _abort(context: Context, error: BaseException, method: str) -> NoReturn:
+    code, reason = classify(error)
+    if code is grpc.StatusCode.INTERNAL:
+        log.error("internal error", method=method, exc_info=error)
+        message = (
+            f"internal error in the coordinator ({type(error).__name__}); its log has the details"
+            " (journalctl -u ringsnap-coordinator)"
+        )
+    else:
+        log.info("request refused", method=method, code=code.name, reason=reason, error=str(error))
+        message = str(error) or type(error).__name__
+    status = rich_status(code, reason, message)
+    await context.abort(status.code, status.details, status.trailing_metadata)
+
+
+def unary(
+    handler: Callable[[Any, Request, Context], Awaitable[Response]],
+) -> Callable[[Any, Request, Context], Awaitable[Response]]:
+    @functools.wraps(handler)
+    async def wrapper(self: Any, request: Request, context: Context) -> Response:
+        try:
+            return await handler(self, request, context)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            await _abort(context, exc, handler.__name__)
+
+    return wrapper
+
+
+def _required(value: str, field: str) -> str:
+    if not value:
+        raise ValidationError(f"{field} is required")
+    return value
+
+
+def _backup_id(value: str) -> str:
+    return names.backup_id(_required(value, "backup_id"))
+
+
+class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
+    def __init__(self, coordinator: Coordinator) -> None:
+        self._coordinator = coordinator
+
+    def _operation(self, operation: Operation) -> types_pb2.Operation:
+        return messages.operation(operation.current, error_reason(operation))
+
+    @unary
+    async def StartBackup(
+        self, request: pb.StartBackupRequest, context: Context
+    ) -> types_pb2.Operation:
+        if request.quiesce_mode != pb.QUIESCE_MODE_UNSPECIFIED or request.allow_partial:
+            raise NotSupportedError(
+                "the quiesce mode and partial backups are set per cluster in the coordinator's"
+                " configuration (clusters.N.quiesce, clusters.N.allow_partial), not per request"
+            )
+        trigger = request.trigger or "api"
+        if len(trigger) > _MAX_TRIGGER or not trigger.isprintable():
+            raise ValidationError(
+                f"trigger must be printable and at most {_MAX_TRIGGER} characters"
+            )
+        operation = self._coordinator.start_backup(
+            BackupRequest(
+                cluster=_required(request.cluster, "cluster"),
+                trigger=trigger,
+                policy=request.policy,
+            )
+        )
+        log.info(
+            "backup requested",
+            cluster=request.cluster,
+            trigger=trigger,
+            backup_id=operation.current.backup_id,
+            operation_id=operation.current.operation_id,
+        )
+        return self._operation(operation)
+
+    @unary
+    async def GetOperation(
+        self, request: pb.GetOperationRequest, context: Context
+    ) -> types_pb2.Operation:
+        return self._operation(control.find_operation(self._coordinator, request.operation_id))
+
+    async def WatchOperation(
+        self, request: pb.WatchOperationRequest, context: Context
+    ) -> AsyncIterator[types_pb2.Operation]:
+        try:
+            operation = control.find_operation(self._coordinator, request.operation_id)
+        except Exception as exc:
+            await _abort(context, exc, "WatchOperation")
+        async for snapshot in operation.watch():
+            yield messages.operation(snapshot, error_reason(operation))
+
+    @unary
+    async def ListBackups(
+        self, request: pb.ListBackupsRequest, context: Context
+    ) -> pb.ListBackupsResponse:
+        full = request.view == pb.BACKUP_VIEW_FULL
+        page_size = request.page_size
+        if full:
+            page_size = min(page_size or FULL_VIEW_PAGE_SIZE, FULL_VIEW_PAGE_SIZE)
+        page = await asyncio.to_thread(
+            self._coordinator.catalog.list_backups,
+            request.cluster or None,
+            page_size=page_size,
+            page_token=request.page_token,
+        )
+        return pb.ListBackupsResponse(
+            backups=[messages.backup(b, full=full) for b in page.backups],
+            next_page_token=page.next_page_token,
+        )
+
+    @unary
+    async def GetBackup(self, request: pb.GetBackupRequest, context: Context) -> pb.Backup:
+        backup_id = _backup_id(request.backup_id)
+        backup = await asyncio.to_thread(self._coordinator.catalog.get_backup, backup_id)
+        return messages.backup(backup)
+
+    @unary
+    async def DeleteBackup(
+        self, request: pb.DeleteBackupRequest, context: Context
+    ) -> types_pb2.Operation:
+        reason = request.reason.strip() or "deleted through the coordinator API"
+        operation = await control.start_delete(
+            self._coordinator, _backup_id(request.backup_id), reason
+        )
+        return self._operation(operation)
+
+    @unary
+    async def StartRestore(
+        self, request: pb.StartRestoreRequest, context: Context
+    ) -> types_pb2.Operation:
+        raise NotSupportedError(
+            "restore is not built yet (it comes with a later issue); nothing was changed. Until"
+            " then, the backup's array snapshots are listed by `ringsnap show BACKUP`"
+        )
+
+    @unary
+    async def PlanRetention(
+        self, request: pb.PlanRetentionRequest, context: Context
+    ) -> pb.PlanRetentionResponse:
+        cluster = _required(request.cluster, "cluster")
+        policy = _required(request.policy, "policy")
+        if request.apply:
+            log.info("retention apply requested", cluster=cluster, policy=policy)
+            plan = await self._coordinator.apply_retention(cluster, policy)
+        else:
+            plan = await self._coordinator.plan_retention(cluster, policy)
+        return messages.retention_plan(plan, applied=request.apply)
+
+    @unary
+    async def GetStatus(self, request: pb.GetStatusRequest, context: Context) -> pb.Status:
+        return messages.status(await control.coordinator_status(self._coordinator))
+
+
+# -- access ----------------------------------------------------------------------------------------
+
+
+def loopback_problem(listen: str) -> str | None:
+    """Why `listen` (HOST:PORT) is not a loopback address, or None if it is."""
+    host = listen.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return None
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return None
+    except ValueError:
+        pass
+    return (
+        f"{listen} is not a loopback address: the coordinator API serves the `ringsnap` CLI on"
+        " this host only (it has no TLS for remote clients); use 127.0.0.1:PORT or [::1]:PORT"
+    )
+
+
+class TokenInterceptor(grpc.aio.ServerInterceptor):
+    """Refuses every call but health checks unless it carries `authorization: Bearer <token>`."""
+
+    def __init__(self, token: str, where: str) -> None:
+        self._expected = f"Bearer {token}".encode()
+        self._where = where
+
+    def _authorized(self, metadata: Any) -> bool:
+        for key, value in metadata or ():
+            if key == "authorization":
+                presented = value.encode() if isinstance(value, str) else bytes(value)
+                return hmac.compare_digest(presented, self._expected)
+        return False
+
+    async def intercept_service(
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
+        ],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        handler = await continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or method.startswith(HEALTH_METHODS):
+            return handler
+        if self._authorized(handler_call_details.invocation_metadata):
+            return handler
+        log.warning("refused: missing or wrong API token", method=method)
+        return _denied(
+            handler,
+            f"missing or wrong API token; `ringsnap` reads it from {self._where}, readable by"
+            " root and the coordinator's group (ringsnap)",
+        )
+
+
+def _denied(
+    original: grpc.RpcMethodHandler[Any, Any], message: str
+) -> grpc.RpcMethodHandler[Any, Any]:
+    # The stubs type handler behaviours as synchronous; under grpc.aio they are coroutines.
+    handler: Any = original
+    kwargs: dict[str, Any] = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+
+    async def deny(request: Any, context: Context) -> Any:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+    async def deny_stream(request: Any, context: Context) -> AsyncIterator[Any]:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        yield None  # never reached; makes this an async generator
+
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(deny_stream, **kwargs)
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(deny, **kwargs)
+    if handler.stream_stream is not None:
+        return grpc.stream_stream_rpc_method_handler(deny_stream, **kwargs)
+    return grpc.unary_unary_rpc_method_handler(deny, **kwargs)
+
+
+# -- the server ------------------------------------------------------------------------------------
+
+
+class CoordinatorServer:
+    """The API of a started `Coordinator` on `listen` (loopback), with the health service.
+
+    server = CoordinatorServer(coordinator, "127.0.0.1:7444", token, token_file)
+    port = await server.start()
+    ...
+    await server.stop(grace=5)   # health says NOT_SERVING first; in-flight calls get `grace`
+    """
+
+    def __init__(self, coordinator: Coordinator, listen: str, token: str, where: str) -> None:
+        problem = loopback_problem(listen)
+        if problem is not None:
+            raise ValidationError(problem)
+        self.coordinator = coordinator
+        self.listen = listen
+        self.health = HealthServicer()
+        self.port: int | None = None
+        self._token = token
+        self._where = where
+        self._server: grpc.aio.Server | None = None
+
+    async def start(self) -> int:
+        server = grpc.aio.server(
+            interceptors=[TokenInterceptor(self._token, self._where)],
+            options=[
+                ("grpc.max_receive_message_length", 1024 * 1024),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        coordinator_pb2_grpc.add_CoordinatorServiceServicer_to_server(
+            CoordinatorServicer(self.coordinator), server
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        credentials = grpc.local_server_credentials(grpc.LocalConnectionType.LOCAL_TCP)
+        try:
+            port = server.add_secure_port(self.listen, credentials)
+        except RuntimeError as exc:
+            raise RingsnapError(f"cannot listen on {self.listen}: {exc}") from None
+        if port == 0:
+            raise RingsnapError(f"cannot listen on {self.listen} (address in use?)")
+        await server.start()
+        self._server, self.port = server, port
+        for service in ("", SERVICE_NAME):
+            await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        log.info("coordinator API serving", listen=self.listen, port=port)
+        return port
+
+    async def enter_shutdown(self) -> None:
+        """Tell health checks the service is going away (before the coordinator stops)."""
+        await self.health.enter_graceful_shutdown()
+
+    async def stop(self, grace: float = 5.0) -> None:
+        await self.enter_shutdown()
+        if self._server is not None:
+            await self._server.stop(grace)
+            self._server = None
+        log.info("coordinator API stopped")

@@ -1,0 +1,411 @@
+"""A real coordinator behind its real gRPC server, on fakes of our own seams only.
+
+The `Coordinator` runs the real workflow, scheduler, retention and catalog (SQLite in tmp); its
+agents and arrays are fakes implementing `ringsnap.coordinator.ports`. The server (with its token
+check and health service) listens on 127.0.0.1 in a background thread's event loop, so that the
+blocking CLI and blocking stubs call it exactly as an operator's shell would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Iterator, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import grpc
+import pytest
+import structlog
+
+from ringsnap.api.v1 import coordinator_pb2_grpc
+from ringsnap.config import validate
+from ringsnap.coordinator.apitoken import token_path, write_token
+from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.metrics import CoordinatorMetrics
+from ringsnap.coordinator.model import (
+    BackupNode,
+    FreezeWindow,
+    NodeVolume,
+    QuiesceMode,
+    VolumeRole,
+)
+from ringsnap.coordinator.ports import (
+    FreezeReceipt,
+    NodeAgent,
+    NodeFacts,
+    SSTable,
+    SSTableComponent,
+    ThawReceipt,
+)
+from ringsnap.coordinator.server import CoordinatorServer
+from ringsnap.coordinator.service import ClusterRuntime, Coordinator
+from ringsnap.plugins.errors import DriverError
+from ringsnap.plugins.types import SnapshotInfo, SnapshotRef, Volume, VolumeSnapshot
+
+T = TypeVar("T")
+ARRAY = "a1"
+
+
+class FakeAgent:
+    """An agent whose node freezes and thaws in memory; `hold_flush` parks the run in `flush`."""
+
+    def __init__(self, node: str) -> None:
+        self._node = node
+        self.unreachable = False
+        self.frozen = False
+        self.thaws = 0
+        self.flush_gate: asyncio.Event | None = None
+        self.flushing = asyncio.Event()
+
+    @property
+    def node(self) -> str:
+        return self._node
+
+    async def node_info(self) -> NodeFacts:
+        if self.unreachable:
+            raise ConnectionError(f"agent of {self._node}: connection refused")
+        return NodeFacts("c", f"host-{self._node}", "dc1", "r1", "5.0.7", "127.0.0.1")
+
+    async def flush(self) -> float:
+        self.flushing.set()
+        if self.flush_gate is not None:
+            await self.flush_gate.wait()
+        return 0.01
+
+    async def freeze(self, operation_id: str, lease_seconds: float) -> FreezeReceipt:
+        self.frozen = True
+        expires = datetime.now(UTC) + timedelta(seconds=lease_seconds)
+        return FreezeReceipt(("/data", "/commitlog"), 0.002, expires)
+
+    async def renew(self, operation_id: str, lease_seconds: float) -> datetime:
+        return datetime.now(UTC) + timedelta(seconds=lease_seconds)
+
+    async def thaw(self, operation_id: str) -> ThawReceipt:
+        was = self.frozen
+        self.frozen = False
+        self.thaws += 1
+        return ThawReceipt(("/data", "/commitlog") if was else (), 0.001, 0.01, False)
+
+    async def manifest(self) -> list[SSTable]:
+        component = SSTableComponent("Data.db", "ks/t-1/nb-1-big-Data.db", 4096)
+        return [SSTable("/data", "ks", "t", "t-1", "1", "big", "nb", (component,), "123", True)]
+
+
+class FakeArray:
+    """One array holding every node's two volumes; snapshots live in a dict."""
+
+    def __init__(self, name: str, nodes: Sequence[str]) -> None:
+        self._name = name
+        self.nodes = list(nodes)
+        self.snapshots: dict[str, SnapshotRef] = {}
+        self.snapshot_error: Exception | None = None
+        self.delete_error: Exception | None = None
+        self.snapshot_gate: asyncio.Event | None = None
+        self.snapshotting = asyncio.Event()
+
+    @property
+    def array(self) -> str:
+        return self._name
+
+    async def check(self) -> None:
+        return None
+
+    async def list_volumes(self) -> Sequence[Volume]:
+        return [volume(node, role) for node in self.nodes for role in ("data", "cl")]
+
+    async def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
+        self.snapshotting.set()
+        if self.snapshot_gate is not None:
+            await self.snapshot_gate.wait()
+        if self.snapshot_error is not None:
+            raise self.snapshot_error
+        ref = snapshot_ref(self._name, name, volumes)
+        self.snapshots[name] = ref
+        return ref
+
+    async def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]:
+        return [SnapshotInfo(ref) for ref in self.snapshots.values()]
+
+    async def delete_snapshot(self, ref: SnapshotRef) -> None:
+        if self.delete_error is not None:
+            raise self.delete_error
+        self.snapshots.pop(ref.snapshot_name, None)
+
+
+def volume(node: str, role: str) -> Volume:
+    return Volume(f"{node}-{role}", f"id-{node}-{role}", 1 << 30, f"wwn-{node}-{role}")
+
+
+def snapshot_ref(array: str, name: str, volumes: Sequence[Volume]) -> SnapshotRef:
+    return SnapshotRef(
+        array,
+        "fake",
+        "rs-group",
+        f"id-{name}",
+        name,
+        datetime.now(UTC),
+        tuple(VolumeSnapshot(v, f"{v.id}.{name}", name) for v in volumes),
+    )
+
+
+CLUSTERS = {"prod": ("n1", "n2", "n3"), "edge": ("e1", "e2")}
+ALL_NODES = [node for nodes in CLUSTERS.values() for node in nodes]
+
+
+def config_data(tmp: Path) -> dict[str, Any]:
+    tls = tmp / "tls"
+    tls.mkdir(parents=True, exist_ok=True)
+    for name in ("coordinator.crt", "coordinator.key", "ca.crt"):
+        (tls / name).write_text("not used by these tests\n")
+
+    def node(name: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "agent": f"127.0.0.1:{17001 + ALL_NODES.index(name)}",  # never dialled
+            "volumes": [
+                {"array": ARRAY, "volume": f"{name}-data", "role": "data"},
+                {"array": ARRAY, "volume": f"{name}-cl", "role": "commitlog"},
+            ],
+        }
+
+    return {
+        "coordinator": {
+            "listen": "127.0.0.1:0",
+            "catalog": str(tmp / "state" / "catalog.db"),
+            "metrics_listen": "",
+        },
+        "tls": {
+            "cert_file": str(tls / "coordinator.crt"),
+            "key_file": str(tls / "coordinator.key"),
+            "ca_file": str(tls / "ca.crt"),
+        },
+        "clusters": [
+            {
+                "name": "prod",
+                "contact_points": ["127.0.0.1"],
+                "nodes": [node(n) for n in CLUSTERS["prod"]],
+            },
+            {
+                "name": "edge",
+                "contact_points": ["127.0.0.1"],
+                "allow_partial": True,
+                "nodes": [node(n) for n in CLUSTERS["edge"]],
+            },
+        ],
+        "arrays": {ARRAY: {"driver": "fake"}},
+        # New Year's Day at 03:00 UTC: never due while the tests run.
+        "schedules": [
+            {"name": "yearly", "cluster": "prod", "cron": "0 3 1 1 *", "policy": "daily"}
+        ],
+        "retention": {
+            "daily": {"daily": 2, "failed_grace_days": 0},
+            "hourly": {"hourly": 24},
+        },
+    }
+
+
+@dataclass
+class Harness:
+    """The coordinator, its server and its fakes; `call` runs a coroutine in its event loop."""
+
+    tmp: Path
+    config: CoordinatorConfig
+    loop: asyncio.AbstractEventLoop
+    coordinator: Coordinator
+    server: CoordinatorServer
+    agents: dict[str, FakeAgent]
+    array: FakeArray
+    token: str
+    token_file: Path
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.server.port}"
+
+    @property
+    def catalog(self) -> Catalog:
+        return self.coordinator.catalog
+
+    def call(self, coroutine: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        return future.result(timeout)
+
+    def channel(self, token: str | None = None) -> grpc.Channel:
+        credentials = grpc.composite_channel_credentials(
+            grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP),
+            grpc.access_token_call_credentials(self.token if token is None else token),
+        )
+        return grpc.secure_channel(self.address, credentials)
+
+    def stub(self) -> coordinator_pb2_grpc.CoordinatorServiceStub:
+        return coordinator_pb2_grpc.CoordinatorServiceStub(self.channel())
+
+    # -- steering the fakes (in the loop that owns their events) ---------------------------------
+
+    def hold_flush(self, node: str) -> None:
+        async def hold() -> None:
+            self.agents[node].flush_gate = asyncio.Event()
+            self.agents[node].flushing.clear()
+
+        self.call(hold())
+
+    def wait_flushing(self, node: str) -> None:
+        self.call(asyncio.wait_for(self.agents[node].flushing.wait(), 10))
+
+    def release_flush(self, node: str) -> None:
+        async def release() -> None:
+            gate = self.agents[node].flush_gate
+            self.agents[node].flush_gate = None
+            if gate is not None:
+                gate.set()
+
+        self.call(release())
+
+    def hold_snapshot(self) -> None:
+        async def hold() -> None:
+            self.array.snapshot_gate = asyncio.Event()
+            self.array.snapshotting.clear()
+
+        self.call(hold())
+
+    def wait_snapshotting(self) -> None:
+        self.call(asyncio.wait_for(self.array.snapshotting.wait(), 10))
+
+    # -- catalog history -------------------------------------------------------------------------
+
+    def seed_backup(
+        self,
+        backup_id: str,
+        started_at: datetime,
+        *,
+        cluster: str = "prod",
+        policy: str = "",
+        failed: bool = False,
+    ) -> None:
+        """A finished backup recorded the way the service records one, with its array snapshot."""
+        catalog = self.catalog
+        nodes = CLUSTERS[cluster]
+        catalog.begin_backup(
+            backup_id=backup_id,
+            cluster=cluster,
+            quiesce_mode=QuiesceMode.FREEZE,
+            trigger="test",
+            policy=policy,
+            started_at=started_at,
+            nodes=[
+                BackupNode(
+                    name=n,
+                    host_id=f"host-{n}",
+                    canary_id=f"canary-{n}",
+                    volumes=(
+                        NodeVolume(array=ARRAY, volume=f"{n}-data", role=VolumeRole.DATA),
+                        NodeVolume(array=ARRAY, volume=f"{n}-cl", role=VolumeRole.COMMITLOG),
+                    ),
+                )
+                for n in nodes
+            ],
+        )
+        window = FreezeWindow(
+            total=0.061, slowest_freeze=0.04, array_call=0.012, slowest_thaw=0.005
+        )
+        if failed:
+            catalog.fail_backup(
+                backup_id,
+                "array a1: snapshot failed: HTTP 500",
+                finished_at=started_at + timedelta(seconds=2),
+            )
+            return
+        volumes = [volume(n, role) for n in nodes for role in ("data", "cl")]
+        ref = snapshot_ref(ARRAY, backup_id, volumes)
+        self.array.snapshots[backup_id] = ref
+        catalog.record_snapshot(backup_id, ref)
+        for n in nodes:
+            catalog.record_manifest(backup_id, n, [])
+        catalog.complete_backup(
+            backup_id,
+            finished_at=started_at + timedelta(seconds=3),
+            timings={"plan": 0.1, "flush": 1.2, "freeze+snapshot+thaw": 0.061, "record": 0.3},
+            freeze_window=window,
+        )
+
+
+async def _start(tmp: Path) -> Harness:
+    config = validate(config_data(tmp), CoordinatorConfig, source="<test config>")
+    catalog = Catalog(config.coordinator.catalog)
+    metrics = CoordinatorMetrics(CLUSTERS)
+    array = FakeArray(ARRAY, ALL_NODES)
+    agents = {n: FakeAgent(n) for n in ALL_NODES}
+    clusters = {
+        section.name: ClusterRuntime(
+            section,
+            {n.name: cast(NodeAgent, agents[n.name]) for n in section.nodes},
+            None,
+        )
+        for section in config.clusters
+    }
+    coordinator = Coordinator(config, catalog, metrics, {ARRAY: cast(Any, array)}, clusters)
+    await coordinator.start()
+    token_file = token_path(config.coordinator.catalog)
+    token = write_token(token_file)
+    server = CoordinatorServer(coordinator, config.coordinator.listen, token, str(token_file))
+    await server.start()
+    return Harness(
+        tmp,
+        config,
+        asyncio.get_running_loop(),
+        coordinator,
+        server,
+        agents,
+        array,
+        token,
+        token_file,
+    )
+
+
+@pytest.fixture
+def coordinator_log(tmp_path: Path) -> Iterator[Path]:
+    """The coordinator's log goes to a file, not to the stdout that CliRunner captures (in
+    production the daemon is another process)."""
+    saved = structlog.get_config()
+    path = tmp_path / "coordinator.log"
+    with path.open("a", encoding="utf-8") as handle:
+        structlog.configure(logger_factory=structlog.WriteLoggerFactory(file=handle))
+        try:
+            yield path
+        finally:
+            structlog.configure(**saved)
+
+
+@pytest.fixture
+def harness(tmp_path: Path, coordinator_log: Path) -> Iterator[Harness]:
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="coordinator-loop", daemon=True)
+    thread.start()
+    try:
+        started = asyncio.run_coroutine_threadsafe(_start(tmp_path), loop).result(30)
+        try:
+            yield started
+        finally:
+
+            async def stop() -> None:
+                if started.array.snapshot_gate is not None:  # let a held snapshot call end
+                    started.array.snapshot_gate.set()
+                await started.server.stop(0)
+                await started.coordinator.stop()
+                await asyncio.to_thread(started.catalog.close)
+                await asyncio.sleep(0)
+
+            asyncio.run_coroutine_threadsafe(stop(), loop).result(30)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+def fail_snapshots(harness: Harness, message: str = "HTTP 500: internal error") -> None:
+    harness.array.snapshot_error = DriverError(message, array=ARRAY)
