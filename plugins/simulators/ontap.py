@@ -32,12 +32,16 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import dataclasses
 import datetime
 import fnmatch
+import json
+import os
 import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
@@ -154,6 +158,7 @@ class OntapSimulator(SimulatorApp):
         utc_offset_minutes: int = -240,
         readonly_users: Mapping[str, str] | None = None,
         cluster_name: str = "ringsnap-sim",
+        state_file: Path | None = None,
     ) -> None:
         super().__init__(clock=clock)
         self.pool = pool
@@ -174,8 +179,12 @@ class OntapSimulator(SimulatorApp):
         self._jobs: dict[str, _Job] = {}
         self._serial = 0
         self._closing = threading.Event()
+        #: Where snapshots, CGs and clones are remembered across restarts (None: memory only).
+        self.state_file = state_file
         self.router = Router()
         self._routes()
+        if state_file is not None and state_file.exists():
+            self._load(state_file)
 
     # Set-up helpers for tests and people
 
@@ -189,6 +198,7 @@ class OntapSimulator(SimulatorApp):
             self.add_svm(svm)
             self._volume_svm[volume] = svm
             self._volumes = {k: v for k, v in self._volumes.items() if v.name != volume}
+            self._save()
 
     def close(self) -> None:
         self._closing.set()
@@ -238,6 +248,48 @@ class OntapSimulator(SimulatorApp):
                 ],
                 "jobs": [self._job_record(job) for job in self._jobs.values()],
             }
+
+    # Persistence (for people running the simulator by hand)
+
+    def _save(self) -> None:
+        if self.state_file is None:
+            return
+        state = {
+            "serial": self._serial,
+            "svms": sorted(self.svms),
+            "volume_svm": self._volume_svm,
+            "volumes": [
+                {**dataclasses.asdict(v), "clone_parent": list(v.clone_parent or [])}
+                for v in self._volumes.values()
+            ],
+            "snapshots": [
+                dataclasses.asdict(s) for snaps in self._snapshots.values() for s in snaps.values()
+            ],
+            "consistency_groups": [dataclasses.asdict(cg) for cg in self._cgs.values()],
+        }
+        scratch = self.state_file.with_suffix(".tmp")
+        scratch.write_text(json.dumps(state, indent=1))
+        os.replace(scratch, self.state_file)
+
+    def _load(self, path: Path) -> None:
+        state = json.loads(path.read_text())
+        self._serial = int(state.get("serial", 0))
+        for svm in state.get("svms", []):
+            self.add_svm(svm)
+        self._volume_svm.update(state.get("volume_svm", {}))
+        for item in state.get("volumes", []):
+            parent = item.pop("clone_parent") or None
+            volume = _Volume(**item, clone_parent=(parent[0], parent[1]) if parent else None)
+            if self.pool.has_lun(volume.name):
+                self._volumes[volume.uuid] = volume
+        for item in state.get("snapshots", []):
+            snapshot = _Snapshot(**item)
+            owner = self._volumes.get(snapshot.volume_uuid)
+            if owner is not None and self.pool.has_snapshot(owner.name, snapshot.uuid):
+                self._snapshots.setdefault(owner.uuid, {})[snapshot.uuid] = snapshot
+        for item in state.get("consistency_groups", []):
+            snapshots = {k: _CgSnapshot(**v) for k, v in item.pop("snapshots").items()}
+            self._cgs[item["uuid"]] = _ConsistencyGroup(**item, snapshots=snapshots)
 
     # Introspection used by tests (no HTTP)
 
@@ -392,6 +444,7 @@ class OntapSimulator(SimulatorApp):
         try:
             with self._lock:
                 work()
+                self._save()
         except HttpError as error:
             self._finish_job(job, error)
             return
@@ -1327,10 +1380,13 @@ def _parse_users(text: str) -> dict[str, str]:
 
 def create_app(options: SimulatorOptions) -> OntapSimulator:
     """Entry for `python -m ringsnap.plugins.simulators ontap` (settings: svm, job_seconds,
-    utc_offset_minutes, readonly_users="user:secret,...")."""
+    utc_offset_minutes, readonly_users="user:secret,...", state_file: default
+    `<pool>/ontap-state.json`, empty to keep state in memory only)."""
     settings = options.settings
+    state_file = settings.get("state_file", str(options.pool / "ontap-state.json"))
     return OntapSimulator(
         LunPool(options.pool),
+        state_file=Path(state_file) if state_file else None,
         username=options.username,
         password=options.password,
         svm=settings.get("svm", "svm0"),

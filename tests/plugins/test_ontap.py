@@ -516,3 +516,25 @@ def test_password_never_reaches_logs_or_errors(ontap: OntapEnv) -> None:
     assert PASSWORD not in repr(logs)
     assert "not-it" not in str(caught.value)
     assert "password_file" in str(caught.value)
+
+
+def test_state_survives_a_simulator_restart(ontap: OntapEnv) -> None:
+    state = ontap.workdir / "ontap-state.json"
+    first = OntapSimulator(ontap.pool, password=PASSWORD, state_file=state)
+    with serving(first) as server:
+        table = {**ontap.table(), "endpoint": server.url}
+        driver = open_driver("fas1", table, "ringsnap.toml", retry=FAST_RETRY)
+        volumes = [v for v in driver.list_volumes() if v.name in VOLUMES]
+        ref = driver.create_group_snapshot(volumes, "kept")
+        assert isinstance(driver, Cloneable)
+        driver.clone(ref, "kept")
+    second = OntapSimulator(ontap.pool, password=PASSWORD, state_file=state)
+    with serving(second) as server:
+        table = {**ontap.table(), "endpoint": server.url}
+        driver = open_driver("fas1", table, "ringsnap.toml", retry=FAST_RETRY)
+        assert [info.ref.snapshot_name for info in driver.list_snapshots(volumes)] == ["kept"]
+        assert driver.get_snapshot(ref).ref.snapshot_id == "kept"
+        clones = [v for v in driver.list_volumes() if v.name.endswith("_kept")]
+        assert len(clones) == len(VOLUMES)
+        with pytest.raises(DriverError, match="FlexClone"):
+            driver.delete_snapshot(ref)
