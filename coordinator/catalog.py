@@ -988,7 +988,9 @@ class Catalog:
             yield from codec.decode_manifest_chunk(chunk["body"], encoding)
 
     def load_manifest(self, backup_id: str, node: str) -> list[SSTable]:
-        return list(self.iter_manifest(backup_id, node))
+        """A node's whole manifest in memory (prefer `iter_manifest` for large ones)."""
+        with codec.gc_paused():  # the list only grows: collections in between find nothing
+            return list(self.iter_manifest(backup_id, node))
 
     # -- cleanups ----------------------------------------------------------------------------------
 

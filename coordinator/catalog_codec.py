@@ -145,7 +145,7 @@ class ManifestTotals:
 
 
 @contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     # Building a million small objects triggers dozens of full collections that find nothing to
     # free (every object stays referenced); pausing the collector halves the time.
     was_enabled = gc.isenabled()
@@ -192,7 +192,7 @@ def encode_manifest(sstables: Iterable[SSTable]) -> tuple[list[bytes], ManifestT
     chunks: list[bytes] = []
     totals = ManifestTotals()
     rows: list[list[Any]] = []
-    with _gc_paused():
+    with gc_paused():
         for sstable in sstables:
             row = _row(sstable)
             rows.append(row)
@@ -218,7 +218,7 @@ def decode_manifest_chunk(body: bytes, encoding: str = MANIFEST_ENCODING) -> lis
         raise CodecError(f"stored manifest chunk cannot be read: {exc}") from None
     component = SSTableComponent
     out: list[SSTable] = []
-    with _gc_paused():
+    with gc_paused():
         try:
             for (
                 data_directory,
