@@ -543,6 +543,17 @@ class Catalog:
             raise ValueError("a backup needs a trigger (who or what asked for it)")
         started = _utc(started_at) if started_at is not None else _now()
         with self._tx(write=True) as conn:
+            # Snapshots are named after their backup: reusing the id of a backup whose snapshot
+            # still waits for deletion would let that cleanup delete the new backup's snapshot.
+            pending = conn.execute(
+                "SELECT array FROM pending_cleanups WHERE snapshot_name = ? OR backup_id = ?",
+                (backup_id, backup_id),
+            ).fetchall()
+            if pending:
+                raise BackupStateError(
+                    f"backup id {backup_id} is still used by snapshots pending deletion on"
+                    f" {', '.join(sorted({r['array'] for r in pending}))}; choose another id"
+                )
             try:
                 pk = conn.execute(
                     "INSERT INTO backups (id, cluster, state, quiesce_mode, trigger, policy,"
@@ -966,24 +977,43 @@ class Catalog:
             ]
 
     def iter_manifest(self, backup_id: str, node: str) -> Iterator[SSTable]:
-        """A node's manifest, streamed a chunk at a time (memory bounded by one chunk)."""
+        """A node's manifest, streamed a chunk at a time (memory bounded by one chunk).
+
+        A missing backup or manifest raises here, not at the first item.
+        """
         with self._tx(write=False) as conn:
             pk, _ = self._find(conn, backup_id)
             row = conn.execute(
-                "SELECT encoding, chunks FROM manifests WHERE backup = ? AND node = ?", (pk, node)
+                "SELECT encoding, chunks, recorded_us FROM manifests WHERE backup = ? AND node = ?",
+                (pk, node),
             ).fetchone()
         if row is None:
             raise CatalogError(f"backup {backup_id} has no manifest for node {node!r}")
-        encoding, count = row["encoding"], row["chunks"]
-        for seq in range(count):
+        return self._stream_manifest(
+            backup_id,
+            node,
+            pk=pk,
+            encoding=row["encoding"],
+            chunks=row["chunks"],
+            recorded_us=row["recorded_us"],
+        )
+
+    def _stream_manifest(
+        self, backup_id: str, node: str, *, pk: int, encoding: str, chunks: int, recorded_us: int
+    ) -> Iterator[SSTable]:
+        for seq in range(chunks):
+            # One short transaction per chunk: other callers are not held up by a slow reader.
             with self._tx(write=False) as conn:
                 chunk = conn.execute(
-                    "SELECT body FROM manifest_chunks WHERE backup = ? AND node = ? AND seq = ?",
+                    "SELECT c.body, m.recorded_us FROM manifest_chunks AS c"
+                    " JOIN manifests AS m ON m.backup = c.backup AND m.node = c.node"
+                    " WHERE c.backup = ? AND c.node = ? AND c.seq = ?",
                     (pk, node, seq),
                 ).fetchone()
-            if chunk is None:
+            if chunk is None or chunk["recorded_us"] != recorded_us:
                 raise CatalogError(
-                    f"backup {backup_id}: the manifest of node {node} changed while it was read"
+                    f"backup {backup_id}: the manifest of node {node} was replaced or deleted while"
+                    " it was read; read it again"
                 )
             yield from codec.decode_manifest_chunk(chunk["body"], encoding)
 

@@ -231,12 +231,16 @@ class BackupScheduler:
             log.info("schedule armed", schedule=name, next_run=when.isoformat() if when else None)
 
     def shutdown(self) -> None:
-        """Stop firing. Backups already running are left to finish (or to their caller to cancel)."""
+        """Stop firing, and cancel the backups the schedules started (apscheduler cancels its jobs;
+        the catch-up runs go the same way). A cancelled workflow still thaws and records its
+        failure; await `wait_idle` for that. Backups started through `run` are their caller's."""
         if self._scheduler.running:
             self._scheduler.shutdown(wait=False)
+        for task in list(self._tasks):
+            task.cancel()
 
     async def wait_idle(self) -> None:
-        """Wait for catch-up runs started by this scheduler to end."""
+        """Wait for the backups the schedules started (catch-up runs included) to end."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
@@ -272,6 +276,9 @@ class BackupScheduler:
             scheduled_at=self._scheduled_at.get(name),
             catch_up=catch_up,
         )
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
         try:
             await self.run(request)
         except ClusterBusyError:
@@ -285,6 +292,9 @@ class BackupScheduler:
                 error=str(exc),
                 error_type=type(exc).__name__,
             )
+        finally:
+            if task is not None:
+                self._tasks.discard(task)
 
     def _skip(self, request: BackupRequest, kind: Literal["busy", "missed"], reason: str) -> None:
         skip = Skip(request=request, kind=kind, reason=reason, at=datetime.now(UTC))

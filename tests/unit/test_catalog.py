@@ -443,6 +443,18 @@ def test_delete_moves_snapshots_to_cleanups_and_removes_everything_else(
     assert catalog.pending_cleanups() == []
 
 
+def test_an_id_with_snapshots_pending_deletion_cannot_be_reused(catalog: Catalog) -> None:
+    nodes = [node("n1")]
+    begin(catalog, "rs-1", nodes)
+    finish(catalog, "rs-1", nodes)
+    [cleanup] = catalog.delete_backup("rs-1", reason="operator")
+    # A new backup named rs-1 would make a snapshot named rs-1 that this cleanup would delete.
+    with pytest.raises(BackupStateError, match="pending deletion on a1; choose another id"):
+        begin(catalog, "rs-1", nodes)
+    catalog.cleanup_done(cleanup.id)
+    begin(catalog, "rs-1", nodes)
+
+
 def test_cleanups_count_attempts_and_merge_duplicates(catalog: Catalog) -> None:
     nodes = [node("n1")]
     by_name = CleanupRequest(array="a1", reason="call never returned", snapshot_name="rs-1")
@@ -495,7 +507,16 @@ def test_manifests_stream_in_chunks(catalog: Catalog, monkeypatch: pytest.Monkey
     assert catalog.load_manifest("rs-1", "n1") == sstables(2)
     assert [m.sstables for m in catalog.manifest_summaries("rs-1")] == [2]
     with pytest.raises(Exception, match="no manifest for node 'n2'"):
-        catalog.load_manifest("rs-1", "n2")
+        catalog.iter_manifest("rs-1", "n2")  # eagerly, not at the first item
+    with pytest.raises(BackupNotFoundError):
+        catalog.iter_manifest("rs-nope", "n1")
+    # A manifest replaced while it is streamed is never mixed with the new one.
+    catalog.record_manifest("rs-1", "n1", sstables(10))
+    stream = catalog.iter_manifest("rs-1", "n1")
+    next(stream)
+    catalog.record_manifest("rs-1", "n1", sstables(9))
+    with pytest.raises(Exception, match="replaced or deleted while it was read"):
+        list(stream)
 
 
 components = st.builds(

@@ -333,3 +333,31 @@ def test_the_guard_is_released_only_by_its_holder() -> None:
         with pytest.raises(RuntimeError, match="not held"):
             guard.release(BackupRequest("c1", "cli:bob"))
     assert guard.running("c1") is None
+
+
+def test_shutdown_cancels_the_scheduled_backups_and_wait_idle_sees_them_end() -> None:
+    async def main() -> None:
+        cancelled: list[BackupRequest] = []
+
+        async def slow(request: BackupRequest) -> None:
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.append(request)  # the workflow thaws and records here
+                raise
+
+        start = datetime.now(UTC)
+        scheduler = BackupScheduler(
+            [Schedule("hourly", "c1", "0 * * * *", "hourly")],
+            slow,
+            trigger_for=lambda s: at(start + timedelta(seconds=0.1)),
+        )
+        await scheduler.start()
+        await asyncio.sleep(0.4)
+        assert scheduler.guard.running("c1") is not None
+        scheduler.shutdown()
+        await asyncio.wait_for(scheduler.wait_idle(), 5)
+        assert [r.trigger for r in cancelled] == ["schedule:hourly"]
+        assert scheduler.guard.running("c1") is None
+
+    run(main)
