@@ -280,7 +280,14 @@ class Catalog:
                 f" this version understands up to {latest}. Upgrade ringsnap (a catalog is never"
                 " downgraded)"
             )
+        if current < latest and not self._exclusive:
+            raise CatalogSchemaError(
+                f"catalog {self.path} is at schema version {current} and needs {latest}; only the"
+                " coordinator that owns it migrates it (start ringsnap-coordinator)"
+            )
         for migration in migrations[current:]:
+            if migration.version != migrations.index(migration) + 1:
+                raise CatalogSchemaError(f"migration list out of order at {migration.version}")
             log.info(
                 "migrating catalog",
                 path=str(self.path),

@@ -207,6 +207,8 @@ def test_forward_migrations_upgrade_an_older_catalog_and_keep_its_data(
         ),
     ]
     monkeypatch.setattr(catalog_schema, "MIGRATIONS", upgraded)
+    with pytest.raises(CatalogSchemaError, match="only the coordinator that owns it migrates it"):
+        Catalog(path, exclusive=False)
     with Catalog(path) as catalog:
         assert catalog.schema_version == 2
         assert catalog.get_backup("rs-old").state is BackupState.COMPLETE
