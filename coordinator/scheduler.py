@@ -209,6 +209,8 @@ class BackupScheduler:
 
     async def start(self) -> None:
         """Start firing (call from the running event loop), after catching up on downtime."""
+        if self._scheduler.running:
+            raise RuntimeError("the scheduler is already started")
         self._scheduler.add_listener(self._submitted, EVENT_JOB_SUBMITTED)
         self._scheduler.add_listener(self._missed, EVENT_JOB_MISSED)
         for schedule in self.schedules.values():
