@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+import click
 import typer
 from rich.console import Console, RenderableType
 from rich.live import Live
@@ -132,6 +133,17 @@ def session(config: Path | None, coordinator: str | None, output: Output) -> Ite
     except KeyboardInterrupt:
         err.print("interrupted")
         raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+    except (typer.Exit, typer.Abort, click.exceptions.Exit, click.ClickException, click.Abort):
+        raise
+    except Exception as exc:  # a bug: say so in one line, never with a traceback
+        current.fail(
+            CliError(
+                f"internal error in ringsnap: {type(exc).__name__}: {exc}",
+                ExitCode.ERROR,
+                reason="INTERNAL",
+                hint="report it with the command line; nothing else was attempted",
+            )
+        )
     finally:
         current.close()
 

