@@ -113,9 +113,9 @@ class Session:
                 }
             )
         else:
-            err.print(Text("error: ", style="bold red") + Text(str(error)))
+            err.print(render.labelled("error: ", "bold red", str(error)))
             if error.hint:
-                err.print(Text("what to do: ", style="bold") + Text(error.hint))
+                err.print(render.labelled("what to do: ", "bold", error.hint))
         raise typer.Exit(int(error.exit_code))
 
 
@@ -193,7 +193,7 @@ class _ProgressView:
 
     def __rich__(self) -> RenderableType:
         grid = Table.grid(padding=(0, 1))
-        line = Text(f"{self.title} ")
+        line = Text(f"{self.title} ", no_wrap=True, overflow="ellipsis")
         line.append(self.phase, style="bold")
         line.append(f"  {render.duration(time.monotonic() - self._started)}", style="dim")
         if self.message:
@@ -217,10 +217,8 @@ def follow(session: Session, operation: types_pb2.Operation, title: str) -> type
     with Live(view, console=err, refresh_per_second=8, transient=True):
         for update in client.watch(operation.operation_id):
             if update.phase and update.phase != view.phase:
-                err.print(
-                    Text(f"{render.duration(time.monotonic() - started):>9}  ", style="dim")
-                    + Text(update.phase)
-                )
+                elapsed = render.duration(time.monotonic() - started)
+                err.print(render.labelled(f"{elapsed:>9}  ", "dim", update.phase))
                 view.phase = update.phase
             view.message = update.message
             final = update
@@ -242,33 +240,43 @@ def _verdict(
             left_out = ", ".join(
                 f"{n.name} ({n.excluded_reason})" for n in backup.nodes if n.excluded_reason
             )
-            line = Text("PARTIAL ", style="bold yellow") + Text(
+            line = render.labelled(
+                "PARTIAL ",
+                "bold yellow",
                 f"backup {backup.backup_id} of {render.nodes_summary(backup)} nodes in"
                 f" {render.took(backup)}{window}. Left out: {left_out}. Those nodes are NOT"
-                " protected by this backup."
+                " protected by this backup.",
             )
             return ExitCode.PARTIAL, "partial", line
-        line = Text("COMPLETE ", style="bold green") + Text(
+        line = render.labelled(
+            "COMPLETE ",
+            "bold green",
             f"backup {backup.backup_id} of all {backup.node_count} nodes in"
-            f" {render.took(backup)}{window}"
+            f" {render.took(backup)}{window}",
         )
         return ExitCode.OK, "complete", line
     if operation.state == types_pb2.OPERATION_STATE_CANCELLED:
-        line = Text("CANCELLED ", style="bold red") + Text(
+        line = render.labelled(
+            "CANCELLED ",
+            "bold red",
             "the coordinator stopped during the backup; every node was thawed and nothing was"
-            " recorded as complete"
+            " recorded as complete",
         )
         return ExitCode.FAILED, "cancelled", line
     reason = operation.error_reason
     code = reason_exit_code(reason, ExitCode.FAILED)
     message = operation.message or "; ".join(operation.errors) or "no reason given"
     if code is ExitCode.REFUSED:
-        line = Text("REFUSED ", style="bold red") + Text(
-            f"the backup did not start, nothing changed on the nodes: {message}"
+        line = render.labelled(
+            "REFUSED ",
+            "bold red",
+            f"the backup did not start, nothing changed on the nodes: {message}",
         )
         return code, "refused", line
-    line = Text("FAILED ", style="bold red") + Text(
-        f"{message}. The nodes were thawed; nothing was recorded as complete."
+    line = render.labelled(
+        "FAILED ",
+        "bold red",
+        f"{message}. The nodes were thawed; nothing was recorded as complete.",
     )
     return code, "failed", line
 
@@ -471,11 +479,11 @@ def delete_command(
         if s.json:
             s.emit({"exit_code": int(code), "operation": render.to_json(final)})
         elif failed:
-            err.print(Text("FAILED ", style="bold red") + Text(final.message or "unknown error"))
+            err.print(render.labelled("FAILED ", "bold red", final.message or "unknown error"))
         else:
-            out.print(Text("DELETED ", style="bold green") + Text(final.message))
+            out.print(render.labelled("DELETED ", "bold green", final.message))
             for problem in final.errors:
-                err.print(Text("warning: ", style="yellow") + Text(problem))
+                err.print(render.labelled("warning: ", "yellow", problem))
         raise typer.Exit(int(code))
 
 
@@ -555,11 +563,12 @@ def retention_command(  # noqa: PLR0917 - typer maps parameters to the command l
             s.emit({**render.to_json(applied), "dry_run": False})
             return
         out.print(
-            Text("APPLIED ", style="bold green")
-            + Text(
+            render.labelled(
+                "APPLIED ",
+                "bold green",
                 f"policy {policy}: removed {len(gone)} backups ("
                 + ", ".join(d.backup_id for d in gone)
-                + f"); kept {len(applied.decisions) - len(gone)}"
+                + f"); kept {len(applied.decisions) - len(gone)}",
             )
         )
 

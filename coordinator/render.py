@@ -62,6 +62,11 @@ FINISHED_OPERATION_STATES = (
 # -- values ----------------------------------------------------------------------------------------
 
 
+def labelled(label: str, style: str, rest: str) -> Text:
+    """`label` in `style`, then `rest` plain (Text + Text would style all of it)."""
+    return Text.assemble((label, style), rest)
+
+
 def to_json(message: Message) -> dict[str, Any]:
     """The proto3 JSON mapping, with the .proto field names and every field present."""
     result: dict[str, Any] = json_format.MessageToDict(

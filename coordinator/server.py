@@ -406,6 +406,6 @@ class CoordinatorServer:
     async def stop(self, grace: float = 5.0) -> None:
         await self.enter_shutdown()
         if self._server is not None:
-            await self._server.stop(grace)
-            self._server = None
-        log.info("coordinator API stopped")
+            server, self._server = self._server, None
+            await server.stop(grace)
+            log.info("coordinator API stopped")
