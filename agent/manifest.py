@@ -10,8 +10,12 @@ disk, makes the SSTable incomplete with the reason; it is reported, never silent
 dropped. Sizes come from stat; the data checksum is the one Cassandra wrote to `Digest.crc32` —
 data files are never read.
 
-Speed: one scandir per directory (from a directory fd, so that each stat is an fstatat on a short
-name), grouping by name prefix, and small files read with raw os calls.
+Speed: the floor is one lstat per component and one open+read+close each for TOC.txt and
+Digest.crc32; the walk adds little to it: one scandir per directory, stats relative to a directory
+fd (short names), grouping by name prefix, small reads with raw os calls, no per-file objects
+beyond the result. Threads (`workers`) only pay off when reads wait on a device (cold caches on
+real disks); with warm caches each short syscall hands the GIL back and forth and costs more than
+it saves (bench/manifest.py measures both), so the default is one.
 """
 
 from __future__ import annotations
@@ -31,16 +35,15 @@ DEFAULT_BATCH = 500
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_]{1,48}")
 _TABLE_DIRECTORY = re.compile(r"([A-Za-z0-9_]{1,48})(?:-([0-9a-f]{32}))?")
 _INDEX_DIRECTORY = re.compile(r"\.[A-Za-z0-9_]{1,48}")
-_VERSION = re.compile(r"[a-z]{2}")
-_GENERATION = re.compile(r"[0-9a-z_]{1,64}")
-_FORMAT = re.compile(r"[a-z]{1,16}")
+#: `<version>-<generation>-<format>-`: nb/oa/da, an integer or a time-UUID-like id, big/bti.
+_SSTABLE_PREFIX = re.compile(r"([a-z]{2})-([0-9a-z_]{1,64})-([a-z]{1,16})-")
 _COMPONENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,254}")
 _SKIPPED_IN_TABLE = frozenset(("snapshots", "backups"))
 # TOC.txt and Digest.crc32 are a few hundred bytes: one small read (a large buffer costs more than
 # the syscall), more only if needed.
 _READ_SIZE = 4096
 _READ_LIMIT = 1 << 16
-DEFAULT_WORKERS = 2
+DEFAULT_WORKERS = 1
 
 
 class Component(NamedTuple):
@@ -50,6 +53,11 @@ class Component(NamedTuple):
     path: str
     size_bytes: int
     mtime_ns: int
+
+
+# NamedTuple's generated __new__ is Python code; tuple.__new__ builds the same object in C (one
+# call per component file: a million in the benchmark).
+_new_component = tuple.__new__
 
 
 @dataclass(slots=True)
@@ -80,7 +88,7 @@ def manifest(
     """Yield the manifest in batches of at most `batch_size` SSTables, in a stable order.
 
     `tag` (validated) selects a native snapshot; `keyspaces` (validated) restricts the keyspaces.
-    `workers` threads scan directories in parallel (stat and read release the GIL); memory stays
+    `workers` > 1 scans directories in parallel threads (see the module docstring); memory stays
     bounded by a small window of directories ahead of the consumer.
     """
     if tag:
@@ -185,51 +193,42 @@ def _scan(directory: _Directory) -> list[SSTable]:
     found: list[SSTable] = []
     indexes: list[str] = []
     try:
-        groups: dict[str, dict[str, os.DirEntry[str]]] = {}
+        # `<version>-<generation>-<format>-` -> the component names present on disk
+        groups: dict[str, set[str]] = {}
         with os.scandir(directory_fd) as entries:
             for entry in entries:
                 name = entry.name
                 parts = name.split("-", 3)
-                if len(parts) != 4:
-                    if name[:1] == "." and entry.is_dir(follow_symlinks=False):
-                        indexes.append(name)
-                    continue
-                component = parts[3]
-                key = name[: len(name) - len(component)]
-                group = groups.get(key)
-                if group is None:
-                    group = groups[key] = {}
-                group[component] = entry
+                if len(parts) == 4 and parts[3]:
+                    key = name[: -len(parts[3])]
+                    group = groups.get(key)
+                    if group is None:
+                        group = groups[key] = set()
+                    group.add(parts[3])
+                elif name[:1] == "." and entry.is_dir(follow_symlinks=False):
+                    indexes.append(name)
         prefix = f"{directory.relative}/"
         for key in sorted(groups):
-            version, generation, sstable_format, _ = key.split("-")
-            if not (
-                _VERSION.fullmatch(version)
-                and _GENERATION.fullmatch(generation)
-                and _FORMAT.fullmatch(sstable_format)
-            ):
+            match = _SSTABLE_PREFIX.fullmatch(key)
+            if match is None:
                 continue  # not an SSTable (e.g. a transaction log whose uuid has dashes)
-            found.append(
-                _sstable(
-                    groups[key],
-                    prefix + key,
-                    directory_fd,
-                    SSTable(
-                        data_directory=directory.root,
-                        keyspace=directory.keyspace,
-                        table=directory.table,
-                        table_directory=directory.table_directory,
-                        generation=generation,
-                        format=sstable_format,
-                        version=version,
-                        components=[],
-                        data_digest_crc32="",
-                        complete=True,
-                        problem="",
-                        snapshot_tag=directory.tag,
-                    ),
-                )
+            version, generation, sstable_format = match.groups()
+            table = SSTable(
+                data_directory=directory.root,
+                keyspace=directory.keyspace,
+                table=directory.table,
+                table_directory=directory.table_directory,
+                generation=generation,
+                format=sstable_format,
+                version=version,
+                components=[],
+                data_digest_crc32="",
+                complete=True,
+                problem="",
+                snapshot_tag=directory.tag,
             )
+            _fill(table, groups[key], key, prefix + key, directory_fd)
+            found.append(table)
     finally:
         os.close(directory_fd)
     for index in sorted(indexes):
@@ -248,59 +247,61 @@ def _scan(directory: _Directory) -> list[SSTable]:
     return found
 
 
-def _sstable(
-    files: dict[str, os.DirEntry[str]], path_prefix: str, directory_fd: int, table: SSTable
-) -> SSTable:
+def _fill(table: SSTable, present: set[str], key: str, path_prefix: str, directory_fd: int) -> None:
+    """Components (from TOC.txt), sizes and the data digest of one SSTable; problems if any.
+
+    `present`: component names found on disk; `key`: the file name prefix; names are stat'ed
+    relative to `directory_fd` without following symlinks.
+    """
     problems: list[str] = []
-    toc_entry = files.get("TOC.txt")
-    if toc_entry is None:
-        listed = sorted(files)
-        problems.append("TOC.txt is missing")
-    else:
+    if "TOC.txt" in present:
         try:
-            text = _read_small(toc_entry.name, directory_fd).decode("utf-8", errors="replace")
+            text = _read_small(key + "TOC.txt", directory_fd).decode("utf-8", errors="replace")
         except OSError as exc:
             text = ""
             problems.append(f"TOC.txt unreadable: {os.strerror(exc.errno or 0)}")
-        listed = []
-        for line in text.splitlines():
-            name = line.strip()
-            if not name:
-                continue
-            if not _COMPONENT.fullmatch(name):
-                problems.append(f"TOC.txt lists an invalid component name {name[:80]!r}")
-            elif name not in listed:
-                listed.append(name)
+        listed = [
+            name for name in dict.fromkeys(line.strip() for line in text.splitlines()) if name
+        ]
         if "TOC.txt" not in listed:
             listed.append("TOC.txt")
+    else:
+        listed = sorted(present)
+        problems.append("TOC.txt is missing")
     components = table.components
     missing: list[str] = []
+    lstat = os.lstat
     for name in listed:
-        entry = files.get(name)
-        if entry is None:
-            missing.append(name)
+        if name not in present:
+            # Only a name found on disk is known to be a plain file name; anything else is checked
+            # before it goes into a message.
+            if _COMPONENT.fullmatch(name):
+                missing.append(name)
+            else:
+                problems.append(f"TOC.txt lists an invalid component name {name[:80]!r}")
             continue
         try:
-            stat = entry.stat(follow_symlinks=False)
+            stat = lstat(key + name, dir_fd=directory_fd)
         except FileNotFoundError:
             missing.append(name)  # removed between the listing and now (compaction)
             continue
-        components.append(Component(name, path_prefix + name, stat.st_size, stat.st_mtime_ns))
+        components.append(
+            _new_component(Component, (name, path_prefix + name, stat.st_size, stat.st_mtime_ns))
+        )
     if missing:
         problems.append(f"component(s) listed in TOC.txt missing on disk: {', '.join(missing)}")
-    digest = files.get("Digest.crc32")
-    if digest is not None and "Digest.crc32" in listed and "Digest.crc32" not in missing:
+    if "Digest.crc32" in present and "Digest.crc32" in listed and "Digest.crc32" not in missing:
         try:
-            value = _read_small(digest.name, directory_fd).decode("ascii", errors="replace")
-            table.data_digest_crc32 = value.strip()
-        except OSError as exc:
-            problems.append(f"Digest.crc32 unreadable: {os.strerror(exc.errno or 0)}")
-        if table.data_digest_crc32 and not table.data_digest_crc32.isdigit():
-            problems.append(
-                f"Digest.crc32 is not a decimal number: {table.data_digest_crc32[:40]!r}"
+            value = (
+                _read_small(key + "Digest.crc32", directory_fd).decode("ascii", "replace").strip()
             )
-            table.data_digest_crc32 = ""
+        except OSError as exc:
+            value = ""
+            problems.append(f"Digest.crc32 unreadable: {os.strerror(exc.errno or 0)}")
+        if value.isdigit():
+            table.data_digest_crc32 = value
+        elif value:
+            problems.append(f"Digest.crc32 is not a decimal number: {value[:40]!r}")
     if problems:
         table.complete = False
         table.problem = "; ".join(problems)
-    return table

@@ -1,38 +1,46 @@
 """Benchmark: the SSTable manifest of 1,000,000 component files (target: under 2 s).
 
-Builds a Cassandra-5.0-shaped data directory in a temporary directory (10 keyspaces x 50 tables x
-250 SSTables x 8 components, bti and big formats, numeric and UUID-like generations, real TOC.txt
-and Digest.crc32 contents, empty data files), then times the manifest walk (warm dentry and inode
-caches, as on a node that is serving reads) and the same manifest converted to the protobuf
-messages the agent streams.
+Builds a Cassandra-5.0-shaped data directory (10 keyspaces x 50 tables x 2,500 SSTables x 8
+components, big and bti formats, numeric and UUID-like generations, real TOC.txt and Digest.crc32
+contents, empty data files) on a loop-mounted ext4 filesystem (as on a node; `--fs tmpfs` or
+`--fs dir` otherwise), then times:
 
-    .venv/bin/python -m bench.manifest [--files N] [--dir DIR] [--keep] [--repeat R]
+- the syscall floor: a bare scandir + lstat of every file (what any implementation must pay here);
+- the manifest walk with warm caches, one thread and several;
+- the manifest walk with cold caches (the filesystem unmounted and mounted again), ext4 only;
+- the walk plus building the protobuf messages the agent streams.
+
+    sudo .venv/bin/python -m bench.manifest [--files N] [--fs ext4|tmpfs|dir] [--repeat R]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
+import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from ringsnap.agent import manifest as manifest_module
 from ringsnap.agent.server import manifest_batch_message
+from ringsnap.agent.testing.loopfs import loop_filesystem, unavailable_reason
 
 BTI = ("Data.db", "Partitions.db", "Rows.db", "Filter.db", "Statistics.db", "CompressionInfo.db")
 BIG = ("Data.db", "Index.db", "Summary.db", "Filter.db", "Statistics.db", "CompressionInfo.db")
 COMPONENTS_PER_SSTABLE = len(BTI) + 2  # + Digest.crc32 + TOC.txt
+KEYSPACES, TABLES = 10, 50
 
 
 def build(root: Path, files: int) -> int:
     """Create about `files` component files under `root`; returns how many it created."""
-    keyspaces, tables = 10, 50
-    per_table = max(1, files // (keyspaces * tables * COMPONENTS_PER_SSTABLE))
+    per_table = max(1, files // (KEYSPACES * TABLES * COMPONENTS_PER_SSTABLE))
     created = 0
-    for k in range(keyspaces):
-        for t in range(tables):
+    for k in range(KEYSPACES):
+        for t in range(TABLES):
             directory = root / f"ks{k}" / f"table{t}-{t:032x}"
             directory.mkdir(parents=True)
             fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
@@ -58,52 +66,101 @@ def build(root: Path, files: int) -> int:
     return created
 
 
-def run_walk(root: Path) -> tuple[float, int, int]:
+def syscall_floor(root: Path) -> float:
+    started = time.perf_counter()
+    for keyspace in os.scandir(root):
+        for table in os.scandir(keyspace.path):
+            fd = os.open(table.path, os.O_RDONLY | os.O_DIRECTORY)
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    os.lstat(entry.name, dir_fd=fd)
+            os.close(fd)
+    return time.perf_counter() - started
+
+
+def walk(root: Path, workers: int) -> tuple[float, int, int]:
     started = time.perf_counter()
     sstables = components = 0
-    for batch in manifest_module.manifest([root]):
+    for batch in manifest_module.manifest([root], workers=workers):
         sstables += len(batch)
         components += sum(len(table.components) for table in batch)
     return time.perf_counter() - started, sstables, components
 
 
-def run_messages(root: Path) -> float:
+def walk_and_messages(root: Path) -> float:
     started = time.perf_counter()
-    size = 0
     for batch in manifest_module.manifest([root]):
-        size += manifest_batch_message(batch).ByteSize()
+        manifest_batch_message(batch).ByteSize()
     return time.perf_counter() - started
+
+
+@contextlib.contextmanager
+def data_root(kind: str, parent: Path | None, size_mb: int) -> Iterator[tuple[Path, Path | None]]:
+    """(directory to fill, mount point to remount for cold caches or None)."""
+    base = Path(tempfile.mkdtemp(prefix="ringsnap-bench-manifest-", dir=parent))
+    try:
+        if kind == "ext4":
+            # One inode per 4 KiB: a million small files need more inodes than the default gives.
+            with loop_filesystem(base, "fs", size_mb=size_mb, mkfs_options=["-i", "4096"]) as fs:
+                yield fs.mount_point / "data", fs.mount_point
+        elif kind == "tmpfs":
+            shm = Path(tempfile.mkdtemp(prefix="ringsnap-bench-manifest-", dir="/dev/shm"))
+            try:
+                yield shm / "data", None
+            finally:
+                shutil.rmtree(shm, ignore_errors=True)
+        else:
+            yield base / "data", None
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def remount(mount_point: Path) -> None:
+    """Drop this filesystem's page, inode and dentry caches (and only this one's)."""
+    device = subprocess.run(
+        ["findmnt", "-no", "SOURCE", str(mount_point)], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    subprocess.run(["umount", str(mount_point)], check=True)
+    subprocess.run(["mount", device, str(mount_point)], check=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=1_000_000)
-    parser.add_argument("--dir", type=Path, help="parent for the data directory (default: $TMPDIR)")
-    parser.add_argument("--keep", action="store_true", help="keep the generated directory")
+    parser.add_argument("--fs", choices=("ext4", "tmpfs", "dir"), default="ext4")
+    parser.add_argument("--dir", type=Path, help="parent of the temporary directory")
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    parent = Path(tempfile.mkdtemp(prefix="ringsnap-bench-manifest-", dir=args.dir))
-    try:
-        root = parent / "data"
+    kind = args.fs
+    if kind == "ext4" and unavailable_reason():
+        print(f"no loop-mounted ext4 ({unavailable_reason()}): using a plain directory")
+        kind = "dir"
+    size_mb = max(1024, args.files * 6 // 1024)  # sparse: only what is written takes space
+    with data_root(kind, args.dir, size_mb) as (root, mount_point):
         started = time.perf_counter()
         created = build(root, args.files)
         print(
-            f"built {created:,} component files in {time.perf_counter() - started:.1f} s ({root})"
+            f"built {created:,} component files on {kind} in {time.perf_counter() - started:.1f} s"
         )
-        for attempt in range(1, args.repeat + 1):
-            seconds, sstables, components = run_walk(root)
-            rate = components / seconds
+        load = os.getloadavg()[0]
+        print(f"load average now {load:.2f} on {os.cpu_count()} CPUs")
+        floors = [syscall_floor(root) for _ in range(args.repeat)]
+        print(f"syscall floor (scandir + lstat of every file): best {min(floors):.3f} s")
+        for workers in (1, 4):
+            results = [walk(root, workers) for _ in range(args.repeat)]
+            seconds, sstables, components = min(results)
             print(
-                f"walk #{attempt}: {components:,} components of {sstables:,} SSTables"
-                f" in {seconds:.3f} s ({rate:,.0f} files/s)"
+                f"manifest, warm caches, {workers} thread(s): {components:,} components of"
+                f" {sstables:,} SSTables, best {seconds:.3f} s"
+                f" (all: {', '.join(f'{r[0]:.2f}' for r in results)})"
             )
-        for attempt in range(1, args.repeat + 1):
-            print(f"walk + protobuf messages #{attempt}: {run_messages(root):.3f} s")
-    finally:
-        if args.keep:
-            print(f"kept {parent}")
-        else:
-            shutil.rmtree(parent, ignore_errors=True)
+        messages = [walk_and_messages(root) for _ in range(args.repeat)]
+        print(f"manifest + protobuf messages, warm caches: best {min(messages):.3f} s")
+        if mount_point is not None:
+            for workers in (1, 8):
+                remount(mount_point)
+                seconds, _, components = walk(root, workers)
+                print(f"manifest, cold caches (remounted), {workers} thread(s): {seconds:.3f} s")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,7 +66,12 @@ def _run(*argv: str) -> str:
 
 @contextmanager
 def loop_filesystem(
-    directory: Path, name: str, *, size_mb: int = 64, fs_type: str = "ext4"
+    directory: Path,
+    name: str,
+    *,
+    size_mb: int = 64,
+    fs_type: str = "ext4",
+    mkfs_options: Sequence[str] = (),
 ) -> Iterator[LoopFilesystem]:
     image = directory / f"{name}.img"
     mount_point = directory / name
@@ -76,7 +81,7 @@ def loop_filesystem(
     mkfs = ["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"]
     if fs_type != "ext4":
         mkfs = [f"mkfs.{fs_type}", "-q", "-f"]
-    _run(*mkfs, str(image))
+    _run(*mkfs, *mkfs_options, str(image))
     device = _run("losetup", "--find", "--show", str(image))
     mounted = False
     try:
