@@ -13,12 +13,18 @@ import asyncio
 import contextlib
 import signal
 import sys
+import tomllib
 from pathlib import Path
 
 from ringsnap import logs
 from ringsnap.agent import sdnotify
 from ringsnap.agent.app import AgentServer
-from ringsnap.agent.config import DEFAULT_CONFIG_PATH, AgentConfig, load_config
+from ringsnap.agent.config import (
+    DEFAULT_CONFIG_PATH,
+    DEFAULT_STATE_DIRECTORY,
+    AgentConfig,
+    load_config,
+)
 from ringsnap.agent.freezestate import StateStore, thaw_all
 from ringsnap.errors import ConfigError, RingsnapError
 
@@ -78,9 +84,24 @@ async def _keep_alive(notifier: sdnotify.Notifier, interval: float) -> None:
 
 
 def _state_directory(arguments: argparse.Namespace) -> Path:
+    """Where the freeze records are. Only `freeze.state_directory` is read from the config: thawing
+    must work even when the rest of the file is broken (a missing TLS file, say) — that is exactly
+    when ExecStopPost= runs it."""
     if arguments.state_dir is not None:
         return Path(arguments.state_dir)
-    return load_config(arguments.config or DEFAULT_CONFIG_PATH).freeze.state_directory
+    path = Path(arguments.config or DEFAULT_CONFIG_PATH)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        configured = data.get("freeze", {}).get("state_directory", str(DEFAULT_STATE_DIRECTORY))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError) as exc:
+        print(
+            f"ringsnap-agent: cannot read {path} ({exc}); using {DEFAULT_STATE_DIRECTORY}",
+            file=sys.stderr,
+        )
+        return DEFAULT_STATE_DIRECTORY
+    if not isinstance(configured, str) or not configured.startswith("/"):
+        raise ConfigError(str(path), "freeze.state_directory", "must be an absolute path")
+    return Path(configured)
 
 
 def thaw_all_command(arguments: argparse.Namespace) -> int:

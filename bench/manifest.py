@@ -67,13 +67,20 @@ def build(root: Path, files: int) -> int:
 
 
 def syscall_floor(root: Path) -> float:
+    """The system calls any manifest must make, with no bookkeeping: scandir, lstat of every file,
+    open + read + close of each TOC.txt and Digest.crc32."""
     started = time.perf_counter()
     for keyspace in os.scandir(root):
         for table in os.scandir(keyspace.path):
             fd = os.open(table.path, os.O_RDONLY | os.O_DIRECTORY)
             with os.scandir(fd) as entries:
                 for entry in entries:
-                    os.lstat(entry.name, dir_fd=fd)
+                    name = entry.name
+                    os.lstat(name, dir_fd=fd)
+                    if name.endswith(("TOC.txt", "Digest.crc32")):
+                        small = os.open(name, os.O_RDONLY, dir_fd=fd)
+                        os.read(small, 4096)
+                        os.close(small)
             os.close(fd)
     return time.perf_counter() - started
 
@@ -145,7 +152,10 @@ def main() -> None:
         load = os.getloadavg()[0]
         print(f"load average now {load:.2f} on {os.cpu_count()} CPUs")
         floors = [syscall_floor(root) for _ in range(args.repeat)]
-        print(f"syscall floor (scandir + lstat of every file): best {min(floors):.3f} s")
+        print(
+            "syscall floor (scandir, lstat of every file, read of every TOC.txt and"
+            f" Digest.crc32): best {min(floors):.3f} s"
+        )
         for workers in (1, 4):
             results = [walk(root, workers) for _ in range(args.repeat)]
             seconds, sstables, components = min(results)
