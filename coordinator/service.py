@@ -11,7 +11,7 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from ringsnap.coordinator.backup import (
     BackupRun,
@@ -48,6 +48,12 @@ from ringsnap.plugins.middleware import AsyncDriver
 from ringsnap.plugins.types import Volume
 
 log = get_logger(__name__)
+
+
+#: How long a snapshot known only by name is looked for before the cleanup lets it go.
+NAME_CLEANUP_GRACE = timedelta(minutes=15)
+#: How often the daemon retries pending cleanups.
+CLEANUP_INTERVAL_SECONDS = 300.0
 
 
 class UnknownClusterError(RingsnapError):
@@ -96,6 +102,7 @@ class Coordinator:
         self.operations = Operations()
         self._now = now
         self._runs: dict[str, BackupRun] = {}
+        self._cleaner: asyncio.Task[None] | None = None
         # Every backup running in this process (scheduled ones have no operation): stop() cancels
         # them so that their nodes are thawed and the catalog says why they failed.
         self._backup_tasks: set[asyncio.Task[object]] = set()
@@ -103,6 +110,7 @@ class Coordinator:
             [s.schedule() for s in config.schedules],
             self._scheduled_backup,
             on_skip=self._skipped,
+            misfire_grace=timedelta(seconds=config.coordinator.misfire_grace_seconds),
             last_run=self._last_run,
         )
 
@@ -119,9 +127,21 @@ class Coordinator:
                 self.metrics.set_last_success(cluster, latest.finished_at)
         await self.recover()
         await self.scheduler.start()
+        self._cleaner = asyncio.get_running_loop().create_task(self._clean_periodically())
+
+    async def _clean_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(CLEANUP_INTERVAL_SECONDS)
+            try:
+                await self.run_pending_cleanups()
+            except Exception as exc:  # the next round tries again; never kill the daemon
+                log.error("pending cleanups failed", error=str(exc))
 
     async def stop(self) -> None:
         self.scheduler.shutdown()
+        if self._cleaner is not None:
+            self._cleaner.cancel()
+            await asyncio.gather(self._cleaner, return_exceptions=True)
         tasks = set(self._backup_tasks)
         tasks.update(op.task for op in self.operations.running() if op.task is not None)
         for task in tasks:
@@ -293,11 +313,8 @@ class Coordinator:
                     raise RingsnapError(f"array {cleanup.array!r} is no longer configured")
                 if cleanup.ref is not None:
                     await array.delete_snapshot(cleanup.ref)
-                else:
-                    volumes = await self._configured_volumes(cleanup.array)
-                    for info in await array.list_snapshots(volumes):
-                        if info.ref.snapshot_name == cleanup.snapshot_name:
-                            await array.delete_snapshot(info.ref)
+                elif not await self._delete_by_name(array, cleanup):
+                    continue
             except Exception as exc:
                 log.warning(
                     "cleanup failed; will retry",
@@ -314,6 +331,29 @@ class Coordinator:
                 reason=cleanup.reason,
             )
             await asyncio.to_thread(self.catalog.cleanup_done, cleanup.id)
+
+    async def _delete_by_name(self, array: AsyncDriver, cleanup: PendingCleanup) -> bool:
+        """Delete a snapshot known only by name; False while it may still appear.
+
+        A call that never answered (a killed coordinator, a hung array) can still make its snapshot
+        later, so a name not found yet stays pending for NAME_CLEANUP_GRACE before it is let go.
+        """
+        volumes = await self._configured_volumes(cleanup.array)
+        found = [
+            i.ref
+            for i in await array.list_snapshots(volumes)
+            if i.ref.snapshot_name == cleanup.snapshot_name
+        ]
+        for ref in found:
+            await array.delete_snapshot(ref)
+        if found or self._now() - cleanup.created_at >= NAME_CLEANUP_GRACE:
+            return True
+        await asyncio.to_thread(
+            self.catalog.cleanup_failed,
+            cleanup.id,
+            "not on the array yet; a call still in flight may make it, so it is looked for again",
+        )
+        return False
 
     async def _configured_volumes(self, array: str) -> list[Volume]:
         wanted = {
