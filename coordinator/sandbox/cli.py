@@ -163,16 +163,25 @@ def down(
 def demo(
     instance: str = INSTANCE,
     nodes: int = NODES,
+    array: str = typer.Option(
+        "ontap", "--array", help="Which array simulator holds the LUNs: ontap, flasharray, eseries."
+    ),
     keep: bool = typer.Option(False, "--keep", help="Leave the cluster running afterwards."),
 ) -> None:
-    """Bring a cluster up, show it, write rows at RF=3, flush, and show the SSTables on each LUN."""
+    """ringsnap's main job on a sandbox: a cluster under client writes, an agent per node, an array
+    simulator, and a cluster-consistent backup by the coordinator; prints the freeze window, what
+    the writers saw, and the catalog entry."""
     from cassandra import ConsistencyLevel
     from cassandra.concurrent import execute_concurrent_with_args
+
+    from ringsnap.coordinator.sandbox.demo import print_backup, take_backup
+    from ringsnap.coordinator.sandbox.load import WriteLoad
+    from ringsnap.coordinator.sandbox.stack import running_stack
 
     cluster, started = _bring_up(instance, nodes)
     try:
         _print_state(cluster)
-        with _progress("writing rows at RF=3 and flushing every node"):
+        with _progress("writing rows at RF=3"):
             session = cluster.session()
             rf = min(3, len(cluster.nodes))
             session.execute(
@@ -189,21 +198,19 @@ def demo(
                 session, insert, rows, concurrency=32, raise_on_first_error=True
             )
             _report(f"wrote {len(rows)} rows at consistency ALL")
-            for node in cluster.nodes:
-                _report(f"nodetool flush on {node.name}")
-                cluster.nodetool(node, "flush", "ringsnap_demo")
-        table = Table(title="SSTables on each node's own data LUN")
-        table.add_column("node", no_wrap=True)
-        table.add_column("data LUN", no_wrap=True)
-        table.add_column("Data.db files (under the node's data dir)", overflow="fold")
-        for node in cluster.nodes:
-            files = sorted(node.data_dir.glob("ringsnap_demo/readings-*/*-Data.db"))
-            table.add_row(
-                node.name,
-                node.data_lun.volume_name,
-                "\n".join(str(f.relative_to(node.data_dir)) for f in files) or "[red]none[/red]",
-            )
-        out.print(table)
+        workdir = cluster.layout.root / "demo"
+        with (
+            _progress(f"starting an agent per node and the {array} simulator"),
+            running_stack(cluster, workdir, vendor=array) as stack,
+        ):
+            _report(f"agents: {', '.join(a.address for a in stack.agents.values())}")
+            _report(f"array simulator: {stack.array.server.url}")
+            with (
+                WriteLoad(session, rate=200) as load,
+                _progress("backing up the whole ring under 200 writes/s"),
+            ):
+                backup = take_backup(stack.coordinator_config())
+            print_backup(out, backup, load.report)
     finally:
         if keep or not started:
             out.print(f"left running; stop it with: ringsnap sandbox down --instance {instance}")
