@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -184,6 +185,13 @@ def _read_small(name: str, directory_fd: int) -> bytes:
         os.close(fd)
 
 
+def _is_directory(name: str, directory_fd: int) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(name, dir_fd=directory_fd).st_mode)
+    except OSError:
+        return False
+
+
 def _scan(directory: _Directory) -> list[SSTable]:
     """Every SSTable in `directory`, then those of its secondary-index subdirectories."""
     try:
@@ -193,20 +201,19 @@ def _scan(directory: _Directory) -> list[SSTable]:
     found: list[SSTable] = []
     indexes: list[str] = []
     try:
-        # `<version>-<generation>-<format>-` -> the component names present on disk
+        # `<version>-<generation>-<format>-` -> the component names present on disk. Plain names
+        # (listdir) rather than DirEntry objects: a million of them add up.
         groups: dict[str, set[str]] = {}
-        with os.scandir(directory_fd) as entries:
-            for entry in entries:
-                name = entry.name
-                parts = name.split("-", 3)
-                if len(parts) == 4 and parts[3]:
-                    key = name[: -len(parts[3])]
-                    group = groups.get(key)
-                    if group is None:
-                        group = groups[key] = set()
-                    group.add(parts[3])
-                elif name[:1] == "." and entry.is_dir(follow_symlinks=False):
-                    indexes.append(name)
+        for name in os.listdir(directory_fd):
+            parts = name.split("-", 3)
+            if len(parts) == 4 and parts[3]:
+                key = name[: -len(parts[3])]
+                group = groups.get(key)
+                if group is None:
+                    group = groups[key] = set()
+                group.add(parts[3])
+            elif name[:1] == "." and _is_directory(name, directory_fd):
+                indexes.append(name)
         prefix = f"{directory.relative}/"
         for key in sorted(groups):
             match = _SSTABLE_PREFIX.fullmatch(key)
@@ -281,12 +288,14 @@ def _fill(table: SSTable, present: set[str], key: str, path_prefix: str, directo
                 problems.append(f"TOC.txt lists an invalid component name {name[:80]!r}")
             continue
         try:
-            stat = lstat(key + name, dir_fd=directory_fd)
+            status = lstat(key + name, dir_fd=directory_fd)
         except FileNotFoundError:
             missing.append(name)  # removed between the listing and now (compaction)
             continue
         components.append(
-            _new_component(Component, (name, path_prefix + name, stat.st_size, stat.st_mtime_ns))
+            _new_component(
+                Component, (name, path_prefix + name, status.st_size, status.st_mtime_ns)
+            )
         )
     if missing:
         problems.append(f"component(s) listed in TOC.txt missing on disk: {', '.join(missing)}")
