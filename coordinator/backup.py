@@ -372,8 +372,8 @@ class BackupWorkflow:
         self, run: BackupRun, per_array: dict[str, list[Volume]], budget: float
     ) -> None:
         """One atomic group snapshot per array, in parallel, all done within `budget` seconds."""
-        # Retries inside the drivers stop where the budget does (the context follows the tasks).
-        with deadline(budget):
+        # The retry deadline leaves room for the last attempt to come back inside the budget.
+        with deadline(budget * 0.7) as call_budget:
             tasks = {
                 array: asyncio.create_task(
                     self.arrays[array].create_group_snapshot(volumes, run.backup_id)
@@ -384,10 +384,11 @@ class BackupWorkflow:
         failures = []
         for array, task in tasks.items():
             if task in pending:
+                said = call_budget.last_error
                 failures.append(
                     f"array {array}: snapshot call still running after the freeze budget"
                     f" ({run.settings.freeze_budget:g} s); the nodes were thawed to protect client"
-                    " writes"
+                    " writes" + (f"; the array's last answer: {said}" if said is not None else "")
                 )
                 # Not cancelled: the driver runs in a thread; its result is cleaned up when it ends.
                 self._stragglers.append((array, task))

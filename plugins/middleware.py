@@ -78,21 +78,32 @@ class RetryPolicy:
 FAST_RETRY = RetryPolicy(attempts=4, initial_delay=0.01, max_delay=0.05, deadline=60.0)
 
 
-#: A caller's deadline (time.monotonic()) for one call, retries included. The backup workflow sets
-#: it around the snapshot taken while nodes are frozen: a retry that cannot finish before the freeze
-#: budget runs out is not started, so the caller gets the array's own error instead of a timeout.
-#: Context variables follow `asyncio.to_thread` into the worker thread.
-call_deadline: ContextVar[float | None] = ContextVar("ringsnap_call_deadline", default=None)
+@dataclass
+class CallBudget:
+    """A caller's deadline (time.monotonic()) for the driver calls it starts, retries included.
+
+    The backup workflow sets one around the snapshot taken while nodes are frozen: a retry that
+    could not start before the freeze budget runs out is not started, and every failed attempt is
+    kept in `last_error`, so that a caller that stops waiting can still say what the array said.
+    It travels in a context variable, which `asyncio.to_thread` carries into the worker thread.
+    """
+
+    until: float
+    last_error: BaseException | None = None
+
+
+call_budget: ContextVar[CallBudget | None] = ContextVar("ringsnap_call_budget", default=None)
 
 
 @contextlib.contextmanager
-def deadline(seconds: float) -> Iterator[None]:
-    """Bound the driver calls started in this context (and tasks created in it) to `seconds`."""
-    token = call_deadline.set(time.monotonic() + seconds)
+def deadline(seconds: float) -> Iterator[CallBudget]:
+    """Bound the driver calls started in this context (and in tasks created in it)."""
+    budget = CallBudget(time.monotonic() + seconds)
+    token = call_budget.set(budget)
     try:
-        yield
+        yield budget
     finally:
-        call_deadline.reset(token)
+        call_budget.reset(token)
 
 
 class _PastCallerDeadline(tenacity.stop.stop_base):
@@ -102,11 +113,11 @@ class _PastCallerDeadline(tenacity.stop.stop_base):
         self._policy = policy
 
     def __call__(self, state: tenacity.RetryCallState) -> bool:
-        limit = call_deadline.get()
-        if limit is None:
+        budget = call_budget.get()
+        if budget is None:
             return False
         error = state.outcome.exception() if state.outcome else None
-        return time.monotonic() + self._policy.delay(state.attempt_number, error) >= limit
+        return time.monotonic() + self._policy.delay(state.attempt_number, error) >= budget.until
 
 
 def _retryable(error: BaseException) -> bool:
@@ -155,6 +166,8 @@ class ManagedDriver:
 
         def before_sleep(state: tenacity.RetryCallState) -> None:
             error = state.outcome.exception() if state.outcome else None
+            if (budget := call_budget.get()) is not None:
+                budget.last_error = error
             self._log.warning(
                 "array operation failed, retrying",
                 op=op,

@@ -164,3 +164,32 @@ def test_unreachable_agent_refuses_or_backs_up_the_rest_when_partial_is_allowed(
     assert "unreachable" in partial.node("node3").excluded_reason
     assert len(partial.snapshots[0].members) == 4
     json.dumps([n.name for n in partial.nodes])
+
+
+def test_retention_removes_old_backups_and_their_array_snapshots(
+    sandbox_cluster: SandboxCluster, tmp_path: Path
+) -> None:
+    from ringsnap.config import validate
+    from ringsnap.plugins.registry import open_driver
+
+    with running_stack(sandbox_cluster, tmp_path / "stack", vendor="ontap") as stack:
+        data = stack.coordinator_data()
+        data["retention"] = {"recent": {"hourly": 1}}  # the newest backup of the latest hour
+        config = validate(data, CoordinatorConfig, source="<test>")
+
+        async def three_backups() -> list[str]:
+            async with open_coordinator(config, source="<test>") as coordinator:
+                request = BackupRequest(CLUSTER_NAME, trigger="test", policy="recent")
+                return [(await coordinator.backup(request)).id for _ in range(3)]
+
+        ids = asyncio.run(three_backups())
+        assert [b.id for b in _catalog_state(config)] == [ids[-1]]
+        driver = open_driver("array1", stack.array.table, "<test>")
+        try:
+            wanted = {lun.volume_name for node in sandbox_cluster.nodes for lun in node.luns}
+            volumes = [v for v in driver.list_volumes() if v.name in wanted]
+            names = {info.ref.snapshot_name for info in driver.list_snapshots(volumes)}
+        finally:
+            driver.close()
+        assert ids[-1] in names
+        assert not names & set(ids[:-1])
