@@ -400,6 +400,16 @@ def test_identity_not_on_the_allow_list_is_refused(
     assert_nothing_frozen(node)
 
 
+def test_certificate_without_any_identity_is_unauthenticated(
+    node: Node, agent: BackgroundAgent, pki: TestPki
+) -> None:
+    anonymous = pki.ca.issue(None)  # our CA, but neither a subject name nor an alternative name
+    with pytest.raises(grpc.RpcError) as refused:
+        freeze(stub_for(pki.channel(agent.address, anonymous)), "op-anonymous", 10)
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert_nothing_frozen(node)
+
+
 def test_allowed_identity_in_a_subject_alternative_name(node: Node, pki: TestPki) -> None:
     config = agent_config(pki, allowed_clients=["spiffe://ringsnap/coordinator"], **node.settings())
     client = pki.ca.issue(None, uris=["spiffe://ringsnap/coordinator"])
