@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import os
+import signal
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from ringsnap.agent.freezestate import StateStore
 from ringsnap.agent.main import main
+from ringsnap.agent.testing.background import TestPki, config_data, write_config
 
 
 def test_thaw_all_with_nothing_recorded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -47,3 +52,42 @@ def test_serve_with_a_missing_config_exits_78(
 ) -> None:
     assert main(["serve", "--config", str(tmp_path / "absent.toml")]) == 78
     assert f"{tmp_path / 'absent.toml'}: file not found" in capsys.readouterr().err
+
+
+def test_serve_speaks_sd_notify_ready_watchdog_stopping(tmp_path: Path) -> None:
+    """`ringsnap-agent serve` as systemd runs it: a real notify socket, a watchdog interval."""
+    pki = TestPki.create(tmp_path / "pki")
+    config = write_config(
+        tmp_path / "agent.toml",
+        config_data(
+            pki,
+            data_directories=[tmp_path / "data"],
+            commitlog_directory=tmp_path / "commitlog",
+            state_directory=tmp_path / "state",
+        ),
+    )
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(tmp_path / "notify"))
+    notify.settimeout(30)
+    environment = dict(os.environ, NOTIFY_SOCKET=str(tmp_path / "notify"), WATCHDOG_USEC="400000")
+    agent = subprocess.Popen(
+        [str(Path(sys.executable).with_name("ringsnap-agent")), "serve", "--config", str(config)],
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        messages = [notify.recv(4096).decode()]
+        assert messages[0].startswith("READY=1\nSTATUS=serving on 127.0.0.1:0 (port ")
+        messages += [notify.recv(4096).decode() for _ in range(3)]
+        assert messages[1:] == ["WATCHDOG=1"] * 3  # every 0.2 s: half of WATCHDOG_USEC
+        agent.send_signal(signal.SIGTERM)
+        while (message := notify.recv(4096).decode()) == "WATCHDOG=1":
+            pass
+        assert message.startswith("STOPPING=1")
+        assert agent.wait(30) == 0
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+        notify.close()
