@@ -5,6 +5,7 @@
                           state_directory=tmp_path / "state", nodetool=[...])
     with BackgroundAgent(config) as agent:                   # serving on 127.0.0.1:<port>
         channel = pki.channel(agent.address)                 # as "ringsnap-coordinator"
+                                                             # (pki.aio_channel for grpc.aio)
         stub = agent_pb2_grpc.AgentServiceStub(channel)
 
 `write_config(path, ...)` writes the same settings as TOML for an agent run as a process
@@ -23,6 +24,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import grpc
+import grpc.aio
 
 from ringsnap.agent.app import AgentServer
 from ringsnap.agent.config import AgentConfig
@@ -59,6 +61,16 @@ class TestPki:
     ) -> grpc.Channel:
         """A blocking channel presenting `client` (default: the coordinator's certificate)."""
         return secure_channel(address, ca_pem or self.ca.cert_pem, client or self.client)
+
+    def aio_channel(self, address: str, client: IssuedCert | None = None) -> grpc.aio.Channel:
+        """The same for grpc.aio callers (the coordinator)."""
+        chosen = client or self.client
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=self.ca.cert_pem,
+            private_key=chosen.key_pem,
+            certificate_chain=chosen.cert_pem,
+        )
+        return grpc.aio.secure_channel(address, credentials)
 
 
 def secure_channel(address: str, ca_pem: bytes, client: IssuedCert | None) -> grpc.Channel:
