@@ -4,6 +4,7 @@ socket, watchdog), reached by the real `ringsnap` CLI, stopped by SIGTERM."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+import structlog
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ringsnap.agent.testing.certs import TestCA
@@ -73,6 +75,19 @@ policy = "daily"
 """
     )
     return path
+
+
+@pytest.fixture(autouse=True)
+def own_logging() -> Iterator[None]:
+    """`main()` configures structlog and the root logger for its process, onto the stream pytest
+    captures for this test only: put them back for the tests after this one."""
+    saved = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    structlog.configure(**saved)
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 # -- check-config ----------------------------------------------------------------------------------
