@@ -22,6 +22,20 @@ def _redact_secrets(_: Any, __: str, event: MutableMapping[str, Any]) -> Mutable
     return event
 
 
+class _StderrLogger:
+    """Writes each rendered line to whatever `sys.stderr` is at that moment (not at configure
+    time), so a replaced stream (pytest's capture, a daemon's redirect) never gets stale."""
+
+    def msg(self, message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    log = debug = info = warning = warn = error = critical = exception = fatal = msg
+
+
+def _stderr_logger(*_: Any) -> _StderrLogger:
+    return _StderrLogger()
+
+
 def configure(*, json: bool, level: str = "info") -> None:
     """Configure structlog (and the stdlib loggers of our libraries) once per process."""
     numeric = logging.getLevelNamesMapping()[level.upper()]
@@ -40,7 +54,7 @@ def configure(*, json: bool, level: str = "info") -> None:
     structlog.configure(
         processors=[*shared, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_stderr_logger,
         cache_logger_on_first_use=False,
     )
     logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr)
