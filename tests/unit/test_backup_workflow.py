@@ -17,9 +17,9 @@ from ringsnap.coordinator.backup import (
     BackupSettings,
     BackupWorkflow,
     NodeTarget,
-    QuiesceMode,
     VolumeTarget,
 )
+from ringsnap.coordinator.model import QuiesceMode
 from ringsnap.coordinator.ports import FreezeReceipt, NodeFacts, SSTable, ThawReceipt
 from ringsnap.plugins.errors import DriverError
 from ringsnap.plugins.types import SnapshotInfo, SnapshotRef, Volume, VolumeSnapshot
@@ -265,7 +265,7 @@ def test_driver_retries_stop_at_the_freeze_budget_and_report_the_arrays_error() 
         calls = 0
 
         @classmethod
-        def from_config(cls, array, settings, *, source):  # type: ignore[no-untyped-def,override]
+        def from_config(cls, array, settings, *, source):  # type: ignore[no-untyped-def]
             return cls()
 
         @property

@@ -4,15 +4,26 @@ from __future__ import annotations
 
 import filecmp
 import importlib
-import sys
+import importlib.util
 import tomllib
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "proto"))
-import generate  # noqa: E402  (proto/generate.py is a script, not a package)
+
+
+def _load_generator() -> ModuleType:
+    """proto/generate.py is a script, not a package: load it by path."""
+    spec = importlib.util.spec_from_file_location("generate", ROOT / "proto" / "generate.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+generate = _load_generator()
 
 SETUPTOOLS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
 
