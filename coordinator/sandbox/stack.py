@@ -9,12 +9,17 @@ coordinator.
 from __future__ import annotations
 
 import contextlib
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ringsnap.agent.testing.background import BackgroundAgent, TestPki, agent_config
+from ringsnap.agent.config import AgentConfig
+from ringsnap.agent.testing.background import BackgroundAgent, TestPki, config_data, write_config
 from ringsnap.config import validate
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.sandbox.cluster import SandboxCluster
@@ -76,6 +81,50 @@ def array_simulator(vendor: str, pool: LunPool, workdir: Path) -> Iterator[Array
         yield ArraySimulator(vendor, app, server, table)
 
 
+class ProcessAgent:
+    """`ringsnap-agent serve` as its own process, as on a real node (no GIL shared with the
+    coordinator): what the benchmarks measure."""
+
+    def __init__(self, config_file: Path, port: int) -> None:
+        self._config_file = config_file
+        self.address = f"127.0.0.1:{port}"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> ProcessAgent:
+        self._process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "ringsnap.agent.main",
+                "serve",
+                "--config",
+                str(self._config_file),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        host, port = self.address.split(":")
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection((host, int(port)), 0.5):
+                return self
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"agent {self._config_file} did not start")
+            time.sleep(0.1)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._process is not None:
+            self._process.terminate()  # SIGTERM: the agent thaws what it froze, then exits
+            self._process.wait(30)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
 @dataclass
 class Stack:
     """Agents and an array around `cluster`; `coordinator_config()` is ready to open."""
@@ -83,7 +132,7 @@ class Stack:
     cluster: SandboxCluster
     workdir: Path
     pki: TestPki
-    agents: dict[str, BackgroundAgent]
+    agents: dict[str, BackgroundAgent | ProcessAgent]
     array: ArraySimulator
     coordinator_settings: dict[str, Any] = field(default_factory=dict)
 
@@ -135,22 +184,30 @@ class Stack:
 
 @contextlib.contextmanager
 def running_stack(
-    cluster: SandboxCluster, workdir: Path, *, vendor: str = "ontap"
+    cluster: SandboxCluster, workdir: Path, *, vendor: str = "ontap", agent_processes: bool = False
 ) -> Iterator[Stack]:
-    """Agents for every node of `cluster` and a `vendor` simulator over its pool."""
+    """Agents for every node of `cluster` (threads, or processes) and a `vendor` simulator."""
     workdir.mkdir(parents=True, exist_ok=True)
     pki = TestPki.create(workdir / "pki")
     with contextlib.ExitStack() as stack:
-        agents: dict[str, BackgroundAgent] = {}
+        agents: dict[str, BackgroundAgent | ProcessAgent] = {}
         for node in cluster.nodes:
-            config = agent_config(
+            port = _free_port() if agent_processes else 0
+            data = config_data(
                 pki,
                 data_directories=[node.data_dir],
                 commitlog_directory=node.commitlog_dir,
                 state_directory=workdir / "agent-state" / node.name,
                 nodetool=node.nodetool_argv(),
+                listen=f"127.0.0.1:{port}",
             )
-            agents[node.name] = stack.enter_context(BackgroundAgent(config))
+            if agent_processes:
+                data["log"] = {"json": True, "level": "warning"}
+                config_file = write_config(workdir / f"agent-{node.name}.toml", data)
+                agents[node.name] = stack.enter_context(ProcessAgent(config_file, port))
+            else:
+                config = validate(data, AgentConfig, source=f"<agent {node.name}>")
+                agents[node.name] = stack.enter_context(BackgroundAgent(config))
         array = stack.enter_context(
             array_simulator(vendor, LunPool(cluster.pool_dir), workdir / vendor)
         )
