@@ -2,8 +2,9 @@
 # `make test` (the whole suite). Both install what they need; run them as root on Debian 12.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# Debian packages the test bed and the agent need (Docker engine, image bootstrap, XFS pool, LVM).
-DEB_PACKAGES := docker.io debootstrap xfsprogs lvm2 openjdk-17-jre-headless maven util-linux
+# Debian packages the test bed and the agent need (Docker engine, image bootstrap, XFS pool, LVM,
+# systemd-analyze for the unit-file checks).
+DEB_PACKAGES := docker.io debootstrap xfsprogs lvm2 openjdk-17-jre-headless maven util-linux systemd
 
 .PHONY: test demo install system-deps lint typecheck-tree generate clean-sandbox bench
 
