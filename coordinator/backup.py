@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from ringsnap.coordinator.model import FreezeWindow, QuiesceMode
+from ringsnap.coordinator.model import CleanupRequest, FreezeWindow, QuiesceMode
 from ringsnap.coordinator.ports import (
     ArrayPort,
     CanaryWriter,
@@ -106,7 +106,7 @@ class BackupRun:
     clock: PhaseClock = field(default_factory=PhaseClock)
     window: FreezeWindow | None = None
     #: Snapshots a failed run could not delete, with the reason; the catalog keeps them for cleanup.
-    leftovers: list[tuple[SnapshotRef | str, str]] = field(default_factory=list)
+    leftovers: list[CleanupRequest] = field(default_factory=list)
 
     @property
     def included(self) -> list[str]:
@@ -439,14 +439,24 @@ class BackupWorkflow:
                     "deleted snapshot of failed run", array=ref.array, snapshot=ref.snapshot_name
                 )
             except Exception as exc:  # recorded, and retried by the cleanup
-                run.leftovers.append((ref, f"{reason}; delete failed: {exc}"))
+                run.leftovers.append(
+                    CleanupRequest(
+                        array=ref.array, reason=f"{reason}; delete failed: {exc}", ref=ref
+                    )
+                )
         run.snapshots.clear()
         stragglers, self._stragglers = self._stragglers, []
         for array, task in stragglers:
             try:
                 ref = await asyncio.wait_for(asyncio.shield(task), run.settings.straggler_grace)
             except TimeoutError:
-                run.leftovers.append((f"{array}:{run.backup_id}", f"{reason}; call never returned"))
+                run.leftovers.append(
+                    CleanupRequest(
+                        array=array,
+                        reason=f"{reason}; call never returned",
+                        snapshot_name=run.backup_id,
+                    )
+                )
                 continue
             except Exception as exc:
                 log.info("late snapshot call failed; it made nothing", array=array, error=str(exc))
@@ -455,7 +465,13 @@ class BackupWorkflow:
                 await self.arrays[array].delete_snapshot(ref)
                 log.info("deleted late snapshot of failed run", array=array)
             except Exception as exc:
-                run.leftovers.append((ref, f"{reason}; delete of late snapshot failed: {exc}"))
+                run.leftovers.append(
+                    CleanupRequest(
+                        array=array,
+                        reason=f"{reason}; delete of late snapshot failed: {exc}",
+                        ref=ref,
+                    )
+                )
 
 
 async def _list_volumes(array: ArrayPort, timeout: float) -> Sequence[Volume]:

@@ -268,14 +268,7 @@ class Coordinator:
         )
 
     def _record_failure(self, run: BackupRun, error: BaseException) -> None:
-        cleanups = [
-            CleanupRequest(array=ref.array, reason=reason, ref=ref)
-            if not isinstance(ref, str)
-            else CleanupRequest(
-                array=ref.split(":", 1)[0], reason=reason, snapshot_name=run.backup_id
-            )
-            for ref, reason in run.leftovers
-        ]
+        cleanups = list(run.leftovers)
         # Snapshots the workflow took but the catalog refused (e.g. incomplete) are still held.
         cleanups += [
             CleanupRequest(array=ref.array, reason=f"backup failed: {error}", ref=ref)
