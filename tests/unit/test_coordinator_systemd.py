@@ -8,16 +8,14 @@ ExecStart= binary to exist: the test verifies a copy whose program path points a
 
 from __future__ import annotations
 
-import re
 import shutil
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
-SYSTEMD = Path(__file__).resolve().parents[2] / "systemd"
+from tests.support.systemd_units import SYSTEMD, directives, exposure_score, installed_copy, verify
+
 UNIT = SYSTEMD / "ringsnap-coordinator.service"
 DROP_IN = SYSTEMD / "ringsnap-coordinator.service.d" / "credentials.conf.example"
 EXAMPLE_CONFIG = SYSTEMD / "coordinator.example.toml"
@@ -28,52 +26,19 @@ MAX_EXPOSURE = 1.0  # the rest is network access (agents, arrays) and ProtectClo
 
 @pytest.fixture
 def unit_copy(tmp_path: Path) -> Path:
-    if shutil.which("systemd-analyze") is None:
-        pytest.skip("systemd-analyze is not installed (Debian: systemd)")
-    program = Path(sys.executable).with_name("ringsnap-coordinator")
-    assert program.exists(), "the venv has no ringsnap-coordinator entry point"
-    copy = tmp_path / UNIT.name
-    copy.write_text(UNIT.read_text().replace(INSTALLED_PROGRAM, str(program)))
+    copy = installed_copy(UNIT, INSTALLED_PROGRAM, tmp_path)
     drop_ins = tmp_path / f"{UNIT.name}.d"
     drop_ins.mkdir()
     shutil.copy(DROP_IN, drop_ins / "credentials.conf")
     return copy
 
 
-def directives(text: str) -> dict[str, list[str]]:
-    found: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        if "=" in line and not line.lstrip().startswith(("#", ";", "[")):
-            key, value = line.split("=", 1)
-            found.setdefault(key.strip(), []).append(value.strip())
-    return found
-
-
 def test_systemd_analyze_verify_accepts_the_unit_and_its_drop_in(unit_copy: Path) -> None:
-    result = subprocess.run(
-        ["systemd-analyze", "verify", str(unit_copy)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    complaints = [line for line in result.stderr.splitlines() if unit_copy.name in line]
-    assert result.returncode == 0 and not complaints, result.stderr
+    verify(unit_copy)
 
 
 def test_exposure_score_is_recorded_and_low(unit_copy: Path) -> None:
-    result = subprocess.run(
-        ["systemd-analyze", "security", "--offline=true", str(unit_copy)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    match = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", result.stdout)
-    assert match, result.stdout + result.stderr
-    score = float(match.group(1))
-    print(f"systemd-analyze security --offline=true {UNIT.name}: {score}")
-    assert score <= MAX_EXPOSURE, result.stdout
+    assert exposure_score(unit_copy) <= MAX_EXPOSURE
 
 
 def test_unit_has_the_lifecycle_and_no_privilege() -> None:
