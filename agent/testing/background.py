@@ -28,8 +28,8 @@ import grpc.aio
 
 from ringsnap.agent.app import AgentServer
 from ringsnap.agent.config import AgentConfig
-from ringsnap.agent.testing.certs import IssuedCert, TestCA, TlsPaths
 from ringsnap.config import validate
+from ringsnap.testpki import IssuedCert, TestCA, TlsPaths
 
 T = TypeVar("T")
 COORDINATOR_IDENTITY = "ringsnap-coordinator"

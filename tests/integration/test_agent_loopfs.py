@@ -31,9 +31,9 @@ from ringsnap.agent.testing.background import (
     secure_channel,
     write_config,
 )
-from ringsnap.agent.testing.certs import TestCA
 from ringsnap.agent.testing.loopfs import LoopFilesystem, loop_filesystem, unavailable_reason
 from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc
+from ringsnap.testpki import TestCA
 
 pytestmark = pytest.mark.integration
 

@@ -21,8 +21,8 @@ import pytest
 import structlog
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from ringsnap.agent.testing.certs import TestCA
 from ringsnap.coordinator.main import main
+from ringsnap.testpki import TestCA
 
 KEY_MARKER = "PRIVATE KEY"
 

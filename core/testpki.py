@@ -1,4 +1,5 @@
-"""A throw-away certificate authority for tests: a CA and certificates it issues (ECDSA P-256).
+"""A throw-away certificate authority for tests and the sandbox: a CA and the certificates it
+issues (ECDSA P-256). Agents, coordinators and array simulators all take theirs from here.
 
     ca = TestCA.create("ringsnap test CA")
     ca.write_ca(tmp / "ca.pem")
@@ -8,7 +9,7 @@
     creds = grpc.ssl_channel_credentials(ca.cert_pem, client.key_pem, client.cert_pem)
 
 Every certificate is usable as server and as client (both extended key usages), so one helper
-serves agents, coordinators and hostile clients alike. Never use these outside tests.
+serves agents, coordinators, simulators and hostile clients alike. Never use these in production.
 """
 
 from __future__ import annotations
