@@ -1,6 +1,10 @@
-"""One backup of a whole ring: plan, canary, flush, freeze barrier, snapshot, thaw, record.
+"""One backup of a whole ring: plan, canary, flush, prepare, freeze barrier, snapshot, thaw, finish,
+record.
 
-The order of `run` is the protocol of MISSION.md. Its safety rules, in one place:
+The order of `run` is the protocol of MISSION.md. Each array's snapshot is prepared before the
+freeze (checks, set-up such as ONTAP's temporary consistency group), committed while frozen (the
+only array work inside the freeze window) and finished after the thaw; a failed run aborts what it
+prepared. Its safety rules, in one place:
 - every freeze is under a short lease that the agent ends by itself; the lease is renewed only while
   the array call is legitimately running;
 - the array call gets what is left of the freeze budget; past it the run thaws and fails instead of
@@ -29,12 +33,14 @@ from ringsnap.coordinator.ports import (
     NodeFacts,
     PhaseClock,
     SSTable,
+    StagedArrayPort,
     ThawReceipt,
 )
 from ringsnap.errors import RingsnapError
 from ringsnap.logs import get_logger
+from ringsnap.plugins.api import PreparedSnapshot
 from ringsnap.plugins.middleware import deadline
-from ringsnap.plugins.types import SnapshotRef, Volume
+from ringsnap.plugins.types import SnapshotInfo, SnapshotRef, Volume
 
 log = get_logger(__name__)
 
@@ -107,6 +113,9 @@ class BackupRun:
     window: FreezeWindow | None = None
     #: Snapshots a failed run could not delete, with the reason; the catalog keeps them for cleanup.
     leftovers: list[CleanupRequest] = field(default_factory=list)
+    #: Set-up objects (e.g. temporary consistency groups) a finish or abort could not remove; the
+    #: driver sweeps them before its next snapshot of the same volumes. Never fails a run.
+    array_leftovers: list[str] = field(default_factory=list)
 
     @property
     def included(self) -> list[str]:
@@ -148,6 +157,10 @@ class BackupWorkflow:
         self._progress = progress or (lambda phase, message: None)
         # Snapshot calls that overran the freeze budget; cleaned up when they end.
         self._stragglers: list[tuple[str, asyncio.Task[SnapshotRef]]] = []
+        # Prepared snapshots not yet finished or aborted, by array.
+        self._prepared: dict[str, PreparedSnapshot] = {}
+        # Arrays whose commit returned a snapshot (finished, not aborted, when released).
+        self._committed: set[str] = set()
 
     # -- phases ----------------------------------------------------------------------------------
 
@@ -225,6 +238,36 @@ class BackupWorkflow:
 
     async def flush(self, run: BackupRun) -> None:
         await self._on_included(run, lambda agent: agent.flush(), "flush")
+
+    async def prepare_snapshots(self, run: BackupRun, per_array: dict[str, list[Volume]]) -> None:
+        """Before the freeze: every array readies its snapshot; a failure aborts the others."""
+        self._prepared.clear()
+        self._committed.clear()
+
+        async def prepare(array: str) -> None:
+            port = _staged(self.arrays[array])
+            prepared = await _bounded(
+                f"array {array}: preparing the snapshot",
+                port.prepare_group_snapshot(per_array[array], run.backup_id),
+                run.settings.agent_timeout,
+            )
+            assert isinstance(prepared, PreparedSnapshot)
+            # Kept as soon as it exists, so that a failure or cancellation elsewhere aborts it.
+            self._prepared[array] = prepared
+
+        arrays = sorted(per_array)
+        results = await asyncio.gather(*(prepare(a) for a in arrays), return_exceptions=True)
+        failures = [
+            f"array {array}: preparing the snapshot failed: {result}"
+            for array, result in zip(arrays, results, strict=True)
+            if isinstance(result, BaseException)
+        ]
+        if failures:
+            raise BackupFailed("; ".join(failures))
+
+    async def finish_snapshots(self, run: BackupRun) -> None:
+        """After the thaw: each array removes what its prepare set up; never fails the run."""
+        await self._release_prepared(run, list(self._prepared))
 
     async def snapshot_frozen(self, run: BackupRun, per_array: dict[str, list[Volume]]) -> None:
         """Freeze barrier, one snapshot per array within the budget, thaw always."""
@@ -321,12 +364,15 @@ class BackupWorkflow:
             await self._phase(run, "canary", self.write_canaries(run))
             if settings.quiesce is not QuiesceMode.NONE:
                 await self._phase(run, "flush", self.flush(run))
+            # Last before the freeze, so that what it checked on the arrays is still true.
+            await self._phase(run, "prepare", self.prepare_snapshots(run, per_array))
             if settings.quiesce is QuiesceMode.FREEZE:
                 await self._phase(run, "freeze+snapshot+thaw", self.snapshot_frozen(run, per_array))
             else:
                 await self._phase(
                     run, "snapshot", self._snapshot_arrays(run, per_array, settings.straggler_grace)
                 )
+            await self._phase(run, "finish", self.finish_snapshots(run))
             await self._phase(run, "record", self.collect_manifests(run))
         except BaseException as exc:
             bound.error("backup failed", error=str(exc), error_type=type(exc).__name__)
@@ -375,12 +421,28 @@ class BackupWorkflow:
         # The retry deadline leaves room for the last attempt to come back inside the budget.
         with deadline(budget * 0.7) as call_budget:
             tasks = {
-                array: asyncio.create_task(
-                    self.arrays[array].create_group_snapshot(volumes, run.backup_id)
-                )
-                for array, volumes in per_array.items()
+                array: asyncio.create_task(self._commit(array, self._prepared[array]))
+                for array in per_array
             }
-        _, pending = await asyncio.wait(tasks.values(), timeout=max(budget, 0.0))
+        try:
+            _, pending = await asyncio.wait(tasks.values(), timeout=max(budget, 0.0))
+        except asyncio.CancelledError:
+            # The calls go on in their threads, and a stopping coordinator does not wait for
+            # them: what they make is found by name later. Their set-up is left to the driver's
+            # next sweep, not removed under a running snapshot call.
+            for array, task in tasks.items():
+                if not task.done():
+                    self._prepared.pop(array, None)
+                    run.leftovers.append(
+                        CleanupRequest(
+                            array=array,
+                            reason="cancelled while its snapshot call was running",
+                            snapshot_name=run.backup_id,
+                        )
+                    )
+                elif not task.cancelled() and task.exception() is None:
+                    run.snapshots.append(task.result())
+            raise
         failures = []
         for array, task in tasks.items():
             if task in pending:
@@ -398,6 +460,40 @@ class BackupWorkflow:
                 run.snapshots.append(task.result())
         if failures:
             raise BackupFailed("; ".join(failures))
+
+    async def _commit(self, array: str, prepared: PreparedSnapshot) -> SnapshotRef:
+        ref = await _staged(self.arrays[array]).commit_group_snapshot(prepared)
+        self._committed.add(array)
+        return ref
+
+    async def _release_prepared(self, run: BackupRun, arrays: Sequence[str]) -> None:
+        """Finish (after a commit) or abort (without one) the prepared snapshots of `arrays`."""
+
+        async def release(array: str, prepared: PreparedSnapshot) -> None:
+            port = _staged(self.arrays[array])
+            committed = array in self._committed
+            step = "finish" if committed else "abort"
+            try:
+                if committed:
+                    await port.finish_group_snapshot(prepared)
+                else:
+                    await port.abort_group_snapshot(prepared)
+            except Exception as exc:  # the snapshot (if any) is unaffected; the driver sweeps
+                left = list(getattr(exc, "leftovers", ())) or [str(exc)]
+                run.array_leftovers += [f"array {array}: {item}" for item in left]
+                log.warning(
+                    f"{step} of a prepared snapshot failed; the driver removes what is left before"
+                    " its next snapshot of these volumes",
+                    backup_id=run.backup_id,
+                    array=array,
+                    error=str(exc),
+                    leftovers=left,
+                )
+
+        pending = [
+            (array, self._prepared.pop(array)) for array in arrays if array in self._prepared
+        ]
+        await asyncio.gather(*(release(array, prepared) for array, prepared in pending))
 
     async def _renew(
         self, agents: Mapping[str, NodeAgent], operation_id: str, lease: float
@@ -431,7 +527,11 @@ class BackupWorkflow:
         return receipts
 
     async def _discard_snapshots(self, run: BackupRun, reason: str) -> None:
-        """Delete what a failed run made; record for cleanup what cannot be deleted now."""
+        """Abort what a failed run prepared and delete what it made; record for cleanup what
+        cannot be deleted now."""
+        # A straggler's handle is released only once its commit has ended (below).
+        running = {array for array, _ in self._stragglers}
+        await self._release_prepared(run, [a for a in list(self._prepared) if a not in running])
         for ref in list(run.snapshots):
             try:
                 await self.arrays[ref.array].delete_snapshot(ref)
@@ -450,6 +550,8 @@ class BackupWorkflow:
             try:
                 ref = await asyncio.wait_for(asyncio.shield(task), run.settings.straggler_grace)
             except TimeoutError:
+                # Its prepared set-up stays too: the driver's next prepare sweeps it.
+                self._prepared.pop(array, None)
                 run.leftovers.append(
                     CleanupRequest(
                         array=array,
@@ -460,7 +562,9 @@ class BackupWorkflow:
                 continue
             except Exception as exc:
                 log.info("late snapshot call failed; it made nothing", array=array, error=str(exc))
+                await self._release_prepared(run, [array])
                 continue
+            await self._release_prepared(run, [array])
             try:
                 await self.arrays[array].delete_snapshot(ref)
                 log.info("deleted late snapshot of failed run", array=array)
@@ -472,6 +576,50 @@ class BackupWorkflow:
                         ref=ref,
                     )
                 )
+
+
+class _OneStep:
+    """An `ArrayPort` without the staged steps: the whole snapshot is its commit."""
+
+    def __init__(self, port: ArrayPort) -> None:
+        self.port = port
+
+    @property
+    def array(self) -> str:
+        return self.port.array
+
+    async def check(self) -> None:
+        await self.port.check()
+
+    async def list_volumes(self) -> Sequence[Volume]:
+        return await self.port.list_volumes()
+
+    async def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
+        return await self.port.create_group_snapshot(volumes, name)
+
+    async def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]:
+        return await self.port.list_snapshots(volumes)
+
+    async def delete_snapshot(self, ref: SnapshotRef) -> None:
+        await self.port.delete_snapshot(ref)
+
+    async def prepare_group_snapshot(
+        self, volumes: Sequence[Volume], name: str
+    ) -> PreparedSnapshot:
+        return PreparedSnapshot(self.array, "", name, tuple(volumes))
+
+    async def commit_group_snapshot(self, prepared: PreparedSnapshot) -> SnapshotRef:
+        return await self.port.create_group_snapshot(prepared.volumes, prepared.name)
+
+    async def finish_group_snapshot(self, prepared: PreparedSnapshot) -> None:
+        return None
+
+    async def abort_group_snapshot(self, prepared: PreparedSnapshot) -> None:
+        return None
+
+
+def _staged(port: ArrayPort) -> StagedArrayPort:
+    return port if isinstance(port, StagedArrayPort) else _OneStep(port)
 
 
 async def _list_volumes(array: ArrayPort, timeout: float) -> Sequence[Volume]:

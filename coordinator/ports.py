@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
+from ringsnap.plugins.api import PreparedSnapshot
 from ringsnap.plugins.types import SnapshotInfo, SnapshotRef, Volume
 
 
@@ -121,6 +122,27 @@ class ArrayPort(Protocol):
     async def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]: ...
 
     async def delete_snapshot(self, ref: SnapshotRef) -> None: ...
+
+
+@runtime_checkable
+class StagedArrayPort(ArrayPort, Protocol):
+    """An array whose group snapshot is split around the freeze (see `ringsnap.plugins.api`).
+
+    Prepare before the freeze, commit while frozen (the only array work the freeze budget
+    bounds), then finish after the thaw, or abort when the run fails. `AsyncDriver` is one, for
+    every driver; an `ArrayPort` without these steps is snapshotted with `create_group_snapshot`
+    under the freeze.
+    """
+
+    async def prepare_group_snapshot(
+        self, volumes: Sequence[Volume], name: str
+    ) -> PreparedSnapshot: ...
+
+    async def commit_group_snapshot(self, prepared: PreparedSnapshot) -> SnapshotRef: ...
+
+    async def finish_group_snapshot(self, prepared: PreparedSnapshot) -> None: ...
+
+    async def abort_group_snapshot(self, prepared: PreparedSnapshot) -> None: ...
 
 
 @dataclass

@@ -8,15 +8,49 @@ around every driver, by `ringsnap.plugins.middleware`. Optional abilities are se
 Because the middleware repeats a call that failed with a retryable error, and a timed-out call may
 still have happened on the array, every operation must be safe to repeat: creating what exists
 already (same name, same volumes) returns it, deleting what is gone succeeds.
+
+A group snapshot taken while a cluster's filesystems are frozen comes in four steps, so that only
+the snapshot itself happens under the freeze:
+
+    prepared = driver.prepare_group_snapshot(volumes, name)   # before the freeze: checks, set-up
+    ref = driver.commit_group_snapshot(prepared)              # frozen: the snapshot, nothing else
+    driver.finish_group_snapshot(prepared)                    # thawed: remove what prepare made
+    driver.abort_group_snapshot(prepared)                     # instead of finish, when a run fails
+
+The defaults make every driver fit: prepare only records the request and commit is
+`create_group_snapshot`. A driver with set-up work of its own (ONTAP's temporary consistency group)
+overrides all four and builds `create_group_snapshot` from them.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume
+
+
+@dataclass(frozen=True)
+class PreparedSnapshot:
+    """A group snapshot made ready before the freeze: what commit, finish and abort are given.
+
+    Valid for the driver (and array) that made it, for one snapshot; never holds secrets.
+    """
+
+    array: str
+    driver: str
+    name: str
+    volumes: tuple[Volume, ...]
+    #: What the driver set up for it (e.g. a temporary consistency group's uuid and name).
+    state: tuple[tuple[str, str], ...] = ()
+    #: The complete snapshot of that name, when prepare found it already taken (a repeat): commit
+    #: returns it without asking the array again.
+    existing: SnapshotRef | None = None
+
+    def value(self, key: str, default: str = "") -> str:
+        return dict(self.state).get(key, default)
 
 
 class ArrayDriver(ABC):
@@ -56,6 +90,39 @@ class ArrayDriver(ABC):
 
         Idempotent: if a complete snapshot of exactly these volumes named `name` exists, return it.
         On failure nothing half-made is left behind, or the error says what was left and where.
+        """
+
+    def prepare_group_snapshot(self, volumes: Sequence[Volume], name: str) -> PreparedSnapshot:
+        """Everything `create_group_snapshot` does before the snapshot itself, done ahead of the
+        freeze: validate, look for a snapshot of that name, sweep leftovers, set up a group.
+
+        Whatever it sets up is released by `finish_group_snapshot` or `abort_group_snapshot`; if
+        neither runs (a crashed coordinator), the next prepare of these volumes sweeps it.
+        """
+        return PreparedSnapshot(self.array, self.name, name, tuple(volumes))
+
+    def commit_group_snapshot(self, prepared: PreparedSnapshot) -> SnapshotRef:
+        """Take the snapshot `prepared` made ready; the one step done while writes stall.
+
+        Only the snapshot call(s): no listing, no clean-up, even when it fails (the caller runs
+        `abort_group_snapshot` after the thaw). Idempotent like `create_group_snapshot`.
+        """
+        if prepared.existing is not None:
+            return prepared.existing
+        return self.create_group_snapshot(prepared.volumes, prepared.name)
+
+    def finish_group_snapshot(self, prepared: PreparedSnapshot) -> None:  # noqa: B027
+        """After a commit (good or failed) and the thaw: remove what prepare set up.
+
+        The snapshot is kept. A failure raises a DriverError whose `leftovers` say what remains;
+        the snapshot is still good. Removing what is gone already succeeds.
+        """
+
+    def abort_group_snapshot(self, prepared: PreparedSnapshot) -> None:  # noqa: B027
+        """Instead of finish when the run fails before or during the commit: release the handle.
+
+        Never deletes a snapshot (a committed one is deleted by `delete_snapshot`). Same errors
+        as `finish_group_snapshot`.
         """
 
     @abstractmethod

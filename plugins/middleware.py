@@ -3,6 +3,12 @@
     managed = wrap(driver)                  # ManagedDriver (+ Revertible/Cloneable if the driver is)
     await managed.aio.create_group_snapshot(volumes, name)   # off the event loop
 
+The four steps of a snapshot taken under a freeze (`prepare_group_snapshot`,
+`commit_group_snapshot`, `finish_group_snapshot`, `abort_group_snapshot`, see
+`ringsnap.plugins.api`) are wrapped like every other operation, each under its own `op` name. The
+caller bounds the commit with `deadline()`: its retries stop when the next try could not start in
+time, exactly as for `create_group_snapshot`; prepare and finish run outside it.
+
 Retries: only errors with `retryable=True` are retried, with exponential backoff and jitter; a
 `BusyError.retry_after` from the array is honoured instead of our own delay. When the attempts or
 the time budget run out, the last typed error is raised with a note saying how often it was tried.
@@ -33,7 +39,7 @@ import tenacity
 from prometheus_client import Histogram
 
 from ringsnap.logs import get_logger
-from ringsnap.plugins.api import ArrayDriver, Cloneable, Revertible
+from ringsnap.plugins.api import ArrayDriver, Cloneable, PreparedSnapshot, Revertible
 from ringsnap.plugins.errors import BusyError, DriverError, UnsupportedError
 from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume
 
@@ -258,6 +264,20 @@ class ManagedDriver:
             "create_group_snapshot", self.driver.create_group_snapshot, tuple(volumes), name
         )
 
+    def prepare_group_snapshot(self, volumes: Sequence[Volume], name: str) -> PreparedSnapshot:
+        return self.call(
+            "prepare_group_snapshot", self.driver.prepare_group_snapshot, tuple(volumes), name
+        )
+
+    def commit_group_snapshot(self, prepared: PreparedSnapshot) -> SnapshotRef:
+        return self.call("commit_group_snapshot", self.driver.commit_group_snapshot, prepared)
+
+    def finish_group_snapshot(self, prepared: PreparedSnapshot) -> None:
+        self.call("finish_group_snapshot", self.driver.finish_group_snapshot, prepared)
+
+    def abort_group_snapshot(self, prepared: PreparedSnapshot) -> None:
+        self.call("abort_group_snapshot", self.driver.abort_group_snapshot, prepared)
+
     def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]:
         return self.call("list_snapshots", self.driver.list_snapshots, tuple(volumes))
 
@@ -366,6 +386,20 @@ class AsyncDriver:
 
     async def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
         return await asyncio.to_thread(self.managed.create_group_snapshot, volumes, name)
+
+    async def prepare_group_snapshot(
+        self, volumes: Sequence[Volume], name: str
+    ) -> PreparedSnapshot:
+        return await asyncio.to_thread(self.managed.prepare_group_snapshot, volumes, name)
+
+    async def commit_group_snapshot(self, prepared: PreparedSnapshot) -> SnapshotRef:
+        return await asyncio.to_thread(self.managed.commit_group_snapshot, prepared)
+
+    async def finish_group_snapshot(self, prepared: PreparedSnapshot) -> None:
+        await asyncio.to_thread(self.managed.finish_group_snapshot, prepared)
+
+    async def abort_group_snapshot(self, prepared: PreparedSnapshot) -> None:
+        await asyncio.to_thread(self.managed.abort_group_snapshot, prepared)
 
     async def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]:
         return await asyncio.to_thread(self.managed.list_snapshots, volumes)

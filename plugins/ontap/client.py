@@ -48,6 +48,7 @@ CODE_NOT_AUTHORIZED = "6"
 CODE_VOLUME_BUSY = "524486"
 CODE_CG_SNAPSHOT_EXISTS = "53411921"
 _QUOTA_WORDS = ("maximum number", "at most", "limit")
+_CG_SNAPSHOT_FIELDS = "uuid,name,create_time,snapshot_volumes"
 
 
 @dataclass(frozen=True)
@@ -341,7 +342,11 @@ class OntapClient:
     def create_cg_snapshot(
         self, cg_uuid: str, name: str, consistency_type: str, comment: str
     ) -> list[SnapshotRecord]:
-        """Snapshot the group; returns the member volume snapshots it made."""
+        """Snapshot the group; returns the member volume snapshots it made.
+
+        Two requests when the job ends within `return_timeout`: the POST, and one GET for the
+        member snapshots' uuids (the POST answers with its job only).
+        """
         snapshot = ConsistencyGroupSnapshot(
             cg_uuid, name=name, consistency_type=consistency_type, comment=comment
         )
@@ -354,20 +359,27 @@ class OntapClient:
         )
         self.call(
             f"reading snapshot {name!r} of consistency group {cg_uuid}",
-            lambda: snapshot.get(fields="uuid,name,create_time,snapshot_volumes"),
+            lambda: snapshot.get(fields=_CG_SNAPSHOT_FIELDS),
         )
-        data = _data(snapshot)
-        created = _timestamp(data.get("create_time"))
-        return [
-            SnapshotRecord(
-                uuid=str(_lookup(item, "snapshot.uuid", "")),
-                name=name,
-                volume_uuid=str(_lookup(item, "volume.uuid", "")),
-                create_time=created,
-                size=0,
-                comment=comment,
+        return _cg_snapshot_members(_data(snapshot), name, comment)
+
+    def cg_snapshot(self, cg_uuid: str, name: str, comment: str) -> list[SnapshotRecord]:
+        """The member volume snapshots of the group's snapshot `name` (none if there is none)."""
+
+        def fetch() -> list[Any]:
+            return list(
+                ConsistencyGroupSnapshot.get_collection(
+                    cg_uuid,
+                    connection=self.connection,
+                    raw=True,
+                    name=name,
+                    fields=_CG_SNAPSHOT_FIELDS,
+                )
             )
-            for item in data.get("snapshot_volumes") or []
+
+        found = self.call(f"looking up snapshot {name!r} of consistency group {cg_uuid}", fetch)
+        return [
+            record for item in found for record in _cg_snapshot_members(_data(item), name, comment)
         ]
 
     def delete_snapshot(self, volume_uuid: str, snapshot_uuid: str) -> None:
@@ -455,6 +467,21 @@ def _lookup(data: dict[str, Any], dotted: str, default: Any = None) -> Any:
             return default
         value = value[part]
     return value
+
+
+def _cg_snapshot_members(data: dict[str, Any], name: str, comment: str) -> list[SnapshotRecord]:
+    created = _timestamp(data.get("create_time"))
+    return [
+        SnapshotRecord(
+            uuid=str(_lookup(item, "snapshot.uuid", "")),
+            name=name,
+            volume_uuid=str(_lookup(item, "volume.uuid", "")),
+            create_time=created,
+            size=0,
+            comment=comment,
+        )
+        for item in data.get("snapshot_volumes") or []
+    ]
 
 
 def _volume_record(item: Any) -> VolumeRecord:

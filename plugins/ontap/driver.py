@@ -12,6 +12,13 @@ persistent CG per cluster:
   simulator. A temporary CG that could not be deleted is reported, and swept (it carries our
   prefix) before the next snapshot of the same volumes.
 
+Under a freeze the work is split (`ringsnap.plugins.api`): `prepare_group_snapshot` checks the
+name, looks for a snapshot of that name, sweeps old temporary CGs and creates this one's CG, all
+before the freeze; `commit_group_snapshot` is the CG snapshot POST and the read of its members,
+nothing else; `finish_group_snapshot` / `abort_group_snapshot` delete the CG after the thaw.
+ONTAP's two-phase snapshot (`action=start` / `commit`) does not fit that split: the image is taken
+at `start`, so a start before the freeze would capture unfrozen filesystems.
+
 Group snapshots are identified by name (`SnapshotRef.snapshot_id` = the snapshot name, members
 carry each volume snapshot's uuid); ringsnap recognises its own by their comment.
 
@@ -30,7 +37,7 @@ from typing import Any, ClassVar
 
 from ringsnap.config import validate
 from ringsnap.logs import get_logger
-from ringsnap.plugins.api import ArrayDriver, Cloneable, Revertible
+from ringsnap.plugins.api import ArrayDriver, Cloneable, PreparedSnapshot, Revertible
 from ringsnap.plugins.errors import (
     AlreadyExistsError,
     ConfigurationError,
@@ -52,6 +59,9 @@ from ringsnap.plugins.types import (
 MAX_VOLUMES_PER_GROUP = 80
 MAX_SNAPSHOTS_PER_VOLUME = 1023
 _SNAPSHOT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}$")
+# PreparedSnapshot.state keys.
+_CG_UUID = "consistency_group_uuid"
+_CG_NAME = "consistency_group_name"
 
 _log = get_logger(__name__)
 
@@ -103,6 +113,26 @@ class OntapDriver(ArrayDriver, Revertible, Cloneable):
     # Group snapshots
 
     def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
+        prepared = self.prepare_group_snapshot(volumes, name)
+        try:
+            ref = self.commit_group_snapshot(prepared)
+        except DriverError as error:
+            raise error.left_behind(self._release(prepared)) from None
+        leftovers = self._release(prepared)
+        if leftovers:
+            # The snapshot is good, but the CG would block the next snapshot of these volumes.
+            # Retryable: a repeat finds the snapshot and removes the CG.
+            raise DriverError(
+                f"snapshot {name!r} was taken, but its temporary consistency group could not be"
+                " removed; repeating the call removes it",
+                array=self.array,
+                retryable=True,
+                leftovers=leftovers,
+            )
+        return ref
+
+    def prepare_group_snapshot(self, volumes: Sequence[Volume], name: str) -> PreparedSnapshot:
+        """Check the request and the array, sweep old temporary CGs, create this one's CG."""
         members = self._checked_group(volumes)
         if not _SNAPSHOT_NAME.match(name):
             raise DriverError(
@@ -114,7 +144,8 @@ class OntapDriver(ArrayDriver, Revertible, Cloneable):
         if len(existing) == len(members):
             # A repeat after a failed clean-up: finish the clean-up, then answer as before.
             self._sweep_temporary_groups(members)
-            return self._ref(name, members, existing)
+            ref = self._ref(name, members, existing)
+            return PreparedSnapshot(self.array, self.name, name, tuple(members), existing=ref)
         if existing:
             have = sorted(volume.name for volume in members if volume.id in existing)
             lack = sorted(volume.name for volume in members if volume.id not in existing)
@@ -123,28 +154,36 @@ class OntapDriver(ArrayDriver, Revertible, Cloneable):
                 " group snapshot of these volumes; delete it or choose another name",
                 array=self.array,
             )
+        # Also removes the CG of an earlier attempt of this very call (a timed-out POST).
         self._sweep_temporary_groups(members)
         cg_name = self._temporary_group_name(name)
         cg_uuid = self.client.create_consistency_group(
             self.settings.svm, cg_name, [volume.name for volume in members]
         )
+        return PreparedSnapshot(
+            self.array,
+            self.name,
+            name,
+            tuple(members),
+            state=((_CG_UUID, cg_uuid), (_CG_NAME, cg_name)),
+        )
+
+    def commit_group_snapshot(self, prepared: PreparedSnapshot) -> SnapshotRef:
+        """One CG snapshot POST (and the GET of its member uuids); no clean-up on failure."""
+        if prepared.existing is not None:
+            return prepared.existing
+        cg_uuid = self._prepared_group(prepared)
+        name = prepared.name
+        members = list(prepared.volumes)
         try:
             made = self.client.create_cg_snapshot(
                 cg_uuid, name, self.settings.consistency_type, self.settings.snapshot_comment
             )
-        except DriverError as error:
-            raise error.left_behind(self._drop_temporary_group(cg_uuid, cg_name)) from None
-        leftovers = self._drop_temporary_group(cg_uuid, cg_name)
-        if leftovers:
-            # The snapshot is good, but the CG would block the next snapshot of these volumes.
-            # Retryable: a repeat finds the snapshot and removes the CG.
-            raise DriverError(
-                f"snapshot {name!r} was taken, but its temporary consistency group could not be"
-                " removed; repeating the call removes it",
-                array=self.array,
-                retryable=True,
-                leftovers=leftovers,
-            )
+        except AlreadyExistsError:
+            # A repeat: an earlier attempt timed out here, but the array took the snapshot.
+            made = self.client.cg_snapshot(cg_uuid, name, self.settings.snapshot_comment)
+            if not made:
+                raise
         found = {record.volume_uuid: record for record in made}
         if set(found) != {volume.id for volume in members}:
             raise DriverError(
@@ -153,6 +192,19 @@ class OntapDriver(ArrayDriver, Revertible, Cloneable):
                 array=self.array,
             )
         return self._ref(name, members, found)
+
+    def finish_group_snapshot(self, prepared: PreparedSnapshot) -> None:
+        """Delete the temporary CG; its member snapshots stay, as plain volume snapshots."""
+        try:
+            self._delete_group(prepared)
+        except DriverError as error:
+            # Retryable errors are tried again by the middleware; what remains is swept by the
+            # next prepare of these volumes.
+            raise error.left_behind((self._group_label(prepared),)) from None
+
+    def abort_group_snapshot(self, prepared: PreparedSnapshot) -> None:
+        """The same as finish: a failed CG snapshot made nothing, so only the CG is left."""
+        self.finish_group_snapshot(prepared)
 
     def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]:
         members = self._checked_group(volumes)
@@ -344,17 +396,38 @@ class OntapDriver(ArrayDriver, Revertible, Cloneable):
                 )
                 self.client.delete_consistency_group(group.uuid)
 
-    def _drop_temporary_group(self, cg_uuid: str, cg_name: str) -> tuple[str, ...]:
+    def _release(self, prepared: PreparedSnapshot) -> tuple[str, ...]:
+        """Remove the temporary CG; what could not be removed, for an error's leftovers."""
+        try:
+            self._delete_group(prepared)
+        except DriverError as error:
+            return (f"{self._group_label(prepared)}: {error}",)
+        return ()
+
+    def _delete_group(self, prepared: PreparedSnapshot) -> None:
+        cg_uuid = prepared.value(_CG_UUID)
+        if not cg_uuid:
+            return
         try:
             self.client.delete_consistency_group(cg_uuid)
         except NotFoundError:
-            return ()
-        except DriverError as error:
-            return (
-                f"temporary consistency group {cg_name} ({cg_uuid}) in SVM"
-                f" {self.settings.svm}: {error}",
+            return
+
+    def _group_label(self, prepared: PreparedSnapshot) -> str:
+        return (
+            f"temporary consistency group {prepared.value(_CG_NAME)}"
+            f" ({prepared.value(_CG_UUID)}) in SVM {self.settings.svm}"
+        )
+
+    def _prepared_group(self, prepared: PreparedSnapshot) -> str:
+        cg_uuid = prepared.value(_CG_UUID)
+        if prepared.array != self.array or prepared.driver != self.name or not cg_uuid:
+            raise DriverError(
+                f"snapshot {prepared.name!r} was not prepared by this driver for this array"
+                f" (prepared by {prepared.driver!r} for {prepared.array!r})",
+                array=self.array,
             )
-        return ()
+        return cg_uuid
 
     def _ref(
         self, name: str, members: Sequence[Volume], found: Mapping[str, SnapshotRecord]

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import collections
 import contextlib
 import dataclasses
 import datetime
@@ -179,6 +180,9 @@ class OntapSimulator(SimulatorApp):
         self._jobs: dict[str, _Job] = {}
         self._serial = 0
         self._closing = threading.Event()
+        #: The API requests answered, oldest first, as (method, path): tests count what one
+        #: driver step sends. Bounded, for simulators left running by hand.
+        self.requests: collections.deque[tuple[str, str]] = collections.deque(maxlen=100_000)
         #: Where snapshots, CGs and clones are remembered across restarts (None: memory only).
         self.state_file = state_file
         self.router = Router()
@@ -206,6 +210,7 @@ class OntapSimulator(SimulatorApp):
     # SimulatorApp
 
     def handle(self, request: Request) -> Response:
+        self.requests.append((request.method, request.path))
         writer = self._authenticate(request)
         if request.method != "GET" and not writer:
             raise HttpError(

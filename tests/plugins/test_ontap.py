@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -538,3 +539,135 @@ def test_state_survives_a_simulator_restart(ontap: OntapEnv) -> None:
         assert len(clones) == len(VOLUMES)
         with pytest.raises(DriverError, match="FlexClone"):
             driver.delete_snapshot(ref)
+
+
+# The group snapshot split around a freeze: prepare before, commit during, finish/abort after.
+
+CG_SNAPSHOT = r"^/api/application/consistency-groups/[^/]+/snapshots(/[^/]+)?/?$"
+JOB = r"^/api/cluster/jobs/[^/]+$"
+
+
+def _sent_during(ontap: OntapEnv, step: Any, *args: Any) -> tuple[Any, list[tuple[str, str]]]:
+    """What `step(*args)` returned and the requests the simulator answered while it ran."""
+    mark = len(ontap.simulator.requests)
+    result = step(*args)
+    return result, list(ontap.simulator.requests)[mark:]
+
+
+def test_commit_sends_only_the_snapshot_calls(ontap: OntapEnv) -> None:
+    driver = ontap.driver()
+    volumes = ontap.volumes()
+    prepared, before = _sent_during(ontap, driver.prepare_group_snapshot, volumes, "frozen")
+    assert ("POST", "/api/application/consistency-groups") in before
+    assert len(ontap.simulator.consistency_group_names()) == 1
+    assert ontap.simulator.snapshot_names("vol_a") == []
+
+    ref, during = _sent_during(ontap, driver.commit_group_snapshot, prepared)
+    # One POST of the CG snapshot (answered within return_timeout), then only reads of that
+    # snapshot and its job (the SDK resolves the new snapshot's uuid; the driver reads its
+    # members): no volume or snapshot listing, no consistency group created or deleted.
+    assert during[0][0] == "POST" and re.match(CG_SNAPSHOT, during[0][1]), during
+    reads = during[1:]
+    assert reads and all(method == "GET" for method, _ in reads), during
+    assert all(re.match(CG_SNAPSHOT, path) or re.match(JOB, path) for _, path in reads), during
+    assert sorted(m.volume.name for m in ref.members) == sorted(VOLUMES)
+
+    _, after = _sent_during(ontap, driver.finish_group_snapshot, prepared)
+    assert [method for method, _ in after] == ["DELETE"]
+    assert ontap.simulator.consistency_group_names() == []
+    assert driver.get_snapshot(ref).ref == ref
+    assert ontap.simulator.snapshot_names("vol_b") == ["frozen"]
+
+
+def test_a_repeated_prepare_finds_the_snapshot_and_commit_sends_nothing(ontap: OntapEnv) -> None:
+    driver = ontap.driver()
+    volumes = ontap.volumes()
+    first = driver.create_group_snapshot(volumes, "again")
+    prepared = driver.prepare_group_snapshot(volumes, "again")
+    ref, during = _sent_during(ontap, driver.commit_group_snapshot, prepared)
+    assert during == []
+    assert ref.snapshot_id == first.snapshot_id
+    assert sorted(ref.members, key=repr) == sorted(first.members, key=repr)
+    driver.finish_group_snapshot(prepared)
+    assert ontap.simulator.consistency_group_names() == []
+
+
+def test_a_failed_commit_cleans_nothing_up_under_the_freeze_and_abort_leaves_nothing(
+    ontap: OntapEnv,
+) -> None:
+    driver = ontap.driver()
+    volumes = ontap.volumes()
+    images = ontap.pool.snapshot_count()
+    prepared = driver.prepare_group_snapshot(volumes, "doomed")
+    ontap.server.faults.add(
+        Fault("job_failure", method="POST", path=CG_SNAPSHOTS, code="13001", count=99)
+    )
+    with pytest.raises(DriverError) as caught:
+        _sent_during(ontap, driver.commit_group_snapshot, prepared)
+    assert not caught.value.retryable
+    # The failed commit sent no DELETE: the clean-up waits for the thaw.
+    assert not any(method == "DELETE" for method, _ in ontap.simulator.requests)
+    _, after = _sent_during(ontap, driver.abort_group_snapshot, prepared)
+    assert [method for method, _ in after] == ["DELETE"]
+    assert ontap.simulator.consistency_group_names() == []
+    assert ontap.pool.snapshot_count() == images
+    assert ontap.simulator.snapshot_names("vol_a") == []
+    driver.abort_group_snapshot(prepared)  # repeating it is harmless
+
+
+def test_abort_after_prepare_leaves_nothing(ontap: OntapEnv) -> None:
+    driver = ontap.driver()
+    prepared = driver.prepare_group_snapshot(ontap.volumes(), "never")
+    driver.abort_group_snapshot(prepared)
+    assert ontap.simulator.consistency_group_names() == []
+    assert all(ontap.simulator.snapshot_names(name) == [] for name in VOLUMES)
+
+
+def test_a_prepare_sweeps_the_group_an_unfinished_run_left(ontap: OntapEnv) -> None:
+    driver = ontap.driver()
+    volumes = ontap.volumes()
+    driver.prepare_group_snapshot(volumes, "crashed")  # never finished nor aborted
+    prepared = driver.prepare_group_snapshot(volumes, "next")
+    assert len(ontap.simulator.consistency_group_names()) == 1
+    driver.commit_group_snapshot(prepared)
+    driver.finish_group_snapshot(prepared)
+    assert ontap.simulator.consistency_group_names() == []
+
+
+def test_a_commit_retried_after_a_lost_answer_finds_its_snapshot(ontap: OntapEnv) -> None:
+    # The POST is answered 202 and its job succeeds, but the job poll fails: the middleware
+    # repeats the commit, whose POST then fails with 53411921 (snapshot exists).
+    driver = ontap.driver(return_timeout=0)
+    volumes = ontap.volumes()
+    prepared = driver.prepare_group_snapshot(volumes, "lost")
+    lost = ontap.server.faults.add(
+        Fault("status", method="GET", path=r"^/api/cluster/jobs/", status=500)
+    )
+    ref = driver.commit_group_snapshot(prepared)
+    assert ontap.server.faults.fired(lost.id) == 1
+    assert sorted(m.volume.name for m in ref.members) == sorted(VOLUMES)
+    assert ontap.simulator.snapshot_names("vol_c") == ["lost"]
+    assert driver.get_snapshot(ref).ref == ref
+    driver.finish_group_snapshot(prepared)
+    assert ontap.simulator.consistency_group_names() == []
+
+
+def test_finish_that_cannot_remove_the_group_names_it_and_keeps_the_snapshot(
+    ontap: OntapEnv,
+) -> None:
+    driver = ontap.driver()
+    prepared = driver.prepare_group_snapshot(ontap.volumes(), "kept")
+    ref = driver.commit_group_snapshot(prepared)
+    ontap.server.faults.add(
+        Fault(
+            "status",
+            method="DELETE",
+            path=r"^/api/application/consistency-groups/[^/]+$",
+            status=500,
+            count=99,
+        )
+    )
+    with pytest.raises(DriverError) as caught:
+        driver.finish_group_snapshot(prepared)
+    assert caught.value.leftovers and "temporary consistency group" in caught.value.leftovers[0]
+    assert driver.get_snapshot(ref).ref == ref

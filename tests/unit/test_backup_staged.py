@@ -1,0 +1,369 @@
+"""The staged group snapshot in the backup workflow: prepare before the freeze, only the commit
+inside it, finish after the thaw, abort on every failure path (cancellation included).
+
+Fakes of our own seams (agents from test_backup_workflow, a staged array here); the driver side is
+tested against the ONTAP simulator in tests/plugins/test_ontap.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import pytest
+
+from ringsnap.coordinator.backup import (
+    BackupFailed,
+    BackupRun,
+    BackupSettings,
+    BackupWorkflow,
+    NodeTarget,
+    VolumeTarget,
+)
+from ringsnap.coordinator.model import QuiesceMode
+from ringsnap.coordinator.ports import StagedArrayPort
+from ringsnap.plugins.api import ArrayDriver, PreparedSnapshot
+from ringsnap.plugins.errors import DriverError
+from ringsnap.plugins.middleware import AsyncDriver, RetryPolicy, deadline, wrap
+from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume, VolumeSnapshot
+from tests.unit.test_backup_workflow import FakeAgent
+
+
+class StagedArray:
+    """Records each step with whether every node was frozen at that moment."""
+
+    def __init__(self, name: str, events: list[str], agents: Sequence[FakeAgent]) -> None:
+        self._name = name
+        self.events = events
+        self.agents = agents
+        self.delays: dict[str, float] = {}
+        self.errors: dict[str, Exception] = {}
+        self.gate: asyncio.Event | None = None
+        self.frozen_at: dict[str, bool] = {}
+        self.snapshots: dict[str, SnapshotRef] = {}
+        self.prepared: set[str] = set()
+
+    @property
+    def array(self) -> str:
+        return self._name
+
+    async def check(self) -> None:
+        return None
+
+    async def list_volumes(self) -> Sequence[Volume]:
+        return [
+            Volume(f"{a.node}-{role}", f"id-{a.node}-{role}")
+            for a in self.agents
+            for role in ("data", "cl")
+        ]
+
+    async def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
+        raise AssertionError("the workflow uses the staged steps of a staged port")
+
+    async def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]:
+        return [SnapshotInfo(r) for r in self.snapshots.values()]
+
+    async def delete_snapshot(self, ref: SnapshotRef) -> None:
+        self.events.append(f"delete {self._name}")
+        self.snapshots.pop(ref.snapshot_name, None)
+
+    async def _step(self, step: str) -> None:
+        self.events.append(f"{step} {self._name}")
+        self.frozen_at[step] = all(a.frozen for a in self.agents)
+        await asyncio.sleep(self.delays.get(step, 0.0))
+        if step in self.errors:
+            raise self.errors[step]
+
+    async def prepare_group_snapshot(
+        self, volumes: Sequence[Volume], name: str
+    ) -> PreparedSnapshot:
+        await self._step("prepare")
+        self.prepared.add(name)
+        return PreparedSnapshot(self._name, "staged", name, tuple(volumes), (("group", "g1"),))
+
+    async def commit_group_snapshot(self, prepared: PreparedSnapshot) -> SnapshotRef:
+        assert prepared.name in self.prepared and prepared.value("group") == "g1"
+        if self.gate is not None:
+            self.events.append(f"commit-waits {self._name}")
+            await self.gate.wait()
+        await self._step("commit")
+        ref = SnapshotRef(
+            self._name,
+            "staged",
+            "g1",
+            prepared.name,
+            prepared.name,
+            datetime.now(UTC),
+            tuple(VolumeSnapshot(v, prepared.name) for v in prepared.volumes),
+        )
+        self.snapshots[prepared.name] = ref
+        return ref
+
+    async def finish_group_snapshot(self, prepared: PreparedSnapshot) -> None:
+        await self._step("finish")
+        self.prepared.discard(prepared.name)
+
+    async def abort_group_snapshot(self, prepared: PreparedSnapshot) -> None:
+        await self._step("abort")
+        self.prepared.discard(prepared.name)
+
+
+def cluster(
+    arrays: Sequence[str] = ("a1",),
+) -> tuple[BackupWorkflow, list[FakeAgent], dict[str, StagedArray], list[str]]:
+    """Three nodes; with several arrays, node i's volumes are on arrays[i % len(arrays)]."""
+    events: list[str] = []
+    agents = [FakeAgent(f"n{i}", events) for i in range(1, 4)]
+    ports = {name: StagedArray(name, events, agents) for name in arrays}
+    nodes = [
+        NodeTarget(
+            a.node,
+            a,
+            tuple(
+                VolumeTarget(arrays[i % len(arrays)], f"{a.node}-{role}", role)
+                for role in ("data", "cl")
+            ),
+        )
+        for i, a in enumerate(agents)
+    ]
+    return BackupWorkflow("c", nodes, dict(ports), None), agents, ports, events
+
+
+def kinds(events: list[str]) -> list[str]:
+    return [event.split()[0] for event in events]
+
+
+def test_fakes_are_staged_ports() -> None:
+    _, _, ports, _ = cluster()
+    assert isinstance(ports["a1"], StagedArrayPort)
+
+
+def test_prepare_before_the_freeze_commit_inside_finish_after_the_thaw() -> None:
+    workflow, agents, ports, events = cluster()
+    run = asyncio.run(workflow.run(BackupSettings(), trigger="test"))
+    assert kinds(events) == (
+        ["flush"] * 3 + ["prepare"] + ["freeze"] * 3 + ["commit"] + ["thaw"] * 3 + ["finish"]
+    )
+    assert ports["a1"].frozen_at == {"prepare": False, "commit": True, "finish": False}
+    assert len(run.snapshots) == 1 and len(run.snapshots[0].members) == 6
+    assert ports["a1"].prepared == set()
+    assert list(run.clock.phases)[:4] == ["plan", "canary", "flush", "prepare"]
+    assert "finish" in run.clock.phases
+    assert not any(a.frozen for a in agents)
+
+
+def test_the_freeze_window_holds_only_the_commit() -> None:
+    workflow, _, ports, _ = cluster()
+    ports["a1"].delays = {"prepare": 0.3, "commit": 0.01, "finish": 0.3}
+    run = asyncio.run(workflow.run(BackupSettings(), trigger="test"))
+    assert run.window is not None
+    assert run.window.total < 0.25, "prepare or finish ran inside the freeze window"
+    assert run.window.array_call < 0.25
+    assert run.clock.phases["prepare"] >= 0.3
+    assert run.clock.phases["finish"] >= 0.3
+
+
+def test_a_failed_commit_thaws_then_aborts() -> None:
+    workflow, agents, ports, events = cluster()
+    ports["a1"].errors["commit"] = DriverError("HTTP 500: snapshot failed", array="a1")
+    with pytest.raises(BackupFailed, match="snapshot failed"):
+        asyncio.run(workflow.run(BackupSettings(), trigger="test"))
+    assert kinds(events)[-4:] == ["thaw"] * 3 + ["abort"]
+    assert "finish a1" not in events
+    assert ports["a1"].frozen_at["abort"] is False
+    assert ports["a1"].prepared == set()
+    assert not any(a.frozen for a in agents)
+
+
+def test_a_failed_prepare_aborts_the_prepared_arrays_and_never_freezes() -> None:
+    workflow, _agents, ports, events = cluster(("a1", "a2"))
+    ports["a2"].errors["prepare"] = DriverError("volume is in another group", array="a2")
+    with pytest.raises(BackupFailed, match="array a2: preparing the snapshot failed"):
+        asyncio.run(workflow.run(BackupSettings(), trigger="test"))
+    assert "abort a1" in events and "abort a2" not in events
+    assert not any(e.startswith(("freeze", "commit")) for e in events)
+    assert ports["a1"].prepared == set()
+
+
+def test_a_failed_freeze_aborts_without_committing() -> None:
+    workflow, agents, ports, events = cluster()
+    agents[0].fail_freeze = True
+    with pytest.raises(BackupFailed, match="freeze failed"):
+        asyncio.run(workflow.run(BackupSettings(), trigger="test"))
+    assert "commit a1" not in events and events[-1] == "abort a1"
+    assert ports["a1"].prepared == set()
+
+
+def test_a_failure_after_the_commit_finishes_and_deletes_the_snapshot() -> None:
+    workflow, _, ports, events = cluster()
+    ports["a1"].delays["commit"] = 0.3
+
+    async def no_renewal(*_: object) -> None:
+        await asyncio.sleep(3600)
+
+    workflow._renew = no_renewal  # type: ignore[method-assign,assignment]
+    with pytest.raises(BackupFailed, match="lease ran out"):
+        asyncio.run(workflow.run(BackupSettings(lease=0.1, freeze_budget=1.0), trigger="test"))
+    assert "abort a1" not in events
+    assert events.index("finish a1") < events.index("delete a1")
+    assert ports["a1"].snapshots == {}
+
+
+def test_a_finish_that_fails_keeps_the_backup_and_reports_the_leftover() -> None:
+    workflow, _, ports, _ = cluster()
+    ports["a1"].errors["finish"] = DriverError(
+        "HTTP 500", array="a1", leftovers=("temporary consistency group g1",)
+    )
+    run = asyncio.run(workflow.run(BackupSettings(), trigger="test"))
+    assert len(run.snapshots) == 1
+    assert run.array_leftovers == ["array a1: temporary consistency group g1"]
+    assert run.leftovers == []
+
+
+def test_an_overrunning_commit_is_finished_and_deleted_after_it_ends() -> None:
+    workflow, agents, ports, events = cluster()
+    ports["a1"].delays["commit"] = 0.6
+    settings = BackupSettings(freeze_budget=0.2, lease=0.5, straggler_grace=5)
+    with pytest.raises(BackupFailed, match="still running after the freeze budget"):
+        asyncio.run(workflow.run(settings, trigger="test"))
+    # No abort while the commit ran; finish once it had made its snapshot, then the delete.
+    assert "abort a1" not in events
+    assert events.index("thaw n1") < events.index("finish a1") < events.index("delete a1")
+    assert ports["a1"].snapshots == {} and ports["a1"].prepared == set()
+    assert not any(a.frozen for a in agents)
+
+
+def test_cancelled_during_prepare_aborts_what_was_prepared() -> None:
+    workflow, _agents, ports, events = cluster(("a1", "a2"))
+    ports["a2"].delays["prepare"] = 5
+
+    async def cancel_mid_prepare() -> None:
+        task = asyncio.create_task(workflow.run(BackupSettings(), trigger="t"))
+        while "prepare a2" not in events or "a1" not in workflow._prepared:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_mid_prepare())
+    assert "abort a1" in events
+    assert not any(e.startswith(("freeze", "commit")) for e in events)
+    assert ports["a1"].prepared == set()
+
+
+def test_cancelled_during_the_commit_thaws_finishes_the_done_and_leaves_the_running() -> None:
+    workflow, agents, ports, events = cluster(("a1", "a2"))
+    ports["a1"].gate = asyncio.Event()  # never opened: a1's commit hangs
+    runs: list[BackupRun] = []
+
+    async def started(run: BackupRun) -> None:
+        runs.append(run)
+
+    async def cancel_mid_commit() -> None:
+        task = asyncio.create_task(workflow.run(BackupSettings(), trigger="t", on_start=started))
+        while "commit a2" not in events or "commit-waits a1" not in events:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_mid_commit())
+    assert not any(a.frozen for a in agents)
+    # a2 had its snapshot: finished and deleted. a1's commit was still running: not aborted under
+    # it, and its snapshot is left for cleanup by name.
+    assert events.index("finish a2") < events.index("delete a2")
+    assert "abort a1" not in events and "finish a1" not in events
+    (leftover,) = runs[0].leftovers
+    assert leftover.array == "a1" and leftover.snapshot_name == runs[0].backup_id
+
+
+def test_a_port_without_staged_steps_snapshots_under_the_freeze() -> None:
+    from tests.unit.test_backup_workflow import cluster as plain_cluster
+
+    workflow, _, array, events = plain_cluster()
+    assert not isinstance(array, StagedArrayPort)
+    asyncio.run(workflow.run(BackupSettings(quiesce=QuiesceMode.FREEZE), trigger="test"))
+    assert kinds(events) == ["flush"] * 3 + ["freeze"] * 3 + ["snapshot"] + ["thaw"] * 3
+    assert array.frozen_during_snapshot == [True]
+
+
+class _Driver(ArrayDriver):
+    """A driver with the default staged steps; its create fails retryably `failures` times."""
+
+    name = "plain"
+
+    def __init__(self, failures: int = 0) -> None:
+        self.failures = failures
+        self.calls: list[str] = []
+
+    @classmethod
+    def from_config(cls, array, settings, *, source):  # type: ignore[no-untyped-def]
+        return cls()
+
+    @property
+    def array(self) -> str:
+        return "a1"
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(atomic_group_snapshot=True)
+
+    def check(self) -> None:
+        return None
+
+    def list_volumes(self) -> Sequence[Volume]:
+        return [Volume("v1", "id-v1")]
+
+    def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
+        self.calls.append("create")
+        if self.failures:
+            self.failures -= 1
+            raise DriverError("HTTP 503", array="a1", retryable=True)
+        members = tuple(VolumeSnapshot(v, name) for v in volumes)
+        return SnapshotRef("a1", self.name, "g", name, name, datetime.now(UTC), members)
+
+    def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]:
+        return []
+
+    def get_snapshot(self, ref: SnapshotRef) -> SnapshotInfo:
+        raise NotImplementedError
+
+    def delete_snapshot(self, ref: SnapshotRef) -> None:
+        return None
+
+
+def test_default_steps_commit_is_create_and_the_middleware_logs_each_step() -> None:
+    from structlog.testing import capture_logs
+
+    driver = _Driver(failures=1)
+    port = AsyncDriver(wrap(driver, retry=RetryPolicy(attempts=3, initial_delay=0.01)))
+    assert isinstance(port, StagedArrayPort)
+
+    async def steps() -> SnapshotRef:
+        prepared = await port.prepare_group_snapshot([Volume("v1", "id-v1")], "s1")
+        assert driver.calls == []  # the default prepare asks the array nothing
+        ref = await port.commit_group_snapshot(prepared)
+        await port.finish_group_snapshot(prepared)
+        await port.abort_group_snapshot(prepared)
+        return ref
+
+    with capture_logs() as logs:
+        ref = asyncio.run(steps())
+    assert ref.snapshot_name == "s1" and driver.calls == ["create", "create"]
+    ops = [(e["op"], e.get("attempts")) for e in logs if e["event"] == "array operation"]
+    assert ops == [
+        ("prepare_group_snapshot", 1),
+        ("commit_group_snapshot", 2),
+        ("finish_group_snapshot", 1),
+        ("abort_group_snapshot", 1),
+    ]
+
+
+def test_a_commit_retry_inside_the_freeze_respects_the_callers_deadline() -> None:
+    driver = _Driver(failures=100)
+    managed = wrap(driver, retry=RetryPolicy(attempts=50, initial_delay=0.1, jitter=0))
+    prepared = managed.prepare_group_snapshot([Volume("v1", "id-v1")], "s1")
+    with deadline(0.35) as budget, pytest.raises(DriverError, match="HTTP 503"):
+        managed.commit_group_snapshot(prepared)
+    assert 1 < len(driver.calls) < 6
+    assert isinstance(budget.last_error, DriverError)
