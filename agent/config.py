@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
@@ -44,7 +45,19 @@ def _listen(value: str) -> str:
     return value
 
 
+def _jolokia_url(value: str) -> str:
+    parsed = urlsplit(value)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise ValueError(f"{value!r} is not an http(s) URL (e.g. 'http://127.0.0.1:8778/jolokia')")
+    if parsed.username or parsed.password:
+        raise ValueError(
+            "credentials do not belong in the URL: use jolokia_user and jolokia_password_file"
+        )
+    return value.rstrip("/") + "/"
+
+
 AbsolutePath = Annotated[Path, AfterValidator(_absolute)]
+JolokiaUrl = Annotated[str, AfterValidator(_jolokia_url)]
 Argv = Annotated[list[str], AfterValidator(_argv)]
 
 
@@ -82,6 +95,14 @@ class CassandraSection(Section):
     #: Passed to nodetool as `-h`/`-p` when set.
     jmx_host: str | None = None
     jmx_port: int | None = Field(default=None, ge=1, le=65535)
+    #: Cassandra's JMX over HTTP (the Jolokia JVM agent loaded into Cassandra). When set, the agent
+    #: asks Jolokia instead of starting a nodetool JVM for every call: each such JVM costs seconds
+    #: of CPU that Cassandra's clients feel while a backup plans and flushes.
+    jolokia_url: JolokiaUrl | None = None
+    jolokia_user: str | None = None
+    #: A path, or `credential:NAME` for a systemd credential.
+    jolokia_password_file: SecretFile | None = None
+    #: Limit of one nodetool (or Jolokia) call.
     nodetool_timeout_seconds: float = Field(default=600.0, gt=0)
     stop_command: Argv = Field(default_factory=lambda: ["systemctl", "stop", "cassandra.service"])
     start_command: Argv = Field(default_factory=lambda: ["systemctl", "start", "cassandra.service"])
@@ -89,6 +110,16 @@ class CassandraSection(Section):
     command_timeout_seconds: float = Field(default=300.0, gt=0)
     #: The address clients reach the native protocol on; default: what gossip says.
     rpc_address: str | None = None
+
+    @model_validator(mode="after")
+    def _jolokia_credentials_together(self) -> CassandraSection:
+        if (self.jolokia_user is None) != (self.jolokia_password_file is None):
+            raise ValueError(
+                "jolokia_user and jolokia_password_file go together: set both or neither"
+            )
+        if self.jolokia_user is not None and self.jolokia_url is None:
+            raise ValueError("jolokia_user is set but jolokia_url is not")
+        return self
 
     def nodetool_argv(self) -> list[str]:
         argv = list(self.nodetool)

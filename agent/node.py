@@ -18,8 +18,8 @@ from ringsnap.agent.config import AgentConfig
 from ringsnap.agent.errors import CommandFailed, CommandTimeout
 from ringsnap.agent.freeze import FreezeManager, FreezeResult, ThawResult
 from ringsnap.agent.freezestate import StateStore
+from ringsnap.agent.jmx import open_control
 from ringsnap.agent.lease import LeasePolicy
-from ringsnap.agent.nodetool import Nodetool
 from ringsnap.errors import ValidationError
 from ringsnap.names import keyspace_name, snapshot_tag, table_name
 
@@ -47,9 +47,7 @@ class NodeAgent:
     def __init__(self, config: AgentConfig) -> None:
         self.config = config
         cassandra = config.cassandra
-        self.nodetool = Nodetool(
-            cassandra.nodetool_argv(), timeout=cassandra.nodetool_timeout_seconds
-        )
+        self.control = open_control(cassandra)
         self.store = StateStore(config.freeze.state_directory)
         self.freezer = FreezeManager(
             data_directories=cassandra.data_directories,
@@ -79,7 +77,7 @@ class NodeAgent:
         return volumes.discover(self.directories())
 
     async def node_info(self) -> NodeInfo:
-        facts = await self.nodetool.facts()
+        facts = await self.control.facts()
         filesystems = await asyncio.to_thread(self.filesystems)
         cassandra = self.config.cassandra
         return NodeInfo(
@@ -105,7 +103,7 @@ class NodeAgent:
             table_name(table)
         if tables and not keyspace:
             raise ValidationError("tables to flush were named without their keyspace")
-        seconds = await self.nodetool.flush(keyspace, tables)
+        seconds = await self.control.flush(keyspace, tables)
         log.info(
             "flushed", keyspace=keyspace or "*", tables=list(tables), seconds=round(seconds, 3)
         )
@@ -147,7 +145,7 @@ class NodeAgent:
     async def create_snapshot(self, tag: str, keyspaces: Sequence[str] = ()) -> float:
         snapshot_tag(tag)
         names = [keyspace_name(name) for name in keyspaces]
-        seconds = await self.nodetool.snapshot(tag, names)
+        seconds = await self.control.snapshot(tag, names)
         log.info(
             "native snapshot taken", tag=tag, keyspaces=names or "*", seconds=round(seconds, 3)
         )
@@ -155,7 +153,7 @@ class NodeAgent:
 
     async def clear_snapshot(self, tag: str) -> None:
         snapshot_tag(tag)
-        await self.nodetool.clear_snapshot(tag)
+        await self.control.clear_snapshot(tag)
         log.info("native snapshot cleared", tag=tag)
 
     # -- stop and start (restores) --------------------------------------------------------------
@@ -165,7 +163,7 @@ class NodeAgent:
         cassandra = self.config.cassandra
         log.warning("stopping Cassandra at the coordinator's request", drain=drain)
         if drain:
-            await self.nodetool.drain()
+            await self.control.drain()
         await process.run(cassandra.stop_command, timeout=cassandra.command_timeout_seconds)
         seconds = time.monotonic() - started
         log.warning("Cassandra stopped", seconds=round(seconds, 3))
@@ -191,7 +189,7 @@ class NodeAgent:
             if remaining <= 0:
                 raise CommandTimeout(f"Cassandra did not report itself serving in time ({last})")
             try:
-                identity = await self.nodetool.info(timeout=max(remaining, 1.0))
+                identity = await self.control.info(timeout=max(remaining, 1.0))
                 if identity.gossip_active and identity.native_transport_active:
                     return
                 last = "gossip or native transport not active yet"
@@ -212,4 +210,7 @@ class NodeAgent:
             )
 
     async def close(self) -> None:
-        await self.freezer.close()
+        try:
+            await self.freezer.close()
+        finally:
+            await self.control.aclose()

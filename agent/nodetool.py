@@ -117,7 +117,7 @@ def parse_native_address(text: str, host_id: str) -> str:
     return ""
 
 
-def _translate(error: CommandFailed) -> Exception:
+def translate(error: CommandFailed) -> Exception:
     text = str(error)
     lowered = text.lower()
     if "already exists" in lowered:
@@ -132,6 +132,9 @@ class Nodetool:
         self._argv = list(argv)
         self._timeout = timeout
 
+    async def aclose(self) -> None:
+        """Nothing to release: every call is its own process."""
+
     async def _run(self, *arguments: str, timeout: float | None = None) -> process.CommandResult:
         try:
             return await process.run(
@@ -140,7 +143,7 @@ class Nodetool:
                 display=shlex.join(["nodetool", *arguments]),
             )
         except CommandFailed as exc:
-            raise _translate(exc) from None
+            raise translate(exc) from None
 
     async def flush(self, keyspace: str = "", tables: Sequence[str] = ()) -> float:
         """Flush memtables (all keyspaces, one keyspace, or some of its tables); returns seconds."""

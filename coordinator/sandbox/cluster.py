@@ -52,6 +52,8 @@ os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
 STARTUP_MESSAGE = "Startup complete"
 NATIVE_PORT = 9042
+#: Jolokia (JMX over HTTP) on each node's own loopback address; the agents use it, not nodetool.
+JOLOKIA_PORT = 8778
 Reporter = Callable[[str], None]
 
 
@@ -78,6 +80,11 @@ class NodeInfo:
     @property
     def native_port(self) -> int:
         return NATIVE_PORT
+
+    @property
+    def jolokia_url(self) -> str:
+        """Cassandra's JMX over HTTP on this node (the Jolokia agent in its JVM)."""
+        return f"http://{self.address}:{JOLOKIA_PORT}/jolokia/"
 
     def nodetool_argv(self) -> list[str]:
         """nodetool for this node, as a command line (append the subcommand)."""
@@ -250,6 +257,7 @@ class SandboxCluster:
             "CASSANDRA_NUM_TOKENS": str(self.num_tokens),
             "CASSANDRA_AUTO_BOOTSTRAP": "false",
             "CASSANDRA_NATIVE_PORT": str(NATIVE_PORT),
+            "CASSANDRA_JOLOKIA_PORT": str(JOLOKIA_PORT),
         }
 
     def _run_container(self, node: NodeInfo) -> None:

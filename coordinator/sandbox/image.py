@@ -4,7 +4,8 @@ Three cached layers, each rebuilt only when its inputs change:
 1. a Debian bookworm base with Java 17, made by debootstrap from the machine's own Debian mirror and
    `docker import`ed (no registry is reachable);
 2. Cassandra's jars, copied by Maven from Maven Central into the cache dir (Maven keeps ~/.m2);
-3. the node image: a Dockerfile from `image/` FROM that base, adding the jars and an entrypoint.
+3. the node image: a Dockerfile from `image/` FROM that base, adding the jars, the Jolokia JVM
+   agent (JMX over HTTP, so the ringsnap agent need not start a nodetool JVM) and an entrypoint.
    Its tag carries a hash of everything that goes into it, so a changed entrypoint rebuilds.
 
 The same jars serve the host's `java` as nodetool (see `nodetool_argv`).
@@ -36,6 +37,8 @@ CASSANDRA_VERSION = "5.0.7"
 SUITE = "bookworm"
 BASE_PACKAGES = ("openjdk-17-jre-headless", "procps")
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
+JOLOKIA_ARTIFACT = "org.jolokia:jolokia-agent-jvm:2.1.0:jar:javaagent"
+JOLOKIA_JAR = "jolokia-agent.jar"
 IMAGE_REPOSITORY = "ringsnap/cassandra"
 BASE_REPOSITORY = "ringsnap/bookworm-java17"
 # Files of `image/` that go into the build context (and so into the tag's hash).
@@ -179,7 +182,7 @@ def base_tag() -> str:
 def image_tag(version: str = CASSANDRA_VERSION) -> str:
     """The node image's tag: the version plus a hash of the base, the image files and the jar list."""
     h = hashlib.sha256()
-    h.update(f"{base_tag()}|{version}\n".encode())
+    h.update(f"{base_tag()}|{version}|{JOLOKIA_ARTIFACT}\n".encode())
     data = image_data_dir()
     for name in IMAGE_FILES:
         h.update(name.encode() + b"\0" + (data / name).read_bytes() + b"\0")
@@ -212,6 +215,9 @@ def ensure_image(report: Reporter | None = None) -> ImageBuild:
         if not (home / "lib" / ".complete").is_file():
             say(f"fetching Cassandra {CASSANDRA_VERSION} jars with Maven")
             timings["jars"] = _timed(lambda: _fetch_jars(home))
+        if not (home / "agents" / JOLOKIA_JAR).is_file():
+            say(f"fetching {JOLOKIA_ARTIFACT} with Maven")
+            timings["jolokia"] = _timed(lambda: _fetch_jolokia(home))
         _write_tools_conf(home)
         if not _docker_image_exists(base_tag()):
             say(f"bootstrapping the Debian {SUITE} base image (debootstrap)")
@@ -282,6 +288,28 @@ def _fetch_jars(home: Path, version: str = CASSANDRA_VERSION) -> None:
     shutil.rmtree(home / "lib", ignore_errors=True)
     staging.rename(home / "lib")
     log.info("jars ready", dir=str(home / "lib"), jars=len(jars))
+
+
+def _fetch_jolokia(home: Path) -> None:
+    staging = home / "agents.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    run(
+        [
+            "mvn",
+            "-B",
+            "-q",
+            f"{DEPENDENCY_PLUGIN}:copy",
+            f"-Dartifact={JOLOKIA_ARTIFACT}",
+            f"-DoutputDirectory={staging}",
+        ],
+        timeout=600,
+    )
+    jars = list(staging.glob("jolokia-agent-jvm-*-javaagent.jar"))
+    if len(jars) != 1:
+        raise SandboxError(f"Maven did not deliver {JOLOKIA_ARTIFACT} into {staging}")
+    jars[0].rename(staging / JOLOKIA_JAR)
+    shutil.rmtree(home / "agents", ignore_errors=True)
+    staging.rename(home / "agents")
 
 
 def _write_tools_conf(home: Path) -> None:
@@ -360,6 +388,8 @@ def _build_image(tag: str, home: Path) -> None:
         for jar in (home / "lib").glob("*.jar"):
             # Same filesystem as the cache: hard links make the 67 MB context free.
             os.link(jar, context / "lib" / jar.name)
+        (context / "agents").mkdir()
+        os.link(home / "agents" / JOLOKIA_JAR, context / "agents" / JOLOKIA_JAR)
         client = docker.from_env(timeout=600)
         try:
             client.images.build(

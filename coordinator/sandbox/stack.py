@@ -199,6 +199,7 @@ def running_stack(
                 commitlog_directory=node.commitlog_dir,
                 state_directory=workdir / "agent-state" / node.name,
                 nodetool=node.nodetool_argv(),
+                cassandra={"jolokia_url": node.jolokia_url},
                 listen=f"127.0.0.1:{port}",
             )
             if agent_processes:

@@ -1,7 +1,8 @@
 """The agent against the real 3-node Cassandra 5.0 test bed.
 
-One agent per node runs on the host (in-process, real gRPC over 127.0.0.1 with mutual TLS); the
-node's data and commit-log directories are bind-mounted into its container at the same host paths,
+One agent per node runs on the host (in-process, real gRPC over 127.0.0.1 with mutual TLS) and
+reaches its node through Jolokia, as the sandbox's agents do (`test_agent_jolokia` holds nodetool and
+Jolokia side by side); the node's data and commit-log directories are bind-mounted into its container at the same host paths,
 on their own loop-mounted ext4 LUNs. Everything here leaves the cluster as it found it: the test
 keyspace is dropped, snapshots cleared, filesystems thawed, a stopped node started again.
 """
@@ -63,6 +64,7 @@ def agents(
                 state_directory=tmp_path_factory.mktemp(f"state-{node.name}"),
                 nodetool=node.nodetool_argv(),
                 cassandra={
+                    "jolokia_url": node.jolokia_url,
                     "saved_caches_directory": str(node.saved_caches_dir),
                     "hints_directory": str(node.hints_dir),
                     "stop_command": ["docker", "stop", "--time", "60", node.container_name],

@@ -81,6 +81,14 @@ def test_key_from_a_systemd_credential(
         ("tls", "key_file", "/nonexistent/agent.key", "does not exist"),
         ("freeze", "lease", 1, "unknown key"),
         ("log", "level", "loud", "'debug'"),
+        ("cassandra", "jolokia_url", "127.0.0.1:8778/jolokia", "http(s) URL"),
+        (
+            "cassandra",
+            "jolokia_url",
+            "http://user:pw@127.0.0.1:8778/jolokia",
+            "jolokia_password_file",
+        ),
+        ("cassandra", "jolokia_password_file", "/nonexistent/jolokia.pw", "does not exist"),
     ],
 )
 def test_errors_name_file_and_key(
@@ -125,3 +133,23 @@ def test_the_shipped_example_is_valid_apart_from_its_files(tmp_path: Path, pki: 
     config = load_config(path)
     assert config.freeze.state_directory == Path("/run/ringsnap")
     assert config.server.allowed_clients
+
+
+def test_jolokia_settings(pki: TestPki, tmp_path: Path) -> None:
+    data = base(pki, tmp_path)
+    secret = tmp_path / "jolokia.pw"
+    secret.write_text("s3cret\n")
+    data["cassandra"] |= {
+        "jolokia_url": "http://127.0.0.1:8778/jolokia",
+        "jolokia_user": "ringsnap",
+        "jolokia_password_file": str(secret),
+    }
+    config = load_config(write_config(tmp_path / "agent.toml", data))
+    assert config.cassandra.jolokia_url == "http://127.0.0.1:8778/jolokia/"
+    assert config.cassandra.jolokia_password_file is not None
+    assert config.cassandra.jolokia_password_file.get_secret_value() == "s3cret"
+    assert "s3cret" not in repr(config)
+
+    del data["cassandra"]["jolokia_password_file"]
+    with pytest.raises(ConfigError, match="cassandra: .*set both or neither"):
+        load_config(write_config(tmp_path / "agent.toml", data))

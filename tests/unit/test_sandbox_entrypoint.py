@@ -86,6 +86,7 @@ def test_refuses_to_start_without_a_required_setting(missing: str) -> None:
         ("CASSANDRA_DATA_DIR", "/data with space"),
         ("CASSANDRA_LISTEN_ADDRESS", "127.0.0.1$(id)"),
         ("CASSANDRA_JMX_PORT", "7199x"),
+        ("CASSANDRA_JOLOKIA_PORT", "8778,host=0.0.0.0"),
         ("CASSANDRA_AUTO_BOOTSTRAP", "yes"),
     ],
 )

@@ -16,6 +16,8 @@ set -eu
 : "${CASSANDRA_STORAGE_PORT:=7000}"
 : "${CASSANDRA_NATIVE_PORT:=9042}"
 : "${CASSANDRA_ENDPOINT_SNITCH:=SimpleSnitch}"
+# Empty: no Jolokia. Else Jolokia (JMX over HTTP) listens on the node's address at this port.
+: "${CASSANDRA_JOLOKIA_PORT:=}"
 
 die() {
     echo "entrypoint: $*" >&2
@@ -60,6 +62,11 @@ done
 for name in CASSANDRA_NUM_TOKENS CASSANDRA_JMX_PORT CASSANDRA_STORAGE_PORT CASSANDRA_NATIVE_PORT; do
     check_number "$name"
 done
+JOLOKIA_FLAG=""
+if [ -n "$CASSANDRA_JOLOKIA_PORT" ]; then
+    check_number CASSANDRA_JOLOKIA_PORT
+    JOLOKIA_FLAG="-javaagent:/opt/jolokia/jolokia-agent.jar=host=${CASSANDRA_LISTEN_ADDRESS},port=${CASSANDRA_JOLOKIA_PORT},discoveryEnabled=false"
+fi
 case "$CASSANDRA_AUTO_BOOTSTRAP" in
     true|false) ;;
     *) die "CASSANDRA_AUTO_BOOTSTRAP must be true or false: '$CASSANDRA_AUTO_BOOTSTRAP'" ;;
@@ -110,7 +117,7 @@ echo "entrypoint: starting Cassandra on ${CASSANDRA_LISTEN_ADDRESS}, JMX 127.0.0
 # shellcheck disable=SC2086  # the flags are one word each
 exec java \
     "-Xms${CASSANDRA_HEAP}" "-Xmx${CASSANDRA_HEAP}" -XX:+UseG1GC -XX:+ExitOnOutOfMemoryError \
-    $JVM17_FLAGS \
+    $JVM17_FLAGS $JOLOKIA_FLAG \
     -Djava.net.preferIPv4Stack=true \
     "-Dcassandra.config=file://${CASSANDRA_CONF_DIR}/cassandra.yaml" \
     "-Dcassandra.jmx.local.port=${CASSANDRA_JMX_PORT}" \

@@ -1,0 +1,137 @@
+"""nodetool and Jolokia, the agent's two ways to its node, side by side on the real test bed.
+
+Jolokia must report exactly what nodetool reports, and both must flush, snapshot and clear the
+same way, with the same typed errors, because the agent treats them as interchangeable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ringsnap.agent.errors import AlreadyExists, CommandFailed, NotFound
+from ringsnap.agent.jmx import CassandraControl
+from ringsnap.agent.jolokia import Jolokia
+from ringsnap.agent.nodetool import ClusterFacts, Nodetool
+from ringsnap.coordinator.sandbox.cluster import NodeInfo, SandboxCluster
+
+pytestmark = pytest.mark.integration
+
+KEYSPACE = "jolokia_it"
+TABLE = "events"
+
+
+def controls(node: NodeInfo) -> dict[str, CassandraControl]:
+    return {
+        "nodetool": Nodetool(node.nodetool_argv(), timeout=300),
+        "jolokia": Jolokia(node.jolokia_url, timeout=300),
+    }
+
+
+@pytest.fixture(scope="module")
+def table(sandbox_cluster: SandboxCluster) -> Iterator[str]:
+    session = sandbox_cluster.session()
+    session.execute(
+        f"CREATE KEYSPACE IF NOT EXISTS {KEYSPACE} WITH replication ="
+        " {'class': 'SimpleStrategy', 'replication_factor': 3}"
+    )
+    session.execute(
+        f"CREATE TABLE IF NOT EXISTS {KEYSPACE}.{TABLE} (id int PRIMARY KEY, body text)"
+    )
+    try:
+        yield TABLE
+    finally:
+        session.execute(f"DROP KEYSPACE IF EXISTS {KEYSPACE}", timeout=60)
+
+
+def write_rows(cluster: SandboxCluster, first: int, count: int) -> None:
+    from cassandra import ConsistencyLevel
+
+    insert = cluster.session().prepare(f"INSERT INTO {KEYSPACE}.{TABLE} (id, body) VALUES (?, ?)")
+    insert.consistency_level = ConsistencyLevel.ALL
+    for row in range(first, first + count):
+        cluster.session().execute(insert, (row, secrets.token_hex(100)))
+
+
+def data_files(node: NodeInfo) -> set[str]:
+    return {p.name for p in node.data_dir.glob(f"{KEYSPACE}/{TABLE}-*/*-Data.db")}
+
+
+def snapshot_dirs(node: NodeInfo, tag: str) -> list[Path]:
+    return list(node.data_dir.glob(f"{KEYSPACE}/{TABLE}-*/snapshots/{tag}"))
+
+
+async def _facts_of_both(node: NodeInfo) -> dict[str, ClusterFacts]:
+    found: dict[str, ClusterFacts] = {}
+    for name, control in controls(node).items():
+        try:
+            found[name] = await control.facts()
+        finally:
+            await control.aclose()
+    return found
+
+
+def test_jolokia_reports_what_nodetool_reports(sandbox_cluster: SandboxCluster) -> None:
+    for node in sandbox_cluster.nodes:
+        both = asyncio.run(_facts_of_both(node))
+        assert both["jolokia"] == both["nodetool"], node.name
+        facts = both["jolokia"]
+        assert facts.cluster_name == sandbox_cluster.cluster_name
+        assert facts.native_address == node.address
+        assert len(facts.identity.tokens) == sandbox_cluster.num_tokens
+
+
+@pytest.mark.parametrize("transport", ["nodetool", "jolokia"])
+def test_flush_snapshot_and_clear_through_either_transport(
+    sandbox_cluster: SandboxCluster, table: str, transport: str
+) -> None:
+    node = sandbox_cluster.node("node2")
+    tag = f"jolokia-it-{secrets.token_hex(4)}"
+
+    async def scenario() -> None:
+        control = controls(node)[transport]
+        try:
+            before = data_files(node)
+            write_rows(sandbox_cluster, 0, 40)
+            assert await control.flush(KEYSPACE, [table]) > 0
+            assert data_files(node) - before, "the flush wrote no new SSTable"
+
+            write_rows(sandbox_cluster, 40, 40)
+            before = data_files(node)
+            await control.flush()  # every keyspace
+            assert data_files(node) - before
+
+            await control.snapshot(tag, [KEYSPACE])
+            assert snapshot_dirs(node, tag)
+            with pytest.raises(AlreadyExists):
+                await control.snapshot(tag, [KEYSPACE])
+            await control.clear_snapshot(tag)
+            assert snapshot_dirs(node, tag) == []
+
+            with pytest.raises(NotFound):
+                await control.flush("no_such_keyspace")
+        finally:
+            await control.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_jolokia_that_cannot_be_reached_says_what_to_check(
+    sandbox_cluster: SandboxCluster,
+) -> None:
+    node = sandbox_cluster.node("node1")
+    # The node's address, a port nothing listens on.
+    control = Jolokia(f"http://{node.address}:9/jolokia/", timeout=10)
+
+    async def ask() -> None:
+        try:
+            await control.facts()
+        finally:
+            await control.aclose()
+
+    with pytest.raises(CommandFailed, match="javaagent"):
+        asyncio.run(ask())
