@@ -8,7 +8,10 @@ which starts its simulator over `pool` and yields it with the array's config tab
 makes a fresh reflink XFS pool per driver, formats `--volumes` LUNs of 64 MiB as ext4, builds the
 driver through the registry (middleware included, as the coordinator would) and times
 `--runs` group snapshots of all the volumes, after one warm-up call (sessions, protection groups)
-reported apart. Needs root and loop devices.
+reported apart. Then it times `--runs` more snapshots taken in steps, the way the backup takes them
+around a freeze (`ringsnap.plugins.api`): prepare, commit, finish. The commit is all the array work
+done while a cluster's filesystems are frozen; "commit/create" compares it with the one-call
+snapshot. Needs root and loop devices.
 
     .venv/bin/python -m bench.driver_snapshot [--runs 20] [--volumes 3] [--drivers ontap,flasharray]
 """
@@ -39,10 +42,26 @@ class Result:
     #: CPU time of the calling thread (the driver, its SDK, TLS), not of the simulator's threads:
     #: much less sensitive to other processes competing for the machine than wall time.
     cpu_ms: tuple[float, ...] = ()
+    #: The staged snapshot's steps: before the freeze, inside it, after the thaw.
+    prepare_ms: tuple[float, ...] = ()
+    commit_ms: tuple[float, ...] = ()
+    finish_ms: tuple[float, ...] = ()
 
     @property
     def median_ms(self) -> float:
         return statistics.median(self.timings_ms)
+
+    def staged_line(self) -> str:
+        commit = sorted(self.commit_ms)
+        p90 = commit[max(0, round(0.9 * len(commit)) - 1)]
+        med = statistics.median
+        return (
+            f"{'':<11}   staged: commit (in freeze) median {med(commit):7.1f} ms"
+            f"  min {commit[0]:7.1f}  p90 {p90:7.1f}  max {commit[-1]:7.1f}"
+            f"  commit/create {med(commit) / self.median_ms:4.2f}"
+            f"  (prepare median {med(self.prepare_ms):.1f} ms, finish median"
+            f" {med(self.finish_ms):.1f} ms, outside the freeze)"
+        )
 
     def line(self) -> str:
         ordered = sorted(self.timings_ms)
@@ -85,9 +104,29 @@ def measure(driver_name: str, *, runs: int = 20, volume_count: int = 3) -> Resul
                         driver.create_group_snapshot(volumes, f"bench-{run}")
                         cpu.append((time.thread_time() - cpu_started) * 1000)
                         timings.append((time.perf_counter() - started) * 1000)
+                    steps: dict[str, list[float]] = {"prepare": [], "commit": [], "finish": []}
+                    for run in range(runs):
+                        started = time.perf_counter()
+                        prepared = driver.prepare_group_snapshot(volumes, f"bench-staged-{run}")
+                        steps["prepare"].append((time.perf_counter() - started) * 1000)
+                        started = time.perf_counter()
+                        driver.commit_group_snapshot(prepared)
+                        steps["commit"].append((time.perf_counter() - started) * 1000)
+                        started = time.perf_counter()
+                        driver.finish_group_snapshot(prepared)
+                        steps["finish"].append((time.perf_counter() - started) * 1000)
                 finally:
                     driver.close()
-    return Result(driver_name, len(volumes), first * 1000, tuple(timings), tuple(cpu))
+    return Result(
+        driver_name,
+        len(volumes),
+        first * 1000,
+        tuple(timings),
+        tuple(cpu),
+        tuple(steps["prepare"]),
+        tuple(steps["commit"]),
+        tuple(steps["finish"]),
+    )
 
 
 def main() -> None:
@@ -111,7 +150,9 @@ def main() -> None:
         except ModuleNotFoundError:
             print(f"{name:<11} no simulator benchmark target (bench/{name}_snapshot.py)")
             continue
-        print(measure(name, runs=args.runs, volume_count=args.volumes).line(), flush=True)
+        result = measure(name, runs=args.runs, volume_count=args.volumes)
+        print(result.line(), flush=True)
+        print(result.staged_line(), flush=True)
 
 
 if __name__ == "__main__":

@@ -397,6 +397,45 @@ class DriverConformance:
         names = [info.ref.snapshot_name for info in harness.driver.list_snapshots(harness.volumes)]
         assert ref.snapshot_name not in names
 
+    def test_staged_snapshot_is_a_group_snapshot(self, harness: Harness) -> None:
+        """prepare, commit, finish (a snapshot taken under a freeze) = create_group_snapshot."""
+        images_before = harness.pool.snapshot_count()
+        name = harness.snapshot_name("staged")
+        prepared = harness.driver.prepare_group_snapshot(harness.volumes, name)
+        assert prepared.name == name and prepared.array == harness.array
+        ref = harness.driver.commit_group_snapshot(prepared)
+        harness.driver.finish_group_snapshot(prepared)
+        self.assert_complete(harness, ref, name)
+        assert harness.pool.snapshot_count() == images_before + len(harness.volumes)
+        assert not self.vendor_leftovers(harness), "finish must remove what prepare set up"
+        again = harness.driver.prepare_group_snapshot(harness.volumes, name)
+        assert harness.driver.commit_group_snapshot(again).snapshot_id == ref.snapshot_id
+        harness.driver.finish_group_snapshot(again)
+        assert harness.pool.snapshot_count() == images_before + len(harness.volumes)
+
+    def test_abort_after_prepare_leaves_nothing(self, harness: Harness) -> None:
+        images_before = harness.pool.snapshot_count()
+        name = harness.snapshot_name("aborted")
+        prepared = harness.driver.prepare_group_snapshot(harness.volumes, name)
+        harness.driver.abort_group_snapshot(prepared)
+        harness.driver.abort_group_snapshot(prepared)  # repeating it is harmless
+        self.assert_nothing_left(harness, images_before, name)
+
+    def test_abort_after_a_failed_commit_leaves_nothing(self, fast_harness: Harness) -> None:
+        harness = fast_harness
+        images_before = harness.pool.snapshot_count()
+        name = harness.snapshot_name("failed-commit")
+        prepared = harness.driver.prepare_group_snapshot(harness.volumes, name)
+        method, path = self.snapshot_route()
+        harness.faults.add(Fault("status", method=method, path=path, status=500, count=1000))
+        with pytest.raises(DriverError) as caught:
+            harness.driver.commit_group_snapshot(prepared)
+        harness.faults.clear()
+        assert harness.array in str(caught.value)
+        harness.driver.abort_group_snapshot(prepared)
+        if not caught.value.leftovers:
+            self.assert_nothing_left(harness, images_before, name)
+
     def test_injected_fault(self, fast_harness: Harness, fault_case: FaultCase) -> None:
         harness = fast_harness
         name = harness.snapshot_name(fault_case.id)
