@@ -151,5 +151,5 @@ def test_jolokia_settings(pki: TestPki, tmp_path: Path) -> None:
     assert "s3cret" not in repr(config)
 
     del data["cassandra"]["jolokia_password_file"]
-    with pytest.raises(ConfigError, match="cassandra: .*set both or neither"):
+    with pytest.raises(ConfigError, match=r"cassandra: .*set both or neither"):
         load_config(write_config(tmp_path / "agent.toml", data))
