@@ -125,6 +125,17 @@ class BackupRun:
 Progress = Callable[[str, str], None]
 
 
+def _raise_failures(subjects: Sequence[str], what: str, results: Sequence[object]) -> None:
+    """One BackupFailed naming every subject whose parallel call raised, in order."""
+    failures = [
+        f"{subject}: {what} failed: {result}"
+        for subject, result in zip(subjects, results, strict=True)
+        if isinstance(result, BaseException)
+    ]
+    if failures:
+        raise BackupFailed("; ".join(failures))
+
+
 def new_backup_id(now: datetime | None = None) -> str:
     """Sortable, unique, and valid as a snapshot name on every array: `rs-20261121-230000-3fa9`."""
     now = now or datetime.now(UTC)
@@ -257,13 +268,7 @@ class BackupWorkflow:
 
         arrays = sorted(per_array)
         results = await asyncio.gather(*(prepare(a) for a in arrays), return_exceptions=True)
-        failures = [
-            f"array {array}: preparing the snapshot failed: {result}"
-            for array, result in zip(arrays, results, strict=True)
-            if isinstance(result, BaseException)
-        ]
-        if failures:
-            raise BackupFailed("; ".join(failures))
+        _raise_failures([f"array {a}" for a in arrays], "preparing the snapshot", results)
 
     async def finish_snapshots(self, run: BackupRun) -> None:
         """After the thaw: each array removes what its prepare set up; never fails the run."""
@@ -406,13 +411,7 @@ class BackupWorkflow:
             ),
             return_exceptions=True,
         )
-        failures = [
-            f"node {name}: {what} failed: {result}"
-            for name, result in zip(agents, results, strict=True)
-            if isinstance(result, BaseException)
-        ]
-        if failures:
-            raise BackupFailed("; ".join(failures))
+        _raise_failures([f"node {n}" for n in agents], what, results)
 
     async def _snapshot_arrays(
         self, run: BackupRun, per_array: dict[str, list[Volume]], budget: float

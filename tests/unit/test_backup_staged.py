@@ -27,42 +27,22 @@ from ringsnap.plugins.api import ArrayDriver, PreparedSnapshot
 from ringsnap.plugins.errors import DriverError
 from ringsnap.plugins.middleware import AsyncDriver, RetryPolicy, deadline, wrap
 from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume, VolumeSnapshot
-from tests.unit.test_backup_workflow import FakeAgent
+from tests.unit.test_backup_workflow import FakeAgent, FakeArray
 
 
-class StagedArray:
+class StagedArray(FakeArray):
     """Records each step with whether every node was frozen at that moment."""
 
     def __init__(self, name: str, events: list[str], agents: Sequence[FakeAgent]) -> None:
-        self._name = name
-        self.events = events
-        self.agents = agents
+        super().__init__(name, events, agents)
         self.delays: dict[str, float] = {}
         self.errors: dict[str, Exception] = {}
         self.gate: asyncio.Event | None = None
         self.frozen_at: dict[str, bool] = {}
-        self.snapshots: dict[str, SnapshotRef] = {}
         self.prepared: set[str] = set()
-
-    @property
-    def array(self) -> str:
-        return self._name
-
-    async def check(self) -> None:
-        return None
-
-    async def list_volumes(self) -> Sequence[Volume]:
-        return [
-            Volume(f"{a.node}-{role}", f"id-{a.node}-{role}")
-            for a in self.agents
-            for role in ("data", "cl")
-        ]
 
     async def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
         raise AssertionError("the workflow uses the staged steps of a staged port")
-
-    async def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]:
-        return [SnapshotInfo(r) for r in self.snapshots.values()]
 
     async def delete_snapshot(self, ref: SnapshotRef) -> None:
         self.events.append(f"delete {self._name}")
