@@ -125,6 +125,29 @@ class BackupRun:
 Progress = Callable[[str, str], None]
 
 
+def _check_one_ring(facts: Mapping[str, NodeFacts]) -> None:
+    """Refuse a plan whose agents answer for more than one Cassandra cluster, or for one node
+    twice: a mistyped agent address would otherwise freeze, and snapshot into this backup, a
+    node of another cluster, or leave a node of this one out."""
+    names: dict[str, list[str]] = {}
+    hosts: dict[str, list[str]] = {}
+    for node, info in sorted(facts.items()):
+        names.setdefault(info.cluster_name, []).append(node)
+        hosts.setdefault(info.host_id, []).append(node)
+    if len(names) > 1:
+        said = "; ".join(f"{', '.join(nodes)} in {name!r}" for name, nodes in sorted(names.items()))
+        raise BackupRefused(
+            f"the agents answer for more than one Cassandra cluster ({said}); check each node's"
+            " agent address in the coordinator config"
+        )
+    twice = [nodes for nodes in hosts.values() if len(nodes) > 1]
+    if twice:
+        raise BackupRefused(
+            "; ".join(f"nodes {', '.join(nodes)} reach the same Cassandra node" for nodes in twice)
+            + " (same host id); check each node's agent address in the coordinator config"
+        )
+
+
 def _raise_failures(subjects: Sequence[str], what: str, results: Sequence[object]) -> None:
     """One BackupFailed naming every subject whose parallel call raised, in order."""
     failures = [
@@ -178,17 +201,19 @@ class BackupWorkflow:
     async def plan(self, run: BackupRun) -> dict[str, list[Volume]]:
         """Reach every node and array; resolve each node's volumes. Returns volumes per array."""
         timeout = run.settings.agent_timeout
-        facts = await asyncio.gather(
-            *(_bounded(f"node {n.name}", n.agent.node_info(), timeout) for n in self.nodes),
-            return_exceptions=True,
-        )
         wanted_arrays = {v.array for n in self.nodes for v in n.volumes}
         unknown = wanted_arrays - set(self.arrays)
         if unknown:
             raise BackupRefused(f"nodes use arrays that are not configured: {sorted(unknown)}")
-        listings = await asyncio.gather(
-            *(_list_volumes(self.arrays[a], timeout) for a in sorted(wanted_arrays)),
-            return_exceptions=True,
+        facts, listings = await asyncio.gather(
+            asyncio.gather(
+                *(_bounded(f"node {n.name}", n.agent.node_info(), timeout) for n in self.nodes),
+                return_exceptions=True,
+            ),
+            asyncio.gather(
+                *(_list_volumes(self.arrays[a], timeout) for a in sorted(wanted_arrays)),
+                return_exceptions=True,
+            ),
         )
         by_array: dict[str, dict[str, Volume]] = {}
         problems: list[str] = []
@@ -220,6 +245,9 @@ class BackupWorkflow:
                     )
                 volumes.append(volume)
             run.nodes[node.name] = NodeOutcome(node.name, info.host_id, tuple(volumes))
+        _check_one_ring(
+            {n.name: f for n, f in zip(self.nodes, facts, strict=True) if isinstance(f, NodeFacts)}
+        )
         if unreachable and not run.settings.allow_partial:
             raise BackupRefused(
                 "; ".join(unreachable)

@@ -35,6 +35,8 @@ class FakeAgent:
         self.lease_expired = False
         self._watchdog: asyncio.Task[None] | None = None
         self.fail_freeze = False
+        self.cluster_name = "c"
+        self.host_id = f"host-{node}"
 
     @property
     def node(self) -> str:
@@ -43,7 +45,7 @@ class FakeAgent:
     async def node_info(self) -> NodeFacts:
         if self.unreachable:
             raise ConnectionError(f"{self._node} refused connection")
-        return NodeFacts("c", f"host-{self._node}", "dc1", "r1", "5.0.7", "127.0.0.1")
+        return NodeFacts(self.cluster_name, self.host_id, "dc1", "r1", "5.0.7", "127.0.0.1")
 
     async def flush(self) -> float:
         self.events.append(f"flush {self._node}")
@@ -224,6 +226,20 @@ def test_unreachable_agent_refuses_unless_partial_is_allowed() -> None:
     assert run.included == ["n1", "n2"]
     assert "refused connection" in run.nodes["n3"].excluded_reason
     assert len(run.snapshots[0].members) == 4
+
+
+def test_agents_of_another_cluster_or_the_same_node_twice_refuse_before_any_freeze() -> None:
+    workflow, agents, array, events = cluster()
+    agents[1].cluster_name = "other"
+    with pytest.raises(
+        BackupRefused, match=r"more than one Cassandra cluster \(n1, n3 in 'c'; n2 in 'other'\)"
+    ):
+        asyncio.run(workflow.run(BackupSettings(allow_partial=True), trigger="test"))
+    agents[1].cluster_name = "c"
+    agents[2].host_id = agents[0].host_id
+    with pytest.raises(BackupRefused, match=r"nodes n1, n3 reach the same Cassandra node"):
+        asyncio.run(workflow.run(BackupSettings(), trigger="test"))
+    assert events == [] and array.snapshots == {}
 
 
 def test_cancelled_run_still_thaws() -> None:
