@@ -1,17 +1,21 @@
 """create_group_snapshot per driver against its simulator: median of 20 (by default).
 
-Every driver with a simulator plugs in through a module `bench/<driver>_snapshot.py` exposing
+Every driver with a simulator is listed in `SIMULATORS`; `simulated_array` serves it over HTTPS
+(a test CA) on a pool and yields the array's config table. This script makes a fresh reflink XFS
+pool per driver, formats `--volumes` LUNs of 64 MiB as ext4, builds the driver through the
+registry (middleware included, as the coordinator would) and times `--runs` group snapshots of
+all the volumes, after one warm-up call (sessions, protection and consistency groups) reported
+apart. Then it times `--runs` more snapshots taken in steps, the way the backup takes them around
+a freeze (`ringsnap.plugins.api`): prepare, commit, finish. The commit is all the array work done
+while a cluster's filesystems are frozen; "commit/create" compares it with the one-call snapshot.
+Needs root and loop devices.
 
-    target(pool: LunPool, workdir: Path) -> ContextManager[tuple[SimulatorServer, dict]]
-
-which starts its simulator over `pool` and yields it with the array's config table. This script
-makes a fresh reflink XFS pool per driver, formats `--volumes` LUNs of 64 MiB as ext4, builds the
-driver through the registry (middleware included, as the coordinator would) and times
-`--runs` group snapshots of all the volumes, after one warm-up call (sessions, protection groups)
-reported apart. Then it times `--runs` more snapshots taken in steps, the way the backup takes them
-around a freeze (`ringsnap.plugins.api`): prepare, commit, finish. The commit is all the array work
-done while a cluster's filesystems are frozen; "commit/create" compares it with the one-call
-snapshot. Needs root and loop devices.
+What one timed call is, per driver:
+- ontap: a temporary consistency group created, snapshotted and deleted (netapp-ontap SDK);
+- flasharray: one protection-group snapshot and one listing of its member snapshots;
+- eseries: a consistency-group snapshot with its bookkeeping: the image's name written to the
+  key-value store (and a pending marker around the request), a check for purged images, and a
+  repository-utilisation check (FIEMAP of every image in the simulator).
 
     .venv/bin/python -m bench.driver_snapshot [--runs 20] [--volumes 3] [--drivers ontap,flasharray]
 """
@@ -19,18 +23,70 @@ snapshot. Needs root and loop devices.
 from __future__ import annotations
 
 import argparse
-import importlib
+import contextlib
 import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ringsnap.logs import configure
 from ringsnap.plugins.registry import known_drivers, open_driver
-from ringsnap.plugins.simulators.lunpool import temporary_xfs_pool
+from ringsnap.plugins.simulators.eseries import ESeriesOptions, ESeriesSimulator
+from ringsnap.plugins.simulators.flasharray import FlashArrayOptions, FlashArraySimulator
+from ringsnap.plugins.simulators.lunpool import LunPool, temporary_xfs_pool
+from ringsnap.plugins.simulators.ontap import OntapSimulator
+from ringsnap.plugins.simulators.server import SimulatorApp, serving
+from ringsnap.plugins.simulators.tls import make_test_ca
 from ringsnap.plugins.testing import mounts
+
+#: The one credential each simulator accepts: a password, or FlashArray's API token.
+SECRET = "bench-secret"
+
+#: Its simulator over a pool, and the settings that reach it besides driver, endpoint and ca_file.
+Simulated = tuple[SimulatorApp, dict[str, str]]
+
+
+def _ontap(pool: LunPool, secret_file: Path) -> Simulated:
+    settings = {"svm": "svm0", "username": "ringsnap", "password_file": str(secret_file)}
+    return OntapSimulator(pool, username="ringsnap", password=SECRET), settings
+
+
+def _flasharray(pool: LunPool, secret_file: Path) -> Simulated:
+    app = FlashArraySimulator(pool, FlashArrayOptions(api_tokens={SECRET: "pureuser"}))
+    return app, {"api_token_file": str(secret_file)}
+
+
+def _eseries(pool: LunPool, secret_file: Path) -> Simulated:
+    app = ESeriesSimulator(pool, ESeriesOptions(users={"admin": SECRET}))
+    return app, {"username": "admin", "password_file": str(secret_file)}
+
+
+#: Drivers with a simulator: given the pool and the file holding SECRET.
+SIMULATORS: dict[str, Callable[[LunPool, Path], Simulated]] = {
+    "eseries": _eseries,
+    "flasharray": _flasharray,
+    "ontap": _ontap,
+}
+
+
+@contextlib.contextmanager
+def simulated_array(driver_name: str, pool: LunPool, workdir: Path) -> Iterator[dict[str, Any]]:
+    """The driver's simulator over `pool`, served over TLS; yields the array's config table."""
+    certificates = make_test_ca(workdir / "tls")
+    secret_file = workdir / "secret"
+    secret_file.write_text(SECRET + "\n")
+    app, settings = SIMULATORS[driver_name](pool, secret_file)
+    with serving(app, tls=certificates.server_tls) as server:
+        yield {
+            "driver": driver_name,
+            "endpoint": server.url,
+            "ca_file": str(certificates.ca_file),
+            **settings,
+        }
 
 
 @dataclass(frozen=True)
@@ -76,7 +132,6 @@ class Result:
 
 def measure(driver_name: str, *, runs: int = 20, volume_count: int = 3) -> Result:
     """Time `runs` group snapshots of `volume_count` LUNs through the driver's simulator."""
-    module = importlib.import_module(f"bench.{driver_name}_snapshot")
     # Letters and digits only: valid as an ONTAP, FlashArray and E-Series volume name alike.
     names = [f"benchvol{index}" for index in range(1, volume_count + 1)]
     with tempfile.TemporaryDirectory(prefix=f"bench-{driver_name}-") as scratch:
@@ -84,7 +139,7 @@ def measure(driver_name: str, *, runs: int = 20, volume_count: int = 3) -> Resul
         with temporary_xfs_pool(workdir, size_bytes=1 << 30) as pool:
             for name in names:
                 mounts.format_image(pool.create_lun(name, 64 << 20), "ext4")
-            with module.target(pool, workdir) as (_, table):
+            with simulated_array(driver_name, pool, workdir) as table:
                 driver = open_driver(f"bench-{driver_name}", table, "bench.toml")
                 try:
                     volumes = [v for v in driver.list_volumes() if v.name in names]
@@ -145,10 +200,8 @@ def main() -> None:
         f"create_group_snapshot against the simulators (load average {load:.1f}, {os.cpu_count()} CPUs)"
     )
     for name in drivers:
-        try:
-            importlib.import_module(f"bench.{name}_snapshot")
-        except ModuleNotFoundError:
-            print(f"{name:<11} no simulator benchmark target (bench/{name}_snapshot.py)")
+        if name not in SIMULATORS:
+            print(f"{name:<11} no simulator to time it against")
             continue
         result = measure(name, runs=args.runs, volume_count=args.volumes)
         print(result.line(), flush=True)

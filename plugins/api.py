@@ -27,8 +27,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, Self, TypeVar, cast
 
+from ringsnap.config import Section, validate
 from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume
 
 
@@ -139,6 +140,34 @@ class ArrayDriver(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, most drivers hold nothing
         """Release sessions and connections."""
+
+
+SettingsT = TypeVar("SettingsT", bound=Section)
+
+
+class ConfiguredDriver(ArrayDriver, Generic[SettingsT]):
+    """A driver whose config table is one settings model, `settings_model`.
+
+    Subclasses name the model and take `(array, settings)`: `from_config` validates the table
+    against the model (a wrong setting is a ConfigError naming the source and the key) and passes
+    the result on.
+    """
+
+    #: The config table's model; the same class as `SettingsT` (a ClassVar cannot name it).
+    settings_model: ClassVar[type[Section]]
+
+    def __init__(self, array: str, settings: SettingsT) -> None:
+        self._array = array
+        self._settings = settings
+
+    @classmethod
+    def from_config(cls, array: str, settings: Mapping[str, Any], *, source: str) -> Self:
+        validated = validate(dict(settings), cls.settings_model, source=source)
+        return cls(array, cast(SettingsT, validated))
+
+    @property
+    def array(self) -> str:
+        return self._array
 
 
 class Revertible(ABC):

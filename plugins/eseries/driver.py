@@ -34,11 +34,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ringsnap.config import validate
 from ringsnap.errors import ValidationError
 from ringsnap.logs import get_logger
 from ringsnap.names import snapshot_tag
-from ringsnap.plugins.api import ArrayDriver, Cloneable, Revertible
+from ringsnap.plugins.api import Cloneable, ConfiguredDriver, Revertible
 from ringsnap.plugins.errors import (
     AlreadyExistsError,
     ArrayTimeoutError,
@@ -75,16 +74,16 @@ class _Name:
     state: str
 
 
-class ESeriesDriver(ArrayDriver, Revertible, Cloneable):
+class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
     """Consistency-group snapshots, rollback and linked clones on one E-Series system."""
 
     name = "eseries"
+    settings_model = EseriesSettings
 
     def __init__(
         self, array: str, settings: EseriesSettings, client: EseriesClient | None = None
     ) -> None:
-        self._array = array
-        self._settings = settings
+        super().__init__(array, settings)
         self._client = client or EseriesClient(
             array=array,
             endpoint=settings.endpoint,
@@ -96,14 +95,6 @@ class ESeriesDriver(ArrayDriver, Revertible, Cloneable):
             timeout=settings.timeout_seconds,
         )
         self._system = f"/storage-systems/{settings.system_id}"
-
-    @classmethod
-    def from_config(cls, array: str, settings: Mapping[str, Any], *, source: str) -> ESeriesDriver:
-        return cls(array, validate(dict(settings), EseriesSettings, source=source))
-
-    @property
-    def array(self) -> str:
-        return self._array
 
     def capabilities(self) -> Capabilities:
         return Capabilities(

@@ -19,8 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ringsnap.config import validate
-from ringsnap.plugins.api import ArrayDriver, Cloneable, Revertible
+from ringsnap.plugins.api import Cloneable, ConfiguredDriver, Revertible
 from ringsnap.plugins.errors import (
     AlreadyExistsError,
     DriverError,
@@ -38,16 +37,16 @@ _WWN_PREFIX = "624a9370"
 _PGROUP_SNAPSHOT = "pgroup_snapshot"
 
 
-class FlashArrayDriver(ArrayDriver, Revertible, Cloneable):
+class FlashArrayDriver(ConfiguredDriver[FlashArraySettings], Revertible, Cloneable):
     """Protection-group snapshots, overwrite-revert and copies on one FlashArray."""
 
     name = "flasharray"
+    settings_model = FlashArraySettings
 
     def __init__(
         self, array: str, settings: FlashArraySettings, client: FlashArrayClient | None = None
     ) -> None:
-        self._array = array
-        self._settings = settings
+        super().__init__(array, settings)
         self._client = client or FlashArrayClient(
             array=array,
             endpoint=settings.endpoint,
@@ -59,16 +58,6 @@ class FlashArrayDriver(ArrayDriver, Revertible, Cloneable):
         )
         # Protection groups known to hold exactly their volume set; checked again on a miss.
         self._complete_groups: set[str] = set()
-
-    @classmethod
-    def from_config(
-        cls, array: str, settings: Mapping[str, Any], *, source: str
-    ) -> FlashArrayDriver:
-        return cls(array, validate(dict(settings), FlashArraySettings, source=source))
-
-    @property
-    def array(self) -> str:
-        return self._array
 
     def capabilities(self) -> Capabilities:
         return Capabilities(

@@ -19,6 +19,7 @@ import requests
 from netapp_ontap.error import NetAppRestError
 from netapp_ontap.host_connection import HostConnection
 from netapp_ontap.raw_resource import RawResource
+from netapp_ontap.resource import Resource as NetAppResource
 from netapp_ontap.resources.cluster import Cluster
 from netapp_ontap.resources.consistency_group import ConsistencyGroup
 from netapp_ontap.resources.consistency_group_snapshot import ConsistencyGroupSnapshot
@@ -41,6 +42,7 @@ from ringsnap.plugins.errors import (
 from ringsnap.plugins.ontap.config import OntapSettings
 
 Result = TypeVar("Result")
+Resource = TypeVar("Resource", bound=NetAppResource)
 
 CODE_NOT_FOUND = "4"
 CODE_DUPLICATE = "1"
@@ -218,9 +220,7 @@ class OntapClient:
     # Reads
 
     def cluster_name(self) -> str:
-        cluster = Cluster()
-        cluster.set_connection(self.connection)
-        self.call("reading the cluster", lambda: cluster.get(fields="name,version"))
+        cluster = self._read("reading the cluster", Cluster(), "name,version")
         return str(getattr(cluster, "name", ""))
 
     def svm_exists(self, svm: str) -> bool:
@@ -269,11 +269,10 @@ class OntapClient:
         return self.call(f"listing the snapshots of volume {volume_uuid}", fetch)
 
     def snapshot(self, volume_uuid: str, snapshot_uuid: str) -> SnapshotRecord:
-        resource = Snapshot(volume_uuid, uuid=snapshot_uuid)
-        resource.set_connection(self.connection)
-        self.call(
+        resource = self._read(
             f"reading snapshot {snapshot_uuid} of volume {volume_uuid}",
-            lambda: resource.get(fields="uuid,name,create_time,size,comment"),
+            Snapshot(volume_uuid, uuid=snapshot_uuid),
+            "uuid,name,create_time,size,comment",
         )
         return _snapshot_record(resource, volume_uuid)
 
@@ -293,16 +292,26 @@ class OntapClient:
 
         return self.call(f"listing consistency groups {name_pattern!r}", lambda: list(fetch()))
 
+    def _read(self, doing: str, resource: Resource, fields: str) -> Resource:
+        """GET one `resource` (filled in place, and returned) with `fields`."""
+        resource.set_connection(self.connection)
+        self.call(doing, lambda: resource.get(fields=fields))
+        return resource
+
     # Writes (each waits for its job)
 
-    def _write(self, doing: str, resource: Any, method: str, *, job: str, **query: Any) -> None:
-        """POST/PATCH/DELETE `resource` and wait for its job to end.
+    def _write(self, doing: str, resource: NetAppResource, request: str, **query: Any) -> None:
+        """Send `request` ("POST /api/...") for `resource` and wait for its job to end.
 
+        The request line is also the description of the job it starts: the SDK keeps only the
+        message of a failed polled job, and the client finds the job (and its code) by it.
         `return_timeout` lets the array answer with the job's final status; only a 202 (the job
         outlived it) is polled, through the SDK, for up to `job_timeout`.
         """
+        resource.set_connection(self.connection)
+        method = request.split(" ", 1)[0].lower()
         args = {"poll": False, "return_timeout": self.settings.return_timeout, **query}
-        response = self.call(doing, lambda: getattr(resource, method)(**args), job=job)
+        response = self.call(doing, lambda: getattr(resource, method)(**args), job=request)
         if response.http_response.status_code == 202:
             self.call(
                 doing,
@@ -311,7 +320,7 @@ class OntapClient:
                     timeout=self.settings.job_timeout,
                     interval=self.settings.job_poll_interval,
                 ),
-                job=job,
+                job=request,
             )
 
     def create_consistency_group(self, svm: str, name: str, volume_names: list[str]) -> str:
@@ -320,23 +329,18 @@ class OntapClient:
             name=name,
             volumes=[{"name": v, "provisioning_options": {"action": "add"}} for v in volume_names],
         )
-        group.set_connection(self.connection)
         self._write(
             f"creating consistency group {name!r}",
             group,
-            "post",
-            job="POST /api/application/consistency-groups",
+            "POST /api/application/consistency-groups",
         )
         return str(group.uuid)
 
     def delete_consistency_group(self, cg_uuid: str) -> None:
-        group = ConsistencyGroup(uuid=cg_uuid)
-        group.set_connection(self.connection)
         self._write(
             f"deleting consistency group {cg_uuid}",
-            group,
-            "delete",
-            job=f"DELETE /api/application/consistency-groups/{cg_uuid}",
+            ConsistencyGroup(uuid=cg_uuid),
+            f"DELETE /api/application/consistency-groups/{cg_uuid}",
         )
 
     def create_cg_snapshot(
@@ -350,16 +354,15 @@ class OntapClient:
         snapshot = ConsistencyGroupSnapshot(
             cg_uuid, name=name, consistency_type=consistency_type, comment=comment
         )
-        snapshot.set_connection(self.connection)
         self._write(
             f"taking snapshot {name!r} of consistency group {cg_uuid}",
             snapshot,
-            "post",
-            job=f"POST /api/application/consistency-groups/{cg_uuid}/snapshots",
+            f"POST /api/application/consistency-groups/{cg_uuid}/snapshots",
         )
-        self.call(
+        self._read(
             f"reading snapshot {name!r} of consistency group {cg_uuid}",
-            lambda: snapshot.get(fields=_CG_SNAPSHOT_FIELDS),
+            snapshot,
+            _CG_SNAPSHOT_FIELDS,
         )
         return _cg_snapshot_members(_data(snapshot), name, comment)
 
@@ -383,23 +386,17 @@ class OntapClient:
         ]
 
     def delete_snapshot(self, volume_uuid: str, snapshot_uuid: str) -> None:
-        resource = Snapshot(volume_uuid, uuid=snapshot_uuid)
-        resource.set_connection(self.connection)
         self._write(
             f"deleting snapshot {snapshot_uuid} of volume {volume_uuid}",
-            resource,
-            "delete",
-            job=f"DELETE /api/storage/volumes/{volume_uuid}/snapshots/{snapshot_uuid}",
+            Snapshot(volume_uuid, uuid=snapshot_uuid),
+            f"DELETE /api/storage/volumes/{volume_uuid}/snapshots/{snapshot_uuid}",
         )
 
     def restore_volume(self, volume_uuid: str, snapshot_uuid: str) -> None:
-        volume = OntapVolume(uuid=volume_uuid)
-        volume.set_connection(self.connection)
         self._write(
             f"restoring volume {volume_uuid} to snapshot {snapshot_uuid}",
-            volume,
-            "patch",
-            job=f"PATCH /api/storage/volumes/{volume_uuid}",
+            OntapVolume(uuid=volume_uuid),
+            f"PATCH /api/storage/volumes/{volume_uuid}",
             **{"restore_to.snapshot.uuid": snapshot_uuid},
         )
 
@@ -415,39 +412,28 @@ class OntapClient:
                 "parent_snapshot": {"uuid": snapshot_uuid},
             },
         )
-        volume.set_connection(self.connection)
         self._write(
             f"cloning volume {parent_uuid} from snapshot {snapshot_uuid} as {name!r}",
             volume,
-            "post",
-            job=f"POST /api/storage/volumes/{name}",
+            f"POST /api/storage/volumes/{name}",
         )
-        self.call(
-            f"reading clone {name!r}",
-            lambda: volume.get(fields="uuid,name,svm.name,size,clone.is_flexclone"),
-        )
+        self._read(f"reading clone {name!r}", volume, "uuid,name,svm.name,size,clone.is_flexclone")
         return _volume_record(volume)
 
     def volume(self, volume_uuid: str) -> VolumeRecord:
-        volume = OntapVolume(uuid=volume_uuid)
-        volume.set_connection(self.connection)
-        self.call(
+        volume = self._read(
             f"reading volume {volume_uuid}",
-            lambda: volume.get(
-                fields="uuid,name,svm.name,size,clone.is_flexclone,clone.parent_volume.uuid,"
-                "clone.parent_snapshot.uuid"
-            ),
+            OntapVolume(uuid=volume_uuid),
+            "uuid,name,svm.name,size,clone.is_flexclone,clone.parent_volume.uuid,"
+            "clone.parent_snapshot.uuid",
         )
         return _volume_record(volume)
 
     def delete_volume(self, volume_uuid: str) -> None:
-        volume = OntapVolume(uuid=volume_uuid)
-        volume.set_connection(self.connection)
         self._write(
             f"deleting volume {volume_uuid}",
-            volume,
-            "delete",
-            job=f"DELETE /api/storage/volumes/{volume_uuid}",
+            OntapVolume(uuid=volume_uuid),
+            f"DELETE /api/storage/volumes/{volume_uuid}",
         )
 
 

@@ -33,11 +33,10 @@ import datetime
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from ringsnap.config import validate
 from ringsnap.logs import get_logger
-from ringsnap.plugins.api import ArrayDriver, Cloneable, PreparedSnapshot, Revertible
+from ringsnap.plugins.api import Cloneable, ConfiguredDriver, PreparedSnapshot, Revertible
 from ringsnap.plugins.errors import (
     AlreadyExistsError,
     ConfigurationError,
@@ -66,21 +65,13 @@ _CG_NAME = "consistency_group_name"
 _log = get_logger(__name__)
 
 
-class OntapDriver(ArrayDriver, Revertible, Cloneable):
+class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
     name: ClassVar[str] = "ontap"
+    settings_model = OntapSettings
 
     def __init__(self, array: str, settings: OntapSettings) -> None:
-        self._array = array
-        self.settings = settings
+        super().__init__(array, settings)
         self.client = OntapClient(array, settings)
-
-    @classmethod
-    def from_config(cls, array: str, settings: Mapping[str, Any], *, source: str) -> OntapDriver:
-        return cls(array, validate(dict(settings), OntapSettings, source=source))
-
-    @property
-    def array(self) -> str:
-        return self._array
 
     def capabilities(self) -> Capabilities:
         return Capabilities(
@@ -100,15 +91,15 @@ class OntapDriver(ArrayDriver, Revertible, Cloneable):
 
     def check(self) -> None:
         self.client.cluster_name()
-        if not self.client.svm_exists(self.settings.svm):
+        if not self.client.svm_exists(self._settings.svm):
             raise ConfigurationError(
-                f"SVM {self.settings.svm!r} does not exist on {self.settings.endpoint};"
+                f"SVM {self._settings.svm!r} does not exist on {self._settings.endpoint};"
                 " fix the svm setting",
                 array=self.array,
             )
 
     def list_volumes(self) -> Sequence[Volume]:
-        return [_volume(record) for record in self.client.volumes(self.settings.svm)]
+        return [_volume(record) for record in self.client.volumes(self._settings.svm)]
 
     # Group snapshots
 
@@ -158,7 +149,7 @@ class OntapDriver(ArrayDriver, Revertible, Cloneable):
         self._sweep_temporary_groups(members)
         cg_name = self._temporary_group_name(name)
         cg_uuid = self.client.create_consistency_group(
-            self.settings.svm, cg_name, [volume.name for volume in members]
+            self._settings.svm, cg_name, [volume.name for volume in members]
         )
         return PreparedSnapshot(
             self.array,
@@ -177,11 +168,11 @@ class OntapDriver(ArrayDriver, Revertible, Cloneable):
         members = list(prepared.volumes)
         try:
             made = self.client.create_cg_snapshot(
-                cg_uuid, name, self.settings.consistency_type, self.settings.snapshot_comment
+                cg_uuid, name, self._settings.consistency_type, self._settings.snapshot_comment
             )
         except AlreadyExistsError:
             # A repeat: an earlier attempt timed out here, but the array took the snapshot.
-            made = self.client.cg_snapshot(cg_uuid, name, self.settings.snapshot_comment)
+            made = self.client.cg_snapshot(cg_uuid, name, self._settings.snapshot_comment)
             if not made:
                 raise
         found = {record.volume_uuid: record for record in made}
@@ -211,7 +202,7 @@ class OntapDriver(ArrayDriver, Revertible, Cloneable):
         by_name: dict[str, dict[str, SnapshotRecord]] = {}
         for volume in members:
             for record in self.client.snapshots(volume.id):
-                if record.comment == self.settings.snapshot_comment:
+                if record.comment == self._settings.snapshot_comment:
                     by_name.setdefault(record.name, {})[volume.id] = record
         infos: list[SnapshotInfo] = []
         for name, found in by_name.items():
@@ -300,7 +291,7 @@ class OntapDriver(ArrayDriver, Revertible, Cloneable):
 
     def clone(self, ref: SnapshotRef, suffix: str) -> Sequence[Volume]:
         tag = re.sub(r"[^A-Za-z0-9_]", "_", suffix)
-        existing = {record.name: record for record in self.client.volumes(self.settings.svm)}
+        existing = {record.name: record for record in self.client.volumes(self._settings.svm)}
         made: list[VolumeRecord] = []
         clones: list[Volume] = []
         for member in ref.members:
@@ -322,7 +313,7 @@ class OntapDriver(ArrayDriver, Revertible, Cloneable):
                 )
             try:
                 record = self.client.clone_volume(
-                    self.settings.svm, clone_name, member.volume.id, member.snapshot_id
+                    self._settings.svm, clone_name, member.volume.id, member.snapshot_id
                 )
             except DriverError as error:
                 raise error.left_behind(self._undo_clones(made)) from None
@@ -380,13 +371,13 @@ class OntapDriver(ArrayDriver, Revertible, Cloneable):
 
     def _temporary_group_name(self, snapshot_name: str) -> str:
         digest = hashlib.sha256(snapshot_name.encode()).hexdigest()[:16]
-        return f"{self.settings.cg_prefix}{digest}"
+        return f"{self._settings.cg_prefix}{digest}"
 
     def _sweep_temporary_groups(self, members: Sequence[Volume]) -> None:
         """Delete our temporary CGs that hold any of these volumes (left by a failed run)."""
         ids = {volume.id for volume in members}
         for group in self.client.consistency_groups(
-            self.settings.svm, f"{self.settings.cg_prefix}*"
+            self._settings.svm, f"{self._settings.cg_prefix}*"
         ):
             if ids & set(group.volume_uuids):
                 _log.warning(
@@ -416,7 +407,7 @@ class OntapDriver(ArrayDriver, Revertible, Cloneable):
     def _group_label(self, prepared: PreparedSnapshot) -> str:
         return (
             f"temporary consistency group {prepared.value(_CG_NAME)}"
-            f" ({prepared.value(_CG_UUID)}) in SVM {self.settings.svm}"
+            f" ({prepared.value(_CG_UUID)}) in SVM {self._settings.svm}"
         )
 
     def _prepared_group(self, prepared: PreparedSnapshot) -> str:
@@ -446,7 +437,7 @@ class OntapDriver(ArrayDriver, Revertible, Cloneable):
             members=tuple(
                 VolumeSnapshot(volume, found[volume.id].uuid, name) for volume in members
             ),
-            attributes=(("svm", self.settings.svm),),
+            attributes=(("svm", self._settings.svm),),
         )
 
 

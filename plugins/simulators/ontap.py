@@ -375,7 +375,7 @@ class OntapSimulator(SimulatorApp):
             },
             "_links": {"self": {"href": "/api/cluster"}},
         }
-        return Response(200, _project(record, request.arg("fields"), collection=False))
+        return _one_record(request, record)
 
     def _list_svms(self, request: Request) -> Response:
         with self._lock:
@@ -501,9 +501,7 @@ class OntapSimulator(SimulatorApp):
             job = self._jobs.get(request.params["uuid"])
             if job is None:
                 raise HttpError(404, "entry doesn't exist", code=CODE_NOT_FOUND, target="uuid")
-            return Response(
-                200, _project(self._job_record(job), request.arg("fields"), collection=False)
-            )
+            return _one_record(request, self._job_record(job))
 
     def _list_jobs(self, request: Request) -> Response:
         with self._lock:
@@ -593,14 +591,12 @@ class OntapSimulator(SimulatorApp):
     def _get_volume(self, request: Request) -> Response:
         with self._lock:
             record = self._volume_record(self._volume(request.params["uuid"]))
-        return Response(200, _project(record, request.arg("fields"), collection=False))
+        return _one_record(request, record)
 
     def _post_volume(self, request: Request) -> Response:
         body = request.json()
         clone = body.get("clone") or {}
-        name = body.get("name")
-        if not isinstance(name, str) or not name:
-            raise HttpError(400, "name is required", code=SIM_CODE_BAD_REQUEST, target="name")
+        name = _required_name(body)
         if not clone.get("is_flexclone"):
             raise HttpError(
                 400,
@@ -694,9 +690,7 @@ class OntapSimulator(SimulatorApp):
         try:
             self.pool.revert(volume.name, snapshot.uuid)
         except LunInUseError as error:
-            raise HttpError(
-                409, f'Volume "{volume.name}" is busy: {error}', code=CODE_VOLUME_BUSY
-            ) from None
+            raise _volume_busy(volume, error) from None
         except LunPoolError as error:
             raise _pool_error(error) from None
         for candidate in newer:
@@ -724,9 +718,7 @@ class OntapSimulator(SimulatorApp):
             try:
                 self.pool.delete_lun(volume.name)
             except LunInUseError as error:
-                raise HttpError(
-                    409, f'Volume "{volume.name}" is busy: {error}', code=CODE_VOLUME_BUSY
-                ) from None
+                raise _volume_busy(volume, error) from None
             for snapshot in list(self._snapshots.get(volume.uuid, {}).values()):
                 self._drop_snapshot(volume, snapshot)
             self._snapshots.pop(volume.uuid, None)
@@ -785,7 +777,7 @@ class OntapSimulator(SimulatorApp):
             volume = self._volume(request.params["vol"])
             snapshot = self._snapshot_ref(volume.uuid, {"uuid": request.params["uuid"]})
             record = self._snapshot_record(snapshot)
-        return Response(200, _project(record, request.arg("fields"), collection=False))
+        return _one_record(request, record)
 
     def _check_new_snapshot(self, volume: _Volume, name: str) -> None:
         snapshots = self._snapshots.get(volume.uuid, {})
@@ -829,9 +821,7 @@ class OntapSimulator(SimulatorApp):
 
     def _post_snapshot(self, request: Request) -> Response:
         body = request.json()
-        name = body.get("name")
-        if not isinstance(name, str) or not name:
-            raise HttpError(400, "name is required", code=SIM_CODE_BAD_REQUEST, target="name")
+        name = _required_name(body)
         with self._lock:
             volume = self._volume(request.params["vol"])
 
@@ -932,13 +922,11 @@ class OntapSimulator(SimulatorApp):
     def _get_cg(self, request: Request) -> Response:
         with self._lock:
             record = self._cg_record(self._cg(request.params["uuid"]))
-        return Response(200, _project(record, request.arg("fields"), collection=False))
+        return _one_record(request, record)
 
     def _post_cg(self, request: Request) -> Response:
         body = request.json()
-        name = body.get("name")
-        if not isinstance(name, str) or not name:
-            raise HttpError(400, "name is required", code=SIM_CODE_BAD_REQUEST, target="name")
+        name = _required_name(body)
         svm = self._svm_of(body.get("svm"))
         requested = body.get("volumes")
         if not isinstance(requested, list) or not requested:
@@ -1138,13 +1126,11 @@ class OntapSimulator(SimulatorApp):
             record = self._cg_snapshot_record(
                 cg, self._cg_snapshot_ref(cg, {"uuid": request.params["uuid"]})
             )
-        return Response(200, _project(record, request.arg("fields"), collection=False))
+        return _one_record(request, record)
 
     def _post_cg_snapshot(self, request: Request) -> Response:
         body = request.json()
-        name = body.get("name")
-        if not isinstance(name, str) or not name:
-            raise HttpError(400, "name is required", code=SIM_CODE_BAD_REQUEST, target="name")
+        name = _required_name(body)
         consistency_type = body.get("consistency_type", "crash")
         if consistency_type not in {"crash", "application"}:
             raise HttpError(
@@ -1294,6 +1280,23 @@ def _pool_error(error: LunPoolError) -> HttpError:
     if isinstance(error, LunExistsError):
         return HttpError(409, str(error), code=CODE_DUPLICATE)
     return HttpError(500, f"storage failure: {error}", code="1")
+
+
+def _volume_busy(volume: _Volume, error: LunInUseError) -> HttpError:
+    return HttpError(409, f'Volume "{volume.name}" is busy: {error}', code=CODE_VOLUME_BUSY)
+
+
+def _required_name(body: Mapping[str, Any]) -> str:
+    """The `name` every POST of a named object must carry."""
+    name = body.get("name")
+    if not isinstance(name, str) or not name:
+        raise HttpError(400, "name is required", code=SIM_CODE_BAD_REQUEST, target="name")
+    return name
+
+
+def _one_record(request: Request, record: Mapping[str, Any]) -> Response:
+    """A single object's GET: every field unless `fields` narrows it (unlike a collection)."""
+    return Response(200, _project(record, request.arg("fields"), collection=False))
 
 
 def _int_arg(request: Request, name: str, default: int, low: int, high: int) -> int:
