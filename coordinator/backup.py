@@ -39,6 +39,7 @@ from ringsnap.coordinator.ports import (
 from ringsnap.errors import RingsnapError
 from ringsnap.logs import get_logger
 from ringsnap.plugins.api import PreparedSnapshot
+from ringsnap.plugins.errors import DriverError
 from ringsnap.plugins.middleware import deadline
 from ringsnap.plugins.types import SnapshotInfo, SnapshotRef, Volume
 
@@ -506,8 +507,10 @@ class BackupWorkflow:
                 else:
                     await port.abort_group_snapshot(prepared)
             except Exception as exc:  # the snapshot (if any) is unaffected; the driver sweeps
-                left = list(getattr(exc, "leftovers", ())) or [str(exc)]
-                run.array_leftovers += [f"array {array}: {item}" for item in left]
+                left = list(getattr(exc, "leftovers", ()))
+                # One sentence with the array's answer and what it kept, for the catalog.
+                said = str(exc) if isinstance(exc, DriverError) else f"array {array}: {exc}"
+                run.array_leftovers.append(f"{step} of the prepared snapshot failed: {said}")
                 log.warning(
                     f"{step} of a prepared snapshot failed; the driver removes what is left before"
                     " its next snapshot of these volumes",

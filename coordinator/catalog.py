@@ -146,7 +146,7 @@ def _now() -> datetime:
 _BACKUP_COLUMNS = (
     "pk, id, cluster, state, quiesce_mode, trigger, policy, started_us, finished_us, error,"
     " verification, verified_us, verification_detail, freeze_total, freeze_slowest,"
-    " freeze_array_call, freeze_slowest_thaw"
+    " freeze_array_call, freeze_slowest_thaw, warnings"
 )
 
 
@@ -179,6 +179,7 @@ def _summary_fields(row: sqlite3.Row) -> dict[str, Any]:
         "verified_at": _dt(row["verified_us"]),
         "verification_detail": row["verification_detail"],
         "freeze_window": window,
+        "warnings": tuple(json.loads(row["warnings"])),
     }
 
 
@@ -737,6 +738,7 @@ class Catalog:
         finished_at: datetime | None = None,
         timings: Mapping[str, float] | Iterable[PhaseTiming] | None = None,
         freeze_window: FreezeWindow | None = None,
+        warnings: Sequence[str] = (),
     ) -> Backup:
         """Mark a running backup complete (or partial, if nodes were excluded with a reason).
 
@@ -752,8 +754,8 @@ class Catalog:
                 raise IncompleteBackupError(backup_id, missing)
             state = BackupState.PARTIAL if partial else BackupState.COMPLETE
             conn.execute(
-                "UPDATE backups SET state = ?, finished_us = ? WHERE pk = ?",
-                (state.value, _us(finished), pk),
+                "UPDATE backups SET state = ?, finished_us = ?, warnings = ? WHERE pk = ?",
+                (state.value, _us(finished), json.dumps(list(warnings)), pk),
             )
             backup = self._get(conn, backup_id)
         log.info("backup recorded", backup_id=backup_id, state=state.value)
@@ -768,6 +770,7 @@ class Catalog:
         finished_at: datetime | None = None,
         timings: Mapping[str, float] | Iterable[PhaseTiming] | None = None,
         freeze_window: FreezeWindow | None = None,
+        warnings: Sequence[str] = (),
     ) -> Backup:
         """Mark a running backup failed with `error`.
 
@@ -789,8 +792,9 @@ class Catalog:
                 self._insert_cleanup(conn, backup_id, request, finished)
             conn.execute("DELETE FROM snapshots WHERE backup = ?", (pk,))
             conn.execute(
-                "UPDATE backups SET state = 'failed', finished_us = ?, error = ? WHERE pk = ?",
-                (_us(finished), error, pk),
+                "UPDATE backups SET state = 'failed', finished_us = ?, error = ?, warnings = ?"
+                " WHERE pk = ?",
+                (_us(finished), error, json.dumps(list(warnings)), pk),
             )
             backup = self._get(conn, backup_id)
         log.error("backup failed", backup_id=backup_id, error=error)

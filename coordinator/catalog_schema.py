@@ -141,6 +141,13 @@ CREATE INDEX operations_by_time ON operations (started_us DESC);
 CREATE INDEX operations_unfinished ON operations (state) WHERE finished_us IS NULL;
 """
 
+# What a run left on an array besides its snapshot (e.g. a temporary consistency group that could
+# not be removed): a JSON list of sentences, shown with the backup.
+_V2 = """
+ALTER TABLE backups ADD COLUMN warnings TEXT NOT NULL DEFAULT '[]';
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "backups, nodes, snapshots, manifests, timings, cleanups, operations", _V1),
+    Migration(2, "warnings of a backup", _V2),
 ]

@@ -162,6 +162,7 @@ def backup(value: Backup, *, full: bool = True) -> pb.Backup:
         node_count=len(value.nodes),
         excluded_node_count=sum(1 for n in value.nodes if not n.included),
         snapshot_count=len(value.snapshots),
+        warnings=value.warnings,
     )
     if value.finished_at is not None:
         message.finished_at.CopyFrom(timestamp(value.finished_at))

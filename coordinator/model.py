@@ -145,6 +145,9 @@ class BackupSummary:
     verified_at: datetime | None = None
     verification_detail: str = ""
     freeze_window: FreezeWindow | None = None
+    #: What the run left behind besides its snapshots, that an operator may want to know about
+    #: (e.g. a temporary consistency group an array would not remove).
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

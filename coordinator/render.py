@@ -243,6 +243,7 @@ def backup_detail(backup: pb.Backup) -> RenderableType:
     ]
     if backup.error:
         rows.append(("error", Text(backup.error, style="red")))
+    rows += [("warning", Text(warning, style="yellow")) for warning in backup.warnings]
     parts: list[RenderableType] = [_facts(rows)]
 
     if backup.timings:

@@ -264,7 +264,10 @@ class Coordinator:
         for name in run.included:
             self.catalog.record_manifest(run.backup_id, name, run.nodes[name].manifest)
         return self.catalog.complete_backup(
-            run.backup_id, timings=run.clock.phases, freeze_window=run.window
+            run.backup_id,
+            timings=run.clock.phases,
+            freeze_window=run.window,
+            warnings=run.array_leftovers,
         )
 
     def _record_failure(self, run: BackupRun, error: BaseException) -> None:
@@ -283,6 +286,7 @@ class Coordinator:
             cleanups=cleanups,
             timings=run.clock.phases,
             freeze_window=run.window,
+            warnings=run.array_leftovers,
         )
 
     # -- deletion, cleanup, retention ------------------------------------------------------------

@@ -22,6 +22,7 @@ from ringsnap.coordinator.sandbox.load import WriteLoad
 from ringsnap.coordinator.sandbox.stack import CLUSTER_NAME, Stack, running_stack
 from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.plugins.simulators.faults import Fault
+from ringsnap.plugins.simulators.ontap import OntapSimulator
 
 pytestmark = pytest.mark.integration
 
@@ -146,6 +147,37 @@ def test_array_hanging_past_the_freeze_budget_thaws_in_time_and_cleans_up(
     (failed,) = _catalog_state(config)
     assert failed.state is BackupState.FAILED
     assert failed.freeze_window is not None and failed.freeze_window.total < 1.5
+
+
+def test_a_temporary_group_the_array_keeps_is_reported_with_the_backup_and_swept_next_time(
+    sandbox_cluster: SandboxCluster, tmp_path: Path
+) -> None:
+    with running_stack(sandbox_cluster, tmp_path / "stack", vendor="ontap") as stack:
+        config = stack.coordinator_config()
+        simulator = stack.array.app
+        assert isinstance(simulator, OntapSimulator)
+        stack.array.server.faults.add(
+            Fault(
+                "status",
+                method="DELETE",
+                path=r"/application/consistency-groups/[^/]+$",
+                status=500,
+                count=99,
+                message="simulated failure to delete the group",
+            )
+        )
+        first = _backup(config)
+        # The snapshot is good, so the backup is; what the array kept is on record with it.
+        assert first.state is BackupState.COMPLETE
+        (kept,) = simulator.consistency_group_names()
+        (warning,) = first.warnings
+        assert kept in warning and "simulated failure to delete the group" in warning
+        assert _catalog_state(config)[0].warnings == first.warnings
+
+        stack.array.server.faults.clear()
+        second = _backup(config)
+        assert second.state is BackupState.COMPLETE and second.warnings == ()
+        assert simulator.consistency_group_names() == []
 
 
 def test_unreachable_agent_refuses_or_backs_up_the_rest_when_partial_is_allowed(

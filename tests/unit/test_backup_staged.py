@@ -197,7 +197,10 @@ def test_a_finish_that_fails_keeps_the_backup_and_reports_the_leftover() -> None
     )
     run = asyncio.run(workflow.run(BackupSettings(), trigger="test"))
     assert len(run.snapshots) == 1
-    assert run.array_leftovers == ["array a1: temporary consistency group g1"]
+    assert run.array_leftovers == [
+        "finish of the prepared snapshot failed: array 'a1': HTTP 500;"
+        " left behind: temporary consistency group g1"
+    ]
     assert run.leftovers == []
 
 

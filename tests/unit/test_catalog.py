@@ -151,7 +151,8 @@ def test_a_new_catalog_is_wal_with_foreign_keys_and_the_latest_schema(tmp_path: 
     raw = sqlite3.connect(path)
     assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert raw.execute("PRAGMA application_id").fetchone()[0] == catalog_schema.APPLICATION_ID
-    assert raw.execute("SELECT max(version) FROM schema_version").fetchone()[0] == 1
+    latest = len(catalog_schema.MIGRATIONS)
+    assert raw.execute("SELECT max(version) FROM schema_version").fetchone()[0] == latest
     raw.close()
     with Catalog(path) as catalog:
         conn = catalog._connection()
@@ -166,7 +167,10 @@ def test_a_catalog_from_a_newer_ringsnap_is_refused(tmp_path: Path) -> None:
     raw.execute("INSERT INTO schema_version VALUES (99, 'from the future', 0)")
     raw.commit()
     raw.close()
-    with pytest.raises(CatalogSchemaError, match=r"schema version 99.*newer ringsnap.*up to 1"):
+    latest = len(catalog_schema.MIGRATIONS)
+    with pytest.raises(
+        CatalogSchemaError, match=rf"schema version 99.*newer ringsnap.*up to {latest}\b"
+    ):
         Catalog(path)
     # The refusal released the lock: a second attempt gets the same answer, not 'locked'.
     with pytest.raises(CatalogSchemaError):
@@ -198,10 +202,11 @@ def test_forward_migrations_upgrade_an_older_catalog_and_keep_its_data(
         nodes = [node("n1")]
         begin(catalog, "rs-old", nodes)
         finish(catalog, "rs-old", nodes)
+    latest = len(catalog_schema.MIGRATIONS)
     upgraded = [
         *catalog_schema.MIGRATIONS,
         catalog_schema.Migration(
-            2,
+            latest + 1,
             "labels on backups",
             "ALTER TABLE backups ADD COLUMN labels TEXT NOT NULL DEFAULT '{}';",
         ),
@@ -210,13 +215,40 @@ def test_forward_migrations_upgrade_an_older_catalog_and_keep_its_data(
     with pytest.raises(CatalogSchemaError, match="only the coordinator that owns it migrates it"):
         Catalog(path, exclusive=False)
     with Catalog(path) as catalog:
-        assert catalog.schema_version == 2
+        assert catalog.schema_version == latest + 1
         assert catalog.get_backup("rs-old").state is BackupState.COMPLETE
         assert len(catalog.load_manifest("rs-old", "n1")) == 3
         rows = catalog._connection().execute("SELECT version FROM schema_version").fetchall()
-        assert [r[0] for r in rows] == [1, 2]
+        assert [r[0] for r in rows] == list(range(1, latest + 2))
         labels = catalog._connection().execute("SELECT labels FROM backups").fetchone()[0]
         assert labels == "{}"
+
+
+def test_a_version_1_catalog_gains_backup_warnings_and_keeps_its_backups(tmp_path: Path) -> None:
+    path = tmp_path / "catalog.db"
+    raw = sqlite3.connect(path)
+    raw.executescript(catalog_schema.MIGRATIONS[0].sql)
+    raw.execute(f"PRAGMA application_id = {catalog_schema.APPLICATION_ID}")
+    raw.execute("INSERT INTO schema_version VALUES (1, 'v1', 0)")
+    raw.execute(
+        "INSERT INTO backups (id, cluster, state, quiesce_mode, trigger, policy, started_us,"
+        " finished_us, error) VALUES ('rs-v1', 'c', 'failed', 'freeze', 'test', '', 1, 2, 'boom')"
+    )
+    raw.commit()
+    raw.close()
+    with Catalog(path) as catalog:
+        assert catalog.schema_version == len(catalog_schema.MIGRATIONS) >= 2
+        old = catalog.get_backup("rs-v1")
+        assert (old.error, old.warnings) == ("boom", ())
+        nodes = [node("n1")]
+        begin(catalog, "rs-v2", nodes)
+        catalog.record_snapshot("rs-v2", ref_for("rs-v2", "a1", nodes))
+        catalog.record_manifest("rs-v2", "n1", [])
+        left = ("array a1: temporary consistency group cg-1: HTTP 500",)
+        assert catalog.complete_backup("rs-v2", warnings=left).warnings == left
+        begin(catalog, "rs-v3", nodes)
+        assert catalog.fail_backup("rs-v3", "array a1: HTTP 500", warnings=left).warnings == left
+        assert catalog.get_backup("rs-v3").warnings == left
 
 
 def test_a_failed_migration_leaves_the_previous_version(
@@ -224,18 +256,21 @@ def test_a_failed_migration_leaves_the_previous_version(
 ) -> None:
     path = tmp_path / "catalog.db"
     Catalog(path).close()
+    latest = len(catalog_schema.MIGRATIONS)
     broken = [
         *catalog_schema.MIGRATIONS,
         catalog_schema.Migration(
-            2, "broken", "CREATE TABLE extra (x INTEGER); ALTER TABLE nowhere ADD COLUMN y;"
+            latest + 1,
+            "broken",
+            "CREATE TABLE extra (x INTEGER); ALTER TABLE nowhere ADD COLUMN y;",
         ),
     ]
     monkeypatch.setattr(catalog_schema, "MIGRATIONS", broken)
-    with pytest.raises(CatalogSchemaError, match="migration to version 2 failed"):
+    with pytest.raises(CatalogSchemaError, match=f"migration to version {latest + 1} failed"):
         Catalog(path)
     monkeypatch.undo()
     with Catalog(path) as catalog:
-        assert catalog.schema_version == 1
+        assert catalog.schema_version == latest
         tables = {r[0] for r in catalog._connection().execute("SELECT name FROM sqlite_schema")}
         assert "extra" not in tables
 

@@ -286,6 +286,7 @@ class Harness:
         cluster: str = "prod",
         policy: str = "",
         failed: bool = False,
+        warnings: tuple[str, ...] = (),
     ) -> None:
         """A finished backup recorded the way the service records one, with its array snapshot."""
         catalog = self.catalog
@@ -331,6 +332,7 @@ class Harness:
             finished_at=started_at + timedelta(seconds=3),
             timings={"plan": 0.1, "flush": 1.2, "freeze+snapshot+thaw": 0.061, "record": 0.3},
             freeze_window=window,
+            warnings=warnings,
         )
 
 

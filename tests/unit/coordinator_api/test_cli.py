@@ -193,7 +193,8 @@ def test_list_of_an_empty_catalog(app: typer.Typer, cli_config: Path) -> None:
 def test_show_prints_nodes_snapshots_timings_window_and_verification(
     app: typer.Typer, cli_config: Path, harness: Harness
 ) -> None:
-    harness.seed_backup("rs-show", T0)
+    left = "array a1: temporary consistency group ringsnap-cg-1 in SVM svm1: HTTP 500"
+    harness.seed_backup("rs-show", T0, warnings=(left,))
     result = run(app, "show", "rs-show", "--config", str(cli_config))
     assert result.exit_code == 0, result.output
     out = flat(result.stdout)
@@ -211,12 +212,14 @@ def test_show_prints_nodes_snapshots_timings_window_and_verification(
         "array snapshots",
         "rs-group",
         "n3-cl -> rs-show",
+        f"warning {left}",
     ):
         assert expected in out, expected
 
     document = run_json(app, "show", "rs-show", "--config", str(cli_config))
     assert document["verification"] == "VERIFICATION_STATE_UNVERIFIED"
     assert document["freeze"]["array_call"] == "0.012s"
+    assert document["warnings"] == [left]
 
 
 def test_show_unknown_backup_is_not_found(app: typer.Typer, cli_config: Path) -> None:

@@ -359,6 +359,7 @@ class Backup(_message.Message):
     NODE_COUNT_FIELD_NUMBER: _builtins.int
     EXCLUDED_NODE_COUNT_FIELD_NUMBER: _builtins.int
     SNAPSHOT_COUNT_FIELD_NUMBER: _builtins.int
+    WARNINGS_FIELD_NUMBER: _builtins.int
     backup_id: _builtins.str
     cluster: _builtins.str
     state: Global___BackupState.ValueType
@@ -392,6 +393,12 @@ class Backup(_message.Message):
 
     @_builtins.property
     def verified_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def warnings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What the run left behind besides its snapshots (e.g. a temporary consistency group an array
+        would not remove; the driver sweeps it before its next snapshot of the same volumes).
+        """
+
     def __init__(
         self,
         *,
@@ -415,10 +422,11 @@ class Backup(_message.Message):
         node_count: _builtins.int = ...,
         excluded_node_count: _builtins.int = ...,
         snapshot_count: _builtins.int = ...,
+        warnings: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["finished_at", b"finished_at", "freeze", b"freeze", "freeze_window", b"freeze_window", "started_at", b"started_at", "verified_at", b"verified_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "cluster", b"cluster", "error", b"error", "excluded_node_count", b"excluded_node_count", "finished_at", b"finished_at", "freeze", b"freeze", "freeze_window", b"freeze_window", "node_count", b"node_count", "nodes", b"nodes", "policy", b"policy", "quiesce_mode", b"quiesce_mode", "snapshot_count", b"snapshot_count", "snapshots", b"snapshots", "started_at", b"started_at", "state", b"state", "timings", b"timings", "trigger", b"trigger", "verification", b"verification", "verification_detail", b"verification_detail", "verified_at", b"verified_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "cluster", b"cluster", "error", b"error", "excluded_node_count", b"excluded_node_count", "finished_at", b"finished_at", "freeze", b"freeze", "freeze_window", b"freeze_window", "node_count", b"node_count", "nodes", b"nodes", "policy", b"policy", "quiesce_mode", b"quiesce_mode", "snapshot_count", b"snapshot_count", "snapshots", b"snapshots", "started_at", b"started_at", "state", b"state", "timings", b"timings", "trigger", b"trigger", "verification", b"verification", "verification_detail", b"verification_detail", "verified_at", b"verified_at", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
