@@ -31,13 +31,11 @@ import hashlib
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
 
-from ringsnap.config import validate
 from ringsnap.errors import ValidationError
 from ringsnap.logs import get_logger
 from ringsnap.names import snapshot_tag
-from ringsnap.plugins.api import ArrayDriver, Cloneable, Revertible
+from ringsnap.plugins.api import Cloneable, ConfiguredDriver, Revertible
 from ringsnap.plugins.errors import (
     AlreadyExistsError,
     ConfigurationError,
@@ -61,30 +59,22 @@ INCOMPLETE_TAG = "ringsnap.clone-incomplete"
 _MAX_LV_NAME = 127
 
 
-class LvmDriver(ArrayDriver, Revertible, Cloneable):
+class LvmDriver(ConfiguredDriver[LvmSettings], Revertible, Cloneable):
     """Thick and thin LVM snapshots of the volumes in `volume_groups`, on this host."""
 
     name = "lvm"
+    settings_model = LvmSettings
 
     def __init__(
         self, array: str, settings: LvmSettings, runner: CommandRunner | None = None
     ) -> None:
-        self._array = array
-        self._settings = settings
+        super().__init__(array, settings)
         self._lvm = Lvm2(
             array,
             runner or SubprocessRunner(),
             timeout=settings.command_timeout_seconds,
             lvm_config=settings.lvm_config,
         )
-
-    @classmethod
-    def from_config(cls, array: str, settings: Mapping[str, Any], *, source: str) -> LvmDriver:
-        return cls(array, validate(dict(settings), LvmSettings, source=source))
-
-    @property
-    def array(self) -> str:
-        return self._array
 
     def capabilities(self) -> Capabilities:
         return Capabilities(
