@@ -10,6 +10,7 @@ import pytest
 
 from ringsnap.agent.errors import AlreadyExists, CommandFailed, CommandTimeout, NotFound
 from ringsnap.agent.nodetool import (
+    ClusterFacts,
     Nodetool,
     parse_cluster_name,
     parse_info,
@@ -211,7 +212,7 @@ def test_invalid_names_never_reach_the_command(tmp_path: Path) -> None:
     assert not (tmp_path / "args").exists()
 
 
-def test_facts_in_parallel(tmp_path: Path) -> None:
+def test_facts_ask_only_info_while_the_node_runs_the_same_process(tmp_path: Path) -> None:
     script = tmp_path / "nodetool"
     outputs = {
         "info": INFO,
@@ -221,11 +222,40 @@ def test_facts_in_parallel(tmp_path: Path) -> None:
     outputs["gossipinfo"] = GOSSIPINFO
     for name, text in outputs.items():
         (tmp_path / name).write_text(text)
-    script.write_text(f'#!/bin/sh\ncat {tmp_path}/"$1"\n')
+    script.write_text(f'#!/bin/sh\necho "$1" >> {tmp_path}/calls\ncat {tmp_path}/"$1"\n')
     script.chmod(0o755)
-    facts = asyncio.run(Nodetool([str(script)], timeout=10).facts())
-    assert facts.cluster_name == "ringsnap-agentdev" and facts.cassandra_version == "5.0.7"
-    assert facts.native_address == "127.0.124.1"
+    nodetool = Nodetool([str(script)], timeout=10)
+
+    def facts_and_calls() -> tuple[ClusterFacts, list[str]]:
+        (tmp_path / "calls").write_text("")
+        found = asyncio.run(nodetool.facts())
+        return found, sorted((tmp_path / "calls").read_text().split())
+
+    first, calls = facts_and_calls()
+    assert first.cluster_name == "ringsnap-agentdev" and first.cassandra_version == "5.0.7"
+    assert first.native_address == "127.0.124.1"
+    assert calls == ["describecluster", "gossipinfo", "info", "version"]
+
+    # Same process (same generation): one JVM; identity (tokens, states) is always fresh.
+    (tmp_path / "info").write_text(
+        INFO.replace("Gossip active          : true", "Gossip active          : false")
+    )
+    again, calls = facts_and_calls()
+    assert calls == ["info"]
+    assert again.cluster_name == first.cluster_name and not again.identity.gossip_active
+
+    # Restarted (new generation), perhaps upgraded: everything is asked again.
+    (tmp_path / "info").write_text(INFO.replace("1795304199", "1795309999"))
+    (tmp_path / "version").write_text("ReleaseVersion: 5.0.8\n")
+    upgraded, calls = facts_and_calls()
+    assert calls == ["describecluster", "gossipinfo", "info", "version"]
+    assert upgraded.cassandra_version == "5.0.8"
+
+    # No generation printed: nothing is trusted across calls.
+    (tmp_path / "info").write_text(INFO.replace("Generation No", "Generation"))
+    facts_and_calls()
+    _, calls = facts_and_calls()
+    assert calls == ["describecluster", "gossipinfo", "info", "version"]
 
 
 def test_timeout_kills_the_command() -> None:
