@@ -16,7 +16,7 @@ import pytest
 from ringsnap.agent.errors import AlreadyExists, CommandFailed, NotFound
 from ringsnap.agent.jmx import CassandraControl
 from ringsnap.agent.jolokia import Jolokia
-from ringsnap.agent.nodetool import ClusterFacts, Nodetool
+from ringsnap.agent.nodetool import ClusterFacts, Nodetool, parse_generation
 from ringsnap.coordinator.sandbox.cluster import NodeInfo, SandboxCluster
 
 pytestmark = pytest.mark.integration
@@ -135,3 +135,10 @@ def test_jolokia_that_cannot_be_reached_says_what_to_check(
 
     with pytest.raises(CommandFailed, match="javaagent"):
         asyncio.run(ask())
+
+
+def test_nodetool_info_prints_the_generation_that_keys_the_agents_cache(
+    sandbox_cluster: SandboxCluster,
+) -> None:
+    # Without it the agent would run four nodetool JVMs for every node info (see Nodetool.facts).
+    assert parse_generation(sandbox_cluster.nodetool("node1", "info")).isdigit()
