@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 from pydantic import SecretStr
 
-from ringsnap.agent.errors import CommandFailed, CommandTimeout
+from ringsnap.agent.errors import CommandFailed, CommandTimeout, NotFound
 from ringsnap.agent.nodetool import (
     ClusterFacts,
     NodeIdentity,
@@ -68,6 +68,20 @@ class Jolokia:
         self, requests: Sequence[Mapping[str, Any]], *, what: str, timeout: float | None = None
     ) -> list[Any]:
         """Send the requests in one POST; the values in order, or the first error, named."""
+        outcomes = await self.outcomes(requests, what=what, timeout=timeout)
+        for outcome in outcomes:
+            if isinstance(outcome, Exception):
+                raise outcome
+        return outcomes
+
+    async def outcomes(
+        self, requests: Sequence[Mapping[str, Any]], *, what: str, timeout: float | None = None
+    ) -> list[Any]:
+        """Send the requests in one POST; per request its value, or its typed error (not raised).
+
+        Jolokia runs every request of a bulk POST even when one fails. A failure of the POST
+        itself (unreachable, refused, not Jolokia's answer) is raised.
+        """
         budget = timeout or self._timeout
         try:
             response = await self._client.post(
@@ -97,13 +111,14 @@ class Jolokia:
             raise CommandFailed(f"{what}: Jolokia at {self.url} answered with no JSON") from None
         if not isinstance(answers, list) or len(answers) != len(requests):
             raise CommandFailed(f"{what}: Jolokia at {self.url} answered {str(answers)[:200]!r}")
-        values: list[Any] = []
+        found: list[Any] = []
         for answer in answers:
             if not isinstance(answer, dict) or answer.get("status") != 200:
                 error = answer.get("error", answer) if isinstance(answer, dict) else answer
-                raise translate(CommandFailed(f"{what}: {str(error)[:500]}"))
-            values.append(answer.get("value"))
-        return values
+                found.append(translate(CommandFailed(f"{what}: {str(error)[:500]}")))
+            else:
+                found.append(answer.get("value"))
+        return found
 
     async def _timed(self, requests: Sequence[Mapping[str, Any]], *, what: str) -> float:
         started = time.monotonic()
@@ -166,13 +181,17 @@ class Jolokia:
         if keyspace:
             names = [keyspace_name(keyspace)]
             chosen = [table_name(table) for table in tables]
-        else:
-            (listing,) = await self.bulk([read(STORAGE_SERVICE, "Keyspaces")], what="flush")
-            names = [str(name) for name in listing["Keyspaces"]]
-            chosen = []
-        await self.bulk(
-            [execute(STORAGE_SERVICE, _FLUSH, name, chosen) for name in names], what="flush"
+            await self.bulk([execute(STORAGE_SERVICE, _FLUSH, names[0], chosen)], what="flush")
+            return time.monotonic() - started
+        (listing,) = await self.bulk([read(STORAGE_SERVICE, "Keyspaces")], what="flush")
+        outcomes = await self.outcomes(
+            [execute(STORAGE_SERVICE, _FLUSH, str(name), []) for name in listing["Keyspaces"]],
+            what="flush",
         )
+        for outcome in outcomes:
+            # A keyspace dropped since the listing has nothing left to flush.
+            if isinstance(outcome, Exception) and not isinstance(outcome, NotFound):
+                raise outcome
         return time.monotonic() - started
 
     async def snapshot(self, tag: str, keyspaces: Sequence[str] = ()) -> float:

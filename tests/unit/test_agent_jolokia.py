@@ -78,6 +78,31 @@ def test_flush_of_every_keyspace_flushes_each_one_in_one_bulk_request() -> None:
     }
 
 
+def test_flushing_every_keyspace_skips_one_dropped_since_the_listing_but_no_other_failure() -> None:
+    def answers(second: dict[str, Any]) -> Handler:
+        replies = iter(
+            [
+                [{"value": {"Keyspaces": ["app", "gone"]}, "status": 200}],
+                [{"value": None, "status": 200}, second],
+            ]
+        )
+        return lambda _requests: httpx.Response(200, json=next(replies))
+
+    dropped = {
+        "status": 500,
+        "error": "java.lang.IllegalArgumentException : Keyspace gone does not exist",
+    }
+    jolokia, _ = client(answers(dropped))
+    assert run(jolokia.flush()) >= 0
+    broken = {"status": 500, "error": "java.io.IOException : No space left on device"}
+    jolokia, _ = client(answers(broken))
+    with pytest.raises(CommandFailed, match="No space left"):
+        run(jolokia.flush())
+    jolokia, _ = client(lambda _requests: httpx.Response(200, json=[dropped]))
+    with pytest.raises(NotFound):  # a keyspace the caller named must exist
+        run(jolokia.flush("gone"))
+
+
 def test_names_are_validated_before_any_request() -> None:
     jolokia, seen = client(ok([None]))
     with pytest.raises(ValidationError, match="keyspace"):
