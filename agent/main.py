@@ -2,8 +2,10 @@
 
     ringsnap-agent serve [--config /etc/ringsnap/agent.toml]
     ringsnap-agent thaw-all [--config FILE | --state-dir DIR]
+    ringsnap-agent check [--config /etc/ringsnap/agent.toml]
 
-Exit codes: 0 ok; 1 a thaw failed (thaw-all) or the agent failed; 78 configuration error.
+Exit codes: 0 ok; 1 a thaw failed (thaw-all), the node is not ready (check) or the agent failed;
+78 configuration error.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import tomllib
 from pathlib import Path
 
 from ringsnap import logs
-from ringsnap.agent import sdnotify
+from ringsnap.agent import check, sdnotify
 from ringsnap.agent.app import AgentServer
 from ringsnap.agent.config import (
     DEFAULT_CONFIG_PATH,
@@ -46,6 +48,14 @@ def _parser() -> argparse.ArgumentParser:
         description="Thaw every filesystem named in a freeze record under the state directory. "
         "Thawing a filesystem that is not frozen is not an error. Safe to run at any time.",
     )
+    inspect = commands.add_parser(
+        "check",
+        help="is this node ready? config, Cassandra, freezable filesystems, TLS certificate",
+        description="Validate the config, ask Cassandra who it is, list the filesystems behind "
+        "the Cassandra directories and whether each may be frozen, inspect the TLS certificate. "
+        "Changes nothing; safe beside a running agent.",
+    )
+    inspect.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH, help="agent.toml")
     source = thaw.add_mutually_exclusive_group()
     source.add_argument("--config", type=Path, help=f"agent.toml (default {DEFAULT_CONFIG_PATH})")
     source.add_argument("--state-dir", type=Path, help="the state directory itself")
@@ -126,6 +136,11 @@ def main(argv: list[str] | None = None) -> int:
             logs.configure(json=False, level="info")
             return thaw_all_command(arguments)
         config = load_config(arguments.config)
+        if arguments.command == "check":
+            logs.configure(json=False, level="warning")
+            report = asyncio.run(check.check(config))
+            print(check.render(report))
+            return 0 if report.ok else 1
         logs.configure(json=config.log.json_lines, level=config.log.level)
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(serve(config))

@@ -16,7 +16,9 @@ import pytest
 from ringsnap.agent.errors import AlreadyExists, CommandFailed, NotFound
 from ringsnap.agent.jmx import CassandraControl
 from ringsnap.agent.jolokia import Jolokia
+from ringsnap.agent.main import main
 from ringsnap.agent.nodetool import ClusterFacts, Nodetool, parse_generation
+from ringsnap.agent.testing.background import TestPki, config_data, write_config
 from ringsnap.coordinator.sandbox.cluster import NodeInfo, SandboxCluster
 
 pytestmark = pytest.mark.integration
@@ -142,3 +144,28 @@ def test_nodetool_info_prints_the_generation_that_keys_the_agents_cache(
 ) -> None:
     # Without it the agent would run four nodetool JVMs for every node info (see Nodetool.facts).
     assert parse_generation(sandbox_cluster.nodetool("node1", "info")).isdigit()
+
+
+def test_agent_check_finds_a_sandbox_node_ready(
+    sandbox_cluster: SandboxCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node = sandbox_cluster.node("node1")
+    data = config_data(
+        TestPki.create(tmp_path / "pki"),
+        data_directories=[node.data_dir],
+        commitlog_directory=node.commitlog_dir,
+        state_directory=tmp_path / "state",
+        cassandra={
+            "jolokia_url": node.jolokia_url,
+            "saved_caches_directory": str(node.saved_caches_dir),
+            "hints_directory": str(node.hints_dir),
+        },
+    )
+    assert main(["check", "--config", str(write_config(tmp_path / "agent.toml", data))]) == 0
+    out = capsys.readouterr().out
+    assert f"cassandra   {sandbox_cluster.cluster_name}, version 5.0.7, through Jolokia" in out
+    assert f"native address {node.address}" in out
+    for lun in node.luns:
+        assert f"filesystem  {lun.mount_point} (ext4 on /dev/loop" in out
+    assert out.count(": may be frozen") == 2
+    assert out.rstrip().endswith("ready")

@@ -91,3 +91,27 @@ def test_serve_speaks_sd_notify_ready_watchdog_stopping(tmp_path: Path) -> None:
             agent.kill()
             agent.wait()
         notify.close()
+
+
+def test_check_names_every_reason_the_node_is_not_ready(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pki = TestPki.create(tmp_path / "pki")
+    data = config_data(
+        pki,
+        data_directories=[tmp_path / "data"],
+        commitlog_directory=tmp_path / "commitlog",
+        state_directory=tmp_path / "state",  # the same filesystem: never frozen
+        nodetool=["false"],  # Cassandra does not answer
+    )
+    (tmp_path / "data").mkdir()
+    (tmp_path / "commitlog").mkdir()
+    other = pki.client.write(tmp_path / "other", "client")
+    data["tls"]["key_file"] = str(other.key)  # another certificate's key
+    config = write_config(tmp_path / "agent.toml", data)
+    assert main(["check", "--config", str(config)]) == 1
+    out = capsys.readouterr().out
+    assert "Cassandra cannot be reached through nodetool (false)" in out
+    assert "can never be frozen" in out and "quiesce = 'flush-only'" in out
+    assert "the private key does not belong to the certificate" in out
+    assert out.rstrip().endswith("NOT READY: 3 problem(s)")
