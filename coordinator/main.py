@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ringsnap import logs
+from ringsnap import certs, logs
 from ringsnap.agent import sdnotify
 from ringsnap.config import redacted
 from ringsnap.coordinator.apitoken import remove_token, token_path, write_token
@@ -172,6 +172,17 @@ def check_config(path: Path) -> int:
     for name, section in config.arrays.items():
         driver = open_driver(name, section.table(), str(path))  # validates; contacts nothing
         driver.close()
+    tls = config.tls
+    report = certs.inspect(
+        tls.cert_file.read_bytes(),
+        tls.key_file.get_secret_value().encode(),
+        tls.ca_file.read_bytes(),
+        issuer_required=False,  # ca_file checks the agents; agents check this certificate
+    )
+    if report.errors:
+        raise ConfigError(str(path), "tls.cert_file", "; ".join(report.errors))
+    for warning in report.warnings:
+        print(f"{path}: tls.cert_file {tls.cert_file}: {warning}", file=sys.stderr)
     print(json.dumps(_redact(redacted(config)), indent=2, sort_keys=True))
     nodes = sum(len(c.nodes) for c in config.clusters)
     print(

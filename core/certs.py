@@ -26,9 +26,18 @@ class CertificateReport:
 
 
 def inspect(
-    cert_pem: bytes, key_pem: bytes, ca_pem: bytes, *, now: datetime | None = None
+    cert_pem: bytes,
+    key_pem: bytes,
+    ca_pem: bytes,
+    *,
+    now: datetime | None = None,
+    issuer_required: bool = True,
 ) -> CertificateReport:
-    """Expiry, key match and issuer of `cert_pem`; never raises for bad input, reports it."""
+    """Expiry, key match and issuer of `cert_pem`; never raises for bad input, reports it.
+
+    `issuer_required=False` when the CA file is for checking the peers, not this certificate
+    (one CA for both is usual, so a different issuer is then a warning, not an error).
+    """
     report = CertificateReport()
     now = now or datetime.now(UTC)
     try:
@@ -67,9 +76,9 @@ def inspect(
         report.errors.append(f"the CA file holds no PEM certificate ({exc})")
         return report
     if not any(_issued_by(certificate, authority) for authority in authorities):
-        report.errors.append(
+        (report.errors if issuer_required else report.warnings).append(
             "the certificate was not issued by a certificate of the CA file; peers that trust"
-            " that CA will refuse it"
+            " only that CA will refuse it"
         )
     return report
 

@@ -126,6 +126,18 @@ def test_check_config_names_the_key_at_fault(
     assert key in capsys.readouterr().err
 
 
+def test_check_config_refuses_a_key_that_is_not_the_certificates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, listen="127.0.0.1:7444")
+    stranger = TestCA.create().issue("someone-else").write(tmp_path / "other", "stranger")
+    (tmp_path / "tls" / "coordinator.key").write_bytes(stranger.key.read_bytes())
+    assert main(["check-config", "--config", str(config)]) == 78
+    err = capsys.readouterr().err
+    assert "tls.cert_file" in err and "the private key does not belong to the certificate" in err
+    assert "renew it soon" not in err  # an error stops before warnings
+
+
 def test_a_non_loopback_listen_address_is_a_config_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
