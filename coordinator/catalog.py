@@ -179,8 +179,22 @@ def _summary_fields(row: sqlite3.Row) -> dict[str, Any]:
         "verified_at": _dt(row["verified_us"]),
         "verification_detail": row["verification_detail"],
         "freeze_window": window,
-        "warnings": tuple(json.loads(row["warnings"])),
+        "warnings": _warnings(row["warnings"]),
     }
+
+
+def _warnings(stored: object) -> tuple[str, ...]:
+    """The backup's warnings column: a JSON list of sentences. A value edited by hand into
+    something else is shown as it is rather than failing every read of the catalog."""
+    if stored is None or stored == "":
+        return ()
+    try:
+        decoded = json.loads(stored) if isinstance(stored, str | bytes) else stored
+    except ValueError:
+        decoded = None
+    if isinstance(decoded, list) and all(isinstance(item, str) for item in decoded):
+        return tuple(decoded)
+    return (f"unreadable warnings in the catalog: {stored!r}",)
 
 
 def _placeholders(count: int) -> str:

@@ -251,6 +251,38 @@ def test_a_version_1_catalog_gains_backup_warnings_and_keeps_its_backups(tmp_pat
         assert catalog.get_backup("rs-v3").warnings == left
 
 
+def test_warnings_edited_by_hand_into_anything_else_never_break_a_read(tmp_path: Path) -> None:
+    path = tmp_path / "catalog.db"
+    stored = {
+        "rs-text": ("oops, not json", ("unreadable warnings in the catalog: 'oops, not json'",)),
+        "rs-string": (
+            '"one sentence"',
+            ("unreadable warnings in the catalog: '\"one sentence\"'",),
+        ),
+        "rs-numbers": ("[1, null]", ("unreadable warnings in the catalog: '[1, null]'",)),
+        "rs-object": ('{"a": 1}', ("unreadable warnings in the catalog: '{\"a\": 1}'",)),
+        "rs-blob": (b"\xff\xfe", ("unreadable warnings in the catalog: b'\\xff\\xfe'",)),
+        "rs-empty": ("", ()),
+        "rs-good": ('["cg left"]', ("cg left",)),
+    }
+    with Catalog(path) as catalog:
+        for backup_id in stored:
+            begin(catalog, backup_id, [node("n1")])
+            catalog.fail_backup(backup_id, "boom")
+    raw = sqlite3.connect(path)
+    for backup_id, (value, _) in stored.items():
+        raw.execute("UPDATE backups SET warnings = ? WHERE id = ?", (value, backup_id))
+    raw.commit()
+    raw.close()
+    with Catalog(path) as catalog:
+        for backup_id, (_, shown) in stored.items():
+            assert catalog.get_backup(backup_id).warnings == shown, backup_id
+        listed = {b.id: b.warnings for b in catalog.list_backups(page_size=100).backups}
+        assert listed == {backup_id: shown for backup_id, (_, shown) in stored.items()}
+        assert len(catalog.backup_summaries("c1")) == len(stored)
+        assert catalog.latest_backup("c1") is not None
+
+
 def test_a_failed_migration_leaves_the_previous_version(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
