@@ -11,7 +11,11 @@ prepared. Its safety rules, in one place:
   letting client writes time out;
 - thaw runs in a `finally`, shielded from cancellation, whatever happened before;
 - a node whose lease ran out before its thaw was not frozen for the whole snapshot: the run fails;
-- every snapshot a failed run made is deleted, or recorded for cleanup when it cannot be.
+- every snapshot a failed run made is deleted, or recorded for cleanup when it cannot be; a
+  snapshot call that failed may still have made its snapshot, so its name is left for cleanup;
+- no snapshot call starts once the freeze has used the whole budget;
+- a prepare or commit still running is never aborted or finished under it: it is waited for
+  (bounded), or what it set up is logged and kept with the run's warnings.
 """
 
 from __future__ import annotations
@@ -192,6 +196,9 @@ class BackupWorkflow:
         self._progress = progress or (lambda phase, message: None)
         # Snapshot calls that overran the freeze budget; cleaned up when they end.
         self._stragglers: list[tuple[str, asyncio.Task[SnapshotRef]]] = []
+        # Prepares that outlived their timeout (a driver call goes on in its thread); aborted
+        # when they end.
+        self._late_prepares: list[tuple[str, asyncio.Task[PreparedSnapshot]]] = []
         # Prepared snapshots not yet finished or aborted, by array.
         self._prepared: dict[str, PreparedSnapshot] = {}
         # Arrays whose commit returned a snapshot (finished, not aborted, when released).
@@ -283,21 +290,75 @@ class BackupWorkflow:
         """Before the freeze: every array readies its snapshot; a failure aborts the others."""
         self._prepared.clear()
         self._committed.clear()
-
-        async def prepare(array: str) -> None:
-            port = _staged(self.arrays[array])
-            prepared = await _bounded(
-                f"array {array}: preparing the snapshot",
-                port.prepare_group_snapshot(per_array[array], run.backup_id),
-                run.settings.agent_timeout,
+        self._late_prepares.clear()
+        timeout = run.settings.agent_timeout
+        # Tasks, never cancelled: cancelling one would not stop the driver call in its thread,
+        # only lose what it sets up. What each made is kept, so that a failure or cancellation
+        # elsewhere aborts it; one still running is waited for (and aborted) by the discard.
+        tasks = {
+            array: asyncio.create_task(
+                _staged(self.arrays[array]).prepare_group_snapshot(per_array[array], run.backup_id)
             )
-            assert isinstance(prepared, PreparedSnapshot)
-            # Kept as soon as it exists, so that a failure or cancellation elsewhere aborts it.
-            self._prepared[array] = prepared
+            for array in sorted(per_array)
+        }
+        try:
+            if tasks:
+                await asyncio.wait(tasks.values(), timeout=timeout)
+        except asyncio.CancelledError:
+            # A stopping coordinator does not wait for the prepares still running.
+            for array, task in tasks.items():
+                if task.done():
+                    self._keep_prepared(array, task)
+                else:
+                    self._prepare_left_running(run, array, task, "the run was cancelled")
+            raise
+        failures = []
+        for array, task in tasks.items():
+            if not task.done():
+                failures.append(
+                    f"array {array}: preparing the snapshot: no answer within {timeout:g} s"
+                )
+                self._late_prepares.append((array, task))
+            elif (error := self._keep_prepared(array, task)) is not None:
+                failures.append(f"array {array}: preparing the snapshot failed: {error}")
+        if failures:
+            raise BackupFailed("; ".join(failures))
 
-        arrays = sorted(per_array)
-        results = await asyncio.gather(*(prepare(a) for a in arrays), return_exceptions=True)
-        _raise_failures([f"array {a}" for a in arrays], "preparing the snapshot", results)
+    def _keep_prepared(
+        self, array: str, task: asyncio.Task[PreparedSnapshot]
+    ) -> BaseException | None:
+        """Keep what an ended prepare made, for finish or abort; or return why it failed."""
+        if task.cancelled():
+            return asyncio.CancelledError("the prepare was cancelled")
+        if (error := task.exception()) is not None:
+            return error
+        self._prepared[array] = task.result()
+        return None
+
+    def _prepare_left_running(
+        self, run: BackupRun, array: str, task: asyncio.Task[PreparedSnapshot], why: str
+    ) -> None:
+        """A prepare nobody waits for any more: what it sets up is logged, and reported with the
+        run, because no abort will remove it (the driver's next prepare of these volumes does)."""
+        warning = (
+            f"array {array}: {why} while preparing the snapshot; what the prepare set up on the"
+            " array (e.g. a temporary consistency group) is removed by the driver before its next"
+            " snapshot of these volumes"
+        )
+        run.array_leftovers.append(warning)
+        log.warning(warning, backup_id=run.backup_id, array=array)
+
+        def ended(done: asyncio.Task[PreparedSnapshot]) -> None:
+            if not done.cancelled() and done.exception() is None:
+                log.warning(
+                    "a prepare nobody waited for ended; the driver's next prepare removes what it"
+                    " set up",
+                    backup_id=run.backup_id,
+                    array=array,
+                    state=dict(done.result().state),
+                )
+
+        task.add_done_callback(ended)
 
     async def finish_snapshots(self, run: BackupRun) -> None:
         """After the thaw: each array removes what its prepare set up; never fails the run."""
@@ -328,6 +389,13 @@ class BackupWorkflow:
             frozen_at = time.monotonic()
             self._progress("snapshot", f"{len(agents)} nodes frozen; snapshotting")
             remaining = settings.freeze_budget - (frozen_at - started)
+            if remaining <= 0:
+                # A snapshot call started now would run on after the thaw: not a frozen image.
+                raise BackupFailed(
+                    f"freezing took {frozen_at - started:.2f} s, the whole freeze budget"
+                    f" ({settings.freeze_budget:g} s); no snapshot was started. Check the nodes'"
+                    " disks and load, or raise freeze_budget_seconds below the write timeout"
+                )
             renewer = asyncio.create_task(self._renew(agents, operation_id, settings.lease))
             try:
                 await self._snapshot_arrays(run, per_array, remaining)
@@ -460,7 +528,9 @@ class BackupWorkflow:
             # next sweep, not removed under a running snapshot call.
             for array, task in tasks.items():
                 if not task.done():
-                    self._prepared.pop(array, None)
+                    self._abandon_prepared(
+                        run, array, "cancelled while its snapshot call was running"
+                    )
                     run.leftovers.append(
                         CleanupRequest(
                             array=array,
@@ -468,7 +538,11 @@ class BackupWorkflow:
                             snapshot_name=run.backup_id,
                         )
                     )
-                elif not task.cancelled() and task.exception() is None:
+                elif task.cancelled():
+                    self._commit_failed(run, array, "cancelled")
+                elif (error := task.exception()) is not None:
+                    self._commit_failed(run, array, error)
+                else:
                     run.snapshots.append(task.result())
             raise
         failures = []
@@ -482,8 +556,12 @@ class BackupWorkflow:
                 )
                 # Not cancelled: the driver runs in a thread; its result is cleaned up when it ends.
                 self._stragglers.append((array, task))
+            elif task.cancelled():
+                failures.append(f"array {array}: snapshot call cancelled")
+                self._commit_failed(run, array, "cancelled")
             elif (error := task.exception()) is not None:
                 failures.append(f"array {array}: snapshot failed: {error}")
+                self._commit_failed(run, array, error)
             else:
                 run.snapshots.append(task.result())
         if failures:
@@ -493,6 +571,35 @@ class BackupWorkflow:
         ref = await _staged(self.arrays[array]).commit_group_snapshot(prepared)
         self._committed.add(array)
         return ref
+
+    @staticmethod
+    def _commit_failed(run: BackupRun, array: str, error: BaseException | str) -> None:
+        """A failed snapshot call may still have made its snapshot, or part of it (a request
+        that timed out after the array acted, retries stopped by the freeze budget, a failed
+        read of what the array made): the cleanup looks for it by name."""
+        run.leftovers.append(
+            CleanupRequest(
+                array=array,
+                reason=f"its snapshot call failed ({error}); the array may have made it anyway",
+                snapshot_name=run.backup_id,
+            )
+        )
+
+    def _abandon_prepared(self, run: BackupRun, array: str, why: str) -> None:
+        """Give up the prepared snapshot of `array` without finish or abort (its commit may
+        still be running, and a finish or abort must not run under it). What its prepare set up
+        stays on the array until the driver's next prepare of these volumes: logged, and
+        reported with the run."""
+        prepared = self._prepared.pop(array, None)
+        if prepared is None or not prepared.state:
+            return
+        setup = ", ".join(f"{key} {value}" for key, value in prepared.state)
+        warning = (
+            f"array {array}: {why}; what its prepare set up stays on the array until the"
+            f" driver's next snapshot of these volumes: {setup}"
+        )
+        run.array_leftovers.append(warning)
+        log.warning(warning, backup_id=run.backup_id, array=array)
 
     async def _release_prepared(self, run: BackupRun, arrays: Sequence[str]) -> None:
         """Finish (after a commit) or abort (without one) the prepared snapshots of `arrays`."""
@@ -562,6 +669,18 @@ class BackupWorkflow:
         # A straggler's handle is released only once its commit has ended (below).
         running = {array for array, _ in self._stragglers}
         await self._release_prepared(run, [a for a in list(self._prepared) if a not in running])
+        late, self._late_prepares = self._late_prepares, []
+        for array, prepare in late:
+            try:
+                await asyncio.wait_for(asyncio.shield(prepare), run.settings.straggler_grace)
+            except TimeoutError:
+                self._prepare_left_running(run, array, prepare, "no answer")
+                continue
+            except Exception as exc:
+                log.info("late prepare failed", array=array, error=str(exc))
+                continue
+            self._keep_prepared(array, prepare)
+            await self._release_prepared(run, [array])
         for ref in list(run.snapshots):
             try:
                 await self.arrays[ref.array].delete_snapshot(ref)
@@ -581,7 +700,7 @@ class BackupWorkflow:
                 ref = await asyncio.wait_for(asyncio.shield(task), run.settings.straggler_grace)
             except TimeoutError:
                 # Its prepared set-up stays too: the driver's next prepare sweeps it.
-                self._prepared.pop(array, None)
+                self._abandon_prepared(run, array, "its snapshot call never returned")
                 run.leftovers.append(
                     CleanupRequest(
                         array=array,
@@ -591,7 +710,8 @@ class BackupWorkflow:
                 )
                 continue
             except Exception as exc:
-                log.info("late snapshot call failed; it made nothing", array=array, error=str(exc))
+                log.info("late snapshot call failed", array=array, error=str(exc))
+                self._commit_failed(run, array, exc)
                 await self._release_prepared(run, [array])
                 continue
             await self._release_prepared(run, [array])

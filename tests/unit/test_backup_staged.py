@@ -22,9 +22,9 @@ from ringsnap.coordinator.backup import (
     VolumeTarget,
 )
 from ringsnap.coordinator.model import QuiesceMode
-from ringsnap.coordinator.ports import StagedArrayPort
+from ringsnap.coordinator.ports import FreezeReceipt, StagedArrayPort
 from ringsnap.plugins.api import ArrayDriver, PreparedSnapshot
-from ringsnap.plugins.errors import DriverError
+from ringsnap.plugins.errors import ArrayTimeoutError, DriverError
 from ringsnap.plugins.middleware import AsyncDriver, RetryPolicy, deadline, wrap
 from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume, VolumeSnapshot
 from tests.unit.test_backup_workflow import FakeAgent, FakeArray
@@ -223,7 +223,7 @@ def test_cancelled_during_prepare_aborts_what_was_prepared() -> None:
 
     async def cancel_mid_prepare() -> None:
         task = asyncio.create_task(workflow.run(BackupSettings(), trigger="t"))
-        while "prepare a2" not in events or "a1" not in workflow._prepared:
+        while "prepare a2" not in events or not ports["a1"].prepared:
             await asyncio.sleep(0.01)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -350,3 +350,171 @@ def test_a_commit_retry_inside_the_freeze_respects_the_callers_deadline() -> Non
         managed.commit_group_snapshot(prepared)
     assert 1 < len(driver.calls) < 6
     assert isinstance(budget.last_error, DriverError)
+
+
+class ThreadLikeArray(StagedArray):
+    """A prepare and commit that go on when their caller stops waiting, like a driver call in
+    `AsyncDriver`'s worker thread (cancelling the coroutine does not stop the thread)."""
+
+    async def prepare_group_snapshot(
+        self, volumes: Sequence[Volume], name: str
+    ) -> PreparedSnapshot:
+        return await asyncio.shield(super().prepare_group_snapshot(volumes, name))
+
+    async def commit_group_snapshot(self, prepared: PreparedSnapshot) -> SnapshotRef:
+        return await asyncio.shield(super().commit_group_snapshot(prepared))
+
+
+def threadlike_cluster(
+    arrays: Sequence[str] = ("a1",),
+) -> tuple[BackupWorkflow, list[FakeAgent], dict[str, StagedArray], list[str]]:
+    workflow, agents, staged, events = cluster(arrays)
+    ports: dict[str, StagedArray] = {name: ThreadLikeArray(name, events, agents) for name in staged}
+    workflow.arrays = dict(ports)
+    return workflow, agents, ports, events
+
+
+def _run_and_keep(
+    workflow: BackupWorkflow, settings: BackupSettings, *, linger: float = 0.0
+) -> tuple[BackupRun, BaseException]:
+    """Run a backup that fails; then let calls still running in 'threads' end for `linger` s."""
+    runs: list[BackupRun] = []
+
+    async def started(run: BackupRun) -> None:
+        runs.append(run)
+
+    async def main() -> BaseException:
+        try:
+            await workflow.run(settings, trigger="t", on_start=started)
+        except BackupFailed as exc:
+            await asyncio.sleep(linger)
+            return exc
+        raise AssertionError("the run did not fail")
+
+    error = asyncio.run(main())
+    return runs[0], error
+
+
+def test_a_commit_that_failed_may_still_have_made_its_snapshot_so_it_is_left_for_cleanup() -> None:
+    # E.g. the POST timed out after the array took the snapshot and the freeze budget stopped the
+    # retries: the run cannot know, and must not forget the name.
+    workflow, _, ports, _ = cluster()
+    ports["a1"].errors["commit"] = ArrayTimeoutError("did not answer within 10s", array="a1")
+    run, error = _run_and_keep(workflow, BackupSettings())
+    assert "did not answer" in str(error)
+    (leftover,) = run.leftovers
+    assert (leftover.array, leftover.snapshot_name, leftover.ref) == ("a1", run.backup_id, None)
+    assert "may have made it" in leftover.reason
+
+
+def test_a_straggling_commit_that_fails_late_is_left_for_cleanup_by_name() -> None:
+    workflow, agents, ports, events = cluster()
+    ports["a1"].delays["commit"] = 0.5
+    ports["a1"].errors["commit"] = ArrayTimeoutError("did not answer within 10s", array="a1")
+    settings = BackupSettings(freeze_budget=0.2, lease=0.5, straggler_grace=5)
+    run, _ = _run_and_keep(workflow, settings)
+    (leftover,) = run.leftovers
+    assert (leftover.array, leftover.snapshot_name) == ("a1", run.backup_id)
+    assert events.index("thaw n1") < events.index("abort a1")
+    assert not any(a.frozen for a in agents)
+
+
+def test_a_prepare_that_outlives_its_timeout_is_aborted_once_it_ends() -> None:
+    workflow, _, ports, events = threadlike_cluster(("a1", "a2"))
+    ports["a2"].delays["prepare"] = 0.4
+    settings = BackupSettings(agent_timeout=0.1, straggler_grace=5)
+    run, error = _run_and_keep(workflow, settings, linger=0.5)
+    assert "array a2: preparing the snapshot: no answer within 0.1 s" in str(error)
+    assert not any(e.startswith(("freeze", "commit")) for e in events)
+    # a2's prepare set up its group after the run stopped waiting: removed, not leaked.
+    assert "abort a1" in events and "abort a2" in events
+    assert ports["a1"].prepared == set() and ports["a2"].prepared == set()
+    assert run.array_leftovers == []
+
+
+def test_a_prepare_that_never_ends_is_reported_with_the_run() -> None:
+    workflow, _, ports, _ = threadlike_cluster()
+    ports["a1"].delays["prepare"] = 0.5
+    settings = BackupSettings(agent_timeout=0.05, straggler_grace=0.05)
+    run, _ = _run_and_keep(workflow, settings)
+    (warning,) = run.array_leftovers
+    assert warning.startswith("array a1: no answer while preparing the snapshot")
+
+
+def test_cancelled_while_a_prepare_runs_reports_what_it_may_leave() -> None:
+    workflow, _, ports, events = threadlike_cluster(("a1", "a2"))
+    ports["a2"].delays["prepare"] = 0.3
+    runs: list[BackupRun] = []
+
+    async def started(run: BackupRun) -> None:
+        runs.append(run)
+
+    async def cancel_mid_prepare() -> None:
+        task = asyncio.create_task(workflow.run(BackupSettings(), trigger="t", on_start=started))
+        while "prepare a2" not in events or not ports["a1"].prepared:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.4)
+
+    asyncio.run(cancel_mid_prepare())
+    assert "abort a1" in events
+    (warning,) = runs[0].array_leftovers
+    assert warning.startswith("array a2: the run was cancelled while preparing the snapshot")
+
+
+def test_a_commit_abandoned_under_cancellation_reports_its_set_up() -> None:
+    workflow, agents, ports, events = cluster(("a1", "a2"))
+    ports["a1"].gate = asyncio.Event()  # never opened: a1's commit hangs
+    runs: list[BackupRun] = []
+
+    async def started(run: BackupRun) -> None:
+        runs.append(run)
+
+    async def cancel_mid_commit() -> None:
+        task = asyncio.create_task(workflow.run(BackupSettings(), trigger="t", on_start=started))
+        while "commit a2" not in events or "commit-waits a1" not in events:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_mid_commit())
+    assert "abort a1" not in events and not any(a.frozen for a in agents)
+    (warning,) = runs[0].array_leftovers
+    assert warning.startswith("array a1: cancelled while its snapshot call was running")
+    assert "group g1" in warning
+
+
+def test_a_commit_that_never_returns_reports_its_set_up() -> None:
+    workflow, agents, ports, events = threadlike_cluster()
+    ports["a1"].delays["commit"] = 1.0
+    settings = BackupSettings(freeze_budget=0.2, lease=0.5, straggler_grace=0.1)
+    run, _ = _run_and_keep(workflow, settings)
+    assert "abort a1" not in events and "finish a1" not in events
+    (leftover,) = run.leftovers
+    assert leftover.snapshot_name == run.backup_id
+    (warning,) = run.array_leftovers
+    assert warning.startswith("array a1: its snapshot call never returned")
+    assert not any(a.frozen for a in agents)
+
+
+class SlowFreezeAgent(FakeAgent):
+    async def freeze(self, operation_id: str, lease_seconds: float) -> FreezeReceipt:
+        await asyncio.sleep(0.3)
+        return await super().freeze(operation_id, lease_seconds)
+
+
+def test_a_freeze_that_used_the_whole_budget_starts_no_snapshot() -> None:
+    events: list[str] = []
+    agents = [SlowFreezeAgent("n1", events), FakeAgent("n2", events)]
+    port = StagedArray("a1", events, agents)
+    nodes = [NodeTarget(a.node, a, (VolumeTarget("a1", f"{a.node}-data", "data"),)) for a in agents]
+    workflow = BackupWorkflow("c", nodes, {"a1": port}, None)
+    settings = BackupSettings(freeze_budget=0.2, lease=1.0)
+    run, error = _run_and_keep(workflow, settings)
+    assert "the whole freeze budget" in str(error)
+    assert "commit a1" not in events
+    assert events.index("thaw n1") < events.index("abort a1")
+    assert not any(a.frozen for a in agents) and run.leftovers == []
