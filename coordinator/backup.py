@@ -308,7 +308,8 @@ class BackupWorkflow:
             # A stopping coordinator does not wait for the prepares still running.
             for array, task in tasks.items():
                 if task.done():
-                    self._keep_prepared(array, task)
+                    if (error := self._keep_prepared(array, task)) is not None:
+                        _report_left_behind(run, array, "preparing the snapshot", error)
                 else:
                     self._prepare_left_running(run, array, task, "the run was cancelled")
             raise
@@ -321,6 +322,7 @@ class BackupWorkflow:
                 self._late_prepares.append((array, task))
             elif (error := self._keep_prepared(array, task)) is not None:
                 failures.append(f"array {array}: preparing the snapshot failed: {error}")
+                _report_left_behind(run, array, "preparing the snapshot", error)
         if failures:
             raise BackupFailed("; ".join(failures))
 
@@ -678,6 +680,7 @@ class BackupWorkflow:
                 continue
             except Exception as exc:
                 log.info("late prepare failed", array=array, error=str(exc))
+                _report_left_behind(run, array, "preparing the snapshot", exc)
                 continue
             self._keep_prepared(array, prepare)
             await self._release_prepared(run, [array])
@@ -766,6 +769,20 @@ class _OneStep:
 
     async def abort_group_snapshot(self, prepared: PreparedSnapshot) -> None:
         return None
+
+
+def _report_left_behind(run: BackupRun, array: str, step: str, error: BaseException) -> None:
+    """What a failed driver call says it left on the array (`DriverError.leftovers`): logged,
+    and kept with the run's warnings."""
+    left = tuple(getattr(error, "leftovers", ()))
+    if not left:
+        return
+    warning = (
+        f"array {array}: {step} failed and may have left {', '.join(left)}; the driver removes"
+        " it before its next snapshot of these volumes"
+    )
+    run.array_leftovers.append(warning)
+    log.warning(warning, backup_id=run.backup_id, array=array)
 
 
 def _staged(port: ArrayPort) -> StagedArrayPort:

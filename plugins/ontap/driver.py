@@ -148,9 +148,21 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
         # Also removes the CG of an earlier attempt of this very call (a timed-out POST).
         self._sweep_temporary_groups(members)
         cg_name = self._temporary_group_name(name)
-        cg_uuid = self.client.create_consistency_group(
-            self._settings.svm, cg_name, [volume.name for volume in members]
-        )
+        try:
+            cg_uuid = self.client.create_consistency_group(
+                self._settings.svm, cg_name, [volume.name for volume in members]
+            )
+        except DriverError as error:
+            if not error.retryable:
+                raise
+            # The answer may be what was lost (a timeout, a failed job poll): the group may
+            # exist. A repeat of this prepare removes it; if none comes, the caller reports it.
+            raise error.left_behind(
+                (
+                    f"temporary consistency group {cg_name} in SVM {self._settings.svm}, if the"
+                    " array created it before its answer was lost",
+                )
+            ) from None
         return PreparedSnapshot(
             self.array,
             self.name,

@@ -671,3 +671,44 @@ def test_finish_that_cannot_remove_the_group_names_it_and_keeps_the_snapshot(
         driver.finish_group_snapshot(prepared)
     assert caught.value.leftovers and "temporary consistency group" in caught.value.leftovers[0]
     assert driver.get_snapshot(ref).ref == ref
+
+
+def test_a_prepare_retried_after_a_lost_answer_leaves_one_group(ontap: OntapEnv) -> None:
+    # The CG POST is answered 202 and its job creates the group, but the job poll fails: the
+    # middleware repeats the prepare, which must find the first group (not leak it) and end
+    # with exactly one group, the one it returns.
+    driver = ontap.driver(return_timeout=0)
+    volumes = ontap.volumes()
+    lost = ontap.server.faults.add(
+        Fault("status", method="GET", path=r"^/api/cluster/jobs/", status=500)
+    )
+    prepared = driver.prepare_group_snapshot(volumes, "retried")
+    assert ontap.server.faults.fired(lost.id) == 1
+    posts = [
+        r for r in ontap.simulator.requests if r == ("POST", "/api/application/consistency-groups")
+    ]
+    assert len(posts) == 2
+    assert len(ontap.simulator.consistency_group_names()) == 1
+    ref = driver.commit_group_snapshot(prepared)
+    driver.finish_group_snapshot(prepared)
+    assert ontap.simulator.consistency_group_names() == []
+    assert sorted(m.volume.name for m in ref.members) == sorted(VOLUMES)
+
+
+def test_a_prepare_whose_group_answer_is_lost_names_the_group_it_may_leave(
+    ontap: OntapEnv,
+) -> None:
+    raw = ontap.driver(return_timeout=0).driver  # no middleware: one attempt, no retry
+    volumes = ontap.volumes()
+    ontap.server.faults.add(Fault("status", method="GET", path=r"^/api/cluster/jobs/", status=500))
+    with pytest.raises(DriverError) as caught:
+        raw.prepare_group_snapshot(volumes, "unanswered")
+    assert caught.value.retryable
+    (left,) = caught.value.leftovers
+    (group,) = ontap.simulator.consistency_group_names()
+    assert f"temporary consistency group {group} in SVM svm0" in left
+    # The next prepare of these volumes removes it.
+    prepared = raw.prepare_group_snapshot(volumes, "next")
+    assert ontap.simulator.consistency_group_names() == [prepared.value("consistency_group_name")]
+    raw.abort_group_snapshot(prepared)
+    assert ontap.simulator.consistency_group_names() == []

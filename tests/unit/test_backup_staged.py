@@ -518,3 +518,14 @@ def test_a_freeze_that_used_the_whole_budget_starts_no_snapshot() -> None:
     assert "commit a1" not in events
     assert events.index("thaw n1") < events.index("abort a1")
     assert not any(a.frozen for a in agents) and run.leftovers == []
+
+
+def test_a_failed_prepare_that_may_have_left_set_up_reports_it() -> None:
+    workflow, _, ports, _ = cluster(("a1", "a2"))
+    ports["a2"].errors["prepare"] = ArrayTimeoutError(
+        "did not answer within 10s", array="a2", leftovers=("temporary consistency group g2",)
+    )
+    run, _ = _run_and_keep(workflow, BackupSettings())
+    (warning,) = run.array_leftovers
+    assert warning.startswith("array a2: preparing the snapshot failed and may have left")
+    assert "temporary consistency group g2" in warning
