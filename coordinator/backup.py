@@ -21,7 +21,6 @@ prepared. Its safety rules, in one place:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -323,6 +322,13 @@ class BackupWorkflow:
             elif (error := self._keep_prepared(array, task)) is not None:
                 failures.append(f"array {array}: preparing the snapshot failed: {error}")
                 _report_left_behind(run, array, "preparing the snapshot", error)
+            elif (existing := self._prepared[array].existing) is not None:
+                # Its image predates this run's freeze: never recorded as this backup, and not
+                # this run's to delete.
+                failures.append(
+                    f"array {array}: a snapshot named {existing.snapshot_name!r} exists already"
+                    " (taken before this run's freeze); delete it or use another backup id"
+                )
         if failures:
             raise BackupFailed("; ".join(failures))
 
@@ -403,8 +409,9 @@ class BackupWorkflow:
                 await self._snapshot_arrays(run, per_array, remaining)
             finally:
                 renewer.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await renewer
+                # `wait`, not `await renewer` under suppress(CancelledError): that would also
+                # swallow a cancellation of this run arriving meanwhile.
+                await asyncio.wait([renewer])
                 array_call = time.monotonic() - frozen_at
         finally:
             # Shielded: a cancelled run still waits for its thaw.

@@ -529,3 +529,67 @@ def test_a_failed_prepare_that_may_have_left_set_up_reports_it() -> None:
     (warning,) = run.array_leftovers
     assert warning.startswith("array a2: preparing the snapshot failed and may have left")
     assert "temporary consistency group g2" in warning
+
+
+def test_a_cancellation_while_the_renewer_stops_is_not_swallowed() -> None:
+    workflow, agents, ports, events = cluster()
+
+    async def slow_to_stop(*_: object) -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            events.append("renewer-stopping")
+            await asyncio.sleep(0.3)
+            raise
+
+    workflow._renew = slow_to_stop  # type: ignore[method-assign,assignment]
+
+    async def cancel_while_the_renewer_stops() -> None:
+        task = asyncio.create_task(workflow.run(BackupSettings(), trigger="t"))
+        while "renewer-stopping" not in events:
+            await asyncio.sleep(0.005)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_while_the_renewer_stops())
+    assert not any(a.frozen for a in agents)
+    # The stopped run discards its snapshot instead of going on to record it.
+    assert events.index("finish a1") < events.index("delete a1")
+    assert ports["a1"].snapshots == {}
+
+
+class ArrayWithTheName(StagedArray):
+    """An array that already holds a complete snapshot of the run's name."""
+
+    async def prepare_group_snapshot(
+        self, volumes: Sequence[Volume], name: str
+    ) -> PreparedSnapshot:
+        await super().prepare_group_snapshot(volumes, name)
+        old = SnapshotRef(
+            self._name,
+            "staged",
+            "g0",
+            name,
+            name,
+            datetime(2020, 1, 1, tzinfo=UTC),
+            tuple(VolumeSnapshot(v, name) for v in volumes),
+        )
+        self.snapshots[name] = old
+        return PreparedSnapshot(self._name, "staged", name, tuple(volumes), existing=old)
+
+    async def commit_group_snapshot(self, prepared: PreparedSnapshot) -> SnapshotRef:
+        self.events.append(f"commit {self._name}")
+        assert prepared.existing is not None
+        return prepared.existing  # what every driver's commit does with it
+
+
+def test_a_snapshot_of_that_name_taken_before_the_freeze_is_never_this_backup() -> None:
+    workflow, agents, _, events = cluster()
+    port = ArrayWithTheName("a1", events, agents)
+    workflow.arrays = {"a1": port}
+    run, error = _run_and_keep(workflow, BackupSettings())
+    assert "exists already" in str(error)
+    assert not any(e.startswith(("freeze", "commit", "delete")) for e in events)
+    assert run.snapshots == [] and run.leftovers == []
+    assert run.backup_id in port.snapshots  # not this run's to delete
