@@ -382,8 +382,15 @@ class BackupWorkflow:
         started = time.monotonic()
         array_call = 0.0
         try:
+            # Bounded by the budget: nodes that froze stall their writes while a slow one
+            # answers. A freeze that lands after the thaw below is undone by its own lease.
             results = await asyncio.gather(
-                *(a.freeze(operation_id, settings.lease) for a in agents.values()),
+                *(
+                    _bounded(
+                        "freeze budget", a.freeze(operation_id, settings.lease), settings.freeze_budget
+                    )
+                    for a in agents.values()
+                ),
                 return_exceptions=True,
             )
             failures = []

@@ -514,7 +514,8 @@ def test_a_freeze_that_used_the_whole_budget_starts_no_snapshot() -> None:
     workflow = BackupWorkflow("c", nodes, {"a1": port}, None)
     settings = BackupSettings(freeze_budget=0.2, lease=1.0)
     run, error = _run_and_keep(workflow, settings)
-    assert "the whole freeze budget" in str(error)
+    # Bounded by the budget itself, or finished with none of it left: no snapshot either way.
+    assert "freeze budget" in str(error)
     assert "commit a1" not in events
     assert events.index("thaw n1") < events.index("abort a1")
     assert not any(a.frozen for a in agents) and run.leftovers == []

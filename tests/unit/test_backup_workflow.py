@@ -6,6 +6,7 @@ The real-parts proof is in tests/integration; these pin the ordering and failure
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
@@ -212,6 +213,26 @@ def test_a_failed_freeze_thaws_the_nodes_that_did_freeze() -> None:
     agents[1].fail_freeze = True
     with pytest.raises(BackupFailed, match="node n2: freeze failed"):
         asyncio.run(workflow.run(BackupSettings(), trigger="test"))
+    assert not any(a.frozen for a in agents)
+    assert "snapshot a1" not in events
+
+
+def test_a_freeze_slower_than_the_budget_fails_the_run_and_thaws_the_others_in_time() -> None:
+    workflow, agents, _array, events = cluster()
+    slow = agents[2]
+    original = slow.freeze
+
+    async def late_freeze(operation_id: str, lease_seconds: float) -> FreezeReceipt:
+        await asyncio.sleep(5)
+        return await original(operation_id, lease_seconds)
+
+    slow.freeze = late_freeze  # type: ignore[method-assign]
+    started = time.monotonic()
+    with pytest.raises(
+        BackupFailed, match=r"node n3: freeze failed: freeze budget: no answer within 0\.5 s"
+    ):
+        asyncio.run(workflow.run(BackupSettings(freeze_budget=0.5), trigger="test"))
+    assert time.monotonic() - started < 2.0
     assert not any(a.frozen for a in agents)
     assert "snapshot a1" not in events
 
