@@ -26,6 +26,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from ringsnap.coordinator.model import CleanupRequest, FreezeWindow, QuiesceMode
 from ringsnap.coordinator.ports import (
@@ -46,6 +47,7 @@ from ringsnap.plugins.errors import DriverError
 from ringsnap.plugins.middleware import deadline
 from ringsnap.plugins.types import SnapshotInfo, SnapshotRef, Volume
 
+_T = TypeVar("_T")
 log = get_logger(__name__)
 
 
@@ -169,7 +171,7 @@ def new_backup_id(now: datetime | None = None) -> str:
     return f"rs-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
-async def _bounded(what: str, awaitable: Awaitable[object], timeout: float) -> object:
+async def _bounded(what: str, awaitable: Awaitable[_T], timeout: float) -> _T:
     try:
         return await asyncio.wait_for(awaitable, timeout)
     except TimeoutError:
@@ -387,7 +389,9 @@ class BackupWorkflow:
             results = await asyncio.gather(
                 *(
                     _bounded(
-                        "freeze budget", a.freeze(operation_id, settings.lease), settings.freeze_budget
+                        "freeze budget",
+                        a.freeze(operation_id, settings.lease),
+                        settings.freeze_budget,
                     )
                     for a in agents.values()
                 ),
