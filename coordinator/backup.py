@@ -178,6 +178,26 @@ async def _bounded(what: str, awaitable: Awaitable[_T], timeout: float) -> _T:
         raise BackupFailed(f"{what}: no answer within {timeout:g} s") from None
 
 
+async def _to_completion(awaitable: Awaitable[_T]) -> _T:
+    """Await to the end even if this task is cancelled meanwhile, however often, then let the
+    cancellation go on. For what a failing run must finish before it is recorded (the thaw, and
+    the clean-up whose leftovers the record lists); a bare `shield` gives up at the second
+    cancellation and the record would miss what the clean-up finds afterwards."""
+    task = asyncio.ensure_future(awaitable)
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(task)
+            break
+        except asyncio.CancelledError:
+            if task.done():
+                raise  # the work itself was cancelled
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return result
+
+
 class BackupWorkflow:
     """Runs backups of one cluster. Not reentrant: the scheduler serialises runs per cluster."""
 
@@ -426,7 +446,7 @@ class BackupWorkflow:
                 array_call = time.monotonic() - frozen_at
         finally:
             # Shielded: a cancelled run still waits for its thaw.
-            thaws = await asyncio.shield(self._thaw_all(agents, operation_id))
+            thaws = await _to_completion(self._thaw_all(agents, operation_id))
             total = time.monotonic() - started
             run.window = FreezeWindow(
                 total=total,
@@ -498,7 +518,7 @@ class BackupWorkflow:
             await self._phase(run, "record", self.collect_manifests(run))
         except BaseException as exc:
             bound.error("backup failed", error=str(exc), error_type=type(exc).__name__)
-            await asyncio.shield(self._discard_snapshots(run, f"backup failed: {exc}"))
+            await _to_completion(self._discard_snapshots(run, f"backup failed: {exc}"))
             raise
         bound.info("backup taken", phases=run.clock.phases)
         return run

@@ -594,3 +594,34 @@ def test_a_snapshot_of_that_name_taken_before_the_freeze_is_never_this_backup() 
     assert not any(e.startswith(("freeze", "commit", "delete")) for e in events)
     assert run.snapshots == [] and run.leftovers == []
     assert run.backup_id in port.snapshots  # not this run's to delete
+
+
+def test_a_run_cancelled_again_while_it_cleans_up_finishes_the_clean_up_first() -> None:
+    # A coordinator stopping twice (SIGTERM, then again): the record must still list what the
+    # clean-up found, so the run only lets the cancellation go once the clean-up has ended.
+    workflow, agents, ports, events = cluster()
+    ports["a1"].errors["commit"] = DriverError("HTTP 500", array="a1")
+    ports["a1"].delays["abort"] = 0.5
+    ports["a1"].errors["abort"] = DriverError(
+        "HTTP 500", array="a1", leftovers=("temporary consistency group g1",)
+    )
+    runs: list[BackupRun] = []
+
+    async def started(run: BackupRun) -> None:
+        runs.append(run)
+
+    async def main() -> None:
+        task = asyncio.create_task(workflow.run(BackupSettings(), trigger="t", on_start=started))
+        while "abort a1" not in events:
+            await asyncio.sleep(0.01)
+        for _ in range(2):
+            task.cancel()
+            await asyncio.sleep(0.05)
+        assert not task.done(), "the clean-up was cut short"
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    (warning,) = runs[0].array_leftovers
+    assert "temporary consistency group g1" in warning
+    assert not any(a.frozen for a in agents)
