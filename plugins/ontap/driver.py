@@ -146,8 +146,8 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
                 array=self.array,
             )
         # Also removes the CG of an earlier attempt of this very call (a timed-out POST).
-        self._sweep_temporary_groups(members)
         cg_name = self._temporary_group_name(name)
+        self._sweep_temporary_groups(members, also_named=cg_name)
         try:
             cg_uuid = self.client.create_consistency_group(
                 self._settings.svm, cg_name, [volume.name for volume in members]
@@ -385,13 +385,15 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
         digest = hashlib.sha256(snapshot_name.encode()).hexdigest()[:16]
         return f"{self._settings.cg_prefix}{digest}"
 
-    def _sweep_temporary_groups(self, members: Sequence[Volume]) -> None:
-        """Delete our temporary CGs that hold any of these volumes (left by a failed run)."""
+    def _sweep_temporary_groups(self, members: Sequence[Volume], *, also_named: str = "") -> None:
+        """Delete our temporary CGs that hold any of these volumes (left by a failed run), and
+        the one named `also_named` whatever it holds (an earlier attempt whose creation job may
+        not have attached the volumes yet; its name would block this one)."""
         ids = {volume.id for volume in members}
         for group in self.client.consistency_groups(
             self._settings.svm, f"{self._settings.cg_prefix}*"
         ):
-            if ids & set(group.volume_uuids):
+            if ids & set(group.volume_uuids) or (also_named and group.name == also_named):
                 _log.warning(
                     "removing a temporary consistency group left by an earlier run",
                     array=self.array,

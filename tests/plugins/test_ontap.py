@@ -24,6 +24,7 @@ from ringsnap.plugins.errors import (
     UnsupportedError,
 )
 from ringsnap.plugins.middleware import FAST_RETRY, ManagedDriver
+from ringsnap.plugins.ontap.driver import OntapDriver
 from ringsnap.plugins.registry import open_driver
 from ringsnap.plugins.simulators.faults import Fault
 from ringsnap.plugins.simulators.lunpool import LunPool, temporary_xfs_pool
@@ -629,6 +630,23 @@ def test_a_prepare_sweeps_the_group_an_unfinished_run_left(ontap: OntapEnv) -> N
     driver.prepare_group_snapshot(volumes, "crashed")  # never finished nor aborted
     prepared = driver.prepare_group_snapshot(volumes, "next")
     assert len(ontap.simulator.consistency_group_names()) == 1
+    driver.commit_group_snapshot(prepared)
+    driver.finish_group_snapshot(prepared)
+    assert ontap.simulator.consistency_group_names() == []
+
+
+def test_a_prepare_sweeps_a_group_of_its_own_name_whatever_volumes_it_holds_yet(
+    ontap: OntapEnv,
+) -> None:
+    # An earlier attempt's group whose creation job had not attached these volumes yet would
+    # block the name; matching by volumes alone misses it.
+    driver = ontap.driver()
+    volumes = [v for v in ontap.volumes() if v.name != "vol_c"]
+    inner = driver.driver
+    assert isinstance(inner, OntapDriver)
+    name = inner._temporary_group_name("again")
+    inner.client.create_consistency_group(inner._settings.svm, name, ["vol_c"])
+    prepared = driver.prepare_group_snapshot(volumes, "again")
     driver.commit_group_snapshot(prepared)
     driver.finish_group_snapshot(prepared)
     assert ontap.simulator.consistency_group_names() == []
