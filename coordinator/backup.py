@@ -37,15 +37,15 @@ from ringsnap.coordinator.ports import (
     NodeFacts,
     PhaseClock,
     SSTable,
-    StagedArrayPort,
     ThawReceipt,
+    staged,
 )
 from ringsnap.errors import RingsnapError
 from ringsnap.logs import get_logger
 from ringsnap.plugins.api import PreparedSnapshot
 from ringsnap.plugins.errors import DriverError
 from ringsnap.plugins.middleware import deadline
-from ringsnap.plugins.types import SnapshotInfo, SnapshotRef, Volume
+from ringsnap.plugins.types import SnapshotRef, Volume
 
 _T = TypeVar("_T")
 log = get_logger(__name__)
@@ -318,7 +318,7 @@ class BackupWorkflow:
         # elsewhere aborts it; one still running is waited for (and aborted) by the discard.
         tasks = {
             array: asyncio.create_task(
-                _staged(self.arrays[array]).prepare_group_snapshot(per_array[array], run.backup_id)
+                staged(self.arrays[array]).prepare_group_snapshot(per_array[array], run.backup_id)
             )
             for array in sorted(per_array)
         }
@@ -417,14 +417,12 @@ class BackupWorkflow:
                 ),
                 return_exceptions=True,
             )
-            failures = []
-            for name, result in zip(agents, results, strict=True):
-                if isinstance(result, BaseException):
-                    failures.append(f"node {name}: freeze failed: {result}")
-                else:
-                    freezes[name] = result
-            if failures:
-                raise BackupFailed("; ".join(failures))
+            freezes.update(
+                (name, result)
+                for name, result in zip(agents, results, strict=True)
+                if not isinstance(result, BaseException)
+            )
+            _raise_failures([f"node {n}" for n in agents], "freeze", results)
             frozen_at = time.monotonic()
             self._progress("snapshot", f"{len(agents)} nodes frozen; snapshotting")
             remaining = settings.freeze_budget - (frozen_at - started)
@@ -608,7 +606,7 @@ class BackupWorkflow:
             raise BackupFailed("; ".join(failures))
 
     async def _commit(self, array: str, prepared: PreparedSnapshot) -> SnapshotRef:
-        ref = await _staged(self.arrays[array]).commit_group_snapshot(prepared)
+        ref = await staged(self.arrays[array]).commit_group_snapshot(prepared)
         self._committed.add(array)
         return ref
 
@@ -645,7 +643,7 @@ class BackupWorkflow:
         """Finish (after a commit) or abort (without one) the prepared snapshots of `arrays`."""
 
         async def release(array: str, prepared: PreparedSnapshot) -> None:
-            port = _staged(self.arrays[array])
+            port = staged(self.arrays[array])
             committed = array in self._committed
             step = "finish" if committed else "abort"
             try:
@@ -769,46 +767,6 @@ class BackupWorkflow:
                 )
 
 
-class _OneStep:
-    """An `ArrayPort` without the staged steps: the whole snapshot is its commit."""
-
-    def __init__(self, port: ArrayPort) -> None:
-        self.port = port
-
-    @property
-    def array(self) -> str:
-        return self.port.array
-
-    async def check(self) -> None:
-        await self.port.check()
-
-    async def list_volumes(self) -> Sequence[Volume]:
-        return await self.port.list_volumes()
-
-    async def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
-        return await self.port.create_group_snapshot(volumes, name)
-
-    async def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]:
-        return await self.port.list_snapshots(volumes)
-
-    async def delete_snapshot(self, ref: SnapshotRef) -> None:
-        await self.port.delete_snapshot(ref)
-
-    async def prepare_group_snapshot(
-        self, volumes: Sequence[Volume], name: str
-    ) -> PreparedSnapshot:
-        return PreparedSnapshot(self.array, "", name, tuple(volumes))
-
-    async def commit_group_snapshot(self, prepared: PreparedSnapshot) -> SnapshotRef:
-        return await self.port.create_group_snapshot(prepared.volumes, prepared.name)
-
-    async def finish_group_snapshot(self, prepared: PreparedSnapshot) -> None:
-        return None
-
-    async def abort_group_snapshot(self, prepared: PreparedSnapshot) -> None:
-        return None
-
-
 def _report_left_behind(run: BackupRun, array: str, step: str, error: BaseException) -> None:
     """What a failed driver call says it left on the array (`DriverError.leftovers`): logged,
     and kept with the run's warnings."""
@@ -821,10 +779,6 @@ def _report_left_behind(run: BackupRun, array: str, step: str, error: BaseExcept
     )
     run.array_leftovers.append(warning)
     log.warning(warning, backup_id=run.backup_id, array=array)
-
-
-def _staged(port: ArrayPort) -> StagedArrayPort:
-    return port if isinstance(port, StagedArrayPort) else _OneStep(port)
 
 
 async def _list_volumes(array: ArrayPort, timeout: float) -> Sequence[Volume]:

@@ -159,3 +159,48 @@ class CanaryWriter(Protocol):
     """Writes this backup's canary rows (one per node, at CL=ALL); returns their ids by host id."""
 
     async def write_canaries(self, backup_id: str, host_ids: Sequence[str]) -> dict[str, str]: ...
+
+
+class OneStepPort:
+    """An `ArrayPort` without the staged steps: the whole snapshot is its commit."""
+
+    def __init__(self, port: ArrayPort) -> None:
+        self.port = port
+
+    @property
+    def array(self) -> str:
+        return self.port.array
+
+    async def check(self) -> None:
+        await self.port.check()
+
+    async def list_volumes(self) -> Sequence[Volume]:
+        return await self.port.list_volumes()
+
+    async def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
+        return await self.port.create_group_snapshot(volumes, name)
+
+    async def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]:
+        return await self.port.list_snapshots(volumes)
+
+    async def delete_snapshot(self, ref: SnapshotRef) -> None:
+        await self.port.delete_snapshot(ref)
+
+    async def prepare_group_snapshot(
+        self, volumes: Sequence[Volume], name: str
+    ) -> PreparedSnapshot:
+        return PreparedSnapshot(self.array, "", name, tuple(volumes))
+
+    async def commit_group_snapshot(self, prepared: PreparedSnapshot) -> SnapshotRef:
+        return await self.port.create_group_snapshot(prepared.volumes, prepared.name)
+
+    async def finish_group_snapshot(self, prepared: PreparedSnapshot) -> None:
+        return None
+
+    async def abort_group_snapshot(self, prepared: PreparedSnapshot) -> None:
+        return None
+
+
+def staged(port: ArrayPort) -> StagedArrayPort:
+    """`port` itself when it has the staged steps, else the one-step wrapper around it."""
+    return port if isinstance(port, StagedArrayPort) else OneStepPort(port)
