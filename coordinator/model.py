@@ -238,3 +238,121 @@ class OperationRecord:
     steps_total: int = 0
     #: Human-readable problems; the first is the reason for a failure.
     errors: tuple[str, ...] = field(default_factory=tuple)
+
+
+# -- restores ----------------------------------------------------------------------------------
+
+
+class RestoreMode(enum.StrEnum):
+    #: Put the original volumes back to the snapshot, in place.
+    REVERT = "revert"
+    #: New volumes made from the snapshot are attached in place of the originals, which are kept.
+    CLONE = "clone"
+
+
+class RestoreState(enum.StrEnum):
+    #: Planned and confirmed; nothing changed yet, or steps are under way.
+    RUNNING = "running"
+    #: Every target node was restored and proven.
+    PROVEN = "proven"
+    #: Every step ran, but the proof failed for at least one node.
+    FAILED_VERIFICATION = "failed-verification"
+    #: A step failed; the record says what was done and what to do next.
+    FAILED = "failed"
+    #: The coordinator stopped mid-restore (killed, or the process ended); resume it.
+    INTERRUPTED = "interrupted"
+
+    @property
+    def finished(self) -> bool:
+        return self in (RestoreState.PROVEN, RestoreState.FAILED_VERIFICATION)
+
+
+class RestoreStep(enum.StrEnum):
+    """The per-node steps of a restore, in order. A node's record says the last one it finished."""
+
+    PLANNED = "planned"
+    CANARY = "pre-restore canary"
+    STOPPED = "stopped"
+    RELEASED = "released"
+    RESTORED = "restored"  # the array reverted (or cloned) the node's volumes
+    ATTACHED = "attached"
+    CLEARED = "cleared"  # replay state outside the restored volumes discarded
+    CHECKED = "checked"  # the manifest check, made before Cassandra starts
+    STARTED = "started"
+    VERIFIED = "verified"
+
+    @property
+    def index(self) -> int:
+        return list(RestoreStep).index(self)
+
+
+class NodeVerdict(enum.StrEnum):
+    PENDING = "pending"
+    PROVEN = "proven"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RestoreVolume:
+    """One volume of a node in a restore: where it is mounted and what is attached there."""
+
+    array: str
+    #: The volume the backup holds (the configured one).
+    volume: str
+    role: VolumeRole
+    mount_point: str = ""
+    #: What is attached after the restore: the same volume (revert) or its clone.
+    attached_volume: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RestoreNode:
+    """One target node's progress, verdict and proof."""
+
+    name: str
+    host_id: str = ""
+    volumes: tuple[RestoreVolume, ...] = ()
+    #: Whether Cassandra answered at plan time (a node already down gets no pre-restore canary).
+    was_running: bool = True
+    #: Key of the canary written just before the stop; empty when none could be written.
+    pre_restore_canary: str = ""
+    step: RestoreStep = RestoreStep.PLANNED
+    step_seconds: tuple[tuple[str, float], ...] = ()
+    verdict: NodeVerdict = NodeVerdict.PENDING
+    #: Why the verdict is what it is: each proof part, passed or failed, in words.
+    proof: tuple[str, ...] = ()
+    #: What could not be proven (e.g. no pre-restore canary because the node was down).
+    unproven: tuple[str, ...] = ()
+    #: What the operator must do for this node now (a node left stopped says how to go on).
+    next_step: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RestoreRecord:
+    """One restore: who asked for what, how far it got, and the verdict of every node."""
+
+    id: str
+    cluster: str
+    backup_id: str
+    mode: RestoreMode
+    #: Target nodes; every node of the backup for a whole-ring restore.
+    nodes: tuple[RestoreNode, ...]
+    whole_ring: bool
+    requested_by: str
+    started_at: datetime
+    state: RestoreState = RestoreState.RUNNING
+    finished_at: datetime | None = None
+    error: str = ""
+    #: Things the operator must know: destroyed newer snapshots, the repair to run, forced checks.
+    warnings: tuple[str, ...] = ()
+    #: Array-level steps done, e.g. ("array1", "reverted") or ("array1", "cloned:<suffix>").
+    arrays_done: tuple[tuple[str, str], ...] = ()
+    #: Clones made by a clone-mode restore, per original volume: (array, original, clone).
+    clones: tuple[tuple[str, str, str], ...] = ()
+    timings: tuple[PhaseTiming, ...] = ()
+
+    def node(self, name: str) -> RestoreNode:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
