@@ -1,0 +1,323 @@
+"""The sandbox's [volumes] detach/attach hooks: what they refuse, and (root) a real loop device."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from ringsnap.coordinator.sandbox import hooks
+from ringsnap.coordinator.sandbox.hooks import HookRefused
+
+MODULE = "ringsnap.coordinator.sandbox.hooks"
+
+
+class FakeLosetup:
+    def __init__(self, answer: str = "") -> None:
+        self.calls: list[list[str]] = []
+        self.answer = answer
+
+    def __call__(self, argv: Sequence[str]) -> str:
+        self.calls.append(list(argv))
+        return self.answer
+
+
+@pytest.fixture
+def pool(tmp_path: Path) -> Path:
+    root = tmp_path / "pool"
+    (root / "luns").mkdir(parents=True)
+    (root / "luns" / "play-node1-data.img").write_bytes(b"\0" * 4096)
+    return root
+
+
+def _sys_block(tmp_path: Path, backing: dict[str, str]) -> Path:
+    sys_block = tmp_path / "sys-block"
+    for loop, path in backing.items():
+        (sys_block / loop / "loop").mkdir(parents=True)
+        (sys_block / loop / "loop" / "backing_file").write_text(path + "\n")
+    (sys_block / "loop9").mkdir(parents=True, exist_ok=True)  # a free loop device: no loop/ dir
+    return sys_block
+
+
+def _mountinfo(tmp_path: Path, *sources: str) -> Path:
+    path = tmp_path / "mountinfo"
+    lines = [
+        f"{30 + i} 1 7:{i} / /mnt/x{i} rw,relatime shared:1 - ext4 {source} rw"
+        for i, source in enumerate(sources)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+# -- detach ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "device", ["/dev/sda", "/dev/loop", "/dev/loop1/../sda", "loop1", "/dev/mapper/x", "/dev/loopx"]
+)
+def test_detach_refuses_anything_but_a_loop_device(device: str) -> None:
+    with pytest.raises(HookRefused, match="not a loop device"):
+        hooks.loop_name(device)
+
+
+def test_loop_name() -> None:
+    assert hooks.loop_name("/dev/loop12") == "loop12"
+
+
+def test_detach_needs_the_device_variable(pool: Path) -> None:
+    with pytest.raises(HookRefused, match=r"\$RINGSNAP_DEVICE is not set"):
+        hooks.detach(pool, {}, losetup=FakeLosetup())
+
+
+def test_detach_releases_a_lun_of_the_pool(pool: Path, tmp_path: Path) -> None:
+    image = os.path.realpath(pool) + "/luns/play-node1-data.img"
+    losetup = FakeLosetup()
+    done = hooks.detach(
+        pool,
+        {"RINGSNAP_DEVICE": "/dev/loop3"},
+        losetup=losetup,
+        sys_block=_sys_block(tmp_path, {"loop3": image}),
+        mountinfo=_mountinfo(tmp_path, "/dev/loop4"),
+    )
+    assert losetup.calls == [["--detach", "/dev/loop3"]]
+    assert "play-node1-data" in done
+
+
+def test_detach_of_a_device_no_longer_attached_is_done(pool: Path, tmp_path: Path) -> None:
+    losetup = FakeLosetup()
+    done = hooks.detach(
+        pool,
+        {"RINGSNAP_DEVICE": "/dev/loop9"},
+        losetup=losetup,
+        sys_block=_sys_block(tmp_path, {}),
+        mountinfo=_mountinfo(tmp_path),
+    )
+    assert losetup.calls == []
+    assert "nothing to detach" in done
+
+
+@pytest.mark.parametrize(
+    "backing",
+    [
+        "/var/lib/other/luns/play-node1-data.img",  # another pool
+        "{pool}/play-node1-data.img",  # the pool, not its luns/
+        "{pool}/snapshots/play-node1-data/s1.img",  # a snapshot image
+        "{pool}/luns/sub/x.img",  # deeper
+        "{pool}/luns/play-node1-data.raw",  # not an image
+        "{pool}/luns/-x.img",  # a name the pool never makes
+        "/pool.img",
+    ],
+)
+def test_detach_refuses_a_device_backed_by_anything_else(
+    pool: Path, tmp_path: Path, backing: str
+) -> None:
+    losetup = FakeLosetup()
+    with pytest.raises(HookRefused, match="refusing to detach /dev/loop3: its backing file"):
+        hooks.detach(
+            pool,
+            {"RINGSNAP_DEVICE": "/dev/loop3"},
+            losetup=losetup,
+            sys_block=_sys_block(tmp_path, {"loop3": backing.format(pool=os.path.realpath(pool))}),
+            mountinfo=_mountinfo(tmp_path),
+        )
+    assert losetup.calls == []
+
+
+def test_detach_refuses_a_mounted_device(pool: Path, tmp_path: Path) -> None:
+    image = os.path.realpath(pool) + "/luns/play-node1-data.img"
+    losetup = FakeLosetup()
+    with pytest.raises(HookRefused, match="still mounted"):
+        hooks.detach(
+            pool,
+            {"RINGSNAP_DEVICE": "/dev/loop3"},
+            losetup=losetup,
+            sys_block=_sys_block(tmp_path, {"loop3": image}),
+            mountinfo=_mountinfo(tmp_path, "/dev/loop3"),
+        )
+    assert losetup.calls == []
+
+
+def test_detach_accepts_a_deleted_lun_image(pool: Path, tmp_path: Path) -> None:
+    image = os.path.realpath(pool) + "/luns/gone.img (deleted)"
+    losetup = FakeLosetup()
+    hooks.detach(
+        pool,
+        {"RINGSNAP_DEVICE": "/dev/loop3"},
+        losetup=losetup,
+        sys_block=_sys_block(tmp_path, {"loop3": image}),
+        mountinfo=_mountinfo(tmp_path),
+    )
+    assert losetup.calls == [["--detach", "/dev/loop3"]]
+
+
+def test_a_directory_without_luns_is_no_pool(tmp_path: Path) -> None:
+    with pytest.raises(HookRefused, match="not a LUN pool"):
+        hooks.detach(
+            tmp_path,
+            {"RINGSNAP_DEVICE": "/dev/loop3"},
+            losetup=FakeLosetup(),
+            sys_block=_sys_block(tmp_path, {}),
+        )
+
+
+def test_mounted_sources_parses_mountinfo() -> None:
+    text = (
+        "36 35 98:0 /mnt1 /mnt/parent rw,noatime master:1 - ext3 /dev/root rw,errors=continue\n"
+        "40 36 7:3 / /a\\040b rw shared:5 - ext4 /dev/loop3 rw\n"
+        "garbage\n"
+    )
+    assert hooks.mounted_sources(text) == {"/dev/root", "/dev/loop3"}
+
+
+# -- attach ------------------------------------------------------------------------------------
+
+
+def test_attach_needs_the_volume_variable(pool: Path) -> None:
+    with pytest.raises(HookRefused, match=r"\$RINGSNAP_VOLUME is not set"):
+        hooks.attach(pool, {"RINGSNAP_VOLUME": ""}, losetup=FakeLosetup())
+
+
+@pytest.mark.parametrize("volume", ["../etc/passwd", "a/b", ".hidden", "-rf", "a b", "x" * 300])
+def test_attach_refuses_names_that_are_no_volume(pool: Path, volume: str) -> None:
+    losetup = FakeLosetup()
+    with pytest.raises(HookRefused, match="not usable as a file name"):
+        hooks.attach(pool, {"RINGSNAP_VOLUME": volume}, losetup=losetup)
+    assert losetup.calls == []
+
+
+def test_attach_refuses_a_missing_image_naming_it(pool: Path, tmp_path: Path) -> None:
+    losetup = FakeLosetup()
+    with pytest.raises(HookRefused) as refused:
+        hooks.attach(
+            pool,
+            {"RINGSNAP_VOLUME": "play-node1-data-clone"},
+            losetup=losetup,
+            sys_block=_sys_block(tmp_path, {}),
+        )
+    assert "play-node1-data-clone" in str(refused.value)
+    assert "luns/play-node1-data-clone.img" in str(refused.value)
+    assert losetup.calls == []
+
+
+def test_attach_runs_losetup_find_show(pool: Path, tmp_path: Path) -> None:
+    losetup = FakeLosetup("/dev/loop7\n")
+    device = hooks.attach(
+        pool,
+        {"RINGSNAP_VOLUME": "play-node1-data"},
+        losetup=losetup,
+        sys_block=_sys_block(tmp_path, {}),
+    )
+    assert device == "/dev/loop7"
+    image = Path(os.path.realpath(pool)) / "luns" / "play-node1-data.img"
+    assert losetup.calls == [["--find", "--show", str(image)]]
+
+
+def test_attach_reuses_the_device_already_holding_the_image(pool: Path, tmp_path: Path) -> None:
+    image = str(pool / "luns" / "play-node1-data.img")
+    losetup = FakeLosetup("/dev/loop7\n")
+    device = hooks.attach(
+        pool,
+        {"RINGSNAP_VOLUME": "play-node1-data"},
+        losetup=losetup,
+        sys_block=_sys_block(tmp_path, {"loop5": image}),
+    )
+    assert device == "/dev/loop5"
+    assert losetup.calls == []
+
+
+def test_attach_refuses_an_answer_that_is_no_loop_device(pool: Path, tmp_path: Path) -> None:
+    with pytest.raises(HookRefused, match="no loop device"):
+        hooks.attach(
+            pool,
+            {"RINGSNAP_VOLUME": "play-node1-data"},
+            losetup=FakeLosetup("losetup: something odd\n"),
+            sys_block=_sys_block(tmp_path, {}),
+        )
+
+
+def test_main_exits_1_with_the_reason(pool: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = hooks.main(["attach", "--pool", str(pool)], {"RINGSNAP_VOLUME": "nope"})
+    assert code == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "sandbox attach hook: volume 'nope' has no LUN image" in captured.err
+
+
+# -- a real loop device (root) -----------------------------------------------------------------
+
+
+def _real_loop_unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root to attach loop devices"
+    if not Path("/dev/loop-control").exists():
+        return "no /dev/loop-control: this kernel gives no loop devices"
+    if shutil.which("losetup") is None:
+        return "losetup is not installed (util-linux)"
+    return None
+
+
+def _run_hook(action: str, pool: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", MODULE, action, "--pool", str(pool)],
+        env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.fixture
+def loops() -> Iterator[list[tuple[str, Path]]]:
+    """(device, image) a test attached; detached again whatever happens, but only while the device
+    still holds that image (a freed loop number may already serve someone else's test)."""
+    attached: list[tuple[str, Path]] = []
+    yield attached
+    for device, image in attached:
+        if hooks.backing_file(hooks.loop_name(device)) == os.path.realpath(image):
+            subprocess.run(["losetup", "--detach", device], check=False, capture_output=True)
+
+
+@pytest.mark.skipif(_real_loop_unavailable() is not None, reason=str(_real_loop_unavailable()))
+def test_attach_then_detach_a_real_loop_image(
+    pool: Path, tmp_path: Path, loops: list[tuple[str, Path]]
+) -> None:
+    image = pool / "luns" / "play-node1-data.img"
+    with image.open("r+b") as handle:
+        handle.truncate(8 << 20)
+
+    attached = _run_hook("attach", pool, RINGSNAP_VOLUME="play-node1-data")
+    assert attached.returncode == 0, attached.stderr
+    device = attached.stdout.strip().splitlines()[-1]
+    loops.append((device, image))
+    loop = hooks.loop_name(device)
+    assert hooks.backing_file(loop) == os.path.realpath(image)
+
+    again = _run_hook("attach", pool, RINGSNAP_VOLUME="play-node1-data")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip().splitlines()[-1] == device  # a retry gets the same device
+
+    # A loop device of a file outside the pool is refused and stays attached.
+    outsider = tmp_path / "outsider.img"
+    outsider.write_bytes(b"\0" * (1 << 20))
+    other = subprocess.run(
+        ["losetup", "--find", "--show", str(outsider)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    loops.append((other, outsider))
+    refused = _run_hook("detach", pool, RINGSNAP_DEVICE=other)
+    assert refused.returncode == 1
+    assert "is not a LUN image of the pool" in refused.stderr
+    assert hooks.backing_file(hooks.loop_name(other)) is not None
+
+    detached = _run_hook("detach", pool, RINGSNAP_DEVICE=device)
+    assert detached.returncode == 0, detached.stderr
+    # Not asserted by number afterwards: another session may take the freed loop device at once.
+    assert hooks.attached_devices(image) == []
