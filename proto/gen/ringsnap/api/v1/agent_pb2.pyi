@@ -493,16 +493,22 @@ class StopCassandraResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     DURATION_FIELD_NUMBER: _builtins.int
+    DRAINED_FIELD_NUMBER: _builtins.int
+    drained: _builtins.bool
+    """False when drain was not asked for, or Cassandra did not answer (already down) and the agent
+    went on with the stop command without draining.
+    """
     @_builtins.property
     def duration(self) -> _duration_pb2.Duration: ...
     def __init__(
         self,
         *,
         duration: _duration_pb2.Duration | None = ...,
+        drained: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["duration", b"duration"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["duration", b"duration"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["drained", b"drained", "duration", b"duration"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -549,3 +555,302 @@ class StartCassandraResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StartCassandraResponse: _TypeAlias = StartCassandraResponse  # noqa: Y015
+
+@_typing.final
+class GetVolumeStateRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetVolumeStateRequest: _TypeAlias = GetVolumeStateRequest  # noqa: Y015
+
+@_typing.final
+class VolumeState(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CASSANDRA_RUNNING_FIELD_NUMBER: _builtins.int
+    CASSANDRA_DETAIL_FIELD_NUMBER: _builtins.int
+    VOLUMES_FIELD_NUMBER: _builtins.int
+    cassandra_running: _builtins.bool
+    """Whether Cassandra answers (nodetool info, or Jolokia when configured)."""
+    cassandra_detail: _builtins.str
+    """How that was determined, or why Cassandra is taken as not running."""
+    @_builtins.property
+    def volumes(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeVolume]:
+        """Every filesystem that holds a configured Cassandra directory (mounted now), then every volume
+        released by a restore operation and not attached again.
+        """
+
+    def __init__(
+        self,
+        *,
+        cassandra_running: _builtins.bool = ...,
+        cassandra_detail: _builtins.str = ...,
+        volumes: _abc.Iterable[Global___NodeVolume] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cassandra_detail", b"cassandra_detail", "cassandra_running", b"cassandra_running", "volumes", b"volumes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VolumeState: _TypeAlias = VolumeState  # noqa: Y015
+
+@_typing.final
+class NodeVolume(_message.Message):
+    """A filesystem of the node's Cassandra directories, mounted or released by a restore."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MOUNT_POINT_FIELD_NUMBER: _builtins.int
+    DEVICE_FIELD_NUMBER: _builtins.int
+    FS_TYPE_FIELD_NUMBER: _builtins.int
+    FS_UUID_FIELD_NUMBER: _builtins.int
+    KINDS_FIELD_NUMBER: _builtins.int
+    SERIAL_FIELD_NUMBER: _builtins.int
+    WWN_FIELD_NUMBER: _builtins.int
+    LOOP_BACKING_FILE_FIELD_NUMBER: _builtins.int
+    MOUNTED_FIELD_NUMBER: _builtins.int
+    RELEASED_BY_FIELD_NUMBER: _builtins.int
+    mount_point: _builtins.str
+    device: _builtins.str
+    """The block device (as mounted, or as recorded when released)."""
+    fs_type: _builtins.str
+    fs_uuid: _builtins.str
+    """The filesystem UUID; a revert and a clone both keep it."""
+    serial: _builtins.str
+    """Stable identities the device exposes, where it has them."""
+    wwn: _builtins.str
+    loop_backing_file: _builtins.str
+    mounted: _builtins.bool
+    released_by: _builtins.str
+    """The restore operation that released it; empty when it is mounted normally. Set together with
+    mounted = true when a release was started and did not finish (call ReleaseVolumes again).
+    """
+    @_builtins.property
+    def kinds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Kinds of Cassandra directory on it: data, commitlog, saved_caches, hints, cdc_raw."""
+
+    def __init__(
+        self,
+        *,
+        mount_point: _builtins.str = ...,
+        device: _builtins.str = ...,
+        fs_type: _builtins.str = ...,
+        fs_uuid: _builtins.str = ...,
+        kinds: _abc.Iterable[_builtins.str] | None = ...,
+        serial: _builtins.str = ...,
+        wwn: _builtins.str = ...,
+        loop_backing_file: _builtins.str = ...,
+        mounted: _builtins.bool = ...,
+        released_by: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["device", b"device", "fs_type", b"fs_type", "fs_uuid", b"fs_uuid", "kinds", b"kinds", "loop_backing_file", b"loop_backing_file", "mount_point", b"mount_point", "mounted", b"mounted", "released_by", b"released_by", "serial", b"serial", "wwn", b"wwn"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodeVolume: _TypeAlias = NodeVolume  # noqa: Y015
+
+@_typing.final
+class ReleaseVolumesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    MOUNT_POINTS_FIELD_NUMBER: _builtins.int
+    operation_id: _builtins.str
+    """The restore operation; AttachVolumes and DiscardReplayState name it again."""
+    @_builtins.property
+    def mount_points(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Empty: every filesystem that holds a configured Cassandra directory."""
+
+    def __init__(
+        self,
+        *,
+        operation_id: _builtins.str = ...,
+        mount_points: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mount_points", b"mount_points", "operation_id", b"operation_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReleaseVolumesRequest: _TypeAlias = ReleaseVolumesRequest  # noqa: Y015
+
+@_typing.final
+class ReleaseVolumesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VOLUMES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def volumes(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeVolume]:
+        """The released volumes (mounted = false). Releasing again under the same id reports them again."""
+
+    def __init__(
+        self,
+        *,
+        volumes: _abc.Iterable[Global___NodeVolume] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["volumes", b"volumes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReleaseVolumesResponse: _TypeAlias = ReleaseVolumesResponse  # noqa: Y015
+
+@_typing.final
+class AttachVolume(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MOUNT_POINT_FIELD_NUMBER: _builtins.int
+    VOLUME_NAME_FIELD_NUMBER: _builtins.int
+    mount_point: _builtins.str
+    """A mount point the same operation released."""
+    volume_name: _builtins.str
+    """The array's volume to attach there: the same volume after a revert, the clone after a clone.
+    Passed to the attach hook as RINGSNAP_VOLUME; letters, digits and _ . : / - only.
+    """
+    def __init__(
+        self,
+        *,
+        mount_point: _builtins.str = ...,
+        volume_name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mount_point", b"mount_point", "volume_name", b"volume_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AttachVolume: _TypeAlias = AttachVolume  # noqa: Y015
+
+@_typing.final
+class AttachVolumesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    VOLUMES_FIELD_NUMBER: _builtins.int
+    operation_id: _builtins.str
+    @_builtins.property
+    def volumes(self) -> _containers.RepeatedCompositeFieldContainer[Global___AttachVolume]: ...
+    def __init__(
+        self,
+        *,
+        operation_id: _builtins.str = ...,
+        volumes: _abc.Iterable[Global___AttachVolume] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["operation_id", b"operation_id", "volumes", b"volumes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AttachVolumesRequest: _TypeAlias = AttachVolumesRequest  # noqa: Y015
+
+@_typing.final
+class AttachVolumesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VOLUMES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def volumes(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeVolume]:
+        """The attached volumes (mounted = true), with the filesystem UUID that was checked."""
+
+    def __init__(
+        self,
+        *,
+        volumes: _abc.Iterable[Global___NodeVolume] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["volumes", b"volumes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AttachVolumesResponse: _TypeAlias = AttachVolumesResponse  # noqa: Y015
+
+@_typing.final
+class DiscardReplayStateRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    HINTS_FIELD_NUMBER: _builtins.int
+    operation_id: _builtins.str
+    """The restore operation whose released (and attached again) filesystems are kept."""
+    hints: _builtins.bool
+    """Also empty the hints directory."""
+    def __init__(
+        self,
+        *,
+        operation_id: _builtins.str = ...,
+        hints: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hints", b"hints", "operation_id", b"operation_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DiscardReplayStateRequest: _TypeAlias = DiscardReplayStateRequest  # noqa: Y015
+
+@_typing.final
+class DiscardedDirectory(_message.Message):
+    """A directory whose contents were deleted (the directory itself stays)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    FILES_FIELD_NUMBER: _builtins.int
+    BYTES_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    kind: _builtins.str
+    """saved_caches, cdc_raw, commitlog or hints."""
+    files: _builtins.int
+    """Files (and other non-directory entries) deleted, and the bytes they held."""
+    bytes: _builtins.int
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        kind: _builtins.str = ...,
+        files: _builtins.int = ...,
+        bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "files", b"files", "kind", b"kind", "path", b"path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DiscardedDirectory: _TypeAlias = DiscardedDirectory  # noqa: Y015
+
+@_typing.final
+class DiscardReplayStateResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DIRECTORIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def directories(self) -> _containers.RepeatedCompositeFieldContainer[Global___DiscardedDirectory]: ...
+    def __init__(
+        self,
+        *,
+        directories: _abc.Iterable[Global___DiscardedDirectory] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["directories", b"directories"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DiscardReplayStateResponse: _TypeAlias = DiscardReplayStateResponse  # noqa: Y015

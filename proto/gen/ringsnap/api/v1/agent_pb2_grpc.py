@@ -84,6 +84,26 @@ class AgentServiceStub:
                 request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.StartCassandraRequest.SerializeToString,
                 response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.StartCassandraResponse.FromString,
                 _registered_method=True)
+        self.GetVolumeState = channel.unary_unary(
+                '/ringsnap.api.v1.AgentService/GetVolumeState',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.GetVolumeStateRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.VolumeState.FromString,
+                _registered_method=True)
+        self.ReleaseVolumes = channel.unary_unary(
+                '/ringsnap.api.v1.AgentService/ReleaseVolumes',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.ReleaseVolumesRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.ReleaseVolumesResponse.FromString,
+                _registered_method=True)
+        self.AttachVolumes = channel.unary_unary(
+                '/ringsnap.api.v1.AgentService/AttachVolumes',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.AttachVolumesRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.AttachVolumesResponse.FromString,
+                _registered_method=True)
+        self.DiscardReplayState = channel.unary_unary(
+                '/ringsnap.api.v1.AgentService/DiscardReplayState',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DiscardReplayStateRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DiscardReplayStateResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -157,6 +177,40 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetVolumeState(self, request, context):
+        """Whether Cassandra runs, and the node's Cassandra volumes: mounted ones, and those a restore
+        released and has not attached again. Answers while Cassandra is down (GetNodeInfo does not).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseVolumes(self, request, context):
+        """Unmount the Cassandra filesystems so the array may revert or clone their volumes, then run the
+        configured detach hook. Refused while Cassandra runs or a process holds a file open on them.
+        The agent records each volume (durably, before unmounting) for AttachVolumes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AttachVolumes(self, request, context):
+        """Run the configured attach hook and mount again what an operation released, then check that
+        the mounted filesystem has the recorded filesystem UUID (a mismatch is unmounted and refused).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DiscardReplayState(self, request, context):
+        """Empty the replay state outside the restored volumes (saved caches, CDC, commit log and, when
+        asked, hints), so that Cassandra does not replay what is newer than the snapshot. Directories
+        on filesystems the operation released and attached are kept: they came back from the snapshot.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -209,6 +263,26 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.StartCassandra,
                     request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.StartCassandraRequest.FromString,
                     response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.StartCassandraResponse.SerializeToString,
+            ),
+            'GetVolumeState': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetVolumeState,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.GetVolumeStateRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.VolumeState.SerializeToString,
+            ),
+            'ReleaseVolumes': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseVolumes,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.ReleaseVolumesRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.ReleaseVolumesResponse.SerializeToString,
+            ),
+            'AttachVolumes': grpc.unary_unary_rpc_method_handler(
+                    servicer.AttachVolumes,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.AttachVolumesRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.AttachVolumesResponse.SerializeToString,
+            ),
+            'DiscardReplayState': grpc.unary_unary_rpc_method_handler(
+                    servicer.DiscardReplayState,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DiscardReplayStateRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DiscardReplayStateResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -481,6 +555,114 @@ class AgentService:
             '/ringsnap.api.v1.AgentService/StartCassandra',
             ringsnap_dot_api_dot_v1_dot_agent__pb2.StartCassandraRequest.SerializeToString,
             ringsnap_dot_api_dot_v1_dot_agent__pb2.StartCassandraResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetVolumeState(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.AgentService/GetVolumeState',
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.GetVolumeStateRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.VolumeState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseVolumes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.AgentService/ReleaseVolumes',
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.ReleaseVolumesRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.ReleaseVolumesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AttachVolumes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.AgentService/AttachVolumes',
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.AttachVolumesRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.AttachVolumesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DiscardReplayState(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.AgentService/DiscardReplayState',
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.DiscardReplayStateRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.DiscardReplayStateResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -49,6 +49,24 @@ class AgentServiceStub:
     StopCassandra: _grpc.UnaryUnaryMultiCallable[_agent_pb2.StopCassandraRequest, _agent_pb2.StopCassandraResponse]
     """Stop and start Cassandra, for restores."""
     StartCassandra: _grpc.UnaryUnaryMultiCallable[_agent_pb2.StartCassandraRequest, _agent_pb2.StartCassandraResponse]
+    GetVolumeState: _grpc.UnaryUnaryMultiCallable[_agent_pb2.GetVolumeStateRequest, _agent_pb2.VolumeState]
+    """Whether Cassandra runs, and the node's Cassandra volumes: mounted ones, and those a restore
+    released and has not attached again. Answers while Cassandra is down (GetNodeInfo does not).
+    """
+    ReleaseVolumes: _grpc.UnaryUnaryMultiCallable[_agent_pb2.ReleaseVolumesRequest, _agent_pb2.ReleaseVolumesResponse]
+    """Unmount the Cassandra filesystems so the array may revert or clone their volumes, then run the
+    configured detach hook. Refused while Cassandra runs or a process holds a file open on them.
+    The agent records each volume (durably, before unmounting) for AttachVolumes.
+    """
+    AttachVolumes: _grpc.UnaryUnaryMultiCallable[_agent_pb2.AttachVolumesRequest, _agent_pb2.AttachVolumesResponse]
+    """Run the configured attach hook and mount again what an operation released, then check that
+    the mounted filesystem has the recorded filesystem UUID (a mismatch is unmounted and refused).
+    """
+    DiscardReplayState: _grpc.UnaryUnaryMultiCallable[_agent_pb2.DiscardReplayStateRequest, _agent_pb2.DiscardReplayStateResponse]
+    """Empty the replay state outside the restored volumes (saved caches, CDC, commit log and, when
+    asked, hints), so that Cassandra does not replay what is newer than the snapshot. Directories
+    on filesystems the operation released and attached are kept: they came back from the snapshot.
+    """
 
 @_typing.type_check_only
 class AgentServiceAsyncStub(AgentServiceStub):
@@ -71,6 +89,24 @@ class AgentServiceAsyncStub(AgentServiceStub):
     StopCassandra: _aio.UnaryUnaryMultiCallable[_agent_pb2.StopCassandraRequest, _agent_pb2.StopCassandraResponse]  # type: ignore[assignment]
     """Stop and start Cassandra, for restores."""
     StartCassandra: _aio.UnaryUnaryMultiCallable[_agent_pb2.StartCassandraRequest, _agent_pb2.StartCassandraResponse]  # type: ignore[assignment]
+    GetVolumeState: _aio.UnaryUnaryMultiCallable[_agent_pb2.GetVolumeStateRequest, _agent_pb2.VolumeState]  # type: ignore[assignment]
+    """Whether Cassandra runs, and the node's Cassandra volumes: mounted ones, and those a restore
+    released and has not attached again. Answers while Cassandra is down (GetNodeInfo does not).
+    """
+    ReleaseVolumes: _aio.UnaryUnaryMultiCallable[_agent_pb2.ReleaseVolumesRequest, _agent_pb2.ReleaseVolumesResponse]  # type: ignore[assignment]
+    """Unmount the Cassandra filesystems so the array may revert or clone their volumes, then run the
+    configured detach hook. Refused while Cassandra runs or a process holds a file open on them.
+    The agent records each volume (durably, before unmounting) for AttachVolumes.
+    """
+    AttachVolumes: _aio.UnaryUnaryMultiCallable[_agent_pb2.AttachVolumesRequest, _agent_pb2.AttachVolumesResponse]  # type: ignore[assignment]
+    """Run the configured attach hook and mount again what an operation released, then check that
+    the mounted filesystem has the recorded filesystem UUID (a mismatch is unmounted and refused).
+    """
+    DiscardReplayState: _aio.UnaryUnaryMultiCallable[_agent_pb2.DiscardReplayStateRequest, _agent_pb2.DiscardReplayStateResponse]  # type: ignore[assignment]
+    """Empty the replay state outside the restored volumes (saved caches, CDC, commit log and, when
+    asked, hints), so that Cassandra does not replay what is newer than the snapshot. Directories
+    on filesystems the operation released and attached are kept: they came back from the snapshot.
+    """
 
 class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -150,5 +186,47 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _agent_pb2.StartCassandraRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_agent_pb2.StartCassandraResponse, _abc.Awaitable[_agent_pb2.StartCassandraResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def GetVolumeState(
+        self,
+        request: _agent_pb2.GetVolumeStateRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.VolumeState, _abc.Awaitable[_agent_pb2.VolumeState]]:
+        """Whether Cassandra runs, and the node's Cassandra volumes: mounted ones, and those a restore
+        released and has not attached again. Answers while Cassandra is down (GetNodeInfo does not).
+        """
+
+    @_abc_1.abstractmethod
+    def ReleaseVolumes(
+        self,
+        request: _agent_pb2.ReleaseVolumesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.ReleaseVolumesResponse, _abc.Awaitable[_agent_pb2.ReleaseVolumesResponse]]:
+        """Unmount the Cassandra filesystems so the array may revert or clone their volumes, then run the
+        configured detach hook. Refused while Cassandra runs or a process holds a file open on them.
+        The agent records each volume (durably, before unmounting) for AttachVolumes.
+        """
+
+    @_abc_1.abstractmethod
+    def AttachVolumes(
+        self,
+        request: _agent_pb2.AttachVolumesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.AttachVolumesResponse, _abc.Awaitable[_agent_pb2.AttachVolumesResponse]]:
+        """Run the configured attach hook and mount again what an operation released, then check that
+        the mounted filesystem has the recorded filesystem UUID (a mismatch is unmounted and refused).
+        """
+
+    @_abc_1.abstractmethod
+    def DiscardReplayState(
+        self,
+        request: _agent_pb2.DiscardReplayStateRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.DiscardReplayStateResponse, _abc.Awaitable[_agent_pb2.DiscardReplayStateResponse]]:
+        """Empty the replay state outside the restored volumes (saved caches, CDC, commit log and, when
+        asked, hints), so that Cassandra does not replay what is newer than the snapshot. Directories
+        on filesystems the operation released and attached are kept: they came back from the snapshot.
+        """
 
 def add_AgentServiceServicer_to_server(servicer: AgentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
