@@ -88,6 +88,46 @@ class SSTable:
         return sum(component.size_bytes for component in self.components)
 
 
+@dataclass(frozen=True)
+class NodeVolumeFacts:
+    """A filesystem of a node's Cassandra directories: mounted, or released by a restore."""
+
+    mount_point: str
+    device: str
+    fs_type: str
+    #: The filesystem UUID; a revert and a clone both keep it.
+    fs_uuid: str
+    #: Kinds of Cassandra directory on it: data, commitlog, saved_caches, hints, cdc_raw.
+    kinds: tuple[str, ...]
+    serial: str = ""
+    wwn: str = ""
+    loop_backing_file: str = ""
+    mounted: bool = True
+    #: The restore operation that released it; empty when it is mounted normally.
+    released_by: str = ""
+
+
+@dataclass(frozen=True)
+class VolumeState:
+    """What an agent reports while Cassandra may be down: is it running, and the node's volumes."""
+
+    cassandra_running: bool
+    #: How that was determined, or why Cassandra is taken as not running.
+    detail: str
+    volumes: tuple[NodeVolumeFacts, ...] = ()
+
+
+@dataclass(frozen=True)
+class DiscardedDirectory:
+    """A directory of replay state whose contents an agent deleted (the directory stays)."""
+
+    path: str
+    #: saved_caches, cdc_raw, commitlog or hints.
+    kind: str
+    files: int
+    bytes: int
+
+
 class NodeAgent(Protocol):
     """One node's agent. Every call raises `AgentError` naming the node on failure."""
 
