@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -377,7 +378,7 @@ class SandboxCluster:
         """A cassandra-driver session that only ever talks to this cluster's nodes."""
         if self._session is None:
             from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
-            from cassandra.policies import WhiteListRoundRobinPolicy
+            from cassandra.policies import ConstantReconnectionPolicy, WhiteListRoundRobinPolicy
 
             # The whitelist keeps the driver on this instance's nodes, whatever peers they report.
             profile = ExecutionProfile(
@@ -389,6 +390,9 @@ class SandboxCluster:
                 execution_profiles={EXEC_PROFILE_DEFAULT: profile},
                 protocol_version=5,
                 connect_timeout=10,
+                # Nodes restarted by a test or a restore are back within a second, not after
+                # the default exponential back-off (up to 10 minutes) has run its course.
+                reconnection_policy=ConstantReconnectionPolicy(1.0, max_attempts=None),
             )
             self._session = self._driver.connect()
         if keyspace is not None:
@@ -396,15 +400,28 @@ class SandboxCluster:
         return self._session
 
     def wait_until_up_normal(
-        self, nodes: list[NodeInfo] | None = None, *, timeout: float = 240, poll: float = 2.0
+        self,
+        nodes: Sequence[str | int | NodeInfo] | None = None,
+        *,
+        timeout: float = 240,
+        poll: float = 2.0,
     ) -> None:
-        """Wait until each of `nodes` (default: all) sees all of them Up/Normal in `nodetool status`."""
-        expected = nodes or self._nodes
+        """Wait until each of `nodes` (default: all) sees all of them Up/Normal in `nodetool status`
+        and takes CQL connections, and until an open driver session sees them up again.
+
+        Usable after the nodes were stopped and started by someone else (an agent's restore, a
+        test): it first refreshes every node's LUN facts (`refresh()`), and it fails at once,
+        naming the node, when a node's container is not running (nobody will start it).
+        """
+        self.refresh()
+        expected = [self.node(n if not isinstance(n, NodeInfo) else n.index) for n in nodes or []]
+        expected = expected or list(self._nodes)
         wanted = {n.address for n in expected}
         deadline = time.monotonic() + timeout
         for observer in expected:
             seen: dict[str, RingMember] = {}
             while True:
+                self._check_running(expected)
                 try:
                     seen = self.ring(observer)
                 except SandboxError as exc:
@@ -423,6 +440,52 @@ class SandboxCluster:
                         f"it sees {view}. {last_error}"
                     )
                 time.sleep(poll)
+        # Up/Normal in gossip comes before the native transport: wait for CQL too.
+        for node in expected:
+            while not _accepts(node.address, NATIVE_PORT):
+                self._check_running(expected)
+                if time.monotonic() > deadline:
+                    raise SandboxError(
+                        f"{node.name} is Up/Normal but takes no CQL connections on"
+                        f" {node.address}:{NATIVE_PORT} within {timeout:.0f} s"
+                    )
+                time.sleep(min(poll, 0.5))
+        self._wait_for_driver(wanted, deadline, timeout)
+
+    def refresh(self) -> list[NodeInfo]:
+        """Read every node's LUN facts (which loop device each LUN is mounted from) from the
+        system again: after someone else (an agent's restore, a test) unmounted and mounted them."""
+        for info in list(self._nodes):
+            self._refresh_luns(info)
+        return self.nodes
+
+    def _check_running(self, nodes: Sequence[NodeInfo]) -> None:
+        for node in nodes:
+            state = self.container_state(node)
+            if state != "running":
+                raise SandboxError(
+                    f"{node.name}'s container {node.container_name} is {state}, not running;"
+                    f" see `docker logs {node.container_name}`"
+                )
+
+    def _wait_for_driver(self, addresses: set[str], deadline: float, timeout: float) -> None:
+        """An open driver session reconnects by itself; wait until it sees `addresses` up."""
+        driver = self._driver
+        if driver is None:
+            return
+        while True:
+            down = sorted(
+                addresses
+                - {str(host.endpoint.address) for host in driver.metadata.all_hosts() if host.is_up}
+            )
+            if not down:
+                return
+            if time.monotonic() > deadline:
+                raise SandboxError(
+                    f"the driver session still sees {', '.join(down)} down {timeout:.0f} s after"
+                    " the wait began, though they are Up/Normal and take CQL connections"
+                )
+            time.sleep(0.5)
 
     def stop_node(self, node: str | int | NodeInfo, *, timeout: int = 60) -> None:
         """Stop one node's container (SIGTERM, then SIGKILL after timeout); its LUNs stay mounted."""
@@ -539,6 +602,14 @@ def _node_from_json(raw: dict[str, Any]) -> NodeInfo:
         data_lun=lun(raw["data_lun"]),
         commitlog_lun=lun(raw["commitlog_lun"]),
     )
+
+
+def _accepts(address: str, port: int, timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout):
+            return True
+    except OSError:
+        return False
 
 
 def _mounted_device(mount_point: Path) -> str | None:

@@ -22,7 +22,7 @@ from ringsnap.agent.config import AgentConfig
 from ringsnap.agent.testing.background import BackgroundAgent, TestPki, config_data, write_config
 from ringsnap.config import validate
 from ringsnap.coordinator.config import CoordinatorConfig
-from ringsnap.coordinator.sandbox.cluster import SandboxCluster
+from ringsnap.coordinator.sandbox.cluster import NodeInfo, SandboxCluster
 from ringsnap.plugins.simulators.flasharray import FlashArrayOptions, FlashArraySimulator
 from ringsnap.plugins.simulators.lunpool import LunPool
 from ringsnap.plugins.simulators.ontap import OntapSimulator
@@ -182,6 +182,61 @@ class Stack:
         )
 
 
+#: The agent's `[volumes]` table exists once the restore's agent config has landed.
+AGENT_HAS_VOLUMES = "volumes" in AgentConfig.model_fields
+
+
+def hook_argv(action: str, pool_dir: Path) -> list[str]:
+    """The agent's `[volumes]` detach/attach command for the sandbox (loop devices of the pool)."""
+    return [
+        sys.executable,
+        "-m",
+        "ringsnap.coordinator.sandbox.hooks",
+        action,
+        "--pool",
+        str(pool_dir),
+    ]
+
+
+def restore_settings(cluster: SandboxCluster, node: NodeInfo) -> dict[str, dict[str, Any]]:
+    """What an agent needs to restore its node in the sandbox: stop and start the node's
+    container (it binds its LUN mount points anew at `docker start`, so a LUN mounted again is
+    what the restarted node sees) and the `[volumes]` hooks that detach and attach its LUNs.
+
+    `volumes` is left out while the agent's configuration has no such table.
+    """
+    settings: dict[str, dict[str, Any]] = {
+        "cassandra": {
+            "stop_command": ["docker", "stop", "--time", "60", node.container_name],
+            "start_command": ["docker", "start", node.container_name],
+        }
+    }
+    if AGENT_HAS_VOLUMES:
+        settings["volumes"] = {
+            "detach_command": hook_argv("detach", cluster.pool_dir),
+            "attach_command": hook_argv("attach", cluster.pool_dir),
+        }
+    return settings
+
+
+def agent_data(
+    cluster: SandboxCluster, node: NodeInfo, pki: TestPki, state_directory: Path, listen: str
+) -> dict[str, Any]:
+    """The agent.toml of one sandbox node, as plain data."""
+    restore = restore_settings(cluster, node)
+    data = config_data(
+        pki,
+        data_directories=[node.data_dir],
+        commitlog_directory=node.commitlog_dir,
+        state_directory=state_directory,
+        nodetool=node.nodetool_argv(),
+        cassandra={"jolokia_url": node.jolokia_url, **restore.pop("cassandra")},
+        listen=listen,
+    )
+    data.update(restore)
+    return data
+
+
 @contextlib.contextmanager
 def running_stack(
     cluster: SandboxCluster, workdir: Path, *, vendor: str = "ontap", agent_processes: bool = False
@@ -193,13 +248,11 @@ def running_stack(
         agents: dict[str, BackgroundAgent | ProcessAgent] = {}
         for node in cluster.nodes:
             port = _free_port() if agent_processes else 0
-            data = config_data(
+            data = agent_data(
+                cluster,
+                node,
                 pki,
-                data_directories=[node.data_dir],
-                commitlog_directory=node.commitlog_dir,
                 state_directory=workdir / "agent-state" / node.name,
-                nodetool=node.nodetool_argv(),
-                cassandra={"jolokia_url": node.jolokia_url},
                 listen=f"127.0.0.1:{port}",
             )
             if agent_processes:
