@@ -144,10 +144,26 @@ class BackupSummary:
     verification: Verification = Verification.UNVERIFIED
     verified_at: datetime | None = None
     verification_detail: str = ""
+    #: The restore or drill that last verified the backup (its id).
+    verified_by: str = ""
     freeze_window: FreezeWindow | None = None
     #: What the run left behind besides its snapshots, that an operator may want to know about
     #: (e.g. a temporary consistency group an array would not remove).
     warnings: tuple[str, ...] = ()
+    #: Why the backup's snapshots are gone although it finished (e.g. a revert restore destroyed
+    #: every snapshot newer than the one it restored); empty while they exist.
+    lost_reason: str = ""
+    #: When the loss was recorded.
+    lost_at: datetime | None = None
+
+    @property
+    def lost(self) -> bool:
+        return bool(self.lost_reason)
+
+    @property
+    def restorable(self) -> bool:
+        """Finished (complete or partial) and its snapshots still exist."""
+        return self.state.usable and not self.lost
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -314,8 +330,12 @@ class RestoreNode:
     volumes: tuple[RestoreVolume, ...] = ()
     #: Whether Cassandra answered at plan time (a node already down gets no pre-restore canary).
     was_running: bool = True
+    #: Key of the backup's canary row for this node (what must be present afterwards).
+    backup_canary: str = ""
     #: Key of the canary written just before the stop; empty when none could be written.
     pre_restore_canary: str = ""
+    #: The manifest check, made before Cassandra starts; None until it ran.
+    manifest_ok: bool | None = None
     step: RestoreStep = RestoreStep.PLANNED
     step_seconds: tuple[tuple[str, float], ...] = ()
     verdict: NodeVerdict = NodeVerdict.PENDING
