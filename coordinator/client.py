@@ -34,6 +34,9 @@ from ringsnap.errors import ConfigError, RingsnapError
 
 DEFAULT_ADDRESS = CoordinatorSection().listen
 ADDRESS_ENV = "RINGSNAP_COORDINATOR"
+#: The coordinator config the CLI reads when --config is not given (`ringsnap sandbox up` prints
+#: the `export` line for its own).
+CONFIG_ENV = "RINGSNAP_CONFIG"
 ERROR_DOMAIN = "ringsnap.coordinator"
 #: Unary calls; a retention apply deletes array snapshots and may take longer.
 CALL_TIMEOUT = 60.0
@@ -166,20 +169,33 @@ def _coordinator_table(path: Path) -> CoordinatorSection:
         ) from None
 
 
+def discover_config(config: Path | None) -> tuple[Path | None, str]:
+    """The coordinator config the CLI reads, and where that choice came from: --config, else
+    $RINGSNAP_CONFIG, else /etc/ringsnap/coordinator.toml if it exists, else none."""
+    if config is not None:
+        return config, "--config"
+    if os.environ.get(CONFIG_ENV):
+        return Path(os.environ[CONFIG_ENV]), f"${CONFIG_ENV}"
+    if DEFAULT_CONFIG_PATH.is_file():
+        return DEFAULT_CONFIG_PATH, "the default config"
+    return None, ""
+
+
 def resolve_target(config: Path | None, coordinator: str | None) -> Target:
     """The coordinator to call: --coordinator, else $RINGSNAP_COORDINATOR, else the `listen` of
-    --config (or of /etc/ringsnap/coordinator.toml if it exists), else 127.0.0.1:7444."""
+    the config (`discover_config`: --config, $RINGSNAP_CONFIG, /etc/ringsnap/coordinator.toml if
+    it exists), else 127.0.0.1:7444. The API token is found next to that config's catalog."""
     section = CoordinatorSection()
     source = "the default address"
-    path = config
-    if path is None and DEFAULT_CONFIG_PATH.is_file():
-        path = DEFAULT_CONFIG_PATH
+    path, origin = discover_config(config)
     if path is not None:
         try:
             section = _coordinator_table(path)
         except ConfigError as exc:
-            raise CliError(str(exc), ExitCode.USAGE) from None
-        source = f"{path} (coordinator.listen)"
+            named = f" (from ${CONFIG_ENV})" if origin == f"${CONFIG_ENV}" else ""
+            raise CliError(f"{exc}{named}", ExitCode.USAGE) from None
+        via = f", from ${CONFIG_ENV}" if origin == f"${CONFIG_ENV}" else ""
+        source = f"{path} (coordinator.listen{via})"
     address = section.listen
     if coordinator:
         address, source = coordinator, "--coordinator"

@@ -59,7 +59,8 @@ CONFIG = typer.Option(
     "--config",
     "-c",
     help="The coordinator's configuration file: its \\[coordinator] table gives the API address and"
-    " where the API token is. Default: /etc/ringsnap/coordinator.toml if it exists.",
+    " where the API token is. Default: $RINGSNAP_CONFIG, else /etc/ringsnap/coordinator.toml if it"
+    " exists.",
     dir_okay=False,
 )
 COORDINATOR = typer.Option(
