@@ -38,10 +38,11 @@ def _root(
 
 def _attach_commands() -> None:
     # Imported here so that `ringsnap --help` stays fast and a broken optional part names itself.
-    from ringsnap.coordinator import commands
+    from ringsnap.coordinator import commands, restore_cli
     from ringsnap.coordinator.sandbox.cli import app as sandbox_app
 
     commands.register(app)
+    app.command("restore")(restore_cli.restore_command)
     app.add_typer(sandbox_app, name="sandbox")
 
 

@@ -61,6 +61,8 @@ class ExitCode(enum.IntEnum):
     FAILED = 4
     #: The backup is recorded as partial: some nodes were left out, each with its reason.
     PARTIAL = 5
+    #: The restore ran to its end but the proof failed for at least one node (see its report).
+    NOT_PROVEN = 6
     #: No such backup or operation.
     NOT_FOUND = 66
     #: The coordinator cannot be reached (not running, or another address).
@@ -82,8 +84,16 @@ EXIT_CODE_TABLE = (
         "refused, nothing changed: the backup's plan found an unreachable node or array, the"
         " cluster is busy, the backup is still running, or you declined the confirmation",
     ),
-    (ExitCode.FAILED, "the backup or deletion ran and failed (nodes thawed; nothing recorded)"),
+    (
+        ExitCode.FAILED,
+        "the backup or deletion ran and failed (nodes thawed; nothing recorded); a restore"
+        " stopped at a failed step (the report says what each node was left in and what to do)",
+    ),
     (ExitCode.PARTIAL, "partial backup: recorded, but some nodes were left out (each says why)"),
+    (
+        ExitCode.NOT_PROVEN,
+        "restore: every step ran but the proof failed for at least one node (the report names it)",
+    ),
     (ExitCode.NOT_FOUND, "no such backup or operation"),
     (ExitCode.UNREACHABLE, "the coordinator is not reachable (is ringsnap-coordinator running?)"),
     (ExitCode.INTERRUPTED, "interrupted; an operation already started goes on in the coordinator"),

@@ -498,12 +498,19 @@ def status_command(
 ) -> None:
     """Per cluster: last backup, last success, what runs now, next scheduled run.
 
-    Also the array snapshots of failed or deleted backups still to be cleaned up, and backups recently skipped (cluster busy, schedule missed).
+    Also the array snapshots of failed or deleted backups still to be cleaned up, and backups recently skipped (cluster busy, schedule missed). Restores that did not finish come first, read from the catalog, with each node's state and the exact next step: they show even while the daemon is down.
     """
+    from ringsnap.coordinator.restore_cli import open_restores_lines
+
+    restores = list(open_restores_lines(config))
     with session(config, coordinator, output) as s:
+        if restores and not s.json:
+            out.print(Text("Restores not finished", style="bold red"))
+            for line in restores:
+                out.print(line)
         status = s.client().status()
         if s.json:
-            s.emit(render.to_json(status))
+            s.emit({**render.to_json(status), "open_restores": restores})
         else:
             out.print(render.status_view(status))
 

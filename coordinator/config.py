@@ -177,11 +177,17 @@ class ClusterSection(Section):
     #: refuse the whole backup.
     allow_partial: bool = False
     nodes: list[NodeSection] = Field(min_length=1)
+    #: Names of the nodes that are Cassandra seeds: a restore starts them first, then the others.
+    #: Default: none named, so a restore starts the first target node first.
+    seeds: list[Name] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _consistent(self) -> ClusterSection:
         if (self.cql_username is None) != (self.cql_password_file is None):
             raise ValueError("set both cql_username and cql_password_file, or neither")
+        unknown = sorted(set(self.seeds) - {node.name for node in self.nodes})
+        if unknown:
+            raise ValueError(f"seeds {', '.join(unknown)} are not nodes of cluster {self.name}")
         return self
 
 

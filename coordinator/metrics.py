@@ -23,7 +23,13 @@ from prometheus_client import (
 )
 
 from ringsnap import __version__
-from ringsnap.coordinator.model import Backup, BackupState, FreezeWindow, PhaseTiming
+from ringsnap.coordinator.model import (
+    Backup,
+    BackupState,
+    FreezeWindow,
+    PhaseTiming,
+    RestoreRecord,
+)
 
 RESULTS = tuple(s.value for s in BackupState if s is not BackupState.RUNNING)
 SKIP_REASONS = ("busy", "missed")
@@ -103,6 +109,27 @@ class CoordinatorMetrics:
             registry=r,
         )
         self.build_info.labels(version=__version__).set(1)
+        # Restores run in the operator's CLI process as often as in the daemon, so their figures
+        # come from the catalog's records (set at start and after each restore the daemon sees).
+        self.last_restore_duration = Gauge(
+            "ringsnap_last_restore_duration_seconds",
+            "Wall time of the newest finished restore, plan confirmed to record, by result.",
+            ["cluster", "result"],
+            registry=r,
+        )
+        self.last_restore = Gauge(
+            "ringsnap_last_restore_timestamp_seconds",
+            "When the newest restore of each result finished.",
+            ["cluster", "result"],
+            registry=r,
+        )
+        self.last_proven = Gauge(
+            "ringsnap_last_proven_backup_timestamp_seconds",
+            "Start time of the newest backup that a restore or drill proved (the point in time"
+            " known to come back).",
+            ["cluster"],
+            registry=r,
+        )
         for cluster in clusters:
             self.add_cluster(cluster)
 
@@ -159,6 +186,21 @@ class CoordinatorMetrics:
     def set_last_success(self, cluster: str, finished_at: datetime) -> None:
         """Seed the gauge from the catalog at start, so that a restart does not reset it."""
         self.last_success.labels(cluster=cluster).set(finished_at.timestamp())
+
+    def record_restores(self, restores: Iterable[RestoreRecord]) -> None:
+        """The newest finished restore of each result, per cluster (records newest first)."""
+        seen: set[tuple[str, str]] = set()
+        for record in restores:
+            key = (record.cluster, record.state.value)
+            if record.finished_at is None or key in seen:
+                continue
+            seen.add(key)
+            seconds = (record.finished_at - record.started_at).total_seconds()
+            self.last_restore_duration.labels(*key).set(seconds)
+            self.last_restore.labels(*key).set(record.finished_at.timestamp())
+
+    def set_last_proven(self, cluster: str, backup_started_at: datetime) -> None:
+        self.last_proven.labels(cluster=cluster).set(backup_started_at.timestamp())
 
     def backup_skipped(self, cluster: str, reason: str) -> None:
         if reason not in SKIP_REASONS:

@@ -1,0 +1,527 @@
+"""One restore of a backup from its array snapshots, and its proof.
+
+The order of `run` is the protocol (docs/restore.md): pre-restore canary, stop Cassandra on every
+target node (draining first where it answers), release the node's volumes, revert or clone them on
+the arrays (arrays in parallel), attach and mount them, discard the replay state that lives outside
+them, check the manifest, start Cassandra (seeds first, the rest in parallel), wait until the ring
+serves and agrees on its schema, verify every node, record.
+
+Its safety rules, in one place:
+- nothing changes before the plan found no reason to refuse and the operator confirmed it;
+- every node is stopped before any volume is touched, and every volume is released before any
+  array reverts: a revert never runs under a mounted filesystem or a running Cassandra (the agent
+  refuses too);
+- the record is written after every step of every node, before the next begins, so a coordinator
+  killed at any point leaves a record that `--resume` continues from, and `status` shows what is
+  stopped or unmounted with the exact next step;
+- an array is re-reverted on resume only when its revert was not recorded, and attaching starts
+  only once every array's revert is recorded, so a resumed revert never runs under new writes;
+- hints, saved caches, cdc_raw and a commit log that lie outside the restored volumes are discarded
+  before the start (hints only for whole-ring restores): old hints would replay writes made after
+  the backup;
+- a failure stops the run where it is; nothing is undone behind the operator's back, and each node's
+  record says what state it was left in and what to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Protocol
+
+from ringsnap.coordinator.model import (
+    NodeVerdict,
+    PhaseTiming,
+    RestoreMode,
+    RestoreNode,
+    RestoreRecord,
+    RestoreState,
+    RestoreStep,
+    Verification,
+)
+from ringsnap.coordinator.ports import ArrayPort, NodeAgent, SSTable
+from ringsnap.coordinator.proof import CanaryCheck, compare_manifests, verdict
+from ringsnap.coordinator.restore_plan import RestorePlan, RingPort
+from ringsnap.errors import RingsnapError
+from ringsnap.logs import get_logger
+from ringsnap.plugins.types import SnapshotRef
+
+log = get_logger(__name__)
+
+
+class RestoreRefused(RingsnapError):
+    """The plan found reasons not to restore; nothing was changed."""
+
+    exit_code = 3
+
+
+class RestoreFailed(RingsnapError):
+    """A step failed; the record says what each node was left in and what to do next."""
+
+    exit_code = 4
+
+
+@dataclass(frozen=True)
+class RestoreSettings:
+    #: One agent call (stop, release, attach, discard, manifest) may take this long.
+    agent_timeout: float = 600.0
+    #: Starting Cassandra on one node, until it serves.
+    start_timeout: float = 600.0
+    #: Until every node serves and schemas agree, after the last start.
+    ring_timeout: float = 600.0
+    #: One array's revert or clone of every member.
+    array_timeout: float = 1800.0
+
+
+class RestoreJournal(Protocol):
+    """Where the restore keeps its record (the catalog, through `CatalogJournal`)."""
+
+    async def save(self, record: RestoreRecord) -> None: ...
+
+    async def manifest(self, backup_id: str, node: str) -> Iterable[SSTable]: ...
+
+    async def mark_verified(
+        self, backup_id: str, result: Verification, detail: str, by: str
+    ) -> None: ...
+
+    async def mark_snapshots_lost(self, backup_ids: Sequence[str], reason: str) -> None: ...
+
+
+Progress = Callable[[str, str, str], None]  # node ("" for the run), step, message
+
+
+def _quiet(_node: str, _step: str, _message: str) -> None:
+    return None
+
+
+def new_restore_id(now: datetime | None = None) -> str:
+    import secrets
+
+    now = now or datetime.now(UTC)
+    return f"rr-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def record_for(plan: RestorePlan, requested_by: str) -> RestoreRecord:
+    """The record of a restore about to start: every node planned, nothing done."""
+    return RestoreRecord(
+        id=plan.restore_id,
+        cluster=plan.backup.cluster,
+        backup_id=plan.backup.id,
+        mode=plan.mode,
+        whole_ring=plan.whole_ring,
+        requested_by=requested_by,
+        started_at=datetime.now(UTC),
+        warnings=plan.warnings,
+        nodes=tuple(
+            RestoreNode(
+                name=node.name,
+                host_id=node.host_id,
+                volumes=node.volumes,
+                was_running=node.running,
+                backup_canary=plan.backup.node(node.name).canary_id,
+            )
+            for node in plan.nodes
+        ),
+    )
+
+
+def next_step_for(record: RestoreRecord, node: RestoreNode) -> str:
+    """What the operator does for `node` when the restore stops at its current step."""
+    resume = f"`ringsnap restore --resume {record.id}`"
+    points = ", ".join(v.mount_point for v in node.volumes)
+    step = node.step
+    if step in (RestoreStep.PLANNED, RestoreStep.CANARY):
+        return "nothing was changed on this node"
+    if step is RestoreStep.STOPPED:
+        return (
+            f"Cassandra is STOPPED, its volumes are still mounted and unchanged: {resume} to go on,"
+            " or start Cassandra on the node to give the restore up"
+        )
+    if step is RestoreStep.RELEASED:
+        return (
+            f"Cassandra is STOPPED and its volumes are UNMOUNTED ({points}), not yet restored:"
+            f" {resume} to go on"
+        )
+    if step is RestoreStep.RESTORED:
+        return (
+            f"its volumes are restored on the array but UNMOUNTED ({points}) and Cassandra is"
+            f" STOPPED: {resume} to mount, start and verify"
+        )
+    if step in (RestoreStep.ATTACHED, RestoreStep.CLEARED, RestoreStep.CHECKED):
+        return f"its restored volumes are mounted but Cassandra is STOPPED: {resume} to start and verify"
+    if step is RestoreStep.STARTED:
+        return f"Cassandra runs on the restored data but is not verified yet: {resume} to verify"
+    return ""
+
+
+class RestoreRun:
+    """One restore's record, saved after every change."""
+
+    def __init__(self, record: RestoreRecord, journal: RestoreJournal) -> None:
+        self.record = record
+        self._journal = journal
+        self._lock = asyncio.Lock()
+
+    async def update(self, **changes: object) -> None:
+        async with self._lock:
+            self.record = replace(self.record, **changes)  # type: ignore[arg-type]
+            await self._journal.save(self.record)
+
+    async def node_update(self, name: str, **changes: object) -> None:
+        async with self._lock:
+            nodes = tuple(
+                replace(n, **changes) if n.name == name else n  # type: ignore[arg-type]
+                for n in self.record.nodes
+            )
+            self.record = replace(self.record, nodes=nodes)
+            await self._journal.save(self.record)
+
+    async def step_done(self, name: str, step: RestoreStep, seconds: float) -> None:
+        node = self.record.node(name)
+        timings = (*node.step_seconds, (step.value, round(seconds, 3)))
+        await self.node_update(name, step=step, step_seconds=timings)
+
+    def pending(self, step: RestoreStep) -> list[RestoreNode]:
+        """Nodes that have not finished `step` yet."""
+        return [n for n in self.record.nodes if n.step.index < step.index]
+
+
+class RestoreWorkflow:
+    """Runs a confirmed plan (or resumes a record) against agents, arrays and the ring."""
+
+    def __init__(
+        self,
+        agents: Mapping[str, NodeAgent],
+        arrays: Mapping[str, ArrayPort],
+        ring: RingPort,
+        journal: RestoreJournal,
+        *,
+        seeds: Sequence[str] = (),
+        settings: RestoreSettings | None = None,
+        progress: Progress = _quiet,
+    ) -> None:
+        self.agents = agents
+        self.arrays = arrays
+        self.ring = ring
+        self.journal = journal
+        self.seeds = tuple(seeds)
+        self.settings = settings or RestoreSettings()
+        self.progress = progress
+
+    async def run(self, plan: RestorePlan, requested_by: str) -> RestoreRecord:
+        """Carry out a confirmed plan; returns the final record (PROVEN or FAILED_VERIFICATION)."""
+        if plan.refused:
+            raise RestoreRefused("; ".join(plan.refusals))
+        record = record_for(plan, requested_by)
+        run = RestoreRun(record, self.journal)
+        await self.journal.save(record)
+        snapshots = {a.array: a.ref for a in plan.arrays}
+        return await self._drive(run, snapshots, plan.lost_backups)
+
+    async def resume(
+        self, record: RestoreRecord, snapshots: Mapping[str, SnapshotRef]
+    ) -> RestoreRecord:
+        """Go on from the last step each node finished."""
+        run = RestoreRun(replace(record, state=RestoreState.RUNNING, error=""), self.journal)
+        await self.journal.save(run.record)
+        return await self._drive(run, dict(snapshots), ())
+
+    async def _drive(
+        self, run: RestoreRun, snapshots: dict[str, SnapshotRef], lost: Sequence[str]
+    ) -> RestoreRecord:
+        bound = log.bind(restore_id=run.record.id, backup_id=run.record.backup_id)
+        bound.warning(
+            "restore starting",
+            mode=run.record.mode.value,
+            nodes=[n.name for n in run.record.nodes],
+            whole_ring=run.record.whole_ring,
+        )
+        timings: dict[str, float] = {t.phase: t.seconds for t in run.record.timings}
+        steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+            ("pre-restore canary", lambda: self._canary(run)),
+            ("stop", lambda: self._stop(run)),
+            ("release", lambda: self._release(run)),
+            (run.record.mode.value, lambda: self._restore_arrays(run, snapshots, lost)),
+            ("attach", lambda: self._attach(run)),
+            ("discard replay state", lambda: self._discard(run)),
+            ("manifest check", lambda: self._check_manifests(run)),
+            ("start", lambda: self._start(run)),
+            ("ring", lambda: self._wait_for_ring(run)),
+            ("verify", lambda: self._verify(run)),
+        ]
+        try:
+            for name, step in steps:
+                self.progress("", name, "")
+                started = time.monotonic()
+                await step()
+                timings[name] = timings.get(name, 0.0) + time.monotonic() - started
+                await run.update(
+                    timings=tuple(
+                        PhaseTiming(phase=p, seconds=round(s, 3)) for p, s in timings.items()
+                    )
+                )
+        except BaseException as exc:
+            interrupted = not isinstance(exc, Exception)
+            state = RestoreState.INTERRUPTED if interrupted else RestoreState.FAILED
+            error = str(exc) or type(exc).__name__
+            bound.error("restore stopped", state=state.value, error=error)
+            await asyncio.shield(self._left_as_is(run, state, error))
+            if interrupted or isinstance(exc, RestoreFailed):
+                raise
+            raise RestoreFailed(error) from exc
+        return await self._record(run)
+
+    async def _left_as_is(self, run: RestoreRun, state: RestoreState, error: str) -> None:
+        nodes = tuple(replace(n, next_step=next_step_for(run.record, n)) for n in run.record.nodes)
+        await run.update(state=state, error=error, nodes=nodes, finished_at=datetime.now(UTC))
+
+    # -- the steps -------------------------------------------------------------------------------
+
+    async def _on_nodes(
+        self,
+        run: RestoreRun,
+        step: RestoreStep,
+        nodes: Sequence[RestoreNode],
+        work: Callable[[RestoreNode], Awaitable[object]],
+        timeout: float,
+    ) -> None:
+        """`work` on every node in parallel; each success is recorded at once; failures named."""
+
+        async def one(node: RestoreNode) -> None:
+            started = time.monotonic()
+            self.progress(node.name, step.value, "")
+            try:
+                await asyncio.wait_for(work(node), timeout)
+            except TimeoutError:
+                raise TimeoutError(f"no answer within {timeout:g} s") from None
+            await run.step_done(node.name, step, time.monotonic() - started)
+            self.progress(node.name, step.value, "done")
+
+        results = await asyncio.gather(*(one(n) for n in nodes), return_exceptions=True)
+        failures = [
+            f"node {node.name}: {step.value}: {result}"
+            for node, result in zip(nodes, results, strict=True)
+            if isinstance(result, BaseException)
+        ]
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, Exception):
+                raise result
+        if failures:
+            raise RestoreFailed("; ".join(failures))
+
+    async def _canary(self, run: RestoreRun) -> None:
+        nodes = run.pending(RestoreStep.CANARY)
+        if not nodes:
+            return
+        running = [n for n in nodes if n.was_running]
+        keys: dict[str, str] = {}
+        if running:
+            keys = await self.ring.write_pre_restore_canaries(
+                run.record.id, [n.host_id for n in running]
+            )
+        for node in nodes:
+            await run.node_update(
+                node.name, step=RestoreStep.CANARY, pre_restore_canary=keys.get(node.host_id, "")
+            )
+
+    async def _stop(self, run: RestoreRun) -> None:
+        async def stop(node: RestoreNode) -> None:
+            drained = await self.agents[node.name].stop_cassandra(drain=node.was_running)
+            log.warning("Cassandra stopped for the restore", node=node.name, drained=drained)
+
+        await self._on_nodes(
+            run,
+            RestoreStep.STOPPED,
+            run.pending(RestoreStep.STOPPED),
+            stop,
+            self.settings.agent_timeout,
+        )
+
+    async def _release(self, run: RestoreRun) -> None:
+        async def release(node: RestoreNode) -> None:
+            points = [v.mount_point for v in node.volumes]
+            await self.agents[node.name].release_volumes(run.record.id, points)
+
+        await self._on_nodes(
+            run,
+            RestoreStep.RELEASED,
+            run.pending(RestoreStep.RELEASED),
+            release,
+            self.settings.agent_timeout,
+        )
+
+    async def _restore_arrays(
+        self, run: RestoreRun, snapshots: Mapping[str, SnapshotRef], lost: Sequence[str]
+    ) -> None:
+        done = dict(run.record.arrays_done)
+        todo = [a for a in sorted(snapshots) if a not in done]
+        mode = run.record.mode
+        suffix = run.record.id.replace("-", "_")
+
+        async def one(array: str) -> None:
+            port, ref = self.arrays[array], snapshots[array]
+            self.progress("", mode.value, f"array {array}: {len(ref.members)} volumes")
+            if mode is RestoreMode.REVERT:
+                await asyncio.wait_for(port.revert(ref), self.settings.array_timeout)
+                await run.update(arrays_done=(*run.record.arrays_done, (array, "reverted")))
+                return
+            clones = await asyncio.wait_for(port.clone(ref, suffix), self.settings.array_timeout)
+            pairs = tuple(
+                (array, member.volume.name, clone.name)
+                for member, clone in zip(ref.members, clones, strict=True)
+            )
+            await run.update(
+                clones=(*run.record.clones, *pairs),
+                arrays_done=(*run.record.arrays_done, (array, f"cloned:{suffix}")),
+            )
+
+        results = await asyncio.gather(*(one(a) for a in todo), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, Exception):
+                raise result
+        failures = [
+            f"array {array}: {mode.value} failed: {result}"
+            for array, result in zip(todo, results, strict=True)
+            if isinstance(result, BaseException)
+        ]
+        reverted = [a for a, _ in run.record.arrays_done]
+        if failures:
+            raise RestoreFailed(
+                "; ".join(failures)
+                + f" (arrays done: {', '.join(reverted) or 'none'}; every target node is stopped"
+                " with its volumes unmounted)"
+            )
+        if lost:
+            reason = f"restore {run.record.id} reverted to backup {run.record.backup_id}"
+            await self.journal.mark_snapshots_lost(lost, reason)
+        clones = {(a, original): clone for a, original, clone in run.record.clones}
+        for node in run.pending(RestoreStep.RESTORED):
+            volumes = tuple(
+                replace(v, attached_volume=clones.get((v.array, v.volume), v.volume))
+                for v in node.volumes
+            )
+            await run.node_update(node.name, volumes=volumes, step=RestoreStep.RESTORED)
+
+    async def _attach(self, run: RestoreRun) -> None:
+        async def attach(node: RestoreNode) -> None:
+            pairs = [(v.mount_point, v.attached_volume or v.volume) for v in node.volumes]
+            await self.agents[node.name].attach_volumes(run.record.id, pairs)
+
+        await self._on_nodes(
+            run,
+            RestoreStep.ATTACHED,
+            run.pending(RestoreStep.ATTACHED),
+            attach,
+            self.settings.agent_timeout,
+        )
+
+    async def _discard(self, run: RestoreRun) -> None:
+        hints = run.record.whole_ring
+
+        async def discard(node: RestoreNode) -> None:
+            cleared = await self.agents[node.name].discard_replay_state(run.record.id, hints=hints)
+            for directory in cleared:
+                log.warning(
+                    "replay state outside the restored volumes discarded",
+                    node=node.name,
+                    path=directory.path,
+                    kind=directory.kind,
+                    files=directory.files,
+                )
+
+        await self._on_nodes(
+            run,
+            RestoreStep.CLEARED,
+            run.pending(RestoreStep.CLEARED),
+            discard,
+            self.settings.agent_timeout,
+        )
+
+    async def _check_manifests(self, run: RestoreRun) -> None:
+        async def check(node: RestoreNode) -> None:
+            recorded = await self.journal.manifest(run.record.backup_id, node.name)
+            found = await self.agents[node.name].manifest()
+            result = compare_manifests(recorded, found)
+            await run.node_update(node.name, proof=(result.describe(),), manifest_ok=result.ok)
+
+        await self._on_nodes(
+            run,
+            RestoreStep.CHECKED,
+            run.pending(RestoreStep.CHECKED),
+            check,
+            self.settings.agent_timeout,
+        )
+
+    async def _start(self, run: RestoreRun) -> None:
+        pending = run.pending(RestoreStep.STARTED)
+        seeds = [n for n in pending if n.name in self.seeds] or pending[:1]
+        others = [n for n in pending if n not in seeds]
+
+        async def start(node: RestoreNode) -> None:
+            await self.agents[node.name].start_cassandra(wait_seconds=self.settings.start_timeout)
+
+        for group in (seeds, others):
+            if group:
+                await self._on_nodes(
+                    run, RestoreStep.STARTED, group, start, self.settings.start_timeout + 60
+                )
+
+    async def _wait_for_ring(self, run: RestoreRun) -> None:
+        self.ring.reconnect()
+        host_ids = [n.host_id for n in run.record.nodes if n.host_id]
+        await self.ring.wait_for_ring(host_ids, self.settings.ring_timeout)
+
+    async def _verify(self, run: RestoreRun) -> None:
+        async def check(node: RestoreNode) -> None:
+            present: bool | None = False
+            pre: bool | None = None
+            error = ""
+            try:
+                if node.backup_canary:
+                    present = await self.ring.canary_present(node.backup_canary, node.host_id)
+                if node.pre_restore_canary:
+                    pre = await self.ring.canary_present(node.pre_restore_canary, node.host_id)
+            except Exception as exc:
+                present, error = None, str(exc)
+            result = verdict(
+                node.manifest_ok,
+                node.proof[:1],
+                CanaryCheck(present, pre, error),
+                backup=run.record.backup_id,
+            )
+            await run.node_update(
+                node.name,
+                proof=result.proof,
+                unproven=result.unproven,
+                verdict=NodeVerdict.PROVEN if result.proven else NodeVerdict.FAILED,
+            )
+
+        await self._on_nodes(
+            run,
+            RestoreStep.VERIFIED,
+            run.pending(RestoreStep.VERIFIED),
+            check,
+            self.settings.agent_timeout,
+        )
+
+    async def _record(self, run: RestoreRun) -> RestoreRecord:
+        failed = [n.name for n in run.record.nodes if n.verdict is not NodeVerdict.PROVEN]
+        state = RestoreState.FAILED_VERIFICATION if failed else RestoreState.PROVEN
+        nodes = tuple(replace(n, next_step="") for n in run.record.nodes)
+        await run.update(state=state, nodes=nodes, finished_at=datetime.now(UTC))
+        detail = (
+            f"restore {run.record.id}: every node proven"
+            if not failed
+            else f"restore {run.record.id}: not proven on {', '.join(failed)}"
+        )
+        await self.journal.mark_verified(
+            run.record.backup_id,
+            Verification.FAILED if failed else Verification.PROVEN,
+            detail,
+            run.record.id,
+        )
+        log.warning("restore finished", restore_id=run.record.id, state=state.value, detail=detail)
+        return run.record

@@ -1,0 +1,454 @@
+"""`ringsnap restore`: the on-call engineer's command.
+
+It runs the restore in this process, from the coordinator's config and catalog (the catalog's lock
+keeps the daemon and any other restore out meanwhile), so that it works when the daemon is down:
+plan, typed confirmation, live progress per node and step, a report with every node's verdict,
+and an exit code scripts can use (0 proven, 6 not proven, 3 refused, 4 failed, 130 interrupted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ringsnap.coordinator import render
+from ringsnap.coordinator.assembly import load_config
+from ringsnap.coordinator.catalog import Catalog, CatalogLockedError
+from ringsnap.coordinator.client import CliError, ExitCode
+from ringsnap.coordinator.config import DEFAULT_CONFIG_PATH, CoordinatorConfig
+from ringsnap.coordinator.model import NodeVerdict, RestoreMode, RestoreRecord, RestoreState
+from ringsnap.coordinator.restore import RestoreFailed, RestoreRefused
+from ringsnap.coordinator.restore_plan import RestorePlan, RestoreRequest
+from ringsnap.coordinator.restore_session import open_restore_session
+from ringsnap.errors import RingsnapError
+
+out = Console(highlight=False, soft_wrap=False)
+err = Console(stderr=True, highlight=False)
+CONFIG_ENV = "RINGSNAP_CONFIG"
+
+
+class Output(enum.StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
+
+def config_path(config: Path | None) -> Path:
+    """--config, else $RINGSNAP_CONFIG, else the system-wide file."""
+    if config is not None:
+        return config
+    from_env = os.environ.get(CONFIG_ENV)
+    return Path(from_env) if from_env else DEFAULT_CONFIG_PATH
+
+
+def _user() -> str:
+    from ringsnap.coordinator.commands import _user as user
+
+    return user()
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (tuple, list)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+# -- what the operator sees -------------------------------------------------------------------------
+
+
+def plan_document(plan: RestorePlan) -> dict[str, Any]:
+    return {
+        "restore_id": plan.restore_id,
+        "backup_id": plan.backup.id,
+        "cluster": plan.backup.cluster,
+        "backup_started_at": plan.backup.started_at.isoformat(),
+        "mode": plan.mode.value,
+        "whole_ring": plan.whole_ring,
+        "nodes": [
+            {
+                "name": node.name,
+                "host_id": node.host_id,
+                "seed": node.seed,
+                "cassandra_running": node.running,
+                "volumes": [_jsonable(v) for v in node.volumes],
+            }
+            for node in plan.nodes
+        ],
+        "snapshots": {a.array: a.ref.snapshot_name for a in plan.arrays},
+        "destroyed": list(plan.destroyed),
+        "lost_backups": list(plan.lost_backups),
+        "warnings": list(plan.warnings),
+        "refusals": list(plan.refusals),
+        "expected_seconds": plan.expected_seconds,
+    }
+
+
+def print_plan(plan: RestorePlan) -> None:
+    backup = plan.backup
+    scope = "the whole ring" if plan.whole_ring else f"{len(plan.nodes)} node(s) alone"
+    err.print(
+        Text.assemble(
+            ("Restore plan ", "bold"),
+            (plan.restore_id, "bold cyan"),
+            f": backup {backup.id} of cluster {backup.cluster} (taken {backup.started_at:%Y-%m-%d %H:%M:%S} UTC),"
+            f" {plan.mode.value} mode, {scope}",
+        )
+    )
+    table = Table(box=None, pad_edge=False)
+    for column in ("node", "host id", "Cassandra", "start", "volume", "mounted at", "snapshot"):
+        table.add_column(column)
+    snapshots = {a.array: a.ref.snapshot_name for a in plan.arrays}
+    for node in plan.nodes:
+        for index, volume in enumerate(node.volumes):
+            first = index == 0
+            table.add_row(
+                node.name if first else "",
+                node.host_id[:8] if first else "",
+                ("running" if node.running else "down") if first else "",
+                ("seed, first" if node.seed else "after seeds") if first else "",
+                f"{volume.array}:{volume.volume} ({volume.role.value})",
+                volume.mount_point,
+                snapshots.get(volume.array, "?"),
+            )
+    err.print(table)
+    err.print(Text("Destroyed:", style="bold red"))
+    for line in plan.destroyed:
+        err.print(f"  - {line}")
+    if plan.lost_backups:
+        err.print(f"  - backups whose snapshots go with it: {', '.join(plan.lost_backups)}")
+    for line in plan.warnings:
+        err.print(render.labelled("warning: ", "yellow", line))
+    expected = (
+        f"about {render.duration(plan.expected_seconds)} (median of past restores)"
+        if plan.expected_seconds is not None
+        else "unknown (no past restore of this cluster)"
+    )
+    err.print(f"Expected duration: {expected}")
+    for line in plan.refusals:
+        err.print(render.labelled("refused: ", "bold red", line))
+
+
+def confirm(plan: RestorePlan, yes: bool) -> None:
+    """The cluster's name, typed; or --yes. Without a terminal and --yes: exit 2."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise CliError(
+            "refusing to restore without confirmation: there is no terminal to ask on",
+            ExitCode.USAGE,
+            reason="CONFIRMATION_REQUIRED",
+            hint="review the plan (--dry-run), then run the same command with --yes",
+        )
+    cluster = plan.backup.cluster
+    typed = typer.prompt(
+        f"This destroys what the plan lists. Type the cluster's name ({cluster}) to restore",
+        default="",
+        show_default=False,
+        err=True,
+    )
+    if typed.strip() != cluster:
+        raise CliError(
+            f"nothing was done: {typed.strip()!r} is not {cluster!r}",
+            ExitCode.REFUSED,
+            reason="DECLINED",
+        )
+
+
+class ProgressPrinter:
+    """One line per node and step as they happen (to stderr; stdout stays for the report)."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.started = time.monotonic()
+
+    def __call__(self, node: str, step: str, message: str) -> None:
+        if self.quiet:
+            return
+        elapsed = render.duration(time.monotonic() - self.started)
+        who = f"{node}: " if node else ""
+        state = f" {message}" if message else " ..."
+        err.print(Text.assemble((f"{elapsed:>9}  ", "dim"), who, (step, "bold"), state))
+
+
+def print_report(record: RestoreRecord) -> None:
+    styles = {
+        RestoreState.PROVEN: "bold green",
+        RestoreState.FAILED_VERIFICATION: "bold red",
+        RestoreState.FAILED: "bold red",
+        RestoreState.INTERRUPTED: "bold yellow",
+        RestoreState.RUNNING: "bold yellow",
+    }
+    took = ""
+    if record.finished_at is not None:
+        took = f" in {render.duration((record.finished_at - record.started_at).total_seconds())}"
+    out.print(
+        Text.assemble(
+            ("Restore ", "bold"),
+            (record.id, "bold cyan"),
+            f" of backup {record.backup_id} ({record.mode.value}): ",
+            (record.state.value.upper(), styles[record.state]),
+            took,
+        )
+    )
+    if record.error:
+        out.print(render.labelled("error: ", "bold red", record.error))
+    for node in record.nodes:
+        verdict_style = {
+            NodeVerdict.PROVEN: "green",
+            NodeVerdict.FAILED: "red",
+            NodeVerdict.PENDING: "yellow",
+        }[node.verdict]
+        out.print(
+            Text.assemble(
+                f"  {node.name} ",
+                (node.verdict.value.upper(), f"bold {verdict_style}"),
+                (f"  (last step: {node.step.value})", "dim"),
+            )
+        )
+        for line in node.proof:
+            out.print(f"      {line}")
+        for line in node.unproven:
+            out.print(render.labelled("      not proven: ", "yellow", line))
+        if node.next_step:
+            out.print(render.labelled("      next step: ", "bold", node.next_step))
+    for volume_clone in record.clones:
+        array, original, clone = volume_clone
+        out.print(
+            f"  clone: {array}:{clone} is mounted in place of {original} (kept untouched); name"
+            f" {clone} in the coordinator's config so that backups take the clone"
+        )
+    for line in record.warnings:
+        out.print(render.labelled("  warning: ", "yellow", line))
+
+
+def exit_code_of(record: RestoreRecord) -> ExitCode:
+    return {
+        RestoreState.PROVEN: ExitCode.OK,
+        RestoreState.FAILED_VERIFICATION: ExitCode.NOT_PROVEN,
+        RestoreState.FAILED: ExitCode.FAILED,
+        RestoreState.INTERRUPTED: ExitCode.INTERRUPTED,
+        RestoreState.RUNNING: ExitCode.INTERRUPTED,
+    }[record.state]
+
+
+# -- the command ------------------------------------------------------------------------------------
+
+
+def _open_catalog(config: CoordinatorConfig) -> Catalog:
+    try:
+        return Catalog(config.coordinator.catalog)
+    except CatalogLockedError:
+        raise CliError(
+            f"the catalog {config.coordinator.catalog} is held by another process, most likely"
+            " the coordinator daemon (or another restore)",
+            ExitCode.REFUSED,
+            reason="CATALOG_LOCKED",
+            hint="restores run in this process so that they work while the daemon is down; stop"
+            " it for the restore (`systemctl stop ringsnap-coordinator`: no scheduled backup can"
+            " then freeze the ring being restored) and start it again afterwards",
+        ) from None
+
+
+def _finish(record: RestoreRecord, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps({"restore": _jsonable(record)}, indent=2))
+    else:
+        print_report(record)
+    raise typer.Exit(int(exit_code_of(record)))
+
+
+async def _restore(  # noqa: PLR0917
+    config: CoordinatorConfig,
+    backup_id: str | None,
+    nodes: tuple[str, ...],
+    mode: RestoreMode,
+    dry_run: bool,
+    yes: bool,
+    force: bool,
+    resume: str | None,
+    as_json: bool,
+) -> RestoreRecord | RestorePlan:
+    catalog = await asyncio.to_thread(_open_catalog, config)
+    try:
+        if resume:
+            record = await asyncio.to_thread(catalog.get_restore, resume)
+            cluster = record.cluster
+        else:
+            assert backup_id is not None
+            cluster = (await asyncio.to_thread(catalog.get_backup, backup_id)).cluster
+        async with open_restore_session(config, cluster, catalog=catalog) as session:
+            progress = ProgressPrinter(quiet=as_json)
+            if resume:
+                return await session.resume(resume, progress)
+            request = RestoreRequest(backup_id or "", nodes, mode, force, _user())
+            plan = await session.plan(request)
+            if as_json and (dry_run or plan.refused):
+                return plan
+            print_plan(plan)
+            if plan.refused:
+                raise RestoreRefused("the plan refused: " + "; ".join(plan.refusals))
+            if dry_run:
+                return plan
+            await asyncio.to_thread(confirm, plan, yes)
+            return await session.run(plan, _user(), progress)
+    finally:
+        await asyncio.to_thread(catalog.close)
+
+
+def restore_command(  # noqa: PLR0917 - typer maps parameters to the command line
+    backup: str = typer.Argument(None, help="The backup to restore (see `ringsnap list`)."),
+    nodes: str = typer.Option(
+        "", "--nodes", help="Comma-separated node names to restore alone (default: the whole ring)."
+    ),
+    mode: Annotated[
+        RestoreMode,
+        typer.Option(
+            "--mode",
+            help="revert: the volumes go back in place; clone: new volumes from the snapshot are"
+            " mounted instead and the originals are kept untouched.",
+        ),
+    ] = RestoreMode.REVERT,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and change nothing."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask to type the cluster's name."),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Restore nodes alone even from a backup older than gc_grace_seconds.",
+    ),
+    resume: str = typer.Option(
+        None,
+        "--resume",
+        metavar="RESTORE_ID",
+        help="Go on with an interrupted or failed restore from each node's last finished step.",
+    ),
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            "-c",
+            dir_okay=False,
+            help="The coordinator's config (default: $RINGSNAP_CONFIG, else"
+            " /etc/ringsnap/coordinator.toml). Restores run in this process: they need the TLS"
+            " key, array credentials and the catalog.",
+        ),
+    ] = None,
+    output: Annotated[Output, typer.Option("--output", "-o", help="text or json.")] = Output.TEXT,
+) -> None:
+    """Restore a backup from its array snapshots and prove it, node by node.
+
+    Prints the plan (nodes, volumes, snapshots, what is destroyed, expected time), asks you to type
+    the cluster's name, stops Cassandra on the target nodes, reverts (or clones) their volumes,
+    starts the ring again seeds first, and proves every node with its canaries and its manifest.
+    Works while the coordinator daemon is down. Exit codes: 0 proven, 6 not proven, 3 refused,
+    4 failed (the report says what each node was left in), 130 interrupted (resume it).
+    """
+    as_json = output is Output.JSON
+    try:
+        if bool(backup) == bool(resume):
+            raise CliError(
+                "name a backup to restore, or --resume RESTORE_ID (not both)",
+                ExitCode.USAGE,
+                reason="INVALID_ARGUMENT",
+            )
+        loaded = load_config(config_path(config))
+        names = tuple(n.strip() for n in nodes.split(",") if n.strip())
+        result = asyncio.run(
+            _restore(loaded, backup, names, mode, dry_run, yes, force, resume, as_json)
+        )
+    except CliError as error:
+        _fail(error, as_json)
+    except RestoreRefused as error:
+        _fail(CliError(str(error), ExitCode.REFUSED, reason="RESTORE_REFUSED"), as_json)
+    except RestoreFailed as error:
+        _fail(
+            CliError(
+                str(error),
+                ExitCode.FAILED,
+                reason="RESTORE_FAILED",
+                hint="see the record: `ringsnap status`; go on with `ringsnap restore --resume ID`",
+            ),
+            as_json,
+            resumable=True,
+        )
+    except KeyboardInterrupt:
+        err.print(
+            "interrupted: the restore's record says where each node stands (`ringsnap status`)"
+        )
+        raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+    except RingsnapError as error:
+        _fail(
+            CliError(
+                str(error),
+                ExitCode(error.exit_code)
+                if error.exit_code in ExitCode._value2member_map_
+                else ExitCode.ERROR,
+            ),
+            as_json,
+        )
+    if isinstance(result, RestorePlan):
+        if as_json:
+            typer.echo(json.dumps({"plan": plan_document(result)}, indent=2))
+        raise typer.Exit(int(ExitCode.REFUSED if result.refused else ExitCode.OK))
+    _finish(result, as_json)
+
+
+def _fail(error: CliError, as_json: bool, *, resumable: bool = False) -> None:
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "error": {
+                        "message": str(error),
+                        "reason": error.reason,
+                        "hint": error.hint,
+                        "exit_code": int(error.exit_code),
+                    }
+                },
+                indent=2,
+            )
+        )
+    else:
+        err.print(render.labelled("error: ", "bold red", str(error)))
+        if error.hint:
+            err.print(render.labelled("what to do: ", "bold", error.hint))
+    raise typer.Exit(int(error.exit_code))
+
+
+def open_restores_lines(config: Path | None) -> Iterator[str]:
+    """For `ringsnap status`: restores that did not finish, each node's state and next step.
+
+    Read from the catalog directly (shared, read-only), so it works with or without the daemon.
+    """
+    try:
+        loaded = load_config(config_path(config))
+        catalog = Catalog(loaded.coordinator.catalog, exclusive=False)
+    except (RingsnapError, OSError):
+        return
+    with catalog:
+        for record in catalog.open_restores():
+            yield (
+                f"restore {record.id} of backup {record.backup_id} ({record.cluster}):"
+                f" {record.state.value}{': ' + record.error if record.error else ''}"
+            )
+            for node in record.nodes:
+                if node.next_step:
+                    yield f"  {node.name} (last step: {node.step.value}): {node.next_step}"

@@ -1,0 +1,175 @@
+"""A restore as one process runs it: the config and the catalog turned into the workflow's ports.
+
+The incident CLI runs restores in its own process (so they work while the coordinator daemon is
+down), holding the catalog's lock for the whole restore: no scheduled backup can freeze a ring that
+is being restored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ringsnap.coordinator.agents import ClientTls, GrpcNodeAgent
+from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
+from ringsnap.coordinator.model import Backup, RestoreRecord, RestoreState, Verification
+from ringsnap.coordinator.ports import ArrayPort, NodeAgent, SSTable
+from ringsnap.coordinator.restore import (
+    Progress,
+    RestoreRefused,
+    RestoreSettings,
+    RestoreWorkflow,
+    new_restore_id,
+)
+from ringsnap.coordinator.restore_plan import RestorePlan, RestoreRequest, narrowed, plan_restore
+from ringsnap.coordinator.ring import CqlRing
+from ringsnap.plugins.middleware import AsyncDriver
+from ringsnap.plugins.registry import open_driver
+from ringsnap.plugins.types import SnapshotRef
+
+
+class CatalogJournal:
+    """`RestoreJournal` over the catalog (every call off the event loop)."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+
+    async def save(self, record: RestoreRecord) -> None:
+        await asyncio.to_thread(self.catalog.save_restore, record)
+
+    async def manifest(self, backup_id: str, node: str) -> Iterable[SSTable]:
+        return await asyncio.to_thread(lambda: list(self.catalog.iter_manifest(backup_id, node)))
+
+    async def mark_verified(
+        self, backup_id: str, result: Verification, detail: str, by: str
+    ) -> None:
+        await asyncio.to_thread(self.catalog.mark_verified, backup_id, result, detail, by=by)
+
+    async def mark_snapshots_lost(self, backup_ids: Sequence[str], reason: str) -> None:
+        await asyncio.to_thread(self.catalog.mark_snapshots_lost, list(backup_ids), reason)
+
+
+@dataclass
+class RestoreSession:
+    """Everything one restore needs, opened from the config; see `open_restore_session`."""
+
+    config: CoordinatorConfig
+    catalog: Catalog
+    cluster: ClusterSection
+    agents: dict[str, NodeAgent]
+    arrays: dict[str, ArrayPort]
+    ring: CqlRing
+    settings: RestoreSettings
+
+    def workflow(self, progress: Progress | None = None) -> RestoreWorkflow:
+        kwargs = {"progress": progress} if progress is not None else {}
+        return RestoreWorkflow(
+            self.agents,
+            self.arrays,
+            self.ring,
+            CatalogJournal(self.catalog),
+            seeds=self.cluster.seeds,
+            settings=self.settings,
+            **kwargs,
+        )
+
+    async def plan(self, request: RestoreRequest) -> RestorePlan:
+        backup = await asyncio.to_thread(self.catalog.get_backup, request.backup_id)
+        others = await asyncio.to_thread(self._newer_backups, backup)
+        past = await asyncio.to_thread(self._past_seconds, backup.cluster)
+        return await plan_restore(
+            new_restore_id(),
+            request,
+            backup,
+            self.agents,
+            self.cluster.seeds,
+            self.arrays,
+            self.ring,
+            newer_backups=others,
+            past_seconds=past,
+        )
+
+    async def run(
+        self, plan: RestorePlan, requested_by: str, progress: Progress | None = None
+    ) -> RestoreRecord:
+        return await self.workflow(progress).run(plan, requested_by)
+
+    async def resume(self, restore_id: str, progress: Progress | None = None) -> RestoreRecord:
+        record = await asyncio.to_thread(self.catalog.get_restore, restore_id)
+        if record.state.finished:
+            raise RestoreRefused(
+                f"restore {restore_id} is finished ({record.state.value}); nothing to resume"
+            )
+        backup = await asyncio.to_thread(self.catalog.get_backup, record.backup_id)
+        return await self.workflow(progress).resume(record, snapshots_for(record, backup))
+
+    def _newer_backups(self, backup: Backup) -> list[Backup]:
+        summaries = self.catalog.backup_summaries(backup.cluster)
+        newer = [s for s in summaries if s.started_at > backup.started_at and s.restorable]
+        return [self.catalog.get_backup(s.id) for s in newer]
+
+    def _past_seconds(self, cluster: str) -> list[float]:
+        return [
+            (r.finished_at - r.started_at).total_seconds()
+            for r in self.catalog.list_restores(cluster, limit=20)
+            if r.state is RestoreState.PROVEN and r.finished_at is not None
+        ]
+
+
+def snapshots_for(record: RestoreRecord, backup: Backup) -> dict[str, SnapshotRef]:
+    """The backup's snapshots narrowed to the volumes of the record's nodes, per array."""
+    wanted: dict[str, set[str]] = {}
+    for node in record.nodes:
+        for volume in node.volumes:
+            wanted.setdefault(volume.array, set()).add(volume.volume)
+    return {
+        ref.array: narrowed(ref, wanted[ref.array])
+        for ref in backup.snapshots
+        if ref.array in wanted
+    }
+
+
+@contextlib.asynccontextmanager
+async def open_restore_session(
+    config: CoordinatorConfig,
+    cluster_name: str,
+    *,
+    catalog: Catalog | None = None,
+    settings: RestoreSettings | None = None,
+) -> AsyncIterator[RestoreSession]:
+    """Agents, arrays and the ring of one cluster, and the catalog (opened here, exclusively,
+    unless given)."""
+    cluster = config.cluster(cluster_name)
+    tls = ClientTls(
+        cert=Path(config.tls.cert_file).read_bytes(),
+        key=config.tls.key_file.get_secret_value().encode(),
+        ca=Path(config.tls.ca_file).read_bytes(),
+        server_name=config.tls.agent_server_name or "",
+    )
+    own_catalog = catalog is None
+    if catalog is None:
+        catalog = await asyncio.to_thread(Catalog, config.coordinator.catalog)
+    used_arrays = {v.array for node in cluster.nodes for v in node.volumes}
+    arrays: dict[str, ArrayPort] = {
+        name: AsyncDriver(open_driver(name, config.arrays[name].table(), "<config>"))
+        for name in sorted(used_arrays)
+        if name in config.arrays
+    }
+    agents = {node.name: GrpcNodeAgent(node.name, node.agent, tls) for node in cluster.nodes}
+    ring = CqlRing(cluster)
+    try:
+        yield RestoreSession(
+            config, catalog, cluster, dict(agents), arrays, ring, settings or RestoreSettings()
+        )
+    finally:
+        await ring.close()
+        for agent in agents.values():
+            await agent.close()
+        for array in arrays.values():
+            await array.close()
+        if own_catalog:
+            await asyncio.to_thread(catalog.close)

@@ -1,0 +1,426 @@
+"""Restores of the real 3-node sandbox from array snapshots, through each vendor's simulator, proven
+by canaries and manifests: the whole ring (revert and clone), one node alone, a tampered backup,
+and faults (a revert failing part-way, an unreachable agent, a coordinator killed mid-restore).
+
+Real Cassandra, real agents over mutual TLS unmounting and mounting real loop filesystems, a vendor
+REST simulator reverting reflink snapshots of the LUN images, and the real restore workflow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cassandra import ConsistencyLevel
+from cassandra.query import SimpleStatement
+
+from ringsnap.coordinator.assembly import open_coordinator
+from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.model import (
+    Backup,
+    BackupState,
+    NodeVerdict,
+    RestoreMode,
+    RestoreRecord,
+    RestoreState,
+    RestoreStep,
+    Verification,
+)
+from ringsnap.coordinator.restore import RestoreFailed
+from ringsnap.coordinator.restore_plan import RestoreRequest
+from ringsnap.coordinator.restore_session import open_restore_session
+from ringsnap.coordinator.sandbox.cluster import SandboxCluster
+from ringsnap.coordinator.sandbox.stack import CLUSTER_NAME, Stack, running_stack
+from ringsnap.coordinator.scheduler import BackupRequest
+from ringsnap.plugins.simulators.faults import Fault
+
+pytestmark = pytest.mark.integration
+
+KEYSPACE = "restore_test"
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def _backup(config: CoordinatorConfig) -> Backup:
+    async def run() -> Backup:
+        async with open_coordinator(config, source="<test>") as coordinator:
+            return await coordinator.backup(BackupRequest(CLUSTER_NAME, trigger="test"))
+
+    backup = asyncio.run(run())
+    assert backup.state is BackupState.COMPLETE, backup.error
+    return backup
+
+
+def _restore(
+    config: CoordinatorConfig,
+    backup_id: str,
+    *,
+    nodes: tuple[str, ...] = (),
+    mode: RestoreMode = RestoreMode.REVERT,
+    on_step: Any = None,
+) -> RestoreRecord:
+    async def run() -> RestoreRecord:
+        async with open_restore_session(config, CLUSTER_NAME) as session:
+            plan = await session.plan(RestoreRequest(backup_id, nodes, mode, requested_by="test"))
+            assert not plan.refused, plan.refusals
+            progress = on_step or (lambda *_: None)
+            return await session.run(plan, "test", progress)
+
+    return asyncio.run(run())
+
+
+def _proven(record: RestoreRecord) -> None:
+    report = {n.name: (n.verdict.value, n.proof, n.unproven) for n in record.nodes}
+    assert record.state is RestoreState.PROVEN, (record.error, report)
+    for node in record.nodes:
+        assert node.verdict is NodeVerdict.PROVEN, report
+        assert node.step is RestoreStep.VERIFIED
+        assert any("pre-restore canary is gone" in line for line in node.proof), report
+        assert any(line.startswith("manifest: all") for line in node.proof), report
+
+
+class AckedWriter:
+    """Writes rows at QUORUM from a thread and keeps, for each id, when its write began and when
+    it was acknowledged: the ground truth of what a point-in-time restore must bring back."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.started: dict[int, float] = {}
+        self.acked: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        session.execute(
+            f"CREATE KEYSPACE IF NOT EXISTS {KEYSPACE} WITH replication ="
+            " {'class': 'SimpleStrategy', 'replication_factor': 3}"
+        )
+        session.execute(f"DROP TABLE IF EXISTS {KEYSPACE}.rows")
+        session.execute(f"CREATE TABLE {KEYSPACE}.rows (id int PRIMARY KEY, payload text)")
+        self._insert = session.prepare(f"INSERT INTO {KEYSPACE}.rows (id, payload) VALUES (?, ?)")
+        self._insert.consistency_level = ConsistencyLevel.QUORUM
+
+    def _run(self) -> None:
+        next_id = 0
+        while not self._stop.is_set():
+            self.started[next_id] = time.monotonic()
+            try:
+                self.session.execute(self._insert, (next_id, "x" * 200), timeout=10)
+                self.acked[next_id] = time.monotonic()
+            except Exception:
+                pass
+            next_id += 1
+            time.sleep(0.01)
+
+    def __enter__(self) -> AckedWriter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def _ids_at_all(cluster: SandboxCluster) -> set[int]:
+    session = cluster.session()
+    statement = SimpleStatement(
+        f"SELECT id FROM {KEYSPACE}.rows", consistency_level=ConsistencyLevel.ALL, fetch_size=5000
+    )
+    return {row.id for row in session.execute(statement, timeout=60)}
+
+
+def _backup_under_writes(
+    cluster: SandboxCluster, config: CoordinatorConfig
+) -> tuple[Backup, set[int], set[int]]:
+    """Backup under load, then more writes: (backup, acked before it, begun after it)."""
+    with AckedWriter(cluster.session()) as writer:
+        time.sleep(2)
+        before = time.monotonic()
+        backup = _backup(config)
+        after = time.monotonic()
+        time.sleep(2)
+    acked_before = {i for i, t in writer.acked.items() if t < before}
+    begun_after = {i for i, t in writer.started.items() if t > after and i in writer.acked}
+    assert acked_before and begun_after
+    return backup, acked_before, begun_after
+
+
+def _image_digests(cluster: SandboxCluster) -> dict[str, str]:
+    digests = {}
+    for node in cluster.nodes:
+        for lun in node.luns:
+            with open(lun.image_path, "rb") as image:
+                digests[lun.volume_name] = hashlib.file_digest(image, "sha256").hexdigest()
+    return digests
+
+
+@pytest.fixture(params=["ontap", "flasharray", "eseries"])
+def stack(
+    request: pytest.FixtureRequest, sandbox_cluster: SandboxCluster, tmp_path: Path
+) -> Iterator[Stack]:
+    with running_stack(sandbox_cluster, tmp_path / "stack", vendor=request.param) as running:
+        yield running
+    sandbox_cluster.wait_until_up_normal()
+
+
+@pytest.fixture
+def ontap(sandbox_cluster: SandboxCluster, tmp_path: Path) -> Iterator[Stack]:
+    with running_stack(sandbox_cluster, tmp_path / "stack", vendor="ontap") as running:
+        yield running
+    sandbox_cluster.wait_until_up_normal()
+
+
+# -- whole ring ------------------------------------------------------------------------------------
+
+
+def test_whole_ring_revert_brings_back_exactly_the_backup(
+    sandbox_cluster: SandboxCluster, stack: Stack
+) -> None:
+    config = stack.coordinator_config()
+    backup, acked_before, begun_after = _backup_under_writes(sandbox_cluster, config)
+
+    record = _restore(config, backup.id)
+
+    _proven(record)
+    sandbox_cluster.refresh()
+    ids = _ids_at_all(sandbox_cluster)
+    assert acked_before <= ids, f"{len(acked_before - ids)} acknowledged rows did not come back"
+    assert not (begun_after & ids), f"{len(begun_after & ids)} rows written after the backup"
+    with Catalog(config.coordinator.catalog, exclusive=False) as catalog:
+        stored = catalog.get_backup(backup.id)
+        assert stored.verification is Verification.PROVEN
+        assert stored.verified_by == record.id
+        assert catalog.get_restore(record.id).state is RestoreState.PROVEN
+
+
+def test_clone_restore_keeps_the_original_volumes_untouched(
+    sandbox_cluster: SandboxCluster, ontap: Stack
+) -> None:
+    config = ontap.coordinator_config()
+    backup, acked_before, begun_after = _backup_under_writes(sandbox_cluster, config)
+    originals: dict[str, str] = {}
+
+    def on_step(node: str, step: str, message: str) -> None:
+        # Every node is stopped and released before the arrays clone: the originals are final.
+        if not node and step == "clone" and not originals:
+            originals.update(_image_digests(sandbox_cluster))
+
+    record = _restore(config, backup.id, mode=RestoreMode.CLONE, on_step=on_step)
+
+    _proven(record)
+    assert originals and originals == _image_digests(sandbox_cluster)
+    clones = {original: clone for _, original, clone in record.clones}
+    assert set(clones) == set(originals)
+    for node in record.nodes:
+        assert all(v.attached_volume == clones[v.volume] for v in node.volumes)
+    sandbox_cluster.refresh()
+    ids = _ids_at_all(sandbox_cluster)
+    assert acked_before <= ids
+    assert not (begun_after & ids)
+
+    # Back onto the original volumes (a revert to the same backup), so later tests find them.
+    back = _restore(config, backup.id)
+    _proven(back)
+    sandbox_cluster.refresh()
+
+
+# -- one node alone --------------------------------------------------------------------------------
+
+
+def _started_at(cluster: SandboxCluster, node: str) -> str:
+    info = cluster.node(node)
+    return subprocess.run(
+        ["docker", "inspect", "--format", "{{.State.StartedAt}}", info.container_name],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+
+
+def test_one_node_restored_alone_is_proven_and_told_to_repair(
+    sandbox_cluster: SandboxCluster, ontap: Stack
+) -> None:
+    config = ontap.coordinator_config()
+    backup = _backup(config)
+    untouched = {n: _started_at(sandbox_cluster, n) for n in ("node1", "node3")}
+
+    record = _restore(config, backup.id, nodes=("node2",))
+
+    _proven(record)
+    assert [n.name for n in record.nodes] == ["node2"]
+    assert not record.whole_ring
+    assert any("nodetool repair -full" in w for w in record.warnings)
+    # The other nodes were never stopped.
+    assert untouched == {n: _started_at(sandbox_cluster, n) for n in ("node1", "node3")}
+    sandbox_cluster.refresh()
+
+
+# -- a tampered backup fails its proof -------------------------------------------------------------
+
+
+def _remove_from_snapshot(cluster: SandboxCluster, volume: str, table_prefix: str) -> list[str]:
+    """Delete every SSTable file of the ringsnap.canary table from the newest snapshot image of
+    `volume` (mounted by hand, as an attacker or a corrupting bug would)."""
+    pool = cluster.pool_dir
+    images = sorted((pool / "snapshots" / volume).glob("*.img"), key=lambda p: p.stat().st_mtime)
+    image = images[-1]
+    mount_point = Path(f"/tmp/ringsnap-tamper-{os.getpid()}")
+    mount_point.mkdir(exist_ok=True)
+    subprocess.run(["mount", "-o", "loop", str(image), str(mount_point)], check=True)
+    removed: list[str] = []
+    try:
+        for path in mount_point.glob(f"data/ringsnap/{table_prefix}-*/*"):
+            if path.is_file():
+                removed.append(path.name)
+                path.unlink()
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=True)
+        mount_point.rmdir()
+    return removed
+
+
+def test_a_backup_tampered_with_fails_its_proof_naming_what_is_missing(
+    sandbox_cluster: SandboxCluster, ontap: Stack
+) -> None:
+    config = ontap.coordinator_config()
+    backup = _backup(config)
+    node3 = sandbox_cluster.node("node3")
+    removed = _remove_from_snapshot(sandbox_cluster, node3.data_lun.volume_name, "canary")
+    assert any(name.endswith("Data.db") for name in removed)
+
+    record = _restore(config, backup.id)
+
+    assert record.state is RestoreState.FAILED_VERIFICATION
+    verdicts = {n.name: n for n in record.nodes}
+    bad = verdicts["node3"]
+    assert bad.verdict is NodeVerdict.FAILED
+    assert any("missing" in line and "ringsnap.canary" in line for line in bad.proof), bad.proof
+    assert any("canary of backup" in line and "MISSING" in line for line in bad.proof), bad.proof
+    assert verdicts["node1"].verdict is NodeVerdict.PROVEN
+    with Catalog(config.coordinator.catalog, exclusive=False) as catalog:
+        assert catalog.get_backup(backup.id).verification is Verification.FAILED
+
+
+# -- faults ----------------------------------------------------------------------------------------
+
+
+def test_an_unreachable_agent_refuses_the_plan_and_stops_nothing(
+    sandbox_cluster: SandboxCluster, ontap: Stack
+) -> None:
+    config = ontap.coordinator_config()
+    backup = _backup(config)
+    agent = ontap.agents["node2"]
+    agent.__exit__(None, None, None)  # the agent is gone
+
+    async def plan() -> Any:
+        async with open_restore_session(config, CLUSTER_NAME) as session:
+            return await session.plan(RestoreRequest(backup.id, requested_by="test"))
+
+    result = asyncio.run(plan())
+    assert result.refused
+    assert any("node2" in r and "agent" in r for r in result.refusals), result.refusals
+    assert all(sandbox_cluster.node_running(n) for n in sandbox_cluster.nodes)
+
+
+def test_a_revert_failing_part_way_leaves_a_record_with_the_next_step_and_resumes(
+    sandbox_cluster: SandboxCluster, ontap: Stack
+) -> None:
+    config = ontap.coordinator_config()
+    backup = _backup(config)
+    ontap.array.server.faults.add(
+        Fault(
+            "status", method="PATCH", path=r"^/api/storage/volumes/", status=400, skip=2, count=50
+        )
+    )
+    with pytest.raises(RestoreFailed) as failed:
+        _restore(config, backup.id)
+    assert "revert failed" in str(failed.value)
+    with Catalog(config.coordinator.catalog, exclusive=False) as catalog:
+        (record,) = catalog.open_restores(CLUSTER_NAME)
+    assert record.state is RestoreState.FAILED
+    for node in record.nodes:
+        assert node.step is RestoreStep.RELEASED
+        assert "--resume " + record.id in node.next_step and "UNMOUNTED" in node.next_step
+    assert not any(sandbox_cluster.node_running(n) for n in sandbox_cluster.nodes)
+
+    ontap.array.server.faults.clear()
+
+    async def resume() -> RestoreRecord:
+        async with open_restore_session(config, CLUSTER_NAME) as session:
+            return await session.resume(record.id)
+
+    _proven(asyncio.run(resume()))
+    sandbox_cluster.refresh()
+
+
+_CHILD = """
+import asyncio, json, sys
+from ringsnap.config import validate
+from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.restore_plan import RestoreRequest
+from ringsnap.coordinator.restore_session import open_restore_session
+
+config = validate(json.load(open(sys.argv[1])), CoordinatorConfig, source="<child>")
+
+async def main():
+    async with open_restore_session(config, "sandbox") as session:
+        plan = await session.plan(RestoreRequest(sys.argv[2], requested_by="child"))
+        assert not plan.refused, plan.refusals
+        print(plan.restore_id, flush=True)
+        await session.run(plan, "child")
+
+asyncio.run(main())
+"""
+
+
+def test_a_coordinator_killed_mid_restore_is_resumed_to_proven(
+    sandbox_cluster: SandboxCluster, ontap: Stack, tmp_path: Path
+) -> None:
+    config = ontap.coordinator_config()
+    backup = _backup(config)
+    config_file = tmp_path / "coordinator.json"
+    config_file.write_text(json.dumps(ontap.coordinator_data()))
+    # The array answers slowly, so the kill lands after the stop and before any start.
+    ontap.array.server.faults.add(
+        Fault("hang", method="PATCH", path=r"^/api/storage/volumes/", seconds=3, count=6)
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(config_file), backup.id],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    restore_id = child.stdout.readline().strip()
+    deadline = time.monotonic() + 300
+    while True:
+        with Catalog(config.coordinator.catalog, exclusive=False) as catalog:
+            record = catalog.get_restore(restore_id)
+        if all(n.step is RestoreStep.RELEASED for n in record.nodes):
+            break
+        assert child.poll() is None, "the restore ended before it could be killed"
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    child.send_signal(signal.SIGKILL)
+    child.wait(30)
+    assert not any(sandbox_cluster.node_running(n) for n in sandbox_cluster.nodes)
+
+    async def resume() -> RestoreRecord:
+        async with open_restore_session(config, CLUSTER_NAME) as session:
+            return await session.resume(restore_id)
+
+    final = asyncio.run(resume())
+    _proven(final)
+    with Catalog(config.coordinator.catalog, exclusive=False) as catalog:
+        assert catalog.open_restores(CLUSTER_NAME) == []
+    sandbox_cluster.refresh()
