@@ -174,7 +174,12 @@ def demo(
     from cassandra import ConsistencyLevel
     from cassandra.concurrent import execute_concurrent_with_args
 
-    from ringsnap.coordinator.sandbox.demo import print_backup, take_backup
+    from ringsnap.coordinator.sandbox.demo import (
+        damage,
+        print_backup,
+        restore_and_prove,
+        take_backup,
+    )
     from ringsnap.coordinator.sandbox.load import WriteLoad
     from ringsnap.coordinator.sandbox.stack import running_stack
 
@@ -211,6 +216,17 @@ def demo(
             ):
                 backup = take_backup(stack.coordinator_config())
             print_backup(out, backup, load.report)
+            damage(out, session, "ringsnap_demo", "readings")
+            record = restore_and_prove(
+                out,
+                stack.coordinator_config(),
+                backup,
+                cluster,
+                keyspace="ringsnap_demo",
+                table="readings",
+            )
+            if record.state.value != "proven":
+                raise typer.Exit(1)
     finally:
         if keep or not started:
             out.print(f"left running; stop it with: ringsnap sandbox down --instance {instance}")

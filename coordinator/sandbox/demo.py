@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from ringsnap.coordinator.assembly import open_coordinator
 from ringsnap.coordinator.config import CoordinatorConfig
-from ringsnap.coordinator.model import Backup
+from ringsnap.coordinator.model import Backup, RestoreRecord
 from ringsnap.coordinator.sandbox.load import LoadReport
 from ringsnap.coordinator.sandbox.stack import CLUSTER_NAME
 from ringsnap.coordinator.scheduler import BackupRequest
@@ -55,10 +56,71 @@ def print_backup(out: Console, backup: Backup, load: LoadReport) -> None:
     out.print(nodes)
     for ref in backup.snapshots:
         out.print(
-            f"snapshot on {ref.array} ({ref.driver}): {ref.snapshot_name}, one consistency-group"
-            f" call covering {len(ref.members)} volumes"
+            f"snapshot on {ref.array} ({ref.driver}): {ref.snapshot_name}, one atomic group"
+            f" snapshot covering {len(ref.members)} volumes"
         )
-    out.print(
-        "verification: never proven (restores and drills are not built yet; the backup holds the"
-        " canary rows they will check)"
+    out.print("verification: not proven yet: the restore below proves it")
+
+
+def _count(session: Any, keyspace: str, table: str) -> tuple[int, int]:
+    """(rows written by the demo, junk rows) read at consistency ALL."""
+    from cassandra import ConsistencyLevel
+    from cassandra.query import SimpleStatement
+
+    statement = SimpleStatement(
+        f"SELECT value FROM {keyspace}.{table}",  # noqa: S608 - constant names
+        consistency_level=ConsistencyLevel.ALL,
+        fetch_size=5000,
     )
+    values = [row.value for row in session.execute(statement, timeout=60)]
+    junk = sum(1 for v in values if v.startswith("junk"))
+    return len(values) - junk, junk
+
+
+def damage(out: Console, session: Any, keyspace: str, table: str) -> None:
+    """The incident: someone truncates the table and writes junk into it."""
+    session.execute(f"TRUNCATE {keyspace}.{table}", timeout=120)
+    insert = session.prepare(
+        f"INSERT INTO {keyspace}.{table} (id, value) VALUES (?, ?)"  # noqa: S608 - constant names
+    )
+    for i in range(100):
+        session.execute(insert, (100_000 + i, f"junk-{i}"))
+    good, junk = _count(session, keyspace, table)
+    out.print(
+        f"\n[bold red]incident:[/bold red] {keyspace}.{table} truncated and junk written:"
+        f" {good} good rows, {junk} junk rows left"
+    )
+
+
+def restore_and_prove(
+    out: Console,
+    config: CoordinatorConfig,
+    backup: Backup,
+    cluster: Any,
+    *,
+    keyspace: str,
+    table: str,
+) -> RestoreRecord:
+    """`ringsnap restore BACKUP --yes`, in this process: plan, progress, per-node verdicts."""
+    from ringsnap.coordinator.restore_cli import ProgressPrinter, print_plan, print_report
+    from ringsnap.coordinator.restore_plan import RestoreRequest
+    from ringsnap.coordinator.restore_session import open_restore_session
+
+    async def run() -> RestoreRecord:
+        async with open_restore_session(config, CLUSTER_NAME) as session:
+            plan = await session.plan(RestoreRequest(backup.id, requested_by="sandbox demo"))
+            print_plan(plan)
+            if plan.refused:
+                raise RuntimeError("the restore plan refused: " + "; ".join(plan.refusals))
+            return await session.run(plan, "sandbox demo", ProgressPrinter(quiet=False))
+
+    out.print(f"\n[bold]ringsnap restore {backup.id} --yes[/bold]")
+    record = asyncio.run(run())
+    print_report(record)
+    cluster.refresh()
+    good, junk = _count(cluster.session(), keyspace, table)
+    out.print(
+        f"after the restore, read at consistency ALL: {good} good rows, {junk} junk rows"
+        f" ({'as at the backup' if junk == 0 else 'NOT as at the backup'})"
+    )
+    return record
