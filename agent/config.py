@@ -90,6 +90,8 @@ class CassandraSection(Section):
     commitlog_directory: AbsolutePath
     saved_caches_directory: AbsolutePath | None = None
     hints_directory: AbsolutePath | None = None
+    #: cassandra.yaml's cdc_raw_directory, when CDC is on (emptied with the commit log on restore).
+    cdc_raw_directory: AbsolutePath | None = None
     #: The nodetool command: a path or a full argv prefix (e.g. `["docker", "exec", "c1", "nodetool"]`).
     nodetool: Argv = Field(default_factory=lambda: ["nodetool"])
     #: Passed to nodetool as `-h`/`-p` when set.
@@ -150,6 +152,23 @@ class FreezeSection(Section):
         return self
 
 
+class VolumesSection(Section):
+    """How the node lets go of its Cassandra volumes and takes them back (restores).
+
+    The hooks are argv lists from this file only, never from a request, run without a shell. They
+    get RINGSNAP_OPERATION, RINGSNAP_MOUNT_POINT, RINGSNAP_DEVICE (the recorded device),
+    RINGSNAP_FS_UUID, RINGSNAP_KINDS and, for attach, RINGSNAP_VOLUME in their environment.
+    """
+
+    #: Run after a filesystem is unmounted (iSCSI/FC logout, multipath flush, loop detach).
+    detach_command: Argv | None = None
+    #: Run before mounting (rescan, multipath reload, loop attach). Its last stdout line, when not
+    #: empty, is the device to mount; otherwise the recorded device is mounted.
+    attach_command: Argv | None = None
+    #: Limit of one hook run; a hook that overruns is killed and fails the call.
+    hook_timeout_seconds: float = Field(default=120.0, gt=0, le=3600)
+
+
 class LogSection(Section):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -163,6 +182,7 @@ class AgentConfig(Section):
     tls: TlsSection
     cassandra: CassandraSection
     freeze: FreezeSection = Field(default_factory=FreezeSection)
+    volumes: VolumesSection = Field(default_factory=VolumesSection)
     log: LogSection = Field(default_factory=LogSection)
 
 

@@ -13,19 +13,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ringsnap import logs
-from ringsnap.agent import manifest, process, volumes
+from ringsnap.agent import manifest, process, restore, volumes
 from ringsnap.agent.config import AgentConfig
 from ringsnap.agent.errors import CommandFailed, CommandTimeout
 from ringsnap.agent.freeze import FreezeManager, FreezeResult, ThawResult
 from ringsnap.agent.freezestate import StateStore
 from ringsnap.agent.jmx import open_control
 from ringsnap.agent.lease import LeasePolicy
+from ringsnap.agent.restore import CassandraStatus, DiscardedDirectory, VolumeFacts, VolumeState
 from ringsnap.errors import ValidationError
 from ringsnap.names import keyspace_name, snapshot_tag, table_name
 
 log = logs.get_logger(__name__)
 AGENT_VERSION = "0.1.0"
 _START_POLL_SECONDS = 2.0
+#: How long Cassandra gets to answer "are you running?" before restores take it as down.
+_PROBE_SECONDS = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +46,13 @@ class NodeInfo:
     rpc_address: str
 
 
+@dataclass(frozen=True, slots=True)
+class StopResult:
+    seconds: float
+    #: False when no drain was asked for, or Cassandra did not answer and was stopped undrained.
+    drained: bool
+
+
 class NodeAgent:
     def __init__(self, config: AgentConfig) -> None:
         self.config = config
@@ -58,6 +68,13 @@ class NodeAgent:
                 max_seconds=config.freeze.max_lease_seconds,
             ),
         )
+        self.restorer = restore.VolumeRestorer(
+            directories=self.directories(),
+            state_directory=config.freeze.state_directory,
+            settings=config.volumes,
+            cassandra=self.cassandra_status,
+            frozen=self._frozen_mount_points,
+        )
 
     # -- identity ------------------------------------------------------------------------------
 
@@ -71,6 +88,8 @@ class NodeAgent:
             found["saved_caches"] = [cassandra.saved_caches_directory]
         if cassandra.hints_directory is not None:
             found["hints"] = [cassandra.hints_directory]
+        if cassandra.cdc_raw_directory is not None:
+            found["cdc_raw"] = [cassandra.cdc_raw_directory]
         return found
 
     def filesystems(self) -> list[volumes.NodeFilesystem]:
@@ -158,16 +177,30 @@ class NodeAgent:
 
     # -- stop and start (restores) --------------------------------------------------------------
 
-    async def stop_cassandra(self, *, drain: bool = False) -> float:
+    async def stop_cassandra(self, *, drain: bool = False) -> StopResult:
+        """Stop Cassandra; with `drain`, drain it first if it answers (a node that is already down
+        cannot be drained: that is logged, and the stop command runs all the same)."""
         started = time.monotonic()
         cassandra = self.config.cassandra
         log.warning("stopping Cassandra at the coordinator's request", drain=drain)
+        drained = False
         if drain:
-            await self.control.drain()
+            try:
+                await self.control.drain()
+                drained = True
+            except (CommandFailed, CommandTimeout) as exc:
+                status = await self.cassandra_status()
+                if status.running:
+                    raise
+                log.warning(
+                    "Cassandra does not answer: stopping it without a drain",
+                    reason=status.detail,
+                    drain_error=str(exc)[:300],
+                )
         await process.run(cassandra.stop_command, timeout=cassandra.command_timeout_seconds)
         seconds = time.monotonic() - started
-        log.warning("Cassandra stopped", seconds=round(seconds, 3))
-        return seconds
+        log.warning("Cassandra stopped", seconds=round(seconds, 3), drained=drained)
+        return StopResult(seconds, drained)
 
     async def start_cassandra(self, *, wait_seconds: float = 0.0) -> float:
         started = time.monotonic()
@@ -196,6 +229,47 @@ class NodeAgent:
             except (CommandFailed, CommandTimeout) as exc:
                 last = str(exc)[:300]
             await asyncio.sleep(min(_START_POLL_SECONDS, max(deadline - time.monotonic(), 0)))
+
+    # -- volumes (restores) ----------------------------------------------------------------------
+
+    async def cassandra_status(self) -> CassandraStatus:
+        """Whether Cassandra answers `info` (through Jolokia or nodetool, as configured)."""
+        cassandra = self.config.cassandra
+        via = f"Jolokia at {cassandra.jolokia_url}" if cassandra.jolokia_url else "nodetool"
+        timeout = min(_PROBE_SECONDS, cassandra.nodetool_timeout_seconds)
+        try:
+            identity = await self.control.info(timeout=timeout)
+        except CommandTimeout:
+            return CassandraStatus(False, f"no answer through {via} within {timeout:g} s")
+        except CommandFailed as exc:
+            return CassandraStatus(False, f"no answer through {via}: {str(exc)[:300]}")
+        return CassandraStatus(
+            True,
+            f"answers through {via}: host id {identity.host_id},"
+            f" gossip {'active' if identity.gossip_active else 'inactive'},"
+            f" native transport {'active' if identity.native_transport_active else 'inactive'}",
+        )
+
+    def _frozen_mount_points(self) -> list[str]:
+        return [point for record in self.store.records() for point in record.mount_points]
+
+    async def volume_state(self) -> VolumeState:
+        return await self.restorer.state()
+
+    async def release_volumes(
+        self, operation_id: str, mount_points: Sequence[str] = ()
+    ) -> tuple[VolumeFacts, ...]:
+        return await self.restorer.release(operation_id, mount_points)
+
+    async def attach_volumes(
+        self, operation_id: str, volumes: Sequence[tuple[str, str]]
+    ) -> tuple[VolumeFacts, ...]:
+        return await self.restorer.attach(operation_id, volumes)
+
+    async def discard_replay_state(
+        self, operation_id: str, *, hints: bool = False
+    ) -> tuple[DiscardedDirectory, ...]:
+        return await self.restorer.discard(operation_id, hints=hints)
 
     # -- lifecycle -------------------------------------------------------------------------------
 

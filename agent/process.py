@@ -12,7 +12,7 @@ import os
 import shlex
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ringsnap.agent.errors import CommandFailed, CommandTimeout
@@ -41,12 +41,17 @@ def excerpt(stdout: str, stderr: str) -> str:
 
 
 async def run(
-    argv: Sequence[str], *, timeout: float, check: bool = True, display: str | None = None
+    argv: Sequence[str],
+    *,
+    timeout: float,
+    check: bool = True,
+    display: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> CommandResult:
     """Run `argv`, wait at most `timeout` seconds; raise CommandFailed on a non-zero exit.
 
     `display` names the command in errors instead of the whole argv (a nodetool argv can be a
-    long java command line).
+    long java command line). `env` is the command's whole environment (default: the agent's).
     """
     shown = display or shlex.join(argv)
     started = time.monotonic()
@@ -57,6 +62,7 @@ async def run(
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
+            env=None if env is None else dict(env),
         )
     except OSError as exc:
         raise CommandFailed(f"cannot run `{shown}`: {exc.strerror}") from None

@@ -22,6 +22,7 @@ from ringsnap.agent import errors as agent_errors
 from ringsnap.agent import manifest, volumes
 from ringsnap.agent.freeze import FreezeResult, ThawResult
 from ringsnap.agent.node import NodeAgent, NodeInfo
+from ringsnap.agent.restore import DiscardedDirectory, VolumeFacts, VolumeState
 from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc, types_pb2
 from ringsnap.errors import ValidationError
 
@@ -164,6 +165,45 @@ def thaw_message(result: ThawResult) -> agent_pb2.ThawFilesystemsResponse:
     return response
 
 
+def node_volume_message(volume: VolumeFacts) -> agent_pb2.NodeVolume:
+    return agent_pb2.NodeVolume(
+        mount_point=volume.mount_point,
+        device=volume.device,
+        fs_type=volume.fs_type,
+        fs_uuid=volume.fs_uuid,
+        kinds=list(volume.kinds),
+        serial=volume.serial,
+        wwn=volume.wwn,
+        loop_backing_file=volume.loop_backing_file,
+        mounted=volume.mounted,
+        released_by=volume.released_by,
+    )
+
+
+def volume_state_message(state: VolumeState) -> agent_pb2.VolumeState:
+    return agent_pb2.VolumeState(
+        cassandra_running=state.cassandra.running,
+        cassandra_detail=state.cassandra.detail,
+        volumes=[node_volume_message(volume) for volume in state.volumes],
+    )
+
+
+def discarded_message(
+    directories: Sequence[DiscardedDirectory],
+) -> agent_pb2.DiscardReplayStateResponse:
+    return agent_pb2.DiscardReplayStateResponse(
+        directories=[
+            agent_pb2.DiscardedDirectory(
+                path=directory.path,
+                kind=directory.kind,
+                files=directory.files,
+                bytes=directory.bytes,
+            )
+            for directory in directories
+        ]
+    )
+
+
 def manifest_batch_message(batch: Sequence[manifest.SSTable]) -> agent_pb2.GetManifestResponse:
     response = agent_pb2.GetManifestResponse()
     add_entry = response.entries.add
@@ -272,8 +312,10 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     async def StopCassandra(
         self, request: agent_pb2.StopCassandraRequest, context: Context
     ) -> agent_pb2.StopCassandraResponse:
-        seconds = await self._agent.stop_cassandra(drain=request.drain)
-        return agent_pb2.StopCassandraResponse(duration=duration(seconds))
+        stopped = await self._agent.stop_cassandra(drain=request.drain)
+        return agent_pb2.StopCassandraResponse(
+            duration=duration(stopped.seconds), drained=stopped.drained
+        )
 
     @unary
     async def StartCassandra(
@@ -282,6 +324,44 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         wait = seconds_of(request.wait, "wait") if request.HasField("wait") else 0.0
         seconds = await self._agent.start_cassandra(wait_seconds=wait)
         return agent_pb2.StartCassandraResponse(duration=duration(seconds))
+
+    @unary
+    async def GetVolumeState(
+        self, request: agent_pb2.GetVolumeStateRequest, context: Context
+    ) -> agent_pb2.VolumeState:
+        return volume_state_message(await self._agent.volume_state())
+
+    @unary
+    async def ReleaseVolumes(
+        self, request: agent_pb2.ReleaseVolumesRequest, context: Context
+    ) -> agent_pb2.ReleaseVolumesResponse:
+        released = await self._agent.release_volumes(
+            request.operation_id, list(request.mount_points)
+        )
+        return agent_pb2.ReleaseVolumesResponse(
+            volumes=[node_volume_message(volume) for volume in released]
+        )
+
+    @unary
+    async def AttachVolumes(
+        self, request: agent_pb2.AttachVolumesRequest, context: Context
+    ) -> agent_pb2.AttachVolumesResponse:
+        attached = await self._agent.attach_volumes(
+            request.operation_id,
+            [(volume.mount_point, volume.volume_name) for volume in request.volumes],
+        )
+        return agent_pb2.AttachVolumesResponse(
+            volumes=[node_volume_message(volume) for volume in attached]
+        )
+
+    @unary
+    async def DiscardReplayState(
+        self, request: agent_pb2.DiscardReplayStateRequest, context: Context
+    ) -> agent_pb2.DiscardReplayStateResponse:
+        discarded = await self._agent.discard_replay_state(
+            request.operation_id, hints=request.hints
+        )
+        return discarded_message(discarded)
 
 
 def _next_message(
