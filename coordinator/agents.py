@@ -12,12 +12,15 @@ from google.protobuf.duration_pb2 import Duration
 
 from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc, types_pb2
 from ringsnap.coordinator.ports import (
+    DiscardedDirectory,
     FilesystemFacts,
     FreezeReceipt,
     NodeFacts,
+    NodeVolumeFacts,
     SSTable,
     SSTableComponent,
     ThawReceipt,
+    VolumeState,
 )
 from ringsnap.errors import RingsnapError
 
@@ -28,8 +31,26 @@ _ROLES = {
 }
 
 
+#: Limits of the restore calls: each bounds work the agent itself bounds more tightly (a drain
+#: and the stop command, hooks and mounts per volume, deleting a large commit log).
+STOP_TIMEOUT_SECONDS = 960.0
+VOLUMES_TIMEOUT_SECONDS = 900.0
+DISCARD_TIMEOUT_SECONDS = 600.0
+#: Added to the wait of a start: the start command itself and the last poll.
+START_MARGIN_SECONDS = 120.0
+
+
 class AgentError(RingsnapError):
-    """An agent call failed; the message names the node, the call and the gRPC status."""
+    """An agent call failed; the message names the node, the call and the gRPC status.
+
+    `code` is the gRPC status name ("FAILED_PRECONDITION": the node refused and nothing changed,
+    e.g. Cassandra runs or a file is open; "UNAVAILABLE": unreachable, or a command or hook
+    failed; "" when the error did not come from a call).
+    """
+
+    def __init__(self, message: str, *, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -84,7 +105,8 @@ class GrpcNodeAgent:
 
     def _error(self, call: str, exc: grpc.aio.AioRpcError) -> AgentError:
         return AgentError(
-            f"node {self._node} ({self.address}): {call}: {exc.code().name}: {exc.details()}"
+            f"node {self._node} ({self.address}): {call}: {exc.code().name}: {exc.details()}",
+            code=exc.code().name,
         )
 
     async def node_info(self) -> NodeFacts:
@@ -174,6 +196,97 @@ class GrpcNodeAgent:
         except grpc.aio.AioRpcError as exc:
             raise self._error("GetManifest", exc) from None
         return sstables
+
+    # -- restores ---------------------------------------------------------------------------------
+
+    async def volume_state(self) -> VolumeState:
+        try:
+            reply = await self._stub.GetVolumeState(
+                agent_pb2.GetVolumeStateRequest(), timeout=max(self._timeout, 60.0)
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise self._error("GetVolumeState", exc) from None
+        return VolumeState(
+            cassandra_running=reply.cassandra_running,
+            detail=reply.cassandra_detail,
+            volumes=tuple(_volume(volume) for volume in reply.volumes),
+        )
+
+    async def stop_cassandra(self, *, drain: bool) -> bool:
+        try:
+            reply = await self._stub.StopCassandra(
+                agent_pb2.StopCassandraRequest(drain=drain), timeout=STOP_TIMEOUT_SECONDS
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise self._error("StopCassandra", exc) from None
+        return reply.drained
+
+    async def start_cassandra(self, *, wait_seconds: float) -> float:
+        request = agent_pb2.StartCassandraRequest()
+        if wait_seconds:
+            request.wait.CopyFrom(_duration(wait_seconds))
+        timeout = max(wait_seconds, 0.0) + max(self._timeout, START_MARGIN_SECONDS)
+        try:
+            reply = await self._stub.StartCassandra(request, timeout=timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise self._error("StartCassandra", exc) from None
+        return _seconds(reply.duration)
+
+    async def release_volumes(
+        self, operation_id: str, mount_points: Sequence[str]
+    ) -> tuple[NodeVolumeFacts, ...]:
+        request = agent_pb2.ReleaseVolumesRequest(
+            operation_id=operation_id, mount_points=list(mount_points)
+        )
+        try:
+            reply = await self._stub.ReleaseVolumes(request, timeout=VOLUMES_TIMEOUT_SECONDS)
+        except grpc.aio.AioRpcError as exc:
+            raise self._error("ReleaseVolumes", exc) from None
+        return tuple(_volume(volume) for volume in reply.volumes)
+
+    async def attach_volumes(
+        self, operation_id: str, volumes: Sequence[tuple[str, str]]
+    ) -> tuple[NodeVolumeFacts, ...]:
+        request = agent_pb2.AttachVolumesRequest(
+            operation_id=operation_id,
+            volumes=[
+                agent_pb2.AttachVolume(mount_point=point, volume_name=name)
+                for point, name in volumes
+            ],
+        )
+        try:
+            reply = await self._stub.AttachVolumes(request, timeout=VOLUMES_TIMEOUT_SECONDS)
+        except grpc.aio.AioRpcError as exc:
+            raise self._error("AttachVolumes", exc) from None
+        return tuple(_volume(volume) for volume in reply.volumes)
+
+    async def discard_replay_state(
+        self, operation_id: str, *, hints: bool
+    ) -> tuple[DiscardedDirectory, ...]:
+        request = agent_pb2.DiscardReplayStateRequest(operation_id=operation_id, hints=hints)
+        try:
+            reply = await self._stub.DiscardReplayState(request, timeout=DISCARD_TIMEOUT_SECONDS)
+        except grpc.aio.AioRpcError as exc:
+            raise self._error("DiscardReplayState", exc) from None
+        return tuple(
+            DiscardedDirectory(path=d.path, kind=d.kind, files=d.files, bytes=d.bytes)
+            for d in reply.directories
+        )
+
+
+def _volume(volume: agent_pb2.NodeVolume) -> NodeVolumeFacts:
+    return NodeVolumeFacts(
+        mount_point=volume.mount_point,
+        device=volume.device,
+        fs_type=volume.fs_type,
+        fs_uuid=volume.fs_uuid,
+        kinds=tuple(volume.kinds),
+        serial=volume.serial,
+        wwn=volume.wwn,
+        loop_backing_file=volume.loop_backing_file,
+        mounted=volume.mounted,
+        released_by=volume.released_by,
+    )
 
 
 def _sstable(entry: types_pb2.ManifestEntry) -> SSTable:

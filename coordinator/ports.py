@@ -146,6 +146,39 @@ class NodeAgent(Protocol):
 
     async def manifest(self) -> list[SSTable]: ...
 
+    # -- restores: `AgentError.code` tells a refusal (FAILED_PRECONDITION: Cassandra runs, a file
+    # is open, not released by this operation, wrong filesystem UUID) from a failure (UNAVAILABLE).
+
+    async def volume_state(self) -> VolumeState:
+        """Whether Cassandra runs, and the node's volumes; answers while Cassandra is down."""
+        ...
+
+    async def stop_cassandra(self, *, drain: bool) -> bool:
+        """Stop Cassandra (draining it first if asked and it answers); True if it drained."""
+        ...
+
+    async def start_cassandra(self, *, wait_seconds: float) -> float:
+        """Start Cassandra and wait up to `wait_seconds` for it to serve; returns seconds taken."""
+        ...
+
+    async def release_volumes(
+        self, operation_id: str, mount_points: Sequence[str]
+    ) -> tuple[NodeVolumeFacts, ...]:
+        """Unmount (and detach) the volumes at `mount_points` (empty: every Cassandra volume)."""
+        ...
+
+    async def attach_volumes(
+        self, operation_id: str, volumes: Sequence[tuple[str, str]]
+    ) -> tuple[NodeVolumeFacts, ...]:
+        """Attach and mount (mount point, array volume name) pairs `operation_id` released."""
+        ...
+
+    async def discard_replay_state(
+        self, operation_id: str, *, hints: bool
+    ) -> tuple[DiscardedDirectory, ...]:
+        """Empty the replay state outside the volumes `operation_id` released and attached."""
+        ...
+
 
 class ArrayPort(Protocol):
     """One array, through the driver middleware (retries, timing, logs, off the event loop)."""
