@@ -1,6 +1,9 @@
 """`ringsnap sandbox ...`: a real Cassandra cluster on this machine, for trying ringsnap by hand.
 
 up / status / down manage one instance (default "sandbox"); demo brings one up and shows it working.
+`up` also starts the whole stack as background processes (an agent per node, an array simulator,
+the coordinator) and prints the `export RINGSNAP_CONFIG=...` line after which `ringsnap backup
+sandbox`, `ringsnap list`, `ringsnap show`, `ringsnap status` work against it as in production.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ringsnap.coordinator.sandbox import instance as instances
+from ringsnap.coordinator.sandbox import services as stack_services
 from ringsnap.coordinator.sandbox.cluster import NodeState, SandboxCluster
 from ringsnap.coordinator.sandbox.errors import SandboxError
 from ringsnap.coordinator.sandbox.instance import DEFAULT_INSTANCE
@@ -34,6 +38,11 @@ INSTANCE = typer.Option(
 )
 NODES = typer.Option(
     3, "--nodes", "-n", min=1, max=instances.MAX_NODES, help="Number of Cassandra nodes."
+)
+ARRAY = typer.Option(
+    stack_services.DEFAULT_VENDOR,
+    "--array",
+    help="Which array simulator holds the LUNs: ontap, flasharray, eseries.",
 )
 
 
@@ -111,9 +120,45 @@ def _print_state(cluster: SandboxCluster) -> list[NodeState]:
     return states
 
 
+def _print_services(found: stack_services.Services) -> None:
+    table = Table(title=f"services (array simulator: {found.vendor})")
+    for column in ("service", "pid", "state", "address", "log"):
+        table.add_column(column, no_wrap=column != "log", overflow="fold")
+    for view in found.views:
+        process = view.process
+        state = "[green]running[/green]" if view.running else "[red]stopped[/red]"
+        table.add_row(
+            process.name, str(process.pid), state, process.address, str(process.log or "")
+        )
+    out.print(table)
+
+
+def _print_usage(found: stack_services.Services) -> None:
+    out.print("Use ringsnap against it (`ringsnap` reads --config, else $RINGSNAP_CONFIG):")
+    # Plain echo: a terminal too narrow for the path must not get a wrapped, broken line.
+    typer.echo(found.export_line)
+    out.print(
+        f"then: ringsnap backup {stack_services.CLUSTER_NAME}; ringsnap list;"
+        " ringsnap show BACKUP; ringsnap status"
+    )
+
+
 @app.command()
-def up(instance: str = INSTANCE, nodes: int = NODES) -> None:
-    """Start a sandbox cluster (or show the one already running) and print its state."""
+def up(
+    instance: str = INSTANCE,
+    nodes: int = NODES,
+    array: str = ARRAY,
+    services: bool = typer.Option(
+        True,
+        "--services/--no-services",
+        help="Also start an agent per node, the array simulator and the coordinator (default),"
+        " or only the cluster.",
+    ),
+) -> None:
+    """Start a sandbox cluster and ringsnap around it (or show the one already running).
+
+    Prints the cluster's state, the background processes (an agent per node, the array simulator, the coordinator) and the `export RINGSNAP_CONFIG=...` line that points `ringsnap` at this sandbox's coordinator.
+    """
     cluster, started = _bring_up(instance, nodes)
     if started:
         figures = ", ".join(f"{k} {v:.1f} s" for k, v in cluster.timings.items())
@@ -121,12 +166,24 @@ def up(instance: str = INSTANCE, nodes: int = NODES) -> None:
     else:
         out.print(f"instance {instance!r} was already running")
     _print_state(cluster)
+    if services:
+        try:
+            with _progress("starting an agent per node, the array simulator and the coordinator"):
+                found = stack_services.start(cluster, array, report=_report)
+        except SandboxError:
+            err.print(
+                "the cluster is up, its services are not: `ringsnap sandbox up` tries again,"
+                f" `ringsnap sandbox down --instance {instance}` removes everything"
+            )
+            raise
+        _print_services(found)
+        _print_usage(found)
     out.print(f"stop it with: ringsnap sandbox down --instance {instance}")
 
 
 @app.command()
 def status(instance: str = INSTANCE) -> None:
-    """Show the instance's nodes, ring state and mounts."""
+    """Show the instance's nodes, ring state, mounts and background processes."""
     try:
         cluster = SandboxCluster.attach(instance)
     except SandboxError:
@@ -138,7 +195,21 @@ def status(instance: str = INSTANCE) -> None:
             out.print(f"clean up with: ringsnap sandbox down --instance {instance}")
         raise typer.Exit(3) from None
     states = _print_state(cluster)
-    if not all(s.container == "running" and s.ring and s.ring.up_normal for s in states):
+    healthy = all(s.container == "running" and s.ring and s.ring.up_normal for s in states)
+    found = stack_services.current(cluster.layout)
+    if found is None:
+        out.print("no ringsnap services (started with --no-services, or by the tests)")
+    else:
+        _print_services(found)
+        if found.all_running:
+            _print_usage(found)
+        else:
+            healthy = False
+            out.print(
+                f"some services stopped: `ringsnap sandbox up --instance {instance} --array"
+                f" {found.vendor}` starts them again (see their logs)"
+            )
+    if not healthy:
         raise typer.Exit(1)
 
 
@@ -153,7 +224,8 @@ def down(
         with _progress(f"tearing down {name!r}"):
             report = down_instance(name)
         out.print(
-            f"{name}: removed {len(report.containers_removed)} containers, {len(report.unmounted)} mounts, "
+            f"{name}: stopped {len(report.processes_stopped)} processes, removed"
+            f" {len(report.containers_removed)} containers, {len(report.unmounted)} mounts, "
             f"{len(report.loops_released)} loop devices"
             + (f", deleted {report.root_removed}" if report.root_removed else "")
         )
@@ -163,9 +235,7 @@ def down(
 def demo(
     instance: str = INSTANCE,
     nodes: int = NODES,
-    array: str = typer.Option(
-        "ontap", "--array", help="Which array simulator holds the LUNs: ontap, flasharray, eseries."
-    ),
+    array: str = ARRAY,
     keep: bool = typer.Option(False, "--keep", help="Leave the cluster running afterwards."),
 ) -> None:
     """ringsnap's main job on a sandbox: a cluster under client writes, an agent per node, an array

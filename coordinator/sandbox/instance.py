@@ -3,6 +3,9 @@
 Several instances run at once (people, parallel test sessions of several helpers). Each gets a slot
 number k in 1..250, recorded under `<sandbox root>/.slots/` so that two live instances never share
 one; from k follow its loopback addresses 127.0.k.i and JMX ports 17000 + 10k + i (node i = 1..9).
+The instance's own services (`ringsnap sandbox up`) listen where an operator expects them: node i's
+agent on 127.0.k.i:7443, the coordinator's API on 127.0.k.250:7444 and its metrics on
+127.0.k.250:9444 (the array simulator takes a free port on 127.0.0.1).
 The default instance "sandbox" prefers slot 1.
 """
 
@@ -26,6 +29,11 @@ LABEL_INSTANCE = "io.ringsnap.sandbox.instance"
 LABEL_NODE = "io.ringsnap.sandbox.node"
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 LUN_KINDS = ("data", "commitlog")
+#: Host part of the address of the instance's coordinator: 127.0.<slot>.250.
+SERVICE_HOST = 250
+AGENT_PORT = 7443
+COORDINATOR_PORT = 7444
+METRICS_PORT = 9444
 
 
 def sandbox_root() -> Path:
@@ -67,6 +75,12 @@ def node_address(slot: int, index: int) -> str:
     return f"127.0.{slot}.{index}"
 
 
+def service_address(slot: int) -> str:
+    """The loopback address of the instance's coordinator (API and metrics)."""
+    _check(slot, 1)
+    return f"127.0.{slot}.{SERVICE_HOST}"
+
+
 def jmx_port(slot: int, index: int) -> int:
     """The JMX port (on 127.0.0.1) of node `index` (1-based) of the instance in `slot`."""
     _check(slot, index)
@@ -78,6 +92,16 @@ def _check(slot: int, index: int) -> None:
         raise SandboxError(f"slot {slot} is outside 1..{MAX_SLOT}")
     if not 1 <= index <= MAX_NODES:
         raise SandboxError(f"node index {index} is outside 1..{MAX_NODES}")
+
+
+def services_dir(root: Path) -> Path:
+    """Configs, certificates, catalog, state and logs of the processes of the instance at `root`."""
+    return root / "services"
+
+
+def services_file(root: Path) -> Path:
+    """Which processes run for the instance at `root` (pids and their start times)."""
+    return root / "services.json"
 
 
 @dataclass(frozen=True)
@@ -100,6 +124,26 @@ class InstanceLayout:
     @property
     def state_file(self) -> Path:
         return self.root / "state.json"
+
+    @property
+    def services_dir(self) -> Path:
+        return services_dir(self.root)
+
+    @property
+    def services_file(self) -> Path:
+        return services_file(self.root)
+
+    @property
+    def coordinator_config(self) -> Path:
+        """The coordinator's config: `export RINGSNAP_CONFIG=<this>` makes `ringsnap` use it."""
+        return self.services_dir / "coordinator.toml"
+
+    @property
+    def service_address(self) -> str:
+        return service_address(self.slot)
+
+    def agent_address(self, index: int) -> str:
+        return f"{self.address(index)}:{AGENT_PORT}"
 
     def address(self, index: int) -> str:
         return node_address(self.slot, index)

@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,15 +22,17 @@ from ringsnap.agent.config import AgentConfig
 from ringsnap.agent.testing.background import BackgroundAgent, TestPki, config_data, write_config
 from ringsnap.config import validate
 from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.sandbox import services
 from ringsnap.coordinator.sandbox.cluster import NodeInfo, SandboxCluster
 from ringsnap.plugins.simulators.flasharray import FlashArrayOptions, FlashArraySimulator
 from ringsnap.plugins.simulators.lunpool import LunPool
 from ringsnap.plugins.simulators.ontap import OntapSimulator
 from ringsnap.plugins.simulators.server import SimulatorApp, SimulatorServer, serving
 from ringsnap.plugins.simulators.tls import make_test_ca
+from ringsnap.testpki import TlsPaths
 
 ARRAY_NAME = "array1"
-CLUSTER_NAME = "sandbox"
+CLUSTER_NAME = services.CLUSTER_NAME
 VENDORS = ("ontap", "flasharray", "eseries")
 _SECRET = "sandbox-secret"  # noqa: S105 - the simulators' throwaway login
 
@@ -125,6 +127,52 @@ def _free_port() -> int:
         return port
 
 
+def coordinator_data(
+    cluster: SandboxCluster,
+    agents: Mapping[str, str],
+    array_table: Mapping[str, Any],
+    *,
+    client: TlsPaths,
+    ca_file: Path,
+    coordinator: Mapping[str, Any],
+    **cluster_settings: Any,
+) -> dict[str, Any]:
+    """The coordinator's configuration for `cluster` (named "sandbox") as plain data: the agent
+    address of every node (`agents`, by node name), its two LUNs on the one array."""
+    nodes = [
+        {
+            "name": node.name,
+            "agent": agents[node.name],
+            "volumes": [
+                {"array": ARRAY_NAME, "volume": node.data_lun.volume_name, "role": "data"},
+                {
+                    "array": ARRAY_NAME,
+                    "volume": node.commitlog_lun.volume_name,
+                    "role": "commitlog",
+                },
+            ],
+        }
+        for node in cluster.nodes
+    ]
+    return {
+        "coordinator": dict(coordinator),
+        "tls": {
+            "cert_file": str(client.cert),
+            "key_file": str(client.key),
+            "ca_file": str(ca_file),
+        },
+        "clusters": [
+            {
+                "name": CLUSTER_NAME,
+                "contact_points": cluster.addresses,
+                "nodes": nodes,
+                **cluster_settings,
+            }
+        ],
+        "arrays": {ARRAY_NAME: dict(array_table)},
+    }
+
+
 @dataclass
 class Stack:
     """Agents and an array around `cluster`; `coordinator_config()` is ready to open."""
@@ -138,43 +186,20 @@ class Stack:
 
     def coordinator_data(self, **cluster_settings: Any) -> dict[str, Any]:
         client = self.pki.client.write(self.workdir / "pki", "coordinator")
-        nodes = [
-            {
-                "name": node.name,
-                "agent": self.agents[node.name].address,
-                "volumes": [
-                    {"array": ARRAY_NAME, "volume": node.data_lun.volume_name, "role": "data"},
-                    {
-                        "array": ARRAY_NAME,
-                        "volume": node.commitlog_lun.volume_name,
-                        "role": "commitlog",
-                    },
-                ],
-            }
-            for node in self.cluster.nodes
-        ]
-        return {
-            "coordinator": {
+        return coordinator_data(
+            self.cluster,
+            {name: agent.address for name, agent in self.agents.items()},
+            self.array.table,
+            client=client,
+            ca_file=self.pki.ca_file,
+            coordinator={
                 "listen": "127.0.0.1:0",
                 "metrics_listen": "127.0.0.1:0",
                 "catalog": str(self.workdir / "catalog.db"),
                 **self.coordinator_settings,
             },
-            "tls": {
-                "cert_file": str(client.cert),
-                "key_file": str(client.key),
-                "ca_file": str(self.pki.ca_file),
-            },
-            "clusters": [
-                {
-                    "name": CLUSTER_NAME,
-                    "contact_points": self.cluster.addresses,
-                    "nodes": nodes,
-                    **cluster_settings,
-                }
-            ],
-            "arrays": {ARRAY_NAME: self.array.table},
-        }
+            **cluster_settings,
+        )
 
     def coordinator_config(self, **cluster_settings: Any) -> CoordinatorConfig:
         return validate(

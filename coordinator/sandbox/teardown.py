@@ -2,7 +2,9 @@
 
 Found by what they are, not by what a state file claims: containers by their instance label, mounts
 under the instance root (from /proc/self/mountinfo), loop devices whose backing file lies under the
-instance root (from `losetup --json`). Nothing outside the instance root is touched.
+instance root (from `losetup --json`), background processes (agents, simulator, coordinator of
+`ringsnap sandbox up`) by their recorded pid and start time and by command lines naming the
+instance's `services/` (see `processes`). Nothing outside the instance root is touched.
 """
 
 from __future__ import annotations
@@ -23,6 +25,11 @@ from ringsnap.coordinator.sandbox.mounts import (
     mounts_under,
 )
 from ringsnap.coordinator.sandbox.pool import unmount_path
+from ringsnap.coordinator.sandbox.processes import (
+    ServiceProcess,
+    instance_processes,
+    stop_instance_processes,
+)
 from ringsnap.logs import get_logger
 
 log = get_logger(__name__)
@@ -36,10 +43,12 @@ class Leftovers:
     mounts: list[Path] = field(default_factory=list)
     loop_devices: list[str] = field(default_factory=list)
     root_exists: bool = False
+    #: Live background processes, as "name (pid N)".
+    processes: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
-        return not (self.containers or self.mounts or self.loop_devices)
+        return not (self.containers or self.mounts or self.loop_devices or self.processes)
 
 
 def instance_containers(name: str, *, running_only: bool = False) -> list[str]:
@@ -66,12 +75,18 @@ def find_leftovers(name: str, root: Path | None = None) -> Leftovers:
         mounts=[m.mount_point for m in mounts_under(current_mounts(), root)],
         loop_devices=[d.name for d in loops_backed_under(current_loop_devices(), root)],
         root_exists=root.exists(),
+        processes=[f"{p.name} (pid {p.pid})" for p in _processes(root)],
     )
+
+
+def _processes(root: Path) -> list[ServiceProcess]:
+    return instance_processes(instances.services_file(root), instances.services_dir(root))
 
 
 @dataclass
 class DownReport:
     instance: str
+    processes_stopped: list[str] = field(default_factory=list)
     containers_removed: list[str] = field(default_factory=list)
     unmounted: list[Path] = field(default_factory=list)
     loops_released: list[str] = field(default_factory=list)
@@ -96,6 +111,9 @@ def down(name: str, *, remove_files: bool = True) -> DownReport:
             log.error("sandbox teardown step failed", instance=name, step=step, error=str(exc))
             errors.append(exc)
 
+    # The coordinator first (it cancels running backups and thaws), then the agents (each thaws
+    # what it froze), then the simulator: nothing may hold a file in the pool when it unmounts.
+    attempt("processes", lambda: report.processes_stopped.extend(_stop_processes(root)))
     # A test that failed mid-backup may have left a filesystem frozen: thaw before anything else,
     # or stopping the node and unmounting would hang on it.
     attempt("thaw", lambda: _thaw_all(root))
@@ -116,6 +134,7 @@ def down(name: str, *, remove_files: bool = True) -> DownReport:
         log.info(
             "sandbox instance down",
             instance=name,
+            processes=len(report.processes_stopped),
             containers=len(report.containers_removed),
             unmounted=len(report.unmounted),
             loops=len(report.loops_released),
@@ -125,6 +144,13 @@ def down(name: str, *, remove_files: bool = True) -> DownReport:
     raise SandboxError(
         f"tearing down sandbox instance {name!r} was incomplete: {errors[0]}"
     ) from errors[0]
+
+
+def _stop_processes(root: Path) -> list[str]:
+    stopped = stop_instance_processes(instances.services_file(root), instances.services_dir(root))
+    for process in stopped:
+        log.info("sandbox process stopped", process=process.name, pid=process.pid)
+    return [f"{p.name} (pid {p.pid})" for p in stopped]
 
 
 def _thaw_all(root: Path) -> None:

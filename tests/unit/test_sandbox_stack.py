@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sys
+import tomllib
 from pathlib import Path
 
 from ringsnap.agent.config import AgentConfig
 from ringsnap.agent.testing.background import TestPki
 from ringsnap.config import validate
-from ringsnap.coordinator.sandbox import stack
+from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.sandbox import services, stack
 from ringsnap.coordinator.sandbox.cluster import NodeInfo, SandboxCluster
 from ringsnap.coordinator.sandbox.instance import InstanceLayout
 from ringsnap.coordinator.sandbox.pool import Lun
@@ -41,6 +43,7 @@ def _node(root: Path) -> tuple[SandboxCluster, NodeInfo]:
         luns[0],
         luns[1],
     )
+    cluster._nodes = [node]
     return cluster, node
 
 
@@ -65,3 +68,58 @@ def test_agent_config_restores_through_the_container_and_the_pool_hooks(tmp_path
         assert volumes["attach_command"] == [*hook, "attach", "--pool", str(tmp_path / "pool")]
     else:
         assert "volumes" not in data
+
+
+def test_toml_document_round_trips_nested_tables() -> None:
+    data = {
+        "coordinator": {"listen": "127.0.3.250:7444", "catalog": Path("/x/catalog.db")},
+        "tls": {"cert_file": 'we"ird\\path\n'},
+        "clusters": [
+            {
+                "name": "sandbox",
+                "contact_points": ["127.0.3.1", "127.0.3.2"],
+                "allow_partial": False,
+                "nodes": [
+                    {"name": "node1", "volumes": [{"array": "a1", "role": "data"}]},
+                    {"name": "node2", "volumes": [{"array": "a1", "role": "commitlog"}]},
+                ],
+            }
+        ],
+        "arrays": {"array1": {"driver": "ontap", "port": 443, "ratio": 0.5}},
+        "retention": {"play ground": {"daily": 7}},
+        "empty": [],
+    }
+    text = services.toml_document(data, "first line\nsecond line")
+    assert text.startswith("# first line\n# second line\n")
+    expected = {**data, "coordinator": {**data["coordinator"], "catalog": "/x/catalog.db"}}  # type: ignore[dict-item]
+    assert tomllib.loads(text) == expected
+
+
+def test_the_sandbox_coordinator_config_is_valid_toml_for_the_coordinator(tmp_path: Path) -> None:
+    cluster, node = _node(tmp_path)
+    pki = TestPki.create(tmp_path / "pki")
+    client = pki.client.write(tmp_path / "pki", "coordinator")
+    data = stack.coordinator_data(
+        cluster,
+        {node.name: "127.0.3.1:7443"},
+        {"driver": "ontap", "endpoint": "https://127.0.0.1:4430", "svm": "svm0"},
+        client=client,
+        ca_file=pki.ca_file,
+        coordinator={"listen": "127.0.3.250:7444", "catalog": str(tmp_path / "c" / "catalog.db")},
+    )
+    config = validate(
+        tomllib.loads(services.toml_document(data)), CoordinatorConfig, source="<test>"
+    )
+    assert config.clusters[0].name == services.CLUSTER_NAME == stack.CLUSTER_NAME
+    assert [v.volume for v in config.clusters[0].nodes[0].volumes] == [
+        "play-node1-data",
+        "play-node1-commitlog",
+    ]
+    assert config.coordinator.listen == "127.0.3.250:7444"
+
+
+def test_export_line_quotes_the_path() -> None:
+    assert services.export_line(Path("/var/lib/x/coordinator.toml")) == (
+        "export RINGSNAP_CONFIG=/var/lib/x/coordinator.toml"
+    )
+    assert services.export_line(Path("/a b/c.toml")) == "export RINGSNAP_CONFIG='/a b/c.toml'"

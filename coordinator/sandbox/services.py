@@ -1,0 +1,404 @@
+"""The whole ringsnap stack around a running sandbox cluster, as background processes: what
+`ringsnap sandbox up` starts so that a newcomer can type `ringsnap backup sandbox` themselves.
+
+- an agent per node: `ringsnap-agent serve --config services/agent-nodeN.toml`, listening on the
+  node's own address, 127.0.k.i:7443, with a certificate for that address (mutual TLS);
+- one array simulator (ONTAP, FlashArray or E-Series) over the instance's LUN pool:
+  `python -m ringsnap.plugins.simulators VENDOR --pool ... --tls-dir ...`, HTTPS on 127.0.0.1;
+- the coordinator: `ringsnap-coordinator serve --config services/coordinator.toml`, API on
+  127.0.k.250:7444, metrics on 127.0.k.250:9444, catalog and API token in services/coordinator/.
+
+`ringsnap` finds that coordinator with `export RINGSNAP_CONFIG=<instance>/services/coordinator.toml`
+(`--config` > $RINGSNAP_CONFIG > /etc/ringsnap/coordinator.toml); `up` prints the line. Every
+process is recorded (pid and start time) in the instance's services.json as soon as it starts;
+`ringsnap sandbox down` stops them all (`processes.py`). Logs: services/logs/<name>.log.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from ringsnap.config import validate
+from ringsnap.coordinator.apitoken import token_path
+from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.sandbox.cluster import SandboxCluster
+from ringsnap.coordinator.sandbox.errors import SandboxError
+from ringsnap.coordinator.sandbox.instance import (
+    COORDINATOR_PORT,
+    METRICS_PORT,
+    InstanceLayout,
+)
+from ringsnap.coordinator.sandbox.processes import (
+    ServiceProcess,
+    ServicesState,
+    is_running,
+    load_state,
+    log_tail,
+    save_state,
+    spawn,
+    stop_processes,
+)
+from ringsnap.logs import get_logger
+
+log = get_logger(__name__)
+
+VENDORS = ("ontap", "flasharray", "eseries")
+#: The cluster's name in the coordinator's config: `ringsnap backup sandbox`.
+CLUSTER_NAME = "sandbox"
+DEFAULT_VENDOR = "ontap"
+START_TIMEOUT_SECONDS = 90.0
+_SIMULATOR_URL = re.compile(r"simulator on (https://127\.0\.0\.1:\d+)")
+Reporter = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ServiceView:
+    """One recorded process and whether it runs now."""
+
+    process: ServiceProcess
+    running: bool
+
+
+@dataclass(frozen=True)
+class Services:
+    """The instance's recorded background processes."""
+
+    layout: InstanceLayout
+    vendor: str
+    config_file: Path
+    views: list[ServiceView]
+
+    @property
+    def all_running(self) -> bool:
+        return bool(self.views) and all(v.running for v in self.views)
+
+    @property
+    def export_line(self) -> str:
+        return export_line(self.config_file)
+
+
+def export_line(config_file: Path) -> str:
+    return f"export RINGSNAP_CONFIG={shlex.quote(str(config_file))}"
+
+
+def current(layout: InstanceLayout) -> Services | None:
+    """What `services.json` records for the instance, checked against /proc; None: nothing."""
+    state = load_state(layout.services_file)
+    if not state.processes:
+        return None
+    views = [ServiceView(p, is_running(p)) for p in state.processes]
+    config = Path(state.details.get("config", str(layout.coordinator_config)))
+    return Services(layout, state.details.get("array", "?"), config, views)
+
+
+# -- TOML ------------------------------------------------------------------------------------------
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _key(key: str) -> str:
+    return key if _BARE_KEY.match(key) else json.dumps(key)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str | Path):
+        # JSON's string escapes (\" \\ \n \uXXXX ...) are all valid in a TOML basic string.
+        return json.dumps(str(value))
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_value(item) for item in value) + "]"
+    if isinstance(value, Mapping):
+        return "{ " + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(f"cannot write {type(value).__name__} as TOML")
+
+
+def _is_table_array(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, Mapping) for v in value)
+
+
+def _table(path: list[str], table: Mapping[str, Any], lines: list[str], header: str) -> None:
+    plain = {
+        k: v for k, v in table.items() if not isinstance(v, Mapping) and not _is_table_array(v)
+    }
+    if header:
+        lines.append(header)
+    lines += [f"{_key(k)} = {_value(v)}" for k, v in plain.items()]
+    if header or plain:
+        lines.append("")
+    for key, value in table.items():
+        if isinstance(value, Mapping):
+            _table([*path, key], value, lines, "[" + ".".join(map(_key, [*path, key])) + "]")
+        elif _is_table_array(value):
+            for item in value:
+                _table([*path, key], item, lines, "[[" + ".".join(map(_key, [*path, key])) + "]]")
+
+
+def toml_document(data: Mapping[str, Any], comment: str = "") -> str:
+    """`data` (tables, arrays of tables, strings, numbers, booleans, lists) as TOML."""
+    lines = [f"# {line}".rstrip() for line in comment.splitlines()]
+    if lines:
+        lines.append("")
+    _table([], data, lines, "")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+# -- starting --------------------------------------------------------------------------------------
+
+
+def _entry_point(script: str, module: str) -> list[str]:
+    """The console script next to this interpreter (what an operator types), else `-m module`."""
+    installed = Path(sys.executable).parent / script
+    return [str(installed)] if installed.is_file() else [sys.executable, "-m", module]
+
+
+def _accepts(address: str, timeout: float = 0.5) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout):
+            return True
+    except OSError:
+        return False
+
+
+class _Launcher:
+    """Starts processes, records each at once, and stops them all if a later one fails."""
+
+    def __init__(self, layout: InstanceLayout, details: dict[str, str]) -> None:
+        self.layout = layout
+        self.state = ServicesState([], details)
+        self.popen: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, kind: str, argv: list[str], address: str = "") -> ServiceProcess:
+        logs = self.layout.services_dir / "logs"
+        record, process = spawn(
+            name, kind, argv, logs / f"{name}.log", cwd=self.layout.services_dir, address=address
+        )
+        self.popen[name] = process
+        self.state.processes.append(record)
+        save_state(self.layout.services_file, self.state)
+        return record
+
+    def wait(self, record: ServiceProcess, ready: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        process = self.popen[record.name]
+        while not ready():
+            code = process.poll()
+            if code is not None:
+                raise SandboxError(
+                    f"{record.name} exited with status {code} while starting; its log"
+                    f" {record.log}:\n{log_tail(record.log)}"
+                )
+            if time.monotonic() > deadline:
+                raise SandboxError(
+                    f"{record.name} did not {what} within {START_TIMEOUT_SECONDS:.0f} s; its log"
+                    f" {record.log}:\n{log_tail(record.log)}"
+                )
+            time.sleep(0.2)
+
+    def abort(self) -> None:
+        try:
+            stop_processes(self.state.processes)
+        finally:
+            self.layout.services_file.unlink(missing_ok=True)
+
+
+def _write_pki(cluster: SandboxCluster, directory: Path) -> tuple[Path, dict[str, Any]]:
+    """A fresh CA, an agent certificate per node (for its own address) and the coordinator's."""
+    from ringsnap.agent.testing.background import COORDINATOR_IDENTITY, TestPki
+    from ringsnap.testpki import TestCA
+
+    ca = TestCA.create("ringsnap sandbox CA")
+    ca_file = ca.write_ca(directory / "ca.crt")
+    client = ca.issue(COORDINATOR_IDENTITY)
+    per_node = {}
+    for node in cluster.nodes:
+        agent = ca.issue(
+            "ringsnap-agent", dns=["localhost"], ips=["127.0.0.1", node.address]
+        ).write(directory, f"agent-{node.name}")
+        per_node[node.name] = TestPki(directory, ca, ca_file, agent, client)
+    return ca_file, per_node
+
+
+def _simulator(vendor: str, directory: Path) -> tuple[list[str], dict[str, Any]]:
+    """The simulator's login arguments and the matching `[arrays.array1]` settings."""
+    secret = directory / f"{vendor}.secret"
+    secret.parent.mkdir(parents=True, exist_ok=True)
+    secret.touch(mode=0o600)
+    secret.write_text("sandbox-secret\n")
+    if vendor == "ontap":
+        return (
+            ["--username", "ringsnap", "--password-file", str(secret)],
+            {"svm": "svm0", "username": "ringsnap", "password_file": str(secret)},
+        )
+    if vendor == "flasharray":
+        # The FlashArray simulator takes its password as the API token (of user pureuser).
+        return (
+            ["--username", "pureuser", "--password-file", str(secret)],
+            {"api_token_file": str(secret)},
+        )
+    if vendor == "eseries":
+        return (
+            ["--username", "ringsnap", "--password-file", str(secret)],
+            {"username": "ringsnap", "password_file": str(secret)},
+        )
+    raise SandboxError(f"unknown array simulator {vendor!r}; choose one of {', '.join(VENDORS)}")
+
+
+def start(
+    cluster: SandboxCluster, vendor: str = DEFAULT_VENDOR, report: Reporter | None = None
+) -> Services:
+    """Start agents, the simulator and the coordinator for `cluster` (running), record them and
+    return them. Already running with this vendor: returns them untouched. Some died: the rest
+    are stopped and all are started again (the catalog is kept). On failure nothing is left
+    running and the error quotes the failing process's log."""
+    from ringsnap.agent.testing.background import write_config
+    from ringsnap.coordinator.sandbox.stack import ARRAY_NAME, agent_data, coordinator_data
+
+    say = report or (lambda _message: None)
+    if vendor not in VENDORS:
+        raise SandboxError(
+            f"unknown array simulator {vendor!r}; choose one of {', '.join(VENDORS)}"
+        )
+    layout = cluster.layout
+    existing = current(layout)
+    if existing is not None:
+        if existing.all_running and existing.vendor == vendor:
+            return existing
+        if existing.all_running:
+            raise SandboxError(
+                f"sandbox {layout.name!r} runs the {existing.vendor} simulator, not {vendor}:"
+                f" `ringsnap sandbox down --instance {layout.name}` first"
+            )
+        say("some services of an earlier `up` have stopped: restarting all of them")
+        stop_processes(v.process for v in existing.views)
+        layout.services_file.unlink(missing_ok=True)
+
+    directory = layout.services_dir
+    directory.mkdir(parents=True, exist_ok=True)
+    config_file = layout.coordinator_config
+    launcher = _Launcher(layout, {"array": vendor, "config": str(config_file)})
+    try:
+        say(f"starting an agent per node ({len(cluster.nodes)})")
+        ca_file, pki = _write_pki(cluster, directory / "pki")
+        agents: dict[str, ServiceProcess] = {}
+        for node in cluster.nodes:
+            address = layout.agent_address(node.index)
+            data = agent_data(
+                cluster, node, pki[node.name], directory / "agent-state" / node.name, address
+            )
+            data["log"] = {"json": True, "level": "info"}
+            agent_config = write_config(directory / f"agent-{node.name}.toml", data)
+            argv = [
+                *_entry_point("ringsnap-agent", "ringsnap.agent.main"),
+                "serve",
+                "--config",
+                str(agent_config),
+            ]
+            agents[node.name] = launcher.start(f"agent-{node.name}", "agent", argv, address)
+        for record in agents.values():
+            launcher.wait(record, partial(_accepts, record.address), f"listen on {record.address}")
+
+        say(f"starting the {vendor} array simulator")
+        login, settings = _simulator(vendor, directory / "simulator")
+        tls_dir = directory / "simulator" / "tls"
+        simulator = launcher.start(
+            "simulator",
+            "simulator",
+            [
+                sys.executable,
+                "-m",
+                "ringsnap.plugins.simulators",
+                vendor,
+                "--pool",
+                str(cluster.pool_dir),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--tls-dir",
+                str(tls_dir),
+                "--json-logs",
+                *login,
+            ],
+        )
+        found: list[str] = []
+
+        def simulator_ready() -> bool:
+            match = _SIMULATOR_URL.search(log_tail(simulator.log, 200))
+            if match is None:
+                return False
+            found[:] = [match.group(1)]
+            return _accepts(found[0].removeprefix("https://"))
+
+        launcher.wait(simulator, simulator_ready, "serve HTTPS")
+        url = found[0]
+        table = {"driver": vendor, "endpoint": url, "ca_file": str(tls_dir / "ca.pem"), **settings}
+
+        say("starting the coordinator")
+        listen = f"{layout.service_address}:{COORDINATOR_PORT}"
+        catalog = directory / "coordinator" / "catalog.db"
+        catalog.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+        client = pki[cluster.nodes[0].name].client.write(directory / "pki", "coordinator")
+        data = coordinator_data(
+            cluster,
+            {name: record.address for name, record in agents.items()},
+            table,
+            client=client,
+            ca_file=ca_file,
+            coordinator={
+                "listen": listen,
+                "metrics_listen": f"{layout.service_address}:{METRICS_PORT}",
+                "catalog": str(catalog),
+            },
+        )
+        data["retention"] = {"playground": {"daily": 7, "min_count": 3}}
+        text = toml_document(
+            data,
+            f"The coordinator of sandbox instance {layout.name!r}, written by `ringsnap sandbox"
+            " up`.\nUse it: " + export_line(config_file) + "\nArray "
+            f"{ARRAY_NAME}: the {vendor} simulator at {url}; its log: {simulator.log}.",
+        )
+        validate(tomllib.loads(text), CoordinatorConfig, source=str(config_file))
+        config_file.write_text(text)
+        token = token_path(catalog)
+        token.unlink(missing_ok=True)  # the coordinator writes a fresh one when it is ready
+        coordinator = launcher.start(
+            "coordinator",
+            "coordinator",
+            [
+                *_entry_point("ringsnap-coordinator", "ringsnap.coordinator.main"),
+                "serve",
+                "--config",
+                str(config_file),
+                "--log-format",
+                "json",
+            ],
+            listen,
+        )
+        launcher.wait(
+            coordinator,
+            lambda: token.is_file() and _accepts(listen),
+            f"serve its API on {listen}",
+        )
+    except BaseException:
+        launcher.abort()
+        raise
+    log.info("sandbox services up", instance=layout.name, array=vendor, config=str(config_file))
+    found_now = current(layout)
+    assert found_now is not None
+    return found_now
