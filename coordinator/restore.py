@@ -222,12 +222,15 @@ class RestoreWorkflow:
         return await self._drive(run, snapshots, plan.lost_backups)
 
     async def resume(
-        self, record: RestoreRecord, snapshots: Mapping[str, SnapshotRef]
+        self,
+        record: RestoreRecord,
+        snapshots: Mapping[str, SnapshotRef],
+        lost_backups: Sequence[str] = (),
     ) -> RestoreRecord:
         """Go on from the last step each node finished."""
         run = RestoreRun(replace(record, state=RestoreState.RUNNING, error=""), self.journal)
         await self.journal.save(run.record)
-        return await self._drive(run, dict(snapshots), ())
+        return await self._drive(run, dict(snapshots), lost_backups)
 
     async def _drive(
         self, run: RestoreRun, snapshots: dict[str, SnapshotRef], lost: Sequence[str]

@@ -12,9 +12,9 @@ import asyncio
 import dataclasses
 import enum
 import json
-import os
 import sys
 import time
+import tomllib
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -28,8 +28,8 @@ from rich.text import Text
 from ringsnap.coordinator import render
 from ringsnap.coordinator.assembly import load_config
 from ringsnap.coordinator.catalog import Catalog, CatalogLockedError
-from ringsnap.coordinator.client import CliError, ExitCode
-from ringsnap.coordinator.config import DEFAULT_CONFIG_PATH, CoordinatorConfig
+from ringsnap.coordinator.client import CliError, ExitCode, discover_config
+from ringsnap.coordinator.config import DEFAULT_CATALOG_PATH, DEFAULT_CONFIG_PATH, CoordinatorConfig
 from ringsnap.coordinator.model import NodeVerdict, RestoreMode, RestoreRecord, RestoreState
 from ringsnap.coordinator.restore import RestoreFailed, RestoreRefused
 from ringsnap.coordinator.restore_plan import RestorePlan, RestoreRequest
@@ -38,7 +38,6 @@ from ringsnap.errors import RingsnapError
 
 out = Console(highlight=False, soft_wrap=False)
 err = Console(stderr=True, highlight=False)
-CONFIG_ENV = "RINGSNAP_CONFIG"
 
 
 class Output(enum.StrEnum):
@@ -47,11 +46,9 @@ class Output(enum.StrEnum):
 
 
 def config_path(config: Path | None) -> Path:
-    """--config, else $RINGSNAP_CONFIG, else the system-wide file."""
-    if config is not None:
-        return config
-    from_env = os.environ.get(CONFIG_ENV)
-    return Path(from_env) if from_env else DEFAULT_CONFIG_PATH
+    """Where the coordinator's config is (`discover_config`); the system-wide file by default."""
+    found, _how = discover_config(config)
+    return found or DEFAULT_CONFIG_PATH
 
 
 def _user() -> str:
@@ -436,12 +433,19 @@ def _fail(error: CliError, as_json: bool, *, resumable: bool = False) -> None:
 def open_restores_lines(config: Path | None) -> Iterator[str]:
     """For `ringsnap status`: restores that did not finish, each node's state and next step.
 
-    Read from the catalog directly (shared, read-only), so it works with or without the daemon.
+    Read from the catalog directly (shared, read-only), so it works with or without the daemon;
+    only `[coordinator] catalog` is read from the config, so it needs none of its secrets.
     """
+    path = config_path(config)
     try:
-        loaded = load_config(config_path(config))
-        catalog = Catalog(loaded.coordinator.catalog, exclusive=False)
-    except (RingsnapError, OSError):
+        with path.open("rb") as handle:
+            table = tomllib.load(handle).get("coordinator", {})
+        catalog_file = Path(table.get("catalog", DEFAULT_CATALOG_PATH))
+        if not catalog_file.exists():
+            return
+        catalog = Catalog(catalog_file, exclusive=False)
+    except (RingsnapError, OSError, tomllib.TOMLDecodeError) as exc:
+        yield f"(unfinished restores cannot be listed: {exc})"
         return
     with catalog:
         for record in catalog.open_restores():

@@ -16,7 +16,13 @@ from pathlib import Path
 from ringsnap.coordinator.agents import ClientTls, GrpcNodeAgent
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
-from ringsnap.coordinator.model import Backup, RestoreRecord, RestoreState, Verification
+from ringsnap.coordinator.model import (
+    Backup,
+    RestoreMode,
+    RestoreRecord,
+    RestoreState,
+    Verification,
+)
 from ringsnap.coordinator.ports import ArrayPort, NodeAgent, SSTable
 from ringsnap.coordinator.restore import (
     Progress,
@@ -105,7 +111,23 @@ class RestoreSession:
                 f"restore {restore_id} is finished ({record.state.value}); nothing to resume"
             )
         backup = await asyncio.to_thread(self.catalog.get_backup, record.backup_id)
-        return await self.workflow(progress).resume(record, snapshots_for(record, backup))
+        snapshots = snapshots_for(record, backup)
+        # Arrays whose revert is not recorded may still delete newer snapshots (ONTAP).
+        pending = {a: r for a, r in snapshots.items() if a not in dict(record.arrays_done)}
+        others = await asyncio.to_thread(self._newer_backups, backup)
+        lost = [
+            other.id
+            for array, ref in pending.items()
+            if record.mode is RestoreMode.REVERT
+            and self.arrays[array].capabilities().revert_deletes_newer
+            for other in others
+            if any(
+                r.array == array
+                and {m.volume.name for m in r.members} & {m.volume.name for m in ref.members}
+                for r in other.snapshots
+            )
+        ]
+        return await self.workflow(progress).resume(record, snapshots, sorted(set(lost)))
 
     def _newer_backups(self, backup: Backup) -> list[Backup]:
         summaries = self.catalog.backup_summaries(backup.cluster)
