@@ -28,8 +28,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from ringsnap.coordinator import catalog_codec
 from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.catalog import codec as catalog_codec
 from ringsnap.coordinator.model import BackupNode, NodeVolume, QuiesceMode, VolumeRole
 from ringsnap.coordinator.ports import SSTable, SSTableComponent
 from ringsnap.logs import configure
@@ -161,7 +161,7 @@ def bench_manifest(catalog: Catalog, components: int) -> None:
 
 def fill_backups(catalog: Catalog, count: int) -> None:
     """Bulk insert, bypassing the API (setup only): 3 nodes and one snapshot per backup."""
-    from ringsnap.coordinator import catalog_codec as codec
+    from ringsnap.coordinator.catalog import codec
 
     nodes = nodes_for(3)
     volumes = {n.name: codec.encode_volumes(n.volumes) for n in nodes}

@@ -1,12 +1,22 @@
-"""The catalog's SQLite schema, as forward migrations.
+"""The catalog's SQLite schema, as forward migrations, and the migrating of a catalog file.
 
 Migration N takes a database at version N-1 to version N. A released migration is never edited:
 a change is a new migration at the end. `schema_version` keeps one row per applied migration.
 """
 
+# S608: the migration script is assembled from constants of this module.
+
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
+from pathlib import Path
+
+from ringsnap.coordinator.catalog.columns import now, sql_text, to_us
+from ringsnap.coordinator.catalog.errors import CatalogSchemaError
+from ringsnap.logs import get_logger
+
+log = get_logger(__name__)
 
 #: `PRAGMA application_id`: marks the file as a ringsnap catalog ("RSNP").
 APPLICATION_ID = 0x52534E50
@@ -147,7 +157,102 @@ _V2 = """
 ALTER TABLE backups ADD COLUMN warnings TEXT NOT NULL DEFAULT '[]';
 """
 
+# Restores, with what they proved and destroyed. The per-node records and the other lists are JSON,
+# validated when read (a hand edit shows up in the record's warnings, it never breaks a read).
+# Operations were never persisted by the coordinator (it keeps them in memory): their table goes.
+_V3 = """
+ALTER TABLE backups ADD COLUMN verified_by TEXT NOT NULL DEFAULT '';
+ALTER TABLE backups ADD COLUMN lost_reason TEXT NOT NULL DEFAULT '';
+ALTER TABLE backups ADD COLUMN lost_us INTEGER;
+
+CREATE TABLE restores (
+    pk           INTEGER PRIMARY KEY,
+    id           TEXT    NOT NULL UNIQUE,
+    cluster      TEXT    NOT NULL,
+    backup_id    TEXT    NOT NULL,
+    mode         TEXT    NOT NULL CHECK (mode IN ('revert', 'clone')),
+    state        TEXT    NOT NULL
+                 CHECK (state IN ('running', 'proven', 'failed-verification', 'failed',
+                                  'interrupted')),
+    whole_ring   INTEGER NOT NULL CHECK (whole_ring IN (0, 1)),
+    requested_by TEXT    NOT NULL,
+    started_us   INTEGER NOT NULL,
+    finished_us  INTEGER,
+    error        TEXT    NOT NULL DEFAULT '',
+    nodes        TEXT    NOT NULL DEFAULT '[]',
+    warnings     TEXT    NOT NULL DEFAULT '[]',
+    arrays_done  TEXT    NOT NULL DEFAULT '[]',
+    clones       TEXT    NOT NULL DEFAULT '[]',
+    timings      TEXT    NOT NULL DEFAULT '[]'
+);
+CREATE INDEX restores_by_cluster ON restores (cluster, started_us DESC, id DESC);
+CREATE INDEX restores_by_time ON restores (started_us DESC, id DESC);
+-- Not finished: they may have left nodes stopped.
+CREATE INDEX restores_open ON restores (state) WHERE state IN ('running', 'failed', 'interrupted');
+
+DROP TABLE operations;
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "backups, nodes, snapshots, manifests, timings, cleanups, operations", _V1),
     Migration(2, "warnings of a backup", _V2),
+    Migration(3, "restores; who verified a backup; backups lost to a restore; no operations", _V3),
 ]
+
+
+def migrate(conn: sqlite3.Connection, path: Path, *, may_write: bool) -> int:
+    """Bring the catalog on `conn` to the latest version; return it.
+
+    Refuses a database that is not a catalog, one written by a newer ringsnap, and (unless
+    `may_write`: only the coordinator owning the catalog migrates it) one that needs migrating.
+    Each migration is one transaction: a failed one leaves the previous version.
+    """
+    migrations = MIGRATIONS
+    latest = len(migrations)
+    application_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+    if application_id != APPLICATION_ID and tables:
+        raise CatalogSchemaError(
+            f"{path} is an SQLite database but not a ringsnap catalog; refusing to touch it"
+        )
+    current = 0
+    if "schema_version" in tables:
+        current = conn.execute("SELECT max(version) FROM schema_version").fetchone()[0] or 0
+    if current > latest:
+        raise CatalogSchemaError(
+            f"catalog {path} has schema version {current}, written by a newer ringsnap;"
+            f" this version understands up to {latest}. Upgrade ringsnap (a catalog is never"
+            " downgraded)"
+        )
+    if current < latest and not may_write:
+        raise CatalogSchemaError(
+            f"catalog {path} is at schema version {current} and needs {latest}; only the"
+            " coordinator that owns it migrates it (start ringsnap-coordinator)"
+        )
+    for index, migration in enumerate(migrations[current:], start=current + 1):
+        if migration.version != index:
+            raise CatalogSchemaError(f"migration list out of order at {migration.version}")
+        log.info(
+            "migrating catalog",
+            path=str(path),
+            version=migration.version,
+            description=migration.description,
+        )
+        script = (
+            "BEGIN IMMEDIATE;\n"
+            f"{migration.sql}\n"
+            f"PRAGMA application_id = {APPLICATION_ID};\n"
+            "INSERT INTO schema_version (version, description, applied_us)"
+            f" VALUES ({migration.version}, {sql_text(migration.description)}, {to_us(now())});\n"
+            "COMMIT;"
+        )
+        try:
+            conn.executescript(script)
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise CatalogSchemaError(
+                f"catalog {path}: migration to version {migration.version} failed ({exc});"
+                " the catalog was left at the previous version"
+            ) from None
+    return latest
