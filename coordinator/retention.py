@@ -11,7 +11,12 @@ The rules, in the order a backup earns its reasons (a backup is kept if it has a
   period only where no complete backup exists, so a cluster that can only take partial backups
   still gets a bounded, useful history;
 - a running backup is kept (it is not the policy's to judge);
-- a failed backup is kept for `failed_grace` after it ended (for inspection), then removed.
+- a failed backup is kept for `failed_grace` after it ended (for inspection), then removed;
+- a lost backup (a restore destroyed its snapshots) can restore nothing: it never counts for any
+  rule above, so it never takes the place of a restorable backup; its record is kept for
+  `failed_grace` after the loss was recorded (for inspection), then removed.
+
+Only restorable backups (complete or partial, snapshots not lost) are "usable" for the rules.
 
 Everything is in UTC, so daylight-saving changes never merge or split a period. Ties (same start)
 are broken by backup id, so the result is deterministic whatever the input order.
@@ -40,7 +45,8 @@ class RetentionPolicy:
     max_age: timedelta | None = None
     #: Keep at least this many of the newest usable backups.
     min_count: int = 0
-    #: How long a failed backup's record stays for inspection.
+    #: How long the record of a failed backup, or of one whose snapshots are lost, stays for
+    #: inspection.
     failed_grace: timedelta = timedelta(days=7)
 
     def __post_init__(self) -> None:
@@ -192,7 +198,7 @@ def apply_policy(
             raise ValueError(f"backup {backup.id} is listed twice")
         reasons[backup.id] = []
 
-    usable = [(b, at) for b, at in ordered if b.state.usable]
+    usable = [(b, at) for b, at in ordered if b.restorable]
     newest_complete = next((b for b, _ in usable if b.state is BackupState.COMPLETE), None)
     if newest_complete is not None:
         reasons[newest_complete.id].append(NEWEST_COMPLETE)
@@ -224,8 +230,28 @@ def apply_policy(
             else:
                 reason = f"failed, past its {format_duration(policy.failed_grace)} grace period"
                 decisions.append(RetentionDecision(backup, False, (reason,)))
+        elif backup.lost:
+            decisions.append(_lost(backup, policy, now))
         elif kept_for:
             decisions.append(RetentionDecision(backup, True, tuple(kept_for)))
         else:
             decisions.append(RetentionDecision(backup, False, (BEYOND_BUCKETS,)))
     return RetentionPlan(tuple(decisions))
+
+
+def _lost(backup: BackupSummary, policy: RetentionPolicy, now: datetime) -> RetentionDecision:
+    """A backup whose snapshots are gone: its record stays a while for inspection, like a failed
+    one's, counted from when the loss was recorded."""
+    since = (backup.lost_at or backup.finished_at or backup.started_at).astimezone(UTC)
+    until = since + policy.failed_grace
+    if now < until:
+        reason = (
+            f"snapshots lost ({backup.lost_reason}), kept for inspection until"
+            f" {until:%Y-%m-%dT%H:%M:%SZ}"
+        )
+        return RetentionDecision(backup, True, (reason,))
+    reason = (
+        f"snapshots lost ({backup.lost_reason}), past its {format_duration(policy.failed_grace)}"
+        " grace period"
+    )
+    return RetentionDecision(backup, False, (reason,))

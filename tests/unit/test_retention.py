@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 from collections.abc import Callable, Hashable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -327,6 +328,64 @@ def test_a_running_backup_is_kept_and_counts_for_nothing() -> None:
     plan = apply_policy(backups, RetentionPolicy(hourly=1), now)
     assert plan.decision("run").keep and plan.decision("run").reason.startswith("running")
     assert plan.decision("done").reasons == (NEWEST_COMPLETE, "hourly #1 (2026-05-05T06:00Z)")
+
+
+def lost(summary: BackupSummary, at: datetime) -> BackupSummary:
+    return replace(summary, lost_reason="restore rr-1 reverted to backup b3", lost_at=at)
+
+
+def test_lost_backups_never_take_the_place_of_a_restorable_one() -> None:
+    hour = datetime(2026, 5, 5, 7, tzinfo=UTC)
+    now = hour + HOUR
+    # A revert to b3 destroyed the snapshots of every newer backup; b0 came after the restore.
+    history = [
+        backup("b0", hour + timedelta(minutes=30)),
+        lost(backup("b1", hour + timedelta(minutes=10)), hour + timedelta(minutes=20)),
+        lost(backup("b2", hour - HOUR), hour + timedelta(minutes=20)),
+        lost(backup("b2p", hour - HOUR + timedelta(minutes=5), BackupState.PARTIAL), hour),
+        backup("b3", hour - 2 * HOUR),
+        backup("b4", hour - 3 * HOUR),
+        backup("b5", hour - 4 * HOUR),
+    ]
+    policy = RetentionPolicy(hourly=3, min_count=2, max_age=timedelta(minutes=90))
+    plan = apply_policy(history, policy, now)
+    # Hour 07 goes to b0 (the lost b1 is newer in it); hour 06 holds only lost backups, so it is
+    # no period at all: the three hourly slots go to 07, 05 and 04.
+    assert plan.decision("b0").reasons == (
+        NEWEST_COMPLETE,
+        "min_count #1",
+        "within max_age (90m)",
+        "hourly #1 (2026-05-05T07:00Z)",
+    )
+    assert plan.decision("b3").reasons == ("min_count #2", "hourly #2 (2026-05-05T05:00Z)")
+    assert plan.decision("b4").reasons == ("hourly #3 (2026-05-05T04:00Z)",)
+    assert plan.decision("b5").reason == BEYOND_BUCKETS
+    for backup_id in ("b1", "b2", "b2p"):
+        decision = plan.decision(backup_id)
+        assert decision.keep, "kept a while for inspection, like a failed backup"
+        assert decision.reason.startswith(
+            "snapshots lost (restore rr-1 reverted to backup b3), kept for inspection until"
+        ), decision.reason
+    # Past the grace period (counted from the loss), a lost backup goes whatever the policy.
+    later = hour + timedelta(days=7, minutes=10)
+    plan = apply_policy(history, RetentionPolicy(hourly=1000, min_count=1000), later)
+    assert {b.id for b in plan.remove} == {"b2p"}  # lost at 07:00: its grace ended at 07:00 + 7 d
+    assert plan.decision("b2p").reason == (
+        "snapshots lost (restore rr-1 reverted to backup b3), past its 1w grace period"
+    )
+    assert plan.decision("b1").keep  # lost at 07:20: kept until 07:20 + 7 d
+    assert plan.decision("b0").reasons[0] == NEWEST_COMPLETE
+
+
+def test_when_every_complete_backup_is_lost_none_is_the_newest_complete() -> None:
+    now = datetime(2026, 5, 5, 7, tzinfo=UTC)
+    history = [
+        lost(backup("gone", now - HOUR), now),
+        backup("partial", now - 2 * HOUR, BackupState.PARTIAL),
+    ]
+    plan = apply_policy(history, RetentionPolicy(hourly=1), now)
+    assert NEWEST_COMPLETE not in plan.decision("gone").reasons
+    assert plan.decision("partial").reasons == ("hourly #1 (2026-05-05T05:00Z)",)
 
 
 def test_time_zones_and_daylight_saving_do_not_matter() -> None:
