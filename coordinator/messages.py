@@ -159,6 +159,8 @@ def backup(value: Backup, *, full: bool = True) -> pb.Backup:
         error=value.error,
         verification=VERIFICATIONS[value.verification],
         verification_detail=value.verification_detail,
+        verified_by=value.verified_by,
+        lost_reason=value.lost_reason,
         node_count=len(value.nodes),
         excluded_node_count=sum(1 for n in value.nodes if not n.included),
         snapshot_count=len(value.snapshots),
@@ -168,6 +170,8 @@ def backup(value: Backup, *, full: bool = True) -> pb.Backup:
         message.finished_at.CopyFrom(timestamp(value.finished_at))
     if value.verified_at is not None:
         message.verified_at.CopyFrom(timestamp(value.verified_at))
+    if value.lost_at is not None:
+        message.lost_at.CopyFrom(timestamp(value.lost_at))
     if value.freeze_window is not None:
         message.freeze_window.CopyFrom(duration(value.freeze_window.total))
         message.freeze.CopyFrom(freeze_window(value.freeze_window))

@@ -1,7 +1,8 @@
 """Human and JSON renderings of the coordinator API's messages, for `ringsnap`.
 
 Times are UTC (what the logs and the catalog use) with the age beside them; durations pick their
-unit; a backup that no restore or drill has verified says "never proven" in full.
+unit; a backup that no restore or drill has verified says "never proven" in full, a verified one
+says when and by which restore or drill, and one whose snapshots a restore destroyed says so.
 """
 
 from __future__ import annotations
@@ -138,22 +139,59 @@ def state(value: int) -> Text:
     return Text(state_name(value), style=style)
 
 
+def backup_state(backup: pb.Backup) -> Text:
+    """The backup's state, marked LOST when a restore destroyed its snapshots."""
+    text = state(backup.state)
+    if backup.lost_reason:
+        text.append(", ")
+        text.append("LOST", style="bold red")
+    return text
+
+
+def _verified_by(backup: pb.Backup, at: str) -> str:
+    return (f" {at}" if at else "") + (f" by {backup.verified_by}" if backup.verified_by else "")
+
+
 def verification(backup: pb.Backup) -> Text:
     if backup.state in (pb.BACKUP_STATE_FAILED, pb.BACKUP_STATE_RUNNING):
         return Text(f"- ({state_name(backup.state)}: nothing to prove)", style="dim")
+    verified = moment(backup.verified_at)
+    at = when(verified) if verified is not None else ""
     if backup.verification == pb.VERIFICATION_STATE_PROVEN:
         text = Text("proven", style="green")
-        proven = moment(backup.verified_at)
-        if proven is not None:
-            text.append(f" {when(proven)}")
+        text.append(_verified_by(backup, at))
     elif backup.verification == pb.VERIFICATION_STATE_FAILED:
         text = Text("verification FAILED", style="bold red")
+        text.append(_verified_by(backup, at))
     else:
         text = Text("never proven", style="yellow")
         text.append(": no restore or drill has verified this backup yet")
         return text
     if backup.verification_detail:
         text.append(f" ({backup.verification_detail})")
+    return text
+
+
+def verified_column(backup: pb.Backup) -> Text:
+    """The VERIFIED column of `ringsnap list`: the last verdict, when, and by which restore/drill."""
+    if backup.state in (pb.BACKUP_STATE_FAILED, pb.BACKUP_STATE_RUNNING):
+        return Text("-", style="dim")
+    verified = moment(backup.verified_at)
+    at = f"{verified:%Y-%m-%d}" if verified is not None else ""  # the day: the column stays narrow
+    if backup.verification == pb.VERIFICATION_STATE_PROVEN:
+        return Text.assemble(("proven", "green"), _verified_by(backup, at))
+    if backup.verification == pb.VERIFICATION_STATE_FAILED:
+        return Text.assemble(("FAILED", "red"), _verified_by(backup, at))
+    return Text("never proven", style="yellow")
+
+
+def lost(backup: pb.Backup) -> Text:
+    """Why a lost backup's snapshots are gone: 'snapshots destroyed: restore R reverted to ...'."""
+    text = Text("snapshots destroyed", style="bold red")
+    gone = moment(backup.lost_at)
+    if gone is not None:
+        text.append(f" {when(gone)}")
+    text.append(f": {backup.lost_reason}; this backup can no longer be restored")
     return text
 
 
@@ -186,7 +224,9 @@ def nodes_summary(backup: pb.Backup) -> str:
 # -- renderables -----------------------------------------------------------------------------------
 
 
-def backups_table(backups: Iterable[pb.Backup]) -> Table:
+def backups_table(backups: Iterable[pb.Backup]) -> RenderableType:
+    """`ringsnap list`: one row per backup, then a line for each backup whose snapshots are lost."""
+    backups = list(backups)
     table = Table(box=None, pad_edge=False, header_style="bold")
     table.add_column("BACKUP", no_wrap=True, min_width=24)
     for column in ("CLUSTER", "STATE", "STARTED", "TOOK", "FREEZE", "NODES"):
@@ -196,25 +236,30 @@ def backups_table(backups: Iterable[pb.Backup]) -> Table:
     table.add_column("VERIFIED", no_wrap=True)
     for backup in backups:
         window = duration(seconds(backup.freeze.total)) if backup.HasField("freeze") else "-"
-        verified = {
-            pb.VERIFICATION_STATE_PROVEN: Text("proven", style="green"),
-            pb.VERIFICATION_STATE_FAILED: Text("FAILED", style="red"),
-        }.get(backup.verification, Text("never proven", style="yellow"))
-        if backup.state in (pb.BACKUP_STATE_FAILED, pb.BACKUP_STATE_RUNNING):
-            verified = Text("-", style="dim")
         table.add_row(
             backup.backup_id,
             backup.cluster,
-            state(backup.state),
+            backup_state(backup),
             stamp(moment(backup.started_at)),
             took(backup),
             window,
             nodes_summary(backup),
             backup.trigger,
             backup.policy or "-",
-            verified,
+            verified_column(backup),
         )
-    return table
+    notes = [
+        Text.assemble(
+            ("LOST ", "bold red"),
+            f"{backup.backup_id}: snapshots destroyed {stamp(moment(backup.lost_at))}:"
+            f" {backup.lost_reason}",
+        )
+        for backup in backups
+        if backup.lost_reason
+    ]
+    if not notes:
+        return table
+    return Group(table, Text(""), *notes)
 
 
 def _facts(rows: Iterable[tuple[str, str | Text]]) -> Table:
@@ -232,7 +277,7 @@ def backup_detail(backup: pb.Backup) -> RenderableType:
     rows: list[tuple[str, str | Text]] = [
         ("backup", Text(backup.backup_id, style="bold")),
         ("cluster", backup.cluster),
-        ("state", state(backup.state)),
+        ("state", backup_state(backup)),
         ("started", when(started)),
         ("finished", f"{when(finished)}, took {took(backup)}" if finished else "-"),
         ("trigger", backup.trigger),
@@ -241,6 +286,8 @@ def backup_detail(backup: pb.Backup) -> RenderableType:
         ("freeze window", freeze_window(backup)),
         ("verification", verification(backup)),
     ]
+    if backup.lost_reason:
+        rows.append(("lost", lost(backup)))
     if backup.error:
         rows.append(("error", Text(backup.error, style="red")))
     rows += [("warning", Text(warning, style="yellow")) for warning in backup.warnings]
@@ -285,7 +332,11 @@ def backup_detail(backup: pb.Backup) -> RenderableType:
 
     if backup.snapshots:
         snaps = Table(
-            title="array snapshots (one atomic group snapshot per array)",
+            title=(
+                "array snapshots (DESTROYED since by a restore)"
+                if backup.lost_reason
+                else "array snapshots (one atomic group snapshot per array)"
+            ),
             title_justify="left",
             box=None,
             header_style="bold",

@@ -360,6 +360,9 @@ class Backup(_message.Message):
     EXCLUDED_NODE_COUNT_FIELD_NUMBER: _builtins.int
     SNAPSHOT_COUNT_FIELD_NUMBER: _builtins.int
     WARNINGS_FIELD_NUMBER: _builtins.int
+    VERIFIED_BY_FIELD_NUMBER: _builtins.int
+    LOST_REASON_FIELD_NUMBER: _builtins.int
+    LOST_AT_FIELD_NUMBER: _builtins.int
     backup_id: _builtins.str
     cluster: _builtins.str
     state: Global___BackupState.ValueType
@@ -373,6 +376,13 @@ class Backup(_message.Message):
     """Set in every view (BASIC leaves nodes and snapshots out)."""
     excluded_node_count: _builtins.int
     snapshot_count: _builtins.int
+    verified_by: _builtins.str
+    """The restore or drill that last verified the backup (its id); see verification."""
+    lost_reason: _builtins.str
+    """Why the backup's snapshots are gone although it finished (e.g. a revert restore destroyed
+    every snapshot newer than the one it restored); empty while they exist. A backup with a
+    lost_reason cannot be restored, and retention counts it for nothing.
+    """
     @_builtins.property
     def started_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -399,6 +409,10 @@ class Backup(_message.Message):
         would not remove; the driver sweeps it before its next snapshot of the same volumes).
         """
 
+    @_builtins.property
+    def lost_at(self) -> _timestamp_pb2.Timestamp:
+        """When the loss was recorded; absent while the snapshots exist."""
+
     def __init__(
         self,
         *,
@@ -423,10 +437,13 @@ class Backup(_message.Message):
         excluded_node_count: _builtins.int = ...,
         snapshot_count: _builtins.int = ...,
         warnings: _abc.Iterable[_builtins.str] | None = ...,
+        verified_by: _builtins.str = ...,
+        lost_reason: _builtins.str = ...,
+        lost_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["finished_at", b"finished_at", "freeze", b"freeze", "freeze_window", b"freeze_window", "started_at", b"started_at", "verified_at", b"verified_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["finished_at", b"finished_at", "freeze", b"freeze", "freeze_window", b"freeze_window", "lost_at", b"lost_at", "started_at", b"started_at", "verified_at", b"verified_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "cluster", b"cluster", "error", b"error", "excluded_node_count", b"excluded_node_count", "finished_at", b"finished_at", "freeze", b"freeze", "freeze_window", b"freeze_window", "node_count", b"node_count", "nodes", b"nodes", "policy", b"policy", "quiesce_mode", b"quiesce_mode", "snapshot_count", b"snapshot_count", "snapshots", b"snapshots", "started_at", b"started_at", "state", b"state", "timings", b"timings", "trigger", b"trigger", "verification", b"verification", "verification_detail", b"verification_detail", "verified_at", b"verified_at", "warnings", b"warnings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "cluster", b"cluster", "error", b"error", "excluded_node_count", b"excluded_node_count", "finished_at", b"finished_at", "freeze", b"freeze", "freeze_window", b"freeze_window", "lost_at", b"lost_at", "lost_reason", b"lost_reason", "node_count", b"node_count", "nodes", b"nodes", "policy", b"policy", "quiesce_mode", b"quiesce_mode", "snapshot_count", b"snapshot_count", "snapshots", b"snapshots", "started_at", b"started_at", "state", b"state", "timings", b"timings", "trigger", b"trigger", "verification", b"verification", "verification_detail", b"verification_detail", "verified_at", b"verified_at", "verified_by", b"verified_by", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
