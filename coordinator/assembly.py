@@ -18,7 +18,7 @@ from ringsnap.coordinator.canary import CanaryStore, CqlCanaries
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.metrics import CoordinatorMetrics
-from ringsnap.coordinator.ports import NodeAgent
+from ringsnap.coordinator.ports import ArrayPort, NodeAgent
 from ringsnap.coordinator.service import ClusterRuntime, Coordinator
 from ringsnap.logs import get_logger
 from ringsnap.plugins.middleware import AsyncDriver
@@ -84,7 +84,7 @@ async def open_coordinator(
         ca=Path(config.tls.ca_file).read_bytes(),
         server_name=config.tls.agent_server_name or "",
     )
-    arrays = {
+    arrays: dict[str, ArrayPort] = {
         name: AsyncDriver(open_driver(name, section.table(), source))
         for name, section in config.arrays.items()
     }
@@ -114,7 +114,7 @@ async def open_coordinator(
         for writer in canaries:
             await asyncio.to_thread(writer.close)
         for array in arrays.values():
-            await asyncio.to_thread(array.managed.close)
+            await array.close()
         await asyncio.to_thread(catalog.close)
 
 

@@ -38,7 +38,6 @@ from ringsnap.coordinator.ports import (
     PhaseClock,
     SSTable,
     ThawReceipt,
-    staged,
 )
 from ringsnap.errors import RingsnapError
 from ringsnap.logs import get_logger
@@ -318,7 +317,7 @@ class BackupWorkflow:
         # elsewhere aborts it; one still running is waited for (and aborted) by the discard.
         tasks = {
             array: asyncio.create_task(
-                staged(self.arrays[array]).prepare_group_snapshot(per_array[array], run.backup_id)
+                self.arrays[array].prepare_group_snapshot(per_array[array], run.backup_id)
             )
             for array in sorted(per_array)
         }
@@ -606,7 +605,7 @@ class BackupWorkflow:
             raise BackupFailed("; ".join(failures))
 
     async def _commit(self, array: str, prepared: PreparedSnapshot) -> SnapshotRef:
-        ref = await staged(self.arrays[array]).commit_group_snapshot(prepared)
+        ref = await self.arrays[array].commit_group_snapshot(prepared)
         self._committed.add(array)
         return ref
 
@@ -643,7 +642,7 @@ class BackupWorkflow:
         """Finish (after a commit) or abort (without one) the prepared snapshots of `arrays`."""
 
         async def release(array: str, prepared: PreparedSnapshot) -> None:
-            port = staged(self.arrays[array])
+            port = self.arrays[array]
             committed = array in self._committed
             step = "finish" if committed else "abort"
             try:

@@ -2,7 +2,7 @@
 
 The backup and restore workflows import nothing from gRPC, the driver or the database: they talk to
 these protocols. `ringsnap.coordinator.agents` implements `NodeAgent` over gRPC with mutual TLS;
-`ringsnap.plugins.middleware` provides `ArrayPort` around any driver; tests may fake both.
+`ringsnap.plugins.middleware.AsyncDriver` is the `ArrayPort` of any driver; tests may fake both.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from ringsnap.plugins.api import PreparedSnapshot
-from ringsnap.plugins.types import SnapshotInfo, SnapshotRef, Volume
+from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume
 
 
 @dataclass(frozen=True)
@@ -180,32 +180,30 @@ class NodeAgent(Protocol):
         ...
 
 
+@runtime_checkable
 class ArrayPort(Protocol):
-    """One array, through the driver middleware (retries, timing, logs, off the event loop)."""
+    """One array, through the driver middleware (retries, timing, logs, off the event loop):
+    `ringsnap.plugins.middleware.AsyncDriver` around any driver.
+
+    The operations are those of `ringsnap.plugins.api`, as coroutines. A group snapshot taken under
+    a freeze comes in steps: prepare before the freeze, commit while frozen (the only array work
+    the freeze budget bounds), then finish after the thaw, or abort when the run fails. Revert and
+    clone raise `UnsupportedError`, naming the driver and the array, when the driver cannot.
+    """
 
     @property
     def array(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    def capabilities(self) -> Capabilities: ...
 
     async def check(self) -> None: ...
 
     async def list_volumes(self) -> Sequence[Volume]: ...
 
     async def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef: ...
-
-    async def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]: ...
-
-    async def delete_snapshot(self, ref: SnapshotRef) -> None: ...
-
-
-@runtime_checkable
-class StagedArrayPort(ArrayPort, Protocol):
-    """An array whose group snapshot is split around the freeze (see `ringsnap.plugins.api`).
-
-    Prepare before the freeze, commit while frozen (the only array work the freeze budget
-    bounds), then finish after the thaw, or abort when the run fails. `AsyncDriver` is one, for
-    every driver; an `ArrayPort` without these steps is snapshotted with `create_group_snapshot`
-    under the freeze.
-    """
 
     async def prepare_group_snapshot(
         self, volumes: Sequence[Volume], name: str
@@ -216,6 +214,22 @@ class StagedArrayPort(ArrayPort, Protocol):
     async def finish_group_snapshot(self, prepared: PreparedSnapshot) -> None: ...
 
     async def abort_group_snapshot(self, prepared: PreparedSnapshot) -> None: ...
+
+    async def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]: ...
+
+    async def get_snapshot(self, ref: SnapshotRef) -> SnapshotInfo: ...
+
+    async def delete_snapshot(self, ref: SnapshotRef) -> None: ...
+
+    async def revert_plan(self, ref: SnapshotRef) -> Sequence[str]: ...
+
+    async def revert(self, ref: SnapshotRef) -> None: ...
+
+    async def clone(self, ref: SnapshotRef, suffix: str) -> Sequence[Volume]: ...
+
+    async def delete_clone(self, volume: Volume) -> None: ...
+
+    async def close(self) -> None: ...
 
 
 @dataclass
@@ -232,48 +246,3 @@ class CanaryWriter(Protocol):
     """Writes this backup's canary rows (one per node, at CL=ALL); returns their ids by host id."""
 
     async def write_canaries(self, backup_id: str, host_ids: Sequence[str]) -> dict[str, str]: ...
-
-
-class OneStepPort:
-    """An `ArrayPort` without the staged steps: the whole snapshot is its commit."""
-
-    def __init__(self, port: ArrayPort) -> None:
-        self.port = port
-
-    @property
-    def array(self) -> str:
-        return self.port.array
-
-    async def check(self) -> None:
-        await self.port.check()
-
-    async def list_volumes(self) -> Sequence[Volume]:
-        return await self.port.list_volumes()
-
-    async def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
-        return await self.port.create_group_snapshot(volumes, name)
-
-    async def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]:
-        return await self.port.list_snapshots(volumes)
-
-    async def delete_snapshot(self, ref: SnapshotRef) -> None:
-        await self.port.delete_snapshot(ref)
-
-    async def prepare_group_snapshot(
-        self, volumes: Sequence[Volume], name: str
-    ) -> PreparedSnapshot:
-        return PreparedSnapshot(self.array, "", name, tuple(volumes))
-
-    async def commit_group_snapshot(self, prepared: PreparedSnapshot) -> SnapshotRef:
-        return await self.port.create_group_snapshot(prepared.volumes, prepared.name)
-
-    async def finish_group_snapshot(self, prepared: PreparedSnapshot) -> None:
-        return None
-
-    async def abort_group_snapshot(self, prepared: PreparedSnapshot) -> None:
-        return None
-
-
-def staged(port: ArrayPort) -> StagedArrayPort:
-    """`port` itself when it has the staged steps, else the one-step wrapper around it."""
-    return port if isinstance(port, StagedArrayPort) else OneStepPort(port)

@@ -37,14 +37,14 @@ from ringsnap.coordinator.model import (
     CleanupRequest,
     NodeVolume,
     PendingCleanup,
+    Verification,
 )
 from ringsnap.coordinator.operations import Operation, Operations
-from ringsnap.coordinator.ports import CanaryWriter, NodeAgent
+from ringsnap.coordinator.ports import ArrayPort, CanaryWriter, NodeAgent
 from ringsnap.coordinator.retention import RetentionPlan, apply_policy
 from ringsnap.coordinator.scheduler import BackupRequest, BackupScheduler, Schedule, Skip
 from ringsnap.errors import RingsnapError
 from ringsnap.logs import get_logger
-from ringsnap.plugins.middleware import AsyncDriver
 from ringsnap.plugins.types import Volume
 
 log = get_logger(__name__)
@@ -89,7 +89,7 @@ class Coordinator:
         config: CoordinatorConfig,
         catalog: Catalog,
         metrics: CoordinatorMetrics,
-        arrays: dict[str, AsyncDriver],
+        arrays: dict[str, ArrayPort],
         clusters: dict[str, ClusterRuntime],
         *,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -125,9 +125,23 @@ class Coordinator:
             )
             if latest is not None and latest.finished_at is not None:
                 self.metrics.set_last_success(cluster, latest.finished_at)
+        await asyncio.to_thread(self.refresh_restore_metrics)
         await self.recover()
         await self.scheduler.start()
         self._cleaner = asyncio.get_running_loop().create_task(self._clean_periodically())
+
+    def refresh_restore_metrics(self) -> None:
+        """Restores run in the operator's CLI as often as here: their figures come from the
+        catalog (the newest restore of each result, the newest proven backup per cluster)."""
+        self.metrics.record_restores(self.catalog.list_restores(limit=200))
+        for cluster in self.clusters:
+            proven = [
+                s.started_at
+                for s in self.catalog.backup_summaries(cluster)
+                if s.verification is Verification.PROVEN and s.restorable
+            ]
+            if proven:
+                self.metrics.set_last_proven(cluster, max(proven))
 
     async def _clean_periodically(self) -> None:
         while True:
@@ -329,7 +343,7 @@ class Coordinator:
             )
             await asyncio.to_thread(self.catalog.cleanup_done, cleanup.id)
 
-    async def _delete_by_name(self, array: AsyncDriver, cleanup: PendingCleanup) -> bool:
+    async def _delete_by_name(self, array: ArrayPort, cleanup: PendingCleanup) -> bool:
         """Delete a snapshot known only by name; False while it may still appear.
 
         A call that never answered (a killed coordinator, a hung array) can still make its snapshot

@@ -20,7 +20,7 @@ from typing import Any
 
 from ringsnap.errors import ConfigError, RingsnapError
 from ringsnap.plugins.api import ArrayDriver
-from ringsnap.plugins.middleware import ManagedDriver, RetryPolicy, wrap
+from ringsnap.plugins.middleware import RetryPolicy, WrappedDriver, wrap
 
 ENTRY_POINT_GROUP = "ringsnap.drivers"
 
@@ -153,7 +153,7 @@ def open_driver(
     source: str,
     *,
     retry: RetryPolicy | None = None,
-) -> ManagedDriver:
+) -> WrappedDriver:
     """Build the array's driver and wrap it in the middleware (retries, timing, logs)."""
     return wrap(build_driver(array_name, settings, source=source), retry=retry)
 

@@ -82,7 +82,7 @@ import contextlib
 import socket
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,8 +98,9 @@ from ringsnap.plugins.errors import (
     DriverError,
     NotFoundError,
     UnreachableError,
+    UnsupportedError,
 )
-from ringsnap.plugins.middleware import FAST_RETRY, ManagedDriver, RetryPolicy
+from ringsnap.plugins.middleware import FAST_RETRY, AsyncDriver, RetryPolicy, WrappedDriver
 from ringsnap.plugins.registry import open_driver
 from ringsnap.plugins.simulators.faults import Fault, FaultPlan
 from ringsnap.plugins.simulators.lunpool import LunPool, temporary_xfs_pool
@@ -141,14 +142,14 @@ class Harness:
     workdir: Path
     array: str
     table: dict[str, Any]
-    driver: ManagedDriver
+    driver: WrappedDriver
     volumes: list[Volume] = field(default_factory=list)
 
     @property
     def faults(self) -> FaultPlan:
         return self.server.faults
 
-    def open(self, table: dict[str, Any]) -> ManagedDriver:
+    def open(self, table: dict[str, Any]) -> WrappedDriver:
         """Another driver for the same array built from `table` (bad-config tests)."""
         return open_driver(self.array, table, SOURCE, retry=self.suite.retry_policy)
 
@@ -346,8 +347,8 @@ class DriverConformance:
         capabilities = raw.capabilities()
         assert isinstance(raw, Revertible) == capabilities.revert
         assert isinstance(raw, Cloneable) == capabilities.clone
-        assert isinstance(harness.driver, Revertible) == capabilities.revert
-        assert isinstance(harness.driver, Cloneable) == capabilities.clone
+        assert harness.driver.revertible == capabilities.revert
+        assert harness.driver.cloneable == capabilities.clone
         assert raw.name == self.driver_name
         assert raw.array == harness.array
         if capabilities.max_volumes_per_group is not None:
@@ -530,7 +531,7 @@ class DriverConformance:
         assert "certificate" in message or "tls" in message
 
     def test_async_facade(self, harness: Harness) -> None:
-        aio = harness.driver.aio
+        aio = AsyncDriver(harness.driver)
 
         async def scenario() -> SnapshotRef:
             ref = await aio.create_group_snapshot(harness.volumes, harness.snapshot_name("aio"))
@@ -540,8 +541,16 @@ class DriverConformance:
 
         ref = asyncio.run(scenario())
         assert len(ref.members) == len(harness.volumes)
-        assert aio.revertible == isinstance(harness.driver.driver, Revertible)
-        assert aio.cloneable == isinstance(harness.driver.driver, Cloneable)
+        assert aio.capabilities() == harness.driver.driver.capabilities()
+        # Abilities the driver lacks are refused by the facade, naming the driver and the array.
+        refused: list[Coroutine[Any, Any, object]] = []
+        if not isinstance(harness.driver.driver, Revertible):
+            refused.append(aio.revert(ref))
+        if not isinstance(harness.driver.driver, Cloneable):
+            refused.append(aio.clone(ref, "aio"))
+        for call in refused:
+            with pytest.raises(UnsupportedError, match=harness.array):
+                asyncio.run(call)
 
     # The marker tests: real filesystems, frozen while the array snapshots them.
 
@@ -559,7 +568,7 @@ class DriverConformance:
                 mounts.unmount(mountpoint)
 
     def test_marker_revert(self, harness: Harness) -> None:
-        if not isinstance(harness.driver, Revertible):
+        if not harness.driver.revertible:
             pytest.skip("precondition: the driver does not implement Revertible")
         with self._mounted_volumes(harness, "live") as mountpoints:
             expected_before: list[dict[str, bytes]] = []
@@ -584,7 +593,7 @@ class DriverConformance:
                 )
 
     def test_marker_clone(self, harness: Harness) -> None:
-        if not isinstance(harness.driver, Cloneable):
+        if not harness.driver.cloneable:
             pytest.skip("precondition: the driver does not implement Cloneable")
         with self._mounted_volumes(harness, "live") as mountpoints:
             expected: list[dict[str, bytes]] = []
@@ -629,7 +638,7 @@ class DriverConformance:
         return {member.volume.id: clone for member, clone in zip(ref.members, clones, strict=True)}
 
     def test_revert_plan_names_what_revert_destroys(self, harness: Harness) -> None:
-        if not isinstance(harness.driver, Revertible):
+        if not harness.driver.revertible:
             pytest.skip("precondition: the driver does not implement Revertible")
         older = harness.driver.create_group_snapshot(harness.volumes, harness.snapshot_name("old"))
         newer = harness.driver.create_group_snapshot(harness.volumes, harness.snapshot_name("new"))

@@ -30,7 +30,7 @@ from ringsnap.plugins.errors import (
 )
 from ringsnap.plugins.eseries.client import ApiFailure, EseriesClient, retcode_of
 from ringsnap.plugins.eseries.driver import ESeriesDriver
-from ringsnap.plugins.middleware import FAST_RETRY, ManagedFullDriver, wrap
+from ringsnap.plugins.middleware import FAST_RETRY, WrappedDriver, wrap
 from ringsnap.plugins.registry import build_driver
 from ringsnap.plugins.simulators.eseries import (
     MAX_CGS_PER_SYSTEM,
@@ -59,8 +59,8 @@ def simulator(harness: Harness) -> ESeriesSimulator:
     return app
 
 
-def full(harness: Harness) -> ManagedFullDriver:
-    assert isinstance(harness.driver, ManagedFullDriver)
+def full(harness: Harness) -> WrappedDriver:
+    assert harness.driver.revertible and harness.driver.cloneable
     return harness.driver
 
 
@@ -244,7 +244,7 @@ class TestEseries(DriverConformance):
             ),
             retry=FAST_RETRY.__class__(attempts=1, initial_delay=0, max_delay=0, deadline=10),
         )
-        assert isinstance(impatient, ManagedFullDriver)
+        assert impatient.revertible and impatient.cloneable
         harness.faults.add(Fault(ROLLBACK_SLOW, method="POST", path=ROLLBACK, seconds=1.5))
         with pytest.raises(ArrayTimeoutError, match="still running") as caught:
             impatient.revert(ref)

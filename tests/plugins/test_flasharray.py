@@ -19,7 +19,6 @@ import httpx
 import pytest
 
 from ringsnap.errors import ConfigError
-from ringsnap.plugins.api import Revertible
 from ringsnap.plugins.errors import AlreadyExistsError, AuthError, BusyError, NotFoundError
 from ringsnap.plugins.flasharray.client import FlashArrayClient, RejectedError
 from ringsnap.plugins.flasharray.driver import FlashArrayDriver, snapshot_suffix
@@ -264,7 +263,7 @@ class TestFlashArray(DriverConformance):
         )
         info = harness.driver.get_snapshot(ref)
         assert any("destroyed, pending eradication" in w for w in info.warnings)
-        assert isinstance(harness.driver, Revertible)
+        assert harness.driver.revertible
         with pytest.raises(NotFoundError, match="destroyed"):
             harness.driver.revert(ref)
         harness.driver.delete_snapshot(ref)

@@ -36,7 +36,7 @@ from ringsnap.plugins.lvm.runner import (
     CommandTimeout,
     SubprocessRunner,
 )
-from ringsnap.plugins.middleware import FAST_RETRY, ManagedFullDriver, wrap
+from ringsnap.plugins.middleware import FAST_RETRY, WrappedDriver, wrap
 from ringsnap.plugins.registry import build_driver
 from ringsnap.plugins.simulators.lunpool import temporary_xfs_pool
 from ringsnap.plugins.simulators.lvm2 import Lvm2Emulator
@@ -53,7 +53,7 @@ LV_SIZE = 64 << 20
 @dataclass
 class Backend:
     kind: str
-    driver: ManagedFullDriver
+    driver: WrappedDriver
     volumes: list[Volume]
     devices: dict[str, Path]
     emulator: Lvm2Emulator | None = None
@@ -101,7 +101,7 @@ def _emulated(tmp_path: Path, filesystem: str = "ext4", size: int = LV_SIZE) -> 
             mounts.format_image(image, filesystem)
         driver = LvmDriver(ARRAY, LvmSettings(volume_groups=[VG]), runner=emulator)
         managed = wrap(driver, retry=FAST_RETRY)
-        assert isinstance(managed, ManagedFullDriver)
+        assert managed.revertible and managed.cloneable
         volumes = sorted(managed.list_volumes(), key=lambda v: v.id)
         yield Backend("emulated", managed, volumes, {}, emulator)
 
@@ -162,7 +162,7 @@ def _live(tmp_path: Path) -> Iterator[Backend]:
             ARRAY, LvmSettings(volume_groups=[vg], lvm_config=confine), SubprocessRunner()
         )
         managed = wrap(driver, retry=FAST_RETRY)
-        assert isinstance(managed, ManagedFullDriver)
+        assert managed.revertible and managed.cloneable
         volumes = sorted(managed.list_volumes(), key=lambda v: v.id)
         yield Backend("live", managed, volumes, {})
     finally:
@@ -199,7 +199,7 @@ def test_capabilities_match_interfaces(backend: Backend) -> None:
     assert capabilities.atomic_group_snapshot is False
     assert isinstance(raw, Revertible) == capabilities.revert is True
     assert isinstance(raw, Cloneable) == capabilities.clone is True
-    assert isinstance(backend.driver, Revertible) and isinstance(backend.driver, Cloneable)
+    assert backend.driver.revertible and backend.driver.cloneable
     assert capabilities.extra["xfs_clone_mount_options"] == "nouuid"
 
 

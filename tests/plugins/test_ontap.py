@@ -14,7 +14,6 @@ import requests
 from structlog.testing import capture_logs
 
 from ringsnap.errors import ConfigError
-from ringsnap.plugins.api import Cloneable, Revertible
 from ringsnap.plugins.errors import (
     AuthError,
     BusyError,
@@ -23,7 +22,7 @@ from ringsnap.plugins.errors import (
     QuotaExceededError,
     UnsupportedError,
 )
-from ringsnap.plugins.middleware import FAST_RETRY, ManagedDriver
+from ringsnap.plugins.middleware import FAST_RETRY, WrappedDriver
 from ringsnap.plugins.ontap.driver import OntapDriver
 from ringsnap.plugins.registry import open_driver
 from ringsnap.plugins.simulators.faults import Fault
@@ -211,7 +210,7 @@ class OntapEnv:
         table.update(overrides)
         return table
 
-    def driver(self, **overrides: Any) -> ManagedDriver:
+    def driver(self, **overrides: Any) -> WrappedDriver:
         return open_driver("fas1", self.table(**overrides), "ringsnap.toml", retry=FAST_RETRY)
 
     def rest(self, method: str, path: str, **kwargs: Any) -> requests.Response:
@@ -395,7 +394,7 @@ def test_a_consistency_group_spans_one_svm(ontap: OntapEnv) -> None:
 
 def test_restore_deletes_newer_snapshots_and_the_plan_says_so(ontap: OntapEnv) -> None:
     driver = ontap.driver()
-    assert isinstance(driver, Revertible)
+    assert driver.revertible
     volumes = ontap.volumes()
     first = driver.create_group_snapshot(volumes, "first")
     driver.create_group_snapshot(volumes, "second")
@@ -412,7 +411,7 @@ def test_restore_deletes_newer_snapshots_and_the_plan_says_so(ontap: OntapEnv) -
 
 def test_a_snapshot_backing_a_clone_cannot_be_deleted(ontap: OntapEnv) -> None:
     driver = ontap.driver()
-    assert isinstance(driver, Cloneable) and isinstance(driver, Revertible)
+    assert driver.cloneable and driver.revertible
     volumes = ontap.volumes()
     older = driver.create_group_snapshot(volumes, "older")
     newer = driver.create_group_snapshot(volumes, "newer")
@@ -434,7 +433,7 @@ def test_a_snapshot_backing_a_clone_cannot_be_deleted(ontap: OntapEnv) -> None:
 
 def test_delete_clone_refuses_an_original_volume(ontap: OntapEnv) -> None:
     driver = ontap.driver()
-    assert isinstance(driver, Cloneable)
+    assert driver.cloneable
     with pytest.raises(UnsupportedError):
         driver.delete_clone(ontap.volumes()[0])
     assert ontap.pool.has_lun("vol_a")
@@ -528,7 +527,7 @@ def test_state_survives_a_simulator_restart(ontap: OntapEnv) -> None:
         driver = open_driver("fas1", table, "ringsnap.toml", retry=FAST_RETRY)
         volumes = [v for v in driver.list_volumes() if v.name in VOLUMES]
         ref = driver.create_group_snapshot(volumes, "kept")
-        assert isinstance(driver, Cloneable)
+        assert driver.cloneable
         driver.clone(ref, "kept")
     second = OntapSimulator(ontap.pool, password=PASSWORD, state_file=state)
     with serving(second) as server:

@@ -1,7 +1,7 @@
 """The staged group snapshot in the backup workflow: prepare before the freeze, only the commit
 inside it, finish after the thaw, abort on every failure path (cancellation included).
 
-Fakes of our own seams (agents from test_backup_workflow, a staged array here); the driver side is
+Fakes of our own seams (tests.support.fakes, and a staged array here); the driver side is
 tested against the ONTAP simulator in tests/plugins/test_ontap.py.
 """
 
@@ -22,19 +22,19 @@ from ringsnap.coordinator.backup import (
     VolumeTarget,
 )
 from ringsnap.coordinator.model import QuiesceMode
-from ringsnap.coordinator.ports import FreezeReceipt, StagedArrayPort
+from ringsnap.coordinator.ports import ArrayPort, FreezeReceipt
 from ringsnap.plugins.api import ArrayDriver, PreparedSnapshot
 from ringsnap.plugins.errors import ArrayTimeoutError, DriverError
 from ringsnap.plugins.middleware import AsyncDriver, RetryPolicy, deadline, wrap
 from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume, VolumeSnapshot
-from tests.unit.test_backup_workflow import FakeAgent, FakeArray
+from tests.support.fakes import FakeAgent, FakeArray, node_targets, volumes_of
 
 
 class StagedArray(FakeArray):
     """Records each step with whether every node was frozen at that moment."""
 
     def __init__(self, name: str, events: list[str], agents: Sequence[FakeAgent]) -> None:
-        super().__init__(name, events, agents)
+        super().__init__(name, volumes_of(a.node for a in agents), events=events, agents=agents)
         self.delays: dict[str, float] = {}
         self.errors: dict[str, Exception] = {}
         self.gate: asyncio.Event | None = None
@@ -45,11 +45,11 @@ class StagedArray(FakeArray):
         raise AssertionError("the workflow uses the staged steps of a staged port")
 
     async def delete_snapshot(self, ref: SnapshotRef) -> None:
-        self.events.append(f"delete {self._name}")
+        self.events.append(f"delete {self.array}")
         self.snapshots.pop(ref.snapshot_name, None)
 
     async def _step(self, step: str) -> None:
-        self.events.append(f"{step} {self._name}")
+        self.events.append(f"{step} {self.array}")
         self.frozen_at[step] = all(a.frozen for a in self.agents)
         await asyncio.sleep(self.delays.get(step, 0.0))
         if step in self.errors:
@@ -60,16 +60,16 @@ class StagedArray(FakeArray):
     ) -> PreparedSnapshot:
         await self._step("prepare")
         self.prepared.add(name)
-        return PreparedSnapshot(self._name, "staged", name, tuple(volumes), (("group", "g1"),))
+        return PreparedSnapshot(self.array, "staged", name, tuple(volumes), (("group", "g1"),))
 
     async def commit_group_snapshot(self, prepared: PreparedSnapshot) -> SnapshotRef:
         assert prepared.name in self.prepared and prepared.value("group") == "g1"
         if self.gate is not None:
-            self.events.append(f"commit-waits {self._name}")
+            self.events.append(f"commit-waits {self.array}")
             await self.gate.wait()
         await self._step("commit")
         ref = SnapshotRef(
-            self._name,
+            self.array,
             "staged",
             "g1",
             prepared.name,
@@ -96,18 +96,7 @@ def cluster(
     events: list[str] = []
     agents = [FakeAgent(f"n{i}", events) for i in range(1, 4)]
     ports = {name: StagedArray(name, events, agents) for name in arrays}
-    nodes = [
-        NodeTarget(
-            a.node,
-            a,
-            tuple(
-                VolumeTarget(arrays[i % len(arrays)], f"{a.node}-{role}", role)
-                for role in ("data", "cl")
-            ),
-        )
-        for i, a in enumerate(agents)
-    ]
-    return BackupWorkflow("c", nodes, dict(ports), None), agents, ports, events
+    return BackupWorkflow("c", node_targets(agents, arrays), dict(ports), None), agents, ports, events
 
 
 def kinds(events: list[str]) -> list[str]:
@@ -116,7 +105,7 @@ def kinds(events: list[str]) -> list[str]:
 
 def test_fakes_are_staged_ports() -> None:
     _, _, ports, _ = cluster()
-    assert isinstance(ports["a1"], StagedArrayPort)
+    assert isinstance(ports["a1"], ArrayPort)
 
 
 def test_prepare_before_the_freeze_commit_inside_finish_after_the_thaw() -> None:
@@ -261,11 +250,11 @@ def test_cancelled_during_the_commit_thaws_finishes_the_done_and_leaves_the_runn
     assert leftover.array == "a1" and leftover.snapshot_name == runs[0].backup_id
 
 
-def test_a_port_without_staged_steps_snapshots_under_the_freeze() -> None:
-    from tests.unit.test_backup_workflow import cluster as plain_cluster
-
-    workflow, _, array, events = plain_cluster()
-    assert not isinstance(array, StagedArrayPort)
+def test_a_port_with_the_default_steps_snapshots_under_the_freeze() -> None:
+    events: list[str] = []
+    agents = [FakeAgent(f"n{i}", events) for i in range(1, 4)]
+    array = FakeArray("a1", volumes_of(a.node for a in agents), events=events, agents=agents)
+    workflow = BackupWorkflow("c", node_targets(agents), {"a1": array}, None)
     asyncio.run(workflow.run(BackupSettings(quiesce=QuiesceMode.FREEZE), trigger="test"))
     assert kinds(events) == ["flush"] * 3 + ["freeze"] * 3 + ["snapshot"] + ["thaw"] * 3
     assert array.frozen_during_snapshot == [True]
@@ -320,7 +309,7 @@ def test_default_steps_commit_is_create_and_the_middleware_logs_each_step() -> N
 
     driver = _Driver(failures=1)
     port = AsyncDriver(wrap(driver, retry=RetryPolicy(attempts=3, initial_delay=0.01)))
-    assert isinstance(port, StagedArrayPort)
+    assert isinstance(port, ArrayPort)
 
     async def steps() -> SnapshotRef:
         prepared = await port.prepare_group_snapshot([Volume("v1", "id-v1")], "s1")
@@ -568,7 +557,7 @@ class ArrayWithTheName(StagedArray):
     ) -> PreparedSnapshot:
         await super().prepare_group_snapshot(volumes, name)
         old = SnapshotRef(
-            self._name,
+            self.array,
             "staged",
             "g0",
             name,
@@ -577,10 +566,10 @@ class ArrayWithTheName(StagedArray):
             tuple(VolumeSnapshot(v, name) for v in volumes),
         )
         self.snapshots[name] = old
-        return PreparedSnapshot(self._name, "staged", name, tuple(volumes), existing=old)
+        return PreparedSnapshot(self.array, "staged", name, tuple(volumes), existing=old)
 
     async def commit_group_snapshot(self, prepared: PreparedSnapshot) -> SnapshotRef:
-        self.events.append(f"commit {self._name}")
+        self.events.append(f"commit {self.array}")
         assert prepared.existing is not None
         return prepared.existing  # what every driver's commit does with it
 

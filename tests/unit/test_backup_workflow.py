@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -17,122 +16,12 @@ from ringsnap.coordinator.backup import (
     BackupRefused,
     BackupSettings,
     BackupWorkflow,
-    NodeTarget,
-    VolumeTarget,
 )
 from ringsnap.coordinator.model import QuiesceMode
-from ringsnap.coordinator.ports import FreezeReceipt, NodeFacts, SSTable, ThawReceipt
+from ringsnap.coordinator.ports import FreezeReceipt
 from ringsnap.plugins.errors import DriverError
-from ringsnap.plugins.types import SnapshotInfo, SnapshotRef, Volume, VolumeSnapshot
-
-
-class FakeAgent:
-    def __init__(self, node: str, events: list[str], *, unreachable: bool = False) -> None:
-        self._node = node
-        self.events = events
-        self.unreachable = unreachable
-        self.frozen = False
-        self.lease_deadline = 0.0
-        self.lease_expired = False
-        self._watchdog: asyncio.Task[None] | None = None
-        self.fail_freeze = False
-        self.cluster_name = "c"
-        self.host_id = f"host-{node}"
-
-    @property
-    def node(self) -> str:
-        return self._node
-
-    async def node_info(self) -> NodeFacts:
-        if self.unreachable:
-            raise ConnectionError(f"{self._node} refused connection")
-        return NodeFacts(self.cluster_name, self.host_id, "dc1", "r1", "5.0.7", "127.0.0.1")
-
-    async def flush(self) -> float:
-        self.events.append(f"flush {self._node}")
-        return 0.0
-
-    async def freeze(self, operation_id: str, lease_seconds: float) -> FreezeReceipt:
-        if self.fail_freeze:
-            raise RuntimeError("FIFREEZE: device busy")
-        self.events.append(f"freeze {self._node}")
-        self.frozen = True
-        self.lease_deadline = asyncio.get_running_loop().time() + lease_seconds
-        self._watchdog = asyncio.create_task(self._watch())
-        return FreezeReceipt(("/data",), 0.01, datetime.now(UTC) + timedelta(seconds=lease_seconds))
-
-    async def _watch(self) -> None:
-        loop = asyncio.get_running_loop()
-        while self.frozen:
-            if loop.time() >= self.lease_deadline:
-                self.frozen = False
-                self.lease_expired = True
-                self.events.append(f"lease-thaw {self._node}")
-                return
-            await asyncio.sleep(0.005)
-
-    async def renew(self, operation_id: str, lease_seconds: float) -> datetime:
-        self.lease_deadline = asyncio.get_running_loop().time() + lease_seconds
-        return datetime.now(UTC)
-
-    async def thaw(self, operation_id: str) -> ThawReceipt:
-        was = self.frozen
-        self.frozen = False
-        self.events.append(f"thaw {self._node}")
-        return ThawReceipt(("/data",) if was else (), 0.001, 0.1, self.lease_expired)
-
-    async def manifest(self) -> list[SSTable]:
-        return []
-
-
-class FakeArray:
-    def __init__(self, name: str, events: list[str], agents: Sequence[FakeAgent]) -> None:
-        self._name = name
-        self.events = events
-        self.agents = agents
-        self.delay = 0.0
-        self.error: Exception | None = None
-        self.snapshots: dict[str, SnapshotRef] = {}
-        self.frozen_during_snapshot: list[bool] = []
-
-    @property
-    def array(self) -> str:
-        return self._name
-
-    async def check(self) -> None:
-        return None
-
-    async def list_volumes(self) -> Sequence[Volume]:
-        return [
-            Volume(f"{a.node}-{role}", f"id-{a.node}-{role}")
-            for a in self.agents
-            for role in ("data", "cl")
-        ]
-
-    async def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
-        self.events.append(f"snapshot {self._name}")
-        await asyncio.sleep(self.delay)
-        if self.error:
-            raise self.error
-        self.frozen_during_snapshot.append(all(a.frozen for a in self.agents))
-        ref = SnapshotRef(
-            self._name,
-            "fake",
-            "g",
-            name,
-            name,
-            datetime.now(UTC),
-            tuple(VolumeSnapshot(v, name) for v in volumes),
-        )
-        self.snapshots[name] = ref
-        return ref
-
-    async def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]:
-        return [SnapshotInfo(r) for r in self.snapshots.values()]
-
-    async def delete_snapshot(self, ref: SnapshotRef) -> None:
-        self.events.append(f"delete {ref.snapshot_name}")
-        self.snapshots.pop(ref.snapshot_name, None)
+from ringsnap.plugins.types import SnapshotInfo, SnapshotRef, Volume
+from tests.support.fakes import FakeAgent, FakeArray, node_targets, volumes_of
 
 
 def cluster(
@@ -140,19 +29,8 @@ def cluster(
 ) -> tuple[BackupWorkflow, list[FakeAgent], FakeArray, list[str]]:
     events: list[str] = []
     agents = [FakeAgent(f"n{i}", events) for i in range(1, n + 1)]
-    array = FakeArray("a1", events, agents)
-    nodes = [
-        NodeTarget(
-            a.node,
-            a,
-            (
-                VolumeTarget("a1", f"{a.node}-data", "data"),
-                VolumeTarget("a1", f"{a.node}-cl", "commitlog"),
-            ),
-        )
-        for a in agents
-    ]
-    return BackupWorkflow("c", nodes, {"a1": array}, None), agents, array, events
+    array = FakeArray("a1", volumes_of(a.node for a in agents), events=events, agents=agents)
+    return BackupWorkflow("c", node_targets(agents), {"a1": array}, None), agents, array, events
 
 
 def test_protocol_order_and_one_snapshot_per_array() -> None:

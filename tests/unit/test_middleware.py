@@ -20,11 +20,7 @@ from ringsnap.plugins.errors import (
     NotFoundError,
     UnsupportedError,
 )
-from ringsnap.plugins.middleware import (
-    ManagedDriver,
-    RetryPolicy,
-    wrap,
-)
+from ringsnap.plugins.middleware import AsyncDriver, RetryPolicy, WrappedDriver, wrap
 from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume
 
 VOLUMES = (Volume("v1", "id-1"), Volume("v2", "id-2"))
@@ -113,7 +109,7 @@ class FullDriver(RevertibleDriver, Cloneable):
 POLICY = RetryPolicy(attempts=4, initial_delay=0.5, multiplier=2.0, max_delay=10.0, jitter=0.0)
 
 
-def managed(driver: ArrayDriver, policy: RetryPolicy = POLICY) -> tuple[ManagedDriver, list[float]]:
+def managed(driver: ArrayDriver, policy: RetryPolicy = POLICY) -> tuple[WrappedDriver, list[float]]:
     slept: list[float] = []
     return wrap(driver, retry=policy, sleep=slept.append), slept
 
@@ -220,21 +216,28 @@ def test_optional_abilities_pass_through_only_when_present(
     driver_class: type[ScriptedDriver], revertible: bool, cloneable: bool
 ) -> None:
     wrapped, _ = managed(driver_class())
-    assert isinstance(wrapped, Revertible) == revertible
-    assert isinstance(wrapped, Cloneable) == cloneable
-    assert wrapped.aio.revertible == revertible
-    assert wrapped.aio.cloneable == cloneable
-    if not revertible:
-        with pytest.raises(UnsupportedError):
-            asyncio.run(wrapped.aio.revert(_ref("s")))
-    if not cloneable:
-        with pytest.raises(UnsupportedError):
-            asyncio.run(wrapped.aio.clone(_ref("s"), "x"))
+    assert wrapped.revertible == revertible
+    assert wrapped.cloneable == cloneable
+    port = AsyncDriver(wrapped)
+    if revertible:
+        assert asyncio.run(port.revert_plan(_ref("s"))) == ["nothing"]
+        asyncio.run(port.revert(_ref("s")))
+    else:
+        for reverting in (port.revert_plan(_ref("s")), port.revert(_ref("s"))):
+            with pytest.raises(UnsupportedError, match=r"'a1': driver 'scripted' cannot revert"):
+                asyncio.run(reverting)
+    if cloneable:
+        assert isinstance(asyncio.run(port.clone(_ref("s"), "x")), list)
+        asyncio.run(port.delete_clone(Volume("v1_x", "c1")))
+    else:
+        for cloning in (port.clone(_ref("s"), "x"), port.delete_clone(Volume("v1_x", "c1"))):
+            with pytest.raises(UnsupportedError, match=r"'a1': driver 'scripted' cannot clone"):
+                asyncio.run(cloning)
 
 
 def test_ability_calls_go_through_the_middleware() -> None:
     wrapped, _ = managed(FullDriver())
-    assert isinstance(wrapped, Revertible)
+    assert wrapped.revertible
     with capture_logs() as logs:
         assert wrapped.revert_plan(_ref("s")) == ["nothing"]
     assert logs[-1]["op"] == "revert_plan"
@@ -246,7 +249,7 @@ def test_async_facade_runs_the_driver_off_the_event_loop() -> None:
 
     async def scenario() -> tuple[SnapshotRef, int]:
         loop_thread = threading.get_ident()
-        ref = await wrapped.aio.create_group_snapshot(VOLUMES, "s1")
+        ref = await AsyncDriver(wrapped).create_group_snapshot(VOLUMES, "s1")
         return ref, loop_thread
 
     ref, loop_thread = asyncio.run(scenario())
@@ -272,11 +275,10 @@ def test_calls_into_one_driver_are_serialised() -> None:
             return _ref(name)
 
     wrapped, _ = managed(SlowDriver())
+    port = AsyncDriver(wrapped)
 
     async def scenario() -> None:
-        await asyncio.gather(
-            *(wrapped.aio.create_group_snapshot(VOLUMES, f"s{i}") for i in range(5))
-        )
+        await asyncio.gather(*(port.create_group_snapshot(VOLUMES, f"s{i}") for i in range(5)))
 
     asyncio.run(scenario())
     assert not overlap

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from ringsnap.errors import ConfigError
-from ringsnap.plugins.api import Cloneable, Revertible
 from ringsnap.plugins.registry import (
     DriverLoadError,
     MissingExtraError,
@@ -99,8 +98,8 @@ def test_open_driver_wraps_ontap_with_its_abilities(tmp_path: Path) -> None:
     driver = open_driver("fas1", settings, "ringsnap.toml")
     assert driver.name == "ontap"
     assert driver.array == "fas1"
-    assert isinstance(driver, Revertible)
-    assert isinstance(driver, Cloneable)
+    assert driver.revertible
+    assert driver.cloneable
 
 
 def test_unknown_driver_lists_the_known_ones() -> None:

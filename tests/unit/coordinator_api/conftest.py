@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Coroutine, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -34,123 +34,31 @@ from ringsnap.coordinator.model import (
     QuiesceMode,
     VolumeRole,
 )
-from ringsnap.coordinator.ports import (
-    FreezeReceipt,
-    NodeAgent,
-    NodeFacts,
-    SSTable,
-    SSTableComponent,
-    ThawReceipt,
-)
+from ringsnap.coordinator.ports import NodeAgent, SSTable, SSTableComponent
 from ringsnap.coordinator.server import CoordinatorServer
 from ringsnap.coordinator.service import ClusterRuntime, Coordinator
 from ringsnap.plugins.errors import DriverError
-from ringsnap.plugins.types import SnapshotInfo, SnapshotRef, Volume, VolumeSnapshot
+from tests.support.fakes import FakeAgent, FakeArray, snapshot_ref, volume, volumes_of
 
 T = TypeVar("T")
 ARRAY = "a1"
 
 
-class FakeAgent:
-    """An agent whose node freezes and thaws in memory; `hold_flush` parks the run in `flush`."""
-
-    def __init__(self, node: str) -> None:
-        self._node = node
-        self.unreachable = False
-        self.frozen = False
-        self.thaws = 0
-        self.flush_gate: asyncio.Event | None = None
-        self.flushing = asyncio.Event()
-
-    @property
-    def node(self) -> str:
-        return self._node
-
-    async def node_info(self) -> NodeFacts:
-        if self.unreachable:
-            raise ConnectionError(f"agent of {self._node}: connection refused")
-        return NodeFacts("c", f"host-{self._node}", "dc1", "r1", "5.0.7", "127.0.0.1")
-
-    async def flush(self) -> float:
-        self.flushing.set()
-        if self.flush_gate is not None:
-            await self.flush_gate.wait()
-        return 0.01
-
-    async def freeze(self, operation_id: str, lease_seconds: float) -> FreezeReceipt:
-        self.frozen = True
-        expires = datetime.now(UTC) + timedelta(seconds=lease_seconds)
-        return FreezeReceipt(("/data", "/commitlog"), 0.002, expires)
-
-    async def renew(self, operation_id: str, lease_seconds: float) -> datetime:
-        return datetime.now(UTC) + timedelta(seconds=lease_seconds)
-
-    async def thaw(self, operation_id: str) -> ThawReceipt:
-        was = self.frozen
-        self.frozen = False
-        self.thaws += 1
-        return ThawReceipt(("/data", "/commitlog") if was else (), 0.001, 0.01, False)
-
-    async def manifest(self) -> list[SSTable]:
-        component = SSTableComponent("Data.db", "ks/t-1/nb-1-big-Data.db", 4096)
-        return [SSTable("/data", "ks", "t", "t-1", "1", "big", "nb", (component,), "123", True)]
-
-
-class FakeArray:
-    """One array holding every node's two volumes; snapshots live in a dict."""
-
-    def __init__(self, name: str, nodes: Sequence[str]) -> None:
-        self._name = name
-        self.nodes = list(nodes)
-        self.snapshots: dict[str, SnapshotRef] = {}
-        self.snapshot_error: Exception | None = None
-        self.delete_error: Exception | None = None
-        self.snapshot_gate: asyncio.Event | None = None
-        self.snapshotting = asyncio.Event()
-
-    @property
-    def array(self) -> str:
-        return self._name
-
-    async def check(self) -> None:
-        return None
-
-    async def list_volumes(self) -> Sequence[Volume]:
-        return [volume(node, role) for node in self.nodes for role in ("data", "cl")]
-
-    async def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
-        self.snapshotting.set()
-        if self.snapshot_gate is not None:
-            await self.snapshot_gate.wait()
-        if self.snapshot_error is not None:
-            raise self.snapshot_error
-        ref = snapshot_ref(self._name, name, volumes)
-        self.snapshots[name] = ref
-        return ref
-
-    async def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]:
-        return [SnapshotInfo(ref) for ref in self.snapshots.values()]
-
-    async def delete_snapshot(self, ref: SnapshotRef) -> None:
-        if self.delete_error is not None:
-            raise self.delete_error
-        self.snapshots.pop(ref.snapshot_name, None)
-
-
-def volume(node: str, role: str) -> Volume:
-    return Volume(f"{node}-{role}", f"id-{node}-{role}", 1 << 30, f"wwn-{node}-{role}")
-
-
-def snapshot_ref(array: str, name: str, volumes: Sequence[Volume]) -> SnapshotRef:
-    return SnapshotRef(
-        array,
-        "fake",
-        "rs-group",
-        f"id-{name}",
-        name,
-        datetime.now(UTC),
-        tuple(VolumeSnapshot(v, f"{v.id}.{name}", name) for v in volumes),
-    )
+#: What every fake node's manifest lists: one SSTable of 4096 bytes.
+MANIFEST = (
+    SSTable(
+        "/data",
+        "ks",
+        "t",
+        "t-1",
+        "1",
+        "big",
+        "nb",
+        (SSTableComponent("Data.db", "ks/t-1/nb-1-big-Data.db", 4096),),
+        "123",
+        True,
+    ),
+)
 
 
 CLUSTERS = {"prod": ("n1", "n2", "n3"), "edge": ("e1", "e2")}
@@ -268,7 +176,7 @@ class Harness:
 
     def hold_snapshot(self) -> None:
         async def hold() -> None:
-            self.array.snapshot_gate = asyncio.Event()
+            self.array.gate = asyncio.Event()
             self.array.snapshotting.clear()
 
         self.call(hold())
@@ -340,8 +248,9 @@ async def _start(tmp: Path) -> Harness:
     config = validate(config_data(tmp), CoordinatorConfig, source="<test config>")
     catalog = Catalog(config.coordinator.catalog)
     metrics = CoordinatorMetrics(CLUSTERS)
-    array = FakeArray(ARRAY, ALL_NODES)
-    agents = {n: FakeAgent(n) for n in ALL_NODES}
+    array = FakeArray(ARRAY, volumes_of(ALL_NODES))
+    # Runs are held for seconds at a time here: their leases never run out.
+    agents = {n: FakeAgent(n, leases=False, manifest=MANIFEST) for n in ALL_NODES}
     clusters = {
         section.name: ClusterRuntime(
             section,
@@ -350,7 +259,7 @@ async def _start(tmp: Path) -> Harness:
         )
         for section in config.clusters
     }
-    coordinator = Coordinator(config, catalog, metrics, {ARRAY: cast(Any, array)}, clusters)
+    coordinator = Coordinator(config, catalog, metrics, {ARRAY: array}, clusters)
     await coordinator.start()
     token_file = token_path(config.coordinator.catalog)
     token = write_token(token_file)
@@ -395,8 +304,8 @@ def harness(tmp_path: Path, coordinator_log: Path) -> Iterator[Harness]:
         finally:
 
             async def stop() -> None:
-                if started.array.snapshot_gate is not None:  # let a held snapshot call end
-                    started.array.snapshot_gate.set()
+                if started.array.gate is not None:  # let a held snapshot call end
+                    started.array.gate.set()
                 await started.server.stop(0)
                 await started.coordinator.stop()
                 await asyncio.to_thread(started.catalog.close)
@@ -410,4 +319,4 @@ def harness(tmp_path: Path, coordinator_log: Path) -> Iterator[Harness]:
 
 
 def fail_snapshots(harness: Harness, message: str = "HTTP 500: internal error") -> None:
-    harness.array.snapshot_error = DriverError(message, array=ARRAY)
+    harness.array.error = DriverError(message, array=ARRAY)

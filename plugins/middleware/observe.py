@@ -1,0 +1,87 @@
+"""The observing wrapper: one log event and one histogram sample per driver call.
+
+The event is `array operation` (`array`, `driver`, `op`, `duration_ms`, `attempts`, `outcome`; on a
+failure also `error_type`, `error` and, for a typed error, `retryable` and `leftovers`), the
+histogram `ringsnap_array_operation_seconds{driver,op,outcome}`. The time is the whole call, retries
+and waiting for the driver included. Arguments are not logged.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import Histogram
+
+from ringsnap.logs import get_logger
+from ringsnap.plugins.api import ArrayDriver
+from ringsnap.plugins.errors import DriverError
+from ringsnap.plugins.middleware.base import Operation, Result, WrappedDriver
+
+if TYPE_CHECKING:
+    from structlog.typing import FilteringBoundLogger
+
+OPERATION_SECONDS = Histogram(
+    "ringsnap_array_operation_seconds",
+    "Time of one driver operation, retries included",
+    ["driver", "op", "outcome"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+)
+
+
+class Observed(WrappedDriver):
+    """Times, logs and counts each call. A foreign exception is a driver bug: outcome `bug`."""
+
+    def __init__(self, inner: ArrayDriver | WrappedDriver) -> None:
+        super().__init__(inner)
+        self._log: FilteringBoundLogger = get_logger(__name__).bind(
+            array=self.array, driver=self.name
+        )
+
+    def _milliseconds(self, op: Operation) -> float:
+        return round((time.monotonic() - op.started) * 1000, 1)
+
+    def call(self, op: Operation, function: Callable[..., Result], *args: Any) -> Result:
+        outcome = "error"
+        try:
+            result = super().call(op, function, *args)
+            outcome = "ok"
+            return result
+        except DriverError as error:
+            self._log.error(
+                "array operation",
+                op=op.name,
+                duration_ms=self._milliseconds(op),
+                attempts=op.attempts,
+                outcome=outcome,
+                error_type=type(error).__name__,
+                error=str(error),
+                retryable=error.retryable,
+                leftovers=list(error.leftovers),
+            )
+            raise
+        except Exception as error:
+            # A driver let a foreign exception escape: a bug in the driver, never retried.
+            outcome = "bug"
+            self._log.error(
+                "array operation",
+                op=op.name,
+                duration_ms=self._milliseconds(op),
+                attempts=op.attempts,
+                outcome=outcome,
+                error_type=type(error).__name__,
+                error=str(error),
+            )
+            raise
+        finally:
+            duration = time.monotonic() - op.started
+            OPERATION_SECONDS.labels(self.name, op.name, outcome).observe(duration)
+            if outcome == "ok":
+                self._log.info(
+                    "array operation",
+                    op=op.name,
+                    duration_ms=round(duration * 1000, 1),
+                    attempts=op.attempts,
+                    outcome=outcome,
+                )
