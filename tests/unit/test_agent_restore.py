@@ -21,7 +21,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from ringsnap.agent import mounts, volumes
-from ringsnap.agent.config import VolumesSection
+from ringsnap.agent.config import AgentConfig, VolumesSection
 from ringsnap.agent.errors import CommandFailed, Conflict
 from ringsnap.agent.mounts import Holder, Host, MountEntry
 from ringsnap.agent.node import NodeAgent
@@ -35,8 +35,9 @@ from ringsnap.agent.restore import (
     check_volume_name,
     empty_directory,
 )
-from ringsnap.agent.testing.background import TestPki, agent_config
-from ringsnap.errors import ValidationError
+from ringsnap.agent.testing.background import TestPki, agent_config, config_data
+from ringsnap.config import validate
+from ringsnap.errors import ConfigError, ValidationError
 
 T = TypeVar("T")
 ROOT_DEV = (8, 1)
@@ -782,3 +783,40 @@ def test_cassandra_status_says_how_it_knows(agent_factory: Any) -> None:
     agent.control = FakeControl(answers=True, drain_fails=False)
     status = run(agent.cassandra_status())
     assert status.running and "host id h1" in status.detail
+
+
+# -- configuration ----------------------------------------------------------------------------------
+
+
+def test_volumes_table_and_cdc_directory_in_the_config(pki: TestPki, tmp_path: Path) -> None:
+    settings: dict[str, Any] = {
+        "data_directories": [tmp_path / "data"],
+        "commitlog_directory": tmp_path / "commitlog",
+        "state_directory": tmp_path / "state",
+    }
+    config = agent_config(pki, **settings)
+    assert config.volumes.detach_command is None and config.volumes.attach_command is None
+    assert config.volumes.hook_timeout_seconds == 120
+    config = agent_config(
+        pki, cassandra={"cdc_raw_directory": "/var/lib/cassandra/cdc_raw"}, **settings
+    )
+    assert NodeAgent(config).directories()["cdc_raw"] == [Path("/var/lib/cassandra/cdc_raw")]
+
+    def load(volumes_table: dict[str, Any], **cassandra: Any) -> AgentConfig:
+        data = config_data(pki, cassandra=cassandra, **settings)
+        data["volumes"] = volumes_table
+        return validate(data, AgentConfig, source="agent.toml")
+
+    hooks = load({"detach_command": ["/sbin/lun-detach", "--all"], "attach_command": ["/x"]})
+    assert hooks.volumes.detach_command == ["/sbin/lun-detach", "--all"]
+    bad_tables: list[tuple[dict[str, Any], str]] = [
+        ({"detach_command": []}, "volumes.detach_command"),
+        ({"attach_command": "/sbin/lun-attach --now"}, "volumes.attach_command"),
+        ({"hook_timeout_seconds": 0}, "volumes.hook_timeout_seconds"),
+        ({"shell": True}, "volumes.shell"),
+    ]
+    for bad, key in bad_tables:
+        with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+            load(bad)
+    with pytest.raises(ConfigError, match="cdc_raw_directory"):
+        load({}, cdc_raw_directory="relative/cdc")
