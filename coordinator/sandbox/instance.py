@@ -3,9 +3,9 @@
 Several instances run at once (people, parallel test sessions of several helpers). Each gets a slot
 number k in 1..250, recorded under `<sandbox root>/.slots/` so that two live instances never share
 one; from k follow its loopback addresses 127.0.k.i and JMX ports 17000 + 10k + i (node i = 1..9).
-The instance's own services (`ringsnap sandbox up`) listen where an operator expects them: node i's
-agent on 127.0.k.i:7443, the coordinator's API on 127.0.k.250:7444 and its metrics on
-127.0.k.250:9444 (the array simulator takes a free port on 127.0.0.1).
+The instance's own services (`ringsnap sandbox up`): node i's agent on 127.0.k.i:7443, the
+coordinator's API on 127.0.0.1:27000+k (gRPC's local credentials accept 127.0.0.1 only, not the
+rest of 127/8) and its metrics on 127.0.0.1:28000+k; the array simulator takes a free port.
 The default instance "sandbox" prefers slot 1.
 """
 
@@ -29,11 +29,9 @@ LABEL_INSTANCE = "io.ringsnap.sandbox.instance"
 LABEL_NODE = "io.ringsnap.sandbox.node"
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 LUN_KINDS = ("data", "commitlog")
-#: Host part of the address of the instance's coordinator: 127.0.<slot>.250.
-SERVICE_HOST = 250
 AGENT_PORT = 7443
-COORDINATOR_PORT = 7444
-METRICS_PORT = 9444
+COORDINATOR_PORT_BASE = 27000
+METRICS_PORT_BASE = 28000
 
 
 def sandbox_root() -> Path:
@@ -75,10 +73,16 @@ def node_address(slot: int, index: int) -> str:
     return f"127.0.{slot}.{index}"
 
 
-def service_address(slot: int) -> str:
-    """The loopback address of the instance's coordinator (API and metrics)."""
+def coordinator_listen(slot: int) -> str:
+    """The API address of the coordinator of the instance in `slot`."""
     _check(slot, 1)
-    return f"127.0.{slot}.{SERVICE_HOST}"
+    return f"127.0.0.1:{COORDINATOR_PORT_BASE + slot}"
+
+
+def metrics_listen(slot: int) -> str:
+    """The Prometheus address of the coordinator of the instance in `slot`."""
+    _check(slot, 1)
+    return f"127.0.0.1:{METRICS_PORT_BASE + slot}"
 
 
 def jmx_port(slot: int, index: int) -> int:
@@ -139,8 +143,12 @@ class InstanceLayout:
         return self.services_dir / "coordinator.toml"
 
     @property
-    def service_address(self) -> str:
-        return service_address(self.slot)
+    def coordinator_listen(self) -> str:
+        return coordinator_listen(self.slot)
+
+    @property
+    def metrics_listen(self) -> str:
+        return metrics_listen(self.slot)
 
     def agent_address(self, index: int) -> str:
         return f"{self.address(index)}:{AGENT_PORT}"

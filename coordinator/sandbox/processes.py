@@ -198,12 +198,15 @@ def spawn(
     cwd: Path,
     address: str = "",
 ) -> tuple[ServiceProcess, subprocess.Popen[bytes]]:
-    """Start `argv` detached from the caller (own session, no terminal, output to `log_file`):
-    it keeps running after `ringsnap sandbox up` returns and ignores the caller's Ctrl-C."""
+    """Start `argv` detached from the caller (own session, no terminal, output to `log_file`; an
+    earlier log becomes `<log>.previous`): it keeps running after `ringsnap sandbox up` returns
+    and ignores the caller's Ctrl-C."""
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}")
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    with log_file.open("ab") as output:
+    if log_file.exists():  # one earlier generation is kept, for "why did it stop?"
+        log_file.replace(log_file.with_name(log_file.name + ".previous"))
+    with log_file.open("wb") as output:
         process = subprocess.Popen(
             list(argv),
             stdin=subprocess.DEVNULL,

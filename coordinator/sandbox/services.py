@@ -6,7 +6,8 @@
 - one array simulator (ONTAP, FlashArray or E-Series) over the instance's LUN pool:
   `python -m ringsnap.plugins.simulators VENDOR --pool ... --tls-dir ...`, HTTPS on 127.0.0.1;
 - the coordinator: `ringsnap-coordinator serve --config services/coordinator.toml`, API on
-  127.0.k.250:7444, metrics on 127.0.k.250:9444, catalog and API token in services/coordinator/.
+  127.0.0.1:27000+k, metrics on 127.0.0.1:28000+k (k: the instance's slot), catalog and API token
+  in services/coordinator/.
 
 `ringsnap` finds that coordinator with `export RINGSNAP_CONFIG=<instance>/services/coordinator.toml`
 (`--config` > $RINGSNAP_CONFIG > /etc/ringsnap/coordinator.toml); `up` prints the line. Every
@@ -25,7 +26,7 @@ import sys
 import time
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -35,11 +36,7 @@ from ringsnap.coordinator.apitoken import token_path
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.sandbox.cluster import SandboxCluster
 from ringsnap.coordinator.sandbox.errors import SandboxError
-from ringsnap.coordinator.sandbox.instance import (
-    COORDINATOR_PORT,
-    METRICS_PORT,
-    InstanceLayout,
-)
+from ringsnap.coordinator.sandbox.instance import InstanceLayout
 from ringsnap.coordinator.sandbox.processes import (
     ServiceProcess,
     ServicesState,
@@ -127,25 +124,41 @@ def _value(value: Any) -> str:
     raise TypeError(f"cannot write {type(value).__name__} as TOML")
 
 
+def _is_flat(table: Mapping[str, Any]) -> bool:
+    return not any(isinstance(v, Mapping) or _is_table_array(v) for v in table.values())
+
+
 def _is_table_array(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and all(isinstance(v, Mapping) for v in value)
 
 
 def _table(path: list[str], table: Mapping[str, Any], lines: list[str], header: str) -> None:
+    """Scalars and inline arrays first (a flat array of tables, e.g. a node's volumes, as one
+    inline table per line), then sub-tables and nested arrays of tables."""
     plain = {
-        k: v for k, v in table.items() if not isinstance(v, Mapping) and not _is_table_array(v)
+        k: v
+        for k, v in table.items()
+        if not isinstance(v, Mapping) and not (_is_table_array(v) and not all(map(_is_flat, v)))
     }
-    if header:
+    nested = {k: v for k, v in table.items() if k not in plain}
+    if header and (plain or not nested):
         lines.append(header)
-    lines += [f"{_key(k)} = {_value(v)}" for k, v in plain.items()]
-    if header or plain:
+    for key, value in plain.items():
+        if _is_table_array(value):
+            lines.append(f"{_key(key)} = [")
+            lines += [f"  {_value(item)}," for item in value]
+            lines.append("]")
+        else:
+            lines.append(f"{_key(key)} = {_value(value)}")
+    if plain or (header and not nested):
         lines.append("")
-    for key, value in table.items():
+    for key, value in nested.items():
+        name = ".".join(map(_key, [*path, key]))
         if isinstance(value, Mapping):
-            _table([*path, key], value, lines, "[" + ".".join(map(_key, [*path, key])) + "]")
-        elif _is_table_array(value):
+            _table([*path, key], value, lines, f"[{name}]")
+        else:
             for item in value:
-                _table([*path, key], item, lines, "[[" + ".".join(map(_key, [*path, key])) + "]]")
+                _table([*path, key], item, lines, f"[[{name}]]")
 
 
 def toml_document(data: Mapping[str, Any], comment: str = "") -> str:
@@ -192,6 +205,12 @@ class _Launcher:
         self.state.processes.append(record)
         save_state(self.layout.services_file, self.state)
         return record
+
+    def set_address(self, record: ServiceProcess, address: str) -> ServiceProcess:
+        updated = replace(record, address=address)
+        self.state.processes = [updated if p == record else p for p in self.state.processes]
+        save_state(self.layout.services_file, self.state)
+        return updated
 
     def wait(self, record: ServiceProcess, ready: Callable[[], bool], what: str) -> None:
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
@@ -347,10 +366,11 @@ def start(
 
         launcher.wait(simulator, simulator_ready, "serve HTTPS")
         url = found[0]
+        simulator = launcher.set_address(simulator, url)
         table = {"driver": vendor, "endpoint": url, "ca_file": str(tls_dir / "ca.pem"), **settings}
 
         say("starting the coordinator")
-        listen = f"{layout.service_address}:{COORDINATOR_PORT}"
+        listen = layout.coordinator_listen
         catalog = directory / "coordinator" / "catalog.db"
         catalog.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
         client = pki[cluster.nodes[0].name].client.write(directory / "pki", "coordinator")
@@ -362,7 +382,7 @@ def start(
             ca_file=ca_file,
             coordinator={
                 "listen": listen,
-                "metrics_listen": f"{layout.service_address}:{METRICS_PORT}",
+                "metrics_listen": layout.metrics_listen,
                 "catalog": str(catalog),
             },
         )

@@ -72,7 +72,7 @@ def test_agent_config_restores_through_the_container_and_the_pool_hooks(tmp_path
 
 def test_toml_document_round_trips_nested_tables() -> None:
     data = {
-        "coordinator": {"listen": "127.0.3.250:7444", "catalog": Path("/x/catalog.db")},
+        "coordinator": {"listen": "127.0.0.1:27003", "catalog": Path("/x/catalog.db")},
         "tls": {"cert_file": 'we"ird\\path\n'},
         "clusters": [
             {
@@ -105,7 +105,7 @@ def test_the_sandbox_coordinator_config_is_valid_toml_for_the_coordinator(tmp_pa
         {"driver": "ontap", "endpoint": "https://127.0.0.1:4430", "svm": "svm0"},
         client=client,
         ca_file=pki.ca_file,
-        coordinator={"listen": "127.0.3.250:7444", "catalog": str(tmp_path / "c" / "catalog.db")},
+        coordinator={"listen": "127.0.0.1:27003", "catalog": str(tmp_path / "c" / "catalog.db")},
     )
     config = validate(
         tomllib.loads(services.toml_document(data)), CoordinatorConfig, source="<test>"
@@ -115,7 +115,7 @@ def test_the_sandbox_coordinator_config_is_valid_toml_for_the_coordinator(tmp_pa
         "play-node1-data",
         "play-node1-commitlog",
     ]
-    assert config.coordinator.listen == "127.0.3.250:7444"
+    assert config.coordinator.listen == "127.0.0.1:27003"
 
 
 def test_export_line_quotes_the_path() -> None:
