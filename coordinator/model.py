@@ -298,7 +298,8 @@ class RestoreStep(enum.StrEnum):
     VERIFIED = "verified"
 
     @property
-    def index(self) -> int:
+    def order(self) -> int:
+        """Position in the restore: a node at a step has finished every step before it."""
         return list(RestoreStep).index(self)
 
 

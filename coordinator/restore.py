@@ -186,7 +186,7 @@ class RestoreRun:
 
     def pending(self, step: RestoreStep) -> list[RestoreNode]:
         """Nodes that have not finished `step` yet."""
-        return [n for n in self.record.nodes if n.step.index < step.index]
+        return [n for n in self.record.nodes if n.step.order < step.order]
 
 
 class RestoreWorkflow:

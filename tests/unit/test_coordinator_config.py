@@ -131,7 +131,8 @@ def test_the_shipped_example_is_valid(tmp_path: Path, monkeypatch: pytest.Monkey
     [
         # unknown keys and wrong types
         ("[coordinator]\n", "[coordinator]\ncolour = 'red'\n", "coordinator.colour", "unknown key"),
-        ('name = "c1"\n', 'name = "c1"\nseeds = []\n', "clusters.0.seeds", "unknown key"),
+        ('name = "c1"\n', 'name = "c1"\nseedz = []\n', "clusters.0.seedz", "unknown key"),
+        ('name = "c1"\n', 'name = "c1"\nseeds = ["n9"]\n', "clusters.0", "seeds n9 are not nodes of cluster c1"),
         ('name = "c1"\n', 'name = "c1"\ncql_port = "many"\n', "clusters.0.cql_port", "integer"),
         ("hourly = 24", "hourly = -1", "retention.standard.hourly", "greater than or equal to 0"),
         ("role = \"data\"", "role = \"logs\"", "clusters.0.nodes.0.volumes.0.role", "'data'"),
