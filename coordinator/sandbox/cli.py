@@ -127,6 +127,8 @@ def _print_services(found: stack_services.Services) -> None:
     for view in found.views:
         process = view.process
         state = "[green]running[/green]" if view.running else "[red]stopped[/red]"
+        if not view.recorded:
+            state = "[yellow]running, unrecorded[/yellow]"
         table.add_row(
             process.name, str(process.pid), state, process.address, str(process.log or "")
         )
@@ -203,6 +205,13 @@ def status(instance: str = INSTANCE) -> None:
         _print_services(found)
         if found.all_running:
             _print_usage(found)
+        elif found.unrecorded:
+            healthy = False
+            out.print(
+                "some processes run that no record names (a crashed `up`?): `ringsnap sandbox"
+                f" down --instance {instance}` stops them, or `ringsnap sandbox up --instance"
+                f" {instance}` starts the services afresh"
+            )
         else:
             healthy = False
             out.print(

@@ -40,6 +40,7 @@ from ringsnap.coordinator.sandbox.instance import InstanceLayout
 from ringsnap.coordinator.sandbox.processes import (
     ServiceProcess,
     ServicesState,
+    find_service_processes,
     is_running,
     load_state,
     log_tail,
@@ -62,15 +63,17 @@ Reporter = Callable[[str], None]
 
 @dataclass(frozen=True)
 class ServiceView:
-    """One recorded process and whether it runs now."""
+    """One process of the instance and whether it runs now; `recorded` False: found by its
+    command line only (a crashed `up` started it and never recorded it)."""
 
     process: ServiceProcess
     running: bool
+    recorded: bool = True
 
 
 @dataclass(frozen=True)
 class Services:
-    """The instance's recorded background processes."""
+    """The instance's background processes: the recorded ones and any unrecorded ones."""
 
     layout: InstanceLayout
     vendor: str
@@ -79,7 +82,12 @@ class Services:
 
     @property
     def all_running(self) -> bool:
-        return bool(self.views) and all(v.running for v in self.views)
+        """Every recorded process runs, and no unrecorded one does."""
+        return bool(self.views) and all(v.running and v.recorded for v in self.views)
+
+    @property
+    def unrecorded(self) -> list[ServiceProcess]:
+        return [v.process for v in self.views if not v.recorded]
 
     @property
     def export_line(self) -> str:
@@ -91,11 +99,22 @@ def export_line(config_file: Path) -> str:
 
 
 def current(layout: InstanceLayout) -> Services | None:
-    """What `services.json` records for the instance, checked against /proc; None: nothing."""
-    state = load_state(layout.services_file)
-    if not state.processes:
-        return None
+    """The instance's processes: what `services.json` records, checked against /proc, and the
+    live ones it does not record (found by their command line). None: there are none."""
+    try:
+        state = load_state(layout.services_file)
+    except SandboxError as exc:
+        log.warning("ignoring unreadable process records", error=str(exc))
+        state = ServicesState()
     views = [ServiceView(p, is_running(p)) for p in state.processes]
+    live = {v.process.pid for v in views if v.running}
+    views += [
+        ServiceView(p, running=True, recorded=False)
+        for p in find_service_processes(layout.services_dir)
+        if p.pid not in live
+    ]
+    if not views:
+        return None
     config = Path(state.details.get("config", str(layout.coordinator_config)))
     return Services(layout, state.details.get("array", "?"), config, views)
 
@@ -303,7 +322,7 @@ def start(
                 f"sandbox {layout.name!r} runs the {existing.vendor} simulator, not {vendor}:"
                 f" `ringsnap sandbox down --instance {layout.name}` first"
             )
-        say("some services of an earlier `up` have stopped: restarting all of them")
+        say("some services of an earlier `up` stopped or were never recorded: restarting all")
         stop_processes(v.process for v in existing.views)
         layout.services_file.unlink(missing_ok=True)
 

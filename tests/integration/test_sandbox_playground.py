@@ -1,0 +1,167 @@
+"""`ringsnap sandbox up` as a playground: the whole stack as background processes, driven by the
+`ringsnap` CLI as a newcomer would, with nothing but the `export RINGSNAP_CONFIG=...` it printed;
+`ringsnap sandbox down` then leaves no process, container, mount or loop device behind.
+
+Its own instance (`<session instance>-pg`): it does not use the session's shared cluster, so it
+runs one cluster of its own, started and removed by the commands under test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ringsnap.coordinator.sandbox.instance import LABEL_INSTANCE, sandbox_root
+
+pytestmark = pytest.mark.integration
+
+RINGSNAP = str(Path(sys.executable).parent / "ringsnap")
+#: Whatever the caller's shell exports must not steer the CLI: only what `up` prints may.
+_STEERING = ("RINGSNAP_CONFIG", "RINGSNAP_COORDINATOR", "RINGSNAP_API_TOKEN_FILE")
+
+
+def _missing_precondition() -> str | None:
+    if os.geteuid() != 0:
+        return "the sandbox needs root (loop devices, mounts, dockerd)"
+    if not Path("/dev/loop-control").exists():
+        return "no /dev/loop-control: this kernel gives no loop devices"
+    for tool in ("docker", "dockerd", "debootstrap", "mkfs.xfs", "mvn", "java"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (run `make system-deps`)"
+    if not Path(RINGSNAP).is_file():
+        return f"{RINGSNAP} is not installed (make install)"
+    return None
+
+
+def _ringsnap(
+    *args: str, env: dict[str, str], timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [RINGSNAP, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        cwd="/",
+    )
+
+
+def _said(result: subprocess.CompletedProcess[str]) -> str:
+    return f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+
+
+def _processes_naming(root: Path) -> list[str]:
+    """Live (not zombie) processes whose command line names a path under `root`."""
+    found = []
+    prefix = f"{root}/".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if prefix in cmdline and state not in ("Z", "X"):
+            argv = cmdline.replace(b"\0", b" ").decode(errors="replace")
+            found.append(f"{entry.name}: {argv}")
+    return found
+
+
+def _residue(instance: str) -> dict[str, list[str]]:
+    root = sandbox_root() / instance
+
+    def lines(*argv: str) -> list[str]:
+        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split("\n")
+
+    return {
+        "processes": _processes_naming(root),
+        "containers": [
+            c
+            for c in lines(
+                "docker", "ps", "--all", "--quiet", "--filter", f"label={LABEL_INSTANCE}={instance}"
+            )
+            if c
+        ],
+        "mounts": [
+            m
+            for m in lines("findmnt", "--list", "--noheadings", "--output", "TARGET")
+            if m == str(root) or m.startswith(f"{root}/")
+        ],
+        "loop devices": [
+            b
+            for b in lines("losetup", "--list", "--noheadings", "--output", "BACK-FILE")
+            if b.strip().startswith(f"{root}/")
+        ],
+    }
+
+
+def test_sandbox_up_is_a_playground_for_the_ringsnap_cli(sandbox_instance_name: str) -> None:
+    missing = _missing_precondition()
+    if missing:
+        pytest.skip(f"real test bed unavailable: {missing}")
+    instance = f"{sandbox_instance_name}-pg"
+    env = {k: v for k, v in os.environ.items() if k not in _STEERING}
+    root = sandbox_root() / instance
+    recorded: list[tuple[int, int]] = []
+    try:
+        up = _ringsnap("sandbox", "up", "--instance", instance, env=env, timeout=900)
+        assert up.returncode == 0, _said(up)
+        exported = re.search(r"^export RINGSNAP_CONFIG=(.+)$", up.stdout, re.MULTILINE)
+        assert exported, _said(up)
+        config = shlex.split(exported.group(1))[0]
+        assert Path(config).is_file() and Path(config).is_relative_to(root)
+        services = json.loads((root / "services.json").read_text())
+        recorded = [(p["pid"], p["start_time"]) for p in services["processes"]]
+        kinds = sorted(p["kind"] for p in services["processes"])
+        assert kinds == ["agent", "agent", "agent", "coordinator", "simulator"]
+
+        cli = {**env, "RINGSNAP_CONFIG": config}
+        backup = _ringsnap("backup", "sandbox", env=cli)
+        assert backup.returncode == 0, _said(backup)
+        done = re.search(r"COMPLETE backup (\S+) of all 3 nodes", backup.stdout)
+        assert done, _said(backup)
+        backup_id = done.group(1)
+
+        listed = _ringsnap("list", "--output", "json", env=cli)
+        assert listed.returncode == 0, _said(listed)
+        assert [b["backup_id"] for b in json.loads(listed.stdout)["backups"]] == [backup_id]
+
+        shown = _ringsnap("show", backup_id, env=cli)
+        assert shown.returncode == 0, _said(shown)
+        assert f"{instance}-node1-data" in shown.stdout
+
+        status = _ringsnap("status", env=cli)
+        assert status.returncode == 0, _said(status)
+        assert backup_id in status.stdout
+
+        sandbox_status = _ringsnap("sandbox", "status", "--instance", instance, env=env)
+        assert sandbox_status.returncode == 0, _said(sandbox_status)
+        assert sandbox_status.stdout.count("running") >= 5 + 3  # 5 processes, 3 containers
+    finally:
+        down = _ringsnap("sandbox", "down", "--instance", instance, env=env, timeout=600)
+    assert down.returncode == 0, _said(down)
+    assert "stopped 5 processes" in " ".join(down.stdout.split()), _said(down)
+    for pid, start_time in recorded:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        # Gone, a zombie not yet reaped by init, or the pid reused by another process.
+        assert fields[0] in ("Z", "X") or int(fields[19]) != start_time, f"pid {pid} still runs"
+    assert _residue(instance) == {
+        "processes": [],
+        "containers": [],
+        "mounts": [],
+        "loop devices": [],
+    }
+    assert not root.exists()
