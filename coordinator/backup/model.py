@@ -1,0 +1,99 @@
+"""What a backup run is given, what it learns (what the catalog records), and how it ends badly."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from ringsnap.coordinator.model import CleanupRequest, FreezeWindow, QuiesceMode
+from ringsnap.coordinator.ports import NodeAgent, PhaseClock, SSTable
+from ringsnap.errors import RingsnapError
+from ringsnap.plugins.types import SnapshotRef, Volume
+
+
+class BackupRefused(RingsnapError):
+    """The backup did not start: the plan found nodes or arrays it cannot reach."""
+
+    exit_code = 3
+
+
+class BackupFailed(RingsnapError):
+    """The backup started and failed; nothing was recorded as complete."""
+
+    exit_code = 4
+
+
+@dataclass(frozen=True)
+class VolumeTarget:
+    """One of a node's volumes, as configured: which array, which volume, what it holds."""
+
+    array: str
+    volume: str
+    role: str
+
+
+@dataclass(frozen=True)
+class NodeTarget:
+    name: str
+    agent: NodeAgent
+    volumes: tuple[VolumeTarget, ...]
+
+
+@dataclass(frozen=True)
+class BackupSettings:
+    quiesce: QuiesceMode = QuiesceMode.FREEZE
+    #: Longest the filesystems may stay frozen (first freeze to last thaw). Below the write timeout.
+    freeze_budget: float = 1.5
+    #: The agent thaws by itself when this runs out without a renewal.
+    lease: float = 1.0
+    allow_partial: bool = False
+    #: How long to wait for an agent's answer in the plan, canary, flush and record phases.
+    agent_timeout: float = 60.0
+    #: How long a snapshot call that overran the budget may still take before it is left for cleanup.
+    straggler_grace: float = 120.0
+
+
+@dataclass(frozen=True)
+class NodeOutcome:
+    name: str
+    host_id: str = ""
+    volumes: tuple[Volume, ...] = ()
+    canary_id: str = ""
+    manifest: tuple[SSTable, ...] = ()
+    excluded_reason: str = ""
+
+
+@dataclass
+class BackupRun:
+    """Everything a run learned; what the catalog records."""
+
+    backup_id: str
+    cluster: str
+    settings: BackupSettings
+    trigger: str
+    policy: str
+    started_at: datetime
+    nodes: dict[str, NodeOutcome] = field(default_factory=dict)
+    snapshots: list[SnapshotRef] = field(default_factory=list)
+    clock: PhaseClock = field(default_factory=PhaseClock)
+    window: FreezeWindow | None = None
+    #: Snapshots a failed run could not delete, with the reason; the catalog keeps them for cleanup.
+    leftovers: list[CleanupRequest] = field(default_factory=list)
+    #: Set-up objects (e.g. temporary consistency groups) a finish or abort could not remove; the
+    #: driver sweeps them before its next snapshot of the same volumes. Never fails a run.
+    array_leftovers: list[str] = field(default_factory=list)
+
+    @property
+    def included(self) -> list[str]:
+        return [name for name, node in self.nodes.items() if not node.excluded_reason]
+
+
+Progress = Callable[[str, str], None]
+
+
+def new_backup_id(now: datetime | None = None) -> str:
+    """Sortable, unique, and valid as a snapshot name on every array: `rs-20261121-230000-3fa9`."""
+    now = now or datetime.now(UTC)
+    return f"rs-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"

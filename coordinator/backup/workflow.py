@@ -1,0 +1,214 @@
+"""One backup of a whole ring: plan, canary, flush, prepare, freeze barrier, snapshot, thaw, finish,
+record.
+
+The order of `run` is the protocol of MISSION.md. Each array's snapshot is prepared before the
+freeze (checks, set-up such as ONTAP's temporary consistency group), committed while frozen (the
+only array work inside the freeze window) and finished after the thaw; a failed run aborts what it
+prepared. Its safety rules, in one place (kept by `freeze.FreezeBarrier` and `arrays.ArrayRun`):
+- every freeze is under a short lease that the agent ends by itself; the lease is renewed only while
+  the array call is legitimately running;
+- the array call gets what is left of the freeze budget; past it the run thaws and fails instead of
+  letting client writes time out;
+- thaw runs in a `finally`, shielded from cancellation, whatever happened before;
+- a node whose lease ran out before its thaw was not frozen for the whole snapshot: the run fails;
+- every snapshot a failed run made is deleted, or recorded for cleanup when it cannot be; a
+  snapshot call that failed may still have made its snapshot, so its name is left for cleanup;
+- no snapshot call starts once the freeze has used the whole budget;
+- a prepare or commit still running is never aborted or finished under it: it is waited for
+  (bounded), or what it set up is logged and kept with the run's warnings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import TypeVar
+
+from ringsnap.coordinator.backup.arrays import ArrayRun
+from ringsnap.coordinator.backup.freeze import FreezeBarrier, renew_leases
+from ringsnap.coordinator.backup.model import (
+    BackupRun,
+    BackupSettings,
+    NodeTarget,
+    Progress,
+    new_backup_id,
+)
+from ringsnap.coordinator.backup.plan import arrays_of, plan_backup
+from ringsnap.coordinator.backup.tasks import bounded, raise_failures, to_completion
+from ringsnap.coordinator.model import QuiesceMode
+from ringsnap.coordinator.ports import ArrayPort, CanaryWriter, NodeAgent
+from ringsnap.logs import get_logger
+from ringsnap.plugins.types import Volume
+
+T = TypeVar("T")
+log = get_logger(__name__)
+
+
+class BackupWorkflow:
+    """Runs backups of one cluster; each run keeps its own state (the scheduler still runs one
+    backup per cluster at a time: two would freeze the same nodes)."""
+
+    def __init__(
+        self,
+        cluster: str,
+        nodes: Sequence[NodeTarget],
+        arrays: Mapping[str, ArrayPort],
+        canaries: CanaryWriter | None,
+        *,
+        progress: Progress | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.nodes = list(nodes)
+        self.arrays = dict(arrays)
+        self.canaries = canaries
+        self._progress = progress or (lambda phase, message: None)
+
+    async def run(
+        self,
+        settings: BackupSettings,
+        *,
+        trigger: str,
+        policy: str = "",
+        backup_id: str | None = None,
+        on_start: Callable[[BackupRun], Awaitable[None]] | None = None,
+    ) -> BackupRun:
+        """Run one backup; raise BackupRefused/BackupFailed with the reason, after cleaning up."""
+        run = BackupRun(
+            backup_id=backup_id or new_backup_id(),
+            cluster=self.cluster,
+            settings=settings,
+            trigger=trigger,
+            policy=policy,
+            started_at=datetime.now(UTC),
+        )
+        bound = log.bind(backup_id=run.backup_id, cluster=self.cluster)
+        if on_start is not None:
+            await on_start(run)
+        arrays = ArrayRun(self.arrays, run)
+        try:
+            per_array = await self._phase(run, "plan", self.plan(run))
+            await self._phase(run, "canary", self.write_canaries(run))
+            if settings.quiesce is not QuiesceMode.NONE:
+                await self._phase(run, "flush", self.flush(run))
+            # Last before the freeze, so that what it checked on the arrays is still true.
+            await self._phase(run, "prepare", arrays.prepare(per_array))
+            if settings.quiesce is QuiesceMode.FREEZE:
+                await self._phase(run, "freeze+snapshot+thaw", self.snapshot_frozen(run, arrays))
+            else:
+                await self._phase(run, "snapshot", arrays.commit(settings.straggler_grace))
+            await self._phase(run, "finish", arrays.finish())
+            await self._phase(run, "record", self.collect_manifests(run))
+        except BaseException as exc:
+            bound.error("backup failed", error=str(exc), error_type=type(exc).__name__)
+            await to_completion(arrays.discard(f"backup failed: {exc}"))
+            raise
+        bound.info("backup taken", phases=run.clock.phases)
+        return run
+
+    # -- phases ----------------------------------------------------------------------------------
+
+    async def plan(self, run: BackupRun) -> dict[str, list[Volume]]:
+        """Reach every node and array; resolve each node's volumes. Returns volumes per array."""
+        timeout = run.settings.agent_timeout
+        wanted = arrays_of(self.nodes, self.arrays)
+        facts, listings = await asyncio.gather(
+            asyncio.gather(
+                *(bounded(f"node {n.name}", n.agent.node_info(), timeout) for n in self.nodes),
+                return_exceptions=True,
+            ),
+            asyncio.gather(
+                *(_list_volumes(self.arrays[a], timeout) for a in wanted),
+                return_exceptions=True,
+            ),
+        )
+        plan = plan_backup(
+            self.nodes,
+            facts,
+            dict(zip(wanted, listings, strict=True)),
+            allow_partial=run.settings.allow_partial,
+        )
+        run.nodes.update(plan.nodes)
+        return plan.volumes
+
+    async def write_canaries(self, run: BackupRun) -> None:
+        if self.canaries is None:
+            return
+        host_ids = [run.nodes[name].host_id for name in run.included]
+        ids = await bounded(
+            "canary write", self.canaries.write_canaries(run.backup_id, host_ids), 60.0
+        )
+        for name in run.included:
+            node = run.nodes[name]
+            run.nodes[name] = replace(node, canary_id=ids.get(node.host_id, ""))
+
+    async def flush(self, run: BackupRun) -> None:
+        await self._on_included(run, lambda agent: agent.flush(), "flush")
+
+    async def snapshot_frozen(self, run: BackupRun, arrays: ArrayRun) -> None:
+        """Freeze barrier, one snapshot per array within the budget, thaw always."""
+        agents = self._included_agents(run)
+        barrier = FreezeBarrier(
+            agents,
+            run.backup_id,
+            budget=run.settings.freeze_budget,
+            lease=run.settings.lease,
+            renew=self._renew,
+        )
+        try:
+            await barrier.hold(
+                arrays.commit,
+                on_frozen=lambda: self._progress(
+                    "snapshot", f"{len(agents)} nodes frozen; snapshotting"
+                ),
+            )
+        finally:
+            run.window = barrier.window
+
+    async def collect_manifests(self, run: BackupRun) -> None:
+        async def one(name: str, agent: NodeAgent) -> None:
+            manifest = await bounded(f"node {name}: manifest", agent.manifest(), 600.0)
+            run.nodes[name] = replace(run.nodes[name], manifest=tuple(manifest))
+
+        agents = self._included_agents(run)
+        await asyncio.gather(*(one(name, agent) for name, agent in agents.items()))
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    async def _phase(self, run: BackupRun, phase: str, work: Awaitable[T]) -> T:
+        self._progress(phase, "")
+        started = time.monotonic()
+        try:
+            return await work
+        finally:
+            run.clock.add(phase, time.monotonic() - started)
+
+    async def _renew(
+        self, agents: Mapping[str, NodeAgent], operation_id: str, lease: float
+    ) -> None:
+        """The freeze barrier's lease renewer (tests replace it)."""
+        await renew_leases(agents, operation_id, lease)
+
+    def _included_agents(self, run: BackupRun) -> dict[str, NodeAgent]:
+        included = set(run.included)
+        return {n.name: n.agent for n in self.nodes if n.name in included}
+
+    async def _on_included(
+        self, run: BackupRun, call: Callable[[NodeAgent], Awaitable[object]], what: str
+    ) -> None:
+        agents = self._included_agents(run)
+        results = await asyncio.gather(
+            *(
+                bounded(f"node {n}: {what}", call(a), run.settings.agent_timeout)
+                for n, a in agents.items()
+            ),
+            return_exceptions=True,
+        )
+        raise_failures([f"node {n}" for n in agents], what, results)
+
+
+async def _list_volumes(array: ArrayPort, timeout: float) -> Sequence[Volume]:
+    await asyncio.wait_for(array.check(), timeout)
+    return await asyncio.wait_for(array.list_volumes(), timeout)
