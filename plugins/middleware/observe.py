@@ -39,49 +39,30 @@ class Observed(WrappedDriver):
             array=self.array, driver=self.name
         )
 
-    def _milliseconds(self, op: Operation) -> float:
-        return round((time.monotonic() - op.started) * 1000, 1)
-
     def call(self, op: Operation, function: Callable[..., Result], *args: Any) -> Result:
         outcome = "error"
+        failure: dict[str, object] = {}
         try:
             result = super().call(op, function, *args)
             outcome = "ok"
             return result
-        except DriverError as error:
-            self._log.error(
-                "array operation",
-                op=op.name,
-                duration_ms=self._milliseconds(op),
-                attempts=op.attempts,
-                outcome=outcome,
-                error_type=type(error).__name__,
-                error=str(error),
-                retryable=error.retryable,
-                leftovers=list(error.leftovers),
-            )
-            raise
         except Exception as error:
-            # A driver let a foreign exception escape: a bug in the driver, never retried.
-            outcome = "bug"
-            self._log.error(
-                "array operation",
-                op=op.name,
-                duration_ms=self._milliseconds(op),
-                attempts=op.attempts,
-                outcome=outcome,
-                error_type=type(error).__name__,
-                error=str(error),
-            )
+            failure = {"error_type": type(error).__name__, "error": str(error)}
+            if isinstance(error, DriverError):
+                failure |= {"retryable": error.retryable, "leftovers": list(error.leftovers)}
+            else:
+                outcome = "bug"  # a driver let a foreign exception escape: never retried
             raise
         finally:
             duration = time.monotonic() - op.started
             OPERATION_SECONDS.labels(self.name, op.name, outcome).observe(duration)
-            if outcome == "ok":
-                self._log.info(
+            if outcome == "ok" or failure:  # not for a cancellation or an interrupt
+                log = self._log.info if outcome == "ok" else self._log.error
+                log(
                     "array operation",
                     op=op.name,
                     duration_ms=round(duration * 1000, 1),
                     attempts=op.attempts,
                     outcome=outcome,
+                    **failure,
                 )

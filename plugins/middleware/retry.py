@@ -161,8 +161,7 @@ class Retrying(WrappedDriver):
         except DriverError as error:
             if error.retryable and op.attempts > 1:
                 error.add_note(
-                    f"gave up after {op.attempts} attempts in"
-                    f" {time.monotonic() - op.started:.1f}s"
+                    f"gave up after {op.attempts} attempts in {time.monotonic() - op.started:.1f}s"
                 )
             raise
         return result

@@ -1,5 +1,6 @@
 """Fakes of the coordinator's own seams (`ringsnap.coordinator.ports`): node agents and arrays in
-memory, for the workflow tests, the coordinator API tests and the simulated freeze bench.
+memory, for the workflow tests, the coordinator API tests and the simulated freeze bench; and a
+scripted driver (`ringsnap.plugins.api`) for the tests of the middleware.
 
 A test steers them through their attributes (`unreachable`, `fail_freeze`, `delay`, `error`, gates)
 and reads what happened from them (`events`, `frozen`, `snapshots`). Subclass `FakeArray` for an
@@ -9,9 +10,11 @@ array whose snapshot steps do more than the defaults.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from ringsnap.coordinator.backup import NodeTarget, VolumeTarget
 from ringsnap.coordinator.ports import (
@@ -23,7 +26,7 @@ from ringsnap.coordinator.ports import (
     ThawReceipt,
     VolumeState,
 )
-from ringsnap.plugins.api import PreparedSnapshot
+from ringsnap.plugins.api import ArrayDriver, PreparedSnapshot
 from ringsnap.plugins.errors import NotFoundError, UnsupportedError
 from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume, VolumeSnapshot
 
@@ -299,3 +302,51 @@ def node_targets(agents: Sequence[FakeAgent], arrays: Sequence[str] = ("a1",)) -
         )
         for i, agent in enumerate(agents)
     ]
+
+
+class ScriptedDriver(ArrayDriver):
+    """A driver of array `a1` whose `create_group_snapshot` raises the scripted `errors`, one per
+    call, then succeeds; `calls` counts its calls and `threads` says where each ran."""
+
+    name = "scripted"
+
+    def __init__(
+        self, errors: Iterable[BaseException] = (), *, volumes: Sequence[Volume] = ()
+    ) -> None:
+        self.errors = list(errors)
+        self.volumes = list(volumes)
+        self.calls = 0
+        self.threads: list[int] = []
+
+    @classmethod
+    def from_config(cls, array: str, settings: Mapping[str, Any], *, source: str) -> ScriptedDriver:
+        return cls()
+
+    @property
+    def array(self) -> str:
+        return "a1"
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(atomic_group_snapshot=True)
+
+    def check(self) -> None:
+        return None
+
+    def list_volumes(self) -> Sequence[Volume]:
+        return self.volumes
+
+    def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
+        self.calls += 1
+        self.threads.append(threading.get_ident())
+        if self.errors:
+            raise self.errors.pop(0)
+        return snapshot_ref(self.array, name, volumes)
+
+    def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]:
+        return []
+
+    def get_snapshot(self, ref: SnapshotRef) -> SnapshotInfo:
+        raise NotFoundError("gone", array=self.array)
+
+    def delete_snapshot(self, ref: SnapshotRef) -> None:
+        return None

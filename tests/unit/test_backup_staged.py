@@ -8,7 +8,7 @@ tested against the ONTAP simulator in tests/plugins/test_ontap.py.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 import pytest
@@ -23,11 +23,11 @@ from ringsnap.coordinator.backup import (
 )
 from ringsnap.coordinator.model import QuiesceMode
 from ringsnap.coordinator.ports import ArrayPort, FreezeReceipt
-from ringsnap.plugins.api import ArrayDriver, PreparedSnapshot
+from ringsnap.plugins.api import PreparedSnapshot
 from ringsnap.plugins.errors import ArrayTimeoutError, DriverError
 from ringsnap.plugins.middleware import AsyncDriver, RetryPolicy, deadline, wrap
-from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume, VolumeSnapshot
-from tests.support.fakes import FakeAgent, FakeArray, node_targets, volumes_of
+from ringsnap.plugins.types import SnapshotRef, Volume, VolumeSnapshot
+from tests.support.fakes import FakeAgent, FakeArray, ScriptedDriver, node_targets, volumes_of
 
 
 class StagedArray(FakeArray):
@@ -96,11 +96,43 @@ def cluster(
     events: list[str] = []
     agents = [FakeAgent(f"n{i}", events) for i in range(1, 4)]
     ports = {name: StagedArray(name, events, agents) for name in arrays}
-    return BackupWorkflow("c", node_targets(agents, arrays), dict(ports), None), agents, ports, events
+    return (
+        BackupWorkflow("c", node_targets(agents, arrays), dict(ports), None),
+        agents,
+        ports,
+        events,
+    )
 
 
 def kinds(events: list[str]) -> list[str]:
     return [event.split()[0] for event in events]
+
+
+def _cancel_when(
+    workflow: BackupWorkflow,
+    ready: Callable[[], bool],
+    *,
+    linger: float = 0.0,
+    poll: float = 0.01,
+) -> BackupRun:
+    """Start a backup, cancel it once `ready()`, check that it ends cancelled, then let calls
+    still running in 'threads' end for `linger` s. Returns the run."""
+    runs: list[BackupRun] = []
+
+    async def started(run: BackupRun) -> None:
+        runs.append(run)
+
+    async def main() -> None:
+        task = asyncio.create_task(workflow.run(BackupSettings(), trigger="t", on_start=started))
+        while not ready():
+            await asyncio.sleep(poll)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(linger)
+
+    asyncio.run(main())
+    return runs[0]
 
 
 def test_fakes_are_staged_ports() -> None:
@@ -209,16 +241,7 @@ def test_an_overrunning_commit_is_finished_and_deleted_after_it_ends() -> None:
 def test_cancelled_during_prepare_aborts_what_was_prepared() -> None:
     workflow, _agents, ports, events = cluster(("a1", "a2"))
     ports["a2"].delays["prepare"] = 5
-
-    async def cancel_mid_prepare() -> None:
-        task = asyncio.create_task(workflow.run(BackupSettings(), trigger="t"))
-        while "prepare a2" not in events or not ports["a1"].prepared:
-            await asyncio.sleep(0.01)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(cancel_mid_prepare())
+    _cancel_when(workflow, lambda: "prepare a2" in events and bool(ports["a1"].prepared))
     assert "abort a1" in events
     assert not any(e.startswith(("freeze", "commit")) for e in events)
     assert ports["a1"].prepared == set()
@@ -227,27 +250,14 @@ def test_cancelled_during_prepare_aborts_what_was_prepared() -> None:
 def test_cancelled_during_the_commit_thaws_finishes_the_done_and_leaves_the_running() -> None:
     workflow, agents, ports, events = cluster(("a1", "a2"))
     ports["a1"].gate = asyncio.Event()  # never opened: a1's commit hangs
-    runs: list[BackupRun] = []
-
-    async def started(run: BackupRun) -> None:
-        runs.append(run)
-
-    async def cancel_mid_commit() -> None:
-        task = asyncio.create_task(workflow.run(BackupSettings(), trigger="t", on_start=started))
-        while "commit a2" not in events or "commit-waits a1" not in events:
-            await asyncio.sleep(0.01)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(cancel_mid_commit())
+    run = _cancel_when(workflow, lambda: "commit a2" in events and "commit-waits a1" in events)
     assert not any(a.frozen for a in agents)
     # a2 had its snapshot: finished and deleted. a1's commit was still running: not aborted under
     # it, and its snapshot is left for cleanup by name.
     assert events.index("finish a2") < events.index("delete a2")
     assert "abort a1" not in events and "finish a1" not in events
-    (leftover,) = runs[0].leftovers
-    assert leftover.array == "a1" and leftover.snapshot_name == runs[0].backup_id
+    (leftover,) = run.leftovers
+    assert leftover.array == "a1" and leftover.snapshot_name == run.backup_id
 
 
 def test_a_port_with_the_default_steps_snapshots_under_the_freeze() -> None:
@@ -260,60 +270,23 @@ def test_a_port_with_the_default_steps_snapshots_under_the_freeze() -> None:
     assert array.frozen_during_snapshot == [True]
 
 
-class _Driver(ArrayDriver):
+def _driver(failures: int = 0) -> ScriptedDriver:
     """A driver with the default staged steps; its create fails retryably `failures` times."""
-
-    name = "plain"
-
-    def __init__(self, failures: int = 0) -> None:
-        self.failures = failures
-        self.calls: list[str] = []
-
-    @classmethod
-    def from_config(cls, array, settings, *, source):  # type: ignore[no-untyped-def]
-        return cls()
-
-    @property
-    def array(self) -> str:
-        return "a1"
-
-    def capabilities(self) -> Capabilities:
-        return Capabilities(atomic_group_snapshot=True)
-
-    def check(self) -> None:
-        return None
-
-    def list_volumes(self) -> Sequence[Volume]:
-        return [Volume("v1", "id-v1")]
-
-    def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
-        self.calls.append("create")
-        if self.failures:
-            self.failures -= 1
-            raise DriverError("HTTP 503", array="a1", retryable=True)
-        members = tuple(VolumeSnapshot(v, name) for v in volumes)
-        return SnapshotRef("a1", self.name, "g", name, name, datetime.now(UTC), members)
-
-    def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]:
-        return []
-
-    def get_snapshot(self, ref: SnapshotRef) -> SnapshotInfo:
-        raise NotImplementedError
-
-    def delete_snapshot(self, ref: SnapshotRef) -> None:
-        return None
+    return ScriptedDriver(
+        [DriverError("HTTP 503", array="a1", retryable=True) for _ in range(failures)]
+    )
 
 
 def test_default_steps_commit_is_create_and_the_middleware_logs_each_step() -> None:
     from structlog.testing import capture_logs
 
-    driver = _Driver(failures=1)
+    driver = _driver(failures=1)
     port = AsyncDriver(wrap(driver, retry=RetryPolicy(attempts=3, initial_delay=0.01)))
     assert isinstance(port, ArrayPort)
 
     async def steps() -> SnapshotRef:
         prepared = await port.prepare_group_snapshot([Volume("v1", "id-v1")], "s1")
-        assert driver.calls == []  # the default prepare asks the array nothing
+        assert driver.calls == 0  # the default prepare asks the array nothing
         ref = await port.commit_group_snapshot(prepared)
         await port.finish_group_snapshot(prepared)
         await port.abort_group_snapshot(prepared)
@@ -321,7 +294,7 @@ def test_default_steps_commit_is_create_and_the_middleware_logs_each_step() -> N
 
     with capture_logs() as logs:
         ref = asyncio.run(steps())
-    assert ref.snapshot_name == "s1" and driver.calls == ["create", "create"]
+    assert ref.snapshot_name == "s1" and driver.calls == 2
     ops = [(e["op"], e.get("attempts")) for e in logs if e["event"] == "array operation"]
     assert ops == [
         ("prepare_group_snapshot", 1),
@@ -332,12 +305,12 @@ def test_default_steps_commit_is_create_and_the_middleware_logs_each_step() -> N
 
 
 def test_a_commit_retry_inside_the_freeze_respects_the_callers_deadline() -> None:
-    driver = _Driver(failures=100)
+    driver = _driver(failures=100)
     managed = wrap(driver, retry=RetryPolicy(attempts=50, initial_delay=0.1, jitter=0))
     prepared = managed.prepare_group_snapshot([Volume("v1", "id-v1")], "s1")
     with deadline(0.35) as budget, pytest.raises(DriverError, match="HTTP 503"):
         managed.commit_group_snapshot(prepared)
-    assert 1 < len(driver.calls) < 6
+    assert 1 < driver.calls < 6
     assert isinstance(budget.last_error, DriverError)
 
 
@@ -433,45 +406,20 @@ def test_a_prepare_that_never_ends_is_reported_with_the_run() -> None:
 def test_cancelled_while_a_prepare_runs_reports_what_it_may_leave() -> None:
     workflow, _, ports, events = threadlike_cluster(("a1", "a2"))
     ports["a2"].delays["prepare"] = 0.3
-    runs: list[BackupRun] = []
-
-    async def started(run: BackupRun) -> None:
-        runs.append(run)
-
-    async def cancel_mid_prepare() -> None:
-        task = asyncio.create_task(workflow.run(BackupSettings(), trigger="t", on_start=started))
-        while "prepare a2" not in events or not ports["a1"].prepared:
-            await asyncio.sleep(0.01)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        await asyncio.sleep(0.4)
-
-    asyncio.run(cancel_mid_prepare())
+    run = _cancel_when(
+        workflow, lambda: "prepare a2" in events and bool(ports["a1"].prepared), linger=0.4
+    )
     assert "abort a1" in events
-    (warning,) = runs[0].array_leftovers
+    (warning,) = run.array_leftovers
     assert warning.startswith("array a2: the run was cancelled while preparing the snapshot")
 
 
 def test_a_commit_abandoned_under_cancellation_reports_its_set_up() -> None:
     workflow, agents, ports, events = cluster(("a1", "a2"))
     ports["a1"].gate = asyncio.Event()  # never opened: a1's commit hangs
-    runs: list[BackupRun] = []
-
-    async def started(run: BackupRun) -> None:
-        runs.append(run)
-
-    async def cancel_mid_commit() -> None:
-        task = asyncio.create_task(workflow.run(BackupSettings(), trigger="t", on_start=started))
-        while "commit a2" not in events or "commit-waits a1" not in events:
-            await asyncio.sleep(0.01)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(cancel_mid_commit())
+    run = _cancel_when(workflow, lambda: "commit a2" in events and "commit-waits a1" in events)
     assert "abort a1" not in events and not any(a.frozen for a in agents)
-    (warning,) = runs[0].array_leftovers
+    (warning,) = run.array_leftovers
     assert warning.startswith("array a1: cancelled while its snapshot call was running")
     assert "group g1" in warning
 
@@ -533,16 +481,7 @@ def test_a_cancellation_while_the_renewer_stops_is_not_swallowed() -> None:
             raise
 
     workflow._renew = slow_to_stop  # type: ignore[method-assign,assignment]
-
-    async def cancel_while_the_renewer_stops() -> None:
-        task = asyncio.create_task(workflow.run(BackupSettings(), trigger="t"))
-        while "renewer-stopping" not in events:
-            await asyncio.sleep(0.005)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(cancel_while_the_renewer_stops())
+    _cancel_when(workflow, lambda: "renewer-stopping" in events, poll=0.005)
     assert not any(a.frozen for a in agents)
     # The stopped run discards its snapshot instead of going on to record it.
     assert events.index("finish a1") < events.index("delete a1")

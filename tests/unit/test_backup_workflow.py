@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
 
 import pytest
 
@@ -20,8 +19,7 @@ from ringsnap.coordinator.backup import (
 from ringsnap.coordinator.model import QuiesceMode
 from ringsnap.coordinator.ports import FreezeReceipt
 from ringsnap.plugins.errors import DriverError
-from ringsnap.plugins.types import SnapshotInfo, SnapshotRef, Volume
-from tests.support.fakes import FakeAgent, FakeArray, node_targets, volumes_of
+from tests.support.fakes import FakeAgent, FakeArray, ScriptedDriver, node_targets, volumes_of
 
 
 def cluster(
@@ -171,48 +169,19 @@ def test_quiesce_modes(mode: QuiesceMode, expected: list[str]) -> None:
 
 def test_driver_retries_stop_at_the_freeze_budget_and_report_the_arrays_error() -> None:
     """A retrying driver under the budget: the run fails with the array's message, in time."""
-    from ringsnap.plugins.api import ArrayDriver
     from ringsnap.plugins.middleware import AsyncDriver, RetryPolicy, wrap
-    from ringsnap.plugins.types import Capabilities
 
-    class AlwaysFailing(ArrayDriver):
-        name = "failing"
-        calls = 0
-
-        @classmethod
-        def from_config(cls, array, settings, *, source):  # type: ignore[no-untyped-def]
-            return cls()
-
-        @property
-        def array(self) -> str:
-            return "a1"
-
-        def capabilities(self) -> Capabilities:
-            return Capabilities(atomic_group_snapshot=True)
-
-        def check(self) -> None:
-            return None
-
-        def list_volumes(self) -> Sequence[Volume]:
-            return [Volume(f"n{i}-{r}", f"id-n{i}-{r}") for i in (1, 2, 3) for r in ("data", "cl")]
-
-        def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
-            type(self).calls += 1
-            raise DriverError("HTTP 500: controller failure", array="a1", retryable=True)
-
-        def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]:
-            return []
-
-        def get_snapshot(self, ref: SnapshotRef) -> SnapshotInfo:
-            raise NotImplementedError
-
-        def delete_snapshot(self, ref: SnapshotRef) -> None:
-            return None
-
+    failing = ScriptedDriver(
+        [
+            DriverError("HTTP 500: controller failure", array="a1", retryable=True)
+            for _ in range(10)
+        ],
+        volumes=volumes_of(f"n{i}" for i in (1, 2, 3)),
+    )
     workflow, agents, _array, _events = cluster()
     policy = RetryPolicy(attempts=10, initial_delay=0.2, jitter=0)
-    workflow.arrays["a1"] = AsyncDriver(wrap(AlwaysFailing(), retry=policy))
+    workflow.arrays["a1"] = AsyncDriver(wrap(failing, retry=policy))
     with pytest.raises(BackupFailed, match="controller failure"):
         asyncio.run(workflow.run(BackupSettings(freeze_budget=0.5, lease=0.3), trigger="t"))
-    assert 1 < AlwaysFailing.calls < 10
+    assert 1 < failing.calls < 10
     assert not any(a.frozen for a in agents)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import threading
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import pytest
 from structlog.testing import capture_logs
@@ -17,11 +16,11 @@ from ringsnap.plugins.errors import (
     AuthError,
     BusyError,
     DriverError,
-    NotFoundError,
     UnsupportedError,
 )
 from ringsnap.plugins.middleware import AsyncDriver, RetryPolicy, WrappedDriver, wrap
-from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume
+from ringsnap.plugins.types import SnapshotRef, Volume
+from tests.support.fakes import ScriptedDriver
 
 VOLUMES = (Volume("v1", "id-1"), Volume("v2", "id-2"))
 
@@ -36,50 +35,6 @@ def _ref(name: str) -> SnapshotRef:
         created_at=datetime.datetime.now(datetime.UTC),
         members=(),
     )
-
-
-class ScriptedDriver(ArrayDriver):
-    """A driver whose create_group_snapshot raises the scripted errors, then succeeds."""
-
-    name = "scripted"
-
-    def __init__(self, errors: Sequence[BaseException] = ()) -> None:
-        self.errors = list(errors)
-        self.calls = 0
-        self.threads: list[int] = []
-
-    @classmethod
-    def from_config(cls, array: str, settings: Mapping[str, Any], *, source: str) -> ScriptedDriver:
-        return cls()
-
-    @property
-    def array(self) -> str:
-        return "a1"
-
-    def capabilities(self) -> Capabilities:
-        return Capabilities(atomic_group_snapshot=True)
-
-    def check(self) -> None:
-        return None
-
-    def list_volumes(self) -> Sequence[Volume]:
-        return VOLUMES
-
-    def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
-        self.calls += 1
-        self.threads.append(threading.get_ident())
-        if self.errors:
-            raise self.errors.pop(0)
-        return _ref(name)
-
-    def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]:
-        return []
-
-    def get_snapshot(self, ref: SnapshotRef) -> SnapshotInfo:
-        raise NotFoundError("gone", array="a1")
-
-    def delete_snapshot(self, ref: SnapshotRef) -> None:
-        return None
 
 
 class RevertibleDriver(ScriptedDriver, Revertible):
