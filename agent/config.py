@@ -17,6 +17,8 @@ from ringsnap.config import ReadableFile, SecretFile, Section, load
 
 DEFAULT_CONFIG_PATH = Path("/etc/ringsnap/agent.toml")
 DEFAULT_STATE_DIRECTORY = Path("/run/ringsnap")
+#: Restore records must survive a reboot: a volume released before one is attached after it.
+DEFAULT_RESTORE_STATE_DIRECTORY = Path("/var/lib/ringsnap/agent")
 #: Below Cassandra's default 2 s write timeout: client writes stall for the whole freeze.
 DEFAULT_LEASE_SECONDS = 1.5
 MAX_LEASE_SECONDS = 30.0
@@ -157,8 +159,15 @@ class VolumesSection(Section):
 
     The hooks are argv lists from this file only, never from a request, run without a shell. They
     get RINGSNAP_OPERATION, RINGSNAP_MOUNT_POINT, RINGSNAP_DEVICE (the recorded device),
-    RINGSNAP_FS_UUID, RINGSNAP_KINDS and, for attach, RINGSNAP_VOLUME in their environment.
+    RINGSNAP_FS_UUID, RINGSNAP_KINDS, RINGSNAP_SERIAL and RINGSNAP_WWN (the recorded identity of
+    the device, "" when unknown) and, for attach, RINGSNAP_VOLUME in their environment.
     """
+
+    #: Restore records (`<state_directory>/restores/<operation>.json`): what each restore released,
+    #: read back by attach, possibly after a reboot — so not on a tmpfs, and not on a Cassandra
+    #: filesystem (the agent never releases the filesystem that holds it). Records an older agent
+    #: left in `<freeze.state_directory>/restores/` are read too.
+    state_directory: AbsolutePath = DEFAULT_RESTORE_STATE_DIRECTORY
 
     #: Run after a filesystem is unmounted (iSCSI/FC logout, multipath flush, loop detach).
     detach_command: Argv | None = None

@@ -284,8 +284,113 @@ async def fs_uuid(device: str) -> str:
     return value.splitlines()[-1].strip() if value else _uuid_from_links(device)
 
 
+# -- can this process restore at all? ------------------------------------------------------------
+
+#: Where the systemd drop-in that lets the agent restore goes (shipped as
+#: systemd/ringsnap-agent.service.d/restore.conf).
+RESTORE_DROP_IN = "/etc/systemd/system/ringsnap-agent.service.d/restore.conf"
+#: capability(7) number of CAP_SYS_PTRACE: reading another user's /proc/<pid>/fd, maps, ns links.
+CAP_SYS_PTRACE = 19
+
+
+def _mount_namespace(pid_dir: Path) -> tuple[int, int] | None:
+    """(device, inode) of a process's mount namespace, or None if this process may not look."""
+    try:
+        info = os.stat(pid_dir / "ns" / "mnt")
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def _reference_namespace(proc: Path) -> tuple[str, tuple[int, int]] | None:
+    """The host's mount namespace as PID 1 holds it, else as kthreadd (PID 2 of the initial PID
+    namespace, always in the initial mount namespace) does; None when neither can be inspected."""
+    found = _mount_namespace(proc / "1")
+    if found is not None:
+        return "PID 1", found
+    try:
+        is_kthreadd = (proc / "2" / "comm").read_text().strip() == "kthreadd"
+    except OSError:
+        is_kthreadd = False
+    found = _mount_namespace(proc / "2") if is_kthreadd else None
+    return ("kthreadd (PID 2)", found) if found is not None else None
+
+
+def _effective_capabilities(proc: Path) -> int | None:
+    try:
+        status = (proc / "self" / "status").read_text()
+    except OSError:
+        return None
+    match = re.search(r"^CapEff:\s*([0-9a-fA-F]+)$", status, re.MULTILINE)
+    return int(match.group(1), 16) if match else None
+
+
+def _root_is_a_slave(mountinfo: str) -> bool:
+    """Whether `/` of this mount namespace is a slave mount (mountinfo's optional field master:N):
+    it receives mounts from another namespace and propagates none back. That is what systemd makes
+    of / for a unit with any file-system sandboxing (ProtectSystem=, PrivateTmp=, PrivateMounts=,
+    ReadWritePaths=, ProtectProc=, ...)."""
+    slave = False
+    for line in mountinfo.splitlines():
+        fields = line.split(" ")
+        try:
+            separator = fields.index("-", 6)
+        except ValueError:
+            continue
+        if fields[4] == "/":  # the last mount of / listed is the one on top
+            slave = any(tag.startswith("master:") for tag in fields[6:separator])
+    return slave
+
+
+def restore_obstacles(proc: Path = PROC, mountinfo: Path = volumes.MOUNTINFO) -> list[str]:
+    """Why this process demonstrably cannot release or attach volumes: what it mounts would not be
+    the host's, or it cannot see which processes hold a filesystem. [] when nothing demonstrably
+    stands in the way (a root agent outside systemd, or under the restore drop-in).
+
+    Only what is shown is reported: a reference namespace that cannot be inspected is not taken
+    for a different one.
+    """
+    obstacles: list[str] = []
+    if not (proc / "1").exists():
+        obstacles.append(
+            "PID 1 is not visible in /proc: other processes are hidden from the agent"
+            " (ProtectProc=invisible, or /proc mounted with hidepid=), so it cannot tell which of"
+            " them hold a filesystem"
+        )
+    capabilities = _effective_capabilities(proc)
+    if capabilities is not None and not capabilities >> CAP_SYS_PTRACE & 1:
+        obstacles.append(
+            f"the agent (uid {os.geteuid()}) runs without CAP_SYS_PTRACE, so the files that other"
+            " users' processes (Cassandra's) hold are hidden from it"
+        )
+    reference = _reference_namespace(proc)
+    own = _mount_namespace(proc / "self")
+    if reference is not None and own is not None:
+        if own != reference[1]:
+            obstacles.append(
+                f"the agent runs in a mount namespace of its own (not the one of {reference[0]}):"
+                " what it unmounts and mounts would not change the host's mounts, which Cassandra"
+                " uses"
+            )
+    else:
+        try:
+            slave = _root_is_a_slave(mountinfo.read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            slave = False
+        if slave:
+            obstacles.append(
+                "the agent runs in a mount namespace of its own (its / is a slave mount, as"
+                " systemd's file-system sandboxing makes it): what it unmounts and mounts would"
+                " not change the host's mounts, which Cassandra uses"
+            )
+    return obstacles
+
+
 class Host:
     """The real host. Tests replace methods (or the whole object) with fakes."""
+
+    def restore_obstacles(self) -> list[str]:
+        return restore_obstacles()
 
     def entries(self) -> list[MountEntry]:
         return read_entries()

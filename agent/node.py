@@ -71,6 +71,7 @@ class NodeAgent:
         self.restorer = restore.VolumeRestorer(
             directories=self.directories(),
             state_directory=config.freeze.state_directory,
+            records_directory=config.volumes.state_directory / restore.RECORDS_DIRECTORY,
             settings=config.volumes,
             cassandra=self.cassandra_status,
             frozen=self._frozen_mount_points,

@@ -9,10 +9,17 @@ Rules:
 - nothing here runs while Cassandra answers; a filesystem a process holds is never unmounted (never
   lazily either), and an unmount counts only once the kernel no longer holds the block device;
 - `/`, the filesystem of the agent's state and the one of its own program are never released;
-- every released volume is recorded (fsynced, mode 0600) in `<state>/restores/<operation>.json`
-  BEFORE it is unmounted; the record is what attach trusts, and it stays as the audit trail;
+- nothing is released, attached or discarded by an agent that demonstrably could not do it right:
+  one in a mount namespace of its own (what it mounts would not be the host's) or one that cannot
+  see which processes hold a filesystem (see `mounts.restore_obstacles`; under systemd the restore
+  drop-in, systemd/ringsnap-agent.service.d/restore.conf, is what makes restores possible);
+- every released volume is recorded (fsynced, mode 0600) in
+  `<[volumes] state_directory>/restores/<operation>.json` BEFORE it is unmounted; the record is
+  what attach trusts (possibly after a reboot), and it stays as the audit trail. Records an older
+  agent left in `<[freeze] state_directory>/restores/` are read too, never moved;
 - attach mounts only what the same operation released, and keeps it mounted only if its filesystem
-  UUID is the recorded one (a revert and a clone both keep it);
+  UUID is the recorded one (a revert and a clone both keep it); a device the attach hook attached
+  that fails the check is handed to the detach hook before the call fails;
 - discard empties, never removes, the replay-state directories that are not on a filesystem the
   operation released and attached again, and logs each at warning level;
 - the hooks are argv lists from the agent's configuration, run without a shell; what they need to
@@ -39,7 +46,7 @@ from ringsnap.agent import process, volumes
 from ringsnap.agent.config import VolumesSection
 from ringsnap.agent.errors import CommandFailed, CommandTimeout, Conflict
 from ringsnap.agent.freezestate import valid_operation_id
-from ringsnap.agent.mounts import Host, MountEntry, describe_holders
+from ringsnap.agent.mounts import RESTORE_DROP_IN, Host, MountEntry, describe_holders
 from ringsnap.errors import ValidationError
 
 log = logs.get_logger(__name__)
@@ -188,17 +195,32 @@ def check_volume_name(value: str) -> str:
 
 
 class RestoreRecords:
-    """`<state>/restores/<operation>.json`: the volumes each restore operation released."""
+    """`<directory>/<operation>.json`: the volumes each restore operation released.
 
-    def __init__(self, directory: Path) -> None:
+    Records are written to `directory` only. Each directory of `fallbacks` (where an older agent
+    kept them) is read too: a record there counts unless `directory` has one for the same
+    operation, which then shadows it. Nothing is moved.
+    """
+
+    def __init__(self, directory: Path, fallbacks: Sequence[Path] = ()) -> None:
         self.directory = directory
+        self.fallbacks = tuple(dict.fromkeys(path for path in fallbacks if path != directory))
 
     def path(self, operation_id: str) -> Path:
+        """Where the operation's record is written."""
         return self.directory / f"{check_operation_id(operation_id)}.json"
+
+    def location(self, operation_id: str) -> Path:
+        """Where the operation's record is read from: the first directory that has one."""
+        name = f"{check_operation_id(operation_id)}.json"
+        for directory in (self.directory, *self.fallbacks):
+            if os.path.lexists(directory / name):
+                return directory / name
+        return self.directory / name
 
     def load(self, operation_id: str) -> list[ReleasedVolume]:
         """The operation's volumes ([] if it has no record); an unreadable record is a Conflict."""
-        path = self.path(operation_id)
+        path = self.location(operation_id)
         try:
             data = path.read_bytes()
         except FileNotFoundError:
@@ -217,22 +239,32 @@ class RestoreRecords:
         """Every record by operation id, and a problem per record that could not be read."""
         found: dict[str, list[ReleasedVolume]] = {}
         problems: list[str] = []
-        try:
-            names = sorted(os.listdir(self.directory))
-        except FileNotFoundError:
-            return found, problems
-        for name in names:
-            operation_id = name.removesuffix(".json")
-            if name.startswith(".") or not name.endswith(".json"):
-                continue
-            if not valid_operation_id(operation_id):
-                problems.append(f"restore record {self.directory / name} has an unsafe name")
-                continue
+        seen: set[str] = set()
+        for directory in (self.directory, *self.fallbacks):
             try:
-                found[operation_id] = self.load(operation_id)
-            except Conflict as exc:
-                problems.append(str(exc))
+                names = sorted(os.listdir(directory))
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                problems.append(f"restore records in {directory} cannot be listed: {exc.strerror}")
+                continue
+            for name in names:
+                operation_id = name.removesuffix(".json")
+                if name.startswith(".") or not name.endswith(".json") or operation_id in seen:
+                    continue
+                if not valid_operation_id(operation_id):
+                    problems.append(f"restore record {directory / name} has an unsafe name")
+                    continue
+                seen.add(operation_id)
+                try:
+                    found[operation_id] = self.load(operation_id)
+                except Conflict as exc:
+                    problems.append(str(exc))
         return found, problems
+
+    def remove(self, operation_id: str) -> None:
+        """Remove the operation's record where it is written (fallback directories are left)."""
+        self.path(operation_id).unlink(missing_ok=True)
 
     def save(self, operation_id: str, released: Sequence[ReleasedVolume]) -> None:
         """Write the record atomically and durably (file and directory fsynced), mode 0600."""
@@ -373,10 +405,14 @@ class VolumeRestorer:
         cassandra: Callable[[], Awaitable[CassandraStatus]],
         frozen: Callable[[], Iterable[str]] = tuple,
         host: Host | None = None,
+        records_directory: Path | None = None,
     ) -> None:
+        """`state_directory` is the freeze state's; the records go to `records_directory`
+        (default: `<state_directory>/restores`, where they used to be, and which is read too)."""
         self.directories = {kind: list(paths) for kind, paths in directories.items() if paths}
         self.state_directory = state_directory
-        self.records = RestoreRecords(state_directory / RECORDS_DIRECTORY)
+        legacy = state_directory / RECORDS_DIRECTORY
+        self.records = RestoreRecords(records_directory or legacy, fallbacks=(legacy,))
         self.settings = settings
         self._cassandra = cassandra
         self._frozen = frozen
@@ -386,13 +422,12 @@ class VolumeRestorer:
     # -- what is where ------------------------------------------------------------------------
 
     def _protected_paths(self) -> list[tuple[str, str]]:
-        state = self.state_directory
-        probe = state
-        while not probe.exists() and probe != probe.parent:
-            probe = probe.parent
+        """Paths whose filesystems are never released, with the reason; "/" first."""
+        state, records = self.state_directory, self.records.directory
         return [
             ("/", "it holds /"),
-            (str(probe), f"it holds the agent's state ({state})"),
+            (str(_existing(state)), f"it holds the agent's state ({state})"),
+            (str(_existing(records)), f"it holds the agent's restore records ({records})"),
             (sys.prefix, f"it holds the agent's own program ({sys.prefix})"),
             (os.path.dirname(volumes.__file__), "it holds the agent's own program"),
         ]
@@ -433,6 +468,17 @@ class VolumeRestorer:
         if strict and problems:
             raise Conflict("; ".join(problems))
         return entries, records, problems
+
+    def _refuse_without_host_access(self, action: str) -> None:
+        """Refuse, before anything else, when this process demonstrably cannot do restores right."""
+        obstacles = self.host.restore_obstacles()
+        if obstacles:
+            raise Conflict(
+                f"this agent cannot {action}: {'; '.join(obstacles)}. Under systemd, restores need"
+                f" the restore drop-in: install ringsnap's"
+                f" systemd/ringsnap-agent.service.d/restore.conf as {RESTORE_DROP_IN}, then"
+                " `systemctl daemon-reload && systemctl restart ringsnap-agent`"
+            )
 
     async def _refuse_while_running(self, action: str) -> None:
         status = await self._cassandra()
@@ -485,10 +531,10 @@ class VolumeRestorer:
     ) -> tuple[VolumeFacts, ...]:
         check_operation_id(operation_id)
         requested = list(dict.fromkeys(check_mount_point(point) for point in mount_points))
+        action = f"release {', '.join(requested) or 'the Cassandra volumes'}"
+        self._refuse_without_host_access(action)
         async with self._lock:
-            await self._refuse_while_running(
-                f"release {', '.join(requested) or 'the Cassandra volumes'}"
-            )
+            await self._refuse_while_running(action)
             entries, records, _ = await asyncio.to_thread(self._read, strict=True)
             plan = await asyncio.to_thread(
                 self._release_plan, operation_id, requested, entries, records
@@ -578,7 +624,7 @@ class VolumeRestorer:
                 raise Conflict(
                     f"{point} was released by operation {other[0]!r} and not attached again;"
                     f" attach it under that operation first (or, once the volume is checked,"
-                    f" remove {self.records.path(other[0])})"
+                    f" remove {self.records.location(other[0])})"
                 )
             match = by_name.get(point)
             if match is None:
@@ -726,7 +772,7 @@ class VolumeRestorer:
         if mine:
             self.records.save(operation_id, list(mine.values()))
         else:
-            self.records.path(operation_id).unlink(missing_ok=True)
+            self.records.remove(operation_id)
 
     # -- attach ---------------------------------------------------------------------------------
 
@@ -743,6 +789,7 @@ class VolumeRestorer:
             if normal in wanted:
                 raise ValidationError(f"{normal} is named twice")
             wanted[normal] = name
+        self._refuse_without_host_access(f"attach {', '.join(wanted)}")
         async with self._lock:
             await self._refuse_while_running(f"attach {', '.join(wanted)}")
             released = await asyncio.to_thread(self.records.load, operation_id)
@@ -784,11 +831,12 @@ class VolumeRestorer:
                 volume_name=volume.volume_name or volume_name,
             )
         device = volume.device
-        from_hook = False
+        from_hook = hooked = False
         if self.settings.attach_command:
             result = await self._hook(
                 "attach_command", self.settings.attach_command, operation_id, volume, volume_name
             )
+            hooked = True
             lines = result.stdout.rstrip().splitlines()
             named = lines[-1].strip() if lines else ""
             if named:
@@ -814,11 +862,14 @@ class VolumeRestorer:
             raise Conflict(f"{device} cannot be mounted at {point}: {busy}")
         uuid = await self._uuid_of(device)
         if uuid != volume.fs_uuid:
-            raise Conflict(
+            message = (
                 f"{device} holds filesystem UUID {uuid or 'none'}, but {point} held"
                 f" {volume.fs_uuid} when operation {operation_id!r} released it: not the restored"
                 f" volume (attached {volume_name}); nothing was mounted"
             )
+            if hooked:
+                message += await self._detach_refused(operation_id, volume, device, volume_name)
+            raise Conflict(message)
         if not await asyncio.to_thread(self.host.is_directory, point):
             raise Conflict(f"the mount point {point} is not a directory any more; create it first")
         log.warning(
@@ -834,11 +885,14 @@ class VolumeRestorer:
         if mounted is None or mounted.device_number != number or mounted_uuid != volume.fs_uuid:
             if mounted is not None:
                 await self.host.umount(point)
-            raise Conflict(
+            message = (
                 f"what got mounted at {point} ({mounted.source if mounted else 'nothing'}, UUID"
                 f" {mounted_uuid or 'none'}) is not the released filesystem (UUID"
                 f" {volume.fs_uuid}); it was unmounted again"
             )
+            if hooked:
+                message += await self._detach_refused(operation_id, volume, device, volume_name)
+            raise Conflict(message)
         log.warning(
             "attached after a restore",
             operation_id=operation_id,
@@ -854,6 +908,47 @@ class VolumeRestorer:
             attached_at=_now(),
             volume_name=volume_name,
         )
+
+    async def _detach_refused(
+        self, operation_id: str, volume: ReleasedVolume, device: str, volume_name: str
+    ) -> str:
+        """Hand a device the attach hook attached, and the UUID check refused, to the detach hook,
+        so that nothing stays attached; returns what to add to the error message.
+
+        The hook sees RINGSNAP_DEVICE = that device, RINGSNAP_SERIAL/WWN as its own identity
+        (a clone's differ from the recorded ones) and RINGSNAP_VOLUME = the volume attached."""
+        if not self.settings.detach_command:
+            return (
+                f"; [volumes] detach_command is not configured, so {device} stays attached:"
+                " detach it by hand"
+            )
+        number = self.host.block_device_number(device)
+        identity = (
+            await asyncio.to_thread(self.host.identity, os.major(number), os.minor(number))
+            if number is not None
+            else volumes.DeviceIdentity()
+        )
+        attached = replace(volume, device=device, serial=identity.serial, wwn=identity.wwn)
+        log.warning(
+            "detaching a device the attach hook attached but the check refused",
+            operation_id=operation_id,
+            mount_point=volume.mount_point,
+            device=device,
+            volume=volume_name,
+        )
+        try:
+            await self._hook(
+                "detach_command", self.settings.detach_command, operation_id, attached, volume_name
+            )
+        except (CommandFailed, CommandTimeout) as exc:
+            log.error(
+                "the detach hook failed for a refused device",
+                operation_id=operation_id,
+                device=device,
+                error=str(exc)[:500],
+            )
+            return f"; detaching {device} failed too ({exc}): detach it by hand"
+        return f"; {device} was handed to [volumes] detach_command"
 
     async def _uuid_of(self, device: str) -> str:
         if self.host.block_device_number(device) is None:
@@ -887,6 +982,7 @@ class VolumeRestorer:
 
     async def discard(self, operation_id: str, *, hints: bool) -> tuple[DiscardedDirectory, ...]:
         check_operation_id(operation_id)
+        self._refuse_without_host_access("discard the replay state")
         async with self._lock:
             await self._refuse_while_running("discard the replay state")
             plan = await asyncio.to_thread(self._discard_plan, operation_id, hints)
@@ -990,10 +1086,19 @@ def hook_environment(
         RINGSNAP_DEVICE=volume.device,
         RINGSNAP_FS_UUID=volume.fs_uuid,
         RINGSNAP_KINDS=",".join(volume.kinds),
+        RINGSNAP_SERIAL=volume.serial,
+        RINGSNAP_WWN=volume.wwn,
     )
     if volume_name is not None:
         environment["RINGSNAP_VOLUME"] = volume_name
     return environment
+
+
+def _existing(path: Path) -> Path:
+    """`path`, or its nearest parent that exists (the filesystem it will be created on)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
 
 
 def _pending(

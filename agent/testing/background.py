@@ -110,6 +110,8 @@ def config_data(
             **(cassandra or {}),
         },
         "freeze": {"state_directory": str(state_directory), **(freeze or {})},
+        # Restore records of this agent only (the default, /var/lib/ringsnap/agent, is per host).
+        "volumes": {"state_directory": str(state_directory / "volumes")},
         "log": {"json": False, "level": "info"},
     }
 

@@ -258,6 +258,7 @@ def agent_data(
         cassandra={"jolokia_url": node.jolokia_url, **restore.pop("cassandra")},
         listen=listen,
     )
+    data["volumes"] = {**data["volumes"], **restore.pop("volumes", {})}
     data.update(restore)
     return data
 

@@ -186,7 +186,7 @@ def rig(luns: dict[str, Lun], tmp_path: Path) -> Iterator[Rig]:
         state_directory=state,
         nodetool=["false"],  # Cassandra does not answer: the node is down
     )
-    data["volumes"] = {
+    data["volumes"] |= {
         "detach_command": detach,
         "attach_command": attach,
         "hook_timeout_seconds": 60,
@@ -216,11 +216,13 @@ def test_release_then_attach_brings_back_the_same_filesystem(rig: Rig) -> None:
     assert not volume.mounted and volume.released_by == OPERATION and volume.fs_uuid == uuid
     assert mounted_at(data.mount_point) == []
     assert loop_devices_of(data.image) == [], "the detach hook did not detach the LUN"
-    record = rig.state / "restores" / f"{OPERATION}.json"
+    record = rig.state / "volumes" / "restores" / f"{OPERATION}.json"  # [volumes] state_directory
     assert stat.S_IMODE(record.stat().st_mode) == 0o600
     (detached,) = rig.hooks()
     assert detached["env"]["RINGSNAP_DEVICE"] == volume.device
     assert detached["env"]["RINGSNAP_FS_UUID"] == uuid
+    # a loop device has no serial or WWN: the variables are there, empty
+    assert detached["env"]["RINGSNAP_SERIAL"] == detached["env"]["RINGSNAP_WWN"] == ""
     # again: reported as released, nothing done twice
     assert rig.call(lambda agent: agent.release_volumes(OPERATION, [point])) == released
     assert len(rig.hooks()) == 1
@@ -262,7 +264,7 @@ def test_a_process_holding_a_file_makes_release_refuse_naming_it(rig: Rig) -> No
         assert f"pid {holder.pid}" in str(refused.value)
         assert str(data.mount_point) in str(refused.value)
         assert mounted_at(data.mount_point) != []
-        assert not (rig.state / "restores" / f"{OPERATION}.json").exists()
+        assert not (rig.state / "volumes" / "restores" / f"{OPERATION}.json").exists()
         assert rig.hooks() == []
     finally:
         holder.kill()
@@ -285,6 +287,11 @@ def test_another_filesystem_is_refused_and_nothing_stays_mounted(rig: Rig) -> No
     assert refused.value.code == "FAILED_PRECONDITION"
     assert fs_uuid(impostor) in str(refused.value) and data.uuid in str(refused.value)
     assert mounted_at(data.mount_point) == []
+    # what the attach hook attached went to the detach hook: nothing stays attached
+    assert loop_devices_of(impostor) == []
+    detached = rig.hooks()[-1]
+    assert detached["hook"] == "detach" and detached["env"]["RINGSNAP_VOLUME"] == "impostor"
+    assert "was handed to [volumes] detach_command" in str(refused.value)
     state = rig.call(lambda agent: agent.volume_state())
     assert [v.mount_point for v in state.volumes if not v.mounted] == [point]
 

@@ -23,7 +23,7 @@ from structlog.testing import capture_logs
 from ringsnap.agent import mounts, volumes
 from ringsnap.agent.config import AgentConfig, VolumesSection
 from ringsnap.agent.errors import CommandFailed, Conflict
-from ringsnap.agent.mounts import Holder, Host, MountEntry
+from ringsnap.agent.mounts import RESTORE_DROP_IN, Holder, Host, MountEntry
 from ringsnap.agent.node import NodeAgent
 from ringsnap.agent.nodetool import NodeIdentity
 from ringsnap.agent.restore import (
@@ -77,6 +77,11 @@ class FakeHost(Host):
     on_umount: Any = None
     #: UUID a device shows once mounted, if it differs from `uuids` (a device that changed)
     uuid_after_mount: dict[str, str] = field(default_factory=dict)
+    #: what restore_obstacles() reports (nothing: restores are possible)
+    obstacles: list[str] = field(default_factory=list)
+
+    def restore_obstacles(self) -> list[str]:
+        return list(self.obstacles)
 
     def entries(self) -> list[MountEntry]:
         return list(self.entries_)
@@ -150,6 +155,8 @@ class Node:
     settings: VolumesSection = field(default_factory=VolumesSection)
     directories: dict[str, list[Path]] = field(default_factory=dict)
     state: Path = Path()
+    #: [volumes] state_directory/restores; None: the old place, <state>/restores
+    records: Path | None = None
 
     @property
     def data_mount(self) -> str:
@@ -169,12 +176,12 @@ class Node:
             settings=VolumesSection(**settings) if settings else self.settings,
             cassandra=cassandra,
             host=self.host,
+            records_directory=self.records,
         )
 
     def record(self, operation: str = OPERATION) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads(
-            (self.state / "restores" / f"{operation}.json").read_text()
-        )
+        directory = self.records or self.state / "restores"
+        data: dict[str, Any] = json.loads((directory / f"{operation}.json").read_text())
         return data
 
     def hook_calls(self) -> list[dict[str, Any]]:
@@ -280,6 +287,8 @@ def test_release_records_before_unmounting_then_runs_the_detach_hook(node: Node)
         "RINGSNAP_DEVICE": "/dev/sdb",
         "RINGSNAP_FS_UUID": UUID_DATA,
         "RINGSNAP_KINDS": "data,hints",
+        "RINGSNAP_SERIAL": "SER-7-1",
+        "RINGSNAP_WWN": "wwn-7-1",
     }
 
 
@@ -329,6 +338,44 @@ def test_release_is_refused_while_cassandra_runs(node: Node) -> None:
     assert node.data_mount in str(refused.value)
     assert "Cassandra is running" in str(refused.value) and "StopCassandra" in str(refused.value)
     assert node.host.calls == [] and not (node.state / "restores").exists()
+
+
+OBSTACLE = "PID 1 is not visible in /proc: other processes are hidden from the agent"
+
+
+def test_restores_are_refused_up_front_where_the_agent_cannot_do_them(node: Node) -> None:
+    """Without the restore drop-in (a private mount namespace, hidden processes): refused before
+    Cassandra is asked, anything recorded or any hook run, naming the drop-in to install."""
+    asked: list[str] = []
+    detach = hook(node, "detach")
+    restorer = node.restorer(detach_command=detach, attach_command=hook(node, "attach"))
+
+    async def cassandra() -> CassandraStatus:
+        asked.append("cassandra")
+        return node.status[-1]
+
+    restorer._cassandra = cassandra
+    node.host.obstacles = [OBSTACLE]
+    calls: list[Coroutine[Any, Any, Any]] = [
+        restorer.release(OPERATION, [node.data_mount]),
+        restorer.attach(OPERATION, [(node.data_mount, "vol_data")]),
+        restorer.discard(OPERATION, hints=True),
+    ]
+    for call in calls:
+        with pytest.raises(Conflict) as refused:
+            run(call)
+        message = str(refused.value)
+        assert OBSTACLE in message and RESTORE_DROP_IN in message
+        assert "systemd/ringsnap-agent.service.d/restore.conf" in message
+        assert "not mounted from a block device" not in message
+    assert asked == [] and node.host.calls == [] and node.hook_calls() == []
+    assert not (node.state / "restores").exists()
+    # the state is still reported
+    assert len(run(restorer.state()).volumes) == 3
+
+    node.host.obstacles = []
+    (volume,) = run(restorer.release(OPERATION, [node.data_mount]))
+    assert volume.released_by == OPERATION
 
 
 def test_release_is_refused_while_a_process_holds_a_file_on_the_filesystem(node: Node) -> None:
@@ -424,6 +471,48 @@ def test_an_unreadable_record_refuses_changes_but_not_the_state(node: Node) -> N
     assert len(run(node.restorer().state()).volumes) == 3  # data, commit log, and / (caches)
 
 
+def test_records_go_to_the_records_directory_and_old_ones_are_still_found(node: Node) -> None:
+    """An agent upgraded between release and attach: the record the old one left in
+    <freeze state>/restores is read (never moved); new records go to [volumes] state_directory."""
+    run(node.restorer().release(OPERATION, [node.data_mount]))  # the old agent
+    legacy = node.state / "restores" / f"{OPERATION}.json"
+    left = legacy.read_bytes()
+    node.records = node.root / "var-lib" / "restores"
+    upgraded = node.restorer()
+
+    by_point = {v.mount_point: v for v in run(upgraded.state()).volumes}
+    assert by_point[node.data_mount].released_by == OPERATION
+    (volume,) = run(upgraded.release(OPERATION, [node.data_mount]))  # again: already released
+    assert volume.released_by == OPERATION and node.host.calls == [("umount", node.data_mount)]
+    (volume,) = run(upgraded.attach(OPERATION, [(node.data_mount, "vol_data")]))
+    assert volume.mounted
+    assert node.record()["volumes"][0]["state"] == ATTACHED  # written to the new place
+    assert stat.S_IMODE(node.records.stat().st_mode) == 0o700
+    assert legacy.read_bytes() == left  # the old one is left as it was, and shadowed
+    assert run(upgraded.discard(OPERATION, hints=False))  # the attached record is the one read
+
+    run(upgraded.release("restore-2", [node.commitlog_mount]))
+    assert (node.records / "restore-2.json").exists()
+    assert not (node.state / "restores" / "restore-2.json").exists()
+
+
+def test_a_volume_an_old_record_holds_is_refused_naming_where_that_record_is(node: Node) -> None:
+    run(node.restorer().release("restore-0", [node.data_mount]))
+    node.records = node.root / "var-lib" / "restores"
+    with pytest.raises(Conflict) as refused:
+        run(node.restorer().release(OPERATION, [node.data_mount]))
+    assert str(node.state / "restores" / "restore-0.json") in str(refused.value)
+
+
+def test_release_refuses_the_filesystem_of_the_restore_records(node: Node) -> None:
+    node.records = node.root / "data" / "ringsnap" / "restores"
+    with pytest.raises(ValidationError, match="restore records"):
+        run(node.restorer().release(OPERATION, [node.data_mount]))
+    with pytest.raises(ValidationError, match="restore records"):
+        run(node.restorer().release(OPERATION, []))  # data is there: refused as a whole
+    assert node.host.calls == []
+
+
 # -- state ------------------------------------------------------------------------------------------
 
 
@@ -473,6 +562,8 @@ def test_attach_mounts_the_device_the_hook_names_and_checks_the_uuid(node: Node)
         "RINGSNAP_DEVICE": "/dev/sdb",
         "RINGSNAP_FS_UUID": UUID_DATA,
         "RINGSNAP_KINDS": "data,hints",
+        "RINGSNAP_SERIAL": "SER-7-1",
+        "RINGSNAP_WWN": "wwn-7-1",
         "RINGSNAP_VOLUME": "svm1:/vol/data_clone",
     }
     recorded = node.record()["volumes"][0]
@@ -512,6 +603,82 @@ def test_attach_unmounts_again_when_what_got_mounted_is_not_the_filesystem(node:
     assert [call[0] for call in node.host.calls] == ["mount", "umount"]
     assert node.data_mount not in mounted_points(node)
     assert node.record()["volumes"][0]["state"] == RELEASED
+
+
+def test_a_refused_device_the_attach_hook_attached_is_handed_to_the_detach_hook(
+    node: Node,
+) -> None:
+    attach = hook(node, "attach", prints="/dev/sdz\n")
+    restorer = released(
+        node, node.data_mount, attach_command=attach, detach_command=hook(node, "detach")
+    )
+    node.hook_log.unlink()
+    node.host.devices["/dev/sdz"] = (65, 144)
+    node.host.uuids["/dev/sdz"] = UUID_OTHER  # the array presented another filesystem
+
+    with pytest.raises(Conflict) as refused:
+        run(restorer.attach(OPERATION, [(node.data_mount, "svm1:/vol/data_clone")]))
+    message = str(refused.value)
+    assert UUID_OTHER in message and "nothing was mounted" in message
+    assert "/dev/sdz was handed to [volumes] detach_command" in message
+    attach_call, detach_call = node.hook_calls()
+    assert attach_call["hook"] == "attach" and detach_call["hook"] == "detach"
+    assert detach_call["env"] == {
+        "RINGSNAP_OPERATION": OPERATION,
+        "RINGSNAP_MOUNT_POINT": node.data_mount,
+        "RINGSNAP_DEVICE": "/dev/sdz",  # what the attach hook attached, not the recorded one
+        "RINGSNAP_FS_UUID": UUID_DATA,
+        "RINGSNAP_KINDS": "data,hints",
+        "RINGSNAP_SERIAL": "SER-65-144",  # the attached device's own identity
+        "RINGSNAP_WWN": "wwn-65-144",
+        "RINGSNAP_VOLUME": "svm1:/vol/data_clone",
+    }
+    assert node.host.calls == [] and node.data_mount not in mounted_points(node)
+    recorded = node.record()["volumes"][0]
+    assert recorded["state"] == RELEASED and recorded["device"] == "/dev/sdb"
+
+
+def test_a_device_refused_once_mounted_is_unmounted_then_detached(node: Node) -> None:
+    restorer = released(
+        node,
+        node.data_mount,
+        attach_command=hook(node, "attach"),  # prints nothing: the recorded device is mounted
+        detach_command=hook(node, "detach"),
+    )
+    node.hook_log.unlink()
+    node.host.uuid_after_mount["/dev/sdb"] = UUID_OTHER
+    with pytest.raises(Conflict, match="unmounted again; /dev/sdb was handed to"):
+        run(restorer.attach(OPERATION, [(node.data_mount, "vol_data")]))
+    assert [call[0] for call in node.host.calls] == ["mount", "umount"]
+    assert [call["hook"] for call in node.hook_calls()] == ["attach", "detach"]
+    assert node.hook_calls()[1]["env"]["RINGSNAP_DEVICE"] == "/dev/sdb"
+
+
+def test_a_refused_device_without_a_detach_hook_or_whose_detach_fails_is_named(
+    node: Node,
+) -> None:
+    restorer = released(node, node.data_mount, attach_command=hook(node, "attach"))
+    node.host.uuids["/dev/sdb"] = UUID_OTHER
+    with pytest.raises(Conflict, match="not configured, so /dev/sdb stays attached"):
+        run(restorer.attach(OPERATION, [(node.data_mount, "vol_data")]))
+
+    failing = node.restorer(
+        attach_command=hook(node, "attach"), detach_command=hook(node, "detach", exit_code=4)
+    )
+    with pytest.raises(Conflict) as refused:
+        run(failing.attach(OPERATION, [(node.data_mount, "vol_data")]))
+    message = str(refused.value)
+    assert "detaching /dev/sdb failed too" in message and "hook detach says: exit 4" in message
+    assert "detach it by hand" in message
+
+
+def test_a_device_that_is_not_from_the_attach_hook_is_never_detached(node: Node) -> None:
+    restorer = released(node, node.data_mount, detach_command=hook(node, "detach"))
+    node.hook_log.unlink()
+    node.host.uuids["/dev/sdb"] = UUID_OTHER
+    with pytest.raises(Conflict) as refused:
+        run(restorer.attach(OPERATION, [(node.data_mount, "vol_data")]))
+    assert "detach" not in str(refused.value) and node.hook_calls() == []
 
 
 def test_attach_only_mounts_what_the_same_operation_released(node: Node) -> None:
@@ -696,6 +863,86 @@ def test_holders_are_found_in_proc_by_device_and_by_path(tmp_path: Path) -> None
     assert mounts.holders_under(str(held))[0] == []
 
 
+# -- can this process restore at all? --------------------------------------------------------------
+
+ALL_CAPS = "000001ffffffffff"
+CAP_SYS_ADMIN_ONLY = f"{1 << 21:016x}"
+ROOT_SHARED = "27 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n"
+ROOT_SLAVE = "300 299 254:0 / / rw,relatime shared:180 master:1 - ext4 /dev/vda rw\n"
+
+
+def fake_proc(
+    root: Path,
+    *,
+    pid1: str | None = "same",
+    kthreadd: str | None = None,
+    caps: str = ALL_CAPS,
+    mountinfo: str = ROOT_SHARED,
+) -> tuple[Path, Path]:
+    """A /proc with self/ns/mnt and self/status, and PID 1 (and kthreadd as PID 2) whose ns/mnt is
+    the same file as self's ("same": a hard link, the same inode), another one ("other"), or
+    cannot be looked at ("hidden"); pid1=None: PID 1 is not listed at all."""
+    proc = root / "proc"
+    (proc / "self" / "ns").mkdir(parents=True)
+    (proc / "self" / "ns" / "mnt").write_text("")
+    (proc / "self" / "status").write_text(f"Name:\tringsnap-agent\nCapEff:\t{caps}\n")
+    for pid, how in (("1", pid1), ("2", kthreadd)):
+        if how is None:
+            continue
+        (proc / pid / "ns").mkdir(parents=True)
+        (proc / pid / "comm").write_text("kthreadd\n" if pid == "2" else "systemd\n")
+        if how == "same":
+            os.link(proc / "self" / "ns" / "mnt", proc / pid / "ns" / "mnt")
+        elif how == "other":
+            (proc / pid / "ns" / "mnt").write_text("")
+    info = root / "mountinfo"
+    info.write_text(mountinfo)
+    return proc, info
+
+
+def test_a_root_agent_in_the_hosts_namespace_meets_no_obstacle(tmp_path: Path) -> None:
+    assert mounts.restore_obstacles(*fake_proc(tmp_path)) == []
+
+
+def test_a_private_mount_namespace_is_an_obstacle(tmp_path: Path) -> None:
+    (obstacle,) = mounts.restore_obstacles(*fake_proc(tmp_path, pid1="other"))
+    assert "mount namespace of its own (not the one of PID 1)" in obstacle
+
+
+def test_kthreadd_stands_in_for_a_pid_1_that_cannot_be_inspected(tmp_path: Path) -> None:
+    """As in this test bed's VM: PID 1 holds capabilities the agent lacks, kthreadd does not."""
+    proc, info = fake_proc(tmp_path / "a", pid1="hidden", kthreadd="same", mountinfo=ROOT_SLAVE)
+    assert mounts.restore_obstacles(proc, info) == []
+    proc, info = fake_proc(tmp_path / "b", pid1="hidden", kthreadd="other")
+    (obstacle,) = mounts.restore_obstacles(proc, info)
+    assert "not the one of kthreadd (PID 2)" in obstacle
+
+
+def test_with_no_namespace_to_compare_a_slave_root_mount_is_an_obstacle(tmp_path: Path) -> None:
+    proc, info = fake_proc(tmp_path / "a", pid1="hidden", mountinfo=ROOT_SLAVE)
+    (obstacle,) = mounts.restore_obstacles(proc, info)
+    assert "its / is a slave mount" in obstacle
+    # shared, or private (a host without systemd): nothing shown, nothing refused
+    for index, text in enumerate((ROOT_SHARED, ROOT_SHARED.replace(" shared:1", ""))):
+        proc, info = fake_proc(tmp_path / f"b{index}", pid1="hidden", mountinfo=text)
+        assert mounts.restore_obstacles(proc, info) == []
+
+
+def test_the_shipped_unit_without_the_drop_in_meets_every_obstacle(tmp_path: Path) -> None:
+    """User=ringsnap with CAP_SYS_ADMIN only, ProtectProc=invisible, ProtectSystem=strict."""
+    proc, info = fake_proc(tmp_path, pid1=None, caps=CAP_SYS_ADMIN_ONLY, mountinfo=ROOT_SLAVE)
+    hidden, ptrace, namespace = mounts.restore_obstacles(proc, info)
+    assert "PID 1 is not visible in /proc" in hidden and "ProtectProc=invisible" in hidden
+    assert "without CAP_SYS_PTRACE" in ptrace
+    assert "slave mount" in namespace
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the test bed's agents run as root")
+def test_this_hosts_root_agent_outside_systemd_may_restore() -> None:
+    """The sandbox test bed: root, outside systemd, in the host's mount namespace."""
+    assert mounts.restore_obstacles() == []
+
+
 def test_mountinfo_options_are_parsed() -> None:
     (parsed,) = mounts.parse_mountinfo(
         "60 27 7:16 / /mnt/with\\040space rw,noatime shared:1 - ext4 /dev/loop16 rw,stripe=4\n"
@@ -820,3 +1067,47 @@ def test_volumes_table_and_cdc_directory_in_the_config(pki: TestPki, tmp_path: P
             load(bad)
     with pytest.raises(ConfigError, match="cdc_raw_directory"):
         load({}, cdc_raw_directory="relative/cdc")
+
+
+def test_restore_records_directory_in_the_config(pki: TestPki, tmp_path: Path) -> None:
+    settings: dict[str, Any] = {
+        "data_directories": [tmp_path / "data"],
+        "commitlog_directory": tmp_path / "commitlog",
+        "state_directory": tmp_path / "state",
+    }
+    data = config_data(pki, **settings)
+    data.pop("volumes", None)
+    default = validate(data, AgentConfig, source="agent.toml")
+    assert default.volumes.state_directory == Path("/var/lib/ringsnap/agent")
+
+    data["volumes"] = {"state_directory": str(tmp_path / "lib" / ".." / "records")}
+    config = validate(data, AgentConfig, source="agent.toml")
+    assert config.volumes.state_directory == tmp_path / "records"
+    restorer = NodeAgent(config).restorer
+    assert restorer.records.directory == tmp_path / "records" / "restores"
+    assert restorer.records.fallbacks == (tmp_path / "state" / "restores",)
+
+    data["volumes"] = {"state_directory": "var/lib/ringsnap"}
+    with pytest.raises(ConfigError, match=r"volumes\.state_directory"):
+        validate(data, AgentConfig, source="agent.toml")
+
+
+def test_records_read_from_a_fallback_and_shadowed_by_the_main_directory(tmp_path: Path) -> None:
+    old, new = tmp_path / "run" / "restores", tmp_path / "lib" / "restores"
+    volume = {"mount_point": "/m", "device": "/dev/sdb", "major": 8, "minor": 16,
+              "fs_type": "ext4", "fs_uuid": UUID_DATA, "options": [], "super_options": [],
+              "kinds": ["data"], "cassandra_directories": ["/m/data"]}  # fmt: skip
+    old.mkdir(parents=True)
+    for name in ("op-old", "op-both"):
+        (old / f"{name}.json").write_text(json.dumps({"volumes": [volume]}))
+    records = RestoreRecords(new, fallbacks=(old, new))
+    assert records.fallbacks == (old,)
+    assert records.location("op-old") == old / "op-old.json"
+    assert [v.device for v in records.load("op-old")] == ["/dev/sdb"]
+    records.save("op-both", [])
+    assert records.location("op-both") == new / "op-both.json"
+    found, problems = records.all()
+    assert found == {"op-both": [], "op-old": records.load("op-old")} and problems == []
+    records.remove("op-both")
+    assert records.load("op-both") != []  # the old record shows again: it was never moved
+    assert (old / "op-both.json").exists()

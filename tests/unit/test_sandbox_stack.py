@@ -66,6 +66,8 @@ def test_agent_config_restores_through_the_container_and_the_pool_hooks(tmp_path
         volumes = data["volumes"]
         assert volumes["detach_command"] == [*hook, "detach", "--pool", str(tmp_path / "pool")]
         assert volumes["attach_command"] == [*hook, "attach", "--pool", str(tmp_path / "pool")]
+        # each sandbox agent keeps its restore records apart (the default is one per host)
+        assert config.volumes.state_directory == tmp_path / "state" / "volumes"
     else:
         assert "volumes" not in data
 
