@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ringsnap.coordinator.backup.model import BackupFailed
@@ -28,24 +29,16 @@ log = get_logger(__name__)
 Renewer = Callable[[Mapping[str, NodeAgent], str, float], Coroutine[Any, Any, None]]
 
 
+@dataclass
 class FreezeBarrier:
     """One freeze of `agents` for operation `operation_id`; `window` is set once they are thawed."""
 
-    def __init__(
-        self,
-        agents: Mapping[str, NodeAgent],
-        operation_id: str,
-        *,
-        budget: float,
-        lease: float,
-        renew: Renewer,
-    ) -> None:
-        self.agents = agents
-        self.operation_id = operation_id
-        self.budget = budget
-        self.lease = lease
-        self._renew = renew
-        self.window: FreezeWindow | None = None
+    agents: Mapping[str, NodeAgent]
+    operation_id: str
+    budget: float
+    lease: float
+    renew: Renewer
+    window: FreezeWindow | None = None
 
     async def hold(
         self, work: Callable[[float], Awaitable[None]], *, on_frozen: Callable[[], None]
@@ -79,7 +72,7 @@ class FreezeBarrier:
                     f" ({self.budget:g} s); no snapshot was started. Check the nodes'"
                     " disks and load, or raise freeze_budget_seconds below the write timeout"
                 )
-            renewer = asyncio.create_task(self._renew(self.agents, self.operation_id, self.lease))
+            renewer = asyncio.create_task(self.renew(self.agents, self.operation_id, self.lease))
             try:
                 await work(remaining)
             finally:

@@ -150,12 +150,9 @@ class BackupWorkflow:
     async def snapshot_frozen(self, run: BackupRun, arrays: ArrayRun) -> None:
         """Freeze barrier, one snapshot per array within the budget, thaw always."""
         agents = self._included_agents(run)
+        settings = run.settings
         barrier = FreezeBarrier(
-            agents,
-            run.backup_id,
-            budget=run.settings.freeze_budget,
-            lease=run.settings.lease,
-            renew=self._renew,
+            agents, run.backup_id, settings.freeze_budget, settings.lease, self._renew
         )
         try:
             await barrier.hold(
