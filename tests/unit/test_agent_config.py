@@ -132,6 +132,7 @@ def test_the_shipped_example_is_valid_apart_from_its_files(tmp_path: Path, pki: 
     path.write_text(text)
     config = load_config(path)
     assert config.freeze.state_directory == Path("/run/ringsnap")
+    assert config.volumes.state_directory == Path("/var/lib/ringsnap/agent")  # survives reboots
     assert config.server.allowed_clients
 
 
