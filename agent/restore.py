@@ -432,6 +432,20 @@ class VolumeRestorer:
             (os.path.dirname(volumes.__file__), "it holds the agent's own program"),
         ]
 
+    def records_on_cassandra_filesystem(self) -> str:
+        """Why the restore records' place is wrong ("" if it is not): it is on a filesystem of
+        the Cassandra directories, which the agent then never releases (`ringsnap-agent check`)."""
+        directory = self.records.directory
+        device = self.host.device_of(str(_existing(directory)))
+        for filesystem in self._filesystems(self.host.entries(), {}):
+            if filesystem.device_number == device and filesystem.mount_point != "/":
+                return (
+                    f"the restore records directory {directory} is on {filesystem.mount_point},"
+                    f" which holds Cassandra {', '.join(_ordered(filesystem.kinds))}: the agent"
+                    " never releases it; set [volumes] state_directory elsewhere"
+                )
+        return ""
+
     def _protected_devices(self) -> dict[int, str]:
         reasons: dict[int, list[str]] = {}
         for path, why in self._protected_paths():

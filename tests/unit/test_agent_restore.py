@@ -513,6 +513,15 @@ def test_release_refuses_the_filesystem_of_the_restore_records(node: Node) -> No
     assert node.host.calls == []
 
 
+def test_records_on_a_cassandra_filesystem_are_named_for_check(node: Node) -> None:
+    node.records = node.root / "var-lib" / "restores"  # on '/' (with the saved caches): fine
+    assert node.restorer().records_on_cassandra_filesystem() == ""
+    node.records = node.root / "commitlog" / "ringsnap" / "restores"
+    message = node.restorer().records_on_cassandra_filesystem()
+    assert f"{node.records} is on {node.commitlog_mount}" in message
+    assert "holds Cassandra commitlog" in message and "[volumes] state_directory" in message
+
+
 # -- state ------------------------------------------------------------------------------------------
 
 
