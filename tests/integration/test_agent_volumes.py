@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from ringsnap.agent import mounts
 from ringsnap.agent.config import AgentConfig
 from ringsnap.agent.testing.background import BackgroundAgent, TestPki, config_data
 from ringsnap.agent.testing.loopfs import unavailable_reason
@@ -322,3 +323,25 @@ def test_refusals_carry_their_status_code(rig: Rig) -> None:
     )
     assert mounted_at(rig.luns["data"].mount_point) != [] and rig.hooks() == []
     assert os.listdir(rig.luns["commitlog"].mount_point / "commitlog") == []
+
+
+def test_an_agent_that_cannot_restore_refuses_up_front_naming_the_drop_in(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the shipped unit without the restore drop-in gets (here the detection is told so):
+    FAILED_PRECONDITION before anything is unmounted or any hook runs."""
+    obstacle = "the agent runs in a mount namespace of its own (not the one of PID 1)"
+    monkeypatch.setattr(mounts, "restore_obstacles", lambda *args: [obstacle])
+    data = rig.luns["data"]
+    for work in (
+        lambda a: a.release_volumes(OPERATION, [str(data.mount_point)]),
+        lambda a: a.attach_volumes(OPERATION, [(str(data.mount_point), "data")]),
+    ):
+        with pytest.raises(AgentError) as refused:
+            rig.call(work)
+        assert refused.value.code == "FAILED_PRECONDITION"
+        assert obstacle in str(refused.value) and mounts.RESTORE_DROP_IN in str(refused.value)
+    assert mounted_at(data.mount_point) != [] and rig.hooks() == []
+    monkeypatch.undo()
+    (volume,) = rig.call(lambda a: a.release_volumes(OPERATION, [str(data.mount_point)]))
+    assert not volume.mounted
