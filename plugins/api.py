@@ -187,7 +187,8 @@ class Cloneable(ABC):
 
     @abstractmethod
     def clone(self, ref: SnapshotRef, suffix: str) -> Sequence[Volume]:
-        """One new volume per member of `ref`, named from the member and `suffix`.
+        """One new volume per member of `ref`, in the order of `ref.members`, named from the
+        member and `suffix`.
 
         Repeating it returns the clones made by the first call.
         """

@@ -410,7 +410,9 @@ class LvmDriver(ConfiguredDriver[LvmSettings], Revertible, Cloneable):
                 " copy-on-write space filled up, its contents are lost)",
                 array=self._array,
             )
-        return [lv for lv in members if _origin_id(lv) in expected]
+        # In the order of the snapshot's members: callers pair clones with members by position.
+        by_origin = {_origin_id(lv): lv for lv in members}
+        return [by_origin[m.volume.id] for m in ref.members if m.volume.id in by_origin]
 
     def _undo(self, made: Sequence[tuple[str, str]], error: DriverError, what: str) -> DriverError:
         """Remove what a failed call made; the error names anything that could not be removed."""

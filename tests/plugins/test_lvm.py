@@ -489,6 +489,25 @@ def test_thin_merge_leaves_a_plain_volume(emulated: Backend) -> None:
     assert volume.size_bytes == LV_SIZE
 
 
+def test_clones_come_back_in_the_order_of_the_members(tmp_path: Path) -> None:
+    """`lvs` lists `cassandra-commitlog.rs.*` before `cassandra.rs.*` ('-' sorts before '.'); the
+    restore pairs clones with members by position, so the driver must keep the members' order."""
+    missing = mounts.missing_preconditions()
+    if missing:
+        pytest.skip("missing precondition: " + "; ".join(missing))
+    with temporary_xfs_pool(tmp_path, size_bytes=1 << 30) as pool:
+        emulator = Lvm2Emulator(pool.root / "lvm")
+        emulator.add_vg(VG, 2 << 30)
+        for name in ("cassandra", "cassandra-commitlog"):
+            emulator.add_linear(VG, name, LV_SIZE)
+        driver = wrap(LvmDriver(ARRAY, LvmSettings(volume_groups=[VG]), runner=emulator))
+        volumes = sorted(driver.list_volumes(), key=lambda v: v.id)
+        assert [v.id for v in volumes] == [f"{VG}/cassandra", f"{VG}/cassandra-commitlog"]
+        ref = driver.create_group_snapshot(volumes, "order")
+        clones = driver.clone(ref, "c1")
+        assert [c.id for c in clones] == [f"{VG}/cassandra-c1", f"{VG}/cassandra-commitlog-c1"]
+
+
 def test_delete_clone_refuses_volumes_it_did_not_make(emulated: Backend) -> None:
     with pytest.raises(DriverError, match="not a clone made by ringsnap"):
         emulated.driver.delete_clone(emulated.volumes[0])
