@@ -269,9 +269,9 @@ def test_one_node_restored_alone_is_proven_and_told_to_repair(
 # -- a tampered backup fails its proof -------------------------------------------------------------
 
 
-def _remove_from_snapshot(cluster: SandboxCluster, volume: str, table_prefix: str) -> list[str]:
-    """Delete every SSTable file of the ringsnap.canary table from the newest snapshot image of
-    `volume` (mounted by hand, as an attacker or a corrupting bug would)."""
+def _remove_from_snapshot(cluster: SandboxCluster, volume: str, pattern: str) -> list[str]:
+    """Delete the files matching `pattern` from the newest snapshot image of `volume` (mounted by
+    hand, as an intruder or a corrupting bug would)."""
     pool = cluster.pool_dir
     images = sorted((pool / "snapshots" / volume).glob("*.img"), key=lambda p: p.stat().st_mtime)
     image = images[-1]
@@ -280,7 +280,7 @@ def _remove_from_snapshot(cluster: SandboxCluster, volume: str, table_prefix: st
     subprocess.run(["mount", "-o", "loop", str(image), str(mount_point)], check=True)
     removed: list[str] = []
     try:
-        for path in mount_point.glob(f"data/ringsnap/{table_prefix}-*/*"):
+        for path in mount_point.glob(pattern):
             if path.is_file():
                 removed.append(path.name)
                 path.unlink()
@@ -296,8 +296,12 @@ def test_a_backup_tampered_with_fails_its_proof_naming_what_is_missing(
     config = ontap.coordinator_config()
     backup = _backup(config)
     node3 = sandbox_cluster.node("node3")
-    removed = _remove_from_snapshot(sandbox_cluster, node3.data_lun.volume_name, "canary")
+    # The canary table's SSTables, and the commit log that would replay its rows at start.
+    removed = _remove_from_snapshot(
+        sandbox_cluster, node3.data_lun.volume_name, "data/ringsnap/canary-*/*"
+    )
     assert any(name.endswith("Data.db") for name in removed)
+    assert _remove_from_snapshot(sandbox_cluster, node3.commitlog_lun.volume_name, "commitlog/*")
 
     record = _restore(config, backup.id)
 
