@@ -1,7 +1,7 @@
 """One backup of a whole ring: plan, canary, flush, prepare, freeze barrier, snapshot, thaw, finish,
 record.
 
-The order of `run` is the protocol of MISSION.md. Each array's snapshot is prepared before the
+The order of `run` is the protocol of docs/backup-protocol.md. Each array's snapshot is prepared before the
 freeze (checks, set-up such as ONTAP's temporary consistency group), committed while frozen (the
 only array work inside the freeze window) and finished after the thaw; a failed run aborts what it
 prepared. Its safety rules, in one place (kept by `freeze.FreezeBarrier` and `arrays.ArrayRun`):
@@ -29,6 +29,7 @@ from typing import TypeVar
 
 from ringsnap.coordinator.backup.arrays import ArrayRun
 from ringsnap.coordinator.backup.freeze import FreezeBarrier, renew_leases
+from ringsnap.coordinator.backup.manifest import present_throughout
 from ringsnap.coordinator.backup.model import (
     BackupRun,
     BackupSettings,
@@ -39,7 +40,7 @@ from ringsnap.coordinator.backup.model import (
 from ringsnap.coordinator.backup.plan import arrays_of, plan_backup
 from ringsnap.coordinator.backup.tasks import bounded, raise_failures, to_completion
 from ringsnap.coordinator.model import QuiesceMode
-from ringsnap.coordinator.ports import ArrayPort, CanaryWriter, NodeAgent
+from ringsnap.coordinator.ports import ArrayPort, CanaryWriter, NodeAgent, SSTable
 from ringsnap.logs import get_logger
 from ringsnap.plugins.types import Volume
 
@@ -93,6 +94,8 @@ class BackupWorkflow:
             await self._phase(run, "canary", self.write_canaries(run))
             if settings.quiesce is not QuiesceMode.NONE:
                 await self._phase(run, "flush", self.flush(run))
+            # What is on disk before the snapshot; what is still there after it was in it.
+            before = await self._phase(run, "manifest", self.list_sstables(run))
             # Last before the freeze, so that what it checked on the arrays is still true.
             await self._phase(run, "prepare", arrays.prepare(per_array))
             if settings.quiesce is QuiesceMode.FREEZE:
@@ -100,7 +103,7 @@ class BackupWorkflow:
             else:
                 await self._phase(run, "snapshot", arrays.commit(settings.straggler_grace))
             await self._phase(run, "finish", arrays.finish())
-            await self._phase(run, "record", self.collect_manifests(run))
+            await self._phase(run, "record", self.collect_manifests(run, before))
         except BaseException as exc:
             bound.error("backup failed", error=str(exc), error_type=type(exc).__name__)
             await to_completion(arrays.discard(f"backup failed: {exc}"))
@@ -164,13 +167,25 @@ class BackupWorkflow:
         finally:
             run.window = barrier.window
 
-    async def collect_manifests(self, run: BackupRun) -> None:
-        async def one(name: str, agent: NodeAgent) -> None:
-            manifest = await bounded(f"node {name}: manifest", agent.manifest(), 600.0)
-            run.nodes[name] = replace(run.nodes[name], manifest=tuple(manifest))
-
+    async def list_sstables(self, run: BackupRun) -> dict[str, list[SSTable]]:
+        """Every included node's SSTables on disk now (a manifest of the live directories)."""
         agents = self._included_agents(run)
-        await asyncio.gather(*(one(name, agent) for name, agent in agents.items()))
+        listings = await asyncio.gather(
+            *(bounded(f"node {name}: manifest", a.manifest(), 600.0) for name, a in agents.items())
+        )
+        return dict(zip(agents, listings, strict=True))
+
+    async def collect_manifests(self, run: BackupRun, before: Mapping[str, list[SSTable]]) -> None:
+        """Record, per node, the SSTables that were on disk both before the snapshot and after it.
+
+        SSTables never change and a deleted one never comes back, so those were in the snapshot;
+        one that a flush or compaction wrote, or a compaction removed, in between may or may not
+        be, and a restore could not prove it: it is left out of the record.
+        """
+        after = await self.list_sstables(run)
+        for name, listing in after.items():
+            kept = present_throughout(before.get(name, []), listing)
+            run.nodes[name] = replace(run.nodes[name], manifest=tuple(kept))
 
     # -- helpers ---------------------------------------------------------------------------------
 
