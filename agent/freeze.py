@@ -1,6 +1,6 @@
 """Freezing the node's Cassandra filesystems under a lease.
 
-Rules (MISSION.md, issue 3):
+Rules (docs/backup-protocol.md, "Safety rules and invariants"):
 - only filesystems that hold a configured data or commit-log directory are ever frozen; never `/`,
   the filesystem of the agent's state directory, or the one its own program runs from;
 - every freeze is recorded (fsynced) before the first ioctl; the record goes only once all is thawed;
