@@ -25,6 +25,7 @@ import pytest
 from cassandra import ConsistencyLevel
 from cassandra.query import SimpleStatement
 
+from ringsnap.config import validate
 from ringsnap.coordinator.assembly import open_coordinator
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
@@ -322,10 +323,10 @@ def test_a_backup_tampered_with_fails_its_proof_naming_what_is_missing(
 def test_an_unreachable_agent_refuses_the_plan_and_stops_nothing(
     sandbox_cluster: SandboxCluster, ontap: Stack
 ) -> None:
-    config = ontap.coordinator_config()
-    backup = _backup(config)
-    agent = ontap.agents["node2"]
-    agent.__exit__(None, None, None)  # the agent is gone
+    backup = _backup(ontap.coordinator_config())
+    data = ontap.coordinator_data()
+    data["clusters"][0]["nodes"][1]["agent"] = "127.0.0.1:9"  # nothing answers there
+    config = validate(data, CoordinatorConfig, source="<test>")
 
     async def plan() -> Any:
         async with open_restore_session(config, CLUSTER_NAME) as session:
@@ -375,13 +376,16 @@ from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.restore_plan import RestoreRequest
 from ringsnap.coordinator.restore_session import open_restore_session
 
+from ringsnap.logs import configure
+
+configure(json=True, level="warning")  # logs to stderr; stdout carries the restore id
 config = validate(json.load(open(sys.argv[1])), CoordinatorConfig, source="<child>")
 
 async def main():
     async with open_restore_session(config, "sandbox") as session:
         plan = await session.plan(RestoreRequest(sys.argv[2], requested_by="child"))
         assert not plan.refused, plan.refusals
-        print(plan.restore_id, flush=True)
+        print("restore-id", plan.restore_id, flush=True)
         await session.run(plan, "child")
 
 asyncio.run(main())
@@ -405,7 +409,10 @@ def test_a_coordinator_killed_mid_restore_is_resumed_to_proven(
         text=True,
     )
     assert child.stdout is not None
-    restore_id = child.stdout.readline().strip()
+    line = child.stdout.readline()
+    while line and not line.startswith("restore-id "):
+        line = child.stdout.readline()
+    restore_id = line.split()[-1]
     deadline = time.monotonic() + 300
     while True:
         with Catalog(config.coordinator.catalog, exclusive=False) as catalog:
