@@ -26,7 +26,7 @@ from ringsnap.names import keyspace_name, snapshot_tag, table_name
 
 log = logs.get_logger(__name__)
 AGENT_VERSION = "0.1.0"
-_START_POLL_SECONDS = 2.0
+_START_POLL_SECONDS = 1.0
 #: How long Cassandra gets to answer "are you running?" before restores take it as down.
 _PROBE_SECONDS = 30.0
 
@@ -203,20 +203,28 @@ class NodeAgent:
         log.warning("Cassandra stopped", seconds=round(seconds, 3), drained=drained)
         return StopResult(seconds, drained)
 
-    async def start_cassandra(self, *, wait_seconds: float = 0.0) -> float:
+    async def start_cassandra(
+        self, *, wait_seconds: float = 0.0, until_gossip: bool = False
+    ) -> float:
+        """Run the start command, then wait (up to `wait_seconds`) until the node serves clients,
+        or only until it gossips (`until_gossip`: a seed the other nodes may now join)."""
         started = time.monotonic()
         cassandra = self.config.cassandra
         if wait_seconds < 0:
             raise ValidationError(f"wait {wait_seconds:g} s is negative")
-        log.info("starting Cassandra at the coordinator's request", wait_seconds=wait_seconds)
+        log.info(
+            "starting Cassandra at the coordinator's request",
+            wait_seconds=wait_seconds,
+            until_gossip=until_gossip,
+        )
         await process.run(cassandra.start_command, timeout=cassandra.command_timeout_seconds)
         if wait_seconds:
-            await self._wait_until_serving(started + wait_seconds)
+            await self._wait_until_serving(started + wait_seconds, until_gossip=until_gossip)
         seconds = time.monotonic() - started
         log.info("Cassandra started", seconds=round(seconds, 3), waited=bool(wait_seconds))
         return seconds
 
-    async def _wait_until_serving(self, deadline: float) -> None:
+    async def _wait_until_serving(self, deadline: float, *, until_gossip: bool = False) -> None:
         last = "no answer yet"
         while True:
             remaining = deadline - time.monotonic()
@@ -224,7 +232,7 @@ class NodeAgent:
                 raise CommandTimeout(f"Cassandra did not report itself serving in time ({last})")
             try:
                 identity = await self.control.info(timeout=max(remaining, 1.0))
-                if identity.gossip_active and identity.native_transport_active:
+                if identity.gossip_active and (until_gossip or identity.native_transport_active):
                     return
                 last = "gossip or native transport not active yet"
             except (CommandFailed, CommandTimeout) as exc:

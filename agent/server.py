@@ -322,7 +322,9 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         self, request: agent_pb2.StartCassandraRequest, context: Context
     ) -> agent_pb2.StartCassandraResponse:
         wait = seconds_of(request.wait, "wait") if request.HasField("wait") else 0.0
-        seconds = await self._agent.start_cassandra(wait_seconds=wait)
+        seconds = await self._agent.start_cassandra(
+            wait_seconds=wait, until_gossip=request.until_gossip
+        )
         return agent_pb2.StartCassandraResponse(duration=duration(seconds))
 
     @unary

@@ -35,7 +35,7 @@ async def _restart(config: CoordinatorConfig) -> float:
         agents = session.agents
         await asyncio.gather(*(a.stop_cassandra(drain=True) for a in agents.values()))
         first, *others = list(agents.values())
-        await first.start_cassandra(wait_seconds=600)
+        await first.start_cassandra(wait_seconds=600, until_gossip=True)
         await asyncio.gather(*(a.start_cassandra(wait_seconds=600) for a in others))
         host_ids = [(await a.node_info()).host_id for a in agents.values()]
         session.ring.reconnect()

@@ -221,8 +221,8 @@ class GrpcNodeAgent:
             raise self._error("StopCassandra", exc) from None
         return reply.drained
 
-    async def start_cassandra(self, *, wait_seconds: float) -> float:
-        request = agent_pb2.StartCassandraRequest()
+    async def start_cassandra(self, *, wait_seconds: float, until_gossip: bool = False) -> float:
+        request = agent_pb2.StartCassandraRequest(until_gossip=until_gossip)
         if wait_seconds:
             request.wait.CopyFrom(_duration(wait_seconds))
         timeout = max(wait_seconds, 0.0) + max(self._timeout, START_MARGIN_SECONDS)

@@ -157,7 +157,7 @@ class NodeAgent(Protocol):
         """Stop Cassandra (draining it first if asked and it answers); True if it drained."""
         ...
 
-    async def start_cassandra(self, *, wait_seconds: float) -> float:
+    async def start_cassandra(self, *, wait_seconds: float, until_gossip: bool = False) -> float:
         """Start Cassandra and wait up to `wait_seconds` for it to serve; returns seconds taken."""
         ...
 

@@ -463,13 +463,20 @@ class RestoreWorkflow:
         seeds = [n for n in pending if n.name in self.seeds] or pending[:1]
         others = [n for n in pending if n not in seeds]
 
+        # A seed that gossips can be joined: the others start then, while it finishes its own
+        # start-up (which waits for its peers' schema); `_wait_for_ring` waits for all to serve.
+        async def start_seed(node: RestoreNode) -> None:
+            await self.agents[node.name].start_cassandra(
+                wait_seconds=self.settings.start_timeout, until_gossip=True
+            )
+
         async def start(node: RestoreNode) -> None:
             await self.agents[node.name].start_cassandra(wait_seconds=self.settings.start_timeout)
 
-        for group in (seeds, others):
+        for group, how in ((seeds, start_seed), (others, start)):
             if group:
                 await self._on_nodes(
-                    run, RestoreStep.STARTED, group, start, self.settings.start_timeout + 60
+                    run, RestoreStep.STARTED, group, how, self.settings.start_timeout + 60
                 )
 
     async def _wait_for_ring(self, run: RestoreRun) -> None:

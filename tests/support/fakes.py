@@ -155,7 +155,7 @@ class FakeAgent:
     async def stop_cassandra(self, *, drain: bool) -> bool:
         raise NotImplementedError
 
-    async def start_cassandra(self, *, wait_seconds: float) -> float:
+    async def start_cassandra(self, *, wait_seconds: float, until_gossip: bool = False) -> float:
         raise NotImplementedError
 
     async def release_volumes(

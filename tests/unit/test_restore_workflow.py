@@ -150,8 +150,8 @@ class FakeAgent:
         self._call("manifest")
         return self.manifest_found
 
-    async def start_cassandra(self, *, wait_seconds: float) -> float:
-        self._call("start")
+    async def start_cassandra(self, *, wait_seconds: float, until_gossip: bool = False) -> float:
+        self._call("start:gossip" if until_gossip else "start")
         return 1.0
 
 
@@ -315,8 +315,8 @@ def test_whole_ring_stops_and_releases_every_node_before_the_array_and_starts_th
     assert _last(events, ":release") < _first(events, "array:revert")
     assert _last(events, "array:revert") < _first(events, ":attach:node1-data,node1-log")
     assert _last(events, ":manifest") < _first(events, ":start")
-    assert events.index("node2:start") < events.index("node1:start")
-    assert events.index("node2:start") < events.index("node3:start")
+    assert events.index("node2:start:gossip") < events.index("node1:start")
+    assert events.index("node2:start:gossip") < events.index("node3:start")
     assert "node1:discard:hints=True" in events
     assert record.state is RestoreState.PROVEN
     assert all(n.verdict is NodeVerdict.PROVEN for n in record.nodes)

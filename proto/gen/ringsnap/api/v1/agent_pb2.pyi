@@ -519,6 +519,11 @@ class StartCassandraRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     WAIT_FIELD_NUMBER: _builtins.int
+    UNTIL_GOSSIP_FIELD_NUMBER: _builtins.int
+    until_gossip: _builtins.bool
+    """Wait only until the node gossips (not until it serves clients): a seed started first lets
+    the other nodes start as soon as they can join it, instead of after its whole start-up.
+    """
     @_builtins.property
     def wait(self) -> _duration_pb2.Duration:
         """How long to wait for the node to report itself Up/Normal; zero: do not wait."""
@@ -527,10 +532,11 @@ class StartCassandraRequest(_message.Message):
         self,
         *,
         wait: _duration_pb2.Duration | None = ...,
+        until_gossip: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["wait", b"wait"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["wait", b"wait"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["until_gossip", b"until_gossip", "wait", b"wait"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
