@@ -416,8 +416,8 @@ def test_a_coordinator_killed_mid_restore_is_resumed_to_proven(
     deadline = time.monotonic() + 300
     while True:
         with Catalog(config.coordinator.catalog, exclusive=False) as catalog:
-            record = catalog.get_restore(restore_id)
-        if all(n.step is RestoreStep.RELEASED for n in record.nodes):
+            found = [r for r in catalog.list_restores(CLUSTER_NAME) if r.id == restore_id]
+        if found and all(n.step is RestoreStep.RELEASED for n in found[0].nodes):
             break
         assert child.poll() is None, "the restore ended before it could be killed"
         assert time.monotonic() < deadline
