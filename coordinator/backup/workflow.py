@@ -171,9 +171,18 @@ class BackupWorkflow:
         """Every included node's SSTables on disk now (a manifest of the live directories)."""
         agents = self._included_agents(run)
         listings = await asyncio.gather(
-            *(bounded(f"node {name}: manifest", a.manifest(), 600.0) for name, a in agents.items())
+            *(
+                bounded(f"node {name}", a.manifest(), run.settings.agent_timeout)
+                for name, a in agents.items()
+            ),
+            return_exceptions=True,
         )
-        return dict(zip(agents, listings, strict=True))
+        raise_failures([f"node {name}" for name in agents], "manifest", listings)
+        return {
+            name: listing
+            for name, listing in zip(agents, listings, strict=True)
+            if not isinstance(listing, BaseException)
+        }
 
     async def collect_manifests(self, run: BackupRun, before: Mapping[str, list[SSTable]]) -> None:
         """Record, per node, the SSTables that were on disk both before the snapshot and after it.
