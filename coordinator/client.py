@@ -108,16 +108,20 @@ REASON_EXIT_CODES: dict[str, ExitCode] = {
     "NOT_SUPPORTED": ExitCode.USAGE,
     "BACKUP_NOT_FOUND": ExitCode.NOT_FOUND,
     "OPERATION_NOT_FOUND": ExitCode.NOT_FOUND,
+    "RESTORE_NOT_FOUND": ExitCode.NOT_FOUND,
     "CLUSTER_BUSY": ExitCode.REFUSED,
     "BACKUP_REFUSED": ExitCode.REFUSED,
     "BACKUP_STATE": ExitCode.REFUSED,
     "CATALOG_REFUSED": ExitCode.REFUSED,
     "CATALOG_LOCKED": ExitCode.REFUSED,
     "FAILED_PRECONDITION": ExitCode.REFUSED,
+    "RESTORE_REFUSED": ExitCode.REFUSED,
+    "RESTORE_NOT_CONFIRMED": ExitCode.REFUSED,
     "BACKUP_FAILED": ExitCode.FAILED,
     "AGENT_FAILED": ExitCode.FAILED,
     "CANARY_FAILED": ExitCode.FAILED,
     "ARRAY_FAILED": ExitCode.FAILED,
+    "RESTORE_FAILED": ExitCode.FAILED,
     "INTERNAL": ExitCode.ERROR,
 }
 
@@ -358,6 +362,11 @@ def _token(target: Target) -> str:
         ) from None
     except RingsnapError as exc:
         raise CliError(str(exc), ExitCode.USAGE, reason="TOKEN_UNREADABLE") from None
+
+
+def answers(target: Target, timeout: float = 3.0) -> bool:
+    """Whether a coordinator's health service answers at `target` (no token needed)."""
+    return _answers(target.address, timeout)
 
 
 def _answers(address: str, timeout: float = 3.0) -> bool:

@@ -1,10 +1,16 @@
-"""Domain values of the coordinator as v1 API messages (one direction: the server answers with
-these; the CLI reads the messages as they are)."""
+"""Domain values of the coordinator as v1 API messages.
+
+Mostly one direction: the server answers with these, and the CLI reads backups and operations as
+they are. Restores go both ways (`restore` and `restore_record`), so that `ringsnap restore` renders
+the same `RestoreRecord` whether it ran in its own process or through the daemon; a restore plan
+goes to the API only (`restore_plan`): its agents and array handles do not cross the wire.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
@@ -17,15 +23,23 @@ from ringsnap.coordinator.model import (
     BackupNode,
     BackupState,
     FreezeWindow,
+    NodeVerdict,
     NodeVolume,
     OperationKind,
     OperationState,
     PhaseTiming,
     QuiesceMode,
+    RestoreMode,
+    RestoreNode,
+    RestoreRecord,
+    RestoreState,
+    RestoreStep,
+    RestoreVolume,
     Verification,
     VolumeRole,
 )
 from ringsnap.coordinator.operations import OperationSnapshot
+from ringsnap.coordinator.restore_plan import RestorePlan
 from ringsnap.coordinator.retention import RetentionPlan
 from ringsnap.coordinator.scheduler import Skip
 from ringsnap.plugins.types import SnapshotRef, Volume, VolumeSnapshot
@@ -57,6 +71,34 @@ OPERATION_STATES: dict[OperationState, types_pb2.OperationState.ValueType] = {
     OperationState.SUCCEEDED: types_pb2.OPERATION_STATE_SUCCEEDED,
     OperationState.FAILED: types_pb2.OPERATION_STATE_FAILED,
     OperationState.CANCELLED: types_pb2.OPERATION_STATE_CANCELLED,
+}
+RESTORE_MODES: dict[RestoreMode, pb.RestoreMode.ValueType] = {
+    RestoreMode.REVERT: pb.RESTORE_MODE_REVERT,
+    RestoreMode.CLONE: pb.RESTORE_MODE_CLONE,
+}
+RESTORE_STATES: dict[RestoreState, pb.RestoreState.ValueType] = {
+    RestoreState.RUNNING: pb.RESTORE_STATE_RUNNING,
+    RestoreState.PROVEN: pb.RESTORE_STATE_PROVEN,
+    RestoreState.FAILED_VERIFICATION: pb.RESTORE_STATE_FAILED_VERIFICATION,
+    RestoreState.FAILED: pb.RESTORE_STATE_FAILED,
+    RestoreState.INTERRUPTED: pb.RESTORE_STATE_INTERRUPTED,
+}
+RESTORE_STEPS: dict[RestoreStep, pb.RestoreStep.ValueType] = {
+    RestoreStep.PLANNED: pb.RESTORE_STEP_PLANNED,
+    RestoreStep.CANARY: pb.RESTORE_STEP_PRE_RESTORE_CANARY,
+    RestoreStep.STOPPED: pb.RESTORE_STEP_STOPPED,
+    RestoreStep.RELEASED: pb.RESTORE_STEP_RELEASED,
+    RestoreStep.RESTORED: pb.RESTORE_STEP_RESTORED,
+    RestoreStep.ATTACHED: pb.RESTORE_STEP_ATTACHED,
+    RestoreStep.CLEARED: pb.RESTORE_STEP_CLEARED,
+    RestoreStep.CHECKED: pb.RESTORE_STEP_CHECKED,
+    RestoreStep.STARTED: pb.RESTORE_STEP_STARTED,
+    RestoreStep.VERIFIED: pb.RESTORE_STEP_VERIFIED,
+}
+NODE_VERDICTS: dict[NodeVerdict, pb.NodeVerdict.ValueType] = {
+    NodeVerdict.PENDING: pb.NODE_VERDICT_PENDING,
+    NodeVerdict.PROVEN: pb.NODE_VERDICT_PROVEN,
+    NodeVerdict.FAILED: pb.NODE_VERDICT_FAILED,
 }
 OPERATION_KINDS: dict[str, types_pb2.OperationKind.ValueType] = {
     OperationKind.BACKUP.value: types_pb2.OPERATION_KIND_BACKUP,
@@ -261,4 +303,174 @@ def status(value: CoordinatorStatus) -> pb.Status:
         pending_cleanups=value.pending_cleanups,
         recent_skips=[skip(s) for s in value.recent_skips],
         version=__version__,
+    )
+
+
+# -- restores --------------------------------------------------------------------------------------
+
+_Domain = TypeVar("_Domain")
+_Wire = TypeVar("_Wire", bound=int)
+
+
+def domain_value(mapping: Mapping[_Domain, _Wire], value: int, field: str) -> _Domain:
+    """The domain value of an enum number (`mapping` read backwards); ValueError names `field`."""
+    for domain, wire in mapping.items():
+        if wire == value:
+            return domain
+    raise ValueError(f"{field}: unknown or unspecified value {value}")
+
+
+def moment(message: timestamp_pb2.Timestamp) -> datetime:
+    return message.ToDatetime(tzinfo=UTC)
+
+
+def seconds(message: duration_pb2.Duration) -> float:
+    return message.ToNanoseconds() / 1e9
+
+
+def restore_volume(value: RestoreVolume) -> pb.RestoreVolume:
+    return pb.RestoreVolume(
+        array=value.array,
+        volume=value.volume,
+        role=ROLES[value.role],
+        mount_point=value.mount_point,
+        attached_volume=value.attached_volume,
+    )
+
+
+def restore_volume_of(message: pb.RestoreVolume) -> RestoreVolume:
+    return RestoreVolume(
+        array=message.array,
+        volume=message.volume,
+        role=domain_value(ROLES, message.role, "volume role"),
+        mount_point=message.mount_point,
+        attached_volume=message.attached_volume,
+    )
+
+
+def restore_plan(plan: RestorePlan) -> pb.RestorePlan:
+    """What the plan will do and destroy; the CLI prints it (`restore_remote.plan_document`)."""
+    message = pb.RestorePlan(
+        restore_id=plan.restore_id,
+        backup_id=plan.backup.id,
+        cluster=plan.backup.cluster,
+        backup_started_at=timestamp(plan.backup.started_at),
+        mode=RESTORE_MODES[plan.mode],
+        whole_ring=plan.whole_ring,
+        nodes=[
+            pb.RestorePlanNode(
+                name=node.name,
+                host_id=node.host_id,
+                seed=node.seed,
+                cassandra_running=node.running,
+                volumes=[restore_volume(v) for v in node.volumes],
+            )
+            for node in plan.nodes
+        ],
+        arrays=[
+            pb.RestorePlanArray(
+                array=a.array, snapshot=snapshot_ref(a.ref), destroys=list(a.destroys)
+            )
+            for a in plan.arrays
+        ],
+        destroyed=list(plan.destroyed),
+        lost_backups=list(plan.lost_backups),
+        warnings=list(plan.warnings),
+        refusals=list(plan.refusals),
+    )
+    if plan.expected_seconds is not None:
+        message.expected_duration.CopyFrom(duration(plan.expected_seconds))
+    return message
+
+
+def _timings_of(values: Iterable[types_pb2.PhaseTiming]) -> tuple[tuple[str, float], ...]:
+    return tuple((t.phase, seconds(t.duration)) for t in values)
+
+
+def restore_node(node: RestoreNode) -> pb.RestoreNode:
+    message = pb.RestoreNode(
+        name=node.name,
+        host_id=node.host_id,
+        volumes=[restore_volume(v) for v in node.volumes],
+        was_running=node.was_running,
+        backup_canary=node.backup_canary,
+        pre_restore_canary=node.pre_restore_canary,
+        step=RESTORE_STEPS[node.step],
+        step_timings=[
+            types_pb2.PhaseTiming(phase=step, duration=duration(took))
+            for step, took in node.step_seconds
+        ],
+        verdict=NODE_VERDICTS[node.verdict],
+        proof=list(node.proof),
+        unproven=list(node.unproven),
+        next_step=node.next_step,
+    )
+    if node.manifest_ok is not None:
+        message.manifest_ok = node.manifest_ok
+    return message
+
+
+def restore_node_of(message: pb.RestoreNode) -> RestoreNode:
+    return RestoreNode(
+        name=message.name,
+        host_id=message.host_id,
+        volumes=tuple(restore_volume_of(v) for v in message.volumes),
+        was_running=message.was_running,
+        backup_canary=message.backup_canary,
+        pre_restore_canary=message.pre_restore_canary,
+        manifest_ok=message.manifest_ok if message.HasField("manifest_ok") else None,
+        step=domain_value(RESTORE_STEPS, message.step, f"node {message.name}: step"),
+        step_seconds=_timings_of(message.step_timings),
+        verdict=domain_value(NODE_VERDICTS, message.verdict, f"node {message.name}: verdict"),
+        proof=tuple(message.proof),
+        unproven=tuple(message.unproven),
+        next_step=message.next_step,
+    )
+
+
+def restore(record: RestoreRecord) -> pb.Restore:
+    message = pb.Restore(
+        restore_id=record.id,
+        cluster=record.cluster,
+        backup_id=record.backup_id,
+        mode=RESTORE_MODES[record.mode],
+        nodes=[restore_node(n) for n in record.nodes],
+        whole_ring=record.whole_ring,
+        requested_by=record.requested_by,
+        started_at=timestamp(record.started_at),
+        state=RESTORE_STATES[record.state],
+        error=record.error,
+        warnings=list(record.warnings),
+        arrays_done=[pb.RestoreArrayStep(array=a, done=done) for a, done in record.arrays_done],
+        clones=[
+            pb.RestoreClone(array=a, original_volume=original, clone_volume=clone)
+            for a, original, clone in record.clones
+        ],
+        timings=timings(record.timings),
+    )
+    if record.finished_at is not None:
+        message.finished_at.CopyFrom(timestamp(record.finished_at))
+    return message
+
+
+def restore_record(message: pb.Restore) -> RestoreRecord:
+    """The record back from the API (what `ringsnap restore` prints through the daemon)."""
+    return RestoreRecord(
+        id=message.restore_id,
+        cluster=message.cluster,
+        backup_id=message.backup_id,
+        mode=domain_value(RESTORE_MODES, message.mode, "restore mode"),
+        nodes=tuple(restore_node_of(n) for n in message.nodes),
+        whole_ring=message.whole_ring,
+        requested_by=message.requested_by,
+        started_at=moment(message.started_at),
+        state=domain_value(RESTORE_STATES, message.state, "restore state"),
+        finished_at=moment(message.finished_at) if message.HasField("finished_at") else None,
+        error=message.error,
+        warnings=tuple(message.warnings),
+        arrays_done=tuple((a.array, a.done) for a in message.arrays_done),
+        clones=tuple((c.array, c.original_volume, c.clone_volume) for c in message.clones),
+        timings=tuple(
+            PhaseTiming(phase=phase, seconds=took) for phase, took in _timings_of(message.timings)
+        ),
     )

@@ -4,6 +4,10 @@ It runs the restore in this process, from the coordinator's config and catalog (
 keeps the daemon and any other restore out meanwhile), so that it works when the daemon is down:
 plan, typed confirmation, live progress per node and step, a report with every node's verdict,
 and an exit code scripts can use (0 proven, 6 not proven, 3 refused, 4 failed, 130 interrupted).
+
+When the catalog is locked and the coordinator daemon answers, the daemon holds it: the same
+restore then runs in the daemon, through its API (`restore_remote`), with the same plan,
+confirmation, progress, report and exit codes, rendered by the same functions here.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import json
 import sys
 import time
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,7 +32,14 @@ from rich.text import Text
 from ringsnap.coordinator import render
 from ringsnap.coordinator.assembly import load_config
 from ringsnap.coordinator.catalog import Catalog, CatalogLockedError
-from ringsnap.coordinator.client import CliError, ExitCode, discover_config
+from ringsnap.coordinator.client import (
+    CliError,
+    ExitCode,
+    Target,
+    answers,
+    discover_config,
+    resolve_target,
+)
 from ringsnap.coordinator.config import DEFAULT_CATALOG_PATH, DEFAULT_CONFIG_PATH, CoordinatorConfig
 from ringsnap.coordinator.model import NodeVerdict, RestoreMode, RestoreRecord, RestoreState
 from ringsnap.coordinator.restore import RestoreFailed, RestoreRefused
@@ -99,63 +110,71 @@ def plan_document(plan: RestorePlan) -> dict[str, Any]:
     }
 
 
-def print_plan(plan: RestorePlan) -> None:
-    backup = plan.backup
-    scope = "the whole ring" if plan.whole_ring else f"{len(plan.nodes)} node(s) alone"
+def print_plan(plan: RestorePlan | Mapping[str, Any]) -> None:
+    """The plan for the operator (stderr), from its `plan_document` (what both the in-process and
+    the daemon's plan become)."""
+    doc = plan_document(plan) if isinstance(plan, RestorePlan) else plan
+    nodes = doc["nodes"]
+    started = datetime.fromisoformat(doc["backup_started_at"])
+    scope = "the whole ring" if doc["whole_ring"] else f"{len(nodes)} node(s) alone"
     err.print(
         Text.assemble(
             ("Restore plan ", "bold"),
-            (plan.restore_id, "bold cyan"),
-            f": backup {backup.id} of cluster {backup.cluster} (taken {backup.started_at:%Y-%m-%d %H:%M:%S} UTC),"
-            f" {plan.mode.value} mode, {scope}",
+            (doc["restore_id"], "bold cyan"),
+            f": backup {doc['backup_id']} of cluster {doc['cluster']} (taken {started:%Y-%m-%d %H:%M:%S} UTC),"
+            f" {doc['mode']} mode, {scope}",
         )
     )
     table = Table(box=None, pad_edge=False)
     for column in ("node", "host id", "Cassandra", "start", "volume", "mounted at", "snapshot"):
         table.add_column(column)
-    snapshots = {a.array: a.ref.snapshot_name for a in plan.arrays}
-    for node in plan.nodes:
-        for index, volume in enumerate(node.volumes):
+    snapshots = doc["snapshots"]
+    for node in nodes:
+        for index, volume in enumerate(node["volumes"]):
             first = index == 0
             table.add_row(
-                node.name if first else "",
-                node.host_id[:8] if first else "",
-                ("running" if node.running else "down") if first else "",
-                ("seed, first" if node.seed else "after seeds") if first else "",
-                f"{volume.array}:{volume.volume} ({volume.role.value})",
-                volume.mount_point,
-                snapshots.get(volume.array, "?"),
+                node["name"] if first else "",
+                node["host_id"][:8] if first else "",
+                ("running" if node["cassandra_running"] else "down") if first else "",
+                ("seed, first" if node["seed"] else "after seeds") if first else "",
+                f"{volume['array']}:{volume['volume']} ({volume['role']})",
+                volume["mount_point"],
+                snapshots.get(volume["array"], "?"),
             )
     err.print(table)
     err.print(Text("Destroyed:", style="bold red"))
-    for line in plan.destroyed:
+    for line in doc["destroyed"]:
         err.print(f"  - {line}")
-    if plan.lost_backups:
-        err.print(f"  - backups whose snapshots go with it: {', '.join(plan.lost_backups)}")
-    for line in plan.warnings:
+    if doc["lost_backups"]:
+        err.print(f"  - backups whose snapshots go with it: {', '.join(doc['lost_backups'])}")
+    for line in doc["warnings"]:
         err.print(render.labelled("warning: ", "yellow", line))
-    expected = (
-        f"about {render.duration(plan.expected_seconds)} (median of past restores)"
-        if plan.expected_seconds is not None
+    expected = doc["expected_seconds"]
+    expectation = (
+        f"about {render.duration(expected)} (median of past restores)"
+        if expected is not None
         else "unknown (no past restore of this cluster)"
     )
-    err.print(f"Expected duration: {expected}")
-    for line in plan.refusals:
+    err.print(f"Expected duration: {expectation}")
+    for line in doc["refusals"]:
         err.print(render.labelled("refused: ", "bold red", line))
 
 
-def confirm(plan: RestorePlan, yes: bool) -> None:
+def _interactive() -> bool:
+    return sys.stdin.isatty()
+
+
+def confirm(cluster: str, yes: bool) -> None:
     """The cluster's name, typed; or --yes. Without a terminal and --yes: exit 2."""
     if yes:
         return
-    if not sys.stdin.isatty():
+    if not _interactive():
         raise CliError(
             "refusing to restore without confirmation: there is no terminal to ask on",
             ExitCode.USAGE,
             reason="CONFIRMATION_REQUIRED",
             hint="review the plan (--dry-run), then run the same command with --yes",
         )
-    cluster = plan.backup.cluster
     typed = typer.prompt(
         f"This destroys what the plan lists. Type the cluster's name ({cluster}) to restore",
         default="",
@@ -180,10 +199,18 @@ class ProgressPrinter:
     def __call__(self, node: str, step: str, message: str) -> None:
         if self.quiet:
             return
-        elapsed = render.duration(time.monotonic() - self.started)
         who = f"{node}: " if node else ""
         state = f" {message}" if message else " ..."
-        err.print(Text.assemble((f"{elapsed:>9}  ", "dim"), who, (step, "bold"), state))
+        err.print(Text.assemble(self._elapsed(), who, (step, "bold"), state))
+
+    def line(self, text: str) -> None:
+        """A progress line the daemon wrote (`service.restore_progress_line`), with its step."""
+        if self.quiet:
+            return
+        err.print(Text.assemble(self._elapsed(), text))
+
+    def _elapsed(self) -> tuple[str, str]:
+        return f"{render.duration(time.monotonic() - self.started):>9}  ", "dim"
 
 
 def print_report(record: RestoreRecord) -> None:
@@ -250,10 +277,15 @@ def exit_code_of(record: RestoreRecord) -> ExitCode:
 # -- the command ------------------------------------------------------------------------------------
 
 
-def _open_catalog(config: CoordinatorConfig) -> Catalog:
+def _open_catalog(config: CoordinatorConfig, config_file: Path) -> Catalog | Target:
+    """The catalog, opened exclusively; or, when it is locked and the coordinator daemon answers
+    (the daemon holds it), the daemon to restore through."""
     try:
         return Catalog(config.coordinator.catalog)
     except CatalogLockedError:
+        daemon = _daemon(config_file)
+        if daemon is not None:
+            return daemon
         raise CliError(
             f"the catalog {config.coordinator.catalog} is held by another process, most likely"
             " the coordinator daemon (or another restore)",
@@ -263,6 +295,15 @@ def _open_catalog(config: CoordinatorConfig) -> Catalog:
             " it for the restore (`systemctl stop ringsnap-coordinator`: no scheduled backup can"
             " then freeze the ring being restored) and start it again afterwards",
         ) from None
+
+
+def _daemon(config_file: Path) -> Target | None:
+    """The coordinator of `config_file` if its health service answers, else None."""
+    try:
+        target = resolve_target(config_file, None)
+    except CliError:
+        return None
+    return target if answers(target) else None
 
 
 def _finish(record: RestoreRecord, as_json: bool) -> None:
@@ -275,6 +316,7 @@ def _finish(record: RestoreRecord, as_json: bool) -> None:
 
 async def _restore(  # noqa: PLR0917
     config: CoordinatorConfig,
+    catalog: Catalog,
     backup_id: str | None,
     nodes: tuple[str, ...],
     mode: RestoreMode,
@@ -283,8 +325,9 @@ async def _restore(  # noqa: PLR0917
     force: bool,
     resume: str | None,
     as_json: bool,
-) -> RestoreRecord | RestorePlan:
-    catalog = await asyncio.to_thread(_open_catalog, config)
+) -> RestoreRecord | dict[str, Any]:
+    """The restore in this process; a plan's document when it ends at the plan (dry run, or a
+    refusal with --output json)."""
     try:
         if resume:
             record = await asyncio.to_thread(catalog.get_restore, resume)
@@ -299,13 +342,13 @@ async def _restore(  # noqa: PLR0917
             request = RestoreRequest(backup_id or "", nodes, mode, force, _user())
             plan = await session.plan(request)
             if as_json and (dry_run or plan.refused):
-                return plan
+                return plan_document(plan)
             print_plan(plan)
             if plan.refused:
                 raise RestoreRefused("the plan refused: " + "; ".join(plan.refusals))
             if dry_run:
-                return plan
-            await asyncio.to_thread(confirm, plan, yes)
+                return plan_document(plan)
+            await asyncio.to_thread(confirm, plan.backup.cluster, yes)
             return await session.run(plan, _user(), progress)
     finally:
         await asyncio.to_thread(catalog.close)
@@ -345,7 +388,9 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
             dir_okay=False,
             help="The coordinator's config (default: $RINGSNAP_CONFIG, else"
             " /etc/ringsnap/coordinator.toml). Restores run in this process: they need the TLS"
-            " key, array credentials and the catalog.",
+            " key, array credentials and the catalog; while the coordinator daemon holds the"
+            " catalog, they run in the daemon, at the API address and with the token of this"
+            " config.",
         ),
     ] = None,
     output: Annotated[Output, typer.Option("--output", "-o", help="text or json.")] = Output.TEXT,
@@ -355,8 +400,14 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
     Prints the plan (nodes, volumes, snapshots, what is destroyed, expected time), asks you to type
     the cluster's name, stops Cassandra on the target nodes, reverts (or clones) their volumes,
     starts the ring again seeds first, and proves every node with its canaries and its manifest.
-    Works while the coordinator daemon is down. Exit codes: 0 proven, 6 not proven, 3 refused,
-    4 failed (the report says what each node was left in), 130 interrupted (resume it).
+
+    Runs in this process, so it works while the coordinator daemon is down. While the daemon runs
+    (it holds the catalog), the restore runs in the daemon instead, through its API, with the same
+    plan, confirmation, progress and report; meanwhile the daemon skips the cluster's backups, and
+    Ctrl-C stops following, not the restore.
+
+    Exit codes: 0 proven, 6 not proven, 3 refused, 4 failed (the report says what each node was
+    left in), 130 interrupted (resume it).
     """
     as_json = output is Output.JSON
     try:
@@ -366,11 +417,21 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
                 ExitCode.USAGE,
                 reason="INVALID_ARGUMENT",
             )
-        loaded = load_config(config_path(config))
+        config_file = config_path(config)
+        loaded = load_config(config_file)
         names = tuple(n.strip() for n in nodes.split(",") if n.strip())
-        result = asyncio.run(
-            _restore(loaded, backup, names, mode, dry_run, yes, force, resume, as_json)
-        )
+        opened = _open_catalog(loaded, config_file)
+        result: RestoreRecord | dict[str, Any]
+        if isinstance(opened, Catalog):
+            result = asyncio.run(
+                _restore(loaded, opened, backup, names, mode, dry_run, yes, force, resume, as_json)
+            )
+        else:
+            from ringsnap.coordinator import restore_remote
+
+            result = restore_remote.restore(
+                opened, backup, names, mode, dry_run, yes, force, resume, as_json
+            )
     except CliError as error:
         _fail(error, as_json)
     except RestoreRefused as error:
@@ -401,10 +462,10 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
             ),
             as_json,
         )
-    if isinstance(result, RestorePlan):
+    if isinstance(result, dict):
         if as_json:
-            typer.echo(json.dumps({"plan": plan_document(result)}, indent=2))
-        raise typer.Exit(int(ExitCode.REFUSED if result.refused else ExitCode.OK))
+            typer.echo(json.dumps({"plan": result}, indent=2))
+        raise typer.Exit(int(ExitCode.REFUSED if result["refusals"] else ExitCode.OK))
     _finish(result, as_json)
 
 

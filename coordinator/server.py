@@ -16,7 +16,7 @@ import asyncio
 import functools
 import hmac
 import ipaddress
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
 import grpc
@@ -41,10 +41,19 @@ from ringsnap.coordinator.catalog import (
     CatalogLockedError,
     InvalidPageTokenError,
     OperationNotFoundError,
+    RestoreNotFoundError,
 )
+from ringsnap.coordinator.model import RestoreMode
 from ringsnap.coordinator.operations import Operation
+from ringsnap.coordinator.restore import RestoreFailed, RestoreRefused
+from ringsnap.coordinator.restore_plan import RestoreRequest
 from ringsnap.coordinator.scheduler import BackupRequest, ClusterBusyError
-from ringsnap.coordinator.service import Coordinator, UnknownClusterError, UnknownPolicyError
+from ringsnap.coordinator.service import (
+    Coordinator,
+    RestoreNotConfirmed,
+    UnknownClusterError,
+    UnknownPolicyError,
+)
 from ringsnap.errors import RingsnapError, ValidationError
 from ringsnap.logs import get_logger
 from ringsnap.plugins.errors import DriverError
@@ -56,6 +65,8 @@ ERROR_DOMAIN = "ringsnap.coordinator"
 HEALTH_METHODS = "/grpc.health.v1.Health/"
 #: ListBackups in the FULL view: at most this many backups a page (each holds its whole ring).
 FULL_VIEW_PAGE_SIZE = 20
+#: ListRestores without a limit.
+DEFAULT_RESTORE_LIMIT = 50
 _MAX_TRIGGER = 200
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -73,12 +84,16 @@ ERRORS: tuple[tuple[type[BaseException], grpc.StatusCode, str], ...] = (
     (InvalidPageTokenError, grpc.StatusCode.INVALID_ARGUMENT, "INVALID_PAGE_TOKEN"),
     (BackupNotFoundError, grpc.StatusCode.NOT_FOUND, "BACKUP_NOT_FOUND"),
     (OperationNotFoundError, grpc.StatusCode.NOT_FOUND, "OPERATION_NOT_FOUND"),
+    (RestoreNotFoundError, grpc.StatusCode.NOT_FOUND, "RESTORE_NOT_FOUND"),
     (UnknownClusterError, grpc.StatusCode.NOT_FOUND, "UNKNOWN_CLUSTER"),
     (UnknownPolicyError, grpc.StatusCode.NOT_FOUND, "UNKNOWN_POLICY"),
     (ClusterBusyError, grpc.StatusCode.ABORTED, "CLUSTER_BUSY"),
     (BackupRefused, grpc.StatusCode.FAILED_PRECONDITION, "BACKUP_REFUSED"),
     (BackupStateError, grpc.StatusCode.FAILED_PRECONDITION, "BACKUP_STATE"),
     (BackupFailed, grpc.StatusCode.UNAVAILABLE, "BACKUP_FAILED"),
+    (RestoreNotConfirmed, grpc.StatusCode.FAILED_PRECONDITION, "RESTORE_NOT_CONFIRMED"),
+    (RestoreRefused, grpc.StatusCode.FAILED_PRECONDITION, "RESTORE_REFUSED"),
+    (RestoreFailed, grpc.StatusCode.UNAVAILABLE, "RESTORE_FAILED"),
     (AgentError, grpc.StatusCode.UNAVAILABLE, "AGENT_FAILED"),
     (CanaryError, grpc.StatusCode.UNAVAILABLE, "CANARY_FAILED"),
     (DriverError, grpc.StatusCode.UNAVAILABLE, "ARRAY_FAILED"),
@@ -152,6 +167,41 @@ def _required(value: str, field: str) -> str:
 
 def _backup_id(value: str) -> str:
     return names.backup_id(_required(value, "backup_id"))
+
+
+def _restore_id(value: str, field: str = "restore_id") -> str:
+    return names.snapshot_tag(_required(value, field))
+
+
+def _printable(value: str, field: str) -> str:
+    if len(value) > _MAX_TRIGGER or not value.isprintable():
+        raise ValidationError(f"{field} must be printable and at most {_MAX_TRIGGER} characters")
+    return value
+
+
+_RESTORE_MODES = {
+    pb.RESTORE_MODE_UNSPECIFIED: RestoreMode.REVERT,
+    pb.RESTORE_MODE_REVERT: RestoreMode.REVERT,
+    pb.RESTORE_MODE_CLONE: RestoreMode.CLONE,
+}
+
+
+def _restore_request(
+    backup_id: str,
+    nodes: Sequence[str],
+    mode: pb.RestoreMode.ValueType,
+    force: bool,
+    requested_by: str,
+) -> RestoreRequest:
+    if mode not in _RESTORE_MODES:
+        raise ValidationError(f"unknown restore mode {mode}")
+    return RestoreRequest(
+        backup_id=_backup_id(backup_id),
+        nodes=tuple(_printable(_required(n, "nodes[]"), "nodes[]") for n in nodes),
+        mode=_RESTORE_MODES[mode],
+        force=force,
+        requested_by=requested_by,
+    )
 
 
 class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
@@ -243,13 +293,58 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         return self._operation(operation)
 
     @unary
+    async def PlanRestore(self, request: pb.PlanRestoreRequest, context: Context) -> pb.RestorePlan:
+        restore = _restore_request(
+            request.backup_id, request.nodes, request.mode, request.force, ""
+        )
+        plan = await self._coordinator.plan_restore(restore)
+        return messages.restore_plan(plan)
+
+    @unary
     async def StartRestore(
         self, request: pb.StartRestoreRequest, context: Context
     ) -> types_pb2.Operation:
-        raise NotSupportedError(
-            "restore is not built yet (it comes with a later issue); nothing was changed. Until"
-            " then, the backup's array snapshots are listed by `ringsnap show BACKUP`"
+        requested_by = _printable(request.requested_by or "api", "requested_by")
+        confirm = _printable(request.confirm_cluster, "confirm_cluster")
+        if request.resume_id:
+            operation = await self._coordinator.resume_restore(
+                _restore_id(request.resume_id, "resume_id"),
+                confirm_cluster=confirm,
+                requested_by=requested_by,
+            )
+        else:
+            operation = await self._coordinator.start_restore(
+                _restore_request(
+                    request.backup_id, request.nodes, request.mode, request.force, requested_by
+                ),
+                confirm_cluster=confirm,
+                restore_id=_restore_id(request.restore_id) if request.restore_id else "",
+            )
+        log.info(
+            "restore requested",
+            backup_id=request.backup_id,
+            resume_id=request.resume_id,
+            requested_by=requested_by,
+            operation_id=operation.current.operation_id,
         )
+        return self._operation(operation)
+
+    @unary
+    async def GetRestore(self, request: pb.GetRestoreRequest, context: Context) -> pb.Restore:
+        restore_id = _restore_id(request.restore_id)
+        record = await asyncio.to_thread(self._coordinator.catalog.get_restore, restore_id)
+        return messages.restore(record)
+
+    @unary
+    async def ListRestores(
+        self, request: pb.ListRestoresRequest, context: Context
+    ) -> pb.ListRestoresResponse:
+        records = await asyncio.to_thread(
+            self._coordinator.catalog.list_restores,
+            request.cluster or None,
+            limit=request.limit or DEFAULT_RESTORE_LIMIT,
+        )
+        return pb.ListRestoresResponse(restores=[messages.restore(r) for r in records])
 
     @unary
     async def PlanRetention(

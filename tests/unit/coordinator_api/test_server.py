@@ -356,10 +356,14 @@ def test_plan_retention_dry_run_changes_nothing_and_apply_deletes(harness: Harne
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-def test_start_restore_is_honestly_unimplemented(harness: Harness) -> None:
-    error = rpc_error(harness.stub().StartRestore, pb.StartRestoreRequest(backup_id="rs-x"))
-    assert error.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert "not built yet" in (error.details() or "")
+def test_start_restore_of_an_unknown_backup_is_not_found(harness: Harness) -> None:
+    """StartRestore is built (tests/unit/coordinator_api/test_restore_api.py); an unknown backup
+    is refused before anything starts."""
+    request = pb.StartRestoreRequest(backup_id="rs-x", confirm_cluster="prod")
+    error = rpc_error(harness.stub().StartRestore, request)
+    assert error.code() == grpc.StatusCode.NOT_FOUND
+    assert reason_of(error) == "BACKUP_NOT_FOUND"
+    assert not harness.coordinator.operations.running()
 
 
 # -- status ----------------------------------------------------------------------------------------

@@ -130,6 +130,98 @@ BACKUP_VIEW_FULL: BackupView.ValueType  # 2
 """Everything GetBackup returns; pages may then hold fewer backups than page_size."""
 Global___BackupView: _TypeAlias = BackupView  # noqa: Y015
 
+class _RestoreState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _RestoreStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RestoreState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    RESTORE_STATE_UNSPECIFIED: _RestoreState.ValueType  # 0
+    RESTORE_STATE_RUNNING: _RestoreState.ValueType  # 1
+    """Planned and confirmed; steps are under way."""
+    RESTORE_STATE_PROVEN: _RestoreState.ValueType  # 2
+    """Every target node was restored and proven."""
+    RESTORE_STATE_FAILED_VERIFICATION: _RestoreState.ValueType  # 3
+    """Every step ran, but the proof failed for at least one node."""
+    RESTORE_STATE_FAILED: _RestoreState.ValueType  # 4
+    """A step failed; each node says what it was left in and what to do next."""
+    RESTORE_STATE_INTERRUPTED: _RestoreState.ValueType  # 5
+    """The coordinator stopped mid-restore; resume it."""
+
+class RestoreState(_RestoreState, metaclass=_RestoreStateEnumTypeWrapper): ...
+
+RESTORE_STATE_UNSPECIFIED: RestoreState.ValueType  # 0
+RESTORE_STATE_RUNNING: RestoreState.ValueType  # 1
+"""Planned and confirmed; steps are under way."""
+RESTORE_STATE_PROVEN: RestoreState.ValueType  # 2
+"""Every target node was restored and proven."""
+RESTORE_STATE_FAILED_VERIFICATION: RestoreState.ValueType  # 3
+"""Every step ran, but the proof failed for at least one node."""
+RESTORE_STATE_FAILED: RestoreState.ValueType  # 4
+"""A step failed; each node says what it was left in and what to do next."""
+RESTORE_STATE_INTERRUPTED: RestoreState.ValueType  # 5
+"""The coordinator stopped mid-restore; resume it."""
+Global___RestoreState: _TypeAlias = RestoreState  # noqa: Y015
+
+class _RestoreStep:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _RestoreStepEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RestoreStep.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    RESTORE_STEP_UNSPECIFIED: _RestoreStep.ValueType  # 0
+    RESTORE_STEP_PLANNED: _RestoreStep.ValueType  # 1
+    RESTORE_STEP_PRE_RESTORE_CANARY: _RestoreStep.ValueType  # 2
+    RESTORE_STEP_STOPPED: _RestoreStep.ValueType  # 3
+    RESTORE_STEP_RELEASED: _RestoreStep.ValueType  # 4
+    RESTORE_STEP_RESTORED: _RestoreStep.ValueType  # 5
+    """The array reverted (or cloned) the node's volumes."""
+    RESTORE_STEP_ATTACHED: _RestoreStep.ValueType  # 6
+    RESTORE_STEP_CLEARED: _RestoreStep.ValueType  # 7
+    """Replay state outside the restored volumes discarded."""
+    RESTORE_STEP_CHECKED: _RestoreStep.ValueType  # 8
+    """The manifest check, made before Cassandra starts."""
+    RESTORE_STEP_STARTED: _RestoreStep.ValueType  # 9
+    RESTORE_STEP_VERIFIED: _RestoreStep.ValueType  # 10
+
+class RestoreStep(_RestoreStep, metaclass=_RestoreStepEnumTypeWrapper):
+    """The per-node steps of a restore, in order; a node's step is the last one it finished."""
+
+RESTORE_STEP_UNSPECIFIED: RestoreStep.ValueType  # 0
+RESTORE_STEP_PLANNED: RestoreStep.ValueType  # 1
+RESTORE_STEP_PRE_RESTORE_CANARY: RestoreStep.ValueType  # 2
+RESTORE_STEP_STOPPED: RestoreStep.ValueType  # 3
+RESTORE_STEP_RELEASED: RestoreStep.ValueType  # 4
+RESTORE_STEP_RESTORED: RestoreStep.ValueType  # 5
+"""The array reverted (or cloned) the node's volumes."""
+RESTORE_STEP_ATTACHED: RestoreStep.ValueType  # 6
+RESTORE_STEP_CLEARED: RestoreStep.ValueType  # 7
+"""Replay state outside the restored volumes discarded."""
+RESTORE_STEP_CHECKED: RestoreStep.ValueType  # 8
+"""The manifest check, made before Cassandra starts."""
+RESTORE_STEP_STARTED: RestoreStep.ValueType  # 9
+RESTORE_STEP_VERIFIED: RestoreStep.ValueType  # 10
+Global___RestoreStep: _TypeAlias = RestoreStep  # noqa: Y015
+
+class _NodeVerdict:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _NodeVerdictEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_NodeVerdict.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    NODE_VERDICT_UNSPECIFIED: _NodeVerdict.ValueType  # 0
+    NODE_VERDICT_PENDING: _NodeVerdict.ValueType  # 1
+    NODE_VERDICT_PROVEN: _NodeVerdict.ValueType  # 2
+    NODE_VERDICT_FAILED: _NodeVerdict.ValueType  # 3
+
+class NodeVerdict(_NodeVerdict, metaclass=_NodeVerdictEnumTypeWrapper): ...
+
+NODE_VERDICT_UNSPECIFIED: NodeVerdict.ValueType  # 0
+NODE_VERDICT_PENDING: NodeVerdict.ValueType  # 1
+NODE_VERDICT_PROVEN: NodeVerdict.ValueType  # 2
+NODE_VERDICT_FAILED: NodeVerdict.ValueType  # 3
+Global___NodeVerdict: _TypeAlias = NodeVerdict  # noqa: Y015
+
 @_typing.final
 class StartBackupRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -490,21 +582,70 @@ class FreezeWindow(_message.Message):
 Global___FreezeWindow: _TypeAlias = FreezeWindow  # noqa: Y015
 
 @_typing.final
+class PlanRestoreRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BACKUP_ID_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    FORCE_FIELD_NUMBER: _builtins.int
+    backup_id: _builtins.str
+    mode: Global___RestoreMode.ValueType
+    """UNSPECIFIED: REVERT."""
+    force: _builtins.bool
+    """Restore nodes alone even from a backup older than the smallest gc_grace_seconds."""
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Node names to restore alone; empty: every node of the backup (the whole ring)."""
+
+    def __init__(
+        self,
+        *,
+        backup_id: _builtins.str = ...,
+        nodes: _abc.Iterable[_builtins.str] | None = ...,
+        mode: Global___RestoreMode.ValueType = ...,
+        force: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "force", b"force", "mode", b"mode", "nodes", b"nodes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlanRestoreRequest: _TypeAlias = PlanRestoreRequest  # noqa: Y015
+
+@_typing.final
 class StartRestoreRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     BACKUP_ID_FIELD_NUMBER: _builtins.int
     NODES_FIELD_NUMBER: _builtins.int
-    KEYSPACE_FIELD_NUMBER: _builtins.int
-    TABLE_FIELD_NUMBER: _builtins.int
     MODE_FIELD_NUMBER: _builtins.int
-    DRY_RUN_FIELD_NUMBER: _builtins.int
+    CONFIRM_CLUSTER_FIELD_NUMBER: _builtins.int
+    FORCE_FIELD_NUMBER: _builtins.int
+    RESTORE_ID_FIELD_NUMBER: _builtins.int
+    RESUME_ID_FIELD_NUMBER: _builtins.int
+    REQUESTED_BY_FIELD_NUMBER: _builtins.int
     backup_id: _builtins.str
-    keyspace: _builtins.str
-    table: _builtins.str
+    """The backup to restore; empty with resume_id."""
     mode: Global___RestoreMode.ValueType
-    dry_run: _builtins.bool
-    """Plan only: report what would be done and destroyed."""
+    confirm_cluster: _builtins.str
+    """The name of the cluster being restored (the backup's, or the resumed restore's), typed by the
+    operator: anything else is refused.
+    """
+    force: _builtins.bool
+    restore_id: _builtins.str
+    """The restore_id of the PlanRestore answer the operator confirmed. The coordinator plans again
+    under that id and refuses if what it would destroy changed since (nodes, volumes, snapshots,
+    destroyed, lost backups), or if it no longer holds that plan (held 30 minutes, in memory).
+    Empty: plan and run at once, under a new id (the operation's first message names it).
+    """
+    resume_id: _builtins.str
+    """Go on with this unfinished restore from each node's last finished step (backup_id, nodes,
+    mode, force and restore_id are then ignored).
+    """
+    requested_by: _builtins.str
+    """Who asked, recorded with the restore (e.g. the operator's login); default "api"."""
     @_builtins.property
     def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Empty: every node of the backup."""
@@ -514,18 +655,459 @@ class StartRestoreRequest(_message.Message):
         *,
         backup_id: _builtins.str = ...,
         nodes: _abc.Iterable[_builtins.str] | None = ...,
-        keyspace: _builtins.str = ...,
-        table: _builtins.str = ...,
         mode: Global___RestoreMode.ValueType = ...,
-        dry_run: _builtins.bool = ...,
+        confirm_cluster: _builtins.str = ...,
+        force: _builtins.bool = ...,
+        restore_id: _builtins.str = ...,
+        resume_id: _builtins.str = ...,
+        requested_by: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "dry_run", b"dry_run", "keyspace", b"keyspace", "mode", b"mode", "nodes", b"nodes", "table", b"table"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "confirm_cluster", b"confirm_cluster", "force", b"force", "mode", b"mode", "nodes", b"nodes", "requested_by", b"requested_by", "restore_id", b"restore_id", "resume_id", b"resume_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StartRestoreRequest: _TypeAlias = StartRestoreRequest  # noqa: Y015
+
+@_typing.final
+class GetRestoreRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESTORE_ID_FIELD_NUMBER: _builtins.int
+    restore_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        restore_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["restore_id", b"restore_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetRestoreRequest: _TypeAlias = GetRestoreRequest  # noqa: Y015
+
+@_typing.final
+class ListRestoresRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLUSTER_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    cluster: _builtins.str
+    """Empty: every cluster."""
+    limit: _builtins.int
+    """At most this many (default 50, at most 1000)."""
+    def __init__(
+        self,
+        *,
+        cluster: _builtins.str = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "limit", b"limit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListRestoresRequest: _TypeAlias = ListRestoresRequest  # noqa: Y015
+
+@_typing.final
+class ListRestoresResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESTORES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def restores(self) -> _containers.RepeatedCompositeFieldContainer[Global___Restore]:
+        """Newest first."""
+
+    def __init__(
+        self,
+        *,
+        restores: _abc.Iterable[Global___Restore] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["restores", b"restores"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListRestoresResponse: _TypeAlias = ListRestoresResponse  # noqa: Y015
+
+@_typing.final
+class RestoreVolume(_message.Message):
+    """One volume of a node in a restore: where it is mounted and what is attached there."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ARRAY_FIELD_NUMBER: _builtins.int
+    VOLUME_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
+    MOUNT_POINT_FIELD_NUMBER: _builtins.int
+    ATTACHED_VOLUME_FIELD_NUMBER: _builtins.int
+    array: _builtins.str
+    volume: _builtins.str
+    """The volume the backup holds (the configured one)."""
+    role: _types_pb2.FilesystemRole.ValueType
+    mount_point: _builtins.str
+    attached_volume: _builtins.str
+    """What is attached after the restore: the same volume (revert) or its clone; empty until then."""
+    def __init__(
+        self,
+        *,
+        array: _builtins.str = ...,
+        volume: _builtins.str = ...,
+        role: _types_pb2.FilesystemRole.ValueType = ...,
+        mount_point: _builtins.str = ...,
+        attached_volume: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["array", b"array", "attached_volume", b"attached_volume", "mount_point", b"mount_point", "role", b"role", "volume", b"volume"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoreVolume: _TypeAlias = RestoreVolume  # noqa: Y015
+
+@_typing.final
+class RestorePlanNode(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    HOST_ID_FIELD_NUMBER: _builtins.int
+    SEED_FIELD_NUMBER: _builtins.int
+    CASSANDRA_RUNNING_FIELD_NUMBER: _builtins.int
+    VOLUMES_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    host_id: _builtins.str
+    seed: _builtins.bool
+    """Started first (a seed, or the first target when no seed is one)."""
+    cassandra_running: _builtins.bool
+    """Cassandra answered at plan time: a pre-restore canary can be written and a drain made."""
+    @_builtins.property
+    def volumes(self) -> _containers.RepeatedCompositeFieldContainer[Global___RestoreVolume]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        host_id: _builtins.str = ...,
+        seed: _builtins.bool = ...,
+        cassandra_running: _builtins.bool = ...,
+        volumes: _abc.Iterable[Global___RestoreVolume] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cassandra_running", b"cassandra_running", "host_id", b"host_id", "name", b"name", "seed", b"seed", "volumes", b"volumes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestorePlanNode: _TypeAlias = RestorePlanNode  # noqa: Y015
+
+@_typing.final
+class RestorePlanArray(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ARRAY_FIELD_NUMBER: _builtins.int
+    SNAPSHOT_FIELD_NUMBER: _builtins.int
+    DESTROYS_FIELD_NUMBER: _builtins.int
+    array: _builtins.str
+    @_builtins.property
+    def snapshot(self) -> _types_pb2.SnapshotRef:
+        """The backup's snapshot, narrowed to the target nodes' volumes."""
+
+    @_builtins.property
+    def destroys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What reverting destroys besides the volumes' current contents (ONTAP: newer snapshots)."""
+
+    def __init__(
+        self,
+        *,
+        array: _builtins.str = ...,
+        snapshot: _types_pb2.SnapshotRef | None = ...,
+        destroys: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["snapshot", b"snapshot"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["array", b"array", "destroys", b"destroys", "snapshot", b"snapshot"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestorePlanArray: _TypeAlias = RestorePlanArray  # noqa: Y015
+
+@_typing.final
+class RestorePlan(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESTORE_ID_FIELD_NUMBER: _builtins.int
+    BACKUP_ID_FIELD_NUMBER: _builtins.int
+    CLUSTER_FIELD_NUMBER: _builtins.int
+    BACKUP_STARTED_AT_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    WHOLE_RING_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    ARRAYS_FIELD_NUMBER: _builtins.int
+    DESTROYED_FIELD_NUMBER: _builtins.int
+    LOST_BACKUPS_FIELD_NUMBER: _builtins.int
+    WARNINGS_FIELD_NUMBER: _builtins.int
+    REFUSALS_FIELD_NUMBER: _builtins.int
+    EXPECTED_DURATION_FIELD_NUMBER: _builtins.int
+    restore_id: _builtins.str
+    backup_id: _builtins.str
+    cluster: _builtins.str
+    mode: Global___RestoreMode.ValueType
+    whole_ring: _builtins.bool
+    @_builtins.property
+    def backup_started_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___RestorePlanNode]: ...
+    @_builtins.property
+    def arrays(self) -> _containers.RepeatedCompositeFieldContainer[Global___RestorePlanArray]: ...
+    @_builtins.property
+    def destroyed(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What the restore destroys, in words."""
+
+    @_builtins.property
+    def lost_backups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Backups whose snapshots this revert deletes on the array (marked lost when it does)."""
+
+    @_builtins.property
+    def warnings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def refusals(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Every reason not to restore; StartRestore refuses a plan that has any."""
+
+    @_builtins.property
+    def expected_duration(self) -> _duration_pb2.Duration:
+        """The median of past proven restores of the cluster; absent when there is none."""
+
+    def __init__(
+        self,
+        *,
+        restore_id: _builtins.str = ...,
+        backup_id: _builtins.str = ...,
+        cluster: _builtins.str = ...,
+        backup_started_at: _timestamp_pb2.Timestamp | None = ...,
+        mode: Global___RestoreMode.ValueType = ...,
+        whole_ring: _builtins.bool = ...,
+        nodes: _abc.Iterable[Global___RestorePlanNode] | None = ...,
+        arrays: _abc.Iterable[Global___RestorePlanArray] | None = ...,
+        destroyed: _abc.Iterable[_builtins.str] | None = ...,
+        lost_backups: _abc.Iterable[_builtins.str] | None = ...,
+        warnings: _abc.Iterable[_builtins.str] | None = ...,
+        refusals: _abc.Iterable[_builtins.str] | None = ...,
+        expected_duration: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["backup_started_at", b"backup_started_at", "expected_duration", b"expected_duration"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arrays", b"arrays", "backup_id", b"backup_id", "backup_started_at", b"backup_started_at", "cluster", b"cluster", "destroyed", b"destroyed", "expected_duration", b"expected_duration", "lost_backups", b"lost_backups", "mode", b"mode", "nodes", b"nodes", "refusals", b"refusals", "restore_id", b"restore_id", "warnings", b"warnings", "whole_ring", b"whole_ring"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestorePlan: _TypeAlias = RestorePlan  # noqa: Y015
+
+@_typing.final
+class RestoreNode(_message.Message):
+    """One target node's progress, verdict and proof."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    HOST_ID_FIELD_NUMBER: _builtins.int
+    VOLUMES_FIELD_NUMBER: _builtins.int
+    WAS_RUNNING_FIELD_NUMBER: _builtins.int
+    BACKUP_CANARY_FIELD_NUMBER: _builtins.int
+    PRE_RESTORE_CANARY_FIELD_NUMBER: _builtins.int
+    MANIFEST_OK_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    STEP_TIMINGS_FIELD_NUMBER: _builtins.int
+    VERDICT_FIELD_NUMBER: _builtins.int
+    PROOF_FIELD_NUMBER: _builtins.int
+    UNPROVEN_FIELD_NUMBER: _builtins.int
+    NEXT_STEP_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    host_id: _builtins.str
+    was_running: _builtins.bool
+    """Whether Cassandra answered at plan time."""
+    backup_canary: _builtins.str
+    """Key of the backup's canary row for this node."""
+    pre_restore_canary: _builtins.str
+    """Key of the canary written just before the stop; empty when none could be written."""
+    manifest_ok: _builtins.bool
+    """The manifest check; absent until it ran."""
+    step: Global___RestoreStep.ValueType
+    verdict: Global___NodeVerdict.ValueType
+    next_step: _builtins.str
+    """What the operator must do for this node now; empty once it is verified."""
+    @_builtins.property
+    def volumes(self) -> _containers.RepeatedCompositeFieldContainer[Global___RestoreVolume]: ...
+    @_builtins.property
+    def step_timings(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.PhaseTiming]:
+        """Time taken by each step the node finished (phase: the step's name, e.g. "stopped")."""
+
+    @_builtins.property
+    def proof(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Why the verdict is what it is: each proof part, passed or failed, in words."""
+
+    @_builtins.property
+    def unproven(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What could not be proven."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        host_id: _builtins.str = ...,
+        volumes: _abc.Iterable[Global___RestoreVolume] | None = ...,
+        was_running: _builtins.bool = ...,
+        backup_canary: _builtins.str = ...,
+        pre_restore_canary: _builtins.str = ...,
+        manifest_ok: _builtins.bool | None = ...,
+        step: Global___RestoreStep.ValueType = ...,
+        step_timings: _abc.Iterable[_types_pb2.PhaseTiming] | None = ...,
+        verdict: Global___NodeVerdict.ValueType = ...,
+        proof: _abc.Iterable[_builtins.str] | None = ...,
+        unproven: _abc.Iterable[_builtins.str] | None = ...,
+        next_step: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_manifest_ok", b"_manifest_ok", "manifest_ok", b"manifest_ok"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_manifest_ok", b"_manifest_ok", "backup_canary", b"backup_canary", "host_id", b"host_id", "manifest_ok", b"manifest_ok", "name", b"name", "next_step", b"next_step", "pre_restore_canary", b"pre_restore_canary", "proof", b"proof", "step", b"step", "step_timings", b"step_timings", "unproven", b"unproven", "verdict", b"verdict", "volumes", b"volumes", "was_running", b"was_running"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__manifest_ok: _TypeAlias = _typing.Literal["manifest_ok"]  # noqa: Y015
+    _WhichOneofArgType__manifest_ok: _TypeAlias = _typing.Literal["_manifest_ok", b"_manifest_ok"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__manifest_ok) -> _WhichOneofReturnType__manifest_ok | None: ...
+
+Global___RestoreNode: _TypeAlias = RestoreNode  # noqa: Y015
+
+@_typing.final
+class RestoreArrayStep(_message.Message):
+    """An array-level step a restore finished, e.g. ("a1", "reverted") or ("a1", "cloned:<suffix>")."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ARRAY_FIELD_NUMBER: _builtins.int
+    DONE_FIELD_NUMBER: _builtins.int
+    array: _builtins.str
+    done: _builtins.str
+    def __init__(
+        self,
+        *,
+        array: _builtins.str = ...,
+        done: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["array", b"array", "done", b"done"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoreArrayStep: _TypeAlias = RestoreArrayStep  # noqa: Y015
+
+@_typing.final
+class RestoreClone(_message.Message):
+    """A clone a clone-mode restore made and attached in place of the original volume."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ARRAY_FIELD_NUMBER: _builtins.int
+    ORIGINAL_VOLUME_FIELD_NUMBER: _builtins.int
+    CLONE_VOLUME_FIELD_NUMBER: _builtins.int
+    array: _builtins.str
+    original_volume: _builtins.str
+    clone_volume: _builtins.str
+    def __init__(
+        self,
+        *,
+        array: _builtins.str = ...,
+        original_volume: _builtins.str = ...,
+        clone_volume: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["array", b"array", "clone_volume", b"clone_volume", "original_volume", b"original_volume"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoreClone: _TypeAlias = RestoreClone  # noqa: Y015
+
+@_typing.final
+class Restore(_message.Message):
+    """One restore as the catalog records it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESTORE_ID_FIELD_NUMBER: _builtins.int
+    CLUSTER_FIELD_NUMBER: _builtins.int
+    BACKUP_ID_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    WHOLE_RING_FIELD_NUMBER: _builtins.int
+    REQUESTED_BY_FIELD_NUMBER: _builtins.int
+    STARTED_AT_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    FINISHED_AT_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    WARNINGS_FIELD_NUMBER: _builtins.int
+    ARRAYS_DONE_FIELD_NUMBER: _builtins.int
+    CLONES_FIELD_NUMBER: _builtins.int
+    TIMINGS_FIELD_NUMBER: _builtins.int
+    restore_id: _builtins.str
+    cluster: _builtins.str
+    backup_id: _builtins.str
+    mode: Global___RestoreMode.ValueType
+    whole_ring: _builtins.bool
+    requested_by: _builtins.str
+    state: Global___RestoreState.ValueType
+    error: _builtins.str
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___RestoreNode]:
+        """Target nodes; every node of the backup for a whole-ring restore."""
+
+    @_builtins.property
+    def started_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def finished_at(self) -> _timestamp_pb2.Timestamp:
+        """Absent while it runs."""
+
+    @_builtins.property
+    def warnings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What the operator must know: destroyed newer snapshots, the repair to run, forced checks."""
+
+    @_builtins.property
+    def arrays_done(self) -> _containers.RepeatedCompositeFieldContainer[Global___RestoreArrayStep]: ...
+    @_builtins.property
+    def clones(self) -> _containers.RepeatedCompositeFieldContainer[Global___RestoreClone]: ...
+    @_builtins.property
+    def timings(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.PhaseTiming]:
+        """Time spent in each run-level step (e.g. "stop", "revert", "verify")."""
+
+    def __init__(
+        self,
+        *,
+        restore_id: _builtins.str = ...,
+        cluster: _builtins.str = ...,
+        backup_id: _builtins.str = ...,
+        mode: Global___RestoreMode.ValueType = ...,
+        nodes: _abc.Iterable[Global___RestoreNode] | None = ...,
+        whole_ring: _builtins.bool = ...,
+        requested_by: _builtins.str = ...,
+        started_at: _timestamp_pb2.Timestamp | None = ...,
+        state: Global___RestoreState.ValueType = ...,
+        finished_at: _timestamp_pb2.Timestamp | None = ...,
+        error: _builtins.str = ...,
+        warnings: _abc.Iterable[_builtins.str] | None = ...,
+        arrays_done: _abc.Iterable[Global___RestoreArrayStep] | None = ...,
+        clones: _abc.Iterable[Global___RestoreClone] | None = ...,
+        timings: _abc.Iterable[_types_pb2.PhaseTiming] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["finished_at", b"finished_at", "started_at", b"started_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arrays_done", b"arrays_done", "backup_id", b"backup_id", "clones", b"clones", "cluster", b"cluster", "error", b"error", "finished_at", b"finished_at", "mode", b"mode", "nodes", b"nodes", "requested_by", b"requested_by", "restore_id", b"restore_id", "started_at", b"started_at", "state", b"state", "timings", b"timings", "warnings", b"warnings", "whole_ring", b"whole_ring"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Restore: _TypeAlias = Restore  # noqa: Y015
 
 @_typing.final
 class PlanRetentionRequest(_message.Message):

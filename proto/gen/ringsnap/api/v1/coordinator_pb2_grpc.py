@@ -65,10 +65,25 @@ class CoordinatorServiceStub:
                 request_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.DeleteBackupRequest.SerializeToString,
                 response_deserializer=ringsnap_dot_api_dot_v1_dot_types__pb2.Operation.FromString,
                 _registered_method=True)
+        self.PlanRestore = channel.unary_unary(
+                '/ringsnap.api.v1.CoordinatorService/PlanRestore',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.PlanRestoreRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.RestorePlan.FromString,
+                _registered_method=True)
         self.StartRestore = channel.unary_unary(
                 '/ringsnap.api.v1.CoordinatorService/StartRestore',
                 request_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.StartRestoreRequest.SerializeToString,
                 response_deserializer=ringsnap_dot_api_dot_v1_dot_types__pb2.Operation.FromString,
+                _registered_method=True)
+        self.GetRestore = channel.unary_unary(
+                '/ringsnap.api.v1.CoordinatorService/GetRestore',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.GetRestoreRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.Restore.FromString,
+                _registered_method=True)
+        self.ListRestores = channel.unary_unary(
+                '/ringsnap.api.v1.CoordinatorService/ListRestores',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListRestoresRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListRestoresResponse.FromString,
                 _registered_method=True)
         self.PlanRetention = channel.unary_unary(
                 '/ringsnap.api.v1.CoordinatorService/PlanRetention',
@@ -123,8 +138,36 @@ class CoordinatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PlanRestore(self, request, context):
+        """What a restore would do and destroy, and every reason to refuse it; changes nothing. The plan
+        is held for a while under its restore_id, for StartRestore to run once the operator confirmed
+        it. A plan that refuses is returned as such (its refusals set), not as an error.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def StartRestore(self, request, context):
-        """Not built yet (a later issue): answers UNIMPLEMENTED.
+        """Plans again and runs the restore as an operation (kind RESTORE) whose phase is the workflow's
+        step and whose message is its latest progress line; or resumes one (resume_id). Refused before
+        anything changes: FAILED_PRECONDITION RESTORE_NOT_CONFIRMED (confirm_cluster is not the
+        backup's cluster), FAILED_PRECONDITION RESTORE_REFUSED (the plan refuses, or differs from the
+        one shown), ABORTED CLUSTER_BUSY (a backup or another restore of the cluster runs). While it
+        runs, the cluster is busy: its backups are skipped as they are during another backup.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetRestore(self, request, context):
+        """A restore's record (the catalog's): every node's step, verdict and proof, warnings, clones.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRestores(self, request, context):
+        """The newest restores, newest first.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -178,10 +221,25 @@ def add_CoordinatorServiceServicer_to_server(servicer, server):
                     request_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.DeleteBackupRequest.FromString,
                     response_serializer=ringsnap_dot_api_dot_v1_dot_types__pb2.Operation.SerializeToString,
             ),
+            'PlanRestore': grpc.unary_unary_rpc_method_handler(
+                    servicer.PlanRestore,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.PlanRestoreRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.RestorePlan.SerializeToString,
+            ),
             'StartRestore': grpc.unary_unary_rpc_method_handler(
                     servicer.StartRestore,
                     request_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.StartRestoreRequest.FromString,
                     response_serializer=ringsnap_dot_api_dot_v1_dot_types__pb2.Operation.SerializeToString,
+            ),
+            'GetRestore': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRestore,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.GetRestoreRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.Restore.SerializeToString,
+            ),
+            'ListRestores': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRestores,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListRestoresRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListRestoresResponse.SerializeToString,
             ),
             'PlanRetention': grpc.unary_unary_rpc_method_handler(
                     servicer.PlanRetention,
@@ -367,6 +425,33 @@ class CoordinatorService:
             _registered_method=True)
 
     @staticmethod
+    def PlanRestore(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.CoordinatorService/PlanRestore',
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.PlanRestoreRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.RestorePlan.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def StartRestore(request,
             target,
             options=(),
@@ -383,6 +468,60 @@ class CoordinatorService:
             '/ringsnap.api.v1.CoordinatorService/StartRestore',
             ringsnap_dot_api_dot_v1_dot_coordinator__pb2.StartRestoreRequest.SerializeToString,
             ringsnap_dot_api_dot_v1_dot_types__pb2.Operation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRestore(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.CoordinatorService/GetRestore',
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.GetRestoreRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.Restore.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRestores(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.CoordinatorService/ListRestores',
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListRestoresRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListRestoresResponse.FromString,
             options,
             channel_credentials,
             insecure,

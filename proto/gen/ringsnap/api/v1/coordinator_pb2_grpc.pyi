@@ -40,8 +40,23 @@ class CoordinatorServiceStub:
     """Paged: listing never grows past one message, whatever the catalog holds."""
     GetBackup: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.GetBackupRequest, _coordinator_pb2.Backup]
     DeleteBackup: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.DeleteBackupRequest, _types_pb2.Operation]
+    PlanRestore: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.PlanRestoreRequest, _coordinator_pb2.RestorePlan]
+    """What a restore would do and destroy, and every reason to refuse it; changes nothing. The plan
+    is held for a while under its restore_id, for StartRestore to run once the operator confirmed
+    it. A plan that refuses is returned as such (its refusals set), not as an error.
+    """
     StartRestore: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.StartRestoreRequest, _types_pb2.Operation]
-    """Not built yet (a later issue): answers UNIMPLEMENTED."""
+    """Plans again and runs the restore as an operation (kind RESTORE) whose phase is the workflow's
+    step and whose message is its latest progress line; or resumes one (resume_id). Refused before
+    anything changes: FAILED_PRECONDITION RESTORE_NOT_CONFIRMED (confirm_cluster is not the
+    backup's cluster), FAILED_PRECONDITION RESTORE_REFUSED (the plan refuses, or differs from the
+    one shown), ABORTED CLUSTER_BUSY (a backup or another restore of the cluster runs). While it
+    runs, the cluster is busy: its backups are skipped as they are during another backup.
+    """
+    GetRestore: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.GetRestoreRequest, _coordinator_pb2.Restore]
+    """A restore's record (the catalog's): every node's step, verdict and proof, warnings, clones."""
+    ListRestores: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.ListRestoresRequest, _coordinator_pb2.ListRestoresResponse]
+    """The newest restores, newest first."""
     PlanRetention: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.PlanRetentionRequest, _coordinator_pb2.PlanRetentionResponse]
     """What a retention policy keeps and removes, with the reasons; apply=true deletes the removed
     backups (catalog entries and array snapshots) and returns the plan it applied.
@@ -60,8 +75,23 @@ class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
     """Paged: listing never grows past one message, whatever the catalog holds."""
     GetBackup: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.GetBackupRequest, _coordinator_pb2.Backup]  # type: ignore[assignment]
     DeleteBackup: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.DeleteBackupRequest, _types_pb2.Operation]  # type: ignore[assignment]
+    PlanRestore: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.PlanRestoreRequest, _coordinator_pb2.RestorePlan]  # type: ignore[assignment]
+    """What a restore would do and destroy, and every reason to refuse it; changes nothing. The plan
+    is held for a while under its restore_id, for StartRestore to run once the operator confirmed
+    it. A plan that refuses is returned as such (its refusals set), not as an error.
+    """
     StartRestore: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.StartRestoreRequest, _types_pb2.Operation]  # type: ignore[assignment]
-    """Not built yet (a later issue): answers UNIMPLEMENTED."""
+    """Plans again and runs the restore as an operation (kind RESTORE) whose phase is the workflow's
+    step and whose message is its latest progress line; or resumes one (resume_id). Refused before
+    anything changes: FAILED_PRECONDITION RESTORE_NOT_CONFIRMED (confirm_cluster is not the
+    backup's cluster), FAILED_PRECONDITION RESTORE_REFUSED (the plan refuses, or differs from the
+    one shown), ABORTED CLUSTER_BUSY (a backup or another restore of the cluster runs). While it
+    runs, the cluster is busy: its backups are skipped as they are during another backup.
+    """
+    GetRestore: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.GetRestoreRequest, _coordinator_pb2.Restore]  # type: ignore[assignment]
+    """A restore's record (the catalog's): every node's step, verdict and proof, warnings, clones."""
+    ListRestores: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.ListRestoresRequest, _coordinator_pb2.ListRestoresResponse]  # type: ignore[assignment]
+    """The newest restores, newest first."""
     PlanRetention: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.PlanRetentionRequest, _coordinator_pb2.PlanRetentionResponse]  # type: ignore[assignment]
     """What a retention policy keeps and removes, with the reasons; apply=true deletes the removed
     backups (catalog entries and array snapshots) and returns the plan it applied.
@@ -115,12 +145,45 @@ class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_types_pb2.Operation, _abc.Awaitable[_types_pb2.Operation]]: ...
 
     @_abc_1.abstractmethod
+    def PlanRestore(
+        self,
+        request: _coordinator_pb2.PlanRestoreRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_coordinator_pb2.RestorePlan, _abc.Awaitable[_coordinator_pb2.RestorePlan]]:
+        """What a restore would do and destroy, and every reason to refuse it; changes nothing. The plan
+        is held for a while under its restore_id, for StartRestore to run once the operator confirmed
+        it. A plan that refuses is returned as such (its refusals set), not as an error.
+        """
+
+    @_abc_1.abstractmethod
     def StartRestore(
         self,
         request: _coordinator_pb2.StartRestoreRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_types_pb2.Operation, _abc.Awaitable[_types_pb2.Operation]]:
-        """Not built yet (a later issue): answers UNIMPLEMENTED."""
+        """Plans again and runs the restore as an operation (kind RESTORE) whose phase is the workflow's
+        step and whose message is its latest progress line; or resumes one (resume_id). Refused before
+        anything changes: FAILED_PRECONDITION RESTORE_NOT_CONFIRMED (confirm_cluster is not the
+        backup's cluster), FAILED_PRECONDITION RESTORE_REFUSED (the plan refuses, or differs from the
+        one shown), ABORTED CLUSTER_BUSY (a backup or another restore of the cluster runs). While it
+        runs, the cluster is busy: its backups are skipped as they are during another backup.
+        """
+
+    @_abc_1.abstractmethod
+    def GetRestore(
+        self,
+        request: _coordinator_pb2.GetRestoreRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_coordinator_pb2.Restore, _abc.Awaitable[_coordinator_pb2.Restore]]:
+        """A restore's record (the catalog's): every node's step, verdict and proof, warnings, clones."""
+
+    @_abc_1.abstractmethod
+    def ListRestores(
+        self,
+        request: _coordinator_pb2.ListRestoresRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_coordinator_pb2.ListRestoresResponse, _abc.Awaitable[_coordinator_pb2.ListRestoresResponse]]:
+        """The newest restores, newest first."""
 
     @_abc_1.abstractmethod
     def PlanRetention(
