@@ -1,0 +1,207 @@
+"""Restores through the daemon, on fakes of our own ports: `open_restore_session` replaced.
+
+The coordinator under test (conftest's harness) opens its restore sessions through
+`ringsnap.coordinator.service.open_restore_session`; `RestoreRig.open_session` stands in for it
+and yields a real `RestoreSession` (the real plan, workflow and catalog journal) whose agents,
+array and ring are the fakes below, steered by the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, cast
+
+from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.ports import (
+    ArrayPort,
+    DiscardedDirectory,
+    NodeAgent,
+    NodeVolumeFacts,
+    VolumeState,
+)
+from ringsnap.coordinator.restore import RestoreSettings
+from ringsnap.coordinator.restore_session import RestoreSession
+from ringsnap.coordinator.ring import CqlRing
+from ringsnap.plugins.types import Capabilities, SnapshotRef, Volume
+from tests.support.fakes import FakeAgent, FakeArray, volumes_of
+
+from .conftest import ALL_NODES, ARRAY, MANIFEST, Harness
+
+SETTINGS = RestoreSettings(agent_timeout=10, start_timeout=10, ring_timeout=10, array_timeout=10)
+
+
+class RestoringAgent(FakeAgent):
+    """A node agent that does its side of a restore in memory."""
+
+    def __init__(self, node: str, rig: RestoreRig) -> None:
+        super().__init__(node, rig.events, leases=False, manifest=MANIFEST)
+        self.rig = rig
+        self.running = True
+
+    async def volume_state(self) -> VolumeState:
+        if self.unreachable:
+            raise ConnectionError(f"{self.node} refused connection")
+        facts = tuple(
+            NodeVolumeFacts(
+                mount_point=f"/{kind}",
+                device=f"/dev/{kind}",
+                fs_type="ext4",
+                fs_uuid=f"uuid-{self.node}-{kind}",
+                kinds=(kind,),
+            )
+            for kind in ("data", "commitlog")
+        )
+        return VolumeState(cassandra_running=self.running, detail="", volumes=facts)
+
+    async def stop_cassandra(self, *, drain: bool) -> bool:
+        self.events.append(f"stop {self.node}")
+        self.rig.stopping.set()
+        gate = self.rig.stop_gate
+        if gate is not None:
+            await gate.wait()
+        return drain
+
+    async def start_cassandra(self, *, wait_seconds: float, until_gossip: bool = False) -> float:
+        self.events.append(f"start {self.node}")
+        return 0.1
+
+    async def release_volumes(
+        self, operation_id: str, mount_points: Sequence[str]
+    ) -> tuple[NodeVolumeFacts, ...]:
+        self.events.append(f"release {self.node}")
+        return ()
+
+    async def attach_volumes(
+        self, operation_id: str, volumes: Sequence[tuple[str, str]]
+    ) -> tuple[NodeVolumeFacts, ...]:
+        self.events.append(f"attach {self.node}")
+        return ()
+
+    async def discard_replay_state(
+        self, operation_id: str, *, hints: bool
+    ) -> tuple[DiscardedDirectory, ...]:
+        return ()
+
+
+class RestoringArray(FakeArray):
+    """The harness's array as a restore sees it: its snapshots, and revert and clone."""
+
+    def __init__(self, snapshots: dict[str, SnapshotRef], events: list[str]) -> None:
+        super().__init__(ARRAY, volumes_of(ALL_NODES), events=events)
+        self.snapshots = snapshots
+        self.destroys: list[str] = []
+        self.fail_revert: Exception | None = None
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(atomic_group_snapshot=True, revert=True, clone=True)
+
+    async def revert_plan(self, ref: SnapshotRef) -> Sequence[str]:
+        return list(self.destroys)
+
+    async def revert(self, ref: SnapshotRef) -> None:
+        self.events.append(f"revert {ref.snapshot_name}")
+        if self.fail_revert is not None:
+            raise self.fail_revert
+
+    async def clone(self, ref: SnapshotRef, suffix: str) -> Sequence[Volume]:
+        self.events.append(f"clone {ref.snapshot_name}")
+        return [Volume(f"{m.volume.name}_{suffix}", f"c-{m.volume.id}") for m in ref.members]
+
+
+class FakeRing:
+    """The ring through CQL: which canary keys are present."""
+
+    def __init__(self) -> None:
+        self.present = {f"canary-{n}" for n in ALL_NODES}
+        self.gc_grace = (864000, "ks.t")
+
+    async def write_pre_restore_canaries(
+        self, restore_id: str, host_ids: Sequence[str]
+    ) -> dict[str, str]:
+        return {h: f"pre:{restore_id}:{h}" for h in host_ids}
+
+    async def canary_present(self, key: str, host_id: str) -> bool:
+        return key in self.present
+
+    async def min_gc_grace(self) -> tuple[int, str]:
+        return self.gc_grace
+
+    async def wait_for_ring(self, host_ids: Sequence[str], timeout: float) -> None:
+        return None
+
+    def reconnect(self) -> None:
+        return None
+
+
+class RestoreRig:
+    def __init__(self, harness: Harness) -> None:
+        self.harness = harness
+        self.events: list[str] = []
+        self.agents = {n: RestoringAgent(n, self) for n in ALL_NODES}
+        self.array = RestoringArray(harness.array.snapshots, self.events)
+        self.ring = FakeRing()
+        #: Set (in the harness's loop): every stop waits for it.
+        self.stop_gate: asyncio.Event | None = None
+        self.stopping = asyncio.Event()
+        #: Clusters whose sessions were opened, and closed, in order.
+        self.opened: list[str] = []
+        self.closed: list[str] = []
+
+    @contextlib.asynccontextmanager
+    async def open_session(
+        self,
+        config: CoordinatorConfig,
+        cluster_name: str,
+        *,
+        catalog: Catalog | None = None,
+        settings: RestoreSettings | None = None,
+    ) -> AsyncIterator[RestoreSession]:
+        assert catalog is self.harness.catalog, "the daemon restores with its own catalog"
+        cluster = config.cluster(cluster_name)
+        self.opened.append(cluster_name)
+        try:
+            yield RestoreSession(
+                config,
+                catalog,
+                cluster,
+                {n.name: cast(NodeAgent, self.agents[n.name]) for n in cluster.nodes},
+                {ARRAY: cast(ArrayPort, self.array)},
+                cast(CqlRing, self.ring),
+                SETTINGS,
+            )
+        finally:
+            self.closed.append(cluster_name)
+
+    # -- steering (in the loop that owns the events) ----------------------------------------------
+
+    def hold_stop(self) -> None:
+        async def hold() -> None:
+            self.stop_gate = asyncio.Event()
+            self.stopping.clear()
+
+        self.harness.call(hold())
+
+    def wait_stopping(self) -> None:
+        self.harness.call(asyncio.wait_for(self.stopping.wait(), 10))
+
+    def release_stop(self) -> None:
+        async def release() -> None:
+            gate, self.stop_gate = self.stop_gate, None
+            if gate is not None:
+                gate.set()
+
+        self.harness.call(release())
+
+    def stops(self) -> list[str]:
+        return [e for e in self.events if e.startswith("stop ")]
+
+
+def install(harness: Harness, monkeypatch: Any) -> RestoreRig:
+    from ringsnap.coordinator import service
+
+    rig = RestoreRig(harness)
+    monkeypatch.setattr(service, "open_restore_session", rig.open_session)
+    return rig
