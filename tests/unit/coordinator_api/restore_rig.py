@@ -149,6 +149,8 @@ class RestoreRig:
         #: Clusters whose sessions were opened, and closed, in order.
         self.opened: list[str] = []
         self.closed: list[str] = []
+        #: The catalog each session was given.
+        self.catalogs: list[Catalog] = []
 
     @contextlib.asynccontextmanager
     async def open_session(
@@ -159,9 +161,10 @@ class RestoreRig:
         catalog: Catalog | None = None,
         settings: RestoreSettings | None = None,
     ) -> AsyncIterator[RestoreSession]:
-        assert catalog is self.harness.catalog, "the daemon restores with its own catalog"
+        assert catalog is not None, "the caller's catalog, never one opened here"
         cluster = config.cluster(cluster_name)
         self.opened.append(cluster_name)
+        self.catalogs.append(catalog)
         try:
             yield RestoreSession(
                 config,

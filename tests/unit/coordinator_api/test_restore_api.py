@@ -84,6 +84,7 @@ def test_plan_restore_maps_the_plan_and_changes_nothing(harness: Harness, rig: R
     assert not plan.refusals and not plan.lost_backups and not plan.warnings
     assert not plan.HasField("expected_duration"), "no past restore of the cluster"
     assert rig.opened == rig.closed == ["prod"], "the plan's session is closed again"
+    assert rig.catalogs == [harness.catalog], "the daemon restores with its own catalog"
     assert not rig.stops() and not harness.catalog.list_restores()
 
     partial = harness.stub().PlanRestore(

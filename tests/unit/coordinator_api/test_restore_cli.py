@@ -1,0 +1,290 @@
+"""`ringsnap restore` while the coordinator daemon holds the catalog: it goes through the daemon's
+API with the same plan, confirmation, progress, report and exit codes; with the catalog locked and
+no daemon answering, it refuses as before.
+
+The daemon is conftest's harness (which holds its catalog's lock, as the daemon does), its restore
+sessions on the fakes of `restore_rig`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import socket
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner, Result
+
+from ringsnap.config import validate
+from ringsnap.coordinator import restore_cli
+from ringsnap.coordinator.apitoken import TOKEN_FILE_ENV
+from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.client import ADDRESS_ENV, CONFIG_ENV, ExitCode
+from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.model import RestoreState
+from ringsnap.plugins.errors import DriverError
+
+from .conftest import Harness, config_data
+from .restore_rig import RestoreRig, install
+
+RECENT = datetime.now(UTC) - timedelta(hours=2)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    raise TypeError(value)
+
+
+def toml(data: dict[str, Any], prefix: str = "") -> str:
+    """`data` as TOML: scalars and lists of scalars as keys, tables and arrays of tables."""
+    lines = [
+        f"{key} = {_value(value)}"
+        for key, value in data.items()
+        if not isinstance(value, dict)
+        and not (isinstance(value, list) and value and isinstance(value[0], dict))
+    ]
+    for key, value in data.items():
+        name = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, dict):
+            lines += ["", f"[{name}]", toml(value, name)]
+        elif isinstance(value, list) and value and isinstance(value[0], dict):
+            for item in value:
+                lines += ["", f"[[{name}]]", toml(item, name)]
+    return "\n".join(lines)
+
+
+def write_config(path: Path, data: dict[str, Any]) -> Path:
+    path.write_text(toml(data) + "\n")
+    import tomllib
+
+    assert tomllib.loads(path.read_text()) == data
+    validate(data, CoordinatorConfig, source=str(path))
+    return path
+
+
+@pytest.fixture
+def app() -> typer.Typer:
+    root = typer.Typer(pretty_exceptions_enable=False)
+
+    @root.callback()
+    def _root() -> None:
+        """ringsnap (test root)."""
+
+    root.command("restore")(restore_cli.restore_command)
+    return root
+
+
+@pytest.fixture
+def rig(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> RestoreRig:
+    harness.seed_backup("rs-1", RECENT)
+    return install(harness, monkeypatch)
+
+
+@pytest.fixture
+def full_config(harness: Harness) -> Path:
+    """The coordinator's own config file, as the daemon runs with it (its real address)."""
+    data = config_data(harness.tmp)
+    data["coordinator"]["listen"] = harness.address
+    return write_config(harness.tmp / "coordinator.toml", data)
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def run(app: typer.Typer, *args: str, input: str | None = None) -> Result:
+    env = {ADDRESS_ENV: "", TOKEN_FILE_ENV: "", CONFIG_ENV: "", "COLUMNS": "200"}
+    return CliRunner().invoke(app, ["restore", *args], input=input, env=env, catch_exceptions=False)
+
+
+def test_restore_through_the_daemon_prints_plan_progress_and_report(
+    app: typer.Typer, harness: Harness, rig: RestoreRig, full_config: Path
+) -> None:
+    rig.hold_stop()  # the restore waits in its stop until the CLI has followed it there
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        running = pool.submit(run, app, "rs-1", "--yes", "--config", str(full_config))
+        rig.wait_stopping()
+        time.sleep(0.5)
+        rig.release_stop()
+        result = running.result(60)
+    assert result.exit_code == ExitCode.OK, result.output
+    (record,) = harness.catalog.list_restores()
+    assert record.state is RestoreState.PROVEN
+    stderr, stdout = flat(result.stderr), flat(result.stdout)
+    assert f"the coordinator daemon at {harness.address} holds the catalog" in stderr
+    for expected in (
+        f"Restore plan {record.id}: backup rs-1 of cluster prod",
+        "revert mode, the whole ring",
+        "a1:n1-data (data) /data rs-1",
+        "Destroyed: - every write made since the backup on the whole ring",
+        "Expected duration: unknown",
+        f"restore {record.id} started in the coordinator",
+    ):
+        assert expected in stderr, expected
+    progress = [line.split() for line in result.stderr.splitlines() if "..." in line]
+    assert any(line[-2:] == ["stopped", "..."] for line in progress), result.stderr
+    assert all(line[1] in ("ms", "s") for line in progress), "each line shows the elapsed time"
+    assert f"Restore {record.id} of backup rs-1 (revert): PROVEN" in stdout
+    assert "n1 PROVEN (last step: verified)" in stdout
+    assert record.requested_by, "the operator is recorded"
+
+
+def test_exit_codes_not_proven_refused_failed_and_resumed(
+    app: typer.Typer, harness: Harness, rig: RestoreRig, full_config: Path
+) -> None:
+    rig.ring.present.discard("canary-n2")
+    result = run(app, "rs-1", "--yes", "--config", str(full_config))
+    assert result.exit_code == ExitCode.NOT_PROVEN, result.output
+    assert "FAILED-VERIFICATION" in result.stdout and "n2 FAILED" in flat(result.stdout)
+    rig.ring.present.add("canary-n2")
+
+    rig.agents["n3"].unreachable = True
+    result = run(app, "rs-1", "--yes", "--config", str(full_config))
+    assert result.exit_code == ExitCode.REFUSED, result.output
+    assert "refused: node n3: the agent cannot be reached" in flat(result.stderr)
+    assert "error: the plan refused" in flat(result.stderr)
+    document = json.loads(
+        run(app, "rs-1", "--yes", "--config", str(full_config), "-o", "json").stdout
+    )
+    assert any("node n3" in line for line in document["plan"]["refusals"])
+    rig.agents["n3"].unreachable = False
+
+    rig.array.fail_revert = DriverError("HTTP 500: revert failed", array="a1")
+    result = run(app, "rs-1", "--yes", "--config", str(full_config))
+    assert result.exit_code == ExitCode.FAILED, result.output
+    assert "revert failed" in flat(result.stderr)
+    assert "ringsnap restore --resume ID" in flat(result.stderr)
+    failed = harness.catalog.list_restores(limit=1)[0]
+    assert failed.state is RestoreState.FAILED
+
+    rig.array.fail_revert = None
+    result = run(app, "--resume", failed.id, "--config", str(full_config), "-o", "json")
+    assert result.exit_code == ExitCode.OK, result.output
+    document = json.loads(result.stdout)
+    assert document["restore"]["id"] == failed.id
+    assert document["restore"]["state"] == "proven"
+    assert [n["verdict"] for n in document["restore"]["nodes"]] == ["proven"] * 3
+
+
+def test_confirmation_through_the_daemon(
+    app: typer.Typer,
+    harness: Harness,
+    rig: RestoreRig,
+    full_config: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    result = run(app, "rs-1", "--config", str(full_config))
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert "no terminal to ask on" in flat(result.stderr)
+    assert "Restore plan rr-" in result.stderr, "the plan is printed first"
+
+    monkeypatch.setattr(restore_cli, "_interactive", lambda: True)
+    result = run(app, "rs-1", "--config", str(full_config), input="edge\n")
+    assert result.exit_code == ExitCode.REFUSED, result.output
+    assert "nothing was done: 'edge' is not 'prod'" in flat(result.stderr)
+    assert not rig.stops() and not harness.catalog.list_restores()
+    assert harness.coordinator.scheduler.guard.running("prod") is None
+
+    result = run(app, "rs-1", "--config", str(full_config), input="prod\n")
+    assert result.exit_code == ExitCode.OK, result.output
+    assert "Type the cluster's name (prod)" in result.stderr
+    (record,) = harness.catalog.list_restores()
+    assert record.state is RestoreState.PROVEN
+
+
+def test_dry_run_through_the_daemon_changes_nothing(
+    app: typer.Typer, harness: Harness, rig: RestoreRig, full_config: Path
+) -> None:
+    result = run(app, "rs-1", "--dry-run", "--nodes", "n2", "--config", str(full_config))
+    assert result.exit_code == ExitCode.OK, result.output
+    assert "n2" in result.stderr and "1 node(s) alone" in flat(result.stderr)
+    assert "nodetool repair -full" in flat(result.stderr)
+
+    result = run(app, "rs-1", "--dry-run", "--config", str(full_config), "--output", "json")
+    assert result.exit_code == ExitCode.OK, result.output
+    plan = json.loads(result.stdout)["plan"]
+    assert plan["backup_id"] == "rs-1" and plan["cluster"] == "prod"
+    assert plan["whole_ring"] is True and plan["mode"] == "revert"
+    assert plan["snapshots"] == {"a1": "rs-1"}
+    assert plan["nodes"][0]["volumes"][0] == {
+        "array": "a1",
+        "volume": "n1-data",
+        "role": "data",
+        "mount_point": "/data",
+        "attached_volume": "",
+    }
+    assert not rig.stops() and not harness.catalog.list_restores()
+
+    result = run(app, "rs-none", "--dry-run", "--config", str(full_config))
+    assert result.exit_code == ExitCode.NOT_FOUND
+    assert "no backup 'rs-none'" in flat(result.stderr)
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_a_locked_catalog_without_an_answering_daemon_is_refused(
+    app: typer.Typer, tmp_path: Path
+) -> None:
+    data = config_data(tmp_path)
+    data["coordinator"]["listen"] = f"127.0.0.1:{_closed_port()}"
+    config = write_config(tmp_path / "coordinator.toml", data)
+    with Catalog(data["coordinator"]["catalog"]):  # another restore holds it
+        result = run(app, "rs-1", "--dry-run", "--config", str(config))
+        assert result.exit_code == ExitCode.REFUSED, result.output
+        assert "is held by another process" in flat(result.stderr)
+        document = json.loads(run(app, "rs-1", "--config", str(config), "--output", "json").stdout)
+        assert document["error"]["reason"] == "CATALOG_LOCKED"
+
+
+def test_help_says_the_restore_runs_in_the_daemon_while_it_runs(app: typer.Typer) -> None:
+    result = CliRunner().invoke(app, ["restore", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    text = flat(result.stdout)
+    assert "While the daemon runs" in text and "runs in the daemon instead, through its API" in text
+    assert "Ctrl-C stops following, not the restore" in text
+
+
+def test_with_the_catalog_free_the_restore_runs_in_this_process(
+    app: typer.Typer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The path the daemon's absence takes, rendered by the same functions."""
+    data = config_data(tmp_path)
+    data["coordinator"]["listen"] = f"127.0.0.1:{_closed_port()}"
+    config = write_config(tmp_path / "coordinator.toml", data)
+    stand_in: Any = SimpleNamespace(array=SimpleNamespace(snapshots={}))
+    with Catalog(data["coordinator"]["catalog"]) as catalog:
+        stand_in.catalog = catalog
+        Harness.seed_backup(stand_in, "rs-1", RECENT)
+    rig = RestoreRig(stand_in)
+    monkeypatch.setattr(restore_cli, "open_restore_session", rig.open_session)
+
+    result = run(app, "rs-1", "--yes", "--config", str(config))
+    assert result.exit_code == ExitCode.OK, result.output
+    assert "holds the catalog" not in result.stderr
+    assert "Restore plan rr-" in result.stderr and "a1:n1-data (data)" in result.stderr
+    assert "n1: stopped done" in result.stderr, "in-process, every progress line shows"
+    assert "of backup rs-1 (revert): PROVEN" in flat(result.stdout)
+
+    rig.ring.present.discard("canary-n1")
+    result = run(app, "rs-1", "--yes", "--config", str(config))
+    assert result.exit_code == ExitCode.NOT_PROVEN, result.output
+    with Catalog(data["coordinator"]["catalog"]) as catalog:
+        states = [r.state for r in catalog.list_restores()]
+    assert states == [RestoreState.FAILED_VERIFICATION, RestoreState.PROVEN]
