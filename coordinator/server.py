@@ -287,9 +287,9 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         self, request: pb.DeleteBackupRequest, context: Context
     ) -> types_pb2.Operation:
         reason = request.reason.strip() or "deleted through the coordinator API"
-        operation = await control.start_delete(
-            self._coordinator, _backup_id(request.backup_id), reason
-        )
+        backup_id = _backup_id(request.backup_id)
+        self._coordinator.refuse_while_restored(backup_id)
+        operation = await control.start_delete(self._coordinator, backup_id, reason)
         return self._operation(operation)
 
     @unary
@@ -353,6 +353,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         cluster = _required(request.cluster, "cluster")
         policy = _required(request.policy, "policy")
         if request.apply:
+            self._coordinator.refuse_while_restoring(cluster)
             log.info("retention apply requested", cluster=cluster, policy=policy)
             plan = await self._coordinator.apply_retention(cluster, policy)
         else:

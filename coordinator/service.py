@@ -26,7 +26,7 @@ from ringsnap.coordinator.backup import (
     VolumeTarget,
     new_backup_id,
 )
-from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.catalog import BackupStateError, Catalog
 from ringsnap.coordinator.config import (
     ClusterSection,
     CoordinatorConfig,
@@ -614,6 +614,32 @@ class Coordinator:
         if operation.task is not None:
             operation.task.add_done_callback(finished)
         return operation
+
+    def running_restore(self, cluster: str) -> BackupRequest | None:
+        """What a restore of `cluster` running in this coordinator holds it with (its trigger
+        `restore:<id>`, the restored backup's id), or None."""
+        holder = self.scheduler.guard.running(cluster)
+        return holder if holder is not None and _restoring(holder) else None
+
+    def refuse_while_restored(self, backup_id: str) -> None:
+        """A backup a running restore reads its snapshots from is not deleted under it."""
+        for cluster in self.clusters:
+            holder = self.running_restore(cluster)
+            if holder is not None and holder.backup_id == backup_id:
+                raise BackupStateError(
+                    f"backup {backup_id} is {_holder(holder)}: its snapshots are in use; delete it"
+                    " once the restore has ended (`ringsnap status` shows it)"
+                )
+
+    def refuse_while_restoring(self, cluster: str) -> None:
+        """Retention does not delete backups of a cluster being restored (it may be the one the
+        restore reads)."""
+        holder = self.running_restore(cluster)
+        if holder is not None:
+            raise BackupStateError(
+                f"cluster {cluster} is {_holder(holder)}: retention is applied once the restore"
+                " has ended (a dry run shows the plan meanwhile)"
+            )
 
     def _refused_while_busy(self, plan: RestorePlan) -> RestorePlan:
         running = self.scheduler.guard.running(plan.backup.cluster)

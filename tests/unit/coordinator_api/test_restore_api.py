@@ -236,6 +236,17 @@ def test_a_restore_makes_the_cluster_busy_for_backups_and_restores(
         plan = stub.PlanRestore(pb.PlanRestoreRequest(backup_id="rs-1"), timeout=30)
         assert any("being restored" in r for r in plan.refusals)
 
+        error = rpc_error(stub.DeleteBackup, pb.DeleteBackupRequest(backup_id="rs-1"))
+        assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert reason_of(error) == "BACKUP_STATE" and "snapshots are in use" in (
+            error.details() or ""
+        )
+        error = rpc_error(
+            stub.PlanRetention, pb.PlanRetentionRequest(cluster="prod", policy="daily", apply=True)
+        )
+        assert reason_of(error) == "BACKUP_STATE" and "being restored" in (error.details() or "")
+        assert "rs-1" in harness.array.snapshots
+
         other = stub.StartBackup(pb.StartBackupRequest(cluster="edge"), timeout=10)
         assert watch_to_end(harness, other.operation_id)[-1].state == (
             types_pb2.OPERATION_STATE_SUCCEEDED
