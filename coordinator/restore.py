@@ -63,6 +63,11 @@ class RestoreFailed(RingsnapError):
 
     exit_code = 4
 
+    def __init__(self, message: str, record: RestoreRecord | None = None) -> None:
+        super().__init__(message)
+        #: The restore's record as the failure left it, when the failure came from a run.
+        self.record = record
+
 
 @dataclass(frozen=True)
 class RestoreSettings:
@@ -272,9 +277,9 @@ class RestoreWorkflow:
             error = str(exc) or type(exc).__name__
             bound.error("restore stopped", state=state.value, error=error)
             await asyncio.shield(self._left_as_is(run, state, error))
-            if interrupted or isinstance(exc, RestoreFailed):
+            if interrupted:
                 raise
-            raise RestoreFailed(error) from exc
+            raise RestoreFailed(error, run.record) from exc
         return await self._record(run)
 
     async def _left_as_is(self, run: RestoreRun, state: RestoreState, error: str) -> None:

@@ -437,6 +437,12 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
     except RestoreRefused as error:
         _fail(CliError(str(error), ExitCode.REFUSED, reason="RESTORE_REFUSED"), as_json)
     except RestoreFailed as error:
+        if error.record is not None:
+            # What each node was left in, and the exact next step, matter more than the error.
+            if as_json:
+                typer.echo(json.dumps({"restore": _jsonable(error.record)}, indent=2))
+                raise typer.Exit(int(ExitCode.FAILED)) from None
+            print_report(error.record)
         _fail(
             CliError(
                 str(error),

@@ -185,7 +185,11 @@ def _outcome(client: Coordinator, final: types_pb2.Operation, restore_id: str) -
         reason = final.error_reason
         message = final.message or "; ".join(final.errors) or "no reason given"
         if reason == "RESTORE_FAILED":
-            raise RestoreFailed(message)
+            try:
+                record = _get(client, restore_id)
+            except CliError:
+                record = None
+            raise RestoreFailed(message, record)
         if reason == "RESTORE_REFUSED":
             raise RestoreRefused(message)
         raise CliError(message, reason_exit_code(reason, ExitCode.FAILED), reason=reason)

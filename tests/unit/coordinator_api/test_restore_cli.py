@@ -169,6 +169,9 @@ def test_exit_codes_not_proven_refused_failed_and_resumed(
     assert "ringsnap restore --resume ID" in flat(result.stderr)
     failed = harness.catalog.list_restores(limit=1)[0]
     assert failed.state is RestoreState.FAILED
+    # The report says what each node was left in and the exact next step.
+    assert "UNMOUNTED" in flat(result.stdout), result.stdout
+    assert f"--resume {failed.id}" in flat(result.stdout)
 
     rig.array.fail_revert = None
     result = run(app, "--resume", failed.id, "--config", str(full_config), "-o", "json")
