@@ -382,7 +382,11 @@ def status_view(status: pb.Status, now: datetime | None = None) -> RenderableTyp
             if success_at is not None
             else Text("never: no complete backup", style="bold red")
         )
-        if cluster.running_backup_id or cluster.running_trigger:
+        if cluster.running_trigger.startswith("restore:"):
+            restore_id = cluster.running_trigger.removeprefix("restore:")
+            running = Text(f"restore {restore_id}", style="bold yellow")
+            running.append(f"\nof backup {cluster.running_backup_id}")
+        elif cluster.running_backup_id or cluster.running_trigger:
             running = Text(cluster.running_backup_id or "(starting)", style="cyan")
             running.append(f"\nby {cluster.running_trigger}")
             since = moment(cluster.running_since)

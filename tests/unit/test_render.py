@@ -153,3 +153,23 @@ def test_every_verification_state_and_backup_state_has_a_list_cell() -> None:
             else:
                 assert cell.split()[0] in ("proven", "FAILED", "never"), cell
     assert pb.Backup().lost_reason == ""
+
+
+def test_status_names_a_running_restore_as_a_restore() -> None:
+    from rich.console import Console
+
+    from ringsnap.api.v1 import coordinator_pb2 as pb
+    from ringsnap.coordinator.render import status_view
+
+    status = pb.Status(
+        clusters=[
+            pb.ClusterStatus(
+                cluster="prod", running_backup_id="rs-1", running_trigger="restore:rr-9"
+            )
+        ]
+    )
+    console = Console(width=200, record=True)
+    console.print(status_view(status))
+    text = console.export_text()
+    assert "restore rr-9" in text and "of backup rs-1" in text
+    assert "by restore:" not in text
