@@ -117,3 +117,59 @@ def test_the_server_listens_only_where_configured_and_closes() -> None:
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
     with pytest.raises(RuntimeError, match="not started"):
         _ = server.port
+
+
+def test_restores_and_the_newest_proven_backup_come_from_the_records() -> None:
+    from ringsnap.coordinator.model import RestoreMode, RestoreRecord, RestoreState
+
+    def record(restore_id: str, state: RestoreState, minutes: int, seconds: float) -> RestoreRecord:
+        started = T0 + timedelta(minutes=minutes)
+        return RestoreRecord(
+            id=restore_id,
+            cluster="c1",
+            backup_id="rs-1",
+            mode=RestoreMode.REVERT,
+            nodes=(),
+            whole_ring=True,
+            requested_by="me",
+            started_at=started,
+            state=state,
+            finished_at=started + timedelta(seconds=seconds),
+        )
+
+    metrics = CoordinatorMetrics(clusters=["c1"])
+    # Newest first, as the catalog lists them: only the newest of each result counts.
+    metrics.record_restores(
+        [
+            record("rr-3", RestoreState.PROVEN, 30, 70.0),
+            record("rr-2", RestoreState.FAILED, 20, 12.0),
+            record("rr-1", RestoreState.PROVEN, 10, 99.0),
+            RestoreRecord(  # still running: no duration yet
+                id="rr-0",
+                cluster="c1",
+                backup_id="rs-1",
+                mode=RestoreMode.REVERT,
+                nodes=(),
+                whole_ring=True,
+                requested_by="me",
+                started_at=T0,
+            ),
+        ]
+    )
+    metrics.set_last_proven("c1", T0)
+    get = metrics.registry.get_sample_value
+    assert (
+        get("ringsnap_last_restore_duration_seconds", {"cluster": "c1", "result": "proven"}) == 70
+    )
+    assert (
+        get("ringsnap_last_restore_duration_seconds", {"cluster": "c1", "result": "failed"}) == 12
+    )
+    assert (
+        get("ringsnap_last_restore_timestamp_seconds", {"cluster": "c1", "result": "proven"})
+        == (T0 + timedelta(minutes=30, seconds=70)).timestamp()
+    )
+    assert (
+        get("ringsnap_last_restore_duration_seconds", {"cluster": "c1", "result": "running"})
+        is None
+    )
+    assert get("ringsnap_last_proven_backup_timestamp_seconds", {"cluster": "c1"}) == T0.timestamp()
