@@ -26,7 +26,7 @@ from pydantic import (
 
 from ringsnap import names
 from ringsnap.config import ReadableFile, SecretFile, Section, load
-from ringsnap.coordinator.model import QuiesceMode, VolumeRole
+from ringsnap.coordinator.model import QuiesceMode, SnapshotKind, VolumeRole
 from ringsnap.coordinator.retention import RetentionPolicy
 from ringsnap.coordinator.scheduler import Schedule, cron_trigger
 from ringsnap.errors import ConfigError
@@ -138,24 +138,15 @@ class NodeSection(Section):
     name: Name
     #: HOST:PORT of the node's ringsnap-agent.
     agent: AgentAddress
-    volumes: list[VolumeSection] = Field(min_length=1)
+    #: The node's array volumes: data and commit log (`snapshots = "array"`); none with "native".
+    volumes: list[VolumeSection] = Field(default_factory=list)
 
-    @model_validator(mode="after")
-    def _data_and_commitlog(self) -> NodeSection:
+    def missing_roles(self) -> list[VolumeRole]:
+        """The roles an array backup of this node needs and no volume has."""
         roles = {v.role for v in self.volumes}
-        both = VolumeRole.DATA_AND_COMMITLOG in roles
-        missing = [
-            role
-            for role in (VolumeRole.DATA, VolumeRole.COMMITLOG)
-            if role not in roles and not both
-        ]
-        if missing:
-            raise ValueError(
-                f"node {self.name}: no volume with role {' or '.join(missing)}; a crash-consistent"
-                " backup needs both the data and the commit log (or one volume with role"
-                " 'data+commitlog')"
-            )
-        return self
+        if VolumeRole.DATA_AND_COMMITLOG in roles:
+            return []
+        return [role for role in (VolumeRole.DATA, VolumeRole.COMMITLOG) if role not in roles]
 
 
 class ClusterSection(Section):
@@ -173,6 +164,9 @@ class ClusterSection(Section):
     #: Overrides `coordinator.freeze_budget_seconds` for this cluster.
     freeze_budget_seconds: Seconds | None = None
     quiesce: QuiesceMode = QuiesceMode.FREEZE
+    #: "array": group snapshots of the nodes' volumes; "native": Cassandra's own snapshots on each
+    #: node (direct-attached storage; nodes have no volumes, quiesce does not apply).
+    snapshots: SnapshotKind = SnapshotKind.ARRAY
     #: Back up the reachable nodes when some are not (each excluded node says why); default:
     #: refuse the whole backup.
     allow_partial: bool = False
@@ -317,6 +311,23 @@ class CoordinatorConfig(Section):
                         f"agent {node.agent} is already the agent of node {agents[node.agent]}",
                     )
                 agents[node.agent] = f"{cluster.name}/{node.name}"
+                if cluster.snapshots is SnapshotKind.NATIVE and node.volumes:
+                    raise fail(
+                        f"{where}.volumes",
+                        f"cluster {cluster.name} takes native snapshots (snapshots = \"native\"):"
+                        " its nodes have no array volumes; remove them, or set"
+                        ' snapshots = "array"',
+                    )
+                missing = node.missing_roles()
+                if cluster.snapshots is SnapshotKind.ARRAY and missing:
+                    raise fail(
+                        where,
+                        f"node {node.name}: no volume with role"
+                        f" {' or '.join(r.value for r in missing)}; a crash-consistent backup needs"
+                        " both the data and the commit log (or one volume with role"
+                        " 'data+commitlog'), or set snapshots = \"native\" for a cluster on"
+                        " direct-attached storage",
+                    )
                 for v, volume in enumerate(node.volumes):
                     if volume.array not in self.arrays:
                         raise fail(

@@ -35,6 +35,35 @@ class QuiesceMode(enum.StrEnum):
     NONE = "none"
 
 
+class SnapshotKind(enum.StrEnum):
+    """What a cluster's backups are made of."""
+
+    #: Group snapshots of the nodes' volumes on their arrays.
+    ARRAY = "array"
+    #: Cassandra's own snapshots (`nodetool snapshot`): hard links in each table directory of each
+    #: node, tagged with the backup id; for nodes on direct-attached storage.
+    NATIVE = "native"
+
+
+#: A pending cleanup whose `array` starts with this names a node, not an array: the native snapshot
+#: `<snapshot_name>` (a tag) must still be cleared on node `<cluster>/<node>`. Array names cannot
+#: hold ':' or '/', so the two never collide.
+NATIVE_CLEANUP_PREFIX = "native:"
+
+
+def native_cleanup_target(cluster: str, node: str) -> str:
+    """The `array` of a cleanup that clears a native snapshot on `node` of `cluster`."""
+    return f"{NATIVE_CLEANUP_PREFIX}{cluster}/{node}"
+
+
+def native_cleanup_node(target: str) -> tuple[str, str] | None:
+    """(cluster, node) of a native snapshot's cleanup target; None for an array's."""
+    if not target.startswith(NATIVE_CLEANUP_PREFIX):
+        return None
+    cluster, _, node = target.removeprefix(NATIVE_CLEANUP_PREFIX).partition("/")
+    return cluster, node
+
+
 class Verification(enum.StrEnum):
     #: Never restored or drilled: not proven.
     UNVERIFIED = "unverified"
@@ -155,6 +184,8 @@ class BackupSummary:
     lost_reason: str = ""
     #: When the loss was recorded.
     lost_at: datetime | None = None
+    #: Array snapshots, or native snapshots on every included node (tagged with the backup id).
+    snapshot_kind: SnapshotKind = SnapshotKind.ARRAY
 
     @property
     def lost(self) -> bool:
@@ -290,7 +321,9 @@ class RestoreStep(enum.StrEnum):
     CANARY = "pre-restore canary"
     STOPPED = "stopped"
     RELEASED = "released"
-    RESTORED = "restored"  # the array reverted (or cloned) the node's volumes
+    #: The array reverted (or cloned) the node's volumes; for a native backup, the agent put the
+    #: snapshot's SSTables in place (the steps released and attached are skipped).
+    RESTORED = "restored"
     ATTACHED = "attached"
     CLEARED = "cleared"  # replay state outside the restored volumes discarded
     CHECKED = "checked"  # the manifest check, made before Cassandra starts
@@ -371,6 +404,8 @@ class RestoreRecord:
     #: Clones made by a clone-mode restore, per original volume: (array, original, clone).
     clones: tuple[tuple[str, str, str], ...] = ()
     timings: tuple[PhaseTiming, ...] = ()
+    #: The backup's kind: a native backup is restored in place from each node's own snapshot.
+    snapshot_kind: SnapshotKind = SnapshotKind.ARRAY
 
     def node(self, name: str) -> RestoreNode:
         for node in self.nodes:

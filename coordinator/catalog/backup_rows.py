@@ -21,6 +21,7 @@ from ringsnap.coordinator.model import (
     FreezeWindow,
     PhaseTiming,
     QuiesceMode,
+    SnapshotKind,
     Verification,
 )
 from ringsnap.plugins.types import SnapshotRef
@@ -28,7 +29,7 @@ from ringsnap.plugins.types import SnapshotRef
 COLUMNS = (
     "pk, id, cluster, state, quiesce_mode, trigger, policy, started_us, finished_us, error,"
     " verification, verified_us, verification_detail, verified_by, freeze_total, freeze_slowest,"
-    " freeze_array_call, freeze_slowest_thaw, warnings, lost_reason, lost_us"
+    " freeze_array_call, freeze_slowest_thaw, warnings, lost_reason, lost_us, snapshot_kind"
 )
 
 
@@ -65,6 +66,7 @@ def _summary_fields(row: sqlite3.Row) -> dict[str, Any]:
         "warnings": sentences(row["warnings"]),
         "lost_reason": row["lost_reason"],
         "lost_at": from_us(row["lost_us"]),
+        "snapshot_kind": SnapshotKind(row["snapshot_kind"]),
     }
 
 

@@ -29,7 +29,9 @@ from ringsnap.coordinator.model import (
     PendingCleanup,
     PhaseTiming,
     QuiesceMode,
+    SnapshotKind,
     Verification,
+    native_cleanup_target,
 )
 from ringsnap.logs import get_logger
 from ringsnap.plugins.types import SnapshotRef
@@ -58,6 +60,7 @@ class BackupStore(Database):
         policy: str = "",
         started_at: datetime | None = None,
         nodes: Sequence[BackupNode] = (),
+        snapshot_kind: SnapshotKind = SnapshotKind.ARRAY,
     ) -> Backup:
         """Record a new backup as running. `nodes` may come now or later (`record_nodes`)."""
         names.backup_id(backup_id)
@@ -81,7 +84,8 @@ class BackupStore(Database):
             try:
                 pk = conn.execute(
                     "INSERT INTO backups (id, cluster, state, quiesce_mode, trigger, policy,"
-                    " started_us) VALUES (?, ?, 'running', ?, ?, ?, ?) RETURNING pk",
+                    " started_us, snapshot_kind) VALUES (?, ?, 'running', ?, ?, ?, ?, ?)"
+                    " RETURNING pk",
                     (
                         backup_id,
                         cluster,
@@ -89,6 +93,7 @@ class BackupStore(Database):
                         trigger,
                         policy,
                         to_us(started),
+                        SnapshotKind(snapshot_kind).value,
                     ),
                 ).fetchone()[0]
             except sqlite3.IntegrityError:
@@ -242,28 +247,25 @@ class BackupStore(Database):
 
         Its snapshots move to the pending cleanups in the same transaction and are returned: the
         caller deletes them from the arrays and calls `cleanup_done` (a crash in between leaves them
-        pending, never forgotten).
+        pending, never forgotten). A native backup's snapshot is one tag per included node: each
+        becomes a cleanup of that node (`native_cleanup_target`).
         """
         if not reason:
             raise ValueError("say why the backup is deleted (e.g. 'retention: beyond all buckets')")
         at = now()
+        why = f"backup {backup_id} deleted: {reason}"
         with self._tx(write=True) as conn:
             pk, state = backup_rows.find(conn, backup_id)
             if state is BackupState.RUNNING:
                 raise BackupStateError(f"backup {backup_id} is still running; it cannot be deleted")
-            ids = [
-                cleanup_rows.insert(
-                    conn,
-                    backup_id,
-                    CleanupRequest(
-                        array=row["array"],
-                        reason=f"backup {backup_id} deleted: {reason}",
-                        ref=codec.decode_ref(row["ref"]),
-                    ),
-                    at,
-                )
+            requests = [
+                CleanupRequest(array=row["array"], reason=why, ref=codec.decode_ref(row["ref"]))
                 for row in conn.execute("SELECT array, ref FROM snapshots WHERE backup = ?", (pk,))
             ]
+            backup = backup_rows.get_pk(conn, pk)
+            if backup.snapshot_kind is SnapshotKind.NATIVE:
+                requests += native_cleanups(backup, why)
+            ids = [cleanup_rows.insert(conn, backup_id, request, at) for request in requests]
             conn.execute("DELETE FROM backups WHERE pk = ?", (pk,))
             pending = cleanup_rows.by_ids(conn, ids)
         log.info(
@@ -329,6 +331,20 @@ class BackupStore(Database):
             log.warning("backups lost their snapshots", backup_ids=marked, reason=reason)
         if unknown:
             log.warning("lost snapshots of backups not in the catalog", backup_ids=unknown)
+
+
+def native_cleanups(backup: Backup, reason: str) -> list[CleanupRequest]:
+    """Clearing the native snapshot of `backup` (tagged with its id) on each included node (every
+    planned node, for a run that died before its plan excluded any)."""
+    return [
+        CleanupRequest(
+            array=native_cleanup_target(backup.cluster, node.name),
+            reason=reason,
+            snapshot_name=backup.id,
+        )
+        for node in backup.nodes
+        if node.included
+    ]
 
 
 def _upsert_nodes(conn: sqlite3.Connection, pk: int, nodes: Sequence[BackupNode]) -> None:

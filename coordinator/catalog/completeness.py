@@ -1,15 +1,17 @@
 """When a backup may be recorded as complete: a pure rule over the backup and its manifests.
 
 A backup is complete when every included node has its manifest and volumes, and every array of the
-plan a snapshot covering those volumes. Excluded nodes (each with its reason) need nothing, but make
-the backup `partial`; a backup without any included node is never complete.
+plan a snapshot covering those volumes. A native backup has no volumes or arrays: each included
+node's snapshot is its own, and its manifest (read from that snapshot) is what proves it was taken.
+Excluded nodes (each with its reason) need nothing, but make the backup `partial`; a backup without
+any included node is never complete.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
 
-from ringsnap.coordinator.model import Backup, BackupState
+from ringsnap.coordinator.model import Backup, BackupState, SnapshotKind
 
 
 def missing_parts(backup: Backup, manifests: Collection[str]) -> list[str]:
@@ -25,6 +27,8 @@ def missing_parts(backup: Backup, manifests: Collection[str]) -> list[str]:
     for node in included:
         if node.name not in manifests:
             missing.append(f"node {node.name}: no manifest")
+        if backup.snapshot_kind is SnapshotKind.NATIVE:
+            continue
         if not node.volumes:
             missing.append(f"node {node.name}: no volumes")
         for volume in node.volumes:
@@ -41,7 +45,10 @@ def missing_parts(backup: Backup, manifests: Collection[str]) -> list[str]:
                     f"node {node.name}: volume {volume.volume} ({volume.role}) is not in the"
                     f" snapshot of array {volume.array}"
                 )
-    missing.extend(f"array {array}: no snapshot" for array in backup.arrays if array not in refs)
+    if backup.snapshot_kind is SnapshotKind.ARRAY:
+        missing.extend(
+            f"array {array}: no snapshot" for array in backup.arrays if array not in refs
+        )
     return missing
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from ringsnap.config import redacted
 from ringsnap.coordinator.config import CoordinatorConfig, load_config
-from ringsnap.coordinator.model import QuiesceMode, VolumeRole
+from ringsnap.coordinator.model import QuiesceMode, SnapshotKind, VolumeRole
 from ringsnap.coordinator.retention import RetentionPolicy
 from ringsnap.coordinator.scheduler import Schedule
 from ringsnap.errors import ConfigError
@@ -208,3 +208,49 @@ def test_a_cross_reference_error_raised_outside_load_still_names_the_key(files: 
     with pytest.raises(ConfigError) as caught:
         CoordinatorConfig.model_validate(data)
     assert (caught.value.file, caught.value.key) == ("<config>", "schedules.0.cluster")
+
+
+NATIVE_NODES = """
+[[clusters.nodes]]
+name = "n1"
+agent = "127.0.0.1:7443"
+
+[[clusters.nodes]]
+name = "n2"
+agent = "127.0.0.2:7443"
+"""
+
+
+def _native(files: Path, nodes: str = NATIVE_NODES) -> str:
+    text = valid(files)
+    head, _, tail = text.partition("[[clusters.nodes]]")
+    schedules = tail[tail.index("[[schedules]]") :]
+    return head.replace('name = "c1"\n', 'name = "c1"\nsnapshots = "native"\n', 1) + nodes + schedules
+
+
+def test_a_native_cluster_needs_no_volumes(files: Path) -> None:
+    config = load_config(write(files, _native(files)))
+    cluster = config.cluster("c1")
+    assert cluster.snapshots is SnapshotKind.NATIVE
+    assert [node.volumes for node in cluster.nodes] == [[], []]
+    assert config.cluster("c1").quiesce is QuiesceMode.FREEZE  # unused by native backups
+
+
+def test_a_native_cluster_refuses_array_volumes_and_an_array_cluster_needs_them(
+    files: Path,
+) -> None:
+    with_volumes = NATIVE_NODES.replace(
+        'agent = "127.0.0.2:7443"\n',
+        'agent = "127.0.0.2:7443"\nvolumes = [{ array = "a1", volume = "v", role = "data" }]\n',
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(files, _native(files, with_volumes)))
+    assert caught.value.key == "clusters.0.nodes.1.volumes"
+    assert "takes native snapshots" in caught.value.problem
+
+    array = _native(files).replace('snapshots = "native"\n', "")
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(files, array))
+    assert caught.value.key == "clusters.0.nodes.0"
+    assert "no volume with role data or commitlog" in caught.value.problem
+    assert 'snapshots = "native"' in caught.value.problem
