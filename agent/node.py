@@ -21,6 +21,7 @@ from ringsnap.agent.freezestate import StateStore
 from ringsnap.agent.jmx import open_control
 from ringsnap.agent.lease import LeasePolicy
 from ringsnap.agent.restore import CassandraStatus, DiscardedDirectory, VolumeFacts, VolumeState
+from ringsnap.agent.snapshot_restore import RestoredTable
 from ringsnap.errors import ValidationError
 from ringsnap.names import keyspace_name, snapshot_tag, table_name
 
@@ -279,6 +280,9 @@ class NodeAgent:
         self, operation_id: str, *, hints: bool = False
     ) -> tuple[DiscardedDirectory, ...]:
         return await self.restorer.discard(operation_id, hints=hints)
+
+    async def restore_snapshot(self, operation_id: str, tag: str) -> tuple[RestoredTable, ...]:
+        return await self.restorer.restore_snapshot(operation_id, tag)
 
     # -- lifecycle -------------------------------------------------------------------------------
 

@@ -3,7 +3,9 @@
 The coordinator stops Cassandra, then asks the agent to *release* the volumes (unmount, detach
 hook), has the array revert or clone them, asks the agent to *attach* them (attach hook, mount,
 identity check) and to *discard* the replay state that lives outside the restored volumes, then
-checks the manifest and starts Cassandra.
+checks the manifest and starts Cassandra. For a backup of native snapshots (direct-attached storage)
+nothing is released or attached: *restore_snapshot* puts the tables back to the snapshot in place
+(`ringsnap.agent.snapshot_restore`), then discard runs as after an attach.
 
 Rules:
 - nothing here runs while Cassandra answers; a filesystem a process holds is never unmounted (never
@@ -21,7 +23,8 @@ Rules:
   UUID is the recorded one (a revert and a clone both keep it); a device the attach hook attached
   that fails the check is handed to the detach hook before the call fails;
 - discard empties, never removes, the replay-state directories that are not on a filesystem the
-  operation released and attached again, and logs each at warning level;
+  operation released and attached again (after a snapshot restore: all of them, the commit log
+  first of all, since it holds writes newer than the snapshot), and logs each at warning level;
 - the hooks are argv lists from the agent's configuration, run without a shell; what they need to
   know arrives in RINGSNAP_* environment variables.
 """
@@ -44,10 +47,14 @@ from typing import Any
 from ringsnap import logs
 from ringsnap.agent import process, volumes
 from ringsnap.agent.config import VolumesSection
+from ringsnap.agent.durable import write_durably
 from ringsnap.agent.errors import CommandFailed, CommandTimeout, Conflict
 from ringsnap.agent.freezestate import valid_operation_id
 from ringsnap.agent.mounts import RESTORE_DROP_IN, Host, MountEntry, describe_holders
+from ringsnap.agent.snapshot_restore import DONE as SNAPSHOT_DONE
+from ringsnap.agent.snapshot_restore import RestoredTable, SnapshotRestorer
 from ringsnap.errors import ValidationError
+from ringsnap.names import snapshot_tag
 
 log = logs.get_logger(__name__)
 
@@ -58,6 +65,8 @@ REPLAY_KINDS = ("commitlog", "cdc_raw", "saved_caches", "hints")
 RELEASED = "released"
 ATTACHED = "attached"
 RECORDS_DIRECTORY = "restores"
+#: Under the records directory: what each native snapshot restore did (`snapshot_restore`).
+SNAPSHOT_RECORDS = "snapshots"
 _VOLUME_NAME = re.compile(r"[A-Za-z0-9_.:/-]{1,255}")
 _ENV_PREFIX = "RINGSNAP_"
 
@@ -268,28 +277,11 @@ class RestoreRecords:
 
     def save(self, operation_id: str, released: Sequence[ReleasedVolume]) -> None:
         """Write the record atomically and durably (file and directory fsynced), mode 0600."""
-        target = self.path(operation_id)
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         payload = json.dumps(
             {"operation_id": operation_id, "volumes": [asdict(volume) for volume in released]},
             indent=1,
         ).encode()
-        temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        fd = os.open(
-            temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
-        )
-        try:
-            os.fchmod(fd, 0o600)
-            os.write(fd, payload)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temporary, target)
-        directory = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        write_durably(self.path(operation_id), payload)
 
 
 _TUPLE_FIELDS = {"options", "super_options", "kinds", "cassandra_directories"}
@@ -418,6 +410,11 @@ class VolumeRestorer:
         self._frozen = frozen
         self.host = host or Host()
         self._lock = asyncio.Lock()
+        #: Native snapshot restores, recorded beside the volume records (in a directory of their
+        #: own, which `RestoreRecords.all` does not read).
+        self.snapshots = SnapshotRestorer(
+            self.directories.get("data", []), self.records.directory / SNAPSHOT_RECORDS
+        )
 
     # -- what is where ------------------------------------------------------------------------
 
@@ -992,6 +989,39 @@ class VolumeRestorer:
         )
         return result
 
+    # -- native snapshots -------------------------------------------------------------------------
+
+    async def restore_snapshot(self, operation_id: str, tag: str) -> tuple[RestoredTable, ...]:
+        """Put every table that has native snapshot `tag` back to it, in place (see
+        `ringsnap.agent.snapshot_restore`); refused while Cassandra runs or anything holds a file
+        under a data directory, or while a restore's released volumes are not attached again."""
+        check_operation_id(operation_id)
+        snapshot_tag(tag)
+        action = f"restore snapshot {tag}"
+        self._refuse_without_host_access(action)
+        async with self._lock:
+            await self._refuse_while_running(action)
+            await asyncio.to_thread(self._check_snapshot_restorable, action)
+            return await asyncio.to_thread(self.snapshots.restore, operation_id, tag)
+
+    def _check_snapshot_restorable(self, action: str) -> None:
+        _, records, _ = self._read(strict=True)
+        away = _pending(records)
+        if away:
+            operations = sorted({operation for operation, _ in away.values()})
+            raise Conflict(
+                f"{', '.join(sorted(away))} released by restore {', '.join(operations)} and not"
+                f" attached again: the data directories are not all in place; finish that restore"
+                f" first, then {action}"
+            )
+        for path in self.directories.get("data", []):
+            holders, _ = self.host.holders_under(os.path.realpath(path))
+            if holders:
+                raise Conflict(
+                    f"{path} is in use: {describe_holders(holders)}; stop these processes, then"
+                    f" {action}"
+                )
+
     # -- discard --------------------------------------------------------------------------------
 
     async def discard(self, operation_id: str, *, hints: bool) -> tuple[DiscardedDirectory, ...]:
@@ -1023,10 +1053,17 @@ class VolumeRestorer:
     def _discard_plan(self, operation_id: str, hints: bool) -> list[tuple[str, str, str]]:
         entries, records, _ = self._read(strict=True)
         mine = records.get(operation_id, [])
-        if not mine:
+        snapshot_phase = self.snapshots.phase(operation_id)
+        if not mine and not snapshot_phase:
             raise Conflict(
-                f"operation {operation_id!r} released no volume on this node; the replay state is"
-                " discarded only for a restore whose volumes this agent released and attached"
+                f"operation {operation_id!r} released no volume and restored no snapshot on this"
+                " node; the replay state is discarded only for a restore whose volumes this agent"
+                " released and attached, or whose snapshot it restored"
+            )
+        if snapshot_phase and snapshot_phase != SNAPSHOT_DONE:
+            raise Conflict(
+                f"operation {operation_id!r} has not finished restoring its snapshot on this node"
+                f" (still {snapshot_phase}); RestoreSnapshot again first"
             )
         waiting = [volume.mount_point for volume in mine if volume.state != ATTACHED]
         if waiting:

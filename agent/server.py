@@ -23,6 +23,7 @@ from ringsnap.agent import manifest, volumes
 from ringsnap.agent.freeze import FreezeResult, ThawResult
 from ringsnap.agent.node import NodeAgent, NodeInfo
 from ringsnap.agent.restore import DiscardedDirectory, VolumeFacts, VolumeState
+from ringsnap.agent.snapshot_restore import RestoredTable
 from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc, types_pb2
 from ringsnap.errors import ValidationError
 
@@ -204,6 +205,23 @@ def discarded_message(
     )
 
 
+def restored_message(tables: Sequence[RestoredTable]) -> agent_pb2.RestoreSnapshotResponse:
+    return agent_pb2.RestoreSnapshotResponse(
+        tables=[
+            agent_pb2.RestoredTable(
+                data_directory=table.data_directory,
+                keyspace=table.keyspace,
+                table_directory=table.table_directory,
+                restored=table.restored,
+                files_moved=table.files_moved,
+                files_linked=table.files_linked,
+                replaced_directory=table.replaced_directory,
+            )
+            for table in tables
+        ]
+    )
+
+
 def manifest_batch_message(batch: Sequence[manifest.SSTable]) -> agent_pb2.GetManifestResponse:
     response = agent_pb2.GetManifestResponse()
     add_entry = response.entries.add
@@ -364,6 +382,13 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             request.operation_id, hints=request.hints
         )
         return discarded_message(discarded)
+
+    @unary
+    async def RestoreSnapshot(
+        self, request: agent_pb2.RestoreSnapshotRequest, context: Context
+    ) -> agent_pb2.RestoreSnapshotResponse:
+        tables = await self._agent.restore_snapshot(request.operation_id, request.tag)
+        return restored_message(tables)
 
 
 def _next_message(

@@ -792,7 +792,9 @@ class DiscardReplayStateRequest(_message.Message):
     OPERATION_ID_FIELD_NUMBER: _builtins.int
     HINTS_FIELD_NUMBER: _builtins.int
     operation_id: _builtins.str
-    """The restore operation whose released (and attached again) filesystems are kept."""
+    """The restore operation whose released (and attached again) filesystems are kept; or one that
+    restored a native snapshot (RestoreSnapshot), which keeps none: the commit log always goes.
+    """
     hints: _builtins.bool
     """Also empty the hints directory."""
     def __init__(
@@ -860,3 +862,91 @@ class DiscardReplayStateResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DiscardReplayStateResponse: _TypeAlias = DiscardReplayStateResponse  # noqa: Y015
+
+@_typing.final
+class RestoreSnapshotRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    TAG_FIELD_NUMBER: _builtins.int
+    operation_id: _builtins.str
+    """The restore operation; DiscardReplayState names it again."""
+    tag: _builtins.str
+    """The native snapshot's tag (a backup id)."""
+    def __init__(
+        self,
+        *,
+        operation_id: _builtins.str = ...,
+        tag: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["operation_id", b"operation_id", "tag", b"tag"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoreSnapshotRequest: _TypeAlias = RestoreSnapshotRequest  # noqa: Y015
+
+@_typing.final
+class RestoredTable(_message.Message):
+    """What RestoreSnapshot did to one table directory of one data directory."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATA_DIRECTORY_FIELD_NUMBER: _builtins.int
+    KEYSPACE_FIELD_NUMBER: _builtins.int
+    TABLE_DIRECTORY_FIELD_NUMBER: _builtins.int
+    RESTORED_FIELD_NUMBER: _builtins.int
+    FILES_MOVED_FIELD_NUMBER: _builtins.int
+    FILES_LINKED_FIELD_NUMBER: _builtins.int
+    REPLACED_DIRECTORY_FIELD_NUMBER: _builtins.int
+    data_directory: _builtins.str
+    keyspace: _builtins.str
+    table_directory: _builtins.str
+    """<table>-<table id>, as in the manifest."""
+    restored: _builtins.bool
+    """False: the table has no snapshot of the tag (it was created after it) and was left untouched."""
+    files_moved: _builtins.int
+    """Files of the live table (and of its index directories) moved into replaced_directory."""
+    files_linked: _builtins.int
+    """Files hard-linked from snapshots/<tag>/ into the table directory."""
+    replaced_directory: _builtins.str
+    """Where the live files were moved to; empty when the table was left untouched."""
+    def __init__(
+        self,
+        *,
+        data_directory: _builtins.str = ...,
+        keyspace: _builtins.str = ...,
+        table_directory: _builtins.str = ...,
+        restored: _builtins.bool = ...,
+        files_moved: _builtins.int = ...,
+        files_linked: _builtins.int = ...,
+        replaced_directory: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data_directory", b"data_directory", "files_linked", b"files_linked", "files_moved", b"files_moved", "keyspace", b"keyspace", "replaced_directory", b"replaced_directory", "restored", b"restored", "table_directory", b"table_directory"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoredTable: _TypeAlias = RestoredTable  # noqa: Y015
+
+@_typing.final
+class RestoreSnapshotResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TABLES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def tables(self) -> _containers.RepeatedCompositeFieldContainer[Global___RestoredTable]: ...
+    def __init__(
+        self,
+        *,
+        tables: _abc.Iterable[Global___RestoredTable] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["tables", b"tables"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoreSnapshotResponse: _TypeAlias = RestoreSnapshotResponse  # noqa: Y015

@@ -104,6 +104,11 @@ class AgentServiceStub:
                 request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DiscardReplayStateRequest.SerializeToString,
                 response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DiscardReplayStateResponse.FromString,
                 _registered_method=True)
+        self.RestoreSnapshot = channel.unary_unary(
+                '/ringsnap.api.v1.AgentService/RestoreSnapshot',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.RestoreSnapshotRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.RestoreSnapshotResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -206,6 +211,18 @@ class AgentServiceServicer:
         """Empty the replay state outside the restored volumes (saved caches, CDC, commit log and, when
         asked, hints), so that Cassandra does not replay what is newer than the snapshot. Directories
         on filesystems the operation released and attached are kept: they came back from the snapshot.
+        After RestoreSnapshot under the same operation id, every one of them is emptied.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RestoreSnapshot(self, request, context):
+        """Put the node's tables back to a native snapshot, in place: in every table directory that has
+        snapshots/<tag>/, the live SSTable files move into .ringsnap-replaced/<operation_id>/ (kept,
+        never deleted) and the snapshot's files are hard-linked in their place. Refused while
+        Cassandra runs or a process holds a file there; repeating it finishes what was started.
+        DiscardReplayState under the same operation id then empties the commit log and the rest.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -283,6 +300,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.DiscardReplayState,
                     request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DiscardReplayStateRequest.FromString,
                     response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DiscardReplayStateResponse.SerializeToString,
+            ),
+            'RestoreSnapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.RestoreSnapshot,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.RestoreSnapshotRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.RestoreSnapshotResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -663,6 +685,33 @@ class AgentService:
             '/ringsnap.api.v1.AgentService/DiscardReplayState',
             ringsnap_dot_api_dot_v1_dot_agent__pb2.DiscardReplayStateRequest.SerializeToString,
             ringsnap_dot_api_dot_v1_dot_agent__pb2.DiscardReplayStateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RestoreSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.AgentService/RestoreSnapshot',
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.RestoreSnapshotRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.RestoreSnapshotResponse.FromString,
             options,
             channel_credentials,
             insecure,

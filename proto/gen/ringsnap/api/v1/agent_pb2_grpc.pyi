@@ -66,6 +66,14 @@ class AgentServiceStub:
     """Empty the replay state outside the restored volumes (saved caches, CDC, commit log and, when
     asked, hints), so that Cassandra does not replay what is newer than the snapshot. Directories
     on filesystems the operation released and attached are kept: they came back from the snapshot.
+    After RestoreSnapshot under the same operation id, every one of them is emptied.
+    """
+    RestoreSnapshot: _grpc.UnaryUnaryMultiCallable[_agent_pb2.RestoreSnapshotRequest, _agent_pb2.RestoreSnapshotResponse]
+    """Put the node's tables back to a native snapshot, in place: in every table directory that has
+    snapshots/<tag>/, the live SSTable files move into .ringsnap-replaced/<operation_id>/ (kept,
+    never deleted) and the snapshot's files are hard-linked in their place. Refused while
+    Cassandra runs or a process holds a file there; repeating it finishes what was started.
+    DiscardReplayState under the same operation id then empties the commit log and the rest.
     """
 
 @_typing.type_check_only
@@ -106,6 +114,14 @@ class AgentServiceAsyncStub(AgentServiceStub):
     """Empty the replay state outside the restored volumes (saved caches, CDC, commit log and, when
     asked, hints), so that Cassandra does not replay what is newer than the snapshot. Directories
     on filesystems the operation released and attached are kept: they came back from the snapshot.
+    After RestoreSnapshot under the same operation id, every one of them is emptied.
+    """
+    RestoreSnapshot: _aio.UnaryUnaryMultiCallable[_agent_pb2.RestoreSnapshotRequest, _agent_pb2.RestoreSnapshotResponse]  # type: ignore[assignment]
+    """Put the node's tables back to a native snapshot, in place: in every table directory that has
+    snapshots/<tag>/, the live SSTable files move into .ringsnap-replaced/<operation_id>/ (kept,
+    never deleted) and the snapshot's files are hard-linked in their place. Refused while
+    Cassandra runs or a process holds a file there; repeating it finishes what was started.
+    DiscardReplayState under the same operation id then empties the commit log and the rest.
     """
 
 class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -227,6 +243,20 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         """Empty the replay state outside the restored volumes (saved caches, CDC, commit log and, when
         asked, hints), so that Cassandra does not replay what is newer than the snapshot. Directories
         on filesystems the operation released and attached are kept: they came back from the snapshot.
+        After RestoreSnapshot under the same operation id, every one of them is emptied.
+        """
+
+    @_abc_1.abstractmethod
+    def RestoreSnapshot(
+        self,
+        request: _agent_pb2.RestoreSnapshotRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.RestoreSnapshotResponse, _abc.Awaitable[_agent_pb2.RestoreSnapshotResponse]]:
+        """Put the node's tables back to a native snapshot, in place: in every table directory that has
+        snapshots/<tag>/, the live SSTable files move into .ringsnap-replaced/<operation_id>/ (kept,
+        never deleted) and the snapshot's files are hard-linked in their place. Refused while
+        Cassandra runs or a process holds a file there; repeating it finishes what was started.
+        DiscardReplayState under the same operation id then empties the commit log and the rest.
         """
 
 def add_AgentServiceServicer_to_server(servicer: AgentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
