@@ -15,7 +15,6 @@ One module, one job:
 - `node`        `NodeAgent`: the domain calls (what the servicer translates to)
 - `server`      the gRPC servicer; domain errors -> status codes in one table
 - `tls`         mTLS server credentials and the client allow-list interceptor
-- `sdnotify`    READY/WATCHDOG/STOPPING for systemd
 - `app`         `AgentServer`: start (thaw leftovers, serve) and stop (thaw everything)
 - `main`        the command line: `serve`, `thaw-all`
 - `testing`     helpers for tests of the agent and of its callers (certificates, loop-mounted

@@ -18,8 +18,8 @@ import sys
 import tomllib
 from pathlib import Path
 
-from ringsnap import logs
-from ringsnap.agent import check, sdnotify
+from ringsnap import logs, sdnotify
+from ringsnap.agent import check
 from ringsnap.agent.app import AgentServer
 from ringsnap.agent.config import (
     DEFAULT_CONFIG_PATH,
@@ -71,10 +71,7 @@ async def serve(config: AgentConfig) -> None:
         loop.add_signal_handler(signum, stop.set)
     port = await server.start()
     notifier.ready(f"serving on {config.server.listen} (port {port})")
-    watchdog: asyncio.Task[None] | None = None
-    interval = sdnotify.watchdog_interval()
-    if interval is not None:
-        watchdog = asyncio.create_task(_keep_alive(notifier, interval))
+    watchdog = sdnotify.start_keep_alive(notifier)
     try:
         await stop.wait()
     finally:
@@ -83,14 +80,6 @@ async def serve(config: AgentConfig) -> None:
         if watchdog is not None:
             watchdog.cancel()
         await server.stop()
-
-
-async def _keep_alive(notifier: sdnotify.Notifier, interval: float) -> None:
-    # The pings come from the event loop that also runs every lease watchdog: if it stalls, systemd
-    # notices, kills the agent, and ExecStopPost= thaws.
-    while True:
-        notifier.watchdog()
-        await asyncio.sleep(interval)
 
 
 def _state_directory(arguments: argparse.Namespace) -> Path:

@@ -24,8 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ringsnap import certs, logs
-from ringsnap.agent import sdnotify
+from ringsnap import certs, logs, sdnotify
 from ringsnap.config import redacted
 from ringsnap.coordinator.apitoken import remove_token, token_path, write_token
 from ringsnap.coordinator.assembly import load_config, open_coordinator
@@ -97,14 +96,6 @@ def _metrics(config: CoordinatorConfig, registry: Any) -> Iterator[MetricsServer
         server.close()
 
 
-async def _keep_alive(notifier: sdnotify.Notifier, interval: float) -> None:
-    # Pinged from the event loop that runs the backups: if it stalls, systemd restarts the
-    # coordinator, and the agents' leases thaw whatever it had frozen.
-    while True:
-        notifier.watchdog()
-        await asyncio.sleep(interval)
-
-
 async def serve(config: CoordinatorConfig, source: str) -> None:
     _check_listen(config, source)
     notifier = sdnotify.Notifier.from_environment()
@@ -132,9 +123,7 @@ async def serve(config: CoordinatorConfig, source: str) -> None:
                     clusters=sorted(coordinator.clusters),
                     access_file=str(token_file),  # "token" in a key would be redacted
                 )
-                interval = sdnotify.watchdog_interval()
-                if interval is not None:
-                    watchdog = asyncio.create_task(_keep_alive(notifier, interval))
+                watchdog = sdnotify.start_keep_alive(notifier)
                 await stop.wait()
                 log.info("stopping: cancelling running backups; their nodes are thawed")
                 notifier.stopping("cancelling running backups and thawing their nodes")

@@ -1,7 +1,18 @@
-"""sd_notify(3) without libsystemd: datagrams to $NOTIFY_SOCKET (READY=1, WATCHDOG=1, STOPPING=1)."""
+"""sd_notify(3) without libsystemd: datagrams to $NOTIFY_SOCKET (READY=1, WATCHDOG=1, STOPPING=1),
+and the watchdog pings of both daemons (Type=notify, WatchdogSec=).
+
+    notifier = Notifier.from_environment()
+    notifier.ready("serving on ...")
+    watchdog = start_keep_alive(notifier)      # None when systemd set no watchdog
+    ...
+    notifier.stopping("...")
+    if watchdog is not None:
+        watchdog.cancel()
+"""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 from collections.abc import Mapping
@@ -49,3 +60,25 @@ def watchdog_interval(
     if owner and owner != str(os.getpid() if pid is None else pid):
         return None
     return int(usec) / 2 / 1_000_000
+
+
+async def keep_alive(notifier: Notifier, interval: float) -> None:
+    """WATCHDOG=1 every `interval` seconds, until cancelled.
+
+    The pings come from the event loop that does the daemon's work (the agent's lease watchdogs,
+    the coordinator's backups): if that loop stalls, systemd kills the daemon. A killed agent's
+    ExecStopPost= thaws; a killed coordinator is restarted, and the agents' leases thaw whatever
+    it had frozen."""
+    while True:
+        notifier.watchdog()
+        await asyncio.sleep(interval)
+
+
+def start_keep_alive(
+    notifier: Notifier, environ: Mapping[str, str] = os.environ
+) -> asyncio.Task[None] | None:
+    """`keep_alive` as a task of the running loop, or None when this process has no watchdog."""
+    interval = watchdog_interval(environ)
+    if interval is None:
+        return None
+    return asyncio.create_task(keep_alive(notifier, interval))

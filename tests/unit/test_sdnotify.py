@@ -1,7 +1,8 @@
-"""sd_notify over a real Unix datagram socket, the way systemd listens for it."""
+"""sd_notify over a real Unix datagram socket, the way systemd listens for it (both daemons)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import uuid
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ringsnap.agent.sdnotify import Notifier, watchdog_interval
+from ringsnap.sdnotify import Notifier, start_keep_alive, watchdog_interval
 
 
 @pytest.fixture
@@ -57,3 +58,19 @@ def test_watchdog_interval_is_half_of_watchdog_usec() -> None:
     assert watchdog_interval({}) is None
     assert watchdog_interval({"WATCHDOG_USEC": "0"}) is None
     assert watchdog_interval({"WATCHDOG_USEC": "junk"}) is None
+
+
+def test_keep_alive_pings_until_cancelled(listener: tuple[socket.socket, str]) -> None:
+    sock, path = listener
+    notifier = Notifier(path)
+
+    async def main() -> None:
+        watchdog = start_keep_alive(notifier, {"WATCHDOG_USEC": "20000"})  # every 10 ms
+        assert watchdog is not None
+        await asyncio.sleep(0.1)
+        watchdog.cancel()
+        assert start_keep_alive(notifier, {}) is None, "no watchdog, no task"
+
+    asyncio.run(main())
+    pings = [sock.recv(4096) for _ in range(3)]
+    assert pings == [b"WATCHDOG=1"] * 3
