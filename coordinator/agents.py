@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import grpc
-from google.protobuf.duration_pb2 import Duration
 
 from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc, types_pb2
 from ringsnap.coordinator.ports import (
@@ -17,12 +16,16 @@ from ringsnap.coordinator.ports import (
     FreezeReceipt,
     NodeFacts,
     NodeVolumeFacts,
+    RestoredTable,
     SSTable,
     SSTableComponent,
     ThawReceipt,
     VolumeState,
 )
 from ringsnap.errors import RingsnapError
+from ringsnap.wire import duration as _duration
+from ringsnap.wire import moment
+from ringsnap.wire import seconds as _seconds
 
 _ROLES = {
     types_pb2.FILESYSTEM_ROLE_DATA: "data",
@@ -36,6 +39,8 @@ _ROLES = {
 STOP_TIMEOUT_SECONDS = 960.0
 VOLUMES_TIMEOUT_SECONDS = 900.0
 DISCARD_TIMEOUT_SECONDS = 600.0
+#: A native snapshot flushes every table first; clearing one deletes its links.
+SNAPSHOT_TIMEOUT_SECONDS = 600.0
 #: Added to the wait of a start: the start command itself and the last poll.
 START_MARGIN_SECONDS = 120.0
 
@@ -71,16 +76,6 @@ class ClientTls:
         return grpc.ssl_channel_credentials(
             root_certificates=self.ca, private_key=self.key, certificate_chain=self.cert
         )
-
-
-def _seconds(duration: Duration) -> float:
-    return duration.seconds + duration.nanos / 1e9
-
-
-def _duration(seconds: float) -> Duration:
-    duration = Duration()
-    duration.FromNanoseconds(round(seconds * 1e9))
-    return duration
 
 
 class GrpcNodeAgent:
@@ -158,7 +153,7 @@ class GrpcNodeAgent:
         return FreezeReceipt(
             mount_points=tuple(fs.mount_point for fs in reply.filesystems),
             freeze_seconds=sum(_seconds(fs.freeze_duration) for fs in reply.filesystems),
-            lease_expires_at=reply.lease_expires_at.ToDatetime(tzinfo=UTC),
+            lease_expires_at=moment(reply.lease_expires_at),
         )
 
     async def renew(self, operation_id: str, lease_seconds: float) -> datetime:
@@ -169,7 +164,7 @@ class GrpcNodeAgent:
             reply = await self._stub.RenewLease(request, timeout=lease_seconds)
         except grpc.aio.AioRpcError as exc:
             raise self._error("RenewLease", exc) from None
-        return reply.lease_expires_at.ToDatetime(tzinfo=UTC)
+        return moment(reply.lease_expires_at)
 
     async def thaw(self, operation_id: str) -> ThawReceipt:
         try:
@@ -196,6 +191,23 @@ class GrpcNodeAgent:
         except grpc.aio.AioRpcError as exc:
             raise self._error("GetManifest", exc) from None
         return sstables
+
+    async def create_snapshot(self, tag: str) -> float:
+        try:
+            reply = await self._stub.CreateSnapshot(
+                agent_pb2.CreateSnapshotRequest(tag=tag), timeout=SNAPSHOT_TIMEOUT_SECONDS
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise self._error("CreateSnapshot", exc) from None
+        return _seconds(reply.duration)
+
+    async def clear_snapshot(self, tag: str) -> None:
+        try:
+            await self._stub.ClearSnapshot(
+                agent_pb2.ClearSnapshotRequest(tag=tag), timeout=SNAPSHOT_TIMEOUT_SECONDS
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise self._error("ClearSnapshot", exc) from None
 
     # -- restores ---------------------------------------------------------------------------------
 
@@ -271,6 +283,25 @@ class GrpcNodeAgent:
         return tuple(
             DiscardedDirectory(path=d.path, kind=d.kind, files=d.files, bytes=d.bytes)
             for d in reply.directories
+        )
+
+    async def restore_snapshot(self, operation_id: str, tag: str) -> tuple[RestoredTable, ...]:
+        request = agent_pb2.RestoreSnapshotRequest(operation_id=operation_id, tag=tag)
+        try:
+            reply = await self._stub.RestoreSnapshot(request, timeout=VOLUMES_TIMEOUT_SECONDS)
+        except grpc.aio.AioRpcError as exc:
+            raise self._error("RestoreSnapshot", exc) from None
+        return tuple(
+            RestoredTable(
+                data_directory=t.data_directory,
+                keyspace=t.keyspace,
+                table_directory=t.table_directory,
+                restored=t.restored,
+                files_moved=t.files_moved,
+                files_linked=t.files_linked,
+                replaced_directory=t.replaced_directory,
+            )
+            for t in reply.tables
         )
 
 

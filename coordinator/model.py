@@ -252,6 +252,20 @@ class CleanupRequest:
             )
 
 
+def native_cleanups(backup: Backup, reason: str) -> list[CleanupRequest]:
+    """Clearing the native snapshot of `backup` (tagged with its id) on each included node (every
+    planned node, for a run that died before its plan excluded any)."""
+    return [
+        CleanupRequest(
+            array=native_cleanup_target(backup.cluster, node.name),
+            reason=reason,
+            snapshot_name=backup.id,
+        )
+        for node in backup.nodes
+        if node.included
+    ]
+
+
 @dataclass(frozen=True, kw_only=True)
 class PendingCleanup(CleanupRequest):
     id: int
@@ -404,8 +418,6 @@ class RestoreRecord:
     #: Clones made by a clone-mode restore, per original volume: (array, original, clone).
     clones: tuple[tuple[str, str, str], ...] = ()
     timings: tuple[PhaseTiming, ...] = ()
-    #: The backup's kind: a native backup is restored in place from each node's own snapshot.
-    snapshot_kind: SnapshotKind = SnapshotKind.ARRAY
 
     def node(self, name: str) -> RestoreNode:
         for node in self.nodes:

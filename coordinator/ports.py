@@ -128,6 +128,21 @@ class DiscardedDirectory:
     bytes: int
 
 
+@dataclass(frozen=True)
+class RestoredTable:
+    """What restoring a native snapshot did to one table directory of a node."""
+
+    data_directory: str
+    keyspace: str
+    table_directory: str
+    #: False: the table has no snapshot of the tag (created after it) and was left untouched.
+    restored: bool
+    files_moved: int
+    files_linked: int
+    #: Where the table's live files were moved (kept): `<table dir>/.ringsnap-replaced/<restore>`.
+    replaced_directory: str
+
+
 class NodeAgent(Protocol):
     """One node's agent. Every call raises `AgentError` naming the node on failure."""
 
@@ -144,7 +159,20 @@ class NodeAgent(Protocol):
 
     async def thaw(self, operation_id: str) -> ThawReceipt: ...
 
-    async def manifest(self) -> list[SSTable]: ...
+    async def manifest(self, snapshot_tag: str = "") -> list[SSTable]:
+        """The SSTables of the live data directories, or of native snapshot `snapshot_tag`."""
+        ...
+
+    # -- native snapshots (clusters with `snapshots = "native"`)
+
+    async def create_snapshot(self, tag: str) -> float:
+        """Take a native snapshot of every keyspace (Cassandra flushes each table first); returns
+        the seconds it took."""
+        ...
+
+    async def clear_snapshot(self, tag: str) -> None:
+        """Remove native snapshot `tag` (nothing happens when there is none)."""
+        ...
 
     # -- restores: `AgentError.code` tells a refusal (FAILED_PRECONDITION: Cassandra runs, a file
     # is open, not released by this operation, wrong filesystem UUID) from a failure (UNAVAILABLE).
@@ -176,7 +204,13 @@ class NodeAgent(Protocol):
     async def discard_replay_state(
         self, operation_id: str, *, hints: bool
     ) -> tuple[DiscardedDirectory, ...]:
-        """Empty the replay state outside the volumes `operation_id` released and attached."""
+        """Empty the replay state outside the volumes `operation_id` released and attached (all of
+        it after a `restore_snapshot` of the same operation)."""
+        ...
+
+    async def restore_snapshot(self, operation_id: str, tag: str) -> tuple[RestoredTable, ...]:
+        """With Cassandra stopped, put every table back to native snapshot `tag`, in place (the
+        live files are kept aside); repeating it finishes what was started."""
         ...
 
 

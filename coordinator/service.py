@@ -43,7 +43,11 @@ from ringsnap.coordinator.model import (
     OperationKind,
     PendingCleanup,
     RestoreRecord,
+    SnapshotKind,
     Verification,
+    native_cleanup_node,
+    native_cleanup_target,
+    native_cleanups,
 )
 from ringsnap.coordinator.operations import Operation, Operations
 from ringsnap.coordinator.ports import ArrayPort, CanaryWriter, NodeAgent
@@ -312,6 +316,7 @@ class Coordinator:
         runtime = self.cluster(request.cluster)
         cluster = runtime.config
         settings = BackupSettings(
+            snapshots=cluster.snapshots,
             quiesce=cluster.quiesce,
             freeze_budget=cluster.freeze_budget_seconds
             or self.config.coordinator.freeze_budget_seconds,
@@ -343,6 +348,7 @@ class Coordinator:
                 policy=request.policy,
                 started_at=run.started_at,
                 nodes=_planned_nodes(cluster),
+                snapshot_kind=cluster.snapshots,
             )
 
         try:
@@ -396,6 +402,14 @@ class Coordinator:
         cleanups += [
             CleanupRequest(array=ref.array, reason=f"backup failed: {error}", ref=ref)
             for ref in run.snapshots
+        ]
+        cleanups += [
+            CleanupRequest(
+                array=native_cleanup_target(run.cluster, node),
+                reason=f"backup failed: {error}",
+                snapshot_name=run.backup_id,
+            )
+            for node in run.native_snapshots
         ]
         message = str(error) or type(error).__name__
         if isinstance(error, asyncio.CancelledError):
@@ -688,9 +702,11 @@ class Coordinator:
         for cleanup in cleanups:
             array = self.arrays.get(cleanup.array)
             try:
-                if array is None:
+                if (node := native_cleanup_node(cleanup.array)) is not None:
+                    await self._clear_native_snapshot(*node, cleanup.name)
+                elif array is None:
                     raise RingsnapError(f"array {cleanup.array!r} is no longer configured")
-                if cleanup.ref is not None:
+                elif cleanup.ref is not None:
                     await array.delete_snapshot(cleanup.ref)
                 elif not await self._delete_by_name(array, cleanup):
                     continue
@@ -710,6 +726,16 @@ class Coordinator:
                 reason=cleanup.reason,
             )
             await asyncio.to_thread(self.catalog.cleanup_done, cleanup.id)
+
+    async def _clear_native_snapshot(self, cluster: str, node: str, tag: str) -> None:
+        runtime = self.clusters.get(cluster)
+        agent = runtime.agents.get(node) if runtime is not None else None
+        if agent is None:
+            raise RingsnapError(
+                f"node {node} of cluster {cluster} is no longer configured; clear its native"
+                f" snapshot by hand (nodetool clearsnapshot -t {tag})"
+            )
+        await agent.clear_snapshot(tag)
 
     async def _delete_by_name(self, array: ArrayPort, cleanup: PendingCleanup) -> bool:
         """Delete a snapshot known only by name; False while it may still appear.
@@ -800,6 +826,10 @@ class Coordinator:
                 )
                 for array in backup.arrays
             ]
+            if backup.snapshot_kind is SnapshotKind.NATIVE:
+                cleanups += native_cleanups(
+                    backup, f"backup {backup.id} interrupted by a coordinator stop"
+                )
             await asyncio.to_thread(
                 self.catalog.fail_backup,
                 backup.id,

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from ringsnap.coordinator.model import CleanupRequest, FreezeWindow, QuiesceMode
+from ringsnap.coordinator.model import CleanupRequest, FreezeWindow, QuiesceMode, SnapshotKind
 from ringsnap.coordinator.ports import NodeAgent, PhaseClock, SSTable
 from ringsnap.errors import RingsnapError
 from ringsnap.plugins.types import SnapshotRef, Volume
@@ -43,6 +43,9 @@ class NodeTarget:
 
 @dataclass(frozen=True)
 class BackupSettings:
+    #: Array snapshots (frozen or not, per `quiesce`), or native snapshots on every node (no
+    #: freeze, no arrays: `quiesce` does not apply).
+    snapshots: SnapshotKind = SnapshotKind.ARRAY
     quiesce: QuiesceMode = QuiesceMode.FREEZE
     #: Longest the filesystems may stay frozen (first freeze to last thaw). Below the write timeout.
     freeze_budget: float = 1.5
@@ -84,6 +87,9 @@ class BackupRun:
     #: Set-up objects (e.g. temporary consistency groups) a finish or abort could not remove; the
     #: driver sweeps them before its next snapshot of the same volumes. Never fails a run.
     array_leftovers: list[str] = field(default_factory=list)
+    #: Nodes asked for a native snapshot tagged with the backup id (it may exist even where the
+    #: call failed): a failed run leaves a cleanup for each.
+    native_snapshots: list[str] = field(default_factory=list)
 
     @property
     def included(self) -> list[str]:

@@ -1,5 +1,5 @@
 """One backup of a whole ring: plan, canary, flush, prepare, freeze barrier, snapshot, thaw, finish,
-record.
+record; or, for a cluster of native snapshots: plan, canary, flush, snapshot on every node, record.
 
 The order of `run` is the protocol of docs/backup-protocol.md. Each array's snapshot is prepared before the
 freeze (checks, set-up such as ONTAP's temporary consistency group), committed while frozen (the
@@ -31,6 +31,7 @@ from ringsnap.coordinator.backup.arrays import ArrayRun
 from ringsnap.coordinator.backup.freeze import FreezeBarrier, renew_leases
 from ringsnap.coordinator.backup.manifest import present_throughout
 from ringsnap.coordinator.backup.model import (
+    BackupFailed,
     BackupRun,
     BackupSettings,
     NodeTarget,
@@ -39,7 +40,7 @@ from ringsnap.coordinator.backup.model import (
 )
 from ringsnap.coordinator.backup.plan import arrays_of, plan_backup
 from ringsnap.coordinator.backup.tasks import bounded, raise_failures, to_completion
-from ringsnap.coordinator.model import QuiesceMode
+from ringsnap.coordinator.model import QuiesceMode, SnapshotKind
 from ringsnap.coordinator.ports import ArrayPort, CanaryWriter, NodeAgent, SSTable
 from ringsnap.logs import get_logger
 from ringsnap.plugins.types import Volume
@@ -92,24 +93,41 @@ class BackupWorkflow:
         try:
             per_array = await self._phase(run, "plan", self.plan(run))
             await self._phase(run, "canary", self.write_canaries(run))
-            if settings.quiesce is not QuiesceMode.NONE:
-                await self._phase(run, "flush", self.flush(run))
-            # What is on disk before the snapshot; what is still there after it was in it.
-            before = await self._phase(run, "manifest", self.list_sstables(run))
-            # Last before the freeze, so that what it checked on the arrays is still true.
-            await self._phase(run, "prepare", arrays.prepare(per_array))
-            if settings.quiesce is QuiesceMode.FREEZE:
-                await self._phase(run, "freeze+snapshot+thaw", self.snapshot_frozen(run, arrays))
+            if settings.snapshots is SnapshotKind.NATIVE:
+                await self._native_snapshots(run)
             else:
-                await self._phase(run, "snapshot", arrays.commit(settings.straggler_grace))
-            await self._phase(run, "finish", arrays.finish())
-            await self._phase(run, "record", self.collect_manifests(run, before))
+                await self._array_snapshots(run, arrays, per_array)
         except BaseException as exc:
             bound.error("backup failed", error=str(exc), error_type=type(exc).__name__)
             await to_completion(arrays.discard(f"backup failed: {exc}"))
             raise
         bound.info("backup taken", phases=run.clock.phases)
         return run
+
+    async def _array_snapshots(
+        self, run: BackupRun, arrays: ArrayRun, per_array: dict[str, list[Volume]]
+    ) -> None:
+        settings = run.settings
+        if settings.quiesce is not QuiesceMode.NONE:
+            await self._phase(run, "flush", self.flush(run))
+        # What is on disk before the snapshot; what is still there after it was in it.
+        before = await self._phase(run, "manifest", self.list_sstables(run))
+        # Last before the freeze, so that what it checked on the arrays is still true.
+        await self._phase(run, "prepare", arrays.prepare(per_array))
+        if settings.quiesce is QuiesceMode.FREEZE:
+            await self._phase(run, "freeze+snapshot+thaw", self.snapshot_frozen(run, arrays))
+        else:
+            await self._phase(run, "snapshot", arrays.commit(settings.straggler_grace))
+        await self._phase(run, "finish", arrays.finish())
+        await self._phase(run, "record", self.collect_manifests(run, before))
+
+    async def _native_snapshots(self, run: BackupRun) -> None:
+        """Flush, then every included node snapshots itself (tagged with the backup id), in
+        parallel; each node's manifest is read from its snapshot. No freeze and no arrays: each
+        table of each node is snapshotted at its own moment, after the canary was written."""
+        await self._phase(run, "flush", self.flush(run))
+        await self._phase(run, "snapshot", self.snapshot_native(run))
+        await self._phase(run, "record", self.collect_native_manifests(run))
 
     # -- phases ----------------------------------------------------------------------------------
 
@@ -167,12 +185,34 @@ class BackupWorkflow:
         finally:
             run.window = barrier.window
 
-    async def list_sstables(self, run: BackupRun) -> dict[str, list[SSTable]]:
-        """Every included node's SSTables on disk now (a manifest of the live directories)."""
+    async def snapshot_native(self, run: BackupRun) -> None:
+        """Every included node takes native snapshot `<backup id>`; each node is remembered before
+        it is asked (a call that failed may still have made it), so a failed run clears it."""
+        run.native_snapshots.extend(run.included)
+        await self._on_included(run, lambda agent: agent.create_snapshot(run.backup_id), "snapshot")
+
+    async def collect_native_manifests(self, run: BackupRun) -> None:
+        """Record, per node, the SSTables of its snapshot: hard links that never change, so the
+        manifest is exactly what a restore puts back."""
+        listings = await self.list_sstables(run, snapshot_tag=run.backup_id)
+        for name, listing in listings.items():
+            if not listing:
+                raise BackupFailed(
+                    f"node {name}: its snapshot {run.backup_id} holds no SSTable (not even the"
+                    " system tables'): the snapshot was not taken where the agent looks; check the"
+                    " agent's [cassandra] data_directories"
+                )
+            run.nodes[name] = replace(run.nodes[name], manifest=tuple(listing))
+
+    async def list_sstables(
+        self, run: BackupRun, *, snapshot_tag: str = ""
+    ) -> dict[str, list[SSTable]]:
+        """Every included node's SSTables on disk now (a manifest of the live directories, or of
+        native snapshot `snapshot_tag`)."""
         agents = self._included_agents(run)
         listings = await asyncio.gather(
             *(
-                bounded(f"node {name}", a.manifest(), run.settings.agent_timeout)
+                bounded(f"node {name}", a.manifest(snapshot_tag), run.settings.agent_timeout)
                 for name, a in agents.items()
             ),
             return_exceptions=True,

@@ -31,7 +31,7 @@ from ringsnap.coordinator.model import (
     QuiesceMode,
     SnapshotKind,
     Verification,
-    native_cleanup_target,
+    native_cleanups,
 )
 from ringsnap.logs import get_logger
 from ringsnap.plugins.types import SnapshotRef
@@ -331,20 +331,6 @@ class BackupStore(Database):
             log.warning("backups lost their snapshots", backup_ids=marked, reason=reason)
         if unknown:
             log.warning("lost snapshots of backups not in the catalog", backup_ids=unknown)
-
-
-def native_cleanups(backup: Backup, reason: str) -> list[CleanupRequest]:
-    """Clearing the native snapshot of `backup` (tagged with its id) on each included node (every
-    planned node, for a run that died before its plan excluded any)."""
-    return [
-        CleanupRequest(
-            array=native_cleanup_target(backup.cluster, node.name),
-            reason=reason,
-            snapshot_name=backup.id,
-        )
-        for node in backup.nodes
-        if node.included
-    ]
 
 
 def _upsert_nodes(conn: sqlite3.Connection, pk: int, nodes: Sequence[BackupNode]) -> None:

@@ -22,7 +22,7 @@ from ringsnap.coordinator.catalog.columns import EPOCH, from_us, placeholders, t
 from ringsnap.coordinator.catalog.database import Database
 from ringsnap.coordinator.catalog.errors import CatalogError, RestoreNotFoundError
 from ringsnap.coordinator.catalog.listing import MAX_PAGE_SIZE
-from ringsnap.coordinator.model import RestoreMode, RestoreRecord, RestoreState, SnapshotKind
+from ringsnap.coordinator.model import RestoreMode, RestoreRecord, RestoreState
 from ringsnap.logs import get_logger
 
 log = get_logger(__name__)
@@ -43,7 +43,6 @@ _FIELDS = (
     "arrays_done",
     "clones",
     "timings",
-    "snapshot_kind",
 )
 _COLUMNS = ", ".join(_FIELDS)
 #: Saving a restore again replaces every column but its id.
@@ -108,7 +107,6 @@ class RestoreStore(Database):
             rcodec.encode_rows(record.arrays_done),
             rcodec.encode_rows(record.clones),
             rcodec.encode_timings(record.timings),
-            SnapshotKind(record.snapshot_kind).value,
         )
         with self._tx(write=True) as conn:
             saved = conn.execute(
@@ -220,5 +218,4 @@ def _record(row: sqlite3.Row) -> RestoreRecord:
         arrays_done=arrays_done,
         clones=clones,
         timings=timings,
-        snapshot_kind=SnapshotKind(row["snapshot_kind"]),
     )

@@ -193,12 +193,9 @@ CREATE INDEX restores_open ON restores (state) WHERE state IN ('running', 'faile
 DROP TABLE operations;
 """
 
-# Backups of Cassandra's own snapshots (direct-attached storage) beside array snapshots; a restore
-# says which kind it restores from.
+# Backups of Cassandra's own snapshots (direct-attached storage) beside array snapshots.
 _V4 = """
 ALTER TABLE backups ADD COLUMN snapshot_kind TEXT NOT NULL DEFAULT 'array'
-    CHECK (snapshot_kind IN ('array', 'native'));
-ALTER TABLE restores ADD COLUMN snapshot_kind TEXT NOT NULL DEFAULT 'array'
     CHECK (snapshot_kind IN ('array', 'native'));
 """
 
@@ -206,7 +203,7 @@ MIGRATIONS: list[Migration] = [
     Migration(1, "backups, nodes, snapshots, manifests, timings, cleanups, operations", _V1),
     Migration(2, "warnings of a backup", _V2),
     Migration(3, "restores; who verified a backup; backups lost to a restore; no operations", _V3),
-    Migration(4, "native snapshots: the kind of a backup and of a restore", _V4),
+    Migration(4, "native snapshots: the kind of a backup", _V4),
 ]
 
 

@@ -22,6 +22,7 @@ from ringsnap.coordinator.ports import (
     FreezeReceipt,
     NodeFacts,
     NodeVolumeFacts,
+    RestoredTable,
     SSTable,
     ThawReceipt,
     VolumeState,
@@ -59,7 +60,8 @@ def snapshot_ref(array: str, name: str, volumes: Sequence[Volume]) -> SnapshotRe
 
 class FakeAgent:
     """One node's agent. `events` (shared with the test's arrays) records `flush <node>`,
-    `freeze <node>`, `thaw <node>` and `lease-thaw <node>` in the order they happen.
+    `freeze <node>`, `thaw <node>`, `lease-thaw <node>`, `native-snapshot <node>` and
+    `clear-snapshot <node>` in the order they happen.
 
     With `leases`, a freeze ends by itself when its lease runs out unrenewed, as the agent's does,
     and the thaw says so. `freeze_seconds` and `thaw_seconds` stand in for the ioctls (a sleep the
@@ -93,6 +95,11 @@ class FakeAgent:
         self.thaws = 0
         self.flush_gate: asyncio.Event | None = None
         self.flushing = asyncio.Event()
+        #: Tags of the native snapshots the node holds; what `create_snapshot` and
+        #: `clear_snapshot` raise, when set.
+        self.native_snapshots: set[str] = set()
+        self.fail_snapshot: Exception | None = None
+        self.fail_clear: Exception | None = None
         self._watchdog: asyncio.Task[None] | None = None
 
     @property
@@ -144,8 +151,23 @@ class FakeAgent:
         self.events.append(f"thaw {self._node}")
         return ThawReceipt(MOUNTS if was else (), took, 0.01, self.lease_expired)
 
-    async def manifest(self) -> list[SSTable]:
+    async def manifest(self, snapshot_tag: str = "") -> list[SSTable]:
+        if snapshot_tag and snapshot_tag not in self.native_snapshots:
+            return []
         return list(self.sstables)
+
+    async def create_snapshot(self, tag: str) -> float:
+        self.events.append(f"native-snapshot {self._node}")
+        if self.fail_snapshot is not None:
+            raise self.fail_snapshot
+        self.native_snapshots.add(tag)
+        return 0.0
+
+    async def clear_snapshot(self, tag: str) -> None:
+        self.events.append(f"clear-snapshot {self._node}")
+        if self.fail_clear is not None:
+            raise self.fail_clear
+        self.native_snapshots.discard(tag)
 
     # Restores: not what these fakes are for (see tests/unit/test_restore_workflow.py).
 
@@ -171,6 +193,9 @@ class FakeAgent:
     async def discard_replay_state(
         self, operation_id: str, *, hints: bool
     ) -> tuple[DiscardedDirectory, ...]:
+        raise NotImplementedError
+
+    async def restore_snapshot(self, operation_id: str, tag: str) -> tuple[RestoredTable, ...]:
         raise NotImplementedError
 
 

@@ -23,7 +23,6 @@ from ringsnap.coordinator.model import (
     RestoreState,
     RestoreStep,
     RestoreVolume,
-    SnapshotKind,
     VolumeRole,
 )
 from ringsnap.coordinator.ports import SSTable, SSTableComponent
@@ -209,7 +208,6 @@ def restore_record(restore_id: str, backup_id: str = "rs-1", **fields: Any) -> R
         "arrays_done": (("a1", "cloned:rr1"),),
         "clones": (("a1", "n1-data", "n1-data-rr1"), ("a1", "n2-data", "n2-data-rr1")),
         "timings": (PhaseTiming(phase="plan", seconds=0.5), PhaseTiming(phase="stop", seconds=9)),
-        "snapshot_kind": SnapshotKind.NATIVE,
     }
     values.update(fields)
     return RestoreRecord(**values)

@@ -92,7 +92,7 @@ def test_cleanup_targets_of_nodes_never_look_like_arrays() -> None:
     assert native_cleanup_node("a1") is None
 
 
-def test_a_catalog_of_version_3_migrates_its_backups_and_restores_to_the_array_kind(
+def test_a_catalog_of_version_3_migrates_its_backups_to_the_array_kind(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "catalog.db"
@@ -103,7 +103,6 @@ def test_a_catalog_of_version_3_migrates_its_backups_and_restores_to_the_array_k
     raw = sqlite3.connect(path)
     raw.executescript(
         "ALTER TABLE backups DROP COLUMN snapshot_kind;"
-        " ALTER TABLE restores DROP COLUMN snapshot_kind;"
         " DELETE FROM schema_version WHERE version = 4;"
     )
     raw.close()
