@@ -140,6 +140,12 @@ def test_sandbox_up_is_a_playground_for_the_ringsnap_cli(sandbox_instance_name: 
         assert shown.returncode == 0, _said(shown)
         assert f"{instance}-node1-data" in shown.stdout
 
+        # The incident command, as in production while the daemon runs: through its API.
+        restored = _ringsnap("restore", backup_id, "--yes", env=cli, timeout=900)
+        assert restored.returncode == 0, _said(restored)
+        verdicts = re.findall(r"^\s+(node\d) (\w+)", restored.stdout, re.MULTILINE)
+        assert verdicts == [(f"node{i}", "PROVEN") for i in (1, 2, 3)], _said(restored)
+
         status = _ringsnap("status", env=cli)
         assert status.returncode == 0, _said(status)
         assert backup_id in status.stdout
