@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from datetime import UTC, datetime
 from typing import Any, NoReturn, TypeVar
 
 import grpc
 import grpc.aio
-from google.protobuf import duration_pb2, timestamp_pb2
 
 from ringsnap import logs
 from ringsnap.agent import errors as agent_errors
@@ -26,6 +23,7 @@ from ringsnap.agent.restore import DiscardedDirectory, VolumeFacts, VolumeState
 from ringsnap.agent.snapshot_restore import RestoredTable
 from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc, types_pb2
 from ringsnap.errors import ValidationError
+from ringsnap.wire import duration, seconds_of, unix_timestamp
 
 log = logs.get_logger(__name__)
 
@@ -76,30 +74,7 @@ def unary(
     return wrapper
 
 
-# -- conversions ---------------------------------------------------------------------------------
-
-
-def seconds_of(duration: duration_pb2.Duration, field: str) -> float:
-    """A request Duration as seconds; malformed ones (mixed signs, nanos out of range) are refused."""
-    seconds, nanos = duration.seconds, duration.nanos
-    if not -999_999_999 <= nanos <= 999_999_999 or (seconds > 0 > nanos) or (seconds < 0 < nanos):
-        raise ValidationError(f"{field}: malformed duration ({seconds} s, {nanos} ns)")
-    value = seconds + nanos / 1e9
-    if not math.isfinite(value):
-        raise ValidationError(f"{field}: duration out of range")
-    return value
-
-
-def duration(seconds: float) -> duration_pb2.Duration:
-    message = duration_pb2.Duration()
-    message.FromNanoseconds(round(seconds * 1e9))
-    return message
-
-
-def timestamp(unix_seconds: float) -> timestamp_pb2.Timestamp:
-    message = timestamp_pb2.Timestamp()
-    message.FromDatetime(datetime.fromtimestamp(unix_seconds, UTC))
-    return message
+# -- messages ------------------------------------------------------------------------------------
 
 
 def _role(kinds: frozenset[str]) -> types_pb2.FilesystemRole.ValueType:
@@ -146,12 +121,12 @@ def freeze_message(result: FreezeResult) -> agent_pb2.FreezeFilesystemsResponse:
         filesystems=[
             agent_pb2.FrozenFilesystem(
                 mount_point=fs.mount_point,
-                frozen_at=timestamp(fs.frozen_at),
+                frozen_at=unix_timestamp(fs.frozen_at),
                 freeze_duration=duration(fs.freeze_seconds),
             )
             for fs in result.filesystems
         ],
-        lease_expires_at=timestamp(result.lease_expires_at),
+        lease_expires_at=unix_timestamp(result.lease_expires_at),
     )
 
 
@@ -284,7 +259,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     ) -> agent_pb2.RenewLeaseResponse:
         lease = seconds_of(request.lease, "lease") if request.HasField("lease") else None
         expires = await self._agent.renew(request.operation_id, lease)
-        return agent_pb2.RenewLeaseResponse(lease_expires_at=timestamp(expires))
+        return agent_pb2.RenewLeaseResponse(lease_expires_at=unix_timestamp(expires))
 
     @unary
     async def ThawFilesystems(

@@ -9,10 +9,7 @@ goes to the API only (`restore_plan`): its agents and array handles do not cross
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
 from typing import TypeVar
-
-from google.protobuf import duration_pb2, timestamp_pb2
 
 from ringsnap import __version__
 from ringsnap.api.v1 import coordinator_pb2 as pb
@@ -43,6 +40,7 @@ from ringsnap.coordinator.restore_plan import RestorePlan
 from ringsnap.coordinator.retention import RetentionPlan
 from ringsnap.coordinator.scheduler import Skip
 from ringsnap.plugins.types import SnapshotRef, Volume, VolumeSnapshot
+from ringsnap.wire import duration, moment, seconds, timestamp
 
 BACKUP_STATES: dict[BackupState, pb.BackupState.ValueType] = {
     BackupState.RUNNING: pb.BACKUP_STATE_RUNNING,
@@ -107,18 +105,6 @@ OPERATION_KINDS: dict[str, types_pb2.OperationKind.ValueType] = {
     OperationKind.DRILL.value: types_pb2.OPERATION_KIND_DRILL,
     OperationKind.RETENTION.value: types_pb2.OPERATION_KIND_RETENTION,
 }
-
-
-def timestamp(moment: datetime) -> timestamp_pb2.Timestamp:
-    message = timestamp_pb2.Timestamp()
-    message.FromDatetime(moment.astimezone(UTC))
-    return message
-
-
-def duration(seconds: float) -> duration_pb2.Duration:
-    message = duration_pb2.Duration()
-    message.FromNanoseconds(round(seconds * 1e9))
-    return message
 
 
 def volume(value: Volume, role: VolumeRole | None = None) -> types_pb2.Volume:
@@ -318,14 +304,6 @@ def domain_value(mapping: Mapping[_Domain, _Wire], value: int, field: str) -> _D
         if wire == value:
             return domain
     raise ValueError(f"{field}: unknown or unspecified value {value}")
-
-
-def moment(message: timestamp_pb2.Timestamp) -> datetime:
-    return message.ToDatetime(tzinfo=UTC)
-
-
-def seconds(message: duration_pb2.Duration) -> float:
-    return message.ToNanoseconds() / 1e9
 
 
 def restore_volume(value: RestoreVolume) -> pb.RestoreVolume:

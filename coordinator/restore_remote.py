@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ringsnap import wire
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
 from ringsnap.coordinator import messages, restore_cli
@@ -40,7 +41,7 @@ def plan_document(message: pb.RestorePlan) -> dict[str, Any]:
         "restore_id": message.restore_id,
         "backup_id": message.backup_id,
         "cluster": message.cluster,
-        "backup_started_at": messages.moment(message.backup_started_at).isoformat(),
+        "backup_started_at": wire.moment(message.backup_started_at).isoformat(),
         "mode": messages.domain_value(messages.RESTORE_MODES, message.mode, "restore mode").value,
         "whole_ring": message.whole_ring,
         "nodes": [
@@ -61,7 +62,7 @@ def plan_document(message: pb.RestorePlan) -> dict[str, Any]:
         "warnings": list(message.warnings),
         "refusals": list(message.refusals),
         "expected_seconds": (
-            messages.seconds(message.expected_duration)
+            wire.seconds(message.expected_duration)
             if message.HasField("expected_duration")
             else None
         ),

@@ -1,27 +1,13 @@
-"""The servicer's translations: durations in, status codes out (one table for every error)."""
+"""The servicer's error table: status codes out (one table for every error). Durations: test_wire."""
 
 from __future__ import annotations
 
 import grpc
 import pytest
-from google.protobuf import duration_pb2
 
 from ringsnap.agent import errors
-from ringsnap.agent.server import STATUS_FOR_ERROR, duration, seconds_of, status_for, timestamp
+from ringsnap.agent.server import STATUS_FOR_ERROR, status_for
 from ringsnap.errors import ValidationError
-
-
-def test_durations_both_ways() -> None:
-    assert seconds_of(duration_pb2.Duration(seconds=1, nanos=500_000_000), "lease") == 1.5
-    assert seconds_of(duration_pb2.Duration(seconds=-1, nanos=-500_000_000), "lease") == -1.5
-    assert duration(0.25).ToNanoseconds() == 250_000_000
-    assert timestamp(1_700_000_000.5).ToNanoseconds() == 1_700_000_000_500_000_000
-
-
-@pytest.mark.parametrize(("seconds", "nanos"), [(1, -1), (-1, 1), (0, 1_000_000_000)])
-def test_malformed_durations_are_invalid(seconds: int, nanos: int) -> None:
-    with pytest.raises(ValidationError, match="lease: malformed"):
-        seconds_of(duration_pb2.Duration(seconds=seconds, nanos=nanos), "lease")
 
 
 @pytest.mark.parametrize(
