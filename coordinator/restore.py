@@ -1,10 +1,14 @@
-"""One restore of a backup from its array snapshots, and its proof.
+"""One restore of a backup from its array snapshots, or from the nodes' native snapshots, and its
+proof.
 
 The order of `run` is the protocol (docs/restore.md): pre-restore canary, stop Cassandra on every
 target node (draining first where it answers), release the node's volumes, revert or clone them on
 the arrays (arrays in parallel), attach and mount them, discard the replay state that lives outside
 them, check the manifest, start Cassandra (seeds first, the rest in parallel), wait until the ring
-serves and agrees on its schema, verify every node, record.
+serves and agrees on its schema, verify every node, record. For a backup of native snapshots, the
+release, the arrays and the attach are one step instead: each node's agent puts its tables back to
+its own snapshot, in place (keeping the files it replaces); the discard then empties all of the
+replay state, the commit log first of all.
 
 Its safety rules, in one place:
 - nothing changes before the plan found no reason to refuse and the operator confirmed it;
@@ -40,6 +44,7 @@ from ringsnap.coordinator.model import (
     RestoreRecord,
     RestoreState,
     RestoreStep,
+    SnapshotKind,
     Verification,
 )
 from ringsnap.coordinator.ports import ArrayPort, NodeAgent, SSTable
@@ -133,13 +138,16 @@ def record_for(plan: RestorePlan, requested_by: str) -> RestoreRecord:
     )
 
 
-def next_step_for(record: RestoreRecord, node: RestoreNode) -> str:
-    """What the operator does for `node` when the restore stops at its current step."""
+def next_step_for(record: RestoreRecord, node: RestoreNode, *, native: bool = False) -> str:
+    """What the operator does for `node` when the restore stops at its current step (`native`: a
+    restore from the nodes' native snapshots)."""
     resume = f"`ringsnap restore --resume {record.id}`"
     points = ", ".join(v.mount_point for v in node.volumes)
     step = node.step
     if step in (RestoreStep.PLANNED, RestoreStep.CANARY):
         return "nothing was changed on this node"
+    if native:
+        return _native_next_step(record, step, resume)
     if step is RestoreStep.STOPPED:
         return (
             f"Cassandra is STOPPED, its volumes are still mounted and unchanged: {resume} to go on,"
@@ -162,11 +170,35 @@ def next_step_for(record: RestoreRecord, node: RestoreNode) -> str:
     return ""
 
 
-class RestoreRun:
-    """One restore's record, saved after every change."""
+def _native_next_step(record: RestoreRecord, step: RestoreStep, resume: str) -> str:
+    kept = f"the files they replaced are kept in each table's .ringsnap-replaced/{record.id}/"
+    if step is RestoreStep.STOPPED:
+        return (
+            f"Cassandra is STOPPED; putting its tables back to the snapshot may have begun ({kept}"
+            f" as they move): {resume} to go on. Do not start Cassandra by hand"
+        )
+    if step is RestoreStep.RESTORED:
+        return (
+            f"its tables are back to the snapshot ({kept}) and Cassandra is STOPPED; its commit log"
+            f" still holds newer writes, so do not start it by hand: {resume} to discard the replay"
+            " state, start and verify"
+        )
+    if step in (RestoreStep.CLEARED, RestoreStep.CHECKED):
+        return (
+            f"its tables are back to the snapshot and Cassandra is STOPPED: {resume} to start and"
+            " verify"
+        )
+    if step is RestoreStep.STARTED:
+        return f"Cassandra runs on the restored data but is not verified yet: {resume} to verify"
+    return ""
 
-    def __init__(self, record: RestoreRecord, journal: RestoreJournal) -> None:
+
+class RestoreRun:
+    """One restore's record, saved after every change; `native`: from the nodes' native snapshots."""
+
+    def __init__(self, record: RestoreRecord, journal: RestoreJournal, *, native: bool) -> None:
         self.record = record
+        self.native = native
         self._journal = journal
         self._lock = asyncio.Lock()
 
@@ -221,7 +253,9 @@ class RestoreWorkflow:
         if plan.refused:
             raise RestoreRefused("; ".join(plan.refusals))
         record = record_for(plan, requested_by)
-        run = RestoreRun(record, self.journal)
+        run = RestoreRun(
+            record, self.journal, native=plan.backup.snapshot_kind is SnapshotKind.NATIVE
+        )
         await self.journal.save(record)
         snapshots = {a.array: a.ref for a in plan.arrays}
         return await self._drive(run, snapshots, plan.lost_backups)
@@ -231,9 +265,14 @@ class RestoreWorkflow:
         record: RestoreRecord,
         snapshots: Mapping[str, SnapshotRef],
         lost_backups: Sequence[str] = (),
+        *,
+        native: bool = False,
     ) -> RestoreRecord:
-        """Go on from the last step each node finished."""
-        run = RestoreRun(replace(record, state=RestoreState.RUNNING, error=""), self.journal)
+        """Go on from the last step each node finished (`native`: the backup is made of native
+        snapshots, as the record's backup says)."""
+        run = RestoreRun(
+            replace(record, state=RestoreState.RUNNING, error=""), self.journal, native=native
+        )
         await self.journal.save(run.record)
         return await self._drive(run, dict(snapshots), lost_backups)
 
@@ -248,20 +287,8 @@ class RestoreWorkflow:
             whole_ring=run.record.whole_ring,
         )
         timings: dict[str, float] = {t.phase: t.seconds for t in run.record.timings}
-        steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
-            ("pre-restore canary", lambda: self._canary(run)),
-            ("stop", lambda: self._stop(run)),
-            ("release", lambda: self._release(run)),
-            (run.record.mode.value, lambda: self._restore_arrays(run, snapshots, lost)),
-            ("attach", lambda: self._attach(run)),
-            ("discard replay state", lambda: self._discard(run)),
-            ("manifest check", lambda: self._check_manifests(run)),
-            ("start", lambda: self._start(run)),
-            ("ring", lambda: self._wait_for_ring(run)),
-            ("verify", lambda: self._verify(run)),
-        ]
         try:
-            for name, step in steps:
+            for name, step in self._steps(run, snapshots, lost):
                 self.progress("", name, "")
                 started = time.monotonic()
                 await step()
@@ -282,8 +309,34 @@ class RestoreWorkflow:
             raise RestoreFailed(error, run.record) from exc
         return await self._record(run)
 
+    def _steps(
+        self, run: RestoreRun, snapshots: Mapping[str, SnapshotRef], lost: Sequence[str]
+    ) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
+        """The steps in protocol order; a native backup's nodes restore their own snapshots where
+        an array backup's are released, reverted (or cloned) and attached."""
+        restoring: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+            ("release", lambda: self._release(run)),
+            (run.record.mode.value, lambda: self._restore_arrays(run, snapshots, lost)),
+            ("attach", lambda: self._attach(run)),
+        ]
+        if run.native:
+            restoring = [("restore from snapshot", lambda: self._restore_snapshots(run))]
+        return [
+            ("pre-restore canary", lambda: self._canary(run)),
+            ("stop", lambda: self._stop(run)),
+            *restoring,
+            ("discard replay state", lambda: self._discard(run)),
+            ("manifest check", lambda: self._check_manifests(run)),
+            ("start", lambda: self._start(run)),
+            ("ring", lambda: self._wait_for_ring(run)),
+            ("verify", lambda: self._verify(run)),
+        ]
+
     async def _left_as_is(self, run: RestoreRun, state: RestoreState, error: str) -> None:
-        nodes = tuple(replace(n, next_step=next_step_for(run.record, n)) for n in run.record.nodes)
+        nodes = tuple(
+            replace(n, next_step=next_step_for(run.record, n, native=run.native))
+            for n in run.record.nodes
+        )
         await run.update(state=state, error=error, nodes=nodes, finished_at=datetime.now(UTC))
 
     # -- the steps -------------------------------------------------------------------------------
@@ -423,6 +476,38 @@ class RestoreWorkflow:
             RestoreStep.ATTACHED,
             run.pending(RestoreStep.ATTACHED),
             attach,
+            self.settings.agent_timeout,
+        )
+
+    async def _restore_snapshots(self, run: RestoreRun) -> None:
+        tag = run.record.backup_id
+
+        async def restore(node: RestoreNode) -> None:
+            tables = await self.agents[node.name].restore_snapshot(run.record.id, tag)
+            restored = [t for t in tables if t.restored]
+            log.warning(
+                "tables restored from their native snapshot; the files they held are kept aside",
+                node=node.name,
+                tag=tag,
+                tables=len(restored),
+                files_linked=sum(t.files_linked for t in restored),
+                files_kept_aside=sum(t.files_moved for t in restored),
+                kept_in=f"<table dir>/.ringsnap-replaced/{run.record.id}",
+            )
+            untouched = [f"{t.keyspace}/{t.table_directory}" for t in tables if not t.restored]
+            if untouched:
+                log.warning(
+                    "tables without the snapshot left as they are (created after the backup)",
+                    node=node.name,
+                    tag=tag,
+                    tables=untouched,
+                )
+
+        await self._on_nodes(
+            run,
+            RestoreStep.RESTORED,
+            run.pending(RestoreStep.RESTORED),
+            restore,
             self.settings.agent_timeout,
         )
 

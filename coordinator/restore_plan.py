@@ -5,7 +5,9 @@ The plan asks every target agent and array (read-only calls), and refuses rather
 something is not right: an agent or array that does not answer, a snapshot gone from its array, a
 node whose Cassandra host id is not the one in the backup (a replaced node), volumes a previous
 restore left released, a driver that cannot revert (or clone), and a partial restore from a backup
-older than the smallest gc_grace_seconds (deleted data would come back) unless forced.
+older than the smallest gc_grace_seconds (deleted data would come back) unless forced. A backup of
+native snapshots has no volumes or arrays: each target node must still hold its own snapshot, and
+it is restored in place only (no clone).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ringsnap.coordinator.model import (
     NodeVolume,
     RestoreMode,
     RestoreVolume,
+    SnapshotKind,
     VolumeRole,
 )
 from ringsnap.coordinator.ports import ArrayPort, NodeAgent, NodeVolumeFacts
@@ -160,6 +163,13 @@ async def plan_restore(  # noqa: PLR0917 - the plan needs every outside view at 
         refusals.append(f"backup {backup.id} is {backup.state.value}: it cannot be restored")
     if getattr(backup, "lost_reason", ""):
         refusals.append(f"backup {backup.id}: its snapshots are gone ({backup.lost_reason})")
+    native = backup.snapshot_kind is SnapshotKind.NATIVE
+    if native and request.mode is RestoreMode.CLONE:
+        refusals.append(
+            f"backup {backup.id} is made of Cassandra's native snapshots, which are restored in"
+            " place on each node: --mode clone needs array snapshots to clone volumes from; use"
+            " --mode revert"
+        )
     included = [n for n in backup.nodes if n.included]
     names = list(request.nodes) or [n.name for n in included]
     unknown = [n for n in names if n not in {b.name for b in included}]
@@ -233,6 +243,8 @@ async def plan_restore(  # noqa: PLR0917 - the plan needs every outside view at 
     if nodes and not any(n.seed for n in nodes):
         # No seed among the targets: the first target starts alone, then the others.
         nodes[0] = replace(nodes[0], seed=True)
+    if native:
+        refusals += await _native_snapshots_missing(backup.id, nodes, timeout)
 
     array_plans, lost = await _plan_arrays(
         backup, request.mode, nodes, arrays, newer_backups, refusals, timeout
@@ -245,6 +257,11 @@ async def plan_restore(  # noqa: PLR0917 - the plan needs every outside view at 
         destroyed.extend(f"array {array_plan.array}: {line}" for line in array_plan.destroys)
     if request.mode is RestoreMode.CLONE:
         destroyed = ["nothing: the original volumes are kept untouched beside the clones"]
+    elif native:
+        destroyed[0] += (
+            f" (each table's files are kept aside in <table dir>/.ringsnap-replaced/{restore_id}/"
+            " on its node, never deleted)"
+        )
 
     if not whole_ring:
         await _check_gc_grace(backup, request.force, ring, refusals, warnings, now, timeout)
@@ -267,6 +284,30 @@ async def plan_restore(  # noqa: PLR0917 - the plan needs every outside view at 
         expected_seconds=expected,
         destroyed=tuple(destroyed),
     )
+
+
+async def _native_snapshots_missing(
+    tag: str, nodes: Sequence[NodePlan], timeout: float
+) -> list[str]:
+    """A native backup comes back from each node's own snapshot: one refusal per node where it
+    cannot be found (its manifest lists no SSTable, or the agent cannot list it)."""
+
+    async def count(node: NodePlan) -> int:
+        return len(await _ask(f"node {node.name}: agent", node.agent.manifest(tag), timeout))
+
+    counts = await asyncio.gather(*(count(n) for n in nodes), return_exceptions=True)
+    refusals: list[str] = []
+    for node, found in zip(nodes, counts, strict=True):
+        if isinstance(found, BaseException):
+            refusals.append(
+                f"node {node.name}: its native snapshot {tag} cannot be listed: {found}"
+            )
+        elif not found:
+            refusals.append(
+                f"node {node.name} holds no native snapshot {tag} (cleared, or the node's data"
+                " directories are not the ones backed up): it cannot be restored from this backup"
+            )
+    return refusals
 
 
 async def _plan_arrays(  # noqa: PLR0917

@@ -21,6 +21,7 @@ from ringsnap.coordinator.model import (
     RestoreMode,
     RestoreRecord,
     RestoreState,
+    SnapshotKind,
     Verification,
 )
 from ringsnap.coordinator.ports import ArrayPort, NodeAgent, SSTable
@@ -127,7 +128,10 @@ class RestoreSession:
                 for r in other.snapshots
             )
         ]
-        return await self.workflow(progress).resume(record, snapshots, sorted(set(lost)))
+        native = backup.snapshot_kind is SnapshotKind.NATIVE
+        return await self.workflow(progress).resume(
+            record, snapshots, sorted(set(lost)), native=native
+        )
 
     def _newer_backups(self, backup: Backup) -> list[Backup]:
         summaries = self.catalog.backup_summaries(backup.cluster)
