@@ -7,9 +7,7 @@ INVALID_ARGUMENT before anything on the node changes.
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from typing import Any, NoReturn, TypeVar
+from collections.abc import AsyncIterator, Iterator, Sequence
 
 import grpc
 import grpc.aio
@@ -23,13 +21,10 @@ from ringsnap.agent.restore import DiscardedDirectory, VolumeFacts, VolumeState
 from ringsnap.agent.snapshot_restore import RestoredTable
 from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc, types_pb2
 from ringsnap.errors import ValidationError
+from ringsnap.rpcerrors import Context, ErrorStatuses
 from ringsnap.wire import duration, seconds_of, unix_timestamp
 
 log = logs.get_logger(__name__)
-
-Context = grpc.aio.ServicerContext[Any, Any]
-Request = TypeVar("Request")
-Response = TypeVar("Response")
 
 #: The one place where domain errors become status codes (most specific class first).
 STATUS_FOR_ERROR: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
@@ -42,36 +37,11 @@ STATUS_FOR_ERROR: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (agent_errors.FreezeFailed, grpc.StatusCode.INTERNAL),
 )
 
-
-def status_for(error: Exception) -> grpc.StatusCode | None:
-    for kind, code in STATUS_FOR_ERROR:
-        if isinstance(error, kind):
-            return code
-    return None
-
-
-async def _abort(context: Context, error: Exception, method: str) -> NoReturn:
-    code = status_for(error)
-    if code is None:
-        log.error("internal error", method=method, exc_info=error)
-        await context.abort(grpc.StatusCode.INTERNAL, "internal error in the agent; see its log")
-    log.info("request refused", method=method, code=code.name, reason=str(error))
-    await context.abort(code, str(error))
-
-
-def unary(
-    handler: Callable[[Any, Request, Context], Awaitable[Response]],
-) -> Callable[[Any, Request, Context], Awaitable[Response]]:
-    @functools.wraps(handler)
-    async def wrapper(self: Any, request: Request, context: Context) -> Response:
-        try:
-            return await handler(self, request, context)
-        except (asyncio.CancelledError, grpc.aio.AbortError):
-            raise
-        except Exception as exc:
-            await _abort(context, exc, handler.__name__)
-
-    return wrapper
+STATUSES = ErrorStatuses(
+    STATUS_FOR_ERROR, internal="internal error in the agent; see its log", log=log
+)
+status_for = STATUSES.code_for
+unary = STATUSES.unary
 
 
 # -- messages ------------------------------------------------------------------------------------
@@ -282,7 +252,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
         except Exception as exc:
-            await _abort(context, exc, "GetManifest")
+            await STATUSES.abort(context, exc, "GetManifest")
         finally:
             if batches is not None:
                 await loop.run_in_executor(None, _close, batches)

@@ -13,19 +13,15 @@ health service (`grpc.health.v1.Health`) answers without a token, for probes.
 from __future__ import annotations
 
 import asyncio
-import functools
 import hmac
 import ipaddress
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, NoReturn, TypeVar
+from typing import Any
 
 import grpc
 import grpc.aio
-from google.protobuf import any_pb2
-from google.rpc import code_pb2, error_details_pb2, status_pb2  # type: ignore[import-untyped]
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
-from grpc_status import rpc_status
 
 from ringsnap import names
 from ringsnap.api.v1 import coordinator_pb2 as pb
@@ -57,6 +53,7 @@ from ringsnap.coordinator.service import (
 from ringsnap.errors import RingsnapError, ValidationError
 from ringsnap.logs import get_logger
 from ringsnap.plugins.errors import DriverError
+from ringsnap.rpcerrors import Context, ErrorStatuses
 
 log = get_logger(__name__)
 
@@ -68,10 +65,6 @@ FULL_VIEW_PAGE_SIZE = 20
 #: ListRestores without a limit.
 DEFAULT_RESTORE_LIMIT = 50
 _MAX_TRIGGER = 200
-
-Context = grpc.aio.ServicerContext[Any, Any]
-Request = TypeVar("Request")
-Response = TypeVar("Response")
 
 
 class NotSupportedError(RingsnapError):
@@ -105,58 +98,19 @@ ERRORS: tuple[tuple[type[BaseException], grpc.StatusCode, str], ...] = (
 )
 
 
-def classify(error: BaseException) -> tuple[grpc.StatusCode, str]:
-    """The status code and reason word of an error (INTERNAL for anything unforeseen)."""
-    for kind, code, reason in ERRORS:
-        if isinstance(error, kind):
-            return code, reason
-    return grpc.StatusCode.INTERNAL, "INTERNAL"
+STATUSES = ErrorStatuses(
+    ERRORS,
+    internal="internal error in the coordinator ({kind}); its log has the details"
+    " (journalctl -u ringsnap-coordinator)",
+    domain=ERROR_DOMAIN,
+    log=log,
+)
+classify = STATUSES.classify
+unary = STATUSES.unary
 
 
 def error_reason(operation: Operation) -> str:
     return classify(operation.error)[1] if operation.error is not None else ""
-
-
-def rich_status(code: grpc.StatusCode, reason: str, message: str) -> grpc.Status:
-    detail = any_pb2.Any()
-    detail.Pack(error_details_pb2.ErrorInfo(reason=reason, domain=ERROR_DOMAIN))
-    status: grpc.Status = rpc_status.to_status(
-        status_pb2.Status(code=_CODE_NUMBER[code], message=message, details=[detail])
-    )
-    return status
-
-
-_CODE_NUMBER = {code: code_pb2.Code.Value(code.name) for code in grpc.StatusCode}
-
-
-async def _abort(context: Context, error: BaseException, method: str) -> NoReturn:
-    code, reason = classify(error)
-    if code is grpc.StatusCode.INTERNAL:
-        log.error("internal error", method=method, exc_info=error)
-        message = (
-            f"internal error in the coordinator ({type(error).__name__}); its log has the details"
-            " (journalctl -u ringsnap-coordinator)"
-        )
-    else:
-        log.info("request refused", method=method, code=code.name, reason=reason, error=str(error))
-        message = str(error) or type(error).__name__
-    status = rich_status(code, reason, message)
-    await context.abort(status.code, status.details, status.trailing_metadata)
-
-
-def unary(
-    handler: Callable[[Any, Request, Context], Awaitable[Response]],
-) -> Callable[[Any, Request, Context], Awaitable[Response]]:
-    @functools.wraps(handler)
-    async def wrapper(self: Any, request: Request, context: Context) -> Response:
-        try:
-            return await handler(self, request, context)
-        except grpc.aio.AbortError:
-            raise
-        except Exception as exc:
-            await _abort(context, exc, handler.__name__)
-
-    return wrapper
 
 
 def _required(value: str, field: str) -> str:
@@ -253,7 +207,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         try:
             operation = control.find_operation(self._coordinator, request.operation_id)
         except Exception as exc:
-            await _abort(context, exc, "WatchOperation")
+            await STATUSES.abort(context, exc, "WatchOperation")
         async for snapshot in operation.watch():
             yield messages.operation(snapshot, error_reason(operation))
 
