@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
-from ringsnap.config import ReadableFile, SecretFile, Section, load
+from ringsnap.config import SecretFile, Section, TlsFiles, load
 
 DEFAULT_CONFIG_PATH = Path("/etc/ringsnap/agent.toml")
 DEFAULT_STATE_DIRECTORY = Path("/run/ringsnap")
@@ -74,15 +74,6 @@ class ServerSection(Section):
     allowed_clients: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
     #: On shutdown, in-flight calls get this long before they are cancelled.
     shutdown_grace_seconds: float = Field(default=5.0, ge=0, le=300)
-
-
-class TlsSection(Section):
-    """The agent's certificate and key, and the CA its clients' certificates must chain to."""
-
-    cert_file: ReadableFile
-    #: A path, or `credential:NAME` for a systemd credential (`LoadCredential=NAME:/path`).
-    key_file: SecretFile
-    ca_file: ReadableFile
 
 
 class CassandraSection(Section):
@@ -188,7 +179,8 @@ class LogSection(Section):
 
 class AgentConfig(Section):
     server: ServerSection
-    tls: TlsSection
+    #: The agent's certificate and key, and the CA its clients' certificates must chain to.
+    tls: TlsFiles
     cassandra: CassandraSection
     freeze: FreezeSection = Field(default_factory=FreezeSection)
     volumes: VolumesSection = Field(default_factory=VolumesSection)

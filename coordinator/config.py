@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from ringsnap import names
-from ringsnap.config import ReadableFile, SecretFile, Section, load
+from ringsnap.config import SecretFile, Section, TlsFiles, load
 from ringsnap.coordinator.model import QuiesceMode, SnapshotKind, VolumeRole
 from ringsnap.coordinator.retention import RetentionPolicy
 from ringsnap.coordinator.scheduler import Schedule, cron_trigger
@@ -113,14 +113,10 @@ class CoordinatorSection(Section):
     misfire_grace_seconds: float = Field(default=3600.0, ge=1, le=7 * 86400)
 
 
-class TlsSection(Section):
-    """The coordinator's client certificate for mutual TLS with the agents."""
+class TlsSection(TlsFiles):
+    """The coordinator's client certificate for mutual TLS with the agents, and the CA the agents'
+    certificates must chain to."""
 
-    cert_file: ReadableFile
-    #: A path, or `credential:NAME` for a systemd credential (`LoadCredential=NAME:/path`).
-    key_file: SecretFile
-    #: The CA the agents' certificates must chain to.
-    ca_file: ReadableFile
     #: Check the agents' certificates against this name instead of each agent's host (when agents
     #: are addressed by IP and share one certificate name).
     agent_server_name: str | None = Field(default=None, min_length=1)

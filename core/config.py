@@ -114,8 +114,10 @@ ReadableFile = Annotated[Path, AfterValidator(_readable_file)]
 
 
 class TlsFiles(Section):
-    """Certificate, private key and CA bundle for mutual TLS (PEM files)."""
+    """The `[tls]` table of both daemons, for mutual TLS (PEM files): this side's certificate and
+    private key, and the CA the other side's certificates must chain to."""
 
     cert_file: ReadableFile
-    key_file: ReadableFile
+    #: A path, or `credential:NAME` for a systemd credential (`LoadCredential=NAME:/path`).
+    key_file: SecretFile
     ca_file: ReadableFile
