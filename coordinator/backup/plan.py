@@ -74,7 +74,8 @@ def plan_backup(
     if unreachable and not allow_partial:
         raise BackupRefused(
             "; ".join(unreachable)
-            + "; bring the agents back, or allow a partial backup (--allow-partial)"
+            + "; bring the agents back, or allow a partial backup: allow_partial = true in this"
+            " cluster's [[clusters]] table of the coordinator's configuration"
         )
     if not any(not outcome.excluded_reason for outcome in outcomes.values()):
         raise BackupRefused("no node of the cluster is reachable")

@@ -116,9 +116,11 @@ def test_a_freeze_slower_than_the_budget_fails_the_run_and_thaws_the_others_in_t
 def test_unreachable_agent_refuses_unless_partial_is_allowed() -> None:
     workflow, agents, _array, events = cluster()
     agents[2].unreachable = True
-    with pytest.raises(BackupRefused, match=r"node n3: agent unreachable.*allow a partial"):
+    with pytest.raises(BackupRefused, match=r"node n3: agent unreachable.*allow a partial") as no:
         asyncio.run(workflow.run(BackupSettings(), trigger="test"))
     assert events == []
+    assert "allow_partial = true" in str(no.value) and "[[clusters]]" in str(no.value)
+    assert "--allow-partial" not in str(no.value), "no command has that option"
     run = asyncio.run(workflow.run(BackupSettings(allow_partial=True), trigger="test"))
     assert run.included == ["n1", "n2"]
     assert "refused connection" in run.nodes["n3"].excluded_reason
