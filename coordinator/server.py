@@ -1,8 +1,9 @@
 """The coordinator's gRPC service: messages to `Coordinator` calls and back, nothing more.
 
-Domain errors become status codes in one place (`ERRORS`), each with a stable reason word in a
-`google.rpc.ErrorInfo` (domain `ringsnap.coordinator`) so that clients need not parse messages; an
-operation that fails carries the same word in `error_reason`. Anything unexpected is INTERNAL and
+Domain errors become status codes in one place (`ERRORS`; an agent's own answer passes through by
+`AGENT_STATUSES`), each with a stable reason word in a `google.rpc.ErrorInfo` (domain
+`ringsnap.coordinator`) so that clients need not parse messages; an operation that fails carries
+the same word in `error_reason`. Anything unexpected is INTERNAL and
 logged with its traceback; the caller is told where to look, not the traceback.
 
 Access: loopback only (gRPC local credentials refuse any other peer, whatever the bind address)
@@ -96,6 +97,18 @@ ERRORS: tuple[tuple[type[BaseException], grpc.StatusCode, str], ...] = (
     # Every other error of ours says what to do: the caller's request cannot be served as is.
     (RingsnapError, grpc.StatusCode.FAILED_PRECONDITION, "FAILED_PRECONDITION"),
 )
+#: An agent's answer about the request passes through, by `AgentError.code` (its message names the
+#: node and the call); anything else from an agent (unreachable, a command or hook that failed, a
+#: timeout) is AGENT_FAILED above.
+AGENT_STATUSES: dict[str, tuple[grpc.StatusCode, str]] = {
+    "FAILED_PRECONDITION": (grpc.StatusCode.FAILED_PRECONDITION, "AGENT_REFUSED"),
+    "INVALID_ARGUMENT": (grpc.StatusCode.INVALID_ARGUMENT, "AGENT_INVALID_ARGUMENT"),
+    "NOT_FOUND": (grpc.StatusCode.NOT_FOUND, "AGENT_NOT_FOUND"),
+}
+
+
+def _agent_status(error: BaseException) -> tuple[grpc.StatusCode, str] | None:
+    return AGENT_STATUSES.get(error.code) if isinstance(error, AgentError) else None
 
 
 STATUSES = ErrorStatuses(
@@ -103,6 +116,7 @@ STATUSES = ErrorStatuses(
     internal="internal error in the coordinator ({kind}); its log has the details"
     " (journalctl -u ringsnap-coordinator)",
     domain=ERROR_DOMAIN,
+    refine=_agent_status,
     log=log,
 )
 classify = STATUSES.classify
