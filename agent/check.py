@@ -20,7 +20,7 @@ from pathlib import Path
 from ringsnap import certs
 from ringsnap.agent import mounts
 from ringsnap.agent.config import AgentConfig
-from ringsnap.agent.errors import AgentError
+from ringsnap.agent.errors import DomainError
 from ringsnap.agent.node import NodeAgent
 
 #: How long Cassandra gets to answer who it is.
@@ -67,7 +67,7 @@ async def _cassandra(
     )
     try:
         info = await asyncio.wait_for(agent.node_info(), FACTS_TIMEOUT_SECONDS)
-    except (AgentError, TimeoutError, OSError) as exc:
+    except (DomainError, TimeoutError, OSError) as exc:
         report.problems.append(f"Cassandra cannot be reached through {via}: {exc}")
         return
     say(f"cassandra   {info.cluster_name}, version {info.cassandra_version}, through {via}")

@@ -35,7 +35,7 @@ def test_each_domain_error_has_one_status(error: Exception, code: grpc.StatusCod
 
 def test_every_agent_error_class_is_mapped() -> None:
     mapped = {kind for kind, _ in STATUS_FOR_ERROR}
-    for kind in errors.AgentError.__subclasses__():
+    for kind in errors.DomainError.__subclasses__():
         assert kind in mapped, f"{kind.__name__} has no status code"
 
 
