@@ -1,10 +1,13 @@
-"""The distribution's package list matches the tree, and the generated API code is fresh."""
+"""The distribution's package list matches the tree, the generated API code is fresh, and the
+daemons load no test helper."""
 
 from __future__ import annotations
 
 import filecmp
 import importlib
 import importlib.util
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from types import ModuleType
@@ -63,3 +66,35 @@ def test_committed_generated_code_is_fresh(tmp_path: Path) -> None:
 
     comparison = filecmp.dircmp(committed, fresh, ignore=["__pycache__"])
     assert differences(comparison) == [], "run `make generate` and commit the result"
+
+
+#: What tests, the bench and the sandbox use, and no daemon may load: a test CA, agents in threads,
+#: array simulators.
+TEST_HELPERS = (
+    "ringsnap.agent.testing",
+    "ringsnap.testpki",
+    "ringsnap.plugins.simulators",
+    "ringsnap.plugins.testing",
+    "ringsnap.coordinator.sandbox",
+)
+DAEMON_MODULES = (
+    "ringsnap.agent.main",
+    "ringsnap.coordinator.main",
+    "ringsnap.plugins.ontap.driver",
+    "ringsnap.plugins.flasharray.driver",
+    "ringsnap.plugins.eseries.driver",
+    "ringsnap.plugins.lvm.driver",
+)
+
+
+def test_the_daemons_import_no_test_helper() -> None:
+    script = (
+        "import importlib, sys\n"
+        f"for name in {DAEMON_MODULES!r}:\n"
+        "    importlib.import_module(name)\n"
+        f"print(sorted(m for m in sys.modules if m.startswith({TEST_HELPERS!r})))\n"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert loaded.stdout.strip() == "[]"
