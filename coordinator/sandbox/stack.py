@@ -255,7 +255,14 @@ def agent_data(
         commitlog_directory=node.commitlog_dir,
         state_directory=state_directory,
         nodetool=node.nodetool_argv(),
-        cassandra={"jolokia_url": node.jolokia_url, **restore.pop("cassandra")},
+        # Where the node keeps the rest of what it replays or reloads at start: a restore from
+        # native snapshots empties them (an array restore keeps them: they are on the data LUN).
+        cassandra={
+            "jolokia_url": node.jolokia_url,
+            "saved_caches_directory": str(node.saved_caches_dir),
+            "hints_directory": str(node.hints_dir),
+            **restore.pop("cassandra"),
+        },
         listen=listen,
     )
     data["volumes"] = {**data["volumes"], **restore.pop("volumes", {})}

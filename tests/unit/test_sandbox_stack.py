@@ -61,6 +61,9 @@ def test_agent_config_restores_through_the_container_and_the_pool_hooks(tmp_path
     ]
     assert config.cassandra.start_command == ["docker", "start", "ringsnap-sandbox-play-node1"]
     assert config.cassandra.jolokia_url == "http://127.0.3.1:8778/jolokia/"
+    # what a restore from native snapshots must empty besides the commit log
+    assert config.cassandra.hints_directory == node.hints_dir
+    assert config.cassandra.saved_caches_directory == node.saved_caches_dir
     hook = [sys.executable, "-m", "ringsnap.coordinator.sandbox.hooks"]
     if stack.AGENT_HAS_VOLUMES:
         volumes = data["volumes"]
