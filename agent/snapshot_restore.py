@@ -351,7 +351,8 @@ class SnapshotRestorer:
         untouched = [str(t.path) for t in record.tables if not t.restored]
         if untouched:
             log.warning(
-                "tables without the snapshot left untouched (created after it)",
+                "directories without the snapshot left untouched (a table created after it, or"
+                " not a table: e.g. system/_paxos_repair_state)",
                 operation_id=record.operation_id,
                 tag=record.tag,
                 tables=untouched,

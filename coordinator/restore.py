@@ -497,7 +497,8 @@ class RestoreWorkflow:
             untouched = [f"{t.keyspace}/{t.table_directory}" for t in tables if not t.restored]
             if untouched:
                 log.warning(
-                    "tables without the snapshot left as they are (created after the backup)",
+                    "table directories without the snapshot left as they are (a table created"
+                    " after the backup, or not a table)",
                     node=node.name,
                     tag=tag,
                     tables=untouched,

@@ -42,6 +42,7 @@ from ringsnap.coordinator.model import (
     NodeVolume,
     OperationKind,
     PendingCleanup,
+    QuiesceMode,
     RestoreRecord,
     SnapshotKind,
     Verification,
@@ -343,7 +344,10 @@ class Coordinator:
                 self.catalog.begin_backup,
                 backup_id=backup_id,
                 cluster=cluster.name,
-                quiesce_mode=cluster.quiesce,
+                # A native backup flushes and freezes nothing: flush-only, whatever `quiesce` says.
+                quiesce_mode=QuiesceMode.FLUSH_ONLY
+                if cluster.snapshots is SnapshotKind.NATIVE
+                else cluster.quiesce,
                 trigger=request.trigger,
                 policy=request.policy,
                 started_at=run.started_at,

@@ -146,6 +146,7 @@ def test_a_native_backup_is_recorded_complete_and_its_deletion_clears_every_node
         backup = await _backup(r)
         assert backup.state is BackupState.COMPLETE
         assert backup.snapshot_kind is SnapshotKind.NATIVE
+        assert backup.quiesce_mode is QuiesceMode.FLUSH_ONLY  # never frozen, whatever the config
         assert backup.snapshots == () and all(not n.volumes for n in backup.nodes)
         assert r.catalog.load_manifest(backup.id, "n2") == list(MANIFEST)
         assert all(a.native_snapshots == {backup.id} for a in r.agents.values())
