@@ -310,7 +310,7 @@ class CoordinatorConfig(Section):
                 if cluster.snapshots is SnapshotKind.NATIVE and node.volumes:
                     raise fail(
                         f"{where}.volumes",
-                        f"cluster {cluster.name} takes native snapshots (snapshots = \"native\"):"
+                        f'cluster {cluster.name} takes native snapshots (snapshots = "native"):'
                         " its nodes have no array volumes; remove them, or set"
                         ' snapshots = "array"',
                     )

@@ -225,7 +225,9 @@ def _native(files: Path, nodes: str = NATIVE_NODES) -> str:
     text = valid(files)
     head, _, tail = text.partition("[[clusters.nodes]]")
     schedules = tail[tail.index("[[schedules]]") :]
-    return head.replace('name = "c1"\n', 'name = "c1"\nsnapshots = "native"\n', 1) + nodes + schedules
+    return (
+        head.replace('name = "c1"\n', 'name = "c1"\nsnapshots = "native"\n', 1) + nodes + schedules
+    )
 
 
 def test_a_native_cluster_needs_no_volumes(files: Path) -> None:
