@@ -383,6 +383,8 @@ class RestoreWorkflow:
             keys = await self.ring.write_pre_restore_canaries(
                 run.record.id, [n.host_id for n in running]
             )
+            # The nodes stop next: a session kept open would only retry connections until then.
+            self.ring.reconnect()
         for node in nodes:
             await run.node_update(
                 node.name, step=RestoreStep.CANARY, pre_restore_canary=keys.get(node.host_id, "")

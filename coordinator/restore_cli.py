@@ -354,6 +354,14 @@ async def _restore(  # noqa: PLR0917
         await asyncio.to_thread(catalog.close)
 
 
+def quiet_cql_driver() -> None:
+    """The driver logs every failed reconnection while the ring restarts (on purpose, during a
+    restore); the restore says itself when the ring does not come back."""
+    import logging
+
+    logging.getLogger("cassandra").setLevel(logging.CRITICAL)
+
+
 def restore_command(  # noqa: PLR0917 - typer maps parameters to the command line
     backup: str = typer.Argument(None, help="The backup to restore (see `ringsnap list`)."),
     nodes: str = typer.Option(
@@ -410,6 +418,7 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
     left in), 130 interrupted (resume it).
     """
     as_json = output is Output.JSON
+    quiet_cql_driver()
     try:
         if bool(backup) == bool(resume):
             raise CliError(

@@ -248,8 +248,15 @@ def demo(
     keep: bool = typer.Option(False, "--keep", help="Leave the cluster running afterwards."),
 ) -> None:
     """ringsnap's main job on a sandbox: a cluster under client writes, an agent per node, an array
-    simulator, and a cluster-consistent backup by the coordinator; prints the freeze window, what
-    the writers saw, and the catalog entry."""
+    simulator, a cluster-consistent backup by the coordinator (the freeze window, what the writers
+    saw, the catalog entry), then an incident (the table truncated, junk written) and the restore
+    that proves every node came back to the backup."""
+    import logging
+
+    # The agents run in this process: their journal lines (and the CQL driver's reconnection
+    # attempts while the ring restarts) would drown the plan, the progress and the verdicts.
+    if not logging.getLogger("ringsnap").isEnabledFor(logging.INFO):
+        configure(json=False, level="error")
     from cassandra import ConsistencyLevel
     from cassandra.concurrent import execute_concurrent_with_args
 

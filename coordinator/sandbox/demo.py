@@ -114,6 +114,9 @@ def restore_and_prove(
                 raise RuntimeError("the restore plan refused: " + "; ".join(plan.refusals))
             return await session.run(plan, "sandbox demo", ProgressPrinter(quiet=False))
 
+    from ringsnap.coordinator.restore_cli import quiet_cql_driver
+
+    quiet_cql_driver()
     out.print(f"\n[bold]ringsnap restore {backup.id} --yes[/bold]")
     record = asyncio.run(run())
     print_report(record)
