@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ringsnap import logs
+from ringsnap import logs, mountinfo
 from ringsnap.agent import fsfreeze, volumes
 from ringsnap.agent.errors import Conflict, FreezeFailed, NotFound
 from ringsnap.agent.freezestate import StateStore, thaw_all, valid_operation_id
@@ -125,7 +125,7 @@ class FreezeManager:
         store: StateStore,
         policy: LeasePolicy,
         clock: Clock = time.monotonic,
-        mounts: Callable[[], list[volumes.Mount]] = volumes.read_mounts,
+        mounts: Callable[[], list[mountinfo.Mount]] = mountinfo.read,
     ) -> None:
         self._directories = {"data": list(data_directories), "commitlog": [commitlog_directory]}
         self._store = store

@@ -24,6 +24,7 @@ from pathlib import Path
 from ringsnap import logs
 from ringsnap.agent import process, volumes
 from ringsnap.agent.errors import CommandFailed
+from ringsnap.mountinfo import MOUNTINFO, Mount, read
 
 log = logs.get_logger(__name__)
 
@@ -36,32 +37,6 @@ BLKID = "blkid"
 MOUNT_TIMEOUT_SECONDS = 300.0
 BLKID_TIMEOUT_SECONDS = 60.0
 _DELETED = " (deleted)"
-_OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
-
-
-@dataclass(frozen=True, slots=True)
-class MountEntry:
-    """One line of mountinfo, with its options."""
-
-    mount_point: str
-    major: int
-    minor: int
-    fs_type: str
-    source: str
-    root: str
-    #: Per-mount (VFS) options, e.g. ("rw", "noatime"): what mount(8) takes back with -o.
-    options: tuple[str, ...]
-    #: Options of the filesystem itself (superblock), recorded for people, not replayed.
-    super_options: tuple[str, ...]
-
-    @property
-    def device_number(self) -> int:
-        return os.makedev(self.major, self.minor)
-
-    def as_mount(self) -> volumes.Mount:
-        return volumes.Mount(
-            self.mount_point, self.major, self.minor, self.fs_type, self.source, self.root
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,41 +50,6 @@ class Holder:
 
     def __str__(self) -> str:
         return f"pid {self.pid} ({self.comm}): {self.what}"
-
-
-def _unescape(value: str) -> str:
-    return _OCTAL_ESCAPE.sub(lambda match: chr(int(match.group(1), 8)), value)
-
-
-def parse_mountinfo(text: str) -> list[MountEntry]:
-    """mountinfo (proc(5)) with options; malformed lines are skipped."""
-    entries: list[MountEntry] = []
-    for line in text.splitlines():
-        fields = line.split(" ")
-        try:
-            separator = fields.index("-", 6)
-            major, minor = (int(part) for part in fields[2].split(":"))
-            entries.append(
-                MountEntry(
-                    mount_point=_unescape(fields[4]),
-                    major=major,
-                    minor=minor,
-                    fs_type=_unescape(fields[separator + 1]),
-                    source=_unescape(fields[separator + 2]),
-                    root=_unescape(fields[3]),
-                    options=tuple(fields[5].split(",")),
-                    super_options=tuple(
-                        option for option in _unescape(fields[separator + 3]).split(",") if option
-                    ),
-                )
-            )
-        except (ValueError, IndexError):
-            continue
-    return entries
-
-
-def read_entries(path: Path = volumes.MOUNTINFO) -> list[MountEntry]:
-    return parse_mountinfo(path.read_text(encoding="utf-8", errors="surrogateescape"))
 
 
 # -- who holds a filesystem -------------------------------------------------------------------------
@@ -342,7 +282,7 @@ def _root_is_a_slave(mountinfo: str) -> bool:
     return slave
 
 
-def restore_obstacles(proc: Path = PROC, mountinfo: Path = volumes.MOUNTINFO) -> list[str]:
+def restore_obstacles(proc: Path = PROC, mountinfo: Path = MOUNTINFO) -> list[str]:
     """Why this process demonstrably cannot release or attach volumes: what it mounts would not be
     the host's, or it cannot see which processes hold a filesystem. [] when nothing demonstrably
     stands in the way (a root agent outside systemd, or under the restore drop-in).
@@ -392,8 +332,8 @@ class Host:
     def restore_obstacles(self) -> list[str]:
         return restore_obstacles()
 
-    def entries(self) -> list[MountEntry]:
-        return read_entries()
+    def entries(self) -> list[Mount]:
+        return read()
 
     def holders_of_device(self, device_number: int) -> tuple[list[Holder], list[int]]:
         return holders_of_device(device_number)

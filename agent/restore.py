@@ -50,10 +50,11 @@ from ringsnap.agent.config import VolumesSection
 from ringsnap.agent.durable import write_durably
 from ringsnap.agent.errors import CommandFailed, CommandTimeout, Conflict
 from ringsnap.agent.freezestate import valid_operation_id
-from ringsnap.agent.mounts import RESTORE_DROP_IN, Host, MountEntry, describe_holders
+from ringsnap.agent.mounts import RESTORE_DROP_IN, Host, describe_holders
 from ringsnap.agent.snapshot_restore import DONE as SNAPSHOT_DONE
 from ringsnap.agent.snapshot_restore import RestoredTable, SnapshotRestorer
 from ringsnap.errors import ValidationError
+from ringsnap.mountinfo import Mount
 from ringsnap.names import snapshot_tag
 
 log = logs.get_logger(__name__)
@@ -381,7 +382,7 @@ class _Release:
     #: stopped before the unmount); "finish": unmounted, the detach hook has not run; "done".
     step: str
     filesystem: volumes.NodeFilesystem | None = None
-    entry: MountEntry | None = None
+    entry: Mount | None = None
     recorded: ReleasedVolume | None = None
 
 
@@ -452,7 +453,7 @@ class VolumeRestorer:
         return {device: " and ".join(why) for device, why in reasons.items()}
 
     def _filesystems(
-        self, entries: Sequence[MountEntry], pending: Mapping[str, tuple[str, ReleasedVolume]]
+        self, entries: Sequence[Mount], pending: Mapping[str, tuple[str, ReleasedVolume]]
     ) -> list[volumes.NodeFilesystem]:
         """The filesystems of the configured directories as mounted now. Directories of a released
         volume that is not mounted are left out: they would resolve to the filesystem below."""
@@ -465,13 +466,11 @@ class VolumeRestorer:
                     chosen.setdefault(kind, []).append(path)
         if not chosen:
             return []
-        return volumes.discover(
-            chosen, mounts=[entry.as_mount() for entry in entries], identities=False
-        )
+        return volumes.discover(chosen, mounts=list(entries), identities=False)
 
     def _read(
         self, *, strict: bool
-    ) -> tuple[list[MountEntry], dict[str, list[ReleasedVolume]], list[str]]:
+    ) -> tuple[list[Mount], dict[str, list[ReleasedVolume]], list[str]]:
         entries = self.host.entries()
         records, problems = self.records.all()
         for problem in problems:
@@ -574,7 +573,7 @@ class VolumeRestorer:
         self,
         operation_id: str,
         requested: list[str],
-        entries: list[MountEntry],
+        entries: list[Mount],
         records: Mapping[str, list[ReleasedVolume]],
     ) -> list[_Release]:
         pending = _pending(records)
@@ -661,7 +660,7 @@ class VolumeRestorer:
         return plan
 
     def _check_releasable(
-        self, point: str, filesystem: volumes.NodeFilesystem, entries: Sequence[MountEntry]
+        self, point: str, filesystem: volumes.NodeFilesystem, entries: Sequence[Mount]
     ) -> None:
         if point in set(self._frozen()):
             raise Conflict(f"{point} is frozen by a backup; thaw it (or wait for its lease) first")
@@ -1087,7 +1086,7 @@ class VolumeRestorer:
                     " mounted now; attach it again first"
                 )
             kept[entry.device_number] = volume.mount_point
-        mounts = [entry.as_mount() for entry in entries]
+        mounts = list(entries)
         protected = [os.path.realpath(path) for path, _ in self._protected_paths()[1:]]
         plan: list[tuple[str, str, str]] = []
         for kind in REPLAY_KINDS:
@@ -1164,7 +1163,7 @@ def _pending(
     }
 
 
-def _on_top(entries: Sequence[MountEntry]) -> dict[str, MountEntry]:
+def _on_top(entries: Sequence[Mount]) -> dict[str, Mount]:
     """The visible mount at each mount point (the last one listed is on top)."""
     return {entry.mount_point: entry for entry in entries}
 

@@ -9,26 +9,12 @@ and WWN/WWID, a multipath map's WWID; `/dev/disk/by-id` fills gaps where it exis
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-MOUNTINFO = Path("/proc/self/mountinfo")
-_OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
-
-
-@dataclass(frozen=True, slots=True)
-class Mount:
-    """One line of mountinfo."""
-
-    mount_point: str
-    major: int
-    minor: int
-    fs_type: str
-    source: str
-    #: The directory of the filesystem mounted here ('/' unless it is a bind mount of a subtree).
-    root: str = "/"
+from ringsnap import mountinfo
+from ringsnap.mountinfo import Mount
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,37 +43,6 @@ class NodeFilesystem:
     @property
     def device_number(self) -> int:
         return os.makedev(self.major, self.minor)
-
-
-def _unescape(value: str) -> str:
-    return _OCTAL_ESCAPE.sub(lambda match: chr(int(match.group(1), 8)), value)
-
-
-def parse_mountinfo(text: str) -> list[Mount]:
-    """Parse mountinfo (proc(5)); malformed lines are skipped rather than trusted."""
-    mounts: list[Mount] = []
-    for line in text.splitlines():
-        fields = line.split(" ")
-        try:
-            separator = fields.index("-", 6)
-            major, minor = (int(part) for part in fields[2].split(":"))
-            mounts.append(
-                Mount(
-                    mount_point=_unescape(fields[4]),
-                    major=major,
-                    minor=minor,
-                    fs_type=_unescape(fields[separator + 1]),
-                    source=_unescape(fields[separator + 2]),
-                    root=_unescape(fields[3]),
-                )
-            )
-        except (ValueError, IndexError):
-            continue
-    return mounts
-
-
-def read_mounts(path: Path = MOUNTINFO) -> list[Mount]:
-    return parse_mountinfo(path.read_text(encoding="utf-8", errors="surrogateescape"))
 
 
 def mount_of(path: str | Path, mounts: Iterable[Mount]) -> Mount:
@@ -182,7 +137,7 @@ def discover(
     Two mounts of one device (bind mounts) are one filesystem: freezing either freezes both.
     """
     if mounts is None:
-        mounts = read_mounts()
+        mounts = mountinfo.read()
     found: dict[tuple[int, int], tuple[Mount, set[str], list[str], list[str]]] = {}
     for kind, paths in directories.items():
         for path in paths:

@@ -14,13 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ringsnap import mountinfo
 from ringsnap.coordinator.sandbox import instance as instances
 from ringsnap.coordinator.sandbox.commands import run
 from ringsnap.coordinator.sandbox.engine import engine_running
 from ringsnap.coordinator.sandbox.errors import SandboxError
 from ringsnap.coordinator.sandbox.mounts import (
     current_loop_devices,
-    current_mounts,
     loops_backed_under,
     mounts_under,
 )
@@ -72,7 +72,7 @@ def find_leftovers(name: str, root: Path | None = None) -> Leftovers:
     root = root or instances.sandbox_root() / instances.validate_instance_name(name)
     return Leftovers(
         containers=instance_containers(name),
-        mounts=[m.mount_point for m in mounts_under(current_mounts(), root)],
+        mounts=[Path(m.mount_point) for m in mounts_under(mountinfo.read(), root)],
         loop_devices=[d.name for d in loops_backed_under(current_loop_devices(), root)],
         root_exists=root.exists(),
         processes=[f"{p.name} (pid {p.pid})" for p in _processes(root)],
@@ -154,7 +154,7 @@ def _stop_processes(root: Path) -> list[str]:
 
 
 def _thaw_all(root: Path) -> None:
-    for mount in mounts_under(current_mounts(), root):
+    for mount in mounts_under(mountinfo.read(), root):
         # EINVAL means "was not frozen", the normal case.
         run(["fsfreeze", "--unfreeze", str(mount.mount_point)], check=False, timeout=30)
 
@@ -170,11 +170,12 @@ def _remove_containers(name: str) -> list[str]:
 
 def _unmount_under(root: Path, keep: Path | None = None) -> list[Path]:
     done = []
-    for mount in mounts_under(current_mounts(), root):
-        if keep is not None and mount.mount_point == keep:
+    for mount in mounts_under(mountinfo.read(), root):
+        point = Path(mount.mount_point)
+        if keep is not None and point == keep:
             continue
-        unmount_path(mount.mount_point)
-        done.append(mount.mount_point)
+        unmount_path(point)
+        done.append(point)
     return done
 
 
@@ -189,7 +190,7 @@ def _release_loops_under(root: Path) -> list[str]:
 def _remove_root(root: Path, report: DownReport) -> None:
     if not root.exists():
         return
-    still = mounts_under(current_mounts(), root)
+    still = mounts_under(mountinfo.read(), root)
     if still:
         # Never delete across a mount point: that would reach into whatever is mounted there.
         raise SandboxError(

@@ -39,8 +39,8 @@ from typing import Protocol
 
 import pytest
 
+from ringsnap import mountinfo
 from ringsnap.agent.config import AgentConfig
-from ringsnap.agent.mounts import read_entries
 from ringsnap.agent.testing.background import BackgroundAgent, TestPki, config_data
 from ringsnap.config import validate
 from ringsnap.coordinator.agents import ClientTls, GrpcNodeAgent
@@ -452,7 +452,7 @@ def digest(path: Path) -> str:
 
 def unmount_everything_at(point: Path) -> None:
     for _ in range(10):
-        if not any(entry.mount_point == str(point) for entry in read_entries()):
+        if not any(entry.mount_point == str(point) for entry in mountinfo.read()):
             return
         mounts.unmount(point)
 
@@ -719,7 +719,7 @@ def assert_holds_the_backup(rig: Rig, taken: TakenBackup) -> None:
 def assert_attached_once(rig: Rig, attached: Mapping[Path, str], unattached: Sequence[str]) -> None:
     """Each mount point shows exactly one filesystem, the one of its expected LV; no LV is mounted
     anywhere else, and (emulated) no LV image is held by a loop device more than it is mounted."""
-    entries = read_entries()
+    entries = mountinfo.read()
     for point, volume in attached.items():
         here = [entry for entry in entries if entry.mount_point == str(point)]
         assert len(here) == 1, f"{point}: mounted {len(here)} times: {[e.source for e in here]}"

@@ -21,8 +21,8 @@ from ringsnap.agent.errors import Conflict, FreezeFailed, NotFound
 from ringsnap.agent.freeze import FreezeManager
 from ringsnap.agent.freezestate import StateStore
 from ringsnap.agent.lease import Lease, LeasePolicy
-from ringsnap.agent.volumes import Mount
 from ringsnap.errors import ValidationError
+from ringsnap.mountinfo import Mount
 
 DATA, COMMITLOG = "/srv/cassandra/data", "/srv/cassandra/commitlog"
 

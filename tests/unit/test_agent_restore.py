@@ -23,7 +23,7 @@ from structlog.testing import capture_logs
 from ringsnap.agent import mounts, volumes
 from ringsnap.agent.config import AgentConfig, VolumesSection
 from ringsnap.agent.errors import CommandFailed, Conflict
-from ringsnap.agent.mounts import RESTORE_DROP_IN, Holder, Host, MountEntry
+from ringsnap.agent.mounts import RESTORE_DROP_IN, Holder, Host
 from ringsnap.agent.node import NodeAgent
 from ringsnap.agent.nodetool import NodeIdentity
 from ringsnap.agent.restore import (
@@ -38,6 +38,7 @@ from ringsnap.agent.restore import (
 from ringsnap.agent.testing.background import TestPki, agent_config, config_data
 from ringsnap.config import validate
 from ringsnap.errors import ConfigError, ValidationError
+from ringsnap.mountinfo import Mount
 
 T = TypeVar("T")
 ROOT_DEV = (8, 1)
@@ -60,7 +61,7 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
 class FakeHost(Host):
     """Mounts in a list; devices, UUIDs and holders in dicts; every action in `calls`."""
 
-    entries_: list[MountEntry] = field(default_factory=list)
+    entries_: list[Mount] = field(default_factory=list)
     #: block device path -> (major, minor)
     devices: dict[str, tuple[int, int]] = field(default_factory=dict)
     #: block device path -> filesystem UUID on it
@@ -83,11 +84,11 @@ class FakeHost(Host):
     def restore_obstacles(self) -> list[str]:
         return list(self.obstacles)
 
-    def entries(self) -> list[MountEntry]:
+    def entries(self) -> list[Mount]:
         return list(self.entries_)
 
     def device_of(self, path: str) -> int:
-        mount = volumes.mount_of(os.path.realpath(path), [e.as_mount() for e in self.entries_])
+        mount = volumes.mount_of(os.path.realpath(path), self.entries_)
         return os.makedev(mount.major, mount.minor)
 
     def is_directory(self, path: str) -> bool:
@@ -121,7 +122,7 @@ class FakeHost(Host):
         self.calls.append(("mount", device, mount_point, fs_type, tuple(options)))
         major, minor = self.devices[device]
         self.entries_.append(
-            MountEntry(mount_point, major, minor, fs_type, device, "/", tuple(options), ("rw",))
+            Mount(mount_point, major, minor, fs_type, device, "/", tuple(options), ("rw",))
         )
 
     async def umount(self, mount_point: str) -> None:
@@ -137,8 +138,8 @@ class FakeHost(Host):
         raise CommandFailed(f"umount: {mount_point}: not mounted")
 
 
-def entry(point: Path | str, dev: tuple[int, int], source: str) -> MountEntry:
-    return MountEntry(
+def entry(point: Path | str, dev: tuple[int, int], source: str) -> Mount:
+    return Mount(
         str(point), *dev, "ext4", source, "/", ("rw", "noatime"), ("rw", "errors=remount-ro")
     )
 
@@ -950,14 +951,6 @@ def test_the_shipped_unit_without_the_drop_in_meets_every_obstacle(tmp_path: Pat
 def test_this_hosts_root_agent_outside_systemd_may_restore() -> None:
     """The sandbox test bed: root, outside systemd, in the host's mount namespace."""
     assert mounts.restore_obstacles() == []
-
-
-def test_mountinfo_options_are_parsed() -> None:
-    (parsed,) = mounts.parse_mountinfo(
-        "60 27 7:16 / /mnt/with\\040space rw,noatime shared:1 - ext4 /dev/loop16 rw,stripe=4\n"
-    )
-    assert parsed.mount_point == "/mnt/with space" and parsed.options == ("rw", "noatime")
-    assert parsed.super_options == ("rw", "stripe=4") and parsed.device_number == os.makedev(7, 16)
 
 
 # -- stop with drain ------------------------------------------------------------------------------

@@ -1,18 +1,12 @@
-"""Mount and device discovery: mountinfo parsing, longest-prefix lookup, sysfs identities."""
+"""Mount and device discovery: longest-prefix lookup, sysfs identities."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from ringsnap.agent.volumes import (
-    Mount,
-    device_identity,
-    discover,
-    mount_of,
-    parse_mountinfo,
-    read_mounts,
-)
+from ringsnap.agent.volumes import device_identity, discover, mount_of
+from ringsnap.mountinfo import parse, read
 
 MOUNTINFO = """\
 27 1 254:0 / / rw,relatime - ext4 /dev/vda rw,discard
@@ -27,16 +21,8 @@ garbage line
 """
 
 
-def test_parse_mountinfo_decodes_escapes_and_skips_garbage() -> None:
-    mounts = parse_mountinfo(MOUNTINFO)
-    assert len(mounts) == 8
-    spaced = next(m for m in mounts if m.major == 8)
-    assert spaced == Mount("/srv/with space", 8, 1, "xfs", "/dev/sda1", "/")
-    assert next(m for m in mounts if m.mount_point == "/srv/bind").root == "/data"
-
-
 def test_mount_of_takes_longest_prefix_and_the_top_mount() -> None:
-    mounts = parse_mountinfo(MOUNTINFO)
+    mounts = parse(MOUNTINFO)
     assert mount_of("/var/lib/ringsnap/sandbox/a/mnt/node1/commitlog/commitlog", mounts).minor == 17
     # two mounts on one point: the later one is on top
     assert mount_of("/var/lib/ringsnap/sandbox/a/mnt/node1/data/data", mounts).minor == 99
@@ -46,7 +32,7 @@ def test_mount_of_takes_longest_prefix_and_the_top_mount() -> None:
 
 
 def test_discover_merges_bind_mounts_of_one_device_and_records_roles() -> None:
-    mounts = parse_mountinfo(MOUNTINFO)[:-1]
+    mounts = parse(MOUNTINFO)[:-1]
     filesystems = discover(
         {
             "data": [Path("/var/lib/ringsnap/sandbox/a/mnt/node1/data/data")],
@@ -124,4 +110,4 @@ def test_by_id_links_fill_gaps(tmp_path: Path) -> None:
 
 
 def test_real_mountinfo_holds_root() -> None:
-    assert mount_of("/", read_mounts()).mount_point == "/"
+    assert mount_of("/", read()).mount_point == "/"
