@@ -40,7 +40,7 @@ typecheck-tree:
 	@rm -rf build/typecheck && mkdir -p build/typecheck/ringsnap
 	@ln -s $(CURDIR)/core/* build/typecheck/ringsnap/
 	@ln -s $(CURDIR)/proto/gen/ringsnap/api build/typecheck/ringsnap/api
-	@for pkg in agent coordinator plugins; do ln -s $(CURDIR)/$$pkg build/typecheck/ringsnap/$$pkg; done
+	@for pkg in agent coordinator plugins sandbox; do ln -s $(CURDIR)/$$pkg build/typecheck/ringsnap/$$pkg; done
 
 generate: install
 	$(PY) proto/generate.py

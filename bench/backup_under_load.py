@@ -21,11 +21,11 @@ from pathlib import Path
 
 from ringsnap.coordinator.assembly import open_coordinator
 from ringsnap.coordinator.model import Backup, BackupState
-from ringsnap.coordinator.sandbox.cluster import SandboxCluster
-from ringsnap.coordinator.sandbox.load import LoadReport, WriteLoad
-from ringsnap.coordinator.sandbox.stack import CLUSTER_NAME, running_stack
 from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.logs import configure
+from ringsnap.sandbox.cluster import SandboxCluster
+from ringsnap.sandbox.load import LoadReport, WriteLoad
+from ringsnap.sandbox.stack import CLUSTER_NAME, running_stack
 
 
 def _ms(seconds: float) -> str:

@@ -22,10 +22,10 @@ from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.model import RestoreRecord, RestoreState
 from ringsnap.coordinator.restore_plan import RestoreRequest
 from ringsnap.coordinator.restore_session import open_restore_session
-from ringsnap.coordinator.sandbox.cluster import SandboxCluster
-from ringsnap.coordinator.sandbox.stack import CLUSTER_NAME, running_stack
 from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.logs import configure
+from ringsnap.sandbox.cluster import SandboxCluster
+from ringsnap.sandbox.stack import CLUSTER_NAME, running_stack
 
 
 async def _restart(config: CoordinatorConfig) -> float:

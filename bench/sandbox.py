@@ -9,9 +9,9 @@ import os
 import sys
 import time
 
-from ringsnap.coordinator.sandbox.cluster import SandboxCluster
-from ringsnap.coordinator.sandbox.image import ensure_image
 from ringsnap.logs import configure
+from ringsnap.sandbox.cluster import SandboxCluster
+from ringsnap.sandbox.image import ensure_image
 
 
 def main() -> None:

@@ -6,6 +6,7 @@ and turns a RingsnapError into its message and exit code.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 
 import typer
@@ -36,14 +37,40 @@ def _root(
     """Cluster-consistent array snapshots of Apache Cassandra."""
 
 
+#: What the `sandbox` extra installs; without it the sandbox's verbs are not attached.
+SANDBOX_REQUIREMENTS = ("testcontainers", "docker")
+
+
+def sandbox_installed() -> bool:
+    return all(importlib.util.find_spec(name) is not None for name in SANDBOX_REQUIREMENTS)
+
+
+def _sandbox_missing() -> None:
+    """The local test bed: needs the `sandbox` extra (pip install 'ringsnap[sandbox]')."""
+    typer.secho(
+        "the sandbox is not installed: pip install 'ringsnap[sandbox]' (it brings testcontainers"
+        " and docker)",
+        fg="red",
+        err=True,
+    )
+    raise typer.Exit(2)
+
+
 def _attach_commands() -> None:
     # Imported here so that `ringsnap --help` stays fast and a broken optional part names itself.
     from ringsnap.coordinator import commands, restore_cli
-    from ringsnap.coordinator.sandbox.cli import app as sandbox_app
 
     commands.register(app)
     app.command("restore")(restore_cli.restore_command)
-    app.add_typer(sandbox_app, name="sandbox")
+    if sandbox_installed():
+        from ringsnap.sandbox.cli import app as sandbox_app
+
+        app.add_typer(sandbox_app, name="sandbox")
+    else:
+        app.command(
+            "sandbox",
+            context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+        )(_sandbox_missing)
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """LUN images in a reflink-capable pool: the storage behind every array simulator.
 
-Layout (shared with the test bed, `ringsnap.coordinator.sandbox.pool`):
+Layout (shared with the test bed, `ringsnap.sandbox.pool`):
 
     <pool>/luns/<volume>.img                  a volume (LUN); the test bed loop-mounts it
     <pool>/snapshots/<volume>/<id>.img        a snapshot of that volume: a reflink copy

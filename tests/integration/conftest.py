@@ -16,8 +16,8 @@ from types import FrameType
 
 import pytest
 
-from ringsnap.coordinator.sandbox.cluster import SandboxCluster
-from ringsnap.coordinator.sandbox.instance import validate_instance_name
+from ringsnap.sandbox.cluster import SandboxCluster
+from ringsnap.sandbox.instance import validate_instance_name
 
 
 def _missing_precondition() -> str | None:

@@ -17,12 +17,12 @@ from ringsnap.coordinator.assembly import open_coordinator
 from ringsnap.coordinator.backup import BackupFailed, BackupRefused
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.model import Backup, BackupState
-from ringsnap.coordinator.sandbox.cluster import SandboxCluster
-from ringsnap.coordinator.sandbox.load import WriteLoad
-from ringsnap.coordinator.sandbox.stack import CLUSTER_NAME, Stack, running_stack
 from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.plugins.simulators.faults import Fault
 from ringsnap.plugins.simulators.ontap import OntapSimulator
+from ringsnap.sandbox.cluster import SandboxCluster
+from ringsnap.sandbox.load import WriteLoad
+from ringsnap.sandbox.stack import CLUSTER_NAME, Stack, running_stack
 
 pytestmark = pytest.mark.integration
 

@@ -21,10 +21,10 @@ import pytest
 from ringsnap.coordinator.assembly import open_coordinator
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.model import BackupState
-from ringsnap.coordinator.sandbox.cluster import SandboxCluster
-from ringsnap.coordinator.sandbox.stack import ARRAY_NAME, CLUSTER_NAME, running_stack
 from ringsnap.plugins.registry import open_driver
 from ringsnap.plugins.simulators.faults import Fault
+from ringsnap.sandbox.cluster import SandboxCluster
+from ringsnap.sandbox.stack import ARRAY_NAME, CLUSTER_NAME, running_stack
 
 pytestmark = pytest.mark.integration
 

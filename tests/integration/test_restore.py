@@ -42,10 +42,10 @@ from ringsnap.coordinator.model import (
 from ringsnap.coordinator.restore import RestoreFailed
 from ringsnap.coordinator.restore_plan import RestoreRequest
 from ringsnap.coordinator.restore_session import open_restore_session
-from ringsnap.coordinator.sandbox.cluster import SandboxCluster
-from ringsnap.coordinator.sandbox.stack import CLUSTER_NAME, Stack, running_stack
 from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.plugins.simulators.faults import Fault
+from ringsnap.sandbox.cluster import SandboxCluster
+from ringsnap.sandbox.stack import CLUSTER_NAME, Stack, running_stack
 
 pytestmark = pytest.mark.integration
 

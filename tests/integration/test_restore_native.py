@@ -20,8 +20,8 @@ from ringsnap.coordinator.assembly import open_coordinator
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.model import RestoreState, SnapshotKind, Verification
-from ringsnap.coordinator.sandbox.cluster import SandboxCluster
-from ringsnap.coordinator.sandbox.stack import Stack, running_stack
+from ringsnap.sandbox.cluster import SandboxCluster
+from ringsnap.sandbox.stack import Stack, running_stack
 from tests.integration.test_restore import _backup_under_writes, _ids_at_all, _proven, _restore
 
 pytestmark = pytest.mark.integration

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from ringsnap.coordinator.sandbox.instance import LABEL_INSTANCE, sandbox_root
+from ringsnap.sandbox.instance import LABEL_INSTANCE, sandbox_root
 
 pytestmark = pytest.mark.integration
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from ringsnap.coordinator.sandbox.cluster import NodeInfo, SandboxCluster
-from ringsnap.coordinator.sandbox.errors import SandboxError
-from ringsnap.coordinator.sandbox.instance import LABEL_INSTANCE, sandbox_root
-from ringsnap.coordinator.sandbox.pool import mount_lun, unmount_lun
+from ringsnap.sandbox.cluster import NodeInfo, SandboxCluster
+from ringsnap.sandbox.errors import SandboxError
+from ringsnap.sandbox.instance import LABEL_INSTANCE, sandbox_root
+from ringsnap.sandbox.pool import mount_lun, unmount_lun
 
 pytestmark = pytest.mark.integration
 
@@ -189,7 +189,7 @@ def test_a_start_that_fails_half_way_leaves_nothing_behind(sandbox_instance_name
 def test_cli_status_shows_the_running_cluster(sandbox_cluster: SandboxCluster) -> None:
     from typer.testing import CliRunner
 
-    from ringsnap.coordinator.sandbox.cli import app
+    from ringsnap.sandbox.cli import app
 
     result = CliRunner().invoke(
         app, ["status", "--instance", sandbox_cluster.instance], terminal_width=200

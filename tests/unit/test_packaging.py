@@ -75,7 +75,7 @@ TEST_HELPERS = (
     "ringsnap.testpki",
     "ringsnap.plugins.simulators",
     "ringsnap.plugins.testing",
-    "ringsnap.coordinator.sandbox",
+    "ringsnap.sandbox",
 )
 DAEMON_MODULES = (
     "ringsnap.agent.main",
@@ -98,3 +98,27 @@ def test_the_daemons_import_no_test_helper() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
     )
     assert loaded.stdout.strip() == "[]"
+
+
+def test_the_sandbox_verbs_are_attached_only_with_the_sandbox_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.util
+
+    import typer
+    from typer.testing import CliRunner
+
+    from ringsnap.coordinator import cli
+
+    assert cli.sandbox_installed()  # the dev install has the extra
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "testcontainers" else real(name, *a),
+    )
+    monkeypatch.setattr(cli, "app", typer.Typer(name="ringsnap", no_args_is_help=True))
+    cli._attach_commands()
+    result = CliRunner().invoke(cli.app, ["sandbox", "up"])
+    assert result.exit_code == 2
+    assert "pip install 'ringsnap[sandbox]'" in result.output

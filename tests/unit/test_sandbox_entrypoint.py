@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from ringsnap.coordinator.sandbox.image import image_data_dir, java17_flags
+from ringsnap.sandbox.image import image_data_dir, java17_flags
 
 BASE_ENV = {
     "CASSANDRA_CLUSTER_NAME": "ringsnap-t1",

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from ringsnap.coordinator.sandbox import hooks
-from ringsnap.coordinator.sandbox.hooks import HookRefused
+from ringsnap.sandbox import hooks
+from ringsnap.sandbox.hooks import HookRefused
 
-MODULE = "ringsnap.coordinator.sandbox.hooks"
+MODULE = "ringsnap.sandbox.hooks"
 
 
 class FakeLosetup:

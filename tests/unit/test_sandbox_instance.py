@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ringsnap.coordinator.sandbox import instance as inst
-from ringsnap.coordinator.sandbox.errors import SandboxError
+from ringsnap.sandbox import instance as inst
+from ringsnap.sandbox.errors import SandboxError
 
 
 def test_default_instance_prefers_slot_one() -> None:

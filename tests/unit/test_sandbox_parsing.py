@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from ringsnap.coordinator.sandbox import image
-from ringsnap.coordinator.sandbox.errors import SandboxError
-from ringsnap.coordinator.sandbox.mounts import (
+from ringsnap.mountinfo import parse
+from ringsnap.sandbox import image
+from ringsnap.sandbox.errors import SandboxError
+from ringsnap.sandbox.mounts import (
     loops_backed_under,
     mounts_under,
     parse_losetup_json,
 )
-from ringsnap.coordinator.sandbox.nodetool import parse_status
-from ringsnap.mountinfo import parse
+from ringsnap.sandbox.nodetool import parse_status
 
 ROOT = Path("/var/lib/ringsnap/sandbox/t1")
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ringsnap.coordinator.sandbox import processes
-from ringsnap.coordinator.sandbox.errors import SandboxError
-from ringsnap.coordinator.sandbox.processes import ServiceProcess, ServicesState
+from ringsnap.sandbox import processes
+from ringsnap.sandbox.errors import SandboxError
+from ringsnap.sandbox.processes import ServiceProcess, ServicesState
 
 IGNORES_SIGTERM = (
     "import signal, time\n"

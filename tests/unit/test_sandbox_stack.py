@@ -10,10 +10,10 @@ from ringsnap.agent.config import AgentConfig
 from ringsnap.agent.testing.background import TestPki
 from ringsnap.config import validate
 from ringsnap.coordinator.config import CoordinatorConfig
-from ringsnap.coordinator.sandbox import services, stack
-from ringsnap.coordinator.sandbox.cluster import NodeInfo, SandboxCluster
-from ringsnap.coordinator.sandbox.instance import InstanceLayout
-from ringsnap.coordinator.sandbox.pool import Lun
+from ringsnap.sandbox import services, stack
+from ringsnap.sandbox.cluster import NodeInfo, SandboxCluster
+from ringsnap.sandbox.instance import InstanceLayout
+from ringsnap.sandbox.pool import Lun
 
 
 def _node(root: Path) -> tuple[SandboxCluster, NodeInfo]:
@@ -64,7 +64,7 @@ def test_agent_config_restores_through_the_container_and_the_pool_hooks(tmp_path
     # what a restore from native snapshots must empty besides the commit log
     assert config.cassandra.hints_directory == node.hints_dir
     assert config.cassandra.saved_caches_directory == node.saved_caches_dir
-    hook = [sys.executable, "-m", "ringsnap.coordinator.sandbox.hooks"]
+    hook = [sys.executable, "-m", "ringsnap.sandbox.hooks"]
     if stack.AGENT_HAS_VOLUMES:
         volumes = data["volumes"]
         assert volumes["detach_command"] == [*hook, "detach", "--pool", str(tmp_path / "pool")]

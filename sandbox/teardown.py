@@ -15,22 +15,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ringsnap import mountinfo
-from ringsnap.coordinator.sandbox import instance as instances
-from ringsnap.coordinator.sandbox.commands import run
-from ringsnap.coordinator.sandbox.engine import engine_running
-from ringsnap.coordinator.sandbox.errors import SandboxError
-from ringsnap.coordinator.sandbox.mounts import (
+from ringsnap.logs import get_logger
+from ringsnap.sandbox import instance as instances
+from ringsnap.sandbox.commands import run
+from ringsnap.sandbox.engine import engine_running
+from ringsnap.sandbox.errors import SandboxError
+from ringsnap.sandbox.mounts import (
     current_loop_devices,
     loops_backed_under,
     mounts_under,
 )
-from ringsnap.coordinator.sandbox.pool import unmount_path
-from ringsnap.coordinator.sandbox.processes import (
+from ringsnap.sandbox.pool import unmount_path
+from ringsnap.sandbox.processes import (
     ServiceProcess,
     instance_processes,
     stop_instance_processes,
 )
-from ringsnap.logs import get_logger
 
 log = get_logger(__name__)
 

@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ringsnap.coordinator.sandbox.commands import run
-from ringsnap.coordinator.sandbox.errors import SandboxError
-from ringsnap.coordinator.sandbox.mounts import current_loop_devices, mount_at
 from ringsnap.logs import get_logger
+from ringsnap.sandbox.commands import run
+from ringsnap.sandbox.errors import SandboxError
+from ringsnap.sandbox.mounts import current_loop_devices, mount_at
 
 log = get_logger(__name__)
 

@@ -34,10 +34,11 @@ from typing import Any
 from ringsnap.config import validate
 from ringsnap.coordinator.apitoken import token_path
 from ringsnap.coordinator.config import CoordinatorConfig
-from ringsnap.coordinator.sandbox.cluster import SandboxCluster
-from ringsnap.coordinator.sandbox.errors import SandboxError
-from ringsnap.coordinator.sandbox.instance import InstanceLayout
-from ringsnap.coordinator.sandbox.processes import (
+from ringsnap.logs import get_logger
+from ringsnap.sandbox.cluster import SandboxCluster
+from ringsnap.sandbox.errors import SandboxError
+from ringsnap.sandbox.instance import InstanceLayout
+from ringsnap.sandbox.processes import (
     ServiceProcess,
     ServicesState,
     find_service_processes,
@@ -48,7 +49,6 @@ from ringsnap.coordinator.sandbox.processes import (
     spawn,
     stop_processes,
 )
-from ringsnap.logs import get_logger
 
 log = get_logger(__name__)
 
@@ -305,7 +305,7 @@ def start(
     are stopped and all are started again (the catalog is kept). On failure nothing is left
     running and the error quotes the failing process's log."""
     from ringsnap.agent.testing.background import write_config
-    from ringsnap.coordinator.sandbox.stack import ARRAY_NAME, agent_data, coordinator_data
+    from ringsnap.sandbox.stack import ARRAY_NAME, agent_data, coordinator_data
 
     say = report or (lambda _message: None)
     if vendor not in VENDORS:

@@ -11,9 +11,9 @@ from rich.table import Table
 from ringsnap.coordinator.assembly import open_coordinator
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.model import Backup, RestoreRecord
-from ringsnap.coordinator.sandbox.load import LoadReport
-from ringsnap.coordinator.sandbox.stack import CLUSTER_NAME
 from ringsnap.coordinator.scheduler import BackupRequest
+from ringsnap.sandbox.load import LoadReport
+from ringsnap.sandbox.stack import CLUSTER_NAME
 
 
 def take_backup(config: CoordinatorConfig) -> Backup:

@@ -16,14 +16,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ringsnap.coordinator.sandbox import instance as instances
-from ringsnap.coordinator.sandbox import services as stack_services
-from ringsnap.coordinator.sandbox.cluster import NodeState, SandboxCluster
-from ringsnap.coordinator.sandbox.errors import SandboxError
-from ringsnap.coordinator.sandbox.instance import DEFAULT_INSTANCE
-from ringsnap.coordinator.sandbox.teardown import down as down_instance
-from ringsnap.coordinator.sandbox.teardown import find_leftovers, instance_containers
 from ringsnap.logs import configure
+from ringsnap.sandbox import instance as instances
+from ringsnap.sandbox import services as stack_services
+from ringsnap.sandbox.cluster import NodeState, SandboxCluster
+from ringsnap.sandbox.errors import SandboxError
+from ringsnap.sandbox.instance import DEFAULT_INSTANCE
+from ringsnap.sandbox.teardown import down as down_instance
+from ringsnap.sandbox.teardown import find_leftovers, instance_containers
 
 app = typer.Typer(
     name="sandbox",
@@ -260,14 +260,14 @@ def demo(
     from cassandra import ConsistencyLevel
     from cassandra.concurrent import execute_concurrent_with_args
 
-    from ringsnap.coordinator.sandbox.demo import (
+    from ringsnap.sandbox.demo import (
         damage,
         print_backup,
         restore_and_prove,
         take_backup,
     )
-    from ringsnap.coordinator.sandbox.load import WriteLoad
-    from ringsnap.coordinator.sandbox.stack import running_stack
+    from ringsnap.sandbox.load import WriteLoad
+    from ringsnap.sandbox.stack import running_stack
 
     cluster, started = _bring_up(instance, nodes)
     try:

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ringsnap.coordinator.sandbox.errors import SandboxError
+from ringsnap.sandbox.errors import SandboxError
 
 DEFAULT_INSTANCE = "sandbox"
 MAX_NODES = 9

@@ -13,8 +13,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from ringsnap.coordinator.sandbox.errors import SandboxError
 from ringsnap.logs import get_logger
+from ringsnap.sandbox.errors import SandboxError
 
 log = get_logger(__name__)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Sequence
 
-from ringsnap.coordinator.sandbox.errors import SandboxError
 from ringsnap.logs import get_logger
+from ringsnap.sandbox.errors import SandboxError
 
 log = get_logger(__name__)
 

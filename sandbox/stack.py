@@ -22,13 +22,13 @@ from ringsnap.agent.config import AgentConfig
 from ringsnap.agent.testing.background import BackgroundAgent, TestPki, config_data, write_config
 from ringsnap.config import validate
 from ringsnap.coordinator.config import CoordinatorConfig
-from ringsnap.coordinator.sandbox import services
-from ringsnap.coordinator.sandbox.cluster import NodeInfo, SandboxCluster
 from ringsnap.plugins.simulators.flasharray import FlashArrayOptions, FlashArraySimulator
 from ringsnap.plugins.simulators.lunpool import LunPool
 from ringsnap.plugins.simulators.ontap import OntapSimulator
 from ringsnap.plugins.simulators.server import SimulatorApp, SimulatorServer, serving
 from ringsnap.plugins.simulators.tls import make_test_ca
+from ringsnap.sandbox import services
+from ringsnap.sandbox.cluster import NodeInfo, SandboxCluster
 from ringsnap.testpki import TlsPaths
 
 ARRAY_NAME = "array1"
@@ -216,7 +216,7 @@ def hook_argv(action: str, pool_dir: Path) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "ringsnap.coordinator.sandbox.hooks",
+        "ringsnap.sandbox.hooks",
         action,
         "--pool",
         str(pool_dir),

@@ -1,7 +1,7 @@
 """The sandbox's storage plumbing for the agent's `[volumes]` hooks (restore).
 
-    python -m ringsnap.coordinator.sandbox.hooks detach --pool <pool dir>
-    python -m ringsnap.coordinator.sandbox.hooks attach --pool <pool dir>
+    python -m ringsnap.sandbox.hooks detach --pool <pool dir>
+    python -m ringsnap.sandbox.hooks attach --pool <pool dir>
 
 On a real host these hooks log a LUN out of its iSCSI/FC session and back in; in the sandbox a
 LUN is an image file `<pool>/luns/<volume>.img` on a loop device, so:
@@ -213,7 +213,7 @@ def attach(
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m ringsnap.coordinator.sandbox.hooks",
+        prog="python -m ringsnap.sandbox.hooks",
         description="The sandbox's [volumes] detach/attach hooks: loop devices of LUN images.",
     )
     parser.add_argument("action", choices=["detach", "attach"])

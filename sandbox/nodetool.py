@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ringsnap.coordinator.sandbox.commands import run
-from ringsnap.coordinator.sandbox.errors import SandboxError
-from ringsnap.coordinator.sandbox.image import nodetool_argv
+from ringsnap.sandbox.commands import run
+from ringsnap.sandbox.errors import SandboxError
+from ringsnap.sandbox.image import nodetool_argv
 
 _STATUS_LINE = re.compile(r"^(?P<status>[UD])(?P<state>[NLJM])\s+(?P<address>\S+)\s")
 

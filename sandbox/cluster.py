@@ -19,14 +19,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from ringsnap.coordinator.sandbox import instance as instances
-from ringsnap.coordinator.sandbox.commands import run
-from ringsnap.coordinator.sandbox.errors import SandboxError
-from ringsnap.coordinator.sandbox.image import ensure_image, nodetool_argv
-from ringsnap.coordinator.sandbox.instance import DEFAULT_INSTANCE, InstanceLayout
-from ringsnap.coordinator.sandbox.mounts import mount_at
-from ringsnap.coordinator.sandbox.nodetool import RingMember, nodetool, parse_status
-from ringsnap.coordinator.sandbox.pool import (
+from ringsnap.logs import get_logger
+from ringsnap.sandbox import instance as instances
+from ringsnap.sandbox.commands import run
+from ringsnap.sandbox.errors import SandboxError
+from ringsnap.sandbox.image import ensure_image, nodetool_argv
+from ringsnap.sandbox.instance import DEFAULT_INSTANCE, InstanceLayout
+from ringsnap.sandbox.mounts import mount_at
+from ringsnap.sandbox.nodetool import RingMember, nodetool, parse_status
+from ringsnap.sandbox.pool import (
     DEFAULT_LUN_SIZES,
     Lun,
     Pool,
@@ -35,13 +36,12 @@ from ringsnap.coordinator.sandbox.pool import (
     current_loop_device,
     mount_lun,
 )
-from ringsnap.coordinator.sandbox.teardown import (
+from ringsnap.sandbox.teardown import (
     DownReport,
     down,
     find_leftovers,
     instance_containers,
 )
-from ringsnap.logs import get_logger
 
 if TYPE_CHECKING:
     from cassandra.cluster import Cluster, Session

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ringsnap.coordinator.sandbox.errors import SandboxError
 from ringsnap.logs import get_logger
+from ringsnap.sandbox.errors import SandboxError
 
 log = get_logger(__name__)
 

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from ringsnap.coordinator.sandbox.commands import run
-from ringsnap.coordinator.sandbox.engine import ensure_engine
-from ringsnap.coordinator.sandbox.errors import SandboxError
 from ringsnap.logs import get_logger
+from ringsnap.sandbox.commands import run
+from ringsnap.sandbox.engine import ensure_engine
+from ringsnap.sandbox.errors import SandboxError
 
 log = get_logger(__name__)
 
@@ -75,7 +75,7 @@ class ImageBuild:
 
 def image_data_dir() -> Path:
     """The packaged `image/` folder (a real directory in both wheel and editable installs)."""
-    path = Path(str(resources.files("ringsnap.coordinator.sandbox").joinpath("image")))
+    path = Path(str(resources.files("ringsnap.sandbox").joinpath("image")))
     if not (path / "Dockerfile").is_file():
         raise SandboxError(f"the sandbox image files are missing from {path}")
     return path
@@ -414,7 +414,7 @@ def _build_image(tag: str, home: Path) -> None:
 
 
 def main() -> None:
-    """`python -m ringsnap.coordinator.sandbox.image`: build (or find) the image and print timings."""
+    """`python -m ringsnap.sandbox.image`: build (or find) the image and print timings."""
     started = time.monotonic()
     build = ensure_image(report=print)
     wall = time.monotonic() - started

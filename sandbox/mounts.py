@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ringsnap import mountinfo
-from ringsnap.coordinator.sandbox.commands import run
 from ringsnap.mountinfo import Mount
+from ringsnap.sandbox.commands import run
 
 _DELETED = " (deleted)"
 
