@@ -159,7 +159,9 @@ class BackupWorkflow:
             return
         host_ids = [run.nodes[name].host_id for name in run.included]
         ids = await bounded(
-            "canary write", self.canaries.write_canaries(run.backup_id, host_ids), 60.0
+            "canary write",
+            self.canaries.write_canaries(run.backup_id, host_ids),
+            run.settings.agent_timeout,
         )
         for name in run.included:
             node = run.nodes[name]
