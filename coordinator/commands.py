@@ -149,7 +149,8 @@ def session(config: Path | None, coordinator: str | None, output: Output) -> Ite
         current.close()
 
 
-def _user() -> str:
+def operator_name() -> str:
+    """Who runs the command, for the catalog (the sudo user behind root, when there is one)."""
     try:
         user = getpass.getuser()
     except (KeyError, OSError):
@@ -310,7 +311,7 @@ def backup_command(  # noqa: PLR0917 - typer maps parameters to the command line
     """
     with session(config, coordinator, output) as s:
         client = s.client()
-        operation = client.start_backup(cluster, f"cli:{_user()}", policy)
+        operation = client.start_backup(cluster, f"cli:{operator_name()}", policy)
         backup_id = operation.backup_id
         if not s.json:
             err.print(
@@ -473,7 +474,7 @@ def delete_command(
         newest = _is_newest_complete(client, backup)
         err.print(_destruction_plan(backup, newest))
         _confirm(f"Delete backup {backup_id}?", yes, f"delete backup {backup_id}")
-        operation = client.delete_backup(backup_id, f"`ringsnap delete` by {_user()}")
+        operation = client.delete_backup(backup_id, f"`ringsnap delete` by {operator_name()}")
         final = follow(s, operation, f"deleting {backup_id}")
         failed = final.state != types_pb2.OPERATION_STATE_SUCCEEDED
         code = reason_exit_code(final.error_reason, ExitCode.FAILED) if failed else ExitCode.OK

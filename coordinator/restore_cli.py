@@ -20,6 +20,7 @@ import sys
 import time
 import tomllib
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -40,6 +41,7 @@ from ringsnap.coordinator.client import (
     discover_config,
     resolve_target,
 )
+from ringsnap.coordinator.commands import operator_name
 from ringsnap.coordinator.config import DEFAULT_CATALOG_PATH, DEFAULT_CONFIG_PATH, CoordinatorConfig
 from ringsnap.coordinator.model import NodeVerdict, RestoreMode, RestoreRecord, RestoreState
 from ringsnap.coordinator.restore import RestoreFailed, RestoreRefused
@@ -60,12 +62,6 @@ def config_path(config: Path | None) -> Path:
     """Where the coordinator's config is (`discover_config`); the system-wide file by default."""
     found, _how = discover_config(config)
     return found or DEFAULT_CONFIG_PATH
-
-
-def _user() -> str:
-    from ringsnap.coordinator.commands import _user as user
-
-    return user()
 
 
 def _jsonable(value: Any) -> Any:
@@ -314,42 +310,49 @@ def _finish(record: RestoreRecord, as_json: bool) -> None:
     raise typer.Exit(int(exit_code_of(record)))
 
 
-async def _restore(  # noqa: PLR0917
-    config: CoordinatorConfig,
-    catalog: Catalog,
-    backup_id: str | None,
-    nodes: tuple[str, ...],
-    mode: RestoreMode,
-    dry_run: bool,
-    yes: bool,
-    force: bool,
-    resume: str | None,
-    as_json: bool,
+@dataclass(frozen=True)
+class RestoreOptions:
+    """What the operator asked for: the same whether the restore runs here or in the daemon."""
+
+    backup_id: str | None
+    nodes: tuple[str, ...]
+    mode: RestoreMode
+    dry_run: bool
+    yes: bool
+    force: bool
+    resume: str | None
+    as_json: bool
+
+
+async def _restore(
+    config: CoordinatorConfig, catalog: Catalog, options: RestoreOptions
 ) -> RestoreRecord | dict[str, Any]:
     """The restore in this process; a plan's document when it ends at the plan (dry run, or a
     refusal with --output json)."""
     try:
-        if resume:
-            record = await asyncio.to_thread(catalog.get_restore, resume)
+        if options.resume:
+            record = await asyncio.to_thread(catalog.get_restore, options.resume)
             cluster = record.cluster
         else:
-            assert backup_id is not None
-            cluster = (await asyncio.to_thread(catalog.get_backup, backup_id)).cluster
+            assert options.backup_id is not None
+            cluster = (await asyncio.to_thread(catalog.get_backup, options.backup_id)).cluster
         async with open_restore_session(config, cluster, catalog=catalog) as session:
-            progress = ProgressPrinter(quiet=as_json)
-            if resume:
-                return await session.resume(resume, progress)
-            request = RestoreRequest(backup_id or "", nodes, mode, force, _user())
+            progress = ProgressPrinter(quiet=options.as_json)
+            if options.resume:
+                return await session.resume(options.resume, progress)
+            request = RestoreRequest(
+                options.backup_id or "", options.nodes, options.mode, options.force, operator_name()
+            )
             plan = await session.plan(request)
-            if as_json and (dry_run or plan.refused):
+            if options.as_json and (options.dry_run or plan.refused):
                 return plan_document(plan)
             print_plan(plan)
             if plan.refused:
                 raise RestoreRefused("the plan refused: " + "; ".join(plan.refusals))
-            if dry_run:
+            if options.dry_run:
                 return plan_document(plan)
-            await asyncio.to_thread(confirm, plan.backup.cluster, yes)
-            return await session.run(plan, _user(), progress)
+            await asyncio.to_thread(confirm, plan.backup.cluster, options.yes)
+            return await session.run(plan, operator_name(), progress)
     finally:
         await asyncio.to_thread(catalog.close)
 
@@ -428,19 +431,24 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
             )
         config_file = config_path(config)
         loaded = load_config(config_file)
-        names = tuple(n.strip() for n in nodes.split(",") if n.strip())
+        options = RestoreOptions(
+            backup_id=backup,
+            nodes=tuple(n.strip() for n in nodes.split(",") if n.strip()),
+            mode=mode,
+            dry_run=dry_run,
+            yes=yes,
+            force=force,
+            resume=resume,
+            as_json=as_json,
+        )
         opened = _open_catalog(loaded, config_file)
         result: RestoreRecord | dict[str, Any]
         if isinstance(opened, Catalog):
-            result = asyncio.run(
-                _restore(loaded, opened, backup, names, mode, dry_run, yes, force, resume, as_json)
-            )
+            result = asyncio.run(_restore(loaded, opened, options))
         else:
             from ringsnap.coordinator import restore_remote
 
-            result = restore_remote.restore(
-                opened, backup, names, mode, dry_run, yes, force, resume, as_json
-            )
+            result = restore_remote.restore(opened, options)
     except CliError as error:
         _fail(error, as_json)
     except RestoreRefused as error:

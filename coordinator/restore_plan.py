@@ -137,6 +137,21 @@ def match_volume(node: str, volume: NodeVolume, facts: Sequence[NodeVolumeFacts]
     )
 
 
+def lost_by_revert(backup: Backup, ref: SnapshotRef, others: Sequence[Backup]) -> list[str]:
+    """Backups newer than `backup` with a snapshot of a volume of `ref` on its array: an array
+    whose revert deletes newer snapshots (ONTAP restore_to) destroys them."""
+    volumes = {m.volume.name for m in ref.members}
+    return [
+        other.id
+        for other in others
+        if other.started_at > backup.started_at
+        and any(
+            r.array == ref.array and {m.volume.name for m in r.members} & volumes
+            for r in other.snapshots
+        )
+    ]
+
+
 def narrowed(ref: SnapshotRef, volumes: set[str]) -> SnapshotRef:
     """`ref` with only the members for `volumes` (a node restored alone reverts only its own)."""
     return replace(ref, members=tuple(m for m in ref.members if m.volume.name in volumes))
@@ -358,15 +373,7 @@ async def _plan_arrays(  # noqa: PLR0917
             refusals.append(f"array {name} cannot be reached or refused the check: {exc}")
             continue
         if mode is RestoreMode.REVERT and capabilities.revert_deletes_newer:
-            lost.extend(
-                other.id
-                for other in newer_backups
-                if other.started_at > backup.started_at
-                and any(
-                    r.array == name and {m.volume.name for m in r.members} & volumes
-                    for r in other.snapshots
-                )
-            )
+            lost.extend(lost_by_revert(backup, ref, newer_backups))
         plans.append(ArrayPlan(name, ref, tuple(destroys)))
     return plans, lost
 

@@ -28,7 +28,8 @@ from ringsnap.coordinator.client import (
     Target,
     reason_exit_code,
 )
-from ringsnap.coordinator.model import RestoreMode, RestoreRecord
+from ringsnap.coordinator.commands import operator_name
+from ringsnap.coordinator.model import RestoreRecord
 from ringsnap.coordinator.restore import RestoreFailed, RestoreRefused
 
 #: Operation phases of a restore that are not workflow progress (the CLI prints its own lines).
@@ -69,73 +70,65 @@ def plan_document(message: pb.RestorePlan) -> dict[str, Any]:
     }
 
 
-def restore(  # noqa: PLR0917 - the command's options, as restore_cli._restore takes them
-    target: Target,
-    backup_id: str | None,
-    nodes: tuple[str, ...],
-    mode: RestoreMode,
-    dry_run: bool,
-    yes: bool,
-    force: bool,
-    resume: str | None,
-    as_json: bool,
-) -> RestoreRecord | dict[str, Any]:
+def restore(target: Target, options: restore_cli.RestoreOptions) -> RestoreRecord | dict[str, Any]:
     """The restore, run by the daemon at `target`: its final record, or the plan's document when
     it ends at the plan (dry run, or a refusal with --output json)."""
-    if not as_json:
+    if not options.as_json:
         restore_cli.err.print(
             f"the coordinator daemon at {target.address} holds the catalog: the restore runs in"
             " the daemon",
             style="dim",
         )
     with Coordinator(target) as client:
-        if resume:
-            record = _get(client, resume)
+        if options.resume:
+            record = _get(client, options.resume)
             # As in the CLI's own process, a resume asks for no confirmation: the record names the
             # cluster, which the daemon wants confirmed.
             request = pb.StartRestoreRequest(
-                resume_id=resume, confirm_cluster=record.cluster, requested_by=restore_cli._user()
+                resume_id=options.resume,
+                confirm_cluster=record.cluster,
+                requested_by=operator_name(),
             )
         else:
-            assert backup_id is not None
+            assert options.backup_id is not None
             plan = client.call(
                 client.stub.PlanRestore,
                 pb.PlanRestoreRequest(
-                    backup_id=backup_id,
-                    nodes=nodes,
-                    mode=messages.RESTORE_MODES[mode],
-                    force=force,
+                    backup_id=options.backup_id,
+                    nodes=options.nodes,
+                    mode=messages.RESTORE_MODES[options.mode],
+                    force=options.force,
                 ),
                 LONG_CALL_TIMEOUT,
             )
             document = plan_document(plan)
             refusals = document["refusals"]
-            if as_json and (dry_run or refusals):
+            if options.as_json and (options.dry_run or refusals):
                 return document
             restore_cli.print_plan(document)
             if refusals:
                 raise RestoreRefused("the plan refused: " + "; ".join(refusals))
-            if dry_run:
+            if options.dry_run:
                 return document
-            restore_cli.confirm(plan.cluster, yes)
+            restore_cli.confirm(plan.cluster, options.yes)
             request = pb.StartRestoreRequest(
-                backup_id=backup_id,
-                nodes=nodes,
-                mode=messages.RESTORE_MODES[mode],
-                force=force,
+                backup_id=options.backup_id,
+                nodes=options.nodes,
+                mode=messages.RESTORE_MODES[options.mode],
+                force=options.force,
                 confirm_cluster=plan.cluster,
                 restore_id=plan.restore_id,
-                requested_by=restore_cli._user(),
+                requested_by=operator_name(),
             )
         operation = client.call(client.stub.StartRestore, request, LONG_CALL_TIMEOUT)
-        restore_id = resume or request.restore_id
-        if not as_json:
+        restore_id = options.resume or request.restore_id
+        if not options.as_json:
             restore_cli.err.print(
                 f"restore {restore_id} started in the coordinator (operation"
                 f" {operation.operation_id}); Ctrl-C stops following, not the restore",
                 style="dim",
             )
-        final = _follow(client, operation, restore_id, restore_cli.ProgressPrinter(as_json))
+        final = _follow(client, operation, restore_id, restore_cli.ProgressPrinter(options.as_json))
         return _outcome(client, final, restore_id)
 
 

@@ -32,7 +32,13 @@ from ringsnap.coordinator.restore import (
     RestoreWorkflow,
     new_restore_id,
 )
-from ringsnap.coordinator.restore_plan import RestorePlan, RestoreRequest, narrowed, plan_restore
+from ringsnap.coordinator.restore_plan import (
+    RestorePlan,
+    RestoreRequest,
+    lost_by_revert,
+    narrowed,
+    plan_restore,
+)
 from ringsnap.coordinator.ring import CqlRing
 from ringsnap.plugins.middleware import AsyncDriver
 from ringsnap.plugins.registry import open_driver
@@ -86,7 +92,11 @@ class RestoreSession:
 
     async def plan(self, request: RestoreRequest) -> RestorePlan:
         backup = await asyncio.to_thread(self.catalog.get_backup, request.backup_id)
-        others = await asyncio.to_thread(self._newer_backups, backup)
+        others: list[Backup] = []
+        if request.mode is RestoreMode.REVERT and self._revert_deletes_newer(
+            {r.array for r in backup.snapshots}
+        ):
+            others = await asyncio.to_thread(self._newer_backups, backup)
         past = await asyncio.to_thread(self._past_seconds, backup.cluster)
         return await plan_restore(
             new_restore_id(),
@@ -115,22 +125,20 @@ class RestoreSession:
         snapshots = snapshots_for(record, backup)
         # Arrays whose revert is not recorded may still delete newer snapshots (ONTAP).
         pending = {a: r for a, r in snapshots.items() if a not in dict(record.arrays_done)}
-        others = await asyncio.to_thread(self._newer_backups, backup)
-        lost = [
-            other.id
-            for array, ref in pending.items()
-            if record.mode is RestoreMode.REVERT
-            and self.arrays[array].capabilities().revert_deletes_newer
-            for other in others
-            if any(
-                r.array == array
-                and {m.volume.name for m in r.members} & {m.volume.name for m in ref.members}
-                for r in other.snapshots
-            )
-        ]
+        lost: list[str] = []
+        if record.mode is RestoreMode.REVERT and self._revert_deletes_newer(set(pending)):
+            others = await asyncio.to_thread(self._newer_backups, backup)
+            for array, ref in pending.items():
+                if self._revert_deletes_newer({array}):
+                    lost.extend(lost_by_revert(backup, ref, others))
         native = backup.snapshot_kind is SnapshotKind.NATIVE
         return await self.workflow(progress).resume(
             record, snapshots, sorted(set(lost)), native=native
+        )
+
+    def _revert_deletes_newer(self, arrays: set[str]) -> bool:
+        return any(
+            self.arrays[a].capabilities().revert_deletes_newer for a in arrays if a in self.arrays
         )
 
     def _newer_backups(self, backup: Backup) -> list[Backup]:
