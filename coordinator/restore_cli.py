@@ -47,7 +47,7 @@ from ringsnap.coordinator.model import NodeVerdict, RestoreMode, RestoreRecord, 
 from ringsnap.coordinator.restore import RestoreFailed, RestoreRefused
 from ringsnap.coordinator.restore_plan import RestorePlan, RestoreRequest
 from ringsnap.coordinator.restore_session import open_restore_session
-from ringsnap.errors import RingsnapError
+from ringsnap.errors import ConfigError, RingsnapError
 
 out = Console(highlight=False, soft_wrap=False)
 err = Console(stderr=True, highlight=False)
@@ -476,20 +476,20 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
         )
         raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
     except RingsnapError as error:
-        _fail(
-            CliError(
-                str(error),
-                ExitCode(error.exit_code)
-                if error.exit_code in ExitCode._value2member_map_
-                else ExitCode.ERROR,
-            ),
-            as_json,
-        )
+        _fail(CliError(str(error), _exit_code_of(error)), as_json)
     if isinstance(result, dict):
         if as_json:
             typer.echo(json.dumps({"plan": result}, indent=2))
         raise typer.Exit(int(ExitCode.REFUSED if result["refusals"] else ExitCode.OK))
     _finish(result, as_json)
+
+
+def _exit_code_of(error: RingsnapError) -> ExitCode:
+    """The table's code for an error of ours: a bad config is a usage error (2), as for every verb."""
+    if isinstance(error, ConfigError):
+        return ExitCode.USAGE
+    known = {int(code) for code in ExitCode}
+    return ExitCode(error.exit_code) if error.exit_code in known else ExitCode.ERROR
 
 
 def _fail(error: CliError, as_json: bool, *, resumable: bool = False) -> None:

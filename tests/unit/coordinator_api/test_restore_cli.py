@@ -291,3 +291,11 @@ def test_with_the_catalog_free_the_restore_runs_in_this_process(
     with Catalog(data["coordinator"]["catalog"]) as catalog:
         states = [r.state for r in catalog.list_restores()]
     assert states == [RestoreState.FAILED_VERIFICATION, RestoreState.PROVEN]
+
+
+def test_a_bad_config_is_a_usage_error_naming_the_file(app: typer.Typer, tmp_path: Path) -> None:
+    broken = tmp_path / "coordinator.toml"
+    broken.write_text("[coordinator]\ncolour = 'red'\n")
+    result = run(app, "rs-1", "--yes", "--config", str(broken))
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert str(broken) in flat(result.stderr) and "colour" in flat(result.stderr)
