@@ -51,6 +51,9 @@ from ringsnap.errors import ConfigError, RingsnapError
 
 out = Console(highlight=False, soft_wrap=False)
 err = Console(stderr=True, highlight=False)
+for _console in (out, err):
+    if not _console.is_terminal:  # piped or logged: never cut ids and paths to 80 columns
+        _console.width = 200
 
 
 class Output(enum.StrEnum):
@@ -123,7 +126,8 @@ def print_plan(plan: RestorePlan | Mapping[str, Any]) -> None:
     )
     table = Table(box=None, pad_edge=False)
     for column in ("node", "host id", "Cassandra", "start", "volume", "mounted at", "snapshot"):
-        table.add_column(column)
+        # Volumes, mount points and snapshot names are what the operator checks: wrap, never cut.
+        table.add_column(column, overflow="fold")
     snapshots = doc["snapshots"]
     for node in nodes:
         for index, volume in enumerate(node["volumes"]):
