@@ -199,11 +199,22 @@ ALTER TABLE backups ADD COLUMN snapshot_kind TEXT NOT NULL DEFAULT 'array'
     CHECK (snapshot_kind IN ('array', 'native'));
 """
 
+# Restore drills: each drill, its per-node proofs and what it cloned (filled in with the drill work).
+_V5 = """
+"""
+
+# Table-level restores: each keyspace's schema as the backup saw it, and table restore records
+# (filled in with the table-restore work).
+_V6 = """
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "backups, nodes, snapshots, manifests, timings, cleanups, operations", _V1),
     Migration(2, "warnings of a backup", _V2),
     Migration(3, "restores; who verified a backup; backups lost to a restore; no operations", _V3),
     Migration(4, "native snapshots: the kind of a backup", _V4),
+    Migration(5, "restore drills", _V5),
+    Migration(6, "keyspace schemas of a backup; table restores", _V6),
 ]
 
 
