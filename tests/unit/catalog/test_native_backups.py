@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ringsnap.coordinator.catalog import Catalog, IncompleteBackupError
+from ringsnap.coordinator.catalog import schema as catalog_schema
 from ringsnap.coordinator.model import (
     BackupNode,
     BackupState,
@@ -93,19 +94,20 @@ def test_cleanup_targets_of_nodes_never_look_like_arrays() -> None:
 
 
 def test_a_catalog_of_version_3_migrates_its_backups_to_the_array_kind(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "catalog.db"
+    monkeypatch.setattr(catalog_schema, "MIGRATIONS", catalog_schema.MIGRATIONS[:3])
     with Catalog(path) as catalog:
-        catalog.begin_backup(
-            backup_id="rs-1", cluster="c1", quiesce_mode=QuiesceMode.FREEZE, trigger="t"
-        )
+        assert catalog.schema_version == 3
     raw = sqlite3.connect(path)
-    raw.executescript(
-        "ALTER TABLE backups DROP COLUMN snapshot_kind;"
-        " DELETE FROM schema_version WHERE version = 4;"
-    )
+    with raw:
+        raw.execute(
+            "INSERT INTO backups (id, cluster, state, quiesce_mode, trigger, policy, started_us)"
+            " VALUES ('rs-1', 'c1', 'running', 'freeze', 't', '', 0)"
+        )
     raw.close()
+    monkeypatch.undo()
     with Catalog(path) as catalog:
-        assert catalog.schema_version == 4
+        assert catalog.schema_version == len(catalog_schema.MIGRATIONS)
         assert catalog.get_backup("rs-1").snapshot_kind is SnapshotKind.ARRAY
