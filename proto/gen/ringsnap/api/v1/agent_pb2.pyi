@@ -950,3 +950,291 @@ class RestoreSnapshotResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RestoreSnapshotResponse: _TypeAlias = RestoreSnapshotResponse  # noqa: Y015
+
+@_typing.final
+class CloneVolume(_message.Message):
+    """Clones and drills."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROLE_FIELD_NUMBER: _builtins.int
+    ARRAY_FIELD_NUMBER: _builtins.int
+    VOLUME_FIELD_NUMBER: _builtins.int
+    SERIAL_FIELD_NUMBER: _builtins.int
+    WWN_FIELD_NUMBER: _builtins.int
+    SOURCE_MOUNT_POINT_FIELD_NUMBER: _builtins.int
+    role: _builtins.str
+    """"data" or "commitlog", as in the backup's node volumes"""
+    array: _builtins.str
+    """given to the attach hook as RINGSNAP_* variables,"""
+    volume: _builtins.str
+    """  exactly as AttachVolumes does for a clone restore"""
+    serial: _builtins.str
+    wwn: _builtins.str
+    source_mount_point: _builtins.str
+    """the production mount point this volume stood at"""
+    def __init__(
+        self,
+        *,
+        role: _builtins.str = ...,
+        array: _builtins.str = ...,
+        volume: _builtins.str = ...,
+        serial: _builtins.str = ...,
+        wwn: _builtins.str = ...,
+        source_mount_point: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["array", b"array", "role", b"role", "serial", b"serial", "source_mount_point", b"source_mount_point", "volume", b"volume", "wwn", b"wwn"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CloneVolume: _TypeAlias = CloneVolume  # noqa: Y015
+
+@_typing.final
+class MountClonesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PURPOSE_ID_FIELD_NUMBER: _builtins.int
+    VOLUMES_FIELD_NUMBER: _builtins.int
+    READ_ONLY_FIELD_NUMBER: _builtins.int
+    purpose_id: _builtins.str
+    """[a-z0-9][a-z0-9-]{0,62}: a drill id, a table-restore id..."""
+    read_only: _builtins.bool
+    """table restores and exports: true; drills: false"""
+    @_builtins.property
+    def volumes(self) -> _containers.RepeatedCompositeFieldContainer[Global___CloneVolume]: ...
+    def __init__(
+        self,
+        *,
+        purpose_id: _builtins.str = ...,
+        volumes: _abc.Iterable[Global___CloneVolume] | None = ...,
+        read_only: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["purpose_id", b"purpose_id", "read_only", b"read_only", "volumes", b"volumes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MountClonesRequest: _TypeAlias = MountClonesRequest  # noqa: Y015
+
+@_typing.final
+class MountedClone(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROLE_FIELD_NUMBER: _builtins.int
+    VOLUME_FIELD_NUMBER: _builtins.int
+    DEVICE_FIELD_NUMBER: _builtins.int
+    MOUNT_POINT_FIELD_NUMBER: _builtins.int
+    SOURCE_MOUNT_POINT_FIELD_NUMBER: _builtins.int
+    role: _builtins.str
+    volume: _builtins.str
+    device: _builtins.str
+    mount_point: _builtins.str
+    """where the clone is mounted on this host"""
+    source_mount_point: _builtins.str
+    """the production mount point it stands for"""
+    def __init__(
+        self,
+        *,
+        role: _builtins.str = ...,
+        volume: _builtins.str = ...,
+        device: _builtins.str = ...,
+        mount_point: _builtins.str = ...,
+        source_mount_point: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["device", b"device", "mount_point", b"mount_point", "role", b"role", "source_mount_point", b"source_mount_point", "volume", b"volume"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MountedClone: _TypeAlias = MountedClone  # noqa: Y015
+
+@_typing.final
+class MountClonesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MOUNTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def mounts(self) -> _containers.RepeatedCompositeFieldContainer[Global___MountedClone]: ...
+    def __init__(
+        self,
+        *,
+        mounts: _abc.Iterable[Global___MountedClone] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mounts", b"mounts"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MountClonesResponse: _TypeAlias = MountClonesResponse  # noqa: Y015
+
+@_typing.final
+class UnmountClonesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PURPOSE_ID_FIELD_NUMBER: _builtins.int
+    purpose_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        purpose_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["purpose_id", b"purpose_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnmountClonesRequest: _TypeAlias = UnmountClonesRequest  # noqa: Y015
+
+@_typing.final
+class UnmountClonesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DETACHED_VOLUMES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def detached_volumes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        detached_volumes: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detached_volumes", b"detached_volumes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnmountClonesResponse: _TypeAlias = UnmountClonesResponse  # noqa: Y015
+
+@_typing.final
+class StartDrillRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DRILL_ID_FIELD_NUMBER: _builtins.int
+    NODE_FIELD_NUMBER: _builtins.int
+    CLUSTER_NAME_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    HOST_ID_FIELD_NUMBER: _builtins.int
+    DATA_DIRECTORIES_FIELD_NUMBER: _builtins.int
+    COMMITLOG_DIRECTORY_FIELD_NUMBER: _builtins.int
+    CANARY_KEYSPACE_FIELD_NUMBER: _builtins.int
+    CANARY_KEY_FIELD_NUMBER: _builtins.int
+    BACKUP_ID_FIELD_NUMBER: _builtins.int
+    DEADLINE_FIELD_NUMBER: _builtins.int
+    drill_id: _builtins.str
+    """its clones were mounted with MountClones(purpose_id = drill_id)"""
+    node: _builtins.str
+    """the production node's name, for messages"""
+    cluster_name: _builtins.str
+    """must equal the cluster name saved in the clone's system.local"""
+    address: _builtins.str
+    """the production node's own address, used inside the namespace"""
+    host_id: _builtins.str
+    """must equal the host id read back from the clone's system.local"""
+    commitlog_directory: _builtins.str
+    """production path (mapped to the clone)"""
+    canary_keyspace: _builtins.str
+    """canary table is <canary_keyspace>.canary (see coordinator/canary.py)"""
+    canary_key: _builtins.str
+    """the node's canary partition key for this backup"""
+    backup_id: _builtins.str
+    """the canary row's backup_id must equal it"""
+    @_builtins.property
+    def data_directories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """production paths of Cassandra's data dirs (mapped to the clones)"""
+
+    @_builtins.property
+    def deadline(self) -> _duration_pb2.Duration:
+        """after it the agent tears everything down by itself"""
+
+    def __init__(
+        self,
+        *,
+        drill_id: _builtins.str = ...,
+        node: _builtins.str = ...,
+        cluster_name: _builtins.str = ...,
+        address: _builtins.str = ...,
+        host_id: _builtins.str = ...,
+        data_directories: _abc.Iterable[_builtins.str] | None = ...,
+        commitlog_directory: _builtins.str = ...,
+        canary_keyspace: _builtins.str = ...,
+        canary_key: _builtins.str = ...,
+        backup_id: _builtins.str = ...,
+        deadline: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "backup_id", b"backup_id", "canary_key", b"canary_key", "canary_keyspace", b"canary_keyspace", "cluster_name", b"cluster_name", "commitlog_directory", b"commitlog_directory", "data_directories", b"data_directories", "deadline", b"deadline", "drill_id", b"drill_id", "host_id", b"host_id", "node", b"node"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StartDrillRequest: _TypeAlias = StartDrillRequest  # noqa: Y015
+
+@_typing.final
+class DrillRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DRILL_ID_FIELD_NUMBER: _builtins.int
+    drill_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        drill_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["drill_id", b"drill_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DrillRequest: _TypeAlias = DrillRequest  # noqa: Y015
+
+@_typing.final
+class DrillStatus(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DRILL_ID_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    PROOF_FIELD_NUMBER: _builtins.int
+    ELAPSED_FIELD_NUMBER: _builtins.int
+    BYTES_VERIFIED_FIELD_NUMBER: _builtins.int
+    drill_id: _builtins.str
+    state: _builtins.str
+    """"starting" | "verifying" | "proven" | "failed" | "stopped" """
+    step: _builtins.str
+    """the current or failing step, e.g. "mount", "digests", "start", "canary" """
+    message: _builtins.str
+    """failures name what: file, step, Cassandra's own error line"""
+    bytes_verified: _builtins.int
+    """bytes whose digests were recomputed"""
+    @_builtins.property
+    def proof(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """one sentence per check that passed"""
+
+    @_builtins.property
+    def elapsed(self) -> _duration_pb2.Duration: ...
+    def __init__(
+        self,
+        *,
+        drill_id: _builtins.str = ...,
+        state: _builtins.str = ...,
+        step: _builtins.str = ...,
+        message: _builtins.str = ...,
+        proof: _abc.Iterable[_builtins.str] | None = ...,
+        elapsed: _duration_pb2.Duration | None = ...,
+        bytes_verified: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["elapsed", b"elapsed"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_verified", b"bytes_verified", "drill_id", b"drill_id", "elapsed", b"elapsed", "message", b"message", "proof", b"proof", "state", b"state", "step", b"step"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DrillStatus: _TypeAlias = DrillStatus  # noqa: Y015

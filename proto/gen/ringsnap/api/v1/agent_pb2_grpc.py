@@ -109,6 +109,36 @@ class AgentServiceStub:
                 request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.RestoreSnapshotRequest.SerializeToString,
                 response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.RestoreSnapshotResponse.FromString,
                 _registered_method=True)
+        self.MountClones = channel.unary_unary(
+                '/ringsnap.api.v1.AgentService/MountClones',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.MountClonesRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.MountClonesResponse.FromString,
+                _registered_method=True)
+        self.UnmountClones = channel.unary_unary(
+                '/ringsnap.api.v1.AgentService/UnmountClones',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.UnmountClonesRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.UnmountClonesResponse.FromString,
+                _registered_method=True)
+        self.StartDrill = channel.unary_unary(
+                '/ringsnap.api.v1.AgentService/StartDrill',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.StartDrillRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DrillStatus.FromString,
+                _registered_method=True)
+        self.GetDrill = channel.unary_unary(
+                '/ringsnap.api.v1.AgentService/GetDrill',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DrillRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DrillStatus.FromString,
+                _registered_method=True)
+        self.GetDrillManifest = channel.unary_stream(
+                '/ringsnap.api.v1.AgentService/GetDrillManifest',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DrillRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.GetManifestResponse.FromString,
+                _registered_method=True)
+        self.StopDrill = channel.unary_unary(
+                '/ringsnap.api.v1.AgentService/StopDrill',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DrillRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DrillStatus.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -228,6 +258,50 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def MountClones(self, request, context):
+        """Clones of backed-up volumes attached beside the live ones (drills, table restores, exports):
+        attached by the configured attach hook, mounted under the agent's state directory, recorded
+        durably so that a restarted agent unmounts and detaches them. Idempotent per purpose_id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnmountClones(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StartDrill(self, request, context):
+        """Restore drills (on a drill host): one backed-up node started on its clones in a network
+        namespace of its own that has no route anywhere, so it cannot reach production.
+        returns at once; runs in background
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetDrill(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetDrillManifest(self, request, context):
+        """manifest of the clones
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StopDrill(self, request, context):
+        """tear down now; idempotent
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -305,6 +379,36 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.RestoreSnapshot,
                     request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.RestoreSnapshotRequest.FromString,
                     response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.RestoreSnapshotResponse.SerializeToString,
+            ),
+            'MountClones': grpc.unary_unary_rpc_method_handler(
+                    servicer.MountClones,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.MountClonesRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.MountClonesResponse.SerializeToString,
+            ),
+            'UnmountClones': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnmountClones,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.UnmountClonesRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.UnmountClonesResponse.SerializeToString,
+            ),
+            'StartDrill': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartDrill,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.StartDrillRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DrillStatus.SerializeToString,
+            ),
+            'GetDrill': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDrill,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DrillRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DrillStatus.SerializeToString,
+            ),
+            'GetDrillManifest': grpc.unary_stream_rpc_method_handler(
+                    servicer.GetDrillManifest,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DrillRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.GetManifestResponse.SerializeToString,
+            ),
+            'StopDrill': grpc.unary_unary_rpc_method_handler(
+                    servicer.StopDrill,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DrillRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DrillStatus.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -712,6 +816,168 @@ class AgentService:
             '/ringsnap.api.v1.AgentService/RestoreSnapshot',
             ringsnap_dot_api_dot_v1_dot_agent__pb2.RestoreSnapshotRequest.SerializeToString,
             ringsnap_dot_api_dot_v1_dot_agent__pb2.RestoreSnapshotResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MountClones(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.AgentService/MountClones',
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.MountClonesRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.MountClonesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnmountClones(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.AgentService/UnmountClones',
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.UnmountClonesRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.UnmountClonesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartDrill(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.AgentService/StartDrill',
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.StartDrillRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.DrillStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetDrill(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.AgentService/GetDrill',
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.DrillRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.DrillStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetDrillManifest(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/ringsnap.api.v1.AgentService/GetDrillManifest',
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.DrillRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.GetManifestResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StopDrill(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.AgentService/StopDrill',
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.DrillRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.DrillStatus.FromString,
             options,
             channel_credentials,
             insecure,

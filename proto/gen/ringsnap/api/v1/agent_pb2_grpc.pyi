@@ -75,6 +75,22 @@ class AgentServiceStub:
     Cassandra runs or a process holds a file there; repeating it finishes what was started.
     DiscardReplayState under the same operation id then empties the commit log and the rest.
     """
+    MountClones: _grpc.UnaryUnaryMultiCallable[_agent_pb2.MountClonesRequest, _agent_pb2.MountClonesResponse]
+    """Clones of backed-up volumes attached beside the live ones (drills, table restores, exports):
+    attached by the configured attach hook, mounted under the agent's state directory, recorded
+    durably so that a restarted agent unmounts and detaches them. Idempotent per purpose_id.
+    """
+    UnmountClones: _grpc.UnaryUnaryMultiCallable[_agent_pb2.UnmountClonesRequest, _agent_pb2.UnmountClonesResponse]
+    StartDrill: _grpc.UnaryUnaryMultiCallable[_agent_pb2.StartDrillRequest, _agent_pb2.DrillStatus]
+    """Restore drills (on a drill host): one backed-up node started on its clones in a network
+    namespace of its own that has no route anywhere, so it cannot reach production.
+    returns at once; runs in background
+    """
+    GetDrill: _grpc.UnaryUnaryMultiCallable[_agent_pb2.DrillRequest, _agent_pb2.DrillStatus]
+    GetDrillManifest: _grpc.UnaryStreamMultiCallable[_agent_pb2.DrillRequest, _agent_pb2.GetManifestResponse]
+    """manifest of the clones"""
+    StopDrill: _grpc.UnaryUnaryMultiCallable[_agent_pb2.DrillRequest, _agent_pb2.DrillStatus]
+    """tear down now; idempotent"""
 
 @_typing.type_check_only
 class AgentServiceAsyncStub(AgentServiceStub):
@@ -123,6 +139,22 @@ class AgentServiceAsyncStub(AgentServiceStub):
     Cassandra runs or a process holds a file there; repeating it finishes what was started.
     DiscardReplayState under the same operation id then empties the commit log and the rest.
     """
+    MountClones: _aio.UnaryUnaryMultiCallable[_agent_pb2.MountClonesRequest, _agent_pb2.MountClonesResponse]  # type: ignore[assignment]
+    """Clones of backed-up volumes attached beside the live ones (drills, table restores, exports):
+    attached by the configured attach hook, mounted under the agent's state directory, recorded
+    durably so that a restarted agent unmounts and detaches them. Idempotent per purpose_id.
+    """
+    UnmountClones: _aio.UnaryUnaryMultiCallable[_agent_pb2.UnmountClonesRequest, _agent_pb2.UnmountClonesResponse]  # type: ignore[assignment]
+    StartDrill: _aio.UnaryUnaryMultiCallable[_agent_pb2.StartDrillRequest, _agent_pb2.DrillStatus]  # type: ignore[assignment]
+    """Restore drills (on a drill host): one backed-up node started on its clones in a network
+    namespace of its own that has no route anywhere, so it cannot reach production.
+    returns at once; runs in background
+    """
+    GetDrill: _aio.UnaryUnaryMultiCallable[_agent_pb2.DrillRequest, _agent_pb2.DrillStatus]  # type: ignore[assignment]
+    GetDrillManifest: _aio.UnaryStreamMultiCallable[_agent_pb2.DrillRequest, _agent_pb2.GetManifestResponse]  # type: ignore[assignment]
+    """manifest of the clones"""
+    StopDrill: _aio.UnaryUnaryMultiCallable[_agent_pb2.DrillRequest, _agent_pb2.DrillStatus]  # type: ignore[assignment]
+    """tear down now; idempotent"""
 
 class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -258,5 +290,57 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         Cassandra runs or a process holds a file there; repeating it finishes what was started.
         DiscardReplayState under the same operation id then empties the commit log and the rest.
         """
+
+    @_abc_1.abstractmethod
+    def MountClones(
+        self,
+        request: _agent_pb2.MountClonesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.MountClonesResponse, _abc.Awaitable[_agent_pb2.MountClonesResponse]]:
+        """Clones of backed-up volumes attached beside the live ones (drills, table restores, exports):
+        attached by the configured attach hook, mounted under the agent's state directory, recorded
+        durably so that a restarted agent unmounts and detaches them. Idempotent per purpose_id.
+        """
+
+    @_abc_1.abstractmethod
+    def UnmountClones(
+        self,
+        request: _agent_pb2.UnmountClonesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.UnmountClonesResponse, _abc.Awaitable[_agent_pb2.UnmountClonesResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def StartDrill(
+        self,
+        request: _agent_pb2.StartDrillRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.DrillStatus, _abc.Awaitable[_agent_pb2.DrillStatus]]:
+        """Restore drills (on a drill host): one backed-up node started on its clones in a network
+        namespace of its own that has no route anywhere, so it cannot reach production.
+        returns at once; runs in background
+        """
+
+    @_abc_1.abstractmethod
+    def GetDrill(
+        self,
+        request: _agent_pb2.DrillRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.DrillStatus, _abc.Awaitable[_agent_pb2.DrillStatus]]: ...
+
+    @_abc_1.abstractmethod
+    def GetDrillManifest(
+        self,
+        request: _agent_pb2.DrillRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_agent_pb2.GetManifestResponse], _abc.AsyncIterator[_agent_pb2.GetManifestResponse]]:
+        """manifest of the clones"""
+
+    @_abc_1.abstractmethod
+    def StopDrill(
+        self,
+        request: _agent_pb2.DrillRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.DrillStatus, _abc.Awaitable[_agent_pb2.DrillStatus]]:
+        """tear down now; idempotent"""
 
 def add_AgentServiceServicer_to_server(servicer: AgentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
