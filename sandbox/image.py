@@ -189,14 +189,14 @@ def image_tag(version: str = CASSANDRA_VERSION) -> str:
     return f"{IMAGE_REPOSITORY}:{version}-{h.hexdigest()[:12]}"
 
 
-def _docker_image_exists(tag: str) -> bool:
+def docker_image_exists(tag: str) -> bool:
     return (
         run(["docker", "image", "inspect", "--format", "{{.Id}}", tag], check=False).returncode == 0
     )
 
 
 @contextmanager
-def _build_lock() -> Iterator[None]:
+def build_lock() -> Iterator[None]:
     # Several test sessions may ask for the image at once; one builds, the others then find it.
     cache_dir().mkdir(parents=True, exist_ok=True)
     with (cache_dir() / ".build.lock").open("w") as lock:
@@ -210,7 +210,7 @@ def ensure_image(report: Reporter | None = None) -> ImageBuild:
     ensure_engine()
     timings: dict[str, float] = {}
     tag = image_tag()
-    with _build_lock():
+    with build_lock():
         home = cassandra_home()
         if not (home / "lib" / ".complete").is_file():
             say(f"fetching Cassandra {CASSANDRA_VERSION} jars with Maven")
@@ -219,10 +219,8 @@ def ensure_image(report: Reporter | None = None) -> ImageBuild:
             say(f"fetching {JOLOKIA_ARTIFACT} with Maven")
             timings["jolokia"] = _timed(lambda: _fetch_jolokia(home))
         _write_tools_conf(home)
-        if not _docker_image_exists(base_tag()):
-            say(f"bootstrapping the Debian {SUITE} base image (debootstrap)")
-            timings["base"] = _timed(_build_base)
-        if not _docker_image_exists(tag):
+        ensure_base(say, timings)
+        if not docker_image_exists(tag):
             say(f"building {tag}")
             timings["image"] = _timed(lambda: _build_image(tag, home))
     build = ImageBuild(
@@ -235,6 +233,31 @@ def ensure_image(report: Reporter | None = None) -> ImageBuild:
         **{f"{k}_s": round(v, 1) for k, v in timings.items()},
     )
     return build
+
+
+def ensure_base(say: Reporter, timings: dict[str, float]) -> None:
+    """Build the Debian base image if it is missing (the caller holds `build_lock`).
+
+    Shared by every sandbox image (Cassandra nodes, the S3 server): one debootstrap for all.
+    """
+    if not docker_image_exists(base_tag()):
+        say(f"bootstrapping the Debian {SUITE} base image (debootstrap)")
+        timings["base"] = _timed(_build_base)
+
+
+def maven_copy(artifact: str, output: Path, *, timeout: float = 600) -> None:
+    """Copy one Maven artifact (`group:artifact:version[:type[:classifier]]`) into `output`."""
+    run(
+        [
+            "mvn",
+            "-B",
+            "-q",
+            f"{DEPENDENCY_PLUGIN}:copy",
+            f"-Dartifact={artifact}",
+            f"-DoutputDirectory={output}",
+        ],
+        timeout=timeout,
+    )
 
 
 def _timed(step: Callable[[], None]) -> float:
@@ -293,17 +316,7 @@ def _fetch_jars(home: Path, version: str = CASSANDRA_VERSION) -> None:
 def _fetch_jolokia(home: Path) -> None:
     staging = home / "agents.partial"
     shutil.rmtree(staging, ignore_errors=True)
-    run(
-        [
-            "mvn",
-            "-B",
-            "-q",
-            f"{DEPENDENCY_PLUGIN}:copy",
-            f"-Dartifact={JOLOKIA_ARTIFACT}",
-            f"-DoutputDirectory={staging}",
-        ],
-        timeout=600,
-    )
+    maven_copy(JOLOKIA_ARTIFACT, staging)
     jars = list(staging.glob("jolokia-agent-jvm-*-javaagent.jar"))
     if len(jars) != 1:
         raise SandboxError(f"Maven did not deliver {JOLOKIA_ARTIFACT} into {staging}")
