@@ -93,6 +93,7 @@ def freeze_message(result: FreezeResult) -> agent_pb2.FreezeFilesystemsResponse:
                 mount_point=fs.mount_point,
                 frozen_at=unix_timestamp(fs.frozen_at),
                 freeze_duration=duration(fs.freeze_seconds),
+                sync_duration=duration(fs.sync_seconds),
             )
             for fs in result.filesystems
         ],

@@ -2,8 +2,10 @@
 
 Agents run as their own processes (as on real nodes), the array is a vendor simulator taking reflink
 snapshots of the loop-mounted LUNs, the coordinator is the real one. Prints, from the same run:
-- the freeze window of each backup and its parts (slowest freeze, array call, slowest thaw) and the
-  coordination overhead = window - (slowest freeze + array call + slowest thaw);
+- the freeze window of each backup and its parts on the coordinator's clock (freezing: first
+  freeze sent to the last answer; array call; thawing), the agents' own figures beside them (the
+  slowest node's freeze and thaw, each a span of its parallel ioctls), and the coordination
+  overhead = window - (agents' slowest freeze + array call + agents' slowest thaw);
 - client write errors and p99/max write latency during N back-to-back backups, and during the same
   time without backups (baseline), with their ratio.
 
@@ -76,9 +78,11 @@ def main() -> None:
     print(f"array={args.array} nodes=3 backups={len(backups)} rate={args.rate:g}/s")
     for name, values in (
         ("window", [w.total for w in windows]),
-        ("slowest_freeze", [w.slowest_freeze for w in windows]),
+        ("freezing", [w.freezing or 0.0 for w in windows]),
         ("array_call", [w.array_call for w in windows]),
-        ("slowest_thaw", [w.slowest_thaw for w in windows]),
+        ("thawing", [w.thawing or 0.0 for w in windows]),
+        ("agents_freeze", [w.slowest_freeze for w in windows]),
+        ("agents_thaw", [w.slowest_thaw for w in windows]),
         ("overhead", [w.overhead for w in windows]),
     ):
         print(f"  {name:15s} median_ms={_ms(med(values))} max_ms={_ms(max(values))}")

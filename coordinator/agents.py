@@ -152,7 +152,7 @@ class GrpcNodeAgent:
             raise self._error("FreezeFilesystems", exc) from None
         return FreezeReceipt(
             mount_points=tuple(fs.mount_point for fs in reply.filesystems),
-            freeze_seconds=sum(_seconds(fs.freeze_duration) for fs in reply.filesystems),
+            freeze_seconds=_freeze_span(reply.filesystems),
             lease_expires_at=moment(reply.lease_expires_at),
         )
 
@@ -177,7 +177,7 @@ class GrpcNodeAgent:
         thawed = [fs for fs in reply.filesystems if fs.was_frozen]
         return ThawReceipt(
             thawed=tuple(fs.mount_point for fs in thawed),
-            thaw_seconds=sum(_seconds(fs.thaw_duration) for fs in thawed),
+            thaw_seconds=max((_seconds(fs.thaw_duration) for fs in thawed), default=0.0),
             frozen_for_seconds=max((_seconds(fs.frozen_for) for fs in thawed), default=0.0),
             lease_expired=reply.lease_expired,
         )
@@ -303,6 +303,19 @@ class GrpcNodeAgent:
             )
             for t in reply.tables
         )
+
+
+def _freeze_span(filesystems: Sequence[agent_pb2.FrozenFilesystem]) -> float:
+    """First syncfs/FIFREEZE started to the last FIFREEZE returned, on the agent's clock: the
+    node's filesystems freeze in parallel, so a sum of their durations would overstate it."""
+    if not filesystems:
+        return 0.0
+    ended = [fs.frozen_at.ToNanoseconds() / 1e9 for fs in filesystems]
+    began = [
+        end - _seconds(fs.freeze_duration) - _seconds(fs.sync_duration)
+        for end, fs in zip(ended, filesystems, strict=True)
+    ]
+    return max(ended) - min(began)
 
 
 def _volume(volume: agent_pb2.NodeVolume) -> NodeVolumeFacts:

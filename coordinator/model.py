@@ -138,16 +138,24 @@ class PhaseTiming:
 
 @dataclass(frozen=True, kw_only=True)
 class FreezeWindow:
-    """First freeze to last thaw, and its parts, in seconds.
+    """First freeze sent to last thaw answered, and its parts, in seconds.
 
-    `overhead` is what coordination added on top of the slowest freeze, the array call and the
-    slowest thaw.
+    On the coordinator's clock: `total`, `freezing` (first freeze request sent to the last node's
+    answer), `array_call` (the snapshot work alone) and `thawing` (thaw requests sent to the last
+    answer). The agents' own figures beside them: `slowest_freeze` and `slowest_thaw`, each node's
+    span of its (parallel) ioctls on its own clock. `overhead` is what coordination added on top of
+    the slowest node's freeze, the array call and the slowest node's thaw: RPC round trips,
+    fan-out and scheduling. Each agent's span lies inside the coordinator's request to it, so the
+    overhead is never negative. `freezing`/`thawing` are figures of the run, not kept in the
+    catalog (None when read back).
     """
 
     total: float
     slowest_freeze: float
     array_call: float
     slowest_thaw: float
+    freezing: float | None = None
+    thawing: float | None = None
 
     @property
     def overhead(self) -> float:

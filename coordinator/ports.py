@@ -44,7 +44,8 @@ class NodeFacts:
 @dataclass(frozen=True)
 class FreezeReceipt:
     mount_points: tuple[str, ...]
-    #: Sum of the FIFREEZE ioctls on this node (they run one after another).
+    #: The node's freeze on its own clock: first syncfs/FIFREEZE started to the last FIFREEZE
+    #: returned (its filesystems freeze in parallel, so this is a span, not a sum).
     freeze_seconds: float
     lease_expires_at: datetime
 
@@ -53,7 +54,7 @@ class FreezeReceipt:
 class ThawReceipt:
     #: Mount points this call thawed (empty if the lease had already thawed them).
     thawed: tuple[str, ...]
-    #: Sum of the FITHAW ioctls on this node.
+    #: The longest FITHAW on this node (its filesystems thaw in parallel).
     thaw_seconds: float
     #: Longest time any filesystem of the node stayed frozen.
     frozen_for_seconds: float

@@ -47,6 +47,7 @@ class FreezeBarrier:
         freezes: dict[str, FreezeReceipt] = {}
         thaws: dict[str, ThawReceipt] = {}
         started = time.monotonic()
+        frozen_at: float | None = None
         array_call = 0.0
         try:
             results = await asyncio.gather(
@@ -73,28 +74,37 @@ class FreezeBarrier:
                     " disks and load, or raise freeze_budget_seconds below the write timeout"
                 )
             renewer = asyncio.create_task(self.renew(self.agents, self.operation_id, self.lease))
+            work_started = time.monotonic()
             try:
                 await work(remaining)
             finally:
+                array_call = time.monotonic() - work_started
                 renewer.cancel()
                 # `wait`, not `await renewer` under suppress(CancelledError): that would also
                 # swallow a cancellation of this run arriving meanwhile.
                 await asyncio.wait([renewer])
-                array_call = time.monotonic() - frozen_at
         finally:
+            thaw_started = time.monotonic()
             thaws = await to_completion(thaw_all(self.agents, self.operation_id))
-            total = time.monotonic() - started
+            ended = time.monotonic()
             self.window = FreezeWindow(
-                total=total,
+                total=ended - started,
                 slowest_freeze=max((f.freeze_seconds for f in freezes.values()), default=0.0),
                 array_call=array_call,
                 slowest_thaw=max((t.thaw_seconds for t in thaws.values()), default=0.0),
+                freezing=frozen_at - started if frozen_at is not None else None,
+                thawing=ended - thaw_started,
             )
             log.info(
                 "freeze window",
                 backup_id=self.operation_id,
-                window_ms=round(total * 1000, 1),
-                overhead_ms=round(self.window.overhead * 1000, 1),
+                window_ms=round(self.window.total * 1000, 1),
+                freezing_ms=_ms(self.window.freezing),
+                array_call_ms=_ms(array_call),
+                thawing_ms=_ms(self.window.thawing),
+                agents_slowest_freeze_ms=_ms(self.window.slowest_freeze),
+                agents_slowest_thaw_ms=_ms(self.window.slowest_thaw),
+                overhead_ms=_ms(self.window.overhead),
             )
         expired = [name for name, t in thaws.items() if t.lease_expired]
         if expired:
@@ -103,6 +113,10 @@ class FreezeBarrier:
                 " finished, so those nodes were not quiesced for it; raise the lease or check the"
                 " agent's clock and load"
             )
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 1)
 
 
 async def renew_leases(agents: Mapping[str, NodeAgent], operation_id: str, lease: float) -> None:

@@ -178,6 +178,7 @@ class FrozenFilesystem(_message.Message):
     MOUNT_POINT_FIELD_NUMBER: _builtins.int
     FROZEN_AT_FIELD_NUMBER: _builtins.int
     FREEZE_DURATION_FIELD_NUMBER: _builtins.int
+    SYNC_DURATION_FIELD_NUMBER: _builtins.int
     mount_point: _builtins.str
     @_builtins.property
     def frozen_at(self) -> _timestamp_pb2.Timestamp: ...
@@ -185,16 +186,21 @@ class FrozenFilesystem(_message.Message):
     def freeze_duration(self) -> _duration_pb2.Duration:
         """How long the FIFREEZE ioctl took (the kernel flushes dirty pages inside it)."""
 
+    @_builtins.property
+    def sync_duration(self) -> _duration_pb2.Duration:
+        """How long the syncfs just before it took (zero without sync_first)."""
+
     def __init__(
         self,
         *,
         mount_point: _builtins.str = ...,
         frozen_at: _timestamp_pb2.Timestamp | None = ...,
         freeze_duration: _duration_pb2.Duration | None = ...,
+        sync_duration: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["freeze_duration", b"freeze_duration", "frozen_at", b"frozen_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["freeze_duration", b"freeze_duration", "frozen_at", b"frozen_at", "sync_duration", b"sync_duration"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["freeze_duration", b"freeze_duration", "frozen_at", b"frozen_at", "mount_point", b"mount_point"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["freeze_duration", b"freeze_duration", "frozen_at", b"frozen_at", "mount_point", b"mount_point", "sync_duration", b"sync_duration"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
