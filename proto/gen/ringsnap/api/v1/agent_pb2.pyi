@@ -1132,6 +1132,9 @@ class StartDrillRequest(_message.Message):
     CANARY_KEY_FIELD_NUMBER: _builtins.int
     BACKUP_ID_FIELD_NUMBER: _builtins.int
     DEADLINE_FIELD_NUMBER: _builtins.int
+    NUM_TOKENS_FIELD_NUMBER: _builtins.int
+    DATACENTER_FIELD_NUMBER: _builtins.int
+    RACK_FIELD_NUMBER: _builtins.int
     drill_id: _builtins.str
     """its clones were mounted with MountClones(purpose_id = drill_id)"""
     node: _builtins.str
@@ -1150,6 +1153,15 @@ class StartDrillRequest(_message.Message):
     """the node's canary partition key for this backup"""
     backup_id: _builtins.str
     """the canary row's backup_id must equal it"""
+    num_tokens: _builtins.int
+    """Added by the agent side: what the drill node's cassandra.yaml and snitch must repeat, since
+    Cassandra refuses to start when they differ from what system.local saved.
+    the node's number of tokens (len(NodeInfo.tokens)); 0: 16
+    """
+    datacenter: _builtins.str
+    """the node's datacenter; empty: "datacenter1" """
+    rack: _builtins.str
+    """the node's rack; empty: "rack1" """
     @_builtins.property
     def data_directories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """production paths of Cassandra's data dirs (mapped to the clones)"""
@@ -1172,10 +1184,13 @@ class StartDrillRequest(_message.Message):
         canary_key: _builtins.str = ...,
         backup_id: _builtins.str = ...,
         deadline: _duration_pb2.Duration | None = ...,
+        num_tokens: _builtins.int = ...,
+        datacenter: _builtins.str = ...,
+        rack: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "backup_id", b"backup_id", "canary_key", b"canary_key", "canary_keyspace", b"canary_keyspace", "cluster_name", b"cluster_name", "commitlog_directory", b"commitlog_directory", "data_directories", b"data_directories", "deadline", b"deadline", "drill_id", b"drill_id", "host_id", b"host_id", "node", b"node"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "backup_id", b"backup_id", "canary_key", b"canary_key", "canary_keyspace", b"canary_keyspace", "cluster_name", b"cluster_name", "commitlog_directory", b"commitlog_directory", "data_directories", b"data_directories", "datacenter", b"datacenter", "deadline", b"deadline", "drill_id", b"drill_id", "host_id", b"host_id", "node", b"node", "num_tokens", b"num_tokens", "rack", b"rack"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1244,3 +1259,247 @@ class DrillStatus(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DrillStatus: _TypeAlias = DrillStatus  # noqa: Y015
+
+@_typing.final
+class GetStagingSpaceRequest(_message.Message):
+    """-- table-level restores --------------------------------------------------------------------------"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESTORE_ID_FIELD_NUMBER: _builtins.int
+    restore_id: _builtins.str
+    """The table restore; [a-z0-9][a-z0-9-]{0,62}."""
+    def __init__(
+        self,
+        *,
+        restore_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["restore_id", b"restore_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetStagingSpaceRequest: _TypeAlias = GetStagingSpaceRequest  # noqa: Y015
+
+@_typing.final
+class StagingSpace(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STAGING_DIRECTORY_FIELD_NUMBER: _builtins.int
+    FREE_BYTES_FIELD_NUMBER: _builtins.int
+    STAGED_BYTES_FIELD_NUMBER: _builtins.int
+    staging_directory: _builtins.str
+    """<data mount>/.ringsnap-staging/<restore id>: on the filesystem of the first data directory."""
+    free_bytes: _builtins.int
+    """Free bytes of that filesystem (for a non-root user)."""
+    staged_bytes: _builtins.int
+    """Bytes already staged there under the restore id."""
+    def __init__(
+        self,
+        *,
+        staging_directory: _builtins.str = ...,
+        free_bytes: _builtins.int = ...,
+        staged_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["free_bytes", b"free_bytes", "staged_bytes", b"staged_bytes", "staging_directory", b"staging_directory"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StagingSpace: _TypeAlias = StagingSpace  # noqa: Y015
+
+@_typing.final
+class CloneMount(_message.Message):
+    """Where a clone of a production volume is mounted on this node (from MountClones)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SOURCE_MOUNT_POINT_FIELD_NUMBER: _builtins.int
+    MOUNT_POINT_FIELD_NUMBER: _builtins.int
+    source_mount_point: _builtins.str
+    mount_point: _builtins.str
+    def __init__(
+        self,
+        *,
+        source_mount_point: _builtins.str = ...,
+        mount_point: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mount_point", b"mount_point", "source_mount_point", b"source_mount_point"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CloneMount: _TypeAlias = CloneMount  # noqa: Y015
+
+@_typing.final
+class StageTableRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESTORE_ID_FIELD_NUMBER: _builtins.int
+    KEYSPACE_FIELD_NUMBER: _builtins.int
+    TABLE_FIELD_NUMBER: _builtins.int
+    CLONE_MOUNTS_FIELD_NUMBER: _builtins.int
+    SSTABLES_FIELD_NUMBER: _builtins.int
+    restore_id: _builtins.str
+    keyspace: _builtins.str
+    """Where the SSTables go: <staging>/<keyspace>/<table>/ (the target table, e.g. of --as)."""
+    table: _builtins.str
+    @_builtins.property
+    def clone_mounts(self) -> _containers.RepeatedCompositeFieldContainer[Global___CloneMount]: ...
+    @_builtins.property
+    def sstables(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.ManifestEntry]:
+        """The backup's manifest entries of the table on this node (paths relative to data_directory, a
+        production path that lies on one of the clone_mounts' source mount points).
+        """
+
+    def __init__(
+        self,
+        *,
+        restore_id: _builtins.str = ...,
+        keyspace: _builtins.str = ...,
+        table: _builtins.str = ...,
+        clone_mounts: _abc.Iterable[Global___CloneMount] | None = ...,
+        sstables: _abc.Iterable[_types_pb2.ManifestEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clone_mounts", b"clone_mounts", "keyspace", b"keyspace", "restore_id", b"restore_id", "sstables", b"sstables", "table", b"table"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StageTableRequest: _TypeAlias = StageTableRequest  # noqa: Y015
+
+@_typing.final
+class StageTableResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DIRECTORY_FIELD_NUMBER: _builtins.int
+    SSTABLES_FIELD_NUMBER: _builtins.int
+    FILES_FIELD_NUMBER: _builtins.int
+    BYTES_FIELD_NUMBER: _builtins.int
+    BYTES_VERIFIED_FIELD_NUMBER: _builtins.int
+    directory: _builtins.str
+    sstables: _builtins.int
+    files: _builtins.int
+    bytes: _builtins.int
+    bytes_verified: _builtins.int
+    """Bytes of Data.db whose CRC32 was computed while copying and matched Digest.crc32."""
+    def __init__(
+        self,
+        *,
+        directory: _builtins.str = ...,
+        sstables: _builtins.int = ...,
+        files: _builtins.int = ...,
+        bytes: _builtins.int = ...,
+        bytes_verified: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "bytes_verified", b"bytes_verified", "directory", b"directory", "files", b"files", "sstables", b"sstables"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StageTableResponse: _TypeAlias = StageTableResponse  # noqa: Y015
+
+@_typing.final
+class ImportStagedTableRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESTORE_ID_FIELD_NUMBER: _builtins.int
+    KEYSPACE_FIELD_NUMBER: _builtins.int
+    TABLE_FIELD_NUMBER: _builtins.int
+    restore_id: _builtins.str
+    keyspace: _builtins.str
+    table: _builtins.str
+    def __init__(
+        self,
+        *,
+        restore_id: _builtins.str = ...,
+        keyspace: _builtins.str = ...,
+        table: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["keyspace", b"keyspace", "restore_id", b"restore_id", "table", b"table"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImportStagedTableRequest: _TypeAlias = ImportStagedTableRequest  # noqa: Y015
+
+@_typing.final
+class ImportStagedTableResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SSTABLES_IMPORTED_FIELD_NUMBER: _builtins.int
+    FAILED_DIRECTORIES_FIELD_NUMBER: _builtins.int
+    DURATION_FIELD_NUMBER: _builtins.int
+    METHOD_FIELD_NUMBER: _builtins.int
+    sstables_imported: _builtins.int
+    """SSTables (Data.db files) that were staged and are gone from the staging after the import."""
+    method: _builtins.str
+    """How the import was asked: "jolokia" or "nodetool"."""
+    @_builtins.property
+    def failed_directories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Directories Cassandra reported as failed (it skips a whole directory on a failure)."""
+
+    @_builtins.property
+    def duration(self) -> _duration_pb2.Duration: ...
+    def __init__(
+        self,
+        *,
+        sstables_imported: _builtins.int = ...,
+        failed_directories: _abc.Iterable[_builtins.str] | None = ...,
+        duration: _duration_pb2.Duration | None = ...,
+        method: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["duration", b"duration"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["duration", b"duration", "failed_directories", b"failed_directories", "method", b"method", "sstables_imported", b"sstables_imported"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImportStagedTableResponse: _TypeAlias = ImportStagedTableResponse  # noqa: Y015
+
+@_typing.final
+class RemoveStagingRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESTORE_ID_FIELD_NUMBER: _builtins.int
+    restore_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        restore_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["restore_id", b"restore_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveStagingRequest: _TypeAlias = RemoveStagingRequest  # noqa: Y015
+
+@_typing.final
+class RemoveStagingResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILES_FIELD_NUMBER: _builtins.int
+    BYTES_FIELD_NUMBER: _builtins.int
+    files: _builtins.int
+    bytes: _builtins.int
+    def __init__(
+        self,
+        *,
+        files: _builtins.int = ...,
+        bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "files", b"files"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveStagingResponse: _TypeAlias = RemoveStagingResponse  # noqa: Y015

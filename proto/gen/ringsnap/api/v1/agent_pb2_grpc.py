@@ -139,6 +139,26 @@ class AgentServiceStub:
                 request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DrillRequest.SerializeToString,
                 response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DrillStatus.FromString,
                 _registered_method=True)
+        self.GetStagingSpace = channel.unary_unary(
+                '/ringsnap.api.v1.AgentService/GetStagingSpace',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.GetStagingSpaceRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.StagingSpace.FromString,
+                _registered_method=True)
+        self.StageTable = channel.unary_unary(
+                '/ringsnap.api.v1.AgentService/StageTable',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.StageTableRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.StageTableResponse.FromString,
+                _registered_method=True)
+        self.ImportStagedTable = channel.unary_unary(
+                '/ringsnap.api.v1.AgentService/ImportStagedTable',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.ImportStagedTableRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.ImportStagedTableResponse.FromString,
+                _registered_method=True)
+        self.RemoveStaging = channel.unary_unary(
+                '/ringsnap.api.v1.AgentService/RemoveStaging',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.RemoveStagingRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.RemoveStagingResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -302,6 +322,39 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetStagingSpace(self, request, context):
+        """Table-level restores (live, Cassandra keeps running): the SSTables of one table are copied from
+        read-only clones (MountClones) into <data mount>/.ringsnap-staging/<restore id>/<keyspace>/<table>/
+        on the node's data filesystem, checked (sizes, CRC32 of Data.db), then imported into the
+        running node (ColumnFamilyStore.importNewSSTables through Jolokia, else nodetool import, with
+        Cassandra's defaults: verify, token check, level and repaired status reset).
+        Where the staging goes and how much room it has.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StageTable(self, request, context):
+        """Copy one table's SSTables from the clones; repeating it finishes what was started.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ImportStagedTable(self, request, context):
+        """Import what StageTable staged into the live table; reports every directory that failed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveStaging(self, request, context):
+        """Delete the staging of a restore (after its import, or when it is aborted). Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -409,6 +462,26 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.StopDrill,
                     request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DrillRequest.FromString,
                     response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DrillStatus.SerializeToString,
+            ),
+            'GetStagingSpace': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetStagingSpace,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.GetStagingSpaceRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.StagingSpace.SerializeToString,
+            ),
+            'StageTable': grpc.unary_unary_rpc_method_handler(
+                    servicer.StageTable,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.StageTableRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.StageTableResponse.SerializeToString,
+            ),
+            'ImportStagedTable': grpc.unary_unary_rpc_method_handler(
+                    servicer.ImportStagedTable,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.ImportStagedTableRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.ImportStagedTableResponse.SerializeToString,
+            ),
+            'RemoveStaging': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveStaging,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.RemoveStagingRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.RemoveStagingResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -978,6 +1051,114 @@ class AgentService:
             '/ringsnap.api.v1.AgentService/StopDrill',
             ringsnap_dot_api_dot_v1_dot_agent__pb2.DrillRequest.SerializeToString,
             ringsnap_dot_api_dot_v1_dot_agent__pb2.DrillStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetStagingSpace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.AgentService/GetStagingSpace',
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.GetStagingSpaceRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.StagingSpace.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StageTable(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.AgentService/StageTable',
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.StageTableRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.StageTableResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ImportStagedTable(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.AgentService/ImportStagedTable',
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.ImportStagedTableRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.ImportStagedTableResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveStaging(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.AgentService/RemoveStaging',
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.RemoveStagingRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.RemoveStagingResponse.FromString,
             options,
             channel_credentials,
             insecure,

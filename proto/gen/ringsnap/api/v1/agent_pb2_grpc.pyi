@@ -91,6 +91,20 @@ class AgentServiceStub:
     """manifest of the clones"""
     StopDrill: _grpc.UnaryUnaryMultiCallable[_agent_pb2.DrillRequest, _agent_pb2.DrillStatus]
     """tear down now; idempotent"""
+    GetStagingSpace: _grpc.UnaryUnaryMultiCallable[_agent_pb2.GetStagingSpaceRequest, _agent_pb2.StagingSpace]
+    """Table-level restores (live, Cassandra keeps running): the SSTables of one table are copied from
+    read-only clones (MountClones) into <data mount>/.ringsnap-staging/<restore id>/<keyspace>/<table>/
+    on the node's data filesystem, checked (sizes, CRC32 of Data.db), then imported into the
+    running node (ColumnFamilyStore.importNewSSTables through Jolokia, else nodetool import, with
+    Cassandra's defaults: verify, token check, level and repaired status reset).
+    Where the staging goes and how much room it has.
+    """
+    StageTable: _grpc.UnaryUnaryMultiCallable[_agent_pb2.StageTableRequest, _agent_pb2.StageTableResponse]
+    """Copy one table's SSTables from the clones; repeating it finishes what was started."""
+    ImportStagedTable: _grpc.UnaryUnaryMultiCallable[_agent_pb2.ImportStagedTableRequest, _agent_pb2.ImportStagedTableResponse]
+    """Import what StageTable staged into the live table; reports every directory that failed."""
+    RemoveStaging: _grpc.UnaryUnaryMultiCallable[_agent_pb2.RemoveStagingRequest, _agent_pb2.RemoveStagingResponse]
+    """Delete the staging of a restore (after its import, or when it is aborted). Idempotent."""
 
 @_typing.type_check_only
 class AgentServiceAsyncStub(AgentServiceStub):
@@ -155,6 +169,20 @@ class AgentServiceAsyncStub(AgentServiceStub):
     """manifest of the clones"""
     StopDrill: _aio.UnaryUnaryMultiCallable[_agent_pb2.DrillRequest, _agent_pb2.DrillStatus]  # type: ignore[assignment]
     """tear down now; idempotent"""
+    GetStagingSpace: _aio.UnaryUnaryMultiCallable[_agent_pb2.GetStagingSpaceRequest, _agent_pb2.StagingSpace]  # type: ignore[assignment]
+    """Table-level restores (live, Cassandra keeps running): the SSTables of one table are copied from
+    read-only clones (MountClones) into <data mount>/.ringsnap-staging/<restore id>/<keyspace>/<table>/
+    on the node's data filesystem, checked (sizes, CRC32 of Data.db), then imported into the
+    running node (ColumnFamilyStore.importNewSSTables through Jolokia, else nodetool import, with
+    Cassandra's defaults: verify, token check, level and repaired status reset).
+    Where the staging goes and how much room it has.
+    """
+    StageTable: _aio.UnaryUnaryMultiCallable[_agent_pb2.StageTableRequest, _agent_pb2.StageTableResponse]  # type: ignore[assignment]
+    """Copy one table's SSTables from the clones; repeating it finishes what was started."""
+    ImportStagedTable: _aio.UnaryUnaryMultiCallable[_agent_pb2.ImportStagedTableRequest, _agent_pb2.ImportStagedTableResponse]  # type: ignore[assignment]
+    """Import what StageTable staged into the live table; reports every directory that failed."""
+    RemoveStaging: _aio.UnaryUnaryMultiCallable[_agent_pb2.RemoveStagingRequest, _agent_pb2.RemoveStagingResponse]  # type: ignore[assignment]
+    """Delete the staging of a restore (after its import, or when it is aborted). Idempotent."""
 
 class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -342,5 +370,43 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_agent_pb2.DrillStatus, _abc.Awaitable[_agent_pb2.DrillStatus]]:
         """tear down now; idempotent"""
+
+    @_abc_1.abstractmethod
+    def GetStagingSpace(
+        self,
+        request: _agent_pb2.GetStagingSpaceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.StagingSpace, _abc.Awaitable[_agent_pb2.StagingSpace]]:
+        """Table-level restores (live, Cassandra keeps running): the SSTables of one table are copied from
+        read-only clones (MountClones) into <data mount>/.ringsnap-staging/<restore id>/<keyspace>/<table>/
+        on the node's data filesystem, checked (sizes, CRC32 of Data.db), then imported into the
+        running node (ColumnFamilyStore.importNewSSTables through Jolokia, else nodetool import, with
+        Cassandra's defaults: verify, token check, level and repaired status reset).
+        Where the staging goes and how much room it has.
+        """
+
+    @_abc_1.abstractmethod
+    def StageTable(
+        self,
+        request: _agent_pb2.StageTableRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.StageTableResponse, _abc.Awaitable[_agent_pb2.StageTableResponse]]:
+        """Copy one table's SSTables from the clones; repeating it finishes what was started."""
+
+    @_abc_1.abstractmethod
+    def ImportStagedTable(
+        self,
+        request: _agent_pb2.ImportStagedTableRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.ImportStagedTableResponse, _abc.Awaitable[_agent_pb2.ImportStagedTableResponse]]:
+        """Import what StageTable staged into the live table; reports every directory that failed."""
+
+    @_abc_1.abstractmethod
+    def RemoveStaging(
+        self,
+        request: _agent_pb2.RemoveStagingRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.RemoveStagingResponse, _abc.Awaitable[_agent_pb2.RemoveStagingResponse]]:
+        """Delete the staging of a restore (after its import, or when it is aborted). Idempotent."""
 
 def add_AgentServiceServicer_to_server(servicer: AgentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
