@@ -1,0 +1,137 @@
+"""A node's manifest object for one backup: gzip'd JSON lines, written and read as streams.
+
+    {"format": "ringsnap-s3-manifest/1", "backup_id": ..., "node": ..., "created": ...}
+    {"key": ..., "root": 0, "size": ..., "mtime_ns": ..., "data_crc32": "..."}     one per component
+    {"end": true, "components": N, "bytes": B}
+
+The closing line makes a truncated object detectable. The file name and place of a component come
+from its (validated) key, never from a free-form path in the object; `root` is the index of the
+node's data directory it belongs in.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, Any
+
+from ringsnap.agent.s3.layout import ComponentKey, Layout
+from ringsnap.errors import ValidationError
+
+FORMAT = "ringsnap-s3-manifest/1"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    key: str
+    parsed: ComponentKey
+    root: int
+    size_bytes: int
+    mtime_ns: int
+    #: Digest.crc32 of the SSTable (decimal text, as Cassandra writes it).
+    data_crc32: str
+
+
+class ManifestWriter:
+    """Writes entries to a (temporary) binary file as they come; `close()` adds the closing line."""
+
+    def __init__(self, out: IO[bytes], *, backup_id: str, node: str) -> None:
+        self._gzip = gzip.GzipFile(fileobj=out, mode="wb", compresslevel=6, mtime=0)
+        self._text = io.TextIOWrapper(self._gzip, encoding="utf-8", newline="\n")
+        self.components = 0
+        self.bytes = 0
+        self._line(
+            {"format": FORMAT, "backup_id": backup_id, "node": node, "created": int(time.time())}
+        )
+
+    def add(self, key: str, root: int, size: int, mtime_ns: int, data_crc32: str) -> None:
+        self._line(
+            {"key": key, "root": root, "size": size, "mtime_ns": mtime_ns, "data_crc32": data_crc32}
+        )
+        self.components += 1
+        self.bytes += size
+
+    def close(self) -> None:
+        self._line({"end": True, "components": self.components, "bytes": self.bytes})
+        self._text.flush()
+        self._text.detach()
+        self._gzip.close()
+
+    def _line(self, record: dict[str, Any]) -> None:
+        self._text.write(json.dumps(record, separators=(",", ":")) + "\n")
+
+
+def read_entries(
+    source: IO[bytes], layout: Layout, *, name: str, backup_id: str, node: str, roots: int
+) -> Iterator[Entry]:
+    """Validate and yield the entries of a manifest object (`name`: its key, for errors).
+
+    Every key is checked against the layout (no traversal), belongs to `node`, and agrees with the
+    size recorded beside it; `root` must be one of the `roots` data directories. A missing closing
+    line or a count that does not match means a truncated or altered object: refused.
+    """
+
+    def refuse(why: str) -> ValidationError:
+        return ValidationError(f"manifest object {name!r}: {why}; refused")
+
+    count = total = 0
+    header_seen = ended = False
+    with gzip.GzipFile(fileobj=source, mode="rb") as unzipped:
+        for number, raw in enumerate(io.TextIOWrapper(unzipped, encoding="utf-8"), start=1):
+            try:
+                record = json.loads(raw)
+            except ValueError:
+                raise refuse(f"line {number} is not JSON") from None
+            if not isinstance(record, dict):
+                raise refuse(f"line {number} is not an object")
+            if ended:
+                raise refuse(f"line {number} follows the closing line")
+            if not header_seen:
+                if (record.get("format"), record.get("backup_id"), record.get("node")) != (
+                    FORMAT,
+                    backup_id,
+                    node,
+                ):
+                    raise refuse(f"header does not name {FORMAT}, backup {backup_id}, node {node}")
+                header_seen = True
+                continue
+            if record.get("end") is True:
+                if (record.get("components"), record.get("bytes")) != (count, total):
+                    raise refuse("the closing line does not match the entries")
+                ended = True
+                continue
+            entry = _entry(record, layout, node, roots, refuse=refuse, number=number)
+            count += 1
+            total += entry.size_bytes
+            yield entry
+    if not ended:
+        raise refuse("no closing line (truncated)")
+
+
+def _entry(
+    record: dict[str, Any], layout: Layout, node: str, roots: int, *, refuse: Any, number: int
+) -> Entry:
+    key, root, size = record.get("key"), record.get("root"), record.get("size")
+    mtime, crc = record.get("mtime_ns"), record.get("data_crc32")
+    if not (
+        isinstance(key, str)
+        and isinstance(root, int)
+        and isinstance(size, int)
+        and isinstance(mtime, int)
+        and isinstance(crc, str)
+        and crc.isdigit()
+    ):
+        raise refuse(f"line {number} is not a component entry")
+    try:
+        parsed = layout.parse_component_key(key)
+    except ValidationError as exc:
+        raise refuse(f"line {number}: {exc}") from None
+    if parsed.node != node or parsed.size_bytes != size or not 0 <= root < roots:
+        raise refuse(f"line {number}: key {key!r} does not match its node, size or data directory")
+    if not parsed.sstable.endswith(f"-{crc}"):
+        raise refuse(f"line {number}: key {key!r} does not carry the digest {crc}")
+    return Entry(key, parsed, root, size, mtime, crc)

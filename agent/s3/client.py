@@ -1,0 +1,89 @@
+"""The boto3 S3 client, built from `S3Settings`.
+
+With `checksums = "md5"` every upload and bulk delete carries a Content-MD5 computed here (the store
+refuses a body that does not match it: integrity of every byte in flight), and botocore's
+flexible-checksum headers are neither computed nor sent, for stores that reject them.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+from ringsnap.agent.s3.settings import S3Settings
+
+#: boto3's clients are generated at run time (no types without a stubs package).
+S3Client = Any
+
+_MD5_OPERATIONS = ("PutObject", "UploadPart", "DeleteObjects")
+_FLEXIBLE_HEADERS = ("x-amz-sdk-checksum-algorithm", "x-amz-trailer")
+_CHUNK = 1024 * 1024
+
+
+def make_client(settings: S3Settings) -> S3Client:
+    """A client for `settings`' store. Credentials come from the secret files when set (never
+    logged: they are SecretStr until this call), else from boto3's default chain."""
+    flexible = settings.checksums == "flexible"
+    config = Config(
+        region_name=settings.region,
+        s3={"addressing_style": settings.addressing_style},
+        request_checksum_calculation="when_supported" if flexible else "when_required",
+        response_checksum_validation="when_supported" if flexible else "when_required",
+        connect_timeout=settings.connect_timeout_seconds,
+        read_timeout=settings.read_timeout_seconds,
+        retries={"max_attempts": settings.max_attempts, "mode": "standard"},
+        # One connection per transfer thread plus the listings and existence checks beside them.
+        max_pool_connections=settings.concurrency + 4,
+    )
+    keys: dict[str, str] = {}
+    if settings.access_key_id_file is not None and settings.secret_access_key_file is not None:
+        keys = {
+            "aws_access_key_id": settings.access_key_id_file.get_secret_value(),
+            "aws_secret_access_key": settings.secret_access_key_file.get_secret_value(),
+        }
+    session = boto3.session.Session()
+    client = session.client(
+        "s3",
+        endpoint_url=settings.endpoint_url,
+        verify=settings.ca_file if settings.ca_file else None,
+        config=config,
+        **keys,
+    )
+    if not flexible:
+        for operation in _MD5_OPERATIONS:
+            client.meta.events.register(f"before-sign.s3.{operation}", _content_md5_only)
+    return client
+
+
+def _content_md5_only(request: Any, **_: Any) -> None:
+    """Replace any flexible checksum botocore added by a Content-MD5 of the body.
+
+    Runs while the request is signed: s3transfer has switched its progress callbacks and bandwidth
+    accounting off for that moment, so reading the body here neither counts as transferred nor
+    waits for bandwidth; the body is put back where it was.
+    """
+    headers = request.headers
+    for name in list(headers.keys()):
+        lowered = name.lower()
+        if lowered.startswith("x-amz-checksum-") or lowered in _FLEXIBLE_HEADERS:
+            del headers[name]
+    if "Content-MD5" in headers:
+        return
+    body = request.body
+    digest = hashlib.md5(usedforsecurity=False)
+    if body is None:
+        pass
+    elif isinstance(body, bytes | bytearray):
+        digest.update(body)
+    elif isinstance(body, str):
+        digest.update(body.encode())
+    else:
+        start = body.tell()
+        while chunk := body.read(_CHUNK):
+            digest.update(chunk)
+        body.seek(start)
+    headers["Content-MD5"] = base64.b64encode(digest.digest()).decode("ascii")

@@ -1,0 +1,202 @@
+"""Download one node's SSTables of an exported backup into directories, verified before use.
+
+Every file is written to a temporary name in its final directory, checked (size of every
+component; the CRC32 of Data.db against the SSTable's Digest.crc32; Digest.crc32 itself against the
+digest its key carries) and only then renamed into place, with the mtime it had on the node (so a
+later export of the restored node finds the same keys). A file that does not verify is deleted and
+the download stops, naming the key: nothing unverified is ever at a final path.
+
+Resumable: a file already at its final path with the right size (and digest, for Data.db and
+Digest.crc32) is kept. The manifest object is copied to a temporary file first and read as a stream:
+memory does not grow with the node's size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+import zlib
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from s3transfer.manager import TransferManager
+
+from ringsnap.agent.errors import DomainError
+from ringsnap.agent.s3.backup_manifest import Entry, read_entries
+from ringsnap.agent.s3.client import S3Client
+from ringsnap.agent.s3.export import _Progress, transfer_config
+from ringsnap.agent.s3.layout import Layout, node_name
+from ringsnap.agent.s3.progress import Reporter, Tracker
+from ringsnap.agent.s3.settings import S3Settings
+from ringsnap.errors import ValidationError
+from ringsnap.logs import get_logger
+from ringsnap.names import backup_id as valid_backup_id
+
+log = get_logger(__name__)
+
+PARTIAL_SUFFIX = ".ringsnap-partial"
+_CHUNK = 1024 * 1024
+
+
+class DownloadRefused(DomainError):
+    """An object did not verify (or could not be fetched); the message names the key and file."""
+
+
+@dataclass(frozen=True)
+class DownloadResult:
+    components: int
+    bytes_total: int
+    files_downloaded: int
+    bytes_downloaded: int
+    files_kept: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    future: Any
+    entry: Entry
+    partial: Path
+    target: Path
+
+
+def download_node(
+    client: S3Client,
+    settings: S3Settings,
+    *,
+    backup_id: str,
+    node: str,
+    destinations: Sequence[Path],
+    progress: Reporter | None = None,
+) -> DownloadResult:
+    """Fetch every component of `node` in `backup_id` into `destinations` (the node's data
+    directories, in the order of the export's)."""
+    valid_backup_id(backup_id)
+    node_name(node)
+    layout = Layout(settings.prefix)
+    key = layout.manifest_key(backup_id, node)
+    started = time.monotonic()
+    with tempfile.TemporaryFile(prefix="ringsnap-s3-manifest-") as spool:
+        try:
+            client.download_fileobj(settings.bucket, key, spool)
+        except Exception as exc:
+            raise DownloadRefused(
+                f"backup {backup_id} node {node}: manifest object {key!r} cannot be read ({exc});"
+                " is the backup exported to this bucket and prefix?"
+            ) from exc
+
+        def entries() -> Any:
+            spool.seek(0)
+            return read_entries(
+                spool, layout, name=key, backup_id=backup_id, node=node, roots=len(destinations)
+            )
+
+        # First pass: validate the whole object (every key) and count, before writing anything.
+        components = total = largest = 0
+        for entry in entries():
+            components += 1
+            total += entry.size_bytes
+            largest = max(largest, entry.size_bytes)
+        tracker = Tracker(components, total, progress)
+        kept = 0
+        window: deque[_Pending] = deque()
+        with TransferManager(client, transfer_config(settings, largest)) as manager:
+            subscribers = [_Progress(tracker)]
+            try:
+                for entry in entries():
+                    target = Path(destinations[entry.root], entry.parsed.relative_path)
+                    if _already_there(target, entry):
+                        tracker.skipped(entry.size_bytes)
+                        kept += 1
+                        continue
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    partial = target.with_name(f".{target.name}{PARTIAL_SUFFIX}")
+                    future = manager.download(
+                        settings.bucket, entry.key, str(partial), subscribers=subscribers
+                    )
+                    window.append(_Pending(future, entry, partial, target))
+                    while len(window) >= settings.files_in_flight:
+                        _finish(window.popleft())
+                while window:
+                    _finish(window.popleft())
+            except BaseException:
+                for pending in window:
+                    pending.future.cancel()
+                for pending in window:
+                    with contextlib.suppress(Exception):  # abandoned: only the cleanup matters
+                        pending.future.result()
+                    pending.partial.unlink(missing_ok=True)
+                raise
+    done = tracker.finish()
+    return DownloadResult(
+        components=components,
+        bytes_total=total,
+        files_downloaded=done.files_transferred,
+        bytes_downloaded=done.bytes_transferred,
+        files_kept=kept,
+        seconds=time.monotonic() - started,
+    )
+
+
+def _finish(pending: _Pending) -> None:
+    entry = pending.entry
+    try:
+        pending.future.result()
+        problem = _problem(pending.partial, entry)
+    except Exception as exc:
+        pending.partial.unlink(missing_ok=True)
+        raise DownloadRefused(
+            f"download of {entry.key!r} to {pending.target} failed: {exc}; run it again: files"
+            " already verified are kept"
+        ) from exc
+    if problem:
+        pending.partial.unlink(missing_ok=True)
+        log.error("object refused", key=entry.key, file=str(pending.target), problem=problem)
+        raise DownloadRefused(
+            f"object {entry.key!r} is corrupt ({problem}); {pending.target} was not written."
+            " Restore this SSTable from another backup or copy"
+        )
+    os.utime(pending.partial, ns=(entry.mtime_ns, entry.mtime_ns))
+    os.rename(pending.partial, pending.target)
+
+
+def _problem(path: Path, entry: Entry) -> str:
+    """Why the file at `path` is not the component `entry` describes ('' when it is)."""
+    size = path.stat().st_size
+    if size != entry.size_bytes:
+        return f"size {size}, expected {entry.size_bytes}"
+    component = entry.parsed.component
+    if component == "Data.db":
+        crc = _crc32(path)
+        if str(crc) != entry.data_crc32:
+            return f"CRC32 {crc}, Digest.crc32 says {entry.data_crc32}"
+    elif component == "Digest.crc32":
+        value = path.read_bytes().strip().decode("ascii", "replace")
+        if value != entry.data_crc32:
+            return f"Digest.crc32 holds {value[:20]!r}, expected {entry.data_crc32}"
+    return ""
+
+
+def _already_there(target: Path, entry: Entry) -> bool:
+    try:
+        if not target.is_file() or target.is_symlink():
+            return False
+        return _problem(target, entry) == ""
+    except OSError:
+        return False
+
+
+def _crc32(path: Path) -> int:
+    crc = 0
+    with path.open("rb") as source:
+        while chunk := source.read(_CHUNK):
+            crc = zlib.crc32(chunk, crc)
+    return crc
+
+
+__all__ = ["DownloadRefused", "DownloadResult", "ValidationError", "download_node"]

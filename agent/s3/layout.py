@@ -1,0 +1,153 @@
+"""Where everything lives in the bucket, and the checks every key read back from it must pass.
+
+    <prefix>sstables/<node>/<keyspace>/<table dir>[/.<index>]/<version>-<generation>-<format>-<crc32>/<component>-<size>[-<mtime ns>]
+    <prefix>backups/<backup id>/<node>.manifest.jsonl.gz
+
+A component's key is its content address, derived only from what Cassandra records (no byte of the
+file is read to decide): the SSTable's identity (directory, version, generation, format), the CRC32
+of its Data.db from Digest.crc32, the component's name and size. Cassandra never changes Data.db,
+Index.db, Filter.db, ... once written; it does rewrite a few small components in place (repair
+rewrites Statistics.db, index summary redistribution Summary.db, a new component extends TOC.txt),
+so those carry their mtime as well: a rewrite is a new object, an unchanged hard link (a snapshot)
+or a clone (mtimes kept) is the same one. The node is part of the address: generations are only
+unique per node.
+
+A backup's manifest object is written last: a backup is exported when it exists.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from ringsnap.errors import ValidationError
+from ringsnap.names import backup_id as valid_backup_id
+from ringsnap.names import relative_path
+
+#: Components Cassandra may rewrite in place (see the module docstring).
+MUTABLE_COMPONENTS = frozenset(("Statistics.db", "Summary.db", "TOC.txt"))
+MANIFEST_SUFFIX = ".manifest.jsonl.gz"
+
+_NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+_KEYSPACE = r"[A-Za-z0-9_]{1,48}"
+_TABLE_DIR = r"[A-Za-z0-9_]{1,48}(?:-[0-9a-f]{32})?(?:/\.[A-Za-z0-9_]{1,48})?"
+_SSTABLE = r"[a-z]{2}-[0-9a-z_]{1,64}-[a-z]{1,16}-[0-9]{1,10}"
+_COMPONENT = r"[A-Za-z0-9][A-Za-z0-9_.+]{0,254}"
+_COMPONENT_KEY = re.compile(
+    rf"sstables/(?P<node>{_NODE.pattern})/(?P<keyspace>{_KEYSPACE})/(?P<table>{_TABLE_DIR})/"
+    rf"(?P<sstable>{_SSTABLE})/(?P<component>{_COMPONENT})-(?P<size>[0-9]{{1,15}})(?:-[0-9]{{1,20}})?"
+)
+_MANIFEST_KEY = re.compile(r"backups/(?P<backup>[A-Za-z0-9][A-Za-z0-9_-]{0,62})/(?P<node>[^/]+)")
+
+
+def node_name(value: str) -> str:
+    """A node's name as used in keys (a host name or address)."""
+    if not _NODE.fullmatch(value) or ".." in value:
+        raise ValidationError(
+            f"invalid node name {value!r} for S3 keys: use letters, digits, '.', '-' or '_'"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentKey:
+    """A component key taken apart (after validation)."""
+
+    node: str
+    keyspace: str
+    table_directory: str
+    sstable: str
+    component: str
+    size_bytes: int
+
+    @property
+    def file_name(self) -> str:
+        """The component's file name on disk: `<version>-<generation>-<format>-<component>`."""
+        return self.sstable.rsplit("-", 1)[0] + "-" + self.component
+
+    @property
+    def relative_path(self) -> PurePosixPath:
+        """Where the file lives below a data directory (live layout, no snapshot part)."""
+        return PurePosixPath(self.keyspace, self.table_directory, self.file_name)
+
+
+class Layout:
+    """Keys under one prefix of one bucket."""
+
+    def __init__(self, prefix: str = "") -> None:
+        if prefix and not prefix.endswith("/"):
+            raise ValidationError(f"invalid S3 prefix {prefix!r}: must end with '/'")
+        self.prefix = prefix
+
+    def sstables_prefix(self, node: str = "") -> str:
+        return f"{self.prefix}sstables/{node_name(node)}/" if node else f"{self.prefix}sstables/"
+
+    def table_prefix(self, node: str, keyspace: str, table_directory: str) -> str:
+        return f"{self.sstables_prefix(node)}{keyspace}/{table_directory}/"
+
+    def component_key(
+        self,
+        *,
+        node: str,
+        keyspace: str,
+        table_directory: str,
+        file_prefix: str,
+        data_crc32: str,
+        component: str,
+        size_bytes: int,
+        mtime_ns: int,
+    ) -> str:
+        """The content address of one component; `file_prefix` is `<version>-<generation>-<format>-`."""
+        suffix = f"-{mtime_ns}" if component in MUTABLE_COMPONENTS else ""
+        key = (
+            f"{self.table_prefix(node, keyspace, table_directory)}{file_prefix}{data_crc32}/"
+            f"{component}-{size_bytes}{suffix}"
+        )
+        self.parse_component_key(key)  # what is written must read back
+        return key
+
+    def backups_prefix(self, backup: str = "") -> str:
+        return (
+            f"{self.prefix}backups/{valid_backup_id(backup)}/"
+            if backup
+            else f"{self.prefix}backups/"
+        )
+
+    def manifest_key(self, backup: str, node: str) -> str:
+        return f"{self.backups_prefix(backup)}{node_name(node)}{MANIFEST_SUFFIX}"
+
+    def parse_component_key(self, key: str) -> ComponentKey:
+        """Validate a component key read from the bucket (a listing, a manifest object).
+
+        Refuses, naming the key, anything outside the layout: another prefix, a path part that
+        could leave a directory ('..', absolute, empty), an unexpected name.
+        """
+        if not key.startswith(self.prefix):
+            raise ValidationError(f"S3 key {key!r} is outside the prefix {self.prefix!r}; refused")
+        match = _COMPONENT_KEY.fullmatch(key[len(self.prefix) :])
+        if match is None or ".." in key.split("/"):
+            raise ValidationError(
+                f"S3 key {key!r} is not an SSTable component key of this layout; refused"
+            )
+        parsed = ComponentKey(
+            node=match["node"],
+            keyspace=match["keyspace"],
+            table_directory=match["table"],
+            sstable=match["sstable"],
+            component=match["component"],
+            size_bytes=int(match["size"]),
+        )
+        relative_path(str(parsed.relative_path))
+        return parsed
+
+    def parse_manifest_key(self, key: str) -> tuple[str, str]:
+        """(backup id, node) of a manifest object's key; refuses anything else naming the key."""
+        rest = key[len(self.prefix) :] if key.startswith(self.prefix) else None
+        match = _MANIFEST_KEY.fullmatch(rest.removesuffix(MANIFEST_SUFFIX)) if rest else None
+        if rest is None or match is None or not rest.endswith(MANIFEST_SUFFIX):
+            raise ValidationError(f"S3 key {key!r} is not a backup manifest key; refused")
+        try:
+            return valid_backup_id(match["backup"]), node_name(match["node"])
+        except ValidationError as exc:
+            raise ValidationError(f"S3 key {key!r}: {exc}; refused") from None

@@ -1,0 +1,148 @@
+"""Purge: delete every component object no kept backup references, in bulk.
+
+The referenced keys are those of the manifest objects of the backups still kept
+(`referenced_keys`), held in a set (about 150 bytes a key). Objects are listed under the
+components' prefix and deleted 1,000 keys per DeleteObjects request (the S3 maximum).
+
+Objects younger than `min_age_seconds` are never deleted: an export in progress has uploaded
+components its manifest object does not yet reference. A key of the listing that is not a
+component key of the layout is reported and left alone (it is not ours to delete).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Container, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from ringsnap.agent.errors import DomainError
+from ringsnap.agent.s3.backup_manifest import read_entries
+from ringsnap.agent.s3.client import S3Client
+from ringsnap.agent.s3.layout import Layout
+from ringsnap.errors import ValidationError
+from ringsnap.logs import get_logger
+
+log = get_logger(__name__)
+
+DELETE_BATCH = 1000
+DEFAULT_MIN_AGE_SECONDS = 6 * 3600
+
+
+class PurgeFailed(DomainError):
+    """The store refused some deletions; the message names keys and codes."""
+
+
+@dataclass
+class PurgeResult:
+    listed: int = 0
+    referenced: int = 0
+    deleted: int = 0
+    bytes_deleted: int = 0
+    too_young: int = 0
+    delete_requests: int = 0
+    dry_run: bool = False
+    #: Keys under the prefix that are not component keys (left in place).
+    foreign_keys: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def referenced_keys(
+    client: S3Client, bucket: str, layout: Layout, backups: Iterable[tuple[str, str, int]]
+) -> set[str]:
+    """Every component key of the given (backup id, node, data directory count) manifest objects."""
+    keys: set[str] = set()
+    for backup, node, roots in backups:
+        key = layout.manifest_key(backup, node)
+        with tempfile.TemporaryFile(prefix="ringsnap-s3-manifest-") as spool:
+            client.download_fileobj(bucket, key, spool)
+            spool.seek(0)
+            for entry in read_entries(
+                spool, layout, name=key, backup_id=backup, node=node, roots=roots
+            ):
+                keys.add(entry.key)
+    return keys
+
+
+def purge(
+    client: S3Client,
+    bucket: str,
+    layout: Layout,
+    referenced: Container[str],
+    *,
+    node: str = "",
+    dry_run: bool = False,
+    min_age_seconds: float = DEFAULT_MIN_AGE_SECONDS,
+    would_delete: list[str] | None = None,
+) -> PurgeResult:
+    """Delete unreferenced component objects (of `node`, or of every node).
+
+    With `dry_run`, nothing is deleted; the keys that would be are appended to `would_delete`.
+    """
+    started = time.monotonic()
+    result = PurgeResult(dry_run=dry_run)
+    cutoff = datetime.now(UTC) - timedelta(seconds=min_age_seconds)
+    batch: list[str] = []
+    for key, size, modified in _listing(client, bucket, layout.sstables_prefix(node)):
+        if key.endswith("/") and size == 0:
+            continue  # a directory marker (S3Proxy's filesystem backend lists its directories)
+        result.listed += 1
+        try:
+            layout.parse_component_key(key)
+        except ValidationError:
+            log.warning("purge leaves a key that is not a component key", key=key)
+            result.foreign_keys.append(key)
+            continue
+        if key in referenced:
+            result.referenced += 1
+            continue
+        if modified > cutoff:
+            result.too_young += 1
+            continue
+        result.bytes_deleted += size
+        if dry_run:
+            result.deleted += 1
+            if would_delete is not None:
+                would_delete.append(key)
+            continue
+        batch.append(key)
+        if len(batch) == DELETE_BATCH:
+            _delete(client, bucket, batch, result)
+            batch = []
+    if batch:
+        _delete(client, bucket, batch, result)
+    result.seconds = time.monotonic() - started
+    log.info(
+        "purge done" if not dry_run else "purge dry run",
+        bucket=bucket,
+        prefix=layout.sstables_prefix(node),
+        listed=result.listed,
+        deleted=result.deleted,
+        referenced=result.referenced,
+        too_young=result.too_young,
+        requests=result.delete_requests,
+    )
+    return result
+
+
+def _listing(client: S3Client, bucket: str, prefix: str) -> Iterator[tuple[str, int, datetime]]:
+    paginator = client.get_paginator("list_objects_v2")
+    for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
+        for item in page.get("Contents", ()):
+            yield item["Key"], item["Size"], item["LastModified"]
+
+
+def _delete(client: S3Client, bucket: str, keys: list[str], result: PurgeResult) -> None:
+    response = client.delete_objects(
+        Bucket=bucket, Delete={"Objects": [{"Key": key} for key in keys], "Quiet": True}
+    )
+    result.delete_requests += 1
+    errors = response.get("Errors", [])
+    result.deleted += len(keys) - len(errors)
+    if errors:
+        shown = ", ".join(f"{e.get('Key')!r} ({e.get('Code')})" for e in errors[:5])
+        raise PurgeFailed(
+            f"bucket {bucket}: {len(errors)} of {len(keys)} deletions refused: {shown};"
+            " run the purge again"
+        )

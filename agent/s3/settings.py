@@ -1,0 +1,61 @@
+"""The `[s3]` settings: where the copies go and how the client talks to the store.
+
+S3-compatible stores differ: S3Proxy and several appliances reject the flexible-checksum headers
+(`x-amz-checksum-*`, `x-amz-sdk-checksum-algorithm`) recent botocore sends by default, so the
+checksum behaviour is a setting (see `Checksums`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from ringsnap.config import SecretFile, Section
+
+#: - `md5` (default): only Content-MD5, computed by ringsnap for every PutObject, UploadPart and
+#:   DeleteObjects; botocore's flexible checksums off (`when_required`). Every S3-compatible store
+#:   checks Content-MD5, S3Proxy included.
+#: - `flexible`: botocore's defaults (`when_supported`: CRC checksums on every upload, validated on
+#:   download); for AWS S3 and stores that implement the flexible checksums.
+Checksums = Literal["md5", "flexible"]
+
+MIB = 1024 * 1024
+
+
+class S3Settings(Section):
+    bucket: str = Field(min_length=3, max_length=63, pattern=r"^[a-z0-9][a-z0-9.-]+[a-z0-9]$")
+    #: Key prefix of everything ringsnap writes ('' or ending in '/').
+    prefix: str = Field(default="", pattern=r"^$|^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9_.-]+)*/$")
+    #: None: AWS S3 itself.
+    endpoint_url: str | None = Field(default=None, pattern=r"^https?://[^\s/]+(/[^\s]*)?$")
+    region: str = "us-east-1"
+    addressing_style: Literal["auto", "virtual", "path"] = "path"
+    checksums: Checksums = "md5"
+    #: A path, or `credential:NAME` for a systemd credential; both or neither (then boto3's own
+    #: chain: environment, instance profile).
+    access_key_id_file: SecretFile | None = None
+    secret_access_key_file: SecretFile | None = None
+    #: A CA bundle for a store with a private CA (None: the system's).
+    ca_file: str | None = None
+    #: Files at least this large go up in parts of `part_size_bytes` (S3: 5 MiB to 5 GiB, at most
+    #: 10,000 parts; the part size grows when a file would need more).
+    multipart_threshold_bytes: int = Field(default=64 * MIB, ge=5 * MIB)
+    part_size_bytes: int = Field(default=64 * MIB, ge=5 * MIB, le=5 * 1024 * MIB)
+    #: Parallel transfers (parts and files) of one node.
+    concurrency: int = Field(default=8, ge=1, le=64)
+    #: Files handed to the transfer manager ahead of completion (bounds memory and open files).
+    files_in_flight: int = Field(default=32, ge=1, le=1024)
+    #: Bytes per second for the whole node, None: unlimited.
+    max_bandwidth_bytes: int | None = Field(default=None, ge=64 * 1024)
+    connect_timeout_seconds: float = Field(default=10.0, gt=0)
+    read_timeout_seconds: float = Field(default=60.0, gt=0)
+    max_attempts: int = Field(default=5, ge=1, le=20)
+
+    @model_validator(mode="after")
+    def _keys_together(self) -> S3Settings:
+        if (self.access_key_id_file is None) != (self.secret_access_key_file is None):
+            raise ValueError(
+                "access_key_id_file and secret_access_key_file go together: set both or neither"
+            )
+        return self
