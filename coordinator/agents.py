@@ -349,6 +349,11 @@ def _sstable(entry: types_pb2.ManifestEntry) -> SSTable:
     )
 
 
+#: The conversions, for the other clients of the agents' service (the drill host's).
+volume_from_wire = _volume
+sstable_from_wire = _sstable
+
+
 async def close_all(agents: Sequence[GrpcNodeAgent]) -> None:
     for agent in agents:
         await agent.close()

@@ -1,0 +1,395 @@
+"""Restore drills: each one's whole record (its nodes' proofs, or why a node is not proven, and
+every clone it made), saved as it goes. Drills found running when the catalog is opened by its
+coordinator died with a previous one: they are marked interrupted then (their clones that are not
+deleted are pending cleanups already, recorded before the drill used them).
+
+The per-node records, clones and warnings are JSON columns, validated when read: a column edited by
+hand into something unreadable shows up in the drill's warnings, it never fails a read.
+"""
+
+# S608: every query is assembled from constant fragments and "?" placeholders; values are bound.
+# ruff: noqa: S608
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from ringsnap.coordinator.catalog.codec import CodecError
+from ringsnap.coordinator.catalog.columns import EPOCH, from_us, now, placeholders, to_us
+from ringsnap.coordinator.catalog.database import Database
+from ringsnap.coordinator.catalog.errors import CatalogError
+from ringsnap.coordinator.catalog.listing import MAX_PAGE_SIZE
+from ringsnap.coordinator.drill.model import (
+    DRILL_ID,
+    DrillClone,
+    DrillNode,
+    DrillRecord,
+    DrillState,
+    DrillStep,
+    DrillVerdict,
+)
+from ringsnap.logs import get_logger
+
+log = get_logger(__name__)
+
+_FIELDS = (
+    "id",
+    "cluster",
+    "backup_id",
+    "state",
+    "trigger",
+    "requested_by",
+    "started_us",
+    "finished_us",
+    "error",
+    "nodes",
+    "clones",
+    "warnings",
+)
+_COLUMNS = ", ".join(_FIELDS)
+_REPLACE = ", ".join(f"{field} = excluded.{field}" for field in _FIELDS[1:])
+_QUOTED = 200
+
+T = TypeVar("T")
+
+
+class DrillNotFoundError(CatalogError):
+    exit_code = 66
+
+    def __init__(self, drill_id: str) -> None:
+        self.drill_id = drill_id
+        super().__init__(f"no drill {drill_id!r} in the catalog")
+
+
+class DrillStore(Database):
+    _drills_interrupted_at_open: frozenset[str] = frozenset()
+
+    def _opened(self, conn: sqlite3.Connection) -> None:
+        super()._opened(conn)
+        if not self._exclusive:
+            return
+        found = conn.execute(
+            "UPDATE drills SET state = 'interrupted', finished_us = ?,"
+            " error = 'the coordinator stopped during the drill'"
+            " WHERE state = 'running' RETURNING id",
+            (to_us(now()),),
+        ).fetchall()
+        self._drills_interrupted_at_open = frozenset(row["id"] for row in found)
+        if found:
+            log.warning(
+                "drills interrupted by a previous coordinator",
+                drill_ids=sorted(self._drills_interrupted_at_open),
+            )
+
+    def save_drill(self, record: DrillRecord) -> None:
+        """Insert the drill, or replace the whole record of the same id, in one transaction. An id
+        already used by a drill of another cluster or backup is refused."""
+        if not DRILL_ID.fullmatch(record.id):
+            raise ValueError(f"invalid drill id {record.id!r} (expected dr-YYYYMMDD-HHMMSS-xxxx)")
+        for value, what in (
+            (record.cluster, "its cluster"),
+            (record.backup_id, "its backup"),
+            (record.trigger, "its trigger"),
+            (record.requested_by, "who asked for it"),
+        ):
+            if not value:
+                raise ValueError(f"drill {record.id}: the record needs {what}")
+        names = [n.name for n in record.nodes]
+        if len(set(names)) != len(names) or not all(names):
+            raise ValueError(f"drill {record.id}: a node is unnamed or listed twice")
+        finished = record.finished_at
+        if record.state is DrillState.RUNNING:
+            finished = None
+        elif finished is None:
+            raise ValueError(f"drill {record.id}: a finished drill needs its end time")
+        values = (
+            record.id,
+            record.cluster,
+            record.backup_id,
+            DrillState(record.state).value,
+            record.trigger,
+            record.requested_by,
+            to_us(record.started_at),
+            to_us(finished) if finished is not None else None,
+            record.error,
+            encode_nodes(record.nodes),
+            encode_clones(record.nodes),
+            _dumps(list(record.warnings)),
+        )
+        with self._tx(write=True) as conn:
+            saved = conn.execute(
+                f"INSERT INTO drills ({_COLUMNS}) VALUES ({placeholders(len(values))})"
+                f" ON CONFLICT (id) DO UPDATE SET {_REPLACE}"
+                " WHERE drills.cluster = excluded.cluster"
+                " AND drills.backup_id = excluded.backup_id"
+                " RETURNING pk",
+                values,
+            ).fetchone()
+            if saved is None:
+                other = conn.execute(
+                    "SELECT cluster, backup_id FROM drills WHERE id = ?", (record.id,)
+                ).fetchone()
+                raise CatalogError(
+                    f"drill id {record.id} is already used by a drill of backup"
+                    f" {other['backup_id']} of cluster {other['cluster']}; choose another id"
+                )
+
+    def get_drill(self, drill_id: str) -> DrillRecord:
+        with self._tx(write=False) as conn:
+            row = conn.execute(
+                f"SELECT {_COLUMNS} FROM drills WHERE id = ?", (drill_id,)
+            ).fetchone()
+        if row is None:
+            raise DrillNotFoundError(drill_id)
+        return _record(row)
+
+    def list_drills(
+        self, cluster: str | None = None, *, backup_id: str | None = None, limit: int = 50
+    ) -> list[DrillRecord]:
+        """The newest `limit` drills (at most MAX_PAGE_SIZE), of `cluster` and/or of one backup."""
+        if limit < 1:
+            raise ValueError("limit must be 1 or more")
+        where: list[str] = []
+        params: list[Any] = []
+        if cluster:
+            where.append("cluster = ?")
+            params.append(cluster)
+        if backup_id:
+            where.append("backup_id = ?")
+            params.append(backup_id)
+        query = (
+            f"SELECT {_COLUMNS} FROM drills"
+            + (f" WHERE {' AND '.join(where)}" if where else "")
+            + " ORDER BY started_us DESC, id DESC LIMIT ?"
+        )
+        with self._tx(write=False) as conn:
+            rows = conn.execute(query, [*params, min(limit, MAX_PAGE_SIZE)]).fetchall()
+        return [_record(row) for row in rows]
+
+    def latest_drill(self, cluster: str) -> DrillRecord | None:
+        found = self.list_drills(cluster, limit=1)
+        return found[0] if found else None
+
+    def interrupted_drills(self) -> list[DrillRecord]:
+        """The drills that were running when this coordinator opened the catalog."""
+        self._require_owner("interrupted drills")
+        ids = sorted(self._drills_interrupted_at_open)
+        if not ids:
+            return []
+        with self._tx(write=False) as conn:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM drills WHERE id IN ({placeholders(len(ids))})"
+                " ORDER BY started_us, id",
+                ids,
+            ).fetchall()
+        return [_record(row) for row in rows]
+
+
+# -- the JSON columns ------------------------------------------------------------------------------
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def encode_nodes(nodes: tuple[DrillNode, ...]) -> str:
+    return _dumps(
+        [
+            {
+                "name": n.name,
+                "host_id": n.host_id,
+                "purpose_id": n.purpose_id,
+                "step": n.step.value,
+                "verdict": n.verdict.value,
+                "proof": list(n.proof),
+                "problems": list(n.problems),
+                "teardown": list(n.teardown),
+                "step_seconds": [[step, seconds] for step, seconds in n.step_seconds],
+                "bytes_verified": n.bytes_verified,
+            }
+            for n in nodes
+        ]
+    )
+
+
+def encode_clones(nodes: tuple[DrillNode, ...]) -> str:
+    return _dumps(
+        [
+            {
+                "node": n.name,
+                "array": c.array,
+                "source": c.source,
+                "name": c.name,
+                "id": c.id,
+                "role": c.role,
+                "wwn": c.wwn,
+                "deleted": c.deleted,
+            }
+            for n in nodes
+            for c in n.clones
+        ]
+    )
+
+
+def _load(stored: object) -> list[Any]:
+    if stored is None or stored == "":
+        return []
+    if not isinstance(stored, str):
+        raise CodecError(f"a {type(stored).__name__}, not JSON text")
+    try:
+        value = json.loads(stored)
+    except ValueError as exc:
+        raise CodecError(f"not JSON ({exc})") from None
+    if not isinstance(value, list):
+        raise CodecError(f"a JSON {type(value).__name__}, not a list")
+    return value
+
+
+def _fields(value: object, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise CodecError(f"{what} is not a JSON object")
+    return value
+
+
+def _text(fields: dict[str, Any], key: str, what: str, *, required: bool = False) -> str:
+    value = fields.get(key, "")
+    if not isinstance(value, str):
+        raise CodecError(f"{what}: {key} is not a string")
+    if required and not value:
+        raise CodecError(f"{what}: {key} is missing")
+    return value
+
+
+def _texts(fields: dict[str, Any], key: str, what: str) -> tuple[str, ...]:
+    value = fields.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise CodecError(f"{what}: {key} is not a list of strings")
+    return tuple(value)
+
+
+def _count(fields: dict[str, Any], key: str, what: str) -> int:
+    value = fields.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise CodecError(f"{what}: {key} is not a count")
+    return value
+
+
+def _timings(fields: dict[str, Any], what: str) -> tuple[tuple[str, float], ...]:
+    value = fields.get("step_seconds", [])
+    pairs: list[tuple[str, float]] = []
+    if not isinstance(value, list):
+        raise CodecError(f"{what}: step_seconds is not a list")
+    for pair in value:
+        if (
+            not isinstance(pair, list)
+            or len(pair) != 2
+            or not isinstance(pair[0], str)
+            or isinstance(pair[1], bool)
+            or not isinstance(pair[1], int | float)
+        ):
+            raise CodecError(f"{what}: step_seconds holds {pair!r}, not a [step, seconds] pair")
+        pairs.append((pair[0], float(pair[1])))
+    return tuple(pairs)
+
+
+def _enum(kind: type[T], fields: dict[str, Any], key: str, what: str) -> T:
+    value = fields.get(key)
+    try:
+        return kind(value)  # type: ignore[call-arg]
+    except ValueError:
+        raise CodecError(f"{what}: {key} {value!r} is not a known value") from None
+
+
+def decode_nodes(stored: object) -> tuple[DrillNode, ...]:
+    nodes: list[DrillNode] = []
+    for index, value in enumerate(_load(stored)):
+        fields = _fields(value, f"node #{index + 1}")
+        name = _text(fields, "name", f"node #{index + 1}", required=True)
+        what = f"node {name}"
+        nodes.append(
+            DrillNode(
+                name=name,
+                host_id=_text(fields, "host_id", what),
+                purpose_id=_text(fields, "purpose_id", what),
+                step=_enum(DrillStep, fields, "step", what),
+                verdict=_enum(DrillVerdict, fields, "verdict", what),
+                proof=_texts(fields, "proof", what),
+                problems=_texts(fields, "problems", what),
+                teardown=_texts(fields, "teardown", what),
+                step_seconds=_timings(fields, what),
+                bytes_verified=_count(fields, "bytes_verified", what),
+            )
+        )
+    if len({n.name for n in nodes}) != len(nodes):
+        raise CodecError("a node is listed twice")
+    return tuple(nodes)
+
+
+def decode_clones(stored: object) -> tuple[tuple[str, DrillClone], ...]:
+    """(node, clone) pairs."""
+    clones: list[tuple[str, DrillClone]] = []
+    for index, value in enumerate(_load(stored)):
+        what = f"clone #{index + 1}"
+        fields = _fields(value, what)
+        deleted = fields.get("deleted", False)
+        if not isinstance(deleted, bool):
+            raise CodecError(f"{what}: deleted is not true or false")
+        clone = DrillClone(
+            array=_text(fields, "array", what, required=True),
+            source=_text(fields, "source", what, required=True),
+            name=_text(fields, "name", what, required=True),
+            id=_text(fields, "id", what),
+            role=_text(fields, "role", what),
+            wwn=_text(fields, "wwn", what),
+            deleted=deleted,
+        )
+        clones.append((_text(fields, "node", what, required=True), clone))
+    return tuple(clones)
+
+
+def decode_sentences(stored: object) -> tuple[str, ...]:
+    values = _load(stored)
+    if not all(isinstance(item, str) for item in values):
+        raise CodecError("not a list of strings")
+    return tuple(values)
+
+
+def _record(row: sqlite3.Row) -> DrillRecord:
+    problems: list[str] = []
+
+    def column(name: str, decode: Callable[[object], tuple[T, ...]]) -> tuple[T, ...]:
+        try:
+            return decode(row[name])
+        except CodecError as exc:
+            quoted = repr(row[name])
+            if len(quoted) > _QUOTED:
+                quoted = quoted[:_QUOTED] + "..."
+            problems.append(f"unreadable {name} in the catalog ({exc}): {quoted}")
+            return ()
+
+    nodes = column("nodes", decode_nodes)
+    clones = column("clones", decode_clones)
+    warnings = column("warnings", decode_sentences)
+    by_node: dict[str, list[DrillClone]] = {}
+    for node_name, clone in clones:
+        by_node.setdefault(node_name, []).append(clone)
+    known = {n.name for n in nodes}
+    for node_name in sorted(set(by_node) - known):
+        problems.append(f"clones recorded for node {node_name}, which the drill does not list")
+    return DrillRecord(
+        id=row["id"],
+        cluster=row["cluster"],
+        backup_id=row["backup_id"],
+        trigger=row["trigger"],
+        requested_by=row["requested_by"],
+        started_at=from_us(row["started_us"]) or EPOCH,
+        state=DrillState(row["state"]),
+        finished_at=from_us(row["finished_us"]),
+        error=row["error"],
+        nodes=tuple(replace(n, clones=tuple(by_node.get(n.name, ()))) for n in nodes),
+        warnings=(*warnings, *problems),
+    )

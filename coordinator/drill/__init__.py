@@ -1,0 +1,8 @@
+"""Restore drills: prove a backup restorable without touching production (docs/drills.md).
+
+`plan` decides what a drill will clone and run, and every reason to refuse; `workflow` runs it node
+by node (clone, mount on the drill host, isolated start and checks, manifest, teardown); `session`
+opens its ports from the config and the catalog; `agents` speaks gRPC to the drill host and the
+production agents; `cleanups` turns clones into pending cleanups the coordinator retries; `cli` is
+`ringsnap drill`.
+"""

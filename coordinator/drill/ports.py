@@ -1,0 +1,152 @@
+"""What the drill workflow needs from the outside world, as domain types: the drill host's agent
+(clones mounted, drills run), the production nodes' agents (where each backed-up volume stood and
+where Cassandra keeps its files) and the catalog. `ringsnap.coordinator.drill.agents` implements
+the first two over gRPC; tests fake them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ringsnap.coordinator.drill.model import DrillRecord
+from ringsnap.coordinator.model import Verification
+from ringsnap.coordinator.ports import NodeVolumeFacts, SSTable
+from ringsnap.plugins.types import Volume
+
+
+@dataclass(frozen=True)
+class CloneMount:
+    """One clone for the drill host to attach and mount (MountClones' CloneVolume)."""
+
+    role: str
+    array: str
+    volume: str
+    serial: str = ""
+    wwn: str = ""
+    #: The production mount point the backed-up volume stood at.
+    source_mount_point: str = ""
+
+
+@dataclass(frozen=True)
+class MountedClone:
+    role: str
+    volume: str
+    device: str
+    mount_point: str
+    source_mount_point: str
+
+
+@dataclass(frozen=True)
+class DrillSpec:
+    """What StartDrill needs: one backed-up node, started on its clones in isolation."""
+
+    purpose_id: str
+    node: str
+    cluster_name: str
+    address: str
+    host_id: str
+    data_directories: tuple[str, ...]
+    commitlog_directory: str
+    canary_keyspace: str
+    canary_key: str
+    backup_id: str
+    deadline_seconds: float
+    #: What the node's cassandra.yaml and snitch said (Cassandra refuses other values at start).
+    num_tokens: int = 0
+    datacenter: str = ""
+    rack: str = ""
+
+
+#: The drill host's terminal states (DrillStatus.state).
+FINISHED_STATES = frozenset({"proven", "failed", "stopped"})
+
+
+@dataclass(frozen=True)
+class DrillStatus:
+    purpose_id: str
+    state: str
+    step: str
+    message: str = ""
+    proof: tuple[str, ...] = ()
+    elapsed_seconds: float = 0.0
+    bytes_verified: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED_STATES
+
+
+class DrillHost(Protocol):
+    """The drill host's agent. Every call raises (an `AgentError` naming the host) on failure."""
+
+    @property
+    def address(self) -> str: ...
+
+    async def mount_clones(
+        self, purpose_id: str, clones: Sequence[CloneMount], *, read_only: bool
+    ) -> tuple[MountedClone, ...]: ...
+
+    async def unmount_clones(self, purpose_id: str) -> tuple[str, ...]: ...
+
+    async def start_drill(self, spec: DrillSpec) -> DrillStatus: ...
+
+    async def get_drill(self, purpose_id: str) -> DrillStatus: ...
+
+    async def drill_manifest(self, purpose_id: str) -> list[SSTable]: ...
+
+    async def stop_drill(self, purpose_id: str) -> DrillStatus: ...
+
+
+@dataclass(frozen=True)
+class NodeDrillFacts:
+    """What a production node's agent says that a drill of its backup needs."""
+
+    #: Cassandra's cluster name (system.local).
+    cluster_name: str
+    #: The node's own address (used inside the drill's network namespace).
+    address: str
+    data_directories: tuple[str, ...]
+    commitlog_directory: str
+    num_tokens: int
+    datacenter: str
+    rack: str
+    #: The filesystems of its Cassandra directories: where each backed-up volume stood.
+    volumes: tuple[NodeVolumeFacts, ...]
+
+
+class NodeFactsPort(Protocol):
+    """A production node's agent, asked read-only questions."""
+
+    async def drill_facts(self) -> NodeDrillFacts: ...
+
+
+class DrillJournal(Protocol):
+    """Where a drill keeps its record and its clones' pending cleanups (the catalog)."""
+
+    async def save(self, record: DrillRecord) -> None: ...
+
+    async def manifest(self, backup_id: str, node: str) -> Iterable[SSTable]: ...
+
+    async def mark_verified(
+        self, backup_id: str, result: Verification, detail: str, by: str
+    ) -> None: ...
+
+    async def proven_nodes(self, backup_id: str) -> dict[str, str]:
+        """Nodes of the backup proven by any drill: node name -> drill id."""
+        ...
+
+    async def backup_nodes(self, backup_id: str) -> list[str]:
+        """The nodes the backup holds (the included ones)."""
+        ...
+
+    async def clones_made(
+        self, drill_id: str, purpose_id: str, array: str, clones: Sequence[Volume]
+    ) -> list[int]:
+        """Record the clones (mounted under `purpose_id` on the drill host) as pending cleanups,
+        before they are used; their cleanup ids."""
+        ...
+
+    async def clone_deleted(self, cleanup_id: int) -> None: ...
+
+    async def clone_not_deleted(self, cleanup_id: int, error: str) -> None: ...

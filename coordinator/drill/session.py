@@ -1,0 +1,217 @@
+"""A drill as one process runs it: the config and the catalog turned into the workflow's ports.
+
+`ringsnap drill` runs drills in its own process (so they work while the coordinator daemon is down),
+as restores do; the daemon runs the same session for the API and for scheduled drills.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from ringsnap.coordinator.agents import ClientTls
+from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
+from ringsnap.coordinator.drill.agents import GrpcDrillHost, GrpcNodeFacts
+from ringsnap.coordinator.drill.cleanups import clone_cleanup
+from ringsnap.coordinator.drill.model import (
+    DrillRecord,
+    DrillState,
+    DrillVerdict,
+    new_drill_id,
+    purpose_id,
+)
+from ringsnap.coordinator.drill.plan import DrillPlan, DrillRequest, DrillSettings, plan_drill
+from ringsnap.coordinator.drill.workflow import DrillRefused, DrillWorkflow, Progress, quiet
+from ringsnap.coordinator.model import Backup, BackupState, Verification
+from ringsnap.coordinator.ports import ArrayPort, SSTable
+from ringsnap.plugins.middleware import AsyncDriver
+from ringsnap.plugins.registry import open_driver
+from ringsnap.plugins.types import Volume
+
+
+class CatalogDrillJournal:
+    """`DrillJournal` over the catalog (every call off the event loop)."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+
+    async def save(self, record: DrillRecord) -> None:
+        await asyncio.to_thread(self.catalog.save_drill, record)
+
+    async def manifest(self, backup_id: str, node: str) -> Iterable[SSTable]:
+        return await asyncio.to_thread(lambda: list(self.catalog.iter_manifest(backup_id, node)))
+
+    async def mark_verified(
+        self, backup_id: str, result: Verification, detail: str, by: str
+    ) -> None:
+        await asyncio.to_thread(self.catalog.mark_verified, backup_id, result, detail, by=by)
+
+    async def proven_nodes(self, backup_id: str) -> dict[str, str]:
+        return await asyncio.to_thread(proven_nodes, self.catalog, backup_id)
+
+    async def backup_nodes(self, backup_id: str) -> list[str]:
+        backup = await asyncio.to_thread(self.catalog.get_backup, backup_id)
+        return [n.name for n in backup.nodes if n.included]
+
+    async def clones_made(
+        self, drill_id: str, purpose: str, array: str, clones: Sequence[Volume]
+    ) -> list[int]:
+        record = await asyncio.to_thread(self.catalog.get_drill, drill_id)
+        requests = [
+            clone_cleanup(
+                array,
+                clone,
+                f"clone made by drill {drill_id} of backup {record.backup_id}",
+                cluster=record.cluster,
+                purpose_id=purpose,
+            )
+            for clone in clones
+        ]
+        made = await asyncio.to_thread(self.catalog.add_cleanups, record.backup_id, requests)
+        ids = {c.snapshot_name: c.id for c in made}
+        return [ids[r.snapshot_name] for r in requests]
+
+    async def clone_deleted(self, cleanup_id: int) -> None:
+        await asyncio.to_thread(self.catalog.cleanup_done, cleanup_id)
+
+    async def clone_not_deleted(self, cleanup_id: int, error: str) -> None:
+        await asyncio.to_thread(self.catalog.cleanup_failed, cleanup_id, error)
+
+
+def proven_nodes(catalog: Catalog, backup_id: str) -> dict[str, str]:
+    """Nodes of the backup proven by a drill: node -> the newest drill that proved it."""
+    proven: dict[str, str] = {}
+    for drill in reversed(catalog.list_drills(backup_id=backup_id, limit=500)):
+        for node in drill.nodes:
+            if node.verdict is DrillVerdict.PROVEN:
+                proven[node.name] = drill.id
+    return proven
+
+
+def last_drilled(catalog: Catalog, cluster: str) -> dict[str, datetime]:
+    """When each node of the cluster was last drilled (whatever the backup or the verdict)."""
+    seen: dict[str, datetime] = {}
+    for drill in catalog.list_drills(cluster, limit=500):
+        for node in drill.nodes:
+            seen.setdefault(node.name, drill.started_at)
+    return seen
+
+
+def past_node_seconds(catalog: Catalog, cluster: str) -> list[float]:
+    """Seconds each proven node took in the cluster's recent drills."""
+    return [
+        sum(seconds for _, seconds in node.step_seconds)
+        for drill in catalog.list_drills(cluster, limit=20)
+        if drill.state is DrillState.PROVEN
+        for node in drill.nodes
+    ]
+
+
+def newest_restorable(catalog: Catalog, cluster: str) -> Backup:
+    for summary in catalog.backup_summaries(cluster):
+        if summary.restorable and summary.state is BackupState.COMPLETE:
+            return catalog.get_backup(summary.id)
+    raise DrillRefused(f"cluster {cluster} has no complete backup to drill")
+
+
+def settings_of(cluster: ClusterSection) -> DrillSettings:
+    if cluster.drill is None:
+        return DrillSettings()
+    return DrillSettings(
+        max_parallel=cluster.drill.max_parallel, deadline_seconds=cluster.drill.deadline_seconds
+    )
+
+
+@dataclass
+class DrillSession:
+    config: CoordinatorConfig
+    catalog: Catalog
+    cluster: ClusterSection
+    host: GrpcDrillHost | None
+    facts: dict[str, GrpcNodeFacts]
+    arrays: dict[str, ArrayPort]
+    settings: DrillSettings
+
+    async def plan(self, request: DrillRequest, drill_id: str = "") -> DrillPlan:
+        if request.backup_id:
+            backup = await asyncio.to_thread(self.catalog.get_backup, request.backup_id)
+        else:
+            backup = await asyncio.to_thread(newest_restorable, self.catalog, request.cluster)
+        last = await asyncio.to_thread(last_drilled, self.catalog, request.cluster)
+        past = await asyncio.to_thread(past_node_seconds, self.catalog, request.cluster)
+        return await plan_drill(
+            drill_id or new_drill_id(),
+            request,
+            backup,
+            self.facts,
+            self.arrays,
+            self.host.address if self.host is not None else "",
+            self.cluster.canary_keyspace,
+            self.settings,
+            last_drilled=last,
+            past_node_seconds=past,
+        )
+
+    async def run(
+        self, plan: DrillPlan, request: DrillRequest, progress: Progress | None = None
+    ) -> DrillRecord:
+        if self.host is None:
+            raise DrillRefused(f"cluster {self.cluster.name} has no drill host configured")
+        workflow = DrillWorkflow(
+            self.host,
+            self.arrays,
+            CatalogDrillJournal(self.catalog),
+            settings=self.settings,
+            progress=progress or quiet,
+        )
+        return await workflow.run(plan, request.trigger, request.requested_by)
+
+
+def client_tls(config: CoordinatorConfig) -> ClientTls:
+    return ClientTls(
+        cert=Path(config.tls.cert_file).read_bytes(),
+        key=config.tls.key_file.get_secret_value().encode(),
+        ca=Path(config.tls.ca_file).read_bytes(),
+        server_name=config.tls.agent_server_name or "",
+    )
+
+
+def drill_hosts(config: CoordinatorConfig, tls: ClientTls) -> dict[str, GrpcDrillHost]:
+    """The drill host of every cluster that has one, by cluster name (for the pending cleanups)."""
+    return {
+        c.name: GrpcDrillHost(c.drill.agent, tls) for c in config.clusters if c.drill is not None
+    }
+
+
+@contextlib.asynccontextmanager
+async def open_drill_session(
+    config: CoordinatorConfig, cluster_name: str, *, catalog: Catalog
+) -> AsyncIterator[DrillSession]:
+    """The drill host, the production agents and the arrays of one cluster."""
+    cluster = config.cluster(cluster_name)
+    tls = client_tls(config)
+    used = {v.array for node in cluster.nodes for v in node.volumes}
+    arrays: dict[str, ArrayPort] = {
+        name: AsyncDriver(open_driver(name, config.arrays[name].table(), "<config>"))
+        for name in sorted(used)
+        if name in config.arrays
+    }
+    facts = {node.name: GrpcNodeFacts(node.name, node.agent, tls) for node in cluster.nodes}
+    host = GrpcDrillHost(cluster.drill.agent, tls) if cluster.drill is not None else None
+    try:
+        yield DrillSession(config, catalog, cluster, host, facts, arrays, settings_of(cluster))
+    finally:
+        if host is not None:
+            await host.close()
+        for port in facts.values():
+            await port.close()
+        for array in arrays.values():
+            await array.close()
+
+
+__all__ = ["CatalogDrillJournal", "DrillSession", "open_drill_session", "purpose_id"]

@@ -1,0 +1,501 @@
+"""One restore drill: every planned node cloned, started on its clones on the drill host in
+isolation, verified, compared with the backup's manifest, and torn down; then recorded.
+
+Per node, in order (docs/drills.md):
+1. clone the node's volumes from the backup's snapshot on each array; the clones are recorded as
+   pending cleanups at once, before anything uses them;
+2. MountClones on the drill host (purpose id: the drill id and the node);
+3. StartDrill with the node's identity, directories and canary; poll GetDrill until it ends;
+4. GetDrillManifest compared with the backup's recorded manifest;
+5. always, whatever failed before: StopDrill, UnmountClones, delete every clone on its array. Each
+   teardown step runs even when the one before failed; each failure is recorded on the node, and a
+   clone that cannot be deleted stays a pending cleanup that the coordinator retries.
+
+Nodes are drilled one at a time unless the plan allows more (each node's canary lives on that node:
+a node alone proves its own data). The drill host keeps its own deadline too: a coordinator that
+dies mid-drill leaves no Cassandra running past it.
+
+A node is PROVEN when the drill host proved it (digests, system.local, canary, its own data) and the
+clones hold every SSTable the backup recorded for it; NOT_PROVEN when a check failed; FAILED when a
+step failed before the checks could say anything (nothing is concluded about the backup then).
+The backup is marked proven once drills proved every node it holds, and marked failed when a check
+failed on a node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import TypeVar
+
+from ringsnap.coordinator.drill.model import (
+    DrillClone,
+    DrillNode,
+    DrillRecord,
+    DrillState,
+    DrillStep,
+    DrillVerdict,
+)
+from ringsnap.coordinator.drill.plan import DrillPlan, DrillSettings, NodeDrillPlan
+from ringsnap.coordinator.drill.ports import (
+    CloneMount,
+    DrillHost,
+    DrillJournal,
+    DrillSpec,
+    DrillStatus,
+)
+from ringsnap.coordinator.model import Verification
+from ringsnap.coordinator.ports import ArrayPort
+from ringsnap.coordinator.proof import compare_manifests
+from ringsnap.errors import RingsnapError
+from ringsnap.logs import get_logger
+from ringsnap.plugins.types import Volume
+
+log = get_logger(__name__)
+_T = TypeVar("_T")
+
+Progress = Callable[[str, str, str], None]  # node ("" for the drill), step, message
+
+
+def quiet(_node: str, _step: str, _message: str) -> None:
+    return None
+
+
+class DrillRefused(RingsnapError):
+    """The plan found reasons not to drill; nothing was made."""
+
+    exit_code = 3
+
+
+class _StepFailed(Exception):
+    """A node's step failed; `step` names it."""
+
+    def __init__(self, step: str, message: str) -> None:
+        super().__init__(f"{step}: {message}")
+        self.step = step
+
+
+def record_for(plan: DrillPlan, trigger: str, requested_by: str) -> DrillRecord:
+    return DrillRecord(
+        id=plan.drill_id,
+        cluster=plan.backup.cluster,
+        backup_id=plan.backup.id,
+        trigger=trigger,
+        requested_by=requested_by,
+        started_at=datetime.now(UTC),
+        warnings=plan.warnings,
+        nodes=tuple(
+            DrillNode(name=n.name, host_id=n.host_id, purpose_id=n.purpose_id) for n in plan.nodes
+        ),
+    )
+
+
+class _Run:
+    """The drill's record, saved after every change (nodes may run in parallel)."""
+
+    def __init__(self, record: DrillRecord, journal: DrillJournal) -> None:
+        self.record = record
+        self._journal = journal
+        self._lock = asyncio.Lock()
+
+    async def update(self, **changes: object) -> None:
+        async with self._lock:
+            self.record = replace(self.record, **changes)  # type: ignore[arg-type]
+            await self._journal.save(self.record)
+
+    async def node(self, name: str, change: Callable[[DrillNode], DrillNode]) -> DrillNode:
+        async with self._lock:
+            nodes = tuple(change(n) if n.name == name else n for n in self.record.nodes)
+            self.record = replace(self.record, nodes=nodes)
+            await self._journal.save(self.record)
+            return self.record.node(name)
+
+
+class DrillWorkflow:
+    def __init__(
+        self,
+        host: DrillHost,
+        arrays: Mapping[str, ArrayPort],
+        journal: DrillJournal,
+        *,
+        settings: DrillSettings | None = None,
+        progress: Progress = quiet,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.host = host
+        self.arrays = arrays
+        self.journal = journal
+        self.settings = settings or DrillSettings()
+        self.progress = progress
+        self._sleep = sleep
+
+    async def run(self, plan: DrillPlan, trigger: str, requested_by: str) -> DrillRecord:
+        """Drill every node of a plan that does not refuse; returns the final record."""
+        if plan.refused:
+            raise DrillRefused("the plan refused: " + "; ".join(plan.refusals))
+        run = _Run(record_for(plan, trigger, requested_by), self.journal)
+        await self.journal.save(run.record)
+        bound = log.bind(drill_id=plan.drill_id, backup_id=plan.backup.id)
+        bound.info("drill starting", nodes=[n.name for n in plan.nodes], host=plan.drill_host)
+        gate = asyncio.Semaphore(max(1, plan.parallel))
+
+        async def one(node: NodeDrillPlan) -> None:
+            async with gate:
+                await self._drill_node(run, plan, node)
+
+        try:
+            results = await asyncio.gather(*(one(n) for n in plan.nodes), return_exceptions=True)
+        except BaseException as exc:  # cancelled: each node's teardown ran (shielded)
+            await asyncio.shield(
+                run.update(
+                    state=DrillState.INTERRUPTED,
+                    error=str(exc) or type(exc).__name__,
+                    finished_at=datetime.now(UTC),
+                )
+            )
+            raise
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, Exception):
+                await asyncio.shield(
+                    run.update(
+                        state=DrillState.INTERRUPTED,
+                        error=str(result) or type(result).__name__,
+                        finished_at=datetime.now(UTC),
+                    )
+                )
+                raise result
+        errors = [str(r) for r in results if isinstance(r, Exception)]
+        return await self._finish(run, errors)
+
+    # -- one node ------------------------------------------------------------------------------
+
+    async def _drill_node(self, run: _Run, plan: DrillPlan, node: NodeDrillPlan) -> None:
+        made: list[tuple[DrillClone, int]] = []
+        mounted = False
+        started = False
+        timings: list[tuple[str, float]] = []
+        clock = time.monotonic()
+
+        def lap(step: DrillStep) -> None:
+            nonlocal clock
+            now = time.monotonic()
+            timings.append((step.value, round(now - clock, 3)))
+            clock = now
+
+        async def advance(step: DrillStep, **changes: object) -> None:
+            lap(step)
+            await run.node(
+                node.name,
+                lambda n: replace(n, step=step, step_seconds=tuple(timings), **changes),  # type: ignore[arg-type]
+            )
+            self.progress(node.name, step.value, "done")
+
+        try:
+            self.progress(node.name, "clone", "")
+            await self._clone(run, node, made)
+            await advance(DrillStep.CLONED, clones=tuple(c for c, _ in made))
+            self.progress(node.name, "mount", f"on the drill host {plan.drill_host}")
+            mounted = True  # a mount that failed halfway is unmounted too
+            await self._call(
+                "mount",
+                self.host.mount_clones(
+                    node.purpose_id, _mounts(node, [c for c, _ in made]), read_only=False
+                ),
+            )
+            await advance(DrillStep.MOUNTED)
+            self.progress(node.name, "start", "")
+            started = True
+            await self._call("start", self.host.start_drill(_spec(plan, node)))
+            await advance(DrillStep.STARTED)
+            status = await self._wait(node)
+            proof = status.proof
+            if status.state != "proven":
+                raise _NotProven(
+                    f"{status.step or 'drill'}: {status.message or 'the drill host ended the drill'}"
+                    f" ({status.state})",
+                    proof,
+                    status.bytes_verified,
+                )
+            await advance(DrillStep.DRILLED, proof=proof, bytes_verified=status.bytes_verified)
+            self.progress(node.name, "manifest", "")
+            recorded = list(await self.journal.manifest(plan.backup.id, node.name))
+            found = await self._call("manifest", self.host.drill_manifest(node.purpose_id))
+            check = compare_manifests(recorded, found)
+            if not check.ok:
+                raise _NotProven(check.describe(), proof, status.bytes_verified)
+            await advance(
+                DrillStep.CHECKED,
+                proof=(*proof, check.describe()),
+                verdict=DrillVerdict.PROVEN,
+            )
+        except _NotProven as exc:
+            not_proven = exc
+            lap(DrillStep.DRILLED)
+            await run.node(
+                node.name,
+                lambda n: replace(
+                    n,
+                    step=DrillStep.DRILLED,
+                    verdict=DrillVerdict.NOT_PROVEN,
+                    proof=not_proven.proof,
+                    problems=(*n.problems, str(not_proven)),
+                    bytes_verified=not_proven.bytes_verified,
+                    step_seconds=tuple(timings),
+                ),
+            )
+            self.progress(node.name, "verify", f"NOT PROVEN: {exc}")
+        except Exception as exc:
+            problem = str(exc) or type(exc).__name__
+            await run.node(
+                node.name,
+                lambda n: replace(
+                    n,
+                    clones=tuple(c for c, _ in made),
+                    verdict=DrillVerdict.FAILED,
+                    problems=(*n.problems, problem),
+                ),
+            )
+            self.progress(node.name, "failed", str(exc))
+        finally:
+            await asyncio.shield(self._teardown(run, node, made, mounted, started))
+
+    async def _call(self, step: str, call: Awaitable[_T]) -> _T:
+        try:
+            return await asyncio.wait_for(call, self.settings.agent_timeout)
+        except TimeoutError:
+            raise _StepFailed(step, f"no answer within {self.settings.agent_timeout:g} s") from None
+        except Exception as exc:
+            raise _StepFailed(step, str(exc) or type(exc).__name__) from None
+
+    async def _clone(
+        self, run: _Run, node: NodeDrillPlan, made: list[tuple[DrillClone, int]]
+    ) -> None:
+        """Clone the node's volumes on each array into `made` (with their cleanup ids), so that
+        what was cloned before a failure is torn down like the rest."""
+        suffix = node.purpose_id.replace("-", "_")
+        roles = {(v.array, v.volume): v.role for v in node.volumes}
+        for ref in node.snapshots:
+            port = self.arrays[ref.array]
+            try:
+                clones = await asyncio.wait_for(
+                    port.clone(ref, suffix), self.settings.array_timeout
+                )
+            except Exception as exc:
+                raise _StepFailed(
+                    "clone",
+                    f"array {ref.array}: cloning snapshot {ref.snapshot_name} failed:"
+                    f" {exc or type(exc).__name__}",
+                ) from None
+            ids = await self.journal.clones_made(
+                run.record.id, node.purpose_id, ref.array, list(clones)
+            )
+            # Drivers return the clones in the order of the snapshot's members (restores rely on
+            # it too); a clone without a member is still torn down.
+            sources = [m.volume.name for m in ref.members] + [""] * len(clones)
+            for source, clone, cleanup in zip(sources, clones, ids, strict=False):
+                drill_clone = DrillClone(
+                    array=ref.array,
+                    source=source,
+                    name=clone.name,
+                    id=clone.id,
+                    role=roles.get((ref.array, source), ""),
+                    wwn=clone.wwn,
+                )
+                made.append((drill_clone, cleanup))
+            if len(clones) != len(ref.members):
+                raise _StepFailed(
+                    "clone",
+                    f"array {ref.array} made {len(clones)} clone(s) of {len(ref.members)} volume(s)",
+                )
+
+    async def _wait(self, node: NodeDrillPlan) -> DrillStatus:
+        """Poll the drill host until the node's drill ends (or its deadline passes here too)."""
+        limit = time.monotonic() + self.settings.deadline_seconds + self.settings.agent_timeout
+        last = ""
+        while True:
+            status = await self._call("drill", self.host.get_drill(node.purpose_id))
+            if status.step != last:
+                self.progress(node.name, status.step or status.state, status.message)
+                last = status.step
+            if status.finished:
+                return status
+            if time.monotonic() > limit:
+                raise _StepFailed(
+                    "drill",
+                    f"still {status.state} at step {status.step} past the deadline"
+                    f" ({self.settings.deadline_seconds:g} s)",
+                )
+            await self._sleep(self.settings.poll_seconds)
+
+    # -- teardown ------------------------------------------------------------------------------
+
+    async def _teardown(
+        self,
+        run: _Run,
+        node: NodeDrillPlan,
+        made: list[tuple[DrillClone, int]],
+        mounted: bool,
+        started: bool,
+    ) -> None:
+        """Every step runs whatever failed before; each failure is recorded on the node."""
+        failures: list[str] = []
+        self.progress(node.name, "teardown", "")
+        if started:
+            await self._attempt(failures, "stop the drill", self.host.stop_drill(node.purpose_id))
+        unmounted = True
+        if mounted:
+            unmounted = await self._attempt(
+                failures, "unmount the clones", self.host.unmount_clones(node.purpose_id)
+            )
+        deleted: dict[tuple[str, str], bool] = {}
+        for clone, cleanup in made:
+            ok = False
+            port = self.arrays.get(clone.array)
+            what = f"delete clone {clone.array}:{clone.name}"
+            if not unmounted:
+                # Never delete a volume under a mount: the cleanup unmounts it on the drill host
+                # first (UnmountClones is idempotent, and survives an agent restart), then deletes.
+                failures.append(
+                    f"{what}: kept, because the drill host did not confirm the unmount; the"
+                    " coordinator's pending cleanups unmount and delete it"
+                )
+                log.warning("clone kept for the pending cleanups", node=node.name, clone=clone.name)
+            elif port is None:
+                failures.append(f"{what}: array {clone.array} is not configured")
+            else:
+                ok = await self._attempt(
+                    failures,
+                    what,
+                    port.delete_clone(Volume(name=clone.name, id=clone.id)),
+                    timeout=self.settings.array_timeout,
+                )
+            deleted[(clone.array, clone.name)] = ok
+            try:
+                if ok:
+                    await self.journal.clone_deleted(cleanup)
+                else:
+                    await self.journal.clone_not_deleted(cleanup, failures[-1])
+            except Exception as exc:  # the cleanup row stays: it is retried, never lost
+                log.error("clone cleanup not updated", cleanup=cleanup, error=str(exc))
+        if failures:
+            log.error("drill teardown incomplete", node=node.name, failures=failures)
+        await run.node(
+            node.name,
+            lambda n: replace(
+                n,
+                teardown=(*n.teardown, *failures),
+                clones=tuple(
+                    replace(c, deleted=deleted.get((c.array, c.name), c.deleted)) for c in n.clones
+                ),
+                step=DrillStep.TORN_DOWN if not failures else n.step,
+            ),
+        )
+        self.progress(node.name, "teardown", "done" if not failures else "; ".join(failures))
+
+    async def _attempt(
+        self,
+        failures: list[str],
+        what: str,
+        call: Awaitable[object],
+        *,
+        timeout: float | None = None,
+    ) -> bool:
+        try:
+            await asyncio.wait_for(call, timeout or self.settings.agent_timeout)
+        except Exception as exc:
+            failures.append(f"{what}: {exc or type(exc).__name__}")
+            return False
+        return True
+
+    # -- the verdict ---------------------------------------------------------------------------
+
+    async def _finish(self, run: _Run, errors: list[str]) -> DrillRecord:
+        nodes = run.record.nodes
+        if errors or any(n.verdict is DrillVerdict.FAILED for n in nodes):
+            state = DrillState.FAILED
+        elif any(n.verdict is not DrillVerdict.PROVEN for n in nodes):
+            state = DrillState.NOT_PROVEN
+        else:
+            state = DrillState.PROVEN
+        problems = [f"node {n.name}: {p}" for n in nodes for p in n.problems]
+        left = [f"node {n.name}: {t}" for n in nodes for t in n.teardown]
+        error = "; ".join([*errors, *problems])
+        warnings = run.record.warnings
+        if left:
+            warnings = (
+                *warnings,
+                "teardown incomplete (clones not deleted stay pending cleanups, retried by the"
+                " coordinator): " + "; ".join(left),
+            )
+        await run.update(state=state, error=error, warnings=warnings, finished_at=datetime.now(UTC))
+        await self._mark_backup(run.record)
+        log.warning("drill finished", drill_id=run.record.id, state=state.value, error=error)
+        return run.record
+
+    async def _mark_backup(self, record: DrillRecord) -> None:
+        not_proven = [n for n in record.nodes if n.verdict is DrillVerdict.NOT_PROVEN]
+        if not_proven:
+            detail = f"drill {record.id}: not proven on " + "; ".join(
+                f"{n.name} ({'; '.join(n.problems)})" for n in not_proven
+            )
+            await self.journal.mark_verified(
+                record.backup_id, Verification.FAILED, detail, record.id
+            )
+            return
+        if not any(n.verdict is DrillVerdict.PROVEN for n in record.nodes):
+            return
+        proven = await self.journal.proven_nodes(record.backup_id)
+        wanted = await self.journal.backup_nodes(record.backup_id)
+        missing = [n for n in wanted if n not in proven]
+        if missing:
+            return
+        by = sorted({proven[n] for n in wanted})
+        detail = (
+            f"drill {record.id}: every node proven"
+            if by == [record.id]
+            else f"drills {', '.join(by)}: every node proven"
+        )
+        await self.journal.mark_verified(record.backup_id, Verification.PROVEN, detail, record.id)
+
+
+class _NotProven(Exception):
+    def __init__(self, message: str, proof: tuple[str, ...], bytes_verified: int) -> None:
+        super().__init__(message)
+        self.proof = proof
+        self.bytes_verified = bytes_verified
+
+
+def _mounts(node: NodeDrillPlan, clones: list[DrillClone]) -> list[CloneMount]:
+    points = {(v.array, v.volume): v.source_mount_point for v in node.volumes}
+    return [
+        CloneMount(
+            role=c.role,
+            array=c.array,
+            volume=c.name,
+            wwn=c.wwn,
+            source_mount_point=points.get((c.array, c.source), ""),
+        )
+        for c in clones
+    ]
+
+
+def _spec(plan: DrillPlan, node: NodeDrillPlan) -> DrillSpec:
+    return DrillSpec(
+        purpose_id=node.purpose_id,
+        node=node.name,
+        cluster_name=node.cluster_name,
+        address=node.address,
+        host_id=node.host_id,
+        data_directories=node.data_directories,
+        commitlog_directory=node.commitlog_directory,
+        canary_keyspace=plan.canary_keyspace,
+        canary_key=node.canary_key,
+        backup_id=plan.backup.id,
+        deadline_seconds=plan.deadline_seconds,
+        num_tokens=node.num_tokens,
+        datacenter=node.datacenter,
+        rack=node.rack,
+    )

@@ -1,0 +1,470 @@
+"""The drill workflow against fakes of the drill host, the production agents and the arrays, with a
+real catalog: the order of the steps, the verdicts, and above all the failure paths (a clone that
+fails on the array, a mount that fails, a drill that fails, a drill host lost mid-drill, a clone
+that cannot be deleted): teardown always runs, each failure is recorded, and no clone is forgotten.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.drill.cleanups import cleanup_clone, delete_clone
+from ringsnap.coordinator.drill.model import DrillState, DrillStep, DrillVerdict, purpose_id
+from ringsnap.coordinator.drill.plan import DrillRequest, DrillSettings, plan_drill
+from ringsnap.coordinator.drill.ports import (
+    CloneMount,
+    DrillSpec,
+    DrillStatus,
+    MountedClone,
+    NodeDrillFacts,
+)
+from ringsnap.coordinator.drill.session import CatalogDrillJournal
+from ringsnap.coordinator.drill.workflow import DrillRefused, DrillWorkflow
+from ringsnap.coordinator.model import (
+    BackupNode,
+    NodeVolume,
+    QuiesceMode,
+    SnapshotKind,
+    Verification,
+    VolumeRole,
+)
+from ringsnap.coordinator.ports import NodeVolumeFacts, SSTable, SSTableComponent
+from ringsnap.plugins.errors import DriverError
+from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume, VolumeSnapshot
+
+T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
+NODES = ("n1", "n2", "n3")
+
+
+def _node(name: str) -> BackupNode:
+    return BackupNode(
+        name=name,
+        host_id=f"00000000-0000-0000-0000-00000000000{name[-1]}",
+        canary_id=f"backup:rs-1:{name}:0",
+        volumes=tuple(
+            NodeVolume(
+                array="a1",
+                volume=f"{name}_{role.value}",
+                role=role,
+                volume_id=f"id-{name}-{role.value}",
+            )
+            for role in (VolumeRole.DATA, VolumeRole.COMMITLOG)
+        ),
+    )
+
+
+def _sstables(node: str, digest: str = "777") -> list[SSTable]:
+    return [
+        SSTable(
+            data_directory="/var/lib/cassandra/data",
+            keyspace="ks",
+            table="tbl",
+            table_directory="tbl-0a1b",
+            generation=str(g),
+            format="big",
+            version="nb",
+            components=(SSTableComponent("Data.db", f"ks/tbl-0a1b/nb-{g}-big-Data.db", 100 * g),),
+            data_digest_crc32=digest,
+            complete=True,
+        )
+        for g in (1, 2)
+    ]
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> Iterator[Catalog]:
+    with Catalog(tmp_path / "catalog.db") as opened:
+        nodes = [_node(n) for n in NODES]
+        opened.begin_backup(
+            backup_id="rs-1",
+            cluster="c1",
+            quiesce_mode=QuiesceMode.FREEZE,
+            trigger="cli:test",
+            policy="",
+            started_at=T0,
+            nodes=nodes,
+        )
+        opened.record_snapshot("rs-1", _ref(nodes))
+        for n in NODES:
+            opened.record_manifest("rs-1", n, _sstables(n))
+        opened.complete_backup("rs-1", finished_at=T0 + timedelta(minutes=1))
+        yield opened
+
+
+def _ref(nodes: list[BackupNode]) -> SnapshotRef:
+    return SnapshotRef(
+        array="a1",
+        driver="ontap",
+        group="cg",
+        snapshot_id="snap-1",
+        snapshot_name="rs-1",
+        created_at=T0,
+        members=tuple(
+            VolumeSnapshot(Volume(v.volume, v.volume_id, wwn=f"wwn-{v.volume}"), f"s-{v.volume}")
+            for n in nodes
+            for v in n.volumes
+        ),
+    )
+
+
+class FakeArray:
+    array = "a1"
+    name = "ontap"
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+        self.can_clone = True
+        self.fail_clone: Exception | None = None
+        self.fail_delete: Exception | None = None
+        self.clones: dict[str, Volume] = {}
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(atomic_group_snapshot=True, clone=self.can_clone)
+
+    async def get_snapshot(self, ref: SnapshotRef) -> SnapshotInfo:
+        return SnapshotInfo(ref)
+
+    async def clone(self, ref: SnapshotRef, suffix: str) -> Sequence[Volume]:
+        self.events.append(f"array:clone:{suffix}")
+        if self.fail_clone is not None:
+            raise self.fail_clone
+        made = [Volume(f"{m.volume.name}_{suffix}", f"c-{m.volume.id}") for m in ref.members]
+        self.clones.update({v.name: v for v in made})
+        return made
+
+    async def delete_clone(self, volume: Volume) -> None:
+        self.events.append(f"array:delete:{volume.name}")
+        if self.fail_delete is not None:
+            raise self.fail_delete
+        self.clones.pop(volume.name, None)
+
+
+class FakeHost:
+    address = "127.0.0.1:7450"
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+        self.fail: dict[str, Exception] = {}
+        self.final = "proven"
+        self.failing_step = ""
+        self.polls_before_end = 2
+        self.manifest: dict[str, list[SSTable]] = {}
+        self.mounted: set[str] = set()
+        self.running: set[str] = set()
+        self.specs: list[DrillSpec] = []
+        self.mount_requests: list[list[CloneMount]] = []
+        self._polls: dict[str, int] = {}
+
+    def _maybe_fail(self, call: str) -> None:
+        if call in self.fail:
+            raise self.fail[call]
+
+    async def mount_clones(
+        self, purpose_id: str, clones: Sequence[CloneMount], *, read_only: bool
+    ) -> tuple[MountedClone, ...]:
+        self.events.append(f"host:mount:{purpose_id}")
+        assert not read_only
+        self.mount_requests.append(list(clones))
+        self.mounted.add(purpose_id)
+        self._maybe_fail("mount")
+        return tuple(
+            MountedClone(c.role, c.volume, "/dev/loop9", f"/state/{c.volume}", c.source_mount_point)
+            for c in clones
+        )
+
+    async def unmount_clones(self, purpose_id: str) -> tuple[str, ...]:
+        self.events.append(f"host:unmount:{purpose_id}")
+        self._maybe_fail("unmount")
+        self.mounted.discard(purpose_id)
+        return ()
+
+    async def start_drill(self, spec: DrillSpec) -> DrillStatus:
+        self.events.append(f"host:start:{spec.purpose_id}")
+        self.specs.append(spec)
+        self._maybe_fail("start")
+        self.running.add(spec.purpose_id)
+        return DrillStatus(spec.purpose_id, "starting", "digests")
+
+    async def get_drill(self, purpose_id: str) -> DrillStatus:
+        self._maybe_fail("get")
+        polls = self._polls[purpose_id] = self._polls.get(purpose_id, 0) + 1
+        if polls < self.polls_before_end:
+            return DrillStatus(purpose_id, "verifying", "canary")
+        self.running.discard(purpose_id)
+        if self.final == "proven":
+            return DrillStatus(
+                purpose_id,
+                "proven",
+                "done",
+                proof=("digests: 2 SSTables recomputed, equal", "canary: present"),
+                bytes_verified=300,
+            )
+        return DrillStatus(purpose_id, self.final, self.failing_step, message="canary row absent")
+
+    async def drill_manifest(self, purpose_id: str) -> list[SSTable]:
+        self.events.append(f"host:manifest:{purpose_id}")
+        node = purpose_id.rsplit("-", 1)[1]
+        return self.manifest.get(node, _sstables(node))
+
+    async def stop_drill(self, purpose_id: str) -> DrillStatus:
+        self.events.append(f"host:stop:{purpose_id}")
+        self._maybe_fail("stop")
+        self.running.discard(purpose_id)
+        return DrillStatus(purpose_id, "stopped", "")
+
+
+class FakeFacts:
+    def __init__(self, node: str) -> None:
+        self.node = node
+
+    async def drill_facts(self) -> NodeDrillFacts:
+        return NodeDrillFacts(
+            cluster_name="Sandbox",
+            address=f"127.0.0.{self.node[-1]}",
+            data_directories=(f"/srv/{self.node}/data/data",),
+            commitlog_directory=f"/srv/{self.node}/commitlog/commitlog",
+            num_tokens=16,
+            datacenter="dc1",
+            rack="rack1",
+            volumes=(
+                NodeVolumeFacts(f"/srv/{self.node}/data", "/dev/loop1", "xfs", "u1", ("data",)),
+                NodeVolumeFacts(
+                    f"/srv/{self.node}/commitlog", "/dev/loop2", "xfs", "u2", ("commitlog",)
+                ),
+            ),
+        )
+
+
+class Rig:
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+        self.events: list[str] = []
+        self.array = FakeArray(self.events)
+        self.host = FakeHost(self.events)
+        self.facts = {n: FakeFacts(n) for n in NODES}
+        self.settings = DrillSettings(max_parallel=2, poll_seconds=0.0, deadline_seconds=60)
+
+    def plan(self, drill_id: str = "dr-20261121-100000-0001", **request: Any) -> Any:
+        return asyncio.run(self._plan(drill_id, **request))
+
+    async def _plan(self, drill_id: str, **request: Any) -> Any:
+        values: dict[str, Any] = {"cluster": "c1", "backup_id": "rs-1"}
+        values.update(request)
+        return await plan_drill(
+            drill_id,
+            DrillRequest(**values),
+            self.catalog.get_backup("rs-1"),
+            self.facts,
+            {"a1": self.array},  # type: ignore[dict-item]
+            self.host.address,
+            "ringsnap",
+            self.settings,
+        )
+
+    def drill(self, drill_id: str = "dr-20261121-100000-0001", **request: Any) -> Any:
+        return asyncio.run(self._drill(drill_id, **request))
+
+    async def _drill(self, drill_id: str, **request: Any) -> Any:
+        plan = await self._plan(drill_id, **request)
+        workflow = DrillWorkflow(
+            self.host,
+            {"a1": self.array},  # type: ignore[dict-item]
+            CatalogDrillJournal(self.catalog),
+            settings=self.settings,
+        )
+        return await workflow.run(plan, "cli:test", "test")
+
+    def nothing_left(self) -> None:
+        assert self.array.clones == {}
+        assert self.host.mounted == set()
+        assert self.host.running == set()
+        assert self.catalog.pending_cleanups() == []
+
+
+@pytest.fixture
+def rig(catalog: Catalog) -> Rig:
+    return Rig(catalog)
+
+
+def test_a_ring_drill_proves_every_node_one_at_a_time_and_marks_the_backup(rig: Rig) -> None:
+    record = rig.drill(ring=True)
+    assert record.state is DrillState.PROVEN
+    assert [n.verdict for n in record.nodes] == [DrillVerdict.PROVEN] * 3
+    assert all(n.step is DrillStep.TORN_DOWN for n in record.nodes)
+    n1 = record.node("n1")
+    assert n1.proof[-1] == "manifest: all 2 recorded SSTables present, sizes and digests equal"
+    assert n1.bytes_verified == 300
+    assert all(c.deleted for c in record.clones) and len(record.clones) == 6
+    # One node at a time by default: n1's teardown ends before n2's clone begins.
+    first = rig.events.index(f"array:delete:n1_commitlog_{n1.purpose_id.replace('-', '_')}")
+    assert first < rig.events.index(f"array:clone:{record.node('n2').purpose_id.replace('-', '_')}")
+    assert rig.catalog.get_drill(record.id) == record
+    backup = rig.catalog.get_backup("rs-1")
+    assert backup.verification is Verification.PROVEN and backup.verified_by == record.id
+    rig.nothing_left()
+    spec = rig.host.specs[0]
+    assert (spec.node, spec.cluster_name, spec.address) == ("n1", "Sandbox", "127.0.0.1")
+    assert spec.host_id == "00000000-0000-0000-0000-000000000001"
+    assert spec.canary_key == "backup:rs-1:n1:0" and spec.backup_id == "rs-1"
+    assert spec.data_directories == ("/srv/n1/data/data",)
+    assert (spec.num_tokens, spec.datacenter, spec.rack) == (16, "dc1", "rack1")
+    mounts = {m.role: m for m in rig.host.mount_requests[0]}
+    assert mounts["data"].source_mount_point == "/srv/n1/data"
+    assert mounts["commitlog"].source_mount_point == "/srv/n1/commitlog"
+
+
+def test_node_by_node_the_backup_is_proven_when_its_last_node_is(rig: Rig) -> None:
+    first = rig.drill("dr-20261121-100000-0001")
+    assert [n.name for n in first.nodes] == ["n1"]  # one node by default, never drilled first
+    assert rig.catalog.get_backup("rs-1").verification is Verification.UNVERIFIED
+    rig.drill("dr-20261121-100100-0002", nodes=("n2",))
+    assert rig.catalog.get_backup("rs-1").verification is Verification.UNVERIFIED
+    last = rig.drill("dr-20261121-100200-0003", nodes=("n3",))
+    backup = rig.catalog.get_backup("rs-1")
+    assert backup.verification is Verification.PROVEN and backup.verified_by == last.id
+    assert "dr-20261121-100000-0001" in backup.verification_detail
+
+
+def test_a_clone_failing_on_the_array_fails_the_node_and_mounts_nothing(rig: Rig) -> None:
+    rig.array.fail_clone = DriverError("FlexClone quota reached", array="a1")
+    record = rig.drill(nodes=("n1",))
+    assert record.state is DrillState.FAILED
+    n1 = record.node("n1")
+    assert n1.verdict is DrillVerdict.FAILED
+    assert "clone: array a1: cloning snapshot rs-1 failed" in n1.problems[0]
+    assert "FlexClone quota reached" in record.error
+    assert not [e for e in rig.events if e.startswith("host:")]
+    assert rig.catalog.get_backup("rs-1").verification is Verification.UNVERIFIED
+    rig.nothing_left()
+
+
+def test_a_mount_failing_still_unmounts_and_deletes_the_clones(rig: Rig) -> None:
+    rig.host.fail["mount"] = RuntimeError("attach hook exited 1: no such LUN")
+    record = rig.drill(nodes=("n2",))
+    n2 = record.node("n2")
+    assert record.state is DrillState.FAILED and n2.verdict is DrillVerdict.FAILED
+    assert n2.problems == ("mount: attach hook exited 1: no such LUN",)
+    assert n2.step is DrillStep.TORN_DOWN and n2.teardown == ()
+    purpose = n2.purpose_id
+    assert f"host:unmount:{purpose}" in rig.events
+    assert f"host:start:{purpose}" not in rig.events
+    assert f"host:stop:{purpose}" not in rig.events
+    assert all(c.deleted for c in record.clones)
+    rig.nothing_left()
+
+
+def test_a_failed_drill_is_not_proven_names_why_and_fails_the_backup(rig: Rig) -> None:
+    rig.host.final = "failed"
+    rig.host.failing_step = "canary"
+    record = rig.drill(nodes=("n1",))
+    n1 = record.node("n1")
+    assert record.state is DrillState.NOT_PROVEN
+    assert n1.verdict is DrillVerdict.NOT_PROVEN
+    assert n1.problems == ("canary: canary row absent (failed)",)
+    backup = rig.catalog.get_backup("rs-1")
+    assert backup.verification is Verification.FAILED
+    assert "n1 (canary: canary row absent (failed))" in backup.verification_detail
+    events = [e for e in rig.events if e.startswith("host:")]
+    assert events[-2:] == [f"host:stop:{n1.purpose_id}", f"host:unmount:{n1.purpose_id}"]
+    rig.nothing_left()
+
+
+def test_a_manifest_differing_from_the_backup_is_not_proven(rig: Rig) -> None:
+    rig.host.manifest["n1"] = _sstables("n1", digest="999")[:1]
+    record = rig.drill(nodes=("n1",))
+    problem = record.node("n1").problems[0]
+    assert record.state is DrillState.NOT_PROVEN
+    assert "1 missing (ks.tbl generation 2)" in problem
+    assert "data digest 777 != 999" in problem
+    rig.nothing_left()
+
+
+def test_a_drill_host_lost_mid_drill_keeps_the_clones_as_pending_cleanups(rig: Rig) -> None:
+    lost = ConnectionError("drill host (127.0.0.1:7450): GetDrill: UNAVAILABLE")
+    rig.host.fail.update(get=lost, stop=lost, unmount=lost)
+    record = rig.drill(nodes=("n1",))
+    n1 = record.node("n1")
+    assert record.state is DrillState.FAILED and n1.verdict is DrillVerdict.FAILED
+    assert n1.problems[0].startswith("drill: drill host (127.0.0.1:7450): GetDrill: UNAVAILABLE")
+    assert n1.teardown[0].startswith("stop the drill: ")
+    assert n1.teardown[1].startswith("unmount the clones: ")
+    assert all(
+        "kept, because the drill host did not confirm the unmount" in t for t in n1.teardown[2:]
+    )
+    assert n1.step is DrillStep.STARTED  # not torn down
+    # Never a volume deleted under a mount: the clones stay, recorded for the retries.
+    assert not [e for e in rig.events if e.startswith("array:delete")]
+    pending = rig.catalog.pending_cleanups()
+    assert len(pending) == 2 and all(p.attempts == 1 for p in pending)
+    assert "teardown incomplete" in record.warnings[-1]
+    # The coordinator's retry unmounts the purpose on the drill host, then deletes the clone.
+    rig.host.fail.clear()
+    for cleanup in pending:
+        clone = cleanup_clone(cleanup.snapshot_name)
+        assert clone is not None and clone.purpose_id == n1.purpose_id and clone.cluster == "c1"
+        asyncio.run(delete_clone(clone, rig.array, {"c1": rig.host}))  # type: ignore[arg-type]
+        rig.catalog.cleanup_done(cleanup.id)
+    rig.nothing_left()
+
+
+def test_a_clone_that_cannot_be_deleted_stays_a_pending_cleanup(rig: Rig) -> None:
+    rig.array.fail_delete = DriverError("volume busy", array="a1")
+    record = rig.drill(nodes=("n3",))
+    assert record.state is DrillState.PROVEN  # the proof stands; the leftover is a warning
+    assert [c.deleted for c in record.clones] == [False, False]
+    pending = rig.catalog.pending_cleanups()
+    assert sorted(p.array for p in pending) == ["a1", "a1"]
+    assert all("volume busy" in p.last_error for p in pending)
+    assert "teardown incomplete" in record.warnings[-1]
+
+
+def test_the_plan_refuses_what_it_cannot_drill(rig: Rig) -> None:
+    rig.array.can_clone = False
+    plan = rig.plan(nodes=("n1", "n9"), parallel=5)
+    assert (
+        "array a1: its driver (ontap) cannot clone a snapshot, so no drill can run from it"
+        in plan.refusals
+    )
+    assert any("node n9 is not among the nodes backup rs-1 holds" in r for r in plan.refusals)
+    assert any("--parallel 5 is outside 1..2" in r for r in plan.refusals)
+    with pytest.raises(DrillRefused):
+        workflow = DrillWorkflow(
+            rig.host,
+            {},
+            CatalogDrillJournal(rig.catalog),
+        )
+        asyncio.run(workflow.run(plan, "cli:test", "test"))
+    assert rig.events == [] and rig.catalog.list_drills() == []
+
+
+def test_the_plan_refuses_native_backups_and_clusters_without_a_drill_host(rig: Rig) -> None:
+    backup = replace(rig.catalog.get_backup("rs-1"), snapshot_kind=SnapshotKind.NATIVE)
+    plan = asyncio.run(
+        plan_drill(
+            "dr-20261121-100000-0001",
+            DrillRequest(cluster="c1", ring=True),
+            backup,
+            rig.facts,
+            {"a1": rig.array},  # type: ignore[dict-item]
+            "",
+            "ringsnap",
+            DrillSettings(),
+        )
+    )
+    assert any("native snapshots" in r for r in plan.refusals)
+    assert any("cluster c1 has no drill host" in r for r in plan.refusals)
+
+
+def test_purpose_ids_are_what_agents_accept() -> None:
+    assert (
+        purpose_id("dr-20261121-100000-0001", "Node_1.dc1") == "dr-20261121-100000-0001-node-1-dc1"
+    )
+    assert len(purpose_id("dr-20261121-100000-0001", "x" * 60)) == 63
