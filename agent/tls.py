@@ -1,46 +1,25 @@
-"""Mutual TLS for the agent: server credentials that demand a client certificate from our CA, and
-an interceptor that lets only allow-listed client identities reach any handler.
+"""The agent's allow-list: only client certificates naming an allow-listed identity reach any
+handler.
 
-The TLS handshake already refuses clients without a certificate or with one from another CA. The
-interceptor then compares the certificate's subject common name and subject alternative names with
-the allow-list, before the handler runs (grpc's server interceptors get no context, so the check
-wraps the handler it returns).
+The TLS handshake (`ringsnap.grpcauth.server_credentials`) already refuses clients without a
+certificate or with one from another CA. The interceptor then compares the certificate's subject
+common name and subject alternative names with the allow-list, before the handler runs.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import grpc
 import grpc.aio
 
 from ringsnap import logs
+from ringsnap.grpcauth import Context, client_identities, guarded, server_credentials
+
+__all__ = ["AllowListInterceptor", "server_credentials"]
 
 log = logs.get_logger(__name__)
-
-
-def server_credentials(cert_pem: bytes, key_pem: bytes, ca_pem: bytes) -> grpc.ServerCredentials:
-    return grpc.ssl_server_credentials(
-        [(key_pem, cert_pem)], root_certificates=ca_pem, require_client_auth=True
-    )
-
-
-def client_identities(context: grpc.aio.ServicerContext[Any, Any]) -> tuple[str, list[str]]:
-    """(TLS state, identities) of the caller: its certificate's common name(s) and SANs."""
-    auth = context.auth_context()
-    security = b"".join(auth.get("transport_security_type", [])).decode(errors="replace")
-    names: list[str] = []
-    for key in ("x509_common_name", "x509_subject_alternative_name"):
-        for value in auth.get(key, []):
-            text = value.decode("utf-8", errors="replace")
-            if text and text not in names:
-                names.append(text)
-    return security, names
-
-
-Check = Callable[[grpc.aio.ServicerContext[Any, Any], str], Awaitable[None]]
 
 
 class AllowListInterceptor(grpc.aio.ServerInterceptor):
@@ -49,7 +28,7 @@ class AllowListInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, allowed: Iterable[str]) -> None:
         self._allowed = frozenset(allowed)
 
-    async def _check(self, context: grpc.aio.ServicerContext[Any, Any], method: str) -> None:
+    async def _check(self, context: Context, method: str, _request: Any) -> None:
         security, names = client_identities(context)
         if security != "ssl" or not names:
             log.warning(
@@ -76,61 +55,4 @@ class AllowListInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
-        return _guarded(handler, self._check, handler_call_details.method)
-
-
-def _guarded(
-    original: grpc.RpcMethodHandler[Any, Any], check: Check, method: str
-) -> grpc.RpcMethodHandler[Any, Any]:
-    # The grpc stubs type handler behaviours as synchronous; under grpc.aio they are coroutines
-    # or async generators.
-    handler: Any = original
-    kwargs: dict[str, Any] = {
-        "request_deserializer": handler.request_deserializer,
-        "response_serializer": handler.response_serializer,
-    }
-    if handler.unary_unary is not None:
-        inner_uu = handler.unary_unary
-
-        async def unary_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            await check(context, method)
-            return await inner_uu(request, context)
-
-        return grpc.unary_unary_rpc_method_handler(unary_unary, **kwargs)
-    if handler.unary_stream is not None:
-        inner_us = handler.unary_stream
-
-        async def unary_stream(
-            request: Any, context: grpc.aio.ServicerContext[Any, Any]
-        ) -> AsyncIterator[Any]:
-            await check(context, method)
-            result: Any = inner_us(request, context)
-            if inspect.isasyncgen(result):
-                async for item in result:
-                    yield item
-            else:  # a handler that writes with context.write() and returns nothing
-                await result
-
-        return grpc.unary_stream_rpc_method_handler(unary_stream, **kwargs)
-    if handler.stream_unary is not None:
-        inner_su = handler.stream_unary
-
-        async def stream_unary(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            await check(context, method)
-            return await inner_su(requests, context)
-
-        return grpc.stream_unary_rpc_method_handler(stream_unary, **kwargs)
-    inner_ss: Any = handler.stream_stream
-
-    async def stream_stream(
-        requests: Any, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> AsyncIterator[Any]:
-        await check(context, method)
-        result: Any = inner_ss(requests, context)
-        if inspect.isasyncgen(result):
-            async for item in result:
-                yield item
-        else:
-            await result
-
-    return grpc.stream_stream_rpc_method_handler(stream_stream, **kwargs)
+        return guarded(handler, self._check, handler_call_details.method)

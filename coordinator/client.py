@@ -13,16 +13,17 @@ import tomllib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import grpc
 from google.rpc import error_details_pb2  # type: ignore[import-untyped]
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
+from pydantic import Field
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import coordinator_pb2_grpc, types_pb2
-from ringsnap.config import validate
+from ringsnap.config import TlsFiles, validate
 from ringsnap.coordinator.apitoken import (
     TOKEN_FILE_ENV,
     TokenMissingError,
@@ -34,6 +35,8 @@ from ringsnap.errors import ConfigError, RingsnapError
 
 DEFAULT_ADDRESS = CoordinatorSection().listen
 ADDRESS_ENV = "RINGSNAP_COORDINATOR"
+#: A remote client file (address, client certificate, key, CA) for operators on other hosts.
+REMOTE_ENV = "RINGSNAP_REMOTE"
 #: The coordinator config the CLI reads when --config is not given (`ringsnap sandbox up` prints
 #: the `export` line for its own).
 CONFIG_ENV = "RINGSNAP_CONFIG"
@@ -157,11 +160,55 @@ class CliError(RingsnapError):
 
 
 @dataclass(frozen=True)
+class RemoteTls:
+    """The client certificate, key and CA of an operator calling from another host."""
+
+    cert: bytes
+    key: bytes
+    ca: bytes
+    #: Check the coordinator's certificate against this name instead of the address's host.
+    server_name: str | None = None
+
+
+@dataclass(frozen=True)
 class Target:
     address: str
     token_file: Path
     #: Where the address came from, for messages.
     source: str
+    #: Set for the coordinator's remote (mutual TLS) listener; None for loopback with the token.
+    tls: RemoteTls | None = None
+
+
+class RemoteClientFile(TlsFiles):
+    """`$RINGSNAP_REMOTE`: how an operator's host reaches a coordinator's `[remote]` listener."""
+
+    address: Annotated[str, Field(min_length=3, pattern=r"^\S+:[0-9]{1,5}$")]
+    server_name: str | None = Field(default=None, min_length=1)
+
+
+def remote_target(path: Path, origin: str) -> Target:
+    """The coordinator named by a remote client file (address, client certificate, key, CA)."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        remote = validate(data, RemoteClientFile, source=str(path))
+        tls = RemoteTls(
+            cert=Path(remote.cert_file).read_bytes(),
+            key=remote.key_file.get_secret_value().encode(),
+            ca=Path(remote.ca_file).read_bytes(),
+            server_name=remote.server_name,
+        )
+    except ConfigError as exc:
+        raise CliError(f"{exc} (from {origin})", ExitCode.USAGE) from None
+    except FileNotFoundError:
+        raise CliError(f"{path} (from {origin}): file not found", ExitCode.USAGE) from None
+    except OSError as exc:
+        raise CliError(
+            f"{path} (from {origin}): cannot read: {exc.strerror}", ExitCode.USAGE
+        ) from None
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise CliError(f"{path} (from {origin}): not valid TOML: {exc}", ExitCode.USAGE) from None
+    return Target(remote.address, Path(), f"{path} (from {origin})", tls)
 
 
 def _coordinator_table(path: Path) -> CoordinatorSection:
@@ -201,7 +248,12 @@ def discover_config(config: Path | None) -> tuple[Path | None, str]:
 def resolve_target(config: Path | None, coordinator: str | None) -> Target:
     """The coordinator to call: --coordinator, else $RINGSNAP_COORDINATOR, else the `listen` of
     the config (`discover_config`: --config, $RINGSNAP_CONFIG, /etc/ringsnap/coordinator.toml if
-    it exists), else 127.0.0.1:7444. The API token is found next to that config's catalog."""
+    it exists), else 127.0.0.1:7444. The API token is found next to that config's catalog.
+
+    With $RINGSNAP_REMOTE (an operator on another host), the coordinator's remote listener named
+    by that file instead, over mutual TLS with the operator's certificate."""
+    if os.environ.get(REMOTE_ENV) and not coordinator:
+        return remote_target(Path(os.environ[REMOTE_ENV]), f"${REMOTE_ENV}")
     section = CoordinatorSection()
     source = "the default address"
     path, origin = discover_config(config)
@@ -229,6 +281,23 @@ def resolve_target(config: Path | None, coordinator: str | None) -> Target:
     return Target(address, token_file, source)
 
 
+def open_channel(target: Target) -> grpc.Channel:
+    """A channel to `target`: mutual TLS for a remote listener, else loopback with the token."""
+    if target.tls is not None:
+        tls = target.tls
+        options = [("grpc.ssl_target_name_override", tls.server_name)] if tls.server_name else []
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=tls.ca, private_key=tls.key, certificate_chain=tls.cert
+        )
+        return grpc.secure_channel(target.address, credentials, options=options)
+    token = _token(target)
+    local = grpc.composite_channel_credentials(
+        grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP),
+        grpc.access_token_call_credentials(token),
+    )
+    return grpc.secure_channel(target.address, local)
+
+
 def _reason(error: grpc.RpcError) -> str:
     call: Any = error
     try:
@@ -253,12 +322,7 @@ class Coordinator:
 
     def __init__(self, target: Target) -> None:
         self.target = target
-        token = _token(target)
-        credentials = grpc.composite_channel_credentials(
-            grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP),
-            grpc.access_token_call_credentials(token),
-        )
-        self._channel = grpc.secure_channel(target.address, credentials)
+        self._channel = open_channel(target)
         self.stub = coordinator_pb2_grpc.CoordinatorServiceStub(self._channel)
 
     def close(self) -> None:
@@ -296,6 +360,17 @@ class Coordinator:
                 ExitCode.UNREACHABLE,
                 reason="UNREACHABLE",
                 hint=START_HINT,
+            )
+        if self.target.tls is not None and code in (
+            grpc.StatusCode.UNAUTHENTICATED,
+            grpc.StatusCode.PERMISSION_DENIED,
+        ):
+            return CliError(
+                f"the coordinator at {self.target.address} refused this client: {details}",
+                ExitCode.USAGE,
+                reason=code.name,
+                hint=f"the client certificate comes from {self.target.source}; the coordinator's"
+                " [remote] clients list gives each identity its role",
             )
         if code is grpc.StatusCode.UNAUTHENTICATED:
             return CliError(
@@ -369,17 +444,22 @@ def _token(target: Target) -> str:
 
 def answers(target: Target, timeout: float = 3.0) -> bool:
     """Whether a coordinator's health service answers at `target` (no token needed)."""
-    return _answers(target.address, timeout)
+    if target.tls is None:
+        return _answers(target.address, timeout)
+    with open_channel(target) as channel:
+        return _healthy(channel, timeout)
 
 
 def _answers(address: str, timeout: float = 3.0) -> bool:
     """Whether the health service answers at `address` (it needs no token)."""
     credentials = grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP)
     with grpc.secure_channel(address, credentials) as channel:
-        try:
-            health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(), timeout=timeout
-            )
-        except grpc.RpcError:
-            return False
+        return _healthy(channel, timeout)
+
+
+def _healthy(channel: grpc.Channel, timeout: float) -> bool:
+    try:
+        health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout)
+    except grpc.RpcError:
+        return False
     return True

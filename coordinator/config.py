@@ -26,6 +26,7 @@ from pydantic import (
 
 from ringsnap import names
 from ringsnap.config import SecretFile, Section, TlsFiles, load
+from ringsnap.coordinator.access import Role
 from ringsnap.coordinator.model import QuiesceMode, SnapshotKind, VolumeRole
 from ringsnap.coordinator.retention import RetentionPolicy
 from ringsnap.coordinator.scheduler import Schedule, cron_trigger
@@ -122,6 +123,30 @@ class TlsSection(TlsFiles):
     agent_server_name: str | None = Field(default=None, min_length=1)
 
 
+class RemoteClientSection(Section):
+    #: A client certificate's subject common name or subject alternative name (DNS, URI, e-mail).
+    identity: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")]
+    role: Role
+
+
+class RemoteSection(TlsFiles):
+    """The coordinator API for operators on other hosts, over mutual TLS (`[remote]`): this
+    listener's certificate and key, the CA the clients' certificates must chain to, and the
+    allow-list of client identities with their roles. The loopback listener stays as it is."""
+
+    listen: ListenAddress
+    clients: list[RemoteClientSection] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_identities(self) -> RemoteSection:
+        seen: set[str] = set()
+        for client in self.clients:
+            if client.identity in seen:
+                raise ValueError(f"identity {client.identity!r} is listed twice in remote.clients")
+            seen.add(client.identity)
+        return self
+
+
 class VolumeSection(Section):
     #: The array's name in `[arrays.<name>]`.
     array: Name
@@ -143,6 +168,18 @@ class NodeSection(Section):
         if VolumeRole.DATA_AND_COMMITLOG in roles:
             return []
         return [role for role in (VolumeRole.DATA, VolumeRole.COMMITLOG) if role not in roles]
+
+
+class DrillSection(Section):
+    """`[clusters.drill]`: where the cluster's backups are drilled (see docs/drills.md)."""
+
+    #: HOST:PORT of the drill host's ringsnap-agent (an agent with a `[drill]` section); the same
+    #: [tls] as the nodes' agents.
+    agent: AgentAddress
+    #: At most this many nodes drilled at once (`ringsnap drill --parallel`).
+    max_parallel: int = Field(default=1, ge=1, le=64)
+    #: The drill host tears a node's drill down by itself after this long.
+    deadline_seconds: float = Field(default=1800.0, gt=0, le=86400)
 
 
 class ClusterSection(Section):
@@ -170,11 +207,18 @@ class ClusterSection(Section):
     #: Names of the nodes that are Cassandra seeds: a restore starts them first, then the others.
     #: Default: none named, so a restore starts the first target node first.
     seeds: list[Name] = Field(default_factory=list)
+    #: The drill host for restore drills of this cluster's backups; none: no drills.
+    drill: DrillSection | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> ClusterSection:
         if (self.cql_username is None) != (self.cql_password_file is None):
             raise ValueError("set both cql_username and cql_password_file, or neither")
+        if self.drill is not None and self.drill.agent in {n.agent for n in self.nodes}:
+            raise ValueError(
+                f"drill.agent {self.drill.agent} is the agent of a node of cluster {self.name}:"
+                " drills run on a drill host of their own"
+            )
         unknown = sorted(set(self.seeds) - {node.name for node in self.nodes})
         if unknown:
             raise ValueError(f"seeds {', '.join(unknown)} are not nodes of cluster {self.name}")
@@ -260,6 +304,7 @@ class CoordinatorConfig(Section):
     arrays: dict[Name, ArraySection] = Field(default_factory=dict)
     schedules: list[ScheduleSection] = Field(default_factory=list)
     retention: dict[Name, RetentionSection] = Field(default_factory=dict)
+    remote: RemoteSection | None = None
 
     @model_validator(mode="after")
     def _references(self, info: ValidationInfo) -> CoordinatorConfig:

@@ -30,7 +30,7 @@ from ringsnap.coordinator.apitoken import remove_token, token_path, write_token
 from ringsnap.coordinator.assembly import load_config, open_coordinator
 from ringsnap.coordinator.config import DEFAULT_CONFIG_PATH, CoordinatorConfig
 from ringsnap.coordinator.metrics import MetricsServer
-from ringsnap.coordinator.server import CoordinatorServer, loopback_problem
+from ringsnap.coordinator.server import CoordinatorServer, RemoteListener, loopback_problem
 from ringsnap.errors import ConfigError, RingsnapError
 from ringsnap.plugins.registry import open_driver
 
@@ -109,7 +109,8 @@ async def serve(config: CoordinatorConfig, source: str) -> None:
         with _metrics(config, coordinator.metrics.registry) as metrics:
             token_file = token_path(config.coordinator.catalog)
             token = write_token(token_file)
-            server = CoordinatorServer(coordinator, listen, token, str(token_file))
+            remote = RemoteListener.from_config(config.remote) if config.remote else None
+            server = CoordinatorServer(coordinator, listen, token, str(token_file), remote)
             watchdog: asyncio.Task[None] | None = None
             try:
                 port = await server.start()

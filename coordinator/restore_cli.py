@@ -16,6 +16,7 @@ import asyncio
 import dataclasses
 import enum
 import json
+import os
 import sys
 import time
 import tomllib
@@ -34,6 +35,7 @@ from ringsnap.coordinator import render
 from ringsnap.coordinator.assembly import load_config
 from ringsnap.coordinator.catalog import Catalog, CatalogLockedError
 from ringsnap.coordinator.client import (
+    REMOTE_ENV,
     CliError,
     ExitCode,
     Target,
@@ -433,8 +435,6 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
                 ExitCode.USAGE,
                 reason="INVALID_ARGUMENT",
             )
-        config_file = config_path(config)
-        loaded = load_config(config_file)
         options = RestoreOptions(
             backup_id=backup,
             nodes=tuple(n.strip() for n in nodes.split(",") if n.strip()),
@@ -445,14 +445,22 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
             resume=resume,
             as_json=as_json,
         )
-        opened = _open_catalog(loaded, config_file)
         result: RestoreRecord | dict[str, Any]
-        if isinstance(opened, Catalog):
-            result = asyncio.run(_restore(loaded, opened, options))
-        else:
+        if config is None and os.environ.get(REMOTE_ENV):
+            # An operator on another host: the daemon restores, reached by its remote listener.
             from ringsnap.coordinator import restore_remote
 
-            result = restore_remote.restore(opened, options)
+            result = restore_remote.restore(resolve_target(None, None), options)
+        else:
+            config_file = config_path(config)
+            loaded = load_config(config_file)
+            opened = _open_catalog(loaded, config_file)
+            if isinstance(opened, Catalog):
+                result = asyncio.run(_restore(loaded, opened, options))
+            else:
+                from ringsnap.coordinator import restore_remote
+
+                result = restore_remote.restore(opened, options)
     except CliError as error:
         _fail(error, as_json)
     except RestoreRefused as error:

@@ -16,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import hmac
 import ipaddress
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -27,7 +29,7 @@ from grpc_health.v1._async import HealthServicer
 from ringsnap import names
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import coordinator_pb2_grpc, types_pb2
-from ringsnap.coordinator import control, messages
+from ringsnap.coordinator import access, control, messages
 from ringsnap.coordinator.agents import AgentError
 from ringsnap.coordinator.backup import BackupFailed, BackupRefused
 from ringsnap.coordinator.canary import CanaryError
@@ -40,6 +42,7 @@ from ringsnap.coordinator.catalog import (
     OperationNotFoundError,
     RestoreNotFoundError,
 )
+from ringsnap.coordinator.config import RemoteSection
 from ringsnap.coordinator.model import RestoreMode
 from ringsnap.coordinator.operations import Operation
 from ringsnap.coordinator.restore import RestoreFailed, RestoreRefused
@@ -52,7 +55,9 @@ from ringsnap.coordinator.service import (
     UnknownPolicyError,
 )
 from ringsnap.errors import RingsnapError, ValidationError
+from ringsnap.grpcauth import guarded, server_credentials
 from ringsnap.logs import get_logger
+from ringsnap.malformed import MalformedRequestInterceptor
 from ringsnap.plugins.errors import DriverError
 from ringsnap.rpcerrors import Context, ErrorStatuses
 
@@ -272,7 +277,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     async def StartRestore(
         self, request: pb.StartRestoreRequest, context: Context
     ) -> types_pb2.Operation:
-        requested_by = _printable(request.requested_by or "api", "requested_by")
+        requested_by = access.attributed(_printable(request.requested_by or "api", "requested_by"))
         confirm = _printable(request.confirm_cluster, "confirm_cluster")
         if request.resume_id:
             operation = await self._coordinator.resume_restore(
@@ -347,8 +352,9 @@ def loopback_problem(listen: str) -> str | None:
     except ValueError:
         pass
     return (
-        f"{listen} is not a loopback address: the coordinator API serves the `ringsnap` CLI on"
-        " this host only (it has no TLS for remote clients); use 127.0.0.1:PORT or [::1]:PORT"
+        f"{listen} is not a loopback address: this listener serves the `ringsnap` CLI on this"
+        " host only; use 127.0.0.1:PORT or [::1]:PORT, and [remote] (mutual TLS, an allow-list"
+        " of client identities with roles) for operators on other hosts"
     )
 
 
@@ -378,13 +384,17 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):
         if handler is None or method.startswith(HEALTH_METHODS):
             return handler
         if self._authorized(handler_call_details.invocation_metadata):
-            return handler
+            return guarded(handler, _log_local_call, method)
         log.warning("refused: missing or wrong API token", method=method)
         return _denied(
             handler,
             f"missing or wrong API token; `ringsnap` reads it from {self._where}, readable by"
             " root and the coordinator's group (ringsnap)",
         )
+
+
+async def _log_local_call(_context: Context, method: str, request: Any) -> None:
+    access.log_call(method, request, "local (API token)")
 
 
 def _denied(
@@ -416,6 +426,27 @@ def _denied(
 # -- the server ------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class RemoteListener:
+    """The mutual-TLS listener for operators on other hosts: address, PEMs and allow-list."""
+
+    listen: str
+    cert: bytes
+    key: bytes
+    ca: bytes
+    clients: Mapping[str, access.Role]
+
+    @classmethod
+    def from_config(cls, section: RemoteSection) -> RemoteListener:
+        return cls(
+            listen=section.listen,
+            cert=Path(section.cert_file).read_bytes(),
+            key=section.key_file.get_secret_value().encode(),
+            ca=Path(section.ca_file).read_bytes(),
+            clients={client.identity: client.role for client in section.clients},
+        )
+
+
 class CoordinatorServer:
     """The API of a started `Coordinator` on `listen` (loopback), with the health service.
 
@@ -425,42 +456,81 @@ class CoordinatorServer:
     await server.stop(grace=5)   # health says NOT_SERVING first; in-flight calls get `grace`
     """
 
-    def __init__(self, coordinator: Coordinator, listen: str, token: str, where: str) -> None:
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        listen: str,
+        token: str,
+        where: str,
+        remote: RemoteListener | None = None,
+    ) -> None:
         problem = loopback_problem(listen)
         if problem is not None:
             raise ValidationError(problem)
         self.coordinator = coordinator
         self.listen = listen
+        self.remote = remote
         self.health = HealthServicer()
         self.port: int | None = None
+        self.remote_port: int | None = None
         self._token = token
         self._where = where
-        self._server: grpc.aio.Server | None = None
+        self._servers: list[grpc.aio.Server] = []
 
     async def start(self) -> int:
+        servicer = CoordinatorServicer(self.coordinator)
+        try:
+            self.port = await self._serve(
+                servicer,
+                TokenInterceptor(self._token, self._where),
+                self.listen,
+                grpc.local_server_credentials(grpc.LocalConnectionType.LOCAL_TCP),
+            )
+            if self.remote is not None:
+                self.remote_port = await self._serve(
+                    servicer,
+                    access.RemoteAccessInterceptor(self.remote.clients),
+                    self.remote.listen,
+                    server_credentials(self.remote.cert, self.remote.key, self.remote.ca),
+                )
+        except BaseException:
+            await self.stop(grace=0)
+            raise
+        for service in ("", SERVICE_NAME):
+            await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        log.info(
+            "coordinator API serving",
+            listen=self.listen,
+            port=self.port,
+            remote=self.remote.listen if self.remote is not None else "off",
+            remote_port=self.remote_port,
+        )
+        return self.port
+
+    async def _serve(
+        self,
+        servicer: CoordinatorServicer,
+        interceptor: grpc.aio.ServerInterceptor,
+        listen: str,
+        credentials: grpc.ServerCredentials,
+    ) -> int:
         server = grpc.aio.server(
-            interceptors=[TokenInterceptor(self._token, self._where)],
+            interceptors=[interceptor, MalformedRequestInterceptor()],
             options=[
                 ("grpc.max_receive_message_length", 1024 * 1024),
                 ("grpc.so_reuseport", 0),
             ],
         )
-        coordinator_pb2_grpc.add_CoordinatorServiceServicer_to_server(
-            CoordinatorServicer(self.coordinator), server
-        )
+        coordinator_pb2_grpc.add_CoordinatorServiceServicer_to_server(servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        credentials = grpc.local_server_credentials(grpc.LocalConnectionType.LOCAL_TCP)
         try:
-            port = server.add_secure_port(self.listen, credentials)
+            port = server.add_secure_port(listen, credentials)
         except RuntimeError as exc:
-            raise RingsnapError(f"cannot listen on {self.listen}: {exc}") from None
+            raise RingsnapError(f"cannot listen on {listen}: {exc}") from None
         if port == 0:
-            raise RingsnapError(f"cannot listen on {self.listen} (address in use?)")
+            raise RingsnapError(f"cannot listen on {listen} (address in use?)")
         await server.start()
-        self._server, self.port = server, port
-        for service in ("", SERVICE_NAME):
-            await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
-        log.info("coordinator API serving", listen=self.listen, port=port)
+        self._servers.append(server)
         return port
 
     async def enter_shutdown(self) -> None:
@@ -469,7 +539,7 @@ class CoordinatorServer:
 
     async def stop(self, grace: float = 5.0) -> None:
         await self.enter_shutdown()
-        if self._server is not None:
-            server, self._server = self._server, None
-            await server.stop(grace)
+        servers, self._servers = self._servers, []
+        if servers:
+            await asyncio.gather(*(server.stop(grace) for server in servers))
             log.info("coordinator API stopped")

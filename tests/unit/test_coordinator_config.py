@@ -256,3 +256,52 @@ def test_a_native_cluster_refuses_array_volumes_and_an_array_cluster_needs_them(
     assert caught.value.key == "clusters.0.nodes.0"
     assert "no volume with role data or commitlog" in caught.value.problem
     assert 'snapshots = "native"' in caught.value.problem
+
+
+def _remote(files: Path, clients: str) -> str:
+    return (
+        valid(files)
+        + f"""
+[remote]
+listen = "0.0.0.0:7445"
+cert_file = "{files}/coordinator.crt"
+key_file = "{files}/coordinator.key"
+ca_file = "{files}/ca.crt"
+{clients}
+"""
+    )
+
+
+def test_the_remote_listener_has_an_allow_list_with_roles(files: Path) -> None:
+    clients = (
+        '[[remote.clients]]\nidentity = "alice@oncall"\nrole = "operator"\n'
+        '[[remote.clients]]\nidentity = "bob@oncall"\nrole = "viewer"\n'
+    )
+    config = load_config(write(files, _remote(files, clients)))
+    assert config.remote is not None and config.remote.listen == "0.0.0.0:7445"
+    assert [(c.identity, c.role.value) for c in config.remote.clients] == [
+        ("alice@oncall", "operator"),
+        ("bob@oncall", "viewer"),
+    ]
+    assert "key-material" not in str(redacted(config))
+
+
+@pytest.mark.parametrize(
+    ("clients", "key", "problem"),
+    [
+        ("", "remote.clients", "required key is missing"),
+        ('[[remote.clients]]\nidentity = "a"\nrole = "admin"\n', "remote.clients.0.role", "viewer"),
+        (
+            '[[remote.clients]]\nidentity = "a"\nrole = "viewer"\n'
+            '[[remote.clients]]\nidentity = "a"\nrole = "operator"\n',
+            "remote",
+            "listed twice",
+        ),
+    ],
+)
+def test_a_bad_allow_list_names_the_key(files: Path, clients: str, key: str, problem: str) -> None:
+    path = write(files, _remote(files, clients))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert caught.value.key == key, caught.value
+    assert problem in caught.value.problem
