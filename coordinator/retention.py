@@ -2,6 +2,8 @@
 
 The rules, in the order a backup earns its reasons (a backup is kept if it has any):
 - the newest complete backup is never removed;
+- the newest proven backup (a restore or a restore drill proved it) is never removed: when every
+  newer backup turns out unrestorable, it is the one known to work;
 - `min_count`: the newest N usable backups (complete or partial);
 - `max_age`: every usable backup started less than `max_age` before `now`;
 - buckets, as restic's `--keep-hourly/daily/weekly/monthly`: for each of the N most recent hours
@@ -28,9 +30,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from ringsnap.coordinator.model import BackupState, BackupSummary
+from ringsnap.coordinator.model import BackupState, BackupSummary, Verification
 
 NEWEST_COMPLETE = "newest complete backup (never removed)"
+NEWEST_PROVEN = "newest proven backup (never removed)"
 BEYOND_BUCKETS = "beyond all buckets"
 RUNNING = "running (never judged by retention)"
 
@@ -202,6 +205,9 @@ def apply_policy(
     newest_complete = next((b for b, _ in usable if b.state is BackupState.COMPLETE), None)
     if newest_complete is not None:
         reasons[newest_complete.id].append(NEWEST_COMPLETE)
+    newest_proven = next((b for b, _ in usable if b.verification is Verification.PROVEN), None)
+    if newest_proven is not None:
+        reasons[newest_proven.id].append(NEWEST_PROVEN)
     for rank, (backup, _) in enumerate(usable[: policy.min_count], start=1):
         reasons[backup.id].append(f"min_count #{rank}")
     if policy.max_age is not None:
