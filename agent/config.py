@@ -169,6 +169,51 @@ class VolumesSection(Section):
     hook_timeout_seconds: float = Field(default=120.0, gt=0, le=3600)
 
 
+DEFAULT_DRILL_WORK_DIRECTORY = Path("/var/lib/ringsnap/agent/drills")
+
+
+def _heap(value: str) -> str:
+    if not value[:-1].isdigit() or value[-1:] not in ("M", "G") or int(value[:-1]) == 0:
+        raise ValueError(f"{value!r} is not a heap size like '512M' or '2G'")
+    return value
+
+
+class DrillSection(Section):
+    """Restore drills: this agent may start a backed-up node on clones of its volumes, in a network
+    namespace of its own (`ringsnap.agent.drill`). Without this section StartDrill is refused.
+
+    Cassandra runs either from `command` (an argv that runs Cassandra in the foreground; `{conf}`,
+    `{heap}` and `{work}` in it become the generated config directory, the heap and the drill's
+    work directory) or from `cassandra_home` (its `lib/*` jars) with `java` and `jvm_options`.
+    """
+
+    command: Argv | None = None
+    cassandra_home: AbsolutePath | None = None
+    java: str = "java"
+    #: Extra JVM options for `cassandra_home` (e.g. Java 17's --add-exports/--add-opens list).
+    jvm_options: list[str] = Field(default_factory=list)
+    #: -Xms/-Xmx of the drill node: small, it runs beside production on the drill host.
+    heap: Annotated[str, AfterValidator(_heap)] = "512M"
+    #: Per drill: the generated cassandra.yaml, logs, hints and saved caches.
+    work_directory: AbsolutePath = DEFAULT_DRILL_WORK_DIRECTORY
+    #: How long Cassandra gets to answer CQL inside its namespace.
+    start_timeout_seconds: float = Field(default=300.0, gt=0, le=3600)
+    #: Between SIGTERM and SIGKILL when a drill node is stopped.
+    stop_timeout_seconds: float = Field(default=60.0, gt=0, le=600)
+    #: Longest deadline a StartDrill may ask for (also the deadline when it asks for none).
+    max_deadline_seconds: float = Field(default=3600.0, gt=0, le=86400)
+    #: Drills running at once on this agent; more are refused with RESOURCE_EXHAUSTED.
+    max_parallel: int = Field(default=1, ge=1, le=16)
+    #: The Python that runs the CQL probe inside the namespace (default: the agent's own).
+    python: AbsolutePath | None = None
+
+    @model_validator(mode="after")
+    def _one_way_to_run(self) -> DrillSection:
+        if (self.command is None) == (self.cassandra_home is None):
+            raise ValueError("set exactly one of command and cassandra_home")
+        return self
+
+
 class LogSection(Section):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -184,6 +229,8 @@ class AgentConfig(Section):
     cassandra: CassandraSection
     freeze: FreezeSection = Field(default_factory=FreezeSection)
     volumes: VolumesSection = Field(default_factory=VolumesSection)
+    #: Only on a drill host.
+    drill: DrillSection | None = None
     log: LogSection = Field(default_factory=LogSection)
 
 

@@ -1,0 +1,436 @@
+"""Clones of backed-up volumes attached beside the live ones (drills, table restores, exports).
+
+    mounter = CloneMounter(settings, state_directory)
+    mounts = await mounter.mount("drill-1", volumes, read_only=False)
+    ...
+    await mounter.unmount("drill-1")
+
+Each clone is attached by the configured `[volumes] attach_command` (the same hook a clone restore
+uses: RINGSNAP_VOLUME, RINGSNAP_ARRAY, RINGSNAP_SERIAL, RINGSNAP_WWN in its environment; its last
+stdout line is the device) and mounted at `<state>/clones/<purpose>/<role>[-n]`. A clone carries
+the filesystem UUID of the live volume, possibly on the same host, so XFS is mounted with `nouuid`;
+read-only mounts also skip log recovery (`norecovery` for XFS, `noload` for ext4) so that nothing
+is written to the clone at all.
+
+Safety: the record `<state>/clones/<purpose>.json` is written (fsynced) before each attach and
+after each step, so that a restarted agent finds and tears down what a crash left; a purpose is
+mounted once, with the same volumes (asking again returns the same mounts, other volumes are
+refused); unmounting never is lazy: a busy clone stays mounted and the call fails naming why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shlex
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from ringsnap import logs
+from ringsnap.agent import process
+from ringsnap.agent.config import VolumesSection
+from ringsnap.agent.durable import write_durably
+from ringsnap.agent.errors import CommandFailed, CommandTimeout, Conflict, NotFound
+from ringsnap.agent.mounts import Host
+from ringsnap.agent.restore import check_mount_point, check_volume_name
+from ringsnap.errors import ValidationError
+
+log = logs.get_logger(__name__)
+
+CLONES_DIRECTORY = "clones"
+ROLES = ("data", "commitlog")
+_PURPOSE_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+#: Array names, serials and WWNs reach the hook's environment: nothing but plain words.
+_WORD = re.compile(r"[A-Za-z0-9_.:-]{0,255}")
+_ENV_PREFIX = "RINGSNAP_"
+_BLKID_TIMEOUT_SECONDS = 60.0
+#: States of one clone in its record, in order.
+ATTACHING = "attaching"
+ATTACHED = "attached"
+MOUNTED = "mounted"
+
+
+def check_purpose_id(value: str) -> str:
+    if not _PURPOSE_ID.fullmatch(value):
+        raise ValidationError(
+            f"invalid purpose id {value!r}: use 1-63 lowercase letters, digits and '-',"
+            " starting with a letter or digit"
+        )
+    return value
+
+
+def _check_word(value: str, what: str) -> str:
+    if not _WORD.fullmatch(value) or value.startswith("-"):
+        raise ValidationError(
+            f"invalid {what} {value!r}: use letters, digits, '_', '.', ':' or '-' only"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class CloneVolume:
+    """One clone to attach, as the coordinator names it."""
+
+    role: str
+    array: str
+    volume: str
+    serial: str = ""
+    wwn: str = ""
+    source_mount_point: str = ""
+
+    def checked(self) -> CloneVolume:
+        if self.role not in ROLES:
+            raise ValidationError(
+                f"clone {self.volume!r}: role {self.role!r} is not one of {', '.join(ROLES)}"
+            )
+        check_volume_name(self.volume)
+        _check_word(self.array, "array name")
+        _check_word(self.serial, "serial")
+        _check_word(self.wwn, "WWN")
+        return replace(self, source_mount_point=check_mount_point(self.source_mount_point))
+
+
+@dataclass(frozen=True, slots=True)
+class MountedClone:
+    """One clone of a purpose: what was asked, and how far attaching and mounting went."""
+
+    role: str
+    array: str
+    volume: str
+    serial: str
+    wwn: str
+    source_mount_point: str
+    mount_point: str
+    state: str = ATTACHING
+    device: str = ""
+    fs_type: str = ""
+    options: tuple[str, ...] = ()
+
+    @property
+    def request(self) -> CloneVolume:
+        return CloneVolume(
+            self.role, self.array, self.volume, self.serial, self.wwn, self.source_mount_point
+        )
+
+
+@dataclass(slots=True)
+class CloneRecord:
+    purpose_id: str
+    read_only: bool
+    clones: list[MountedClone] = field(default_factory=list)
+
+
+class CloneRecords:
+    """`<directory>/<purpose>.json`, one per purpose, written durably (0600)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def path(self, purpose_id: str) -> Path:
+        return self.directory / f"{check_purpose_id(purpose_id)}.json"
+
+    def load(self, purpose_id: str) -> CloneRecord | None:
+        path = self.path(purpose_id)
+        try:
+            document = json.loads(path.read_bytes())
+            clones = [
+                MountedClone(**{**item, "options": tuple(item.get("options", ()))})
+                for item in document["clones"]
+            ]
+            return CloneRecord(purpose_id, bool(document["read_only"]), clones)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise Conflict(
+                f"clone record {path} is unreadable ({exc}); unmount and detach what it names by"
+                " hand, then remove it"
+            ) from None
+
+    def save(self, record: CloneRecord) -> None:
+        payload = {
+            "purpose_id": record.purpose_id,
+            "read_only": record.read_only,
+            "clones": [asdict(clone) for clone in record.clones],
+        }
+        write_durably(self.path(record.purpose_id), json.dumps(payload, indent=1).encode())
+
+    def remove(self, purpose_id: str) -> None:
+        self.path(purpose_id).unlink(missing_ok=True)
+
+    def purposes(self) -> list[str]:
+        try:
+            names = sorted(os.listdir(self.directory))
+        except FileNotFoundError:
+            return []
+        return [
+            name.removesuffix(".json")
+            for name in names
+            if name.endswith(".json") and _PURPOSE_ID.fullmatch(name.removesuffix(".json"))
+        ]
+
+
+def mount_options(fs_type: str, read_only: bool) -> tuple[str, ...]:
+    """A clone has the live volume's filesystem UUID: XFS refuses a second mount of the same UUID
+    without `nouuid`. Read-only mounts skip journal replay too, so not one block is written."""
+    options: list[str] = []
+    if fs_type == "xfs":
+        options.append("nouuid")
+    if read_only:
+        options.append("ro")
+        if fs_type == "xfs":
+            options.append("norecovery")
+        elif fs_type in ("ext3", "ext4"):
+            options.append("noload")
+    return tuple(options)
+
+
+def mount_points_for(base: Path, volumes: Sequence[CloneVolume]) -> list[str]:
+    """`<base>/<role>`, then `<role>-2`, `<role>-3` for further volumes of the same role."""
+    seen: dict[str, int] = {}
+    points = []
+    for volume in volumes:
+        seen[volume.role] = seen.get(volume.role, 0) + 1
+        suffix = "" if seen[volume.role] == 1 else f"-{seen[volume.role]}"
+        points.append(str(base / f"{volume.role}{suffix}"))
+    return points
+
+
+class CloneMounter:
+    """MountClones and UnmountClones for one agent; one call at a time."""
+
+    def __init__(
+        self,
+        settings: VolumesSection,
+        state_directory: Path,
+        *,
+        host: Host | None = None,
+        before_unmount: Callable[[str], Awaitable[None]] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.directory = state_directory / CLONES_DIRECTORY
+        self.records = CloneRecords(self.directory)
+        self.host = host or Host()
+        #: Called with the purpose before its clones are unmounted (a drill stops its node).
+        self.before_unmount = before_unmount
+        self._lock = asyncio.Lock()
+
+    def base(self, purpose_id: str) -> Path:
+        return self.directory / check_purpose_id(purpose_id)
+
+    def mounted(self, purpose_id: str) -> list[MountedClone]:
+        """The clones of a purpose that are mounted now (NotFound if it has none)."""
+        record = self.records.load(purpose_id)
+        if record is None or not record.clones:
+            raise NotFound(f"no clones are mounted for {purpose_id!r}; call MountClones first")
+        missing = [c.volume for c in record.clones if c.state != MOUNTED]
+        if missing:
+            raise Conflict(
+                f"clones {', '.join(missing)} of {purpose_id!r} are not mounted (a MountClones"
+                " did not finish); call MountClones again"
+            )
+        return record.clones
+
+    async def mount(
+        self, purpose_id: str, volumes: Sequence[CloneVolume], *, read_only: bool
+    ) -> list[MountedClone]:
+        check_purpose_id(purpose_id)
+        wanted = [volume.checked() for volume in volumes]
+        if not wanted:
+            raise ValidationError(f"MountClones for {purpose_id!r} names no volume")
+        names = [volume.volume for volume in wanted]
+        if len(set(names)) != len(names):
+            raise ValidationError(f"MountClones for {purpose_id!r} names a volume twice")
+        if not self.settings.attach_command:
+            raise Conflict(
+                "MountClones needs [volumes] attach_command in the agent's configuration: it is"
+                " what attaches a clone to this host"
+            )
+        async with self._lock:
+            record = self.records.load(purpose_id)
+            points = mount_points_for(self.base(purpose_id), wanted)
+            if record is None:
+                record = CloneRecord(
+                    purpose_id,
+                    read_only,
+                    [
+                        MountedClone(
+                            volume.role,
+                            volume.array,
+                            volume.volume,
+                            volume.serial,
+                            volume.wwn,
+                            volume.source_mount_point,
+                            point,
+                        )
+                        for volume, point in zip(wanted, points, strict=True)
+                    ],
+                )
+            elif [c.request for c in record.clones] != wanted or record.read_only != read_only:
+                raise Conflict(
+                    f"{purpose_id!r} was mounted with other clones"
+                    f" ({', '.join(c.volume for c in record.clones)},"
+                    f" read_only={record.read_only}); UnmountClones it first"
+                )
+            self.records.save(record)
+            for index, clone in enumerate(record.clones):
+                if clone.state != MOUNTED:
+                    record.clones[index] = await self._mount_one(record, index)
+            log.warning(
+                "clones mounted",
+                purpose_id=purpose_id,
+                read_only=read_only,
+                mounts={c.volume: c.mount_point for c in record.clones},
+            )
+            return list(record.clones)
+
+    async def _mount_one(self, record: CloneRecord, index: int) -> MountedClone:
+        clone = record.clones[index]
+
+        def save(updated: MountedClone) -> MountedClone:
+            record.clones[index] = updated
+            self.records.save(record)
+            return updated
+
+        if clone.state == ATTACHING or not clone.device:
+            assert self.settings.attach_command is not None
+            result = await self._hook("attach_command", self.settings.attach_command, clone)
+            lines = result.stdout.rstrip().splitlines()
+            device = lines[-1].strip() if lines else ""
+            if not device and clone.wwn:
+                device = f"/dev/disk/by-id/wwn-0x{clone.wwn.lower().removeprefix('0x')}"
+            if not device.startswith("/") or "\x00" in device:
+                raise CommandFailed(
+                    f"[volumes] attach_command gave {device[:200]!r} for clone {clone.volume}:"
+                    " its last stdout line must be the device's absolute path"
+                )
+            device = os.path.normpath(device)
+            if self.host.block_device_number(device) is None:
+                raise CommandFailed(
+                    f"[volumes] attach_command named {device} for clone {clone.volume}, but it is"
+                    " not a block device"
+                )
+            clone = save(replace(clone, state=ATTACHED, device=device))
+        current = {entry.mount_point: entry for entry in self.host.entries()}.get(clone.mount_point)
+        if current is not None:
+            if self.host.block_device_number(current.source) != self.host.block_device_number(
+                clone.device
+            ):
+                raise Conflict(
+                    f"{clone.mount_point} has {current.source} mounted, not clone {clone.volume}"
+                    f" ({clone.device}); unmount it by hand"
+                )
+            return save(replace(clone, state=MOUNTED))
+        busy = await asyncio.to_thread(self.host.busy_reason, clone.device)
+        if busy:
+            raise Conflict(f"clone {clone.volume} ({clone.device}) cannot be mounted: {busy}")
+        fs_type = await self.fs_type(clone.device)
+        if not fs_type:
+            raise Conflict(f"clone {clone.volume} ({clone.device}) holds no filesystem blkid knows")
+        options = mount_options(fs_type, record.read_only)
+        Path(clone.mount_point).mkdir(mode=0o700, parents=True, exist_ok=True)
+        await self.host.mount(clone.device, clone.mount_point, fs_type, options)
+        log.warning(
+            "clone mounted",
+            purpose_id=record.purpose_id,
+            volume=clone.volume,
+            device=clone.device,
+            mount_point=clone.mount_point,
+            options=list(options),
+        )
+        return save(replace(clone, state=MOUNTED, fs_type=fs_type, options=options))
+
+    async def unmount(self, purpose_id: str) -> list[str]:
+        """Unmount and detach every clone recorded for the purpose; [] if there is none."""
+        check_purpose_id(purpose_id)
+        if self.before_unmount is not None:
+            await self.before_unmount(purpose_id)
+        async with self._lock:
+            return await self._unmount(purpose_id)
+
+    async def _unmount(self, purpose_id: str) -> list[str]:
+        record = self.records.load(purpose_id)
+        if record is None:
+            return []
+        detached: list[str] = []
+        mounted = {entry.mount_point for entry in self.host.entries()}
+        for index, clone in reversed(list(enumerate(record.clones))):
+            if clone.mount_point in mounted:
+                try:
+                    await self.host.umount(clone.mount_point)
+                except (CommandFailed, CommandTimeout) as exc:
+                    raise Conflict(
+                        f"clone {clone.volume} at {clone.mount_point} cannot be unmounted ({exc});"
+                        " stop what holds it, then call UnmountClones again"
+                    ) from None
+                log.warning("clone unmounted", purpose_id=purpose_id, mount_point=clone.mount_point)
+            if clone.device and self.settings.detach_command:
+                await self._hook("detach_command", self.settings.detach_command, clone)
+            record.clones[index] = replace(clone, state=ATTACHING, device="")
+            self.records.save(record)
+            detached.append(clone.volume)
+            _remove_empty(Path(clone.mount_point))
+        _remove_empty(self.base(purpose_id))
+        self.records.remove(purpose_id)
+        log.warning("clones detached", purpose_id=purpose_id, volumes=detached)
+        return sorted(detached)
+
+    async def recover(self) -> None:
+        """Tear down every clone a previous process left (logged): nobody is using them now."""
+        for purpose_id in self.records.purposes():
+            log.warning("tearing down clones left by a previous agent", purpose_id=purpose_id)
+            try:
+                await self.unmount(purpose_id)
+            except (Conflict, CommandFailed, CommandTimeout) as exc:
+                log.error(
+                    "clones left by a previous agent could not be torn down",
+                    purpose_id=purpose_id,
+                    error=str(exc)[:500],
+                )
+
+    async def fs_type(self, device: str) -> str:
+        """The filesystem type on `device` (blkid, bypassing its cache); "" if none."""
+        return await filesystem_type(device)
+
+    async def _hook(
+        self, key: str, argv: Sequence[str], clone: MountedClone
+    ) -> process.CommandResult:
+        environment = {k: v for k, v in os.environ.items() if not k.startswith(_ENV_PREFIX)}
+        environment.update(
+            RINGSNAP_OPERATION=Path(clone.mount_point).parent.name,
+            RINGSNAP_MOUNT_POINT=clone.mount_point,
+            RINGSNAP_DEVICE=clone.device,
+            RINGSNAP_FS_UUID="",
+            RINGSNAP_KINDS=clone.role,
+            RINGSNAP_SERIAL=clone.serial,
+            RINGSNAP_WWN=clone.wwn,
+            RINGSNAP_ARRAY=clone.array,
+            RINGSNAP_VOLUME=clone.volume,
+        )
+        result = await process.run(
+            argv,
+            timeout=self.settings.hook_timeout_seconds,
+            env=environment,
+            display=f"[volumes] {key} ({shlex.join(argv)})",
+        )
+        log.info("clone hook ran", hook=key, volume=clone.volume, seconds=round(result.seconds, 3))
+        return result
+
+
+async def filesystem_type(device: str) -> str:
+    result = await process.run(
+        ["blkid", "-p", "-o", "value", "-s", "TYPE", device],
+        timeout=_BLKID_TIMEOUT_SECONDS,
+        check=False,
+    )
+    lines = result.stdout.strip().splitlines() if result.returncode == 0 else []
+    return lines[-1].strip() if lines else ""
+
+
+def _remove_empty(path: Path) -> None:
+    # Not empty (then never deleted) or already gone: either way nothing to do.
+    with contextlib.suppress(OSError):
+        path.rmdir()

@@ -1,0 +1,225 @@
+"""The drills of one agent: StartDrill, GetDrill, GetDrillManifest, StopDrill.
+
+- An agent without a `[drill]` section refuses StartDrill (FAILED_PRECONDITION, naming it).
+- At most `max_parallel` drills run at once; more are refused (RESOURCE_EXHAUSTED).
+- Every drill has a deadline (the request's, capped by `max_deadline_seconds`): when it passes, the
+  agent stops the node, deletes the namespace and unmounts and detaches the drill's clones by
+  itself, as a freeze lease thaws: a coordinator that vanished leaves nothing behind.
+- Each drill is recorded (`<[volumes] state_directory>/drills/<id>.json`) before its namespace is
+  made; an agent that starts finds the records and every `ringsnap-drill-*` namespace a crash
+  left, stops their processes and deletes them, and logs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+from ringsnap import logs
+from ringsnap.agent import manifest
+from ringsnap.agent.clones import CloneMounter, check_purpose_id
+from ringsnap.agent.config import DrillSection
+from ringsnap.agent.drill import netns
+from ringsnap.agent.drill.model import STOPPED, DrillRequest, DrillStatus
+from ringsnap.agent.drill.runner import DrillRun, clear_namespace
+from ringsnap.agent.durable import write_durably
+from ringsnap.agent.errors import CommandFailed, CommandTimeout, Conflict, DomainError, NotFound
+
+log = logs.get_logger(__name__)
+
+DRILLS_DIRECTORY = "drills"
+
+
+class TooManyDrills(DomainError):
+    """The drill host runs as many drills as it may (RESOURCE_EXHAUSTED)."""
+
+
+class DrillHost:
+    def __init__(
+        self, settings: DrillSection | None, clones: CloneMounter, state_directory: Path
+    ) -> None:
+        self.settings = settings
+        self.clones = clones
+        self.records = state_directory / DRILLS_DIRECTORY
+        self._drills: dict[str, DrillRun] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._deadlines: dict[str, asyncio.Task[None]] = {}
+        self._lock = asyncio.Lock()
+        clones.before_unmount = self.release
+
+    # -- the calls --------------------------------------------------------------------------------
+
+    def _require(self) -> DrillSection:
+        if self.settings is None:
+            raise Conflict(
+                "this agent is not a drill host: its configuration has no [drill] section"
+                " (how to run Cassandra for a drill, its heap and work directory)"
+            )
+        return self.settings
+
+    async def start_drill(self, request: DrillRequest) -> DrillStatus:
+        settings = self._require()
+        request = request.checked()
+        async with self._lock:
+            existing = self._drills.get(request.drill_id)
+            if existing is not None:
+                if existing.request != _with_deadline(request, existing.request):
+                    raise Conflict(f"drill {request.drill_id!r} was started with another request")
+                return existing.snapshot()
+            running = [d for d, task in self._tasks.items() if not task.done()]
+            if len(running) >= settings.max_parallel:
+                raise TooManyDrills(
+                    f"this drill host runs {len(running)} drill(s) ({', '.join(running)}) and"
+                    f" allows {settings.max_parallel} at once ([drill] max_parallel); retry later"
+                )
+            clones = self.clones.mounted(request.drill_id)
+            deadline = min(
+                request.deadline_seconds or settings.max_deadline_seconds,
+                settings.max_deadline_seconds,
+            )
+            drill = DrillRun(request, settings, clones)
+            self._save_record(drill, deadline)
+            self._drills[request.drill_id] = drill
+            self._tasks[request.drill_id] = asyncio.create_task(drill.run())
+            self._deadlines[request.drill_id] = asyncio.create_task(
+                self._expire(request.drill_id, deadline)
+            )
+            log.warning(
+                "drill started",
+                drill_id=request.drill_id,
+                node=request.node,
+                backup_id=request.backup_id,
+                deadline_seconds=deadline,
+            )
+            return drill.snapshot()
+
+    def get(self, drill_id: str) -> DrillStatus:
+        return self._drill(drill_id).snapshot()
+
+    def manifest(self, drill_id: str) -> Iterator[list[manifest.SSTable]]:
+        """The manifest of the drill's clones (a blocking generator), with each entry's
+        data_directory given as the production path it stands for, as the backup recorded it."""
+        drill = self._drill(drill_id)
+        self.clones.mounted(drill_id)  # still mounted?
+        production = dict(
+            zip(drill.clone_data_directories, drill.request.data_directories, strict=True)
+        )
+
+        def batches() -> Iterator[list[manifest.SSTable]]:
+            for batch in manifest.manifest(list(drill.clone_data_directories)):
+                for table in batch:
+                    table.data_directory = production.get(
+                        table.data_directory, table.data_directory
+                    )
+                yield batch
+
+        return batches()
+
+    async def stop(self, drill_id: str) -> DrillStatus:
+        """Stop the node and delete the namespace now; the clones stay (UnmountClones)."""
+        check_purpose_id(drill_id)
+        drill = self._drills.get(drill_id)
+        if drill is None:
+            # Unknown here (e.g. after a restart, which tore everything down): make sure.
+            await clear_namespace(netns.name_for(drill_id), 10.0)
+            return DrillStatus(drill_id, state=STOPPED, step="", message="no such drill runs here")
+        task = self._tasks.get(drill_id)
+        if task is not None and not task.done():
+            drill.status.message = "stopped by StopDrill"
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await drill.teardown()
+        self._remove_record(drill_id)
+        return drill.snapshot()
+
+    async def release(self, purpose_id: str) -> None:
+        """Before a purpose's clones are unmounted: its drill (if any) is stopped and forgotten."""
+        if purpose_id not in self._drills:
+            return
+        await self.stop(purpose_id)
+        deadline = self._deadlines.pop(purpose_id, None)
+        if deadline is not None and deadline is not asyncio.current_task():
+            deadline.cancel()
+        drill = self._drills.pop(purpose_id)
+        self._tasks.pop(purpose_id, None)
+        shutil.rmtree(drill.work_directory, ignore_errors=True)
+
+    # -- deadlines, records, leftovers ---------------------------------------------------------
+
+    async def _expire(self, drill_id: str, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        log.warning(
+            "drill deadline passed: tearing it down and unmounting its clones",
+            drill_id=drill_id,
+            deadline_seconds=seconds,
+        )
+        drill = self._drills.get(drill_id)
+        if drill is not None and not drill.status.final:
+            drill.status.message = f"the drill's deadline ({seconds:g} s) passed"
+        try:
+            await self.clones.unmount(drill_id)  # stops the drill first (release)
+        except (Conflict, CommandFailed, CommandTimeout) as exc:
+            log.error("drill teardown at its deadline failed", drill_id=drill_id, error=str(exc))
+
+    def _save_record(self, drill: DrillRun, deadline: float) -> None:
+        payload = {
+            "drill_id": drill.request.drill_id,
+            "node": drill.request.node,
+            "namespace": drill.namespace,
+            "work_directory": str(drill.work_directory),
+            "deadline_unix": time.time() + deadline,
+        }
+        write_durably(self.records / f"{drill.request.drill_id}.json", json.dumps(payload).encode())
+
+    def _remove_record(self, drill_id: str) -> None:
+        (self.records / f"{check_purpose_id(drill_id)}.json").unlink(missing_ok=True)
+
+    async def recover(self) -> None:
+        """Tear down what a previous agent process left: drill processes and namespaces (every
+        `ringsnap-drill-*` one: only drills make them), then forget the records."""
+        stop_seconds = self.settings.stop_timeout_seconds if self.settings else 60.0
+        recorded: dict[str, str] = {}
+        with contextlib.suppress(FileNotFoundError):
+            for path in sorted(self.records.glob("*.json")):
+                try:
+                    recorded[json.loads(path.read_text())["namespace"]] = path.stem
+                except (OSError, ValueError, KeyError, TypeError):
+                    log.error("unreadable drill record", record=str(path))
+        for namespace in sorted(set(recorded) | set(netns.existing())):
+            if not namespace.startswith(netns.PREFIX):
+                continue
+            log.warning(
+                "tearing down a drill left by a previous agent",
+                namespace=namespace,
+                drill_id=recorded.get(namespace, namespace.removeprefix(netns.PREFIX)),
+            )
+            await clear_namespace(namespace, stop_seconds)
+        for drill_id in recorded.values():
+            self._remove_record(drill_id)
+
+    async def close(self) -> None:
+        """Stop every drill (the agent is stopping); clones stay recorded for the next start."""
+        for drill_id in list(self._drills):
+            with contextlib.suppress(DomainError):
+                await self.stop(drill_id)
+        for task in self._deadlines.values():
+            task.cancel()
+
+    def _drill(self, drill_id: str) -> DrillRun:
+        check_purpose_id(drill_id)
+        drill = self._drills.get(drill_id)
+        if drill is None:
+            raise NotFound(f"no drill {drill_id!r} on this agent")
+        return drill
+
+
+def _with_deadline(request: DrillRequest, original: DrillRequest) -> DrillRequest:
+    """`request` as `original` would compare to it if only the deadline differed."""
+    return replace(request, deadline_seconds=original.deadline_seconds)
