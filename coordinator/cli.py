@@ -59,9 +59,11 @@ def _sandbox_missing() -> None:
 def _attach_commands() -> None:
     # Imported here so that `ringsnap --help` stays fast and a broken optional part names itself.
     from ringsnap.coordinator import commands, restore_cli
+    from ringsnap.coordinator.drill import cli as drill_cli
 
     commands.register(app)
     app.command("restore")(restore_cli.restore_command)
+    app.command("drill")(drill_cli.drill_command)
     if sandbox_installed():
         from ringsnap.sandbox.cli import app as sandbox_app
 

@@ -1,0 +1,301 @@
+"""`ringsnap drill`: prove a backup restorable without touching production.
+
+Runs in this process, from the coordinator's config and catalog (so it works while the daemon is
+down): the plan (nodes, clones per array, the drill host, expected duration; a drill changes nothing
+in production, so nothing is asked), live progress per node and step, a report per node with its
+proof lines or why it is not proven, and an exit code scripts can use: 0 proven, 6 not proven,
+4 failed, 3 refused, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from ringsnap.coordinator import render
+from ringsnap.coordinator.assembly import load_config
+from ringsnap.coordinator.catalog import Catalog, CatalogLockedError
+from ringsnap.coordinator.client import CliError, ExitCode
+from ringsnap.coordinator.commands import operator_name
+from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.drill.model import DrillRecord, DrillState, DrillVerdict
+from ringsnap.coordinator.drill.plan import DrillPlan, DrillRequest
+from ringsnap.coordinator.drill.session import open_drill_session
+from ringsnap.coordinator.drill.workflow import DrillRefused
+from ringsnap.coordinator.restore_cli import (
+    Output,
+    ProgressPrinter,
+    _exit_code_of,
+    _fail,
+    _jsonable,
+    config_path,
+    err,
+    out,
+    quiet_cql_driver,
+)
+from ringsnap.errors import RingsnapError
+
+EXIT_CODES = {
+    DrillState.PROVEN: ExitCode.OK,
+    DrillState.NOT_PROVEN: ExitCode.NOT_PROVEN,
+    DrillState.FAILED: ExitCode.FAILED,
+    DrillState.INTERRUPTED: ExitCode.INTERRUPTED,
+    DrillState.RUNNING: ExitCode.INTERRUPTED,
+}
+
+
+def plan_document(plan: DrillPlan) -> dict[str, Any]:
+    return {
+        "drill_id": plan.drill_id,
+        "backup_id": plan.backup.id,
+        "cluster": plan.backup.cluster,
+        "backup_started_at": plan.backup.started_at.isoformat(),
+        "drill_host": plan.drill_host,
+        "parallel": plan.parallel,
+        "deadline_seconds": plan.deadline_seconds,
+        "nodes": [
+            {
+                "name": n.name,
+                "host_id": n.host_id,
+                "drill_id_on_host": n.purpose_id,
+                "clones": [
+                    {
+                        "array": v.array,
+                        "volume": v.volume,
+                        "role": v.role,
+                        "stood_at": v.source_mount_point,
+                        "snapshot": next(
+                            (r.snapshot_name for r in n.snapshots if r.array == v.array), ""
+                        ),
+                    }
+                    for v in n.volumes
+                ],
+            }
+            for n in plan.nodes
+        ],
+        "changes_in_production": plan.changes,
+        "warnings": list(plan.warnings),
+        "refusals": list(plan.refusals),
+        "expected_seconds": plan.expected_seconds,
+    }
+
+
+def print_plan(plan: DrillPlan) -> None:
+    doc = plan_document(plan)
+    err.print(
+        Text.assemble(
+            ("Drill plan ", "bold"),
+            (doc["drill_id"], "bold cyan"),
+            f": backup {doc['backup_id']} of cluster {doc['cluster']}"
+            f" (taken {plan.backup.started_at:%Y-%m-%d %H:%M:%S} UTC), on drill host"
+            f" {doc['drill_host'] or '(none)'}, {len(plan.nodes)} node(s), {plan.parallel} at a time",
+        )
+    )
+    table = Table(box=None, pad_edge=False)
+    for column in ("node", "host id", "clone of", "stood at", "snapshot"):
+        table.add_column(column, overflow="fold")
+    for node in doc["nodes"]:
+        for index, clone in enumerate(node["clones"]):
+            first = index == 0
+            table.add_row(
+                node["name"] if first else "",
+                node["host_id"][:8] if first else "",
+                f"{clone['array']}:{clone['volume']} ({clone['role']})",
+                clone["stood_at"],
+                clone["snapshot"],
+            )
+    err.print(table)
+    err.print(render.labelled("Changes: ", "bold green", plan.changes))
+    for line in plan.warnings:
+        err.print(render.labelled("warning: ", "yellow", line))
+    expected = plan.expected_seconds
+    err.print(
+        "Expected duration: "
+        + (
+            f"about {render.duration(expected)} (past drills of this cluster)"
+            if expected is not None
+            else "unknown (no past drill of this cluster)"
+        )
+    )
+    for line in plan.refusals:
+        err.print(render.labelled("refused: ", "bold red", line))
+
+
+_STYLES = {
+    DrillState.PROVEN: "bold green",
+    DrillState.NOT_PROVEN: "bold red",
+    DrillState.FAILED: "bold red",
+    DrillState.INTERRUPTED: "bold yellow",
+    DrillState.RUNNING: "bold yellow",
+}
+_VERDICT_STYLES = {
+    DrillVerdict.PROVEN: "bold green",
+    DrillVerdict.NOT_PROVEN: "bold red",
+    DrillVerdict.FAILED: "bold red",
+    DrillVerdict.PENDING: "bold yellow",
+}
+
+
+def print_report(record: DrillRecord) -> None:
+    took = f" in {render.duration(record.seconds)}" if record.seconds is not None else ""
+    out.print(
+        Text.assemble(
+            ("Drill ", "bold"),
+            (record.id, "bold cyan"),
+            f" of backup {record.backup_id} ({record.cluster}): ",
+            (record.state.value.upper(), _STYLES[record.state]),
+            took,
+        )
+    )
+    for node in record.nodes:
+        seconds = sum(s for _, s in node.step_seconds)
+        out.print(
+            Text.assemble(
+                f"  {node.name} ",
+                (node.verdict.value.upper(), _VERDICT_STYLES[node.verdict]),
+                (f"  ({render.duration(seconds)}, last step: {node.step.value})", "dim"),
+            )
+        )
+        for line in node.proof:
+            out.print(f"      {line}")
+        for line in node.problems:
+            out.print(render.labelled("      not proven: ", "red", line))
+        for line in node.teardown:
+            out.print(render.labelled("      teardown: ", "yellow", line))
+    for line in record.warnings:
+        out.print(render.labelled("  warning: ", "yellow", line))
+
+
+@dataclass(frozen=True)
+class DrillOptions:
+    request: DrillRequest
+    dry_run: bool
+    as_json: bool
+
+
+async def _drill(
+    config: CoordinatorConfig, catalog: Catalog, options: DrillOptions
+) -> DrillRecord | dict[str, Any]:
+    try:
+        async with open_drill_session(config, options.request.cluster, catalog=catalog) as session:
+            plan = await session.plan(options.request)
+            if options.as_json and (options.dry_run or plan.refused):
+                return plan_document(plan)
+            print_plan(plan)
+            if plan.refused:
+                raise DrillRefused("the plan refused: " + "; ".join(plan.refusals))
+            if options.dry_run:
+                return plan_document(plan)
+            progress = ProgressPrinter(quiet=options.as_json)
+            return await session.run(plan, options.request, progress)
+    finally:
+        await asyncio.to_thread(catalog.close)
+
+
+def _open_catalog(config: CoordinatorConfig) -> Catalog:
+    try:
+        return Catalog(config.coordinator.catalog)
+    except CatalogLockedError:
+        raise CliError(
+            f"the catalog {config.coordinator.catalog} is held by another process, most likely the"
+            " coordinator daemon",
+            ExitCode.REFUSED,
+            reason="CATALOG_LOCKED",
+            hint="a drill run from the command line needs the catalog: stop the daemon for it, or"
+            " let the daemon run drills on the schedule of the cluster's policy",
+        ) from None
+
+
+def drill_command(  # noqa: PLR0917 - typer maps parameters to the command line
+    backup: str = typer.Argument(None, help="The backup to drill (see `ringsnap list`)."),
+    latest: bool = typer.Option(False, "--latest", help="Drill the newest complete backup."),
+    cluster: str = typer.Option(..., "--cluster", help="The cluster whose backup is drilled."),
+    nodes: str = typer.Option(
+        "",
+        "--nodes",
+        help="Comma-separated node names to drill (default: one node, the one drilled longest ago).",
+    ),
+    ring: bool = typer.Option(False, "--ring", help="Drill every node of the backup."),
+    parallel: int = typer.Option(
+        1, "--parallel", min=1, help="Nodes drilled at once (bounded by the cluster's config)."
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and make nothing."),
+    yes: bool = typer.Option(
+        False, "--yes", "-y", help="Accepted for scripts: a drill asks no confirmation."
+    ),
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", dir_okay=False, help="The coordinator's config."),
+    ] = None,
+    output: Annotated[Output, typer.Option("--output", "-o", help="text or json.")] = Output.TEXT,
+) -> None:
+    """Prove a backup restorable without touching production.
+
+    Clones the backup's snapshots on the arrays, starts each drilled node on its clones on the
+    cluster's drill host in a network namespace with no route anywhere, checks it (SSTable digests,
+    host id and cluster name, the backup's canary, the node's own data, the manifest), then deletes
+    everything it made. Changes nothing in production, so it asks nothing.
+
+    Exit codes: 0 proven, 6 not proven, 4 failed, 3 refused, 130 interrupted.
+    """
+    del yes  # nothing to confirm
+    as_json = output is Output.JSON
+    quiet_cql_driver()
+    try:
+        if bool(backup) == latest:
+            raise CliError(
+                "name a backup to drill, or --latest (not both)",
+                ExitCode.USAGE,
+                reason="INVALID_ARGUMENT",
+            )
+        chosen = tuple(n.strip() for n in nodes.split(",") if n.strip())
+        if chosen and ring:
+            raise CliError(
+                "--nodes and --ring exclude each other", ExitCode.USAGE, reason="INVALID_ARGUMENT"
+            )
+        loaded = load_config(config_path(config))
+        try:
+            loaded.cluster(cluster)
+        except KeyError:
+            raise CliError(
+                f"unknown cluster {cluster!r}; configured:"
+                f" {', '.join(c.name for c in loaded.clusters)}",
+                ExitCode.USAGE,
+                reason="INVALID_ARGUMENT",
+            ) from None
+        request = DrillRequest(
+            cluster=cluster,
+            backup_id=backup or "",
+            nodes=chosen,
+            ring=ring,
+            parallel=parallel,
+            trigger=f"cli:{operator_name()}",
+            requested_by=operator_name(),
+        )
+        catalog = _open_catalog(loaded)
+        result = asyncio.run(_drill(loaded, catalog, DrillOptions(request, dry_run, as_json)))
+    except CliError as error:
+        _fail(error, as_json)
+    except DrillRefused as error:
+        _fail(CliError(str(error), ExitCode.REFUSED, reason="DRILL_REFUSED"), as_json)
+    except KeyboardInterrupt:
+        err.print("interrupted: what the drill made was torn down; its record says how far it got")
+        raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+    except RingsnapError as error:
+        _fail(CliError(str(error), _exit_code_of(error)), as_json)
+    if isinstance(result, dict):
+        if as_json:
+            typer.echo(json.dumps({"plan": result}, indent=2))
+        raise typer.Exit(int(ExitCode.REFUSED if result["refusals"] else ExitCode.OK))
+    if as_json:
+        typer.echo(json.dumps({"drill": _jsonable(result)}, indent=2))
+    else:
+        print_report(result)
+    raise typer.Exit(int(EXIT_CODES[result.state]))
