@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
+import threading
 from typing import Any
 
 import boto3
@@ -45,6 +47,7 @@ def make_client(settings: S3Settings) -> S3Client:
             "aws_access_key_id": settings.access_key_id_file.get_secret_value(),
             "aws_secret_access_key": settings.secret_access_key_file.get_secret_value(),
         }
+        _MASK.add(keys["aws_access_key_id"])
     session = boto3.session.Session()
     client = session.client(
         "s3",
@@ -57,6 +60,44 @@ def make_client(settings: S3Settings) -> S3Client:
         for operation in _MD5_OPERATIONS:
             client.meta.events.register(f"before-sign.s3.{operation}", _content_md5_only)
     return client
+
+
+class _CredentialMask(logging.Filter):
+    """Masks access key ids in botocore's debug records.
+
+    Every signed request carries the key id in clear in its Authorization header, and botocore's
+    debug output dumps the headers. Daemons log libraries at WARNING, but a debugging session must
+    not leak the key either. (The secret key itself never travels: only signatures.)
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._values: set[str] = set()
+        self._lock = threading.Lock()
+
+    def add(self, value: str) -> None:
+        with self._lock:
+            if value in self._values:
+                return
+            first = not self._values
+            self._values.add(value)
+        if first:
+            for name in _BOTOCORE_LOGGERS:
+                logging.getLogger(name).addFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        with self._lock:
+            values = tuple(self._values)
+        text = record.getMessage()
+        if any(value in text for value in values):
+            for value in values:
+                text = text.replace(value, "**********")
+            record.msg, record.args = text, None
+        return True
+
+
+_BOTOCORE_LOGGERS = ("botocore.endpoint", "botocore.auth", "botocore.hooks", "botocore.parsers")
+_MASK = _CredentialMask()
 
 
 def _content_md5_only(request: Any, **_: Any) -> None:

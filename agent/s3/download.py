@@ -98,10 +98,13 @@ def download_node(
 
         # First pass: validate the whole object (every key) and count, before writing anything.
         components = total = largest = 0
-        for entry in entries():
-            components += 1
-            total += entry.size_bytes
-            largest = max(largest, entry.size_bytes)
+        try:
+            for entry in entries():
+                components += 1
+                total += entry.size_bytes
+                largest = max(largest, entry.size_bytes)
+        except ValidationError as exc:
+            raise DownloadRefused(f"backup {backup_id} node {node}: {exc}") from None
         tracker = Tracker(components, total, progress)
         kept = 0
         window: deque[_Pending] = deque()
@@ -197,6 +200,3 @@ def _crc32(path: Path) -> int:
         while chunk := source.read(_CHUNK):
             crc = zlib.crc32(chunk, crc)
     return crc
-
-
-__all__ = ["DownloadRefused", "DownloadResult", "ValidationError", "download_node"]

@@ -1,0 +1,76 @@
+"""`python -m ringsnap.agent.s3`: run an export or a download on this node by hand.
+
+    python -m ringsnap.agent.s3 export --settings s3.toml --backup ID --node NAME [--tag TAG] DATA_DIR...
+    python -m ringsnap.agent.s3 download --settings s3.toml --backup ID --node NAME DEST_DIR...
+
+`--settings`: a TOML file of the `[s3]` settings (top level). Progress goes to stdout as JSON lines;
+the coordinator drives the same functions through the agent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from ringsnap.agent.manifest import manifest
+from ringsnap.agent.s3.client import make_client
+from ringsnap.agent.s3.download import DownloadResult, download_node
+from ringsnap.agent.s3.export import ExportResult, export_node
+from ringsnap.agent.s3.progress import Progress
+from ringsnap.agent.s3.settings import S3Settings
+from ringsnap.config import load
+from ringsnap.errors import RingsnapError
+
+
+def _print_progress(progress: Progress) -> None:
+    line = asdict(progress) | {
+        "rate_bytes_per_second": round(progress.rate_bytes_per_second),
+        "eta_seconds": progress.eta_seconds,
+    }
+    print(json.dumps({"progress": line}), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ringsnap.agent.s3", description=__doc__)
+    parser.add_argument("action", choices=("export", "download"))
+    parser.add_argument("--settings", type=Path, required=True)
+    parser.add_argument("--backup", required=True)
+    parser.add_argument("--node", required=True)
+    parser.add_argument("--tag", default="", help="native snapshot tag to export (export only)")
+    parser.add_argument("directories", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        settings = load(args.settings, S3Settings)
+        client = make_client(settings)
+        if args.action == "export":
+            roots = args.directories
+            result: ExportResult | DownloadResult = export_node(
+                client,
+                settings,
+                backup_id=args.backup,
+                node=args.node,
+                data_directories=roots,
+                manifest=lambda: manifest(roots, tag=args.tag),
+                progress=_print_progress,
+            )
+        else:
+            result = download_node(
+                client,
+                settings,
+                backup_id=args.backup,
+                node=args.node,
+                destinations=args.directories,
+                progress=_print_progress,
+            )
+    except RingsnapError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps({"result": asdict(result)}, default=str), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
