@@ -9,6 +9,7 @@ complete backups only: a partial one leaves nodes unprotected, which is what the
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from wsgiref.simple_server import WSGIServer
@@ -44,6 +45,7 @@ _PHASE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 600)
 class CoordinatorMetrics:
     def __init__(self, clusters: Iterable[str] = ()) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._proven_clusters: set[str] = set()
         r = self.registry
         self.backup_duration = Histogram(
             "ringsnap_backup_duration_seconds",
@@ -130,10 +132,20 @@ class CoordinatorMetrics:
             ["cluster"],
             registry=r,
         )
+        self.newest_proven_age = Gauge(
+            "ringsnap_newest_proven_backup_age_seconds",
+            "Age of the newest backup a restore or drill proved, now; +Inf while no backup of the"
+            " cluster was ever proven.",
+            ["cluster"],
+            registry=r,
+        )
         for cluster in clusters:
             self.add_cluster(cluster)
 
     def add_cluster(self, cluster: str) -> None:
+        if cluster not in self._proven_clusters:
+            self._proven_clusters.add(cluster)
+            self.newest_proven_age.labels(cluster=cluster).set(float("inf"))
         for result in RESULTS:
             self.backups.labels(cluster=cluster, result=result)
         for reason in SKIP_REASONS:
@@ -200,7 +212,11 @@ class CoordinatorMetrics:
             self.last_restore.labels(*key).set(record.finished_at.timestamp())
 
     def set_last_proven(self, cluster: str, backup_started_at: datetime) -> None:
-        self.last_proven.labels(cluster=cluster).set(backup_started_at.timestamp())
+        started = backup_started_at.timestamp()
+        self.last_proven.labels(cluster=cluster).set(started)
+        # Computed at each scrape, so that an alert on the age needs no new proof to fire.
+        self._proven_clusters.add(cluster)
+        self.newest_proven_age.labels(cluster=cluster).set_function(lambda: time.time() - started)
 
     def backup_skipped(self, cluster: str, reason: str) -> None:
         if reason not in SKIP_REASONS:
