@@ -1,0 +1,73 @@
+"""Table restores: each one's whole record (targets, per-node step, clones, verification), saved
+after every step as one JSON document, so that a failed run can be resumed or aborted from it."""
+
+# S608: every query is assembled from constant fragments and "?" placeholders; values are bound.
+
+from __future__ import annotations
+
+from pydantic import TypeAdapter, ValidationError
+
+from ringsnap.coordinator.catalog.columns import to_us
+from ringsnap.coordinator.catalog.database import Database
+from ringsnap.coordinator.catalog.errors import CatalogError, RestoreNotFoundError
+from ringsnap.coordinator.table_restore.model import TableRestoreRecord
+from ringsnap.names import snapshot_tag
+
+_RECORD = TypeAdapter(TableRestoreRecord)
+
+
+class TableRestoreStore(Database):
+    def save_table_restore(self, record: TableRestoreRecord) -> None:
+        """Insert the record, or replace the one of the same id (same cluster and backup)."""
+        snapshot_tag(record.id)
+        values = (
+            record.id,
+            record.cluster,
+            record.backup_id,
+            record.state.value,
+            to_us(record.started_at),
+            to_us(record.finished_at) if record.finished_at is not None else None,
+            _RECORD.dump_json(record).decode(),
+        )
+        with self._tx(write=True) as conn:
+            saved = conn.execute(
+                "INSERT INTO table_restores"
+                " (id, cluster, backup_id, state, started_us, finished_us, document)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
+                " state = excluded.state, finished_us = excluded.finished_us,"
+                " document = excluded.document"
+                " WHERE table_restores.cluster = excluded.cluster"
+                " AND table_restores.backup_id = excluded.backup_id RETURNING id",
+                values,
+            ).fetchone()
+            if saved is None:
+                raise CatalogError(
+                    f"table restore {record.id} exists for another cluster or backup"
+                )
+
+    def get_table_restore(self, restore_id: str) -> TableRestoreRecord:
+        with self._tx(write=False) as conn:
+            row = conn.execute(
+                "SELECT document FROM table_restores WHERE id = ?", (restore_id,)
+            ).fetchone()
+        if row is None:
+            raise RestoreNotFoundError(restore_id)
+        try:
+            return _RECORD.validate_json(row["document"])
+        except ValidationError as exc:
+            raise CatalogError(
+                f"table restore {restore_id}: its record is unreadable ({exc.error_count()}"
+                f" problems, first: {exc.errors()[0]['msg']})"
+            ) from None
+
+    def list_table_restores(self, cluster: str, *, limit: int = 50) -> list[TableRestoreRecord]:
+        with self._tx(write=False) as conn:
+            ids = [
+                row["id"]
+                for row in conn.execute(
+                    "SELECT id FROM table_restores WHERE cluster = ?"
+                    " ORDER BY started_us DESC LIMIT ?",
+                    (cluster, limit),
+                )
+            ]
+        return [self.get_table_restore(i) for i in ids]

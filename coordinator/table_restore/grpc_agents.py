@@ -1,0 +1,172 @@
+"""`TableNodePort` over gRPC with mutual TLS (its own channel to the node's agent)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+import grpc
+
+from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc, types_pb2
+from ringsnap.coordinator.agents import AgentError, ClientTls
+from ringsnap.coordinator.ports import SSTable
+from ringsnap.coordinator.table_restore.ports import (
+    CloneToMount,
+    ImportedTable,
+    MountedClone,
+    StagedTable,
+    StagingSpace,
+)
+from ringsnap.wire import seconds
+
+#: Staging copies a table's bytes; an import verifies every SSTable; a clone attach runs hooks.
+STAGE_TIMEOUT_SECONDS = 3600.0
+IMPORT_TIMEOUT_SECONDS = 3600.0
+CLONES_TIMEOUT_SECONDS = 900.0
+
+T = TypeVar("T")
+
+
+def manifest_entry(sstable: SSTable) -> types_pb2.ManifestEntry:
+    return types_pb2.ManifestEntry(
+        data_directory=sstable.data_directory,
+        keyspace=sstable.keyspace,
+        table=sstable.table,
+        table_directory=sstable.table_directory,
+        generation=sstable.generation,
+        format=sstable.format,
+        version=sstable.version,
+        components=[
+            types_pb2.SSTableComponent(name=c.name, path=c.path, size_bytes=c.size_bytes)
+            for c in sstable.components
+        ],
+        data_digest_crc32=sstable.data_digest_crc32,
+        complete=sstable.complete,
+        problem=sstable.problem,
+    )
+
+
+class GrpcTableNode:
+    """One node's agent at `address` (host:port), for table restores."""
+
+    def __init__(self, node: str, address: str, tls: ClientTls, *, call_timeout: float = 60.0):
+        self._node = node
+        self.address = address
+        options: list[tuple[str, str | int]] = [("grpc.max_send_message_length", 64 << 20)]
+        if tls.server_name:
+            options.append(("grpc.ssl_target_name_override", tls.server_name))
+        self._channel = grpc.aio.secure_channel(address, tls.credentials(), options=options)
+        self._stub = agent_pb2_grpc.AgentServiceStub(self._channel)
+        self._timeout = call_timeout
+
+    @property
+    def node(self) -> str:
+        return self._node
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def _call(self, name: str, call: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await call()
+        except grpc.aio.AioRpcError as exc:
+            raise AgentError(
+                f"node {self._node} ({self.address}): {name}: {exc.code().name}: {exc.details()}",
+                code=exc.code().name,
+            ) from None
+
+    async def staging_space(self, restore_id: str) -> StagingSpace:
+        reply = await self._call(
+            "GetStagingSpace",
+            lambda: self._stub.GetStagingSpace(
+                agent_pb2.GetStagingSpaceRequest(restore_id=restore_id), timeout=self._timeout
+            ),
+        )
+        return StagingSpace(reply.staging_directory, reply.free_bytes, reply.staged_bytes)
+
+    async def mount_clones(
+        self, purpose_id: str, volumes: Sequence[CloneToMount], *, read_only: bool
+    ) -> list[MountedClone]:
+        request = agent_pb2.MountClonesRequest(
+            purpose_id=purpose_id,
+            read_only=read_only,
+            volumes=[
+                agent_pb2.CloneVolume(
+                    role=v.role,
+                    array=v.array,
+                    volume=v.volume,
+                    serial=v.serial,
+                    wwn=v.wwn,
+                    source_mount_point=v.source_mount_point,
+                )
+                for v in volumes
+            ],
+        )
+        reply = await self._call(
+            "MountClones",
+            lambda: self._stub.MountClones(request, timeout=CLONES_TIMEOUT_SECONDS),
+        )
+        return [
+            MountedClone(m.role, m.volume, m.device, m.mount_point, m.source_mount_point)
+            for m in reply.mounts
+        ]
+
+    async def unmount_clones(self, purpose_id: str) -> list[str]:
+        reply = await self._call(
+            "UnmountClones",
+            lambda: self._stub.UnmountClones(
+                agent_pb2.UnmountClonesRequest(purpose_id=purpose_id),
+                timeout=CLONES_TIMEOUT_SECONDS,
+            ),
+        )
+        return list(reply.detached_volumes)
+
+    async def stage_table(
+        self,
+        restore_id: str,
+        keyspace: str,
+        table: str,
+        clone_mounts: Sequence[tuple[str, str]],
+        sstables: Sequence[SSTable],
+    ) -> StagedTable:
+        request = agent_pb2.StageTableRequest(
+            restore_id=restore_id,
+            keyspace=keyspace,
+            table=table,
+            clone_mounts=[
+                agent_pb2.CloneMount(source_mount_point=s, mount_point=m) for s, m in clone_mounts
+            ],
+            sstables=[manifest_entry(s) for s in sstables],
+        )
+        reply = await self._call(
+            "StageTable", lambda: self._stub.StageTable(request, timeout=STAGE_TIMEOUT_SECONDS)
+        )
+        return StagedTable(
+            reply.directory, reply.sstables, reply.files, reply.bytes, reply.bytes_verified
+        )
+
+    async def import_staged_table(
+        self, restore_id: str, keyspace: str, table: str
+    ) -> ImportedTable:
+        request = agent_pb2.ImportStagedTableRequest(
+            restore_id=restore_id, keyspace=keyspace, table=table
+        )
+        reply = await self._call(
+            "ImportStagedTable",
+            lambda: self._stub.ImportStagedTable(request, timeout=IMPORT_TIMEOUT_SECONDS),
+        )
+        return ImportedTable(
+            reply.sstables_imported,
+            tuple(reply.failed_directories),
+            seconds(reply.duration),
+            reply.method,
+        )
+
+    async def remove_staging(self, restore_id: str) -> tuple[int, int]:
+        reply = await self._call(
+            "RemoveStaging",
+            lambda: self._stub.RemoveStaging(
+                agent_pb2.RemoveStagingRequest(restore_id=restore_id), timeout=self._timeout
+            ),
+        )
+        return reply.files, reply.bytes

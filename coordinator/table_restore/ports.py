@@ -1,0 +1,112 @@
+"""What a table restore needs from the nodes' agents and from the ring's CQL, as domain types
+(the workflow imports nothing from gRPC or the driver; tests fake these)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ringsnap.coordinator.ports import SSTable
+
+
+@dataclass(frozen=True)
+class CloneToMount:
+    """One clone for MountClones: as the attach hook is given it, and what it stands for."""
+
+    role: str
+    array: str
+    volume: str
+    serial: str = ""
+    wwn: str = ""
+    source_mount_point: str = ""
+
+
+@dataclass(frozen=True)
+class MountedClone:
+    role: str
+    volume: str
+    device: str
+    mount_point: str
+    source_mount_point: str
+
+
+@dataclass(frozen=True)
+class StagingSpace:
+    directory: str
+    free_bytes: int
+    staged_bytes: int
+
+
+@dataclass(frozen=True)
+class StagedTable:
+    directory: str
+    sstables: int
+    files: int
+    bytes: int
+    bytes_verified: int
+
+
+@dataclass(frozen=True)
+class ImportedTable:
+    sstables_imported: int
+    failed_directories: tuple[str, ...]
+    seconds: float
+    method: str
+
+
+class TableNodePort(Protocol):
+    """One node's agent, for a table restore. Every call raises `AgentError` naming the node."""
+
+    @property
+    def node(self) -> str: ...
+
+    async def staging_space(self, restore_id: str) -> StagingSpace: ...
+
+    async def mount_clones(
+        self, purpose_id: str, volumes: Sequence[CloneToMount], *, read_only: bool
+    ) -> list[MountedClone]: ...
+
+    async def unmount_clones(self, purpose_id: str) -> list[str]: ...
+
+    async def stage_table(
+        self,
+        restore_id: str,
+        keyspace: str,
+        table: str,
+        clone_mounts: Sequence[tuple[str, str]],
+        sstables: Sequence[SSTable],
+    ) -> StagedTable: ...
+
+    async def import_staged_table(
+        self, restore_id: str, keyspace: str, table: str
+    ) -> ImportedTable: ...
+
+    async def remove_staging(self, restore_id: str) -> tuple[int, int]: ...
+
+
+@dataclass(frozen=True)
+class TableState:
+    """A table as the live ring knows it now."""
+
+    keyspace_exists: bool
+    exists: bool
+    table_id: str = ""
+
+
+class TableCqlPort(Protocol):
+    """The live ring through CQL."""
+
+    async def health(self, host_ids: Sequence[str]) -> list[str]:
+        """Problems that forbid a live restore: a node not Up/Normal, no schema agreement."""
+        ...
+
+    async def table_state(self, keyspace: str, table: str) -> TableState: ...
+
+    async def execute_schema(self, statement: str) -> None:
+        """Run one schema statement and wait for schema agreement."""
+        ...
+
+    async def count_rows(self, keyspace: str, table: str, host_id: str) -> int:
+        """Rows of the table, read at CL=ALL through the node `host_id` (every replica answers)."""
+        ...

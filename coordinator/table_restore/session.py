@@ -1,0 +1,151 @@
+"""A table restore as one process runs it: the config and the catalog turned into the workflow's
+ports (the catalog's lock keeps the daemon's backups and any other restore out meanwhile)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ringsnap.coordinator.agents import ClientTls, GrpcNodeAgent
+from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
+from ringsnap.coordinator.ports import ArrayPort, NodeAgent, SSTable
+from ringsnap.coordinator.table_restore.cql import CqlTables
+from ringsnap.coordinator.table_restore.grpc_agents import GrpcTableNode
+from ringsnap.coordinator.table_restore.model import (
+    TableRestoreRecord,
+    TableRestoreRefused,
+    TableRestoreRequest,
+    new_table_restore_id,
+)
+from ringsnap.coordinator.table_restore.plan import TableRestorePlan, plan_table_restore
+from ringsnap.coordinator.table_restore.ports import TableNodePort
+from ringsnap.coordinator.table_restore.workflow import Progress, TableRestoreWorkflow
+from ringsnap.plugins.middleware import AsyncDriver
+from ringsnap.plugins.registry import open_driver
+
+
+class CatalogTableJournal:
+    """`TableRestoreJournal` over the catalog (every call off the event loop)."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+
+    async def save(self, record: TableRestoreRecord) -> None:
+        await asyncio.to_thread(self.catalog.save_table_restore, record)
+
+    async def manifest(self, backup_id: str, node: str) -> Iterable[SSTable]:
+        return await asyncio.to_thread(lambda: list(self.catalog.iter_manifest(backup_id, node)))
+
+
+@dataclass
+class TableRestoreSession:
+    config: CoordinatorConfig
+    catalog: Catalog
+    cluster: ClusterSection
+    agents: dict[str, NodeAgent]
+    nodes: dict[str, TableNodePort]
+    arrays: dict[str, ArrayPort]
+    cql: CqlTables
+
+    async def plan(self, request: TableRestoreRequest) -> TableRestorePlan:
+        backup = await asyncio.to_thread(self.catalog.get_backup, request.backup_id)
+        if backup.cluster != self.cluster.name:
+            raise TableRestoreRefused(f"backup {backup.id} is of cluster {backup.cluster}")
+        schema = await asyncio.to_thread(self.catalog.keyspace_schema, backup.id, request.keyspace)
+        manifests: dict[str, list[SSTable]] = {}
+        for node in backup.nodes:
+            if node.included:
+                manifests[node.name] = await asyncio.to_thread(
+                    lambda n=node.name: [  # type: ignore[misc]
+                        s
+                        for s in self.catalog.iter_manifest(backup.id, n)
+                        if s.keyspace == request.keyspace
+                    ]
+                )
+        return await plan_table_restore(
+            new_table_restore_id(),
+            request,
+            backup,
+            schema,
+            manifests,
+            self.agents,
+            self.nodes,
+            self.arrays,
+            self.cql,
+        )
+
+    async def workflow(
+        self, record: TableRestoreRecord, progress: Progress | None
+    ) -> TableRestoreWorkflow:
+        backup = await asyncio.to_thread(self.catalog.get_backup, record.backup_id)
+        keyspaces = {t.source_keyspace for t in record.targets}
+        schema = None
+        if len(keyspaces) == 1:
+            schema = await asyncio.to_thread(
+                self.catalog.keyspace_schema, backup.id, next(iter(keyspaces))
+            )
+        return TableRestoreWorkflow(
+            backup,
+            schema,
+            self.nodes,
+            self.arrays,
+            self.cql,
+            CatalogTableJournal(self.catalog),
+            progress=progress,
+        )
+
+    async def run(self, plan: TableRestorePlan, progress: Progress | None) -> TableRestoreRecord:
+        if plan.refused:
+            raise TableRestoreRefused("the plan refused: " + "; ".join(plan.refusals))
+        workflow = await self.workflow(plan.record, progress)
+        return await workflow.run(plan.record)
+
+    async def resume(self, restore_id: str, progress: Progress | None) -> TableRestoreRecord:
+        record = await asyncio.to_thread(self.catalog.get_table_restore, restore_id)
+        if record.state.finished:
+            raise TableRestoreRefused(
+                f"table restore {restore_id} is {record.state.value}; nothing to resume"
+            )
+        workflow = await self.workflow(record, progress)
+        return await workflow.run(record)
+
+    async def abort(self, restore_id: str, progress: Progress | None) -> TableRestoreRecord:
+        record = await asyncio.to_thread(self.catalog.get_table_restore, restore_id)
+        workflow = await self.workflow(record, progress)
+        return await workflow.abort(record)
+
+
+@contextlib.asynccontextmanager
+async def open_table_restore_session(
+    config: CoordinatorConfig, cluster_name: str, *, catalog: Catalog
+) -> AsyncIterator[TableRestoreSession]:
+    cluster = config.cluster(cluster_name)
+    tls = ClientTls(
+        cert=Path(config.tls.cert_file).read_bytes(),
+        key=config.tls.key_file.get_secret_value().encode(),
+        ca=Path(config.tls.ca_file).read_bytes(),
+        server_name=config.tls.agent_server_name or "",
+    )
+    used_arrays = {v.array for node in cluster.nodes for v in node.volumes}
+    arrays: dict[str, ArrayPort] = {
+        name: AsyncDriver(open_driver(name, config.arrays[name].table(), "<config>"))
+        for name in sorted(used_arrays)
+        if name in config.arrays
+    }
+    agents = {node.name: GrpcNodeAgent(node.name, node.agent, tls) for node in cluster.nodes}
+    nodes = {node.name: GrpcTableNode(node.name, node.agent, tls) for node in cluster.nodes}
+    cql = CqlTables(cluster)
+    try:
+        yield TableRestoreSession(config, catalog, cluster, dict(agents), dict(nodes), arrays, cql)
+    finally:
+        await cql.close()
+        for agent in agents.values():
+            await agent.close()
+        for node in nodes.values():
+            await node.close()
+        for array in arrays.values():
+            await array.close()

@@ -1,0 +1,494 @@
+"""The table restore's planner and run with fakes of its own ports: the refusals (each naming what),
+the order (everything staged on every node before anything in the ring changes), the record after
+every step, resume from the exact step, clones never left behind, staging kept until imported.
+
+The proof that table restores work is tests/integration/test_table_restore.py on the real ring.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import pytest
+
+from ringsnap.coordinator.model import (
+    Backup,
+    BackupNode,
+    BackupState,
+    NodeVolume,
+    QuiesceMode,
+    SnapshotKind,
+    VolumeRole,
+)
+from ringsnap.coordinator.ports import NodeVolumeFacts, SSTable, SSTableComponent, VolumeState
+from ringsnap.coordinator.table_restore.model import (
+    Step,
+    TableRestoreFailed,
+    TableRestoreRecord,
+    TableRestoreRequest,
+    TableRestoreState,
+)
+from ringsnap.coordinator.table_restore.plan import TableRestorePlan, plan_table_restore
+from ringsnap.coordinator.table_restore.ports import (
+    CloneToMount,
+    ImportedTable,
+    MountedClone,
+    StagedTable,
+    StagingSpace,
+    TableState,
+)
+from ringsnap.coordinator.table_restore.schema import KeyspaceSchema, SchemaRow
+from ringsnap.coordinator.table_restore.workflow import TableRestoreWorkflow
+from ringsnap.plugins.types import Capabilities, SnapshotRef, Volume, VolumeSnapshot
+
+NODES = ("node1", "node2", "node3")
+NOW = datetime(2026, 11, 24, 3, 0, tzinfo=UTC)
+TABLE_ID = "5a1c395e-b41f-11e5-9f22-ba0be0483c18"
+SCHEMA = KeyspaceSchema(
+    "shop",
+    (
+        SchemaRow("keyspace", "shop", "CREATE KEYSPACE shop WITH replication = {};"),
+        SchemaRow(
+            "table",
+            "orders",
+            f"CREATE TABLE shop.orders (id int PRIMARY KEY) WITH ID = {TABLE_ID};",
+        ),
+    ),
+)
+Events = list[str]
+
+
+def _sstable(table: str = "orders", generation: str = "1", *, complete: bool = True) -> SSTable:
+    return SSTable(
+        data_directory="/data/cassandra",
+        keyspace="shop",
+        table=table,
+        table_directory=f"{table}-5a1c395eb41f11e59f22ba0be0483c18",
+        generation=generation,
+        format="big",
+        version="nb",
+        components=(
+            SSTableComponent("Data.db", f"shop/{table}-x/nb-{generation}-big-Data.db", 1000),
+            SSTableComponent("TOC.txt", f"shop/{table}-x/nb-{generation}-big-TOC.txt", 10),
+        ),
+        data_digest_crc32="42",
+        complete=complete,
+        problem="" if complete else "TOC.txt lists Index.db, not on disk",
+    )
+
+
+def _backup(**changes: object) -> Backup:
+    nodes = tuple(
+        BackupNode(
+            name=n,
+            host_id=f"host-{n}",
+            volumes=(
+                NodeVolume(array="array1", volume=f"{n}_data", role=VolumeRole.DATA),
+                NodeVolume(array="array1", volume=f"{n}_cl", role=VolumeRole.COMMITLOG),
+            ),
+        )
+        for n in NODES
+    )
+    ref = SnapshotRef(
+        array="array1",
+        driver="fake",
+        group="g",
+        snapshot_id="s1",
+        snapshot_name="rs-1",
+        created_at=NOW,
+        members=tuple(
+            VolumeSnapshot(Volume(f"{n}_{kind}", f"id-{n}-{kind}"), f"snap-{n}-{kind}")
+            for n in NODES
+            for kind in ("data", "cl")
+        ),
+    )
+    backup = Backup(
+        id="rs-20261124-030000-abcd",
+        cluster="prod",
+        state=BackupState.COMPLETE,
+        quiesce_mode=QuiesceMode.FREEZE,
+        trigger="test",
+        policy="",
+        started_at=NOW,
+        finished_at=NOW,
+        nodes=nodes,
+        snapshots=(ref,),
+    )
+    return replace(backup, **changes)  # type: ignore[arg-type]
+
+
+class FakeAgent:
+    """`NodeAgent.volume_state` and the whole `TableNodePort`."""
+
+    def __init__(self, name: str, events: Events) -> None:
+        self.name = name
+        self.events = events
+        self.running = True
+        self.free = 10**9
+        self.fail: dict[str, Exception] = {}
+        self.staged: dict[str, int] = {}
+
+    @property
+    def node(self) -> str:
+        return self.name
+
+    def _call(self, what: str) -> None:
+        self.events.append(f"{self.name}:{what}")
+        if what in self.fail:
+            raise self.fail.pop(what)
+
+    async def volume_state(self) -> VolumeState:
+        return VolumeState(
+            cassandra_running=self.running,
+            detail="nodetool info answered",
+            volumes=(
+                NodeVolumeFacts("/data", "/dev/sdb", "xfs", "u1", ("data",)),
+                NodeVolumeFacts("/commitlog", "/dev/sdc", "xfs", "u2", ("commitlog",)),
+            ),
+        )
+
+    async def staging_space(self, restore_id: str) -> StagingSpace:
+        return StagingSpace(f"/data/.ringsnap-staging/{restore_id}", self.free, 0)
+
+    async def mount_clones(
+        self, purpose_id: str, volumes: Sequence[CloneToMount], *, read_only: bool
+    ) -> list[MountedClone]:
+        assert read_only
+        self._call("mount")
+        return [
+            MountedClone(
+                "data", v.volume, "/dev/loop9", f"/state/clones/{purpose_id}/data", "/data"
+            )
+            for v in volumes
+        ]
+
+    async def unmount_clones(self, purpose_id: str) -> list[str]:
+        self._call("unmount")
+        return ["clone"]
+
+    async def stage_table(
+        self,
+        restore_id: str,
+        keyspace: str,
+        table: str,
+        clone_mounts: Sequence[tuple[str, str]],
+        sstables: Sequence[SSTable],
+    ) -> StagedTable:
+        assert clone_mounts == [("/data", f"/state/clones/{restore_id}/data")]
+        self._call(f"stage:{keyspace}.{table}")
+        self.staged[table] = len(sstables)
+        return StagedTable("/staging", len(sstables), 2 * len(sstables), 1010, 1000)
+
+    async def import_staged_table(
+        self, restore_id: str, keyspace: str, table: str
+    ) -> ImportedTable:
+        self._call(f"import:{keyspace}.{table}")
+        return ImportedTable(self.staged.get(table, 0), (), 0.5, "jolokia")
+
+    async def remove_staging(self, restore_id: str) -> tuple[int, int]:
+        self._call("remove-staging")
+        return 2, 1010
+
+
+class FakeArray:
+    def __init__(self, events: Events) -> None:
+        self.events = events
+        self.fail_delete = 0
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(atomic_group_snapshot=True, clone=True)
+
+    async def clone(self, ref: SnapshotRef, suffix: str) -> Sequence[Volume]:
+        self.events.append("array:clone:" + ",".join(sorted(m.volume.name for m in ref.members)))
+        return [Volume(f"{m.volume.name}_{suffix}", f"c-{m.volume.id}") for m in ref.members]
+
+    async def delete_clone(self, volume: Volume) -> None:
+        if self.fail_delete:
+            self.fail_delete -= 1
+            raise RuntimeError("array busy")
+        self.events.append(f"array:delete:{volume.name}")
+
+
+class FakeCql:
+    def __init__(self, events: Events) -> None:
+        self.events = events
+        self.problems: list[str] = []
+        self.tables: dict[str, str] = {"shop.orders": TABLE_ID}
+        self.keyspaces = {"shop"}
+
+    async def health(self, host_ids: Sequence[str]) -> list[str]:
+        return list(self.problems)
+
+    async def table_state(self, keyspace: str, table: str) -> TableState:
+        table_id = self.tables.get(f"{keyspace}.{table}", "")
+        return TableState(keyspace in self.keyspaces, bool(table_id), table_id)
+
+    async def execute_schema(self, statement: str) -> None:
+        self.events.append("cql:" + statement.split("(", maxsplit=1)[0].strip())
+        if statement.startswith("CREATE TABLE"):
+            name = statement.split()[2]
+            self.tables[name] = TABLE_ID if "WITH ID" in statement else "new-id"
+
+    async def count_rows(self, keyspace: str, table: str, host_id: str) -> int:
+        return 3000
+
+
+class Journal:
+    def __init__(self, manifest: dict[str, list[SSTable]]) -> None:
+        self.saved: list[TableRestoreRecord] = []
+        self.manifests = manifest
+
+    async def save(self, record: TableRestoreRecord) -> None:
+        self.saved.append(record)
+
+    async def manifest(self, backup_id: str, node: str) -> Iterable[SSTable]:
+        return self.manifests[node]
+
+
+class World:
+    def __init__(self) -> None:
+        self.events: Events = []
+        self.agents = {n: FakeAgent(n, self.events) for n in NODES}
+        self.array = FakeArray(self.events)
+        self.cql = FakeCql(self.events)
+        self.manifests = {n: [_sstable(), _sstable("other")] for n in NODES}
+        self.journal = Journal(self.manifests)
+        self.backup = _backup()
+
+    def plan(
+        self, request: TableRestoreRequest | None = None, **backup: object
+    ) -> TableRestorePlan:
+        request = request or TableRestoreRequest(
+            backup_id=self.backup.id, keyspace="shop", tables=("orders",), requested_by="test"
+        )
+        return asyncio.run(
+            plan_table_restore(
+                "tr-1",
+                request,
+                replace(self.backup, **backup) if backup else self.backup,  # type: ignore[arg-type]
+                SCHEMA,
+                self.manifests,
+                self.agents,  # type: ignore[arg-type]
+                self.agents,
+                {"array1": self.array},  # type: ignore[dict-item]
+                self.cql,
+            )
+        )
+
+    def workflow(self) -> TableRestoreWorkflow:
+        return TableRestoreWorkflow(
+            self.backup,
+            SCHEMA,
+            self.agents,
+            {"array1": self.array},  # type: ignore[dict-item]
+            self.cql,
+            self.journal,
+        )
+
+    def run(self, record: TableRestoreRecord) -> TableRestoreRecord:
+        return asyncio.run(self.workflow().run(record))
+
+
+# -- the planner's refusals --------------------------------------------------------------------------
+
+
+def test_a_good_plan_clones_only_the_data_volumes_and_sizes_each_node() -> None:
+    plan = World().plan()
+    assert not plan.refused, plan.refusals
+    assert [(c.node, c.volume, c.source_mount_point) for c in plan.record.clones] == [
+        (n, f"{n}_data", "/data") for n in NODES
+    ]
+    assert [t.action for t in plan.record.targets] == ["exists"]
+    for node in plan.record.nodes:
+        assert [(t.table, t.sstables, t.bytes) for t in node.tables] == [("orders", 1, 1010)]
+
+
+@pytest.mark.parametrize(
+    ("change", "refusal"),
+    [
+        (lambda w: w.cql.problems.append("node 127.0.0.3 is down"), "not healthy: node 127.0.0.3"),
+        (lambda w: setattr(w.agents["node2"], "free", 100), "node node2: /data/.ringsnap-staging"),
+        (lambda w: setattr(w.agents["node3"], "running", False), "node node3: Cassandra is not"),
+        (
+            lambda w: w.manifests.update(node1=[_sstable(complete=False)]),
+            "node node1: shop.orders SSTable 1 is incomplete",
+        ),
+        (
+            lambda w: [m.clear() for m in w.manifests.values()],
+            "no node's manifest in the backup holds an SSTable of shop.orders",
+        ),
+    ],
+)
+def test_the_plan_refuses_naming_what(change: object, refusal: str) -> None:
+    world = World()
+    change(world)  # type: ignore[operator]
+    plan = world.plan()
+    assert any(refusal in r for r in plan.refusals), plan.refusals
+
+
+def test_a_table_missing_from_the_backups_schema_is_refused_with_the_tables_it_had() -> None:
+    world = World()
+    request = TableRestoreRequest(backup_id="b", keyspace="shop", tables=("nope",))
+    assert any(
+        "shop.nope is not in the schema" in r and "orders" in r
+        for r in world.plan(request).refusals
+    )
+
+
+def test_lost_native_and_partial_backups_are_refused() -> None:
+    world = World()
+    partial = tuple(
+        replace(n, excluded_reason="agent unreachable") if n.name == "node2" else n
+        for n in world.backup.nodes
+    )
+    refusals = world.plan(
+        lost_reason="reverted away", snapshot_kind=SnapshotKind.NATIVE, nodes=partial
+    ).refusals
+    assert any("snapshots are gone (reverted away)" in r for r in refusals)
+    assert any("native snapshots" in r for r in refusals)
+    assert any("node node2 is not in backup" in r for r in refusals)
+
+
+def test_as_needs_one_table_and_a_new_name() -> None:
+    world = World()
+    two = TableRestoreRequest(
+        backup_id="b", keyspace="shop", tables=("orders", "other"), target=("shop", "copy")
+    )
+    assert any("exactly one table" in r for r in world.plan(two).refusals)
+    taken = TableRestoreRequest(
+        backup_id="b", keyspace="shop", tables=("orders",), target=("shop", "orders")
+    )
+    assert any("that table exists" in r for r in world.plan(taken).refusals)
+
+
+# -- the run -----------------------------------------------------------------------------------------
+
+
+def test_everything_is_staged_everywhere_before_the_ring_changes() -> None:
+    world = World()
+    world.cql.tables.clear()  # dropped
+    plan = world.plan()
+    assert [t.action for t in plan.record.targets] == ["dropped"]
+
+    record = world.run(plan.record)
+
+    assert record.state is TableRestoreState.SUCCEEDED, record.error
+    events = world.events
+    last_stage = max(i for i, e in enumerate(events) if ":stage:" in e)
+    first_change = events.index("cql:CREATE TABLE shop.orders")
+    assert last_stage < first_change
+    assert max(i for i, e in enumerate(events) if e.startswith("array:delete")) < first_change
+    assert min(i for i, e in enumerate(events) if ":import:" in e) > first_change
+    assert all(c.deleted for c in record.clones)
+    assert [n.step for n in record.nodes] == [Step.CLEANUP] * 3
+    assert all(line.startswith("ok:") for line in record.verification), record.verification
+    # A record after every step: the saved steps go through the whole run in order.
+    steps = [s.step for s in world.journal.saved]
+    assert steps == sorted(steps, key=list(Step).index)
+    assert steps[-1] is Step.DONE
+
+
+def test_a_failed_stage_deletes_the_clones_keeps_the_staging_and_resumes() -> None:
+    world = World()
+    world.agents["node2"].fail["stage:shop.orders"] = RuntimeError("disk full")
+    plan = world.plan()
+
+    with pytest.raises(TableRestoreFailed, match="node node2: disk full") as failed:
+        world.run(plan.record)
+
+    record = failed.value.record
+    assert record is not None
+    assert record.state is TableRestoreState.FAILED
+    assert record.step is Step.PLANNED and record.next_step is Step.CLONE
+    assert all(c.clone == "" for c in record.clones)  # deleted, to be made again
+    assert world.events.count("array:delete:node1_data_tr_1") == 1
+    assert not any("remove-staging" in e or ":import:" in e for e in world.events)
+    assert record.node("node1").step is Step.STAGE
+    assert record.node("node2").step is Step.MOUNT
+
+    world.events.clear()
+    done = world.run(record)
+    assert done.state is TableRestoreState.SUCCEEDED
+    # node1 and node3 had staged: only node2 stages again.
+    assert [e for e in world.events if ":stage:" in e] == ["node2:stage:shop.orders"]
+
+
+def test_a_clone_the_array_would_not_delete_stays_in_the_record_and_resume_deletes_it() -> None:
+    world = World()
+    world.agents["node1"].fail["mount"] = RuntimeError("attach hook failed")
+    world.array.fail_delete = 2  # the failure's clean-up cannot delete two of them
+
+    with pytest.raises(TableRestoreFailed) as failed:
+        world.run(world.plan().record)
+
+    record = failed.value.record
+    assert record is not None
+    left = [c for c in record.clones if c.clone and not c.deleted]
+    assert len(left) == 2
+    assert any("clones not deleted" in w for w in record.warnings)
+
+    done = world.run(record)
+    assert done.state is TableRestoreState.SUCCEEDED
+    assert all(c.deleted for c in done.clones)
+
+
+def test_a_failed_import_keeps_the_staging_and_imports_only_where_it_failed() -> None:
+    world = World()
+    world.agents["node3"].fail["import:shop.orders"] = RuntimeError("Jolokia timed out")
+
+    with pytest.raises(TableRestoreFailed, match="node node3: Jolokia timed out") as failed:
+        world.run(world.plan().record)
+
+    record = failed.value.record
+    assert record is not None
+    assert record.step is Step.SCHEMA and record.next_step is Step.IMPORT
+    assert "import the staged SSTables" in record.next_action
+    assert not any("remove-staging" in e for e in world.events)
+    assert all(c.deleted for c in record.clones)
+
+    world.events.clear()
+    done = world.run(record)
+    assert done.state is TableRestoreState.SUCCEEDED
+    assert [e for e in world.events if ":import:" in e] == ["node3:import:shop.orders"]
+
+
+def test_import_reporting_failed_directories_fails_the_run() -> None:
+    world = World()
+
+    async def failing(restore_id: str, keyspace: str, table: str) -> ImportedTable:
+        return ImportedTable(0, ("/data/.ringsnap-staging/tr-1/shop/orders",), 0.1, "nodetool")
+
+    world.agents["node1"].import_staged_table = failing  # type: ignore[method-assign]
+    with pytest.raises(TableRestoreFailed, match="imported 0 of 1 staged SSTables"):
+        world.run(world.plan().record)
+
+
+def test_abort_removes_the_staging_and_the_clones() -> None:
+    world = World()
+    world.agents["node1"].fail["import:shop.orders"] = RuntimeError("no")
+    with pytest.raises(TableRestoreFailed) as failed:
+        world.run(world.plan().record)
+    record = failed.value.record
+    assert record is not None
+
+    aborted = asyncio.run(world.workflow().abort(record))
+
+    assert aborted.state is TableRestoreState.ABORTED
+    assert sum("remove-staging" in e for e in world.events) == 3
+
+
+def test_as_creates_the_copy_without_the_old_id() -> None:
+    world = World()
+    request = TableRestoreRequest(
+        backup_id="b", keyspace="shop", tables=("orders",), target=("shop", "orders_copy")
+    )
+    plan = world.plan(request)
+    assert not plan.refused, plan.refusals
+    record = world.run(plan.record)
+    assert record.state is TableRestoreState.SUCCEEDED
+    assert "cql:CREATE TABLE shop.orders_copy" in world.events
+    assert world.cql.tables["shop.orders_copy"] == "new-id"
+    assert "node1:import:shop.orders_copy" in world.events
