@@ -16,6 +16,15 @@ fd (short names), grouping by name prefix, small reads with raw os calls, no per
 beyond the result. Threads (`workers`) only pay off when reads wait on a device (cold caches on
 real disks); with warm caches each short syscall hands the GIL back and forth and costs more than
 it saves (bench/manifest.py measures both), so the default is one.
+
+Cache: SSTables are immutable, so what was read of one (its component names, sizes and mtimes, and
+its digest) is kept in memory, keyed by its directory, its name prefix and the inode, size and
+mtime of its TOC.txt (`ManifestCache`). The next manifest then pays, per SSTable, one lstat of the
+TOC and one of each component Cassandra may rewrite in place (Statistics.db, Summary.db: a rewrite
+replaces the file but leaves the TOC alone), plus the directory listing that tells which SSTables
+exist and that every cached component is still there. Only complete SSTables are cached; anything
+that does not match is read again. The cache holds at most `max_sstables` entries (least recently
+used out first) and lives only in the process: a crash or restart starts it empty, never wrong.
 """
 
 from __future__ import annotations
@@ -23,7 +32,9 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections import deque
+import threading
+from array import array
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -45,6 +56,10 @@ _SKIPPED_IN_TABLE = frozenset(("snapshots", "backups"))
 _READ_SIZE = 4096
 _READ_LIMIT = 1 << 16
 DEFAULT_WORKERS = 1
+#: About 0.5 KB an SSTable (8 components): 250,000 SSTables (2,000,000 files) is ~120 MB at most.
+DEFAULT_CACHE_SSTABLES = 250_000
+#: Components Cassandra may rewrite without touching TOC.txt: stat'ed even on a cache hit.
+_REWRITTEN_IN_PLACE = frozenset(("Statistics.db", "Summary.db"))
 
 
 class Component(NamedTuple):
@@ -78,6 +93,60 @@ class SSTable:
     snapshot_tag: str
 
 
+class _Cached(NamedTuple):
+    toc: tuple[int, int, int]
+    digest: str
+    names: tuple[str, ...]
+    #: size, mtime_ns of each name, in order.
+    numbers: array[int]
+
+
+class ManifestCache:
+    """What was read per SSTable, for the next manifest (see the module docstring). Thread-safe."""
+
+    def __init__(self, max_sstables: int = DEFAULT_CACHE_SSTABLES) -> None:
+        self.max_sstables = max_sstables
+        self._entries: OrderedDict[tuple[str, str], _Cached] = OrderedDict()
+        self._names: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._names.clear()
+
+    def get(self, key: tuple[str, str]) -> _Cached | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+            return entry
+
+    def put(self, key: tuple[str, str], toc: tuple[int, int, int], table: SSTable) -> None:
+        names = tuple(component.name for component in table.components)
+        numbers = array("q")
+        for component in table.components:
+            numbers.append(component.size_bytes)
+            numbers.append(component.mtime_ns)
+        with self._lock:
+            # Most SSTables share one of a few component lists: keep one copy of each.
+            names = self._names.setdefault(names, names)
+            self._entries[key] = _Cached(toc, table.data_digest_crc32, names, numbers)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_sstables:
+                self._entries.popitem(last=False)
+            if len(self._names) > 4096:  # pathological variety: start the sharing over
+                self._names.clear()
+
+
+#: The process's cache: every manifest uses it unless told otherwise.
+DEFAULT_CACHE = ManifestCache()
+
+
 def manifest(
     data_directories: Sequence[Path | str],
     *,
@@ -85,18 +154,22 @@ def manifest(
     keyspaces: Iterable[str] = (),
     batch_size: int = DEFAULT_BATCH,
     workers: int = DEFAULT_WORKERS,
+    cache: ManifestCache | None = DEFAULT_CACHE,
 ) -> Iterator[list[SSTable]]:
     """Yield the manifest in batches of at most `batch_size` SSTables, in a stable order.
 
     `tag` (validated) selects a native snapshot; `keyspaces` (validated) restricts the keyspaces.
     `workers` > 1 scans directories in parallel threads (see the module docstring); memory stays
-    bounded by a small window of directories ahead of the consumer.
+    bounded by a small window of directories ahead of the consumer. `cache`: what earlier
+    manifests read (None: read everything).
     """
     if tag:
         snapshot_tag(tag)
     wanted = frozenset(keyspace_name(name) for name in keyspaces)
     directories = (
-        directory for root in data_directories for directory in _directories(str(root), tag, wanted)
+        directory
+        for root in data_directories
+        for directory in _directories(str(root), tag, wanted, cache)
     )
     batch: list[SSTable] = []
     for tables in _ordered_map(_scan, directories, workers):
@@ -120,6 +193,7 @@ class _Directory:
     keyspace: str
     table: str
     tag: str
+    cache: ManifestCache | None
 
 
 def _ordered_map(
@@ -150,7 +224,9 @@ def _subdirectories(path: str) -> list[str]:
         return []
 
 
-def _directories(root: str, tag: str, wanted: frozenset[str]) -> Iterator[_Directory]:
+def _directories(
+    root: str, tag: str, wanted: frozenset[str], cache: ManifestCache | None
+) -> Iterator[_Directory]:
     for keyspace in _subdirectories(root):
         if not _IDENTIFIER.fullmatch(keyspace) or (wanted and keyspace not in wanted):
             continue  # lost+found and anything else that is not a keyspace
@@ -170,12 +246,20 @@ def _directories(root: str, tag: str, wanted: frozenset[str]) -> Iterator[_Direc
                 keyspace=keyspace,
                 table=match.group(1),
                 tag=tag,
+                cache=cache,
             )
 
 
-def _read_small(name: str, directory_fd: int) -> bytes:
+def _read_small(
+    name: str, directory_fd: int, signature: list[tuple[int, int, int]] | None = None
+) -> bytes:
+    """The file's first bytes (up to the limit). `signature` receives its inode, size and mtime,
+    taken before the read: a change during the read then shows as a changed key next time."""
     fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory_fd)
     try:
+        if signature is not None:
+            status = os.fstat(fd)
+            signature.append((status.st_ino, status.st_size, status.st_mtime_ns))
         data = os.read(fd, _READ_SIZE)
         if len(data) == _READ_SIZE:  # rare: read the rest, up to the limit
             while len(data) < _READ_LIMIT and (more := os.read(fd, _READ_SIZE)):
@@ -234,7 +318,15 @@ def _scan(directory: _Directory) -> list[SSTable]:
                 problem="",
                 snapshot_tag=directory.tag,
             )
-            _fill(table, groups[key], key, prefix + key, directory_fd)
+            cache = directory.cache
+            if cache is None:
+                _fill(table, groups[key], key, prefix + key, directory_fd)
+            elif not _from_cache(
+                cache, table, groups[key], key, directory=directory, directory_fd=directory_fd
+            ):
+                toc = _fill(table, groups[key], key, prefix + key, directory_fd)
+                if toc is not None and table.complete:
+                    cache.put((directory.path, key), toc, table)
             found.append(table)
     finally:
         os.close(directory_fd)
@@ -249,21 +341,75 @@ def _scan(directory: _Directory) -> list[SSTable]:
                     keyspace=directory.keyspace,
                     table=directory.table,
                     tag=directory.tag,
+                    cache=directory.cache,
                 )
             )
     return found
 
 
-def _fill(table: SSTable, present: set[str], key: str, path_prefix: str, directory_fd: int) -> None:
+def _from_cache(
+    cache: ManifestCache,
+    table: SSTable,
+    present: set[str],
+    key: str,
+    *,
+    directory: _Directory,
+    directory_fd: int,
+) -> bool:
+    """Fill `table` from the cache if its TOC.txt, its components on disk and its rewritable
+    components are as cached; False (table untouched) otherwise."""
+    if "TOC.txt" not in present:
+        return False
+    entry = cache.get((directory.path, key))
+    if entry is None:
+        cache.misses += 1
+        return False
+    try:
+        status = os.lstat(key + "TOC.txt", dir_fd=directory_fd)
+    except FileNotFoundError:
+        return False
+    names, numbers = entry.names, entry.numbers
+    if entry.toc != (status.st_ino, status.st_size, status.st_mtime_ns) or not present.issuperset(
+        names
+    ):
+        cache.misses += 1
+        return False
+    for index, name in enumerate(names):
+        if name in _REWRITTEN_IN_PLACE:
+            try:
+                status = os.lstat(key + name, dir_fd=directory_fd)
+            except FileNotFoundError:
+                return False
+            if (status.st_size, status.st_mtime_ns) != (numbers[2 * index], numbers[2 * index + 1]):
+                cache.misses += 1
+                return False
+    path_prefix = f"{directory.relative}/{key}"
+    new = _new_component
+    table.components = [
+        new(Component, (name, path_prefix + name, numbers[2 * i], numbers[2 * i + 1]))
+        for i, name in enumerate(names)
+    ]
+    table.data_digest_crc32 = entry.digest
+    cache.hits += 1
+    return True
+
+
+def _fill(
+    table: SSTable, present: set[str], key: str, path_prefix: str, directory_fd: int
+) -> tuple[int, int, int] | None:
     """Components (from TOC.txt), sizes and the data digest of one SSTable; problems if any.
 
     `present`: component names found on disk; `key`: the file name prefix; names are stat'ed
-    relative to `directory_fd` without following symlinks.
+    relative to `directory_fd` without following symlinks. Returns the inode, size and mtime of
+    the TOC.txt that was read (None without one): the key under which the result may be cached.
     """
     problems: list[str] = []
+    signature: list[tuple[int, int, int]] = []
     if "TOC.txt" in present:
         try:
-            text = _read_small(key + "TOC.txt", directory_fd).decode("utf-8", errors="replace")
+            text = _read_small(key + "TOC.txt", directory_fd, signature).decode(
+                "utf-8", errors="replace"
+            )
         except OSError as exc:
             text = ""
             problems.append(f"TOC.txt unreadable: {os.strerror(exc.errno or 0)}")
@@ -314,3 +460,4 @@ def _fill(table: SSTable, present: set[str], key: str, path_prefix: str, directo
     if problems:
         table.complete = False
         table.problem = "; ".join(problems)
+    return signature[0] if signature else None
