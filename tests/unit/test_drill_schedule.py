@@ -1,0 +1,145 @@
+"""Scheduled drills: a schedule's drill_cron fires (the real cron trigger of the config), drills the
+schedule's policy, and never overlaps a backup or a restore of the same cluster: a drill due while a
+backup holds the cluster is skipped as busy, and a backup due while a drill runs is skipped too."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from ringsnap.config import validate
+from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.drill.schedule import drill_scheduler, drill_schedules
+from ringsnap.coordinator.scheduler import (
+    BackupRequest,
+    BackupScheduler,
+    ClusterBusyError,
+    Schedule,
+)
+from ringsnap.coordinator.service import RestoreAwareGuard
+from ringsnap.errors import ConfigError
+
+
+def _config(tmp_path: Path, **schedule: object) -> CoordinatorConfig:
+    for name in ("c.crt", "c.key", "ca.crt"):
+        (tmp_path / name).write_text("-----BEGIN X-----\n")
+    data = {
+        "tls": {
+            "cert_file": str(tmp_path / "c.crt"),
+            "key_file": str(tmp_path / "c.key"),
+            "ca_file": str(tmp_path / "ca.crt"),
+        },
+        "arrays": {"a1": {"driver": "ontap"}},
+        "clusters": [
+            {
+                "name": "c1",
+                "contact_points": ["127.0.0.1"],
+                "drill": {"agent": "127.0.0.1:7450"},
+                "nodes": [
+                    {
+                        "name": "n1",
+                        "agent": "127.0.0.1:7443",
+                        "volumes": [{"array": "a1", "volume": "v", "role": "data+commitlog"}],
+                    }
+                ],
+            }
+        ],
+        "schedules": [
+            {"name": "hourly", "cluster": "c1", "cron": "0 * * * *", "policy": "p", **schedule}
+        ],
+        "retention": {"p": {"hourly": 24}},
+    }
+    return validate(data, CoordinatorConfig, source="<test>")
+
+
+def test_a_drill_cron_needs_a_drill_host_and_a_valid_expression(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="invalid cron expression"):
+        _config(tmp_path, drill_cron="every night")
+    config = _config(tmp_path, drill_cron="30 3 * * *")
+    assert drill_schedules(config) == [Schedule("drill-hourly", "c1", "30 3 * * *", "p", "UTC")]
+
+
+def test_the_drill_cron_fires_and_drills_the_schedules_policy(tmp_path: Path) -> None:
+    config = _config(tmp_path, drill_cron="* * * * *")
+    fired: list[BackupRequest] = []
+    done = asyncio.Event()
+
+    async def run_drill(request: BackupRequest) -> None:
+        fired.append(request)
+        done.set()
+
+    async def last_run(schedule: Schedule) -> datetime | None:
+        # The last drill was 90 s ago: the per-minute cron's latest due time has passed since,
+        # within the grace, so the real cron trigger fires once now.
+        return datetime.now(UTC) - timedelta(seconds=90)
+
+    async def main() -> None:
+        scheduler = drill_scheduler(
+            drill_schedules(config),
+            run_drill,
+            guard=RestoreAwareGuard(),
+            misfire_grace=timedelta(minutes=10),
+            last_run=last_run,
+        )
+        await scheduler.start()
+        try:
+            await asyncio.wait_for(done.wait(), 10)
+            assert scheduler.next_run_times()["drill-hourly"] is not None
+        finally:
+            scheduler.shutdown()
+            await scheduler.wait_idle()
+
+    asyncio.run(main())
+    assert [(r.cluster, r.trigger, r.policy) for r in fired] == [
+        ("c1", "schedule:drill-hourly", "p")
+    ]
+
+
+def test_drills_and_backups_of_a_cluster_never_overlap(tmp_path: Path) -> None:
+    config = _config(tmp_path, drill_cron="* * * * *")
+    guard = RestoreAwareGuard()
+    drilling = asyncio.Event()
+    release = asyncio.Event()
+    drills: list[str] = []
+
+    async def run_drill(request: BackupRequest) -> None:
+        drills.append(request.trigger)
+        drilling.set()
+        await release.wait()
+
+    async def run_backup(request: BackupRequest) -> None:
+        await release.wait()
+
+    async def main() -> None:
+        backups = BackupScheduler([], run_backup, guard=guard)
+        scheduler = drill_scheduler(
+            drill_schedules(config), run_drill, guard=guard, misfire_grace=timedelta(minutes=10)
+        )
+        # A backup holds the cluster: the drill due now is skipped as busy, never run.
+        backup = asyncio.create_task(backups.run(BackupRequest("c1", trigger="schedule:hourly")))
+        await asyncio.sleep(0)
+        with pytest.raises(ClusterBusyError):
+            await scheduler.run(BackupRequest("c1", trigger="schedule:drill-hourly", policy="p"))
+        assert drills == []
+        assert scheduler.recent_skips[-1].kind == "busy"
+        release.set()
+        await backup
+        release.clear()
+        # A drill holds the cluster: a backup (and a restore) due meanwhile is skipped as busy.
+        drill = asyncio.create_task(
+            scheduler.run(BackupRequest("c1", trigger="schedule:drill-hourly", policy="p"))
+        )
+        await asyncio.wait_for(drilling.wait(), 5)
+        with pytest.raises(ClusterBusyError, match="schedule:drill-hourly"):
+            await backups.run(BackupRequest("c1", trigger="schedule:hourly"))
+        with pytest.raises(ClusterBusyError):
+            guard.acquire(BackupRequest("c1", trigger="restore:rr-1"))
+        release.set()
+        await drill
+        assert drills == ["schedule:drill-hourly"]
+        assert guard.running("c1") is None
+
+    asyncio.run(main())
