@@ -499,11 +499,13 @@ def status_command(
 ) -> None:
     """Per cluster: last backup, last success, what runs now, next scheduled run.
 
-    Also the array snapshots of failed or deleted backups still to be cleaned up, and backups recently skipped (cluster busy, schedule missed). Restores that did not finish come first, read from the catalog, with each node's state and the exact next step: they show even while the daemon is down.
+    Also the array snapshots of failed or deleted backups still to be cleaned up, and backups recently skipped (cluster busy, schedule missed). Restores that did not finish come first, read from the catalog, with each node's state and the exact next step: they show even while the daemon is down. Per cluster, the newest proven backup, the newer ones never proven, and the last restore drill (read from the catalog too).
     """
-    from ringsnap.coordinator.restore_cli import open_restores_lines
+    from ringsnap.coordinator.drill.status import drill_status_lines
+    from ringsnap.coordinator.restore_cli import config_path, open_restores_lines
 
     restores = list(open_restores_lines(config))
+    proofs = list(drill_status_lines(config_path(config)))
     with session(config, coordinator, output) as s:
         if restores and not s.json:
             out.print(Text("Restores not finished", style="bold red"))
@@ -511,9 +513,13 @@ def status_command(
                 out.print(line)
         status = s.client().status()
         if s.json:
-            s.emit({**render.to_json(status), "open_restores": restores})
+            s.emit({**render.to_json(status), "open_restores": restores, "proofs": proofs})
         else:
             out.print(render.status_view(status))
+            if proofs:
+                out.print(Text("Proven backups and drills", style="bold"))
+                for line in proofs:
+                    out.print(line)
 
 
 # -- retention -------------------------------------------------------------------------------------
