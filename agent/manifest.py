@@ -33,6 +33,7 @@ import os
 import re
 import stat
 import threading
+import time
 from array import array
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -60,6 +61,8 @@ DEFAULT_WORKERS = 1
 DEFAULT_CACHE_SSTABLES = 250_000
 #: Components Cassandra may rewrite without touching TOC.txt: stat'ed even on a cache hit.
 _REWRITTEN_IN_PLACE = frozenset(("Statistics.db", "Summary.db"))
+#: A directory whose mtime is older than this when it is listed is trusted by its mtime next time.
+_SETTLED_NS = 2_000_000_000
 
 
 class Component(NamedTuple):
@@ -108,6 +111,7 @@ class ManifestCache:
         self.max_sstables = max_sstables
         self._entries: OrderedDict[tuple[str, str], _Cached] = OrderedDict()
         self._names: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self._directories: OrderedDict[str, _RememberedDirectory] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
@@ -118,6 +122,7 @@ class ManifestCache:
         with self._lock:
             self._entries.clear()
             self._names.clear()
+            self._directories.clear()
 
     def get(self, key: tuple[str, str]) -> _Cached | None:
         with self._lock:
@@ -125,6 +130,62 @@ class ManifestCache:
             if entry is not None:
                 self._entries.move_to_end(key)
             return entry
+
+    def directory(
+        self, path: str, signature: tuple[int, int]
+    ) -> Callable[[_Directory], tuple[list[SSTable], list[str]]] | None:
+        """A settled directory whose inode and mtime are as remembered: nothing in it was added,
+        removed or renamed over (Cassandra rewrites a component by renaming a new file over it),
+        so no file in it need be listed or stat'ed. Returns the builder of its SSTables, or None."""
+        with self._lock:
+            remembered = self._directories.get(path)
+            if remembered is None or remembered.signature != signature:
+                return None
+            entries = []
+            for key, *_ in remembered.sstables:
+                entry = self._entries.get((path, key))
+                if entry is None:  # evicted: read the directory again
+                    del self._directories[path]
+                    return None
+                self._entries.move_to_end((path, key))
+                entries.append(entry)
+            self.hits += len(entries)
+
+        def build(directory: _Directory) -> tuple[list[SSTable], list[str]]:
+            found = []
+            new = _new_component
+            for (key, version, generation, sstable_format), entry in zip(
+                remembered.sstables, entries, strict=True
+            ):
+                table = _new_table(directory, version, generation, sstable_format)
+                path_prefix = f"{directory.relative}/{key}"
+                numbers = entry.numbers
+                table.components = [
+                    new(Component, (name, path_prefix + name, numbers[2 * i], numbers[2 * i + 1]))
+                    for i, name in enumerate(entry.names)
+                ]
+                table.data_digest_crc32 = entry.digest
+                found.append(table)
+            return found, list(remembered.indexes)
+
+        return build
+
+    def remember_directory(
+        self, path: str, signature: tuple[int, int], tables: list[SSTable], indexes: list[str]
+    ) -> None:
+        """Remember a settled directory whose SSTables are all complete and cached."""
+        if not all(table.complete for table in tables):
+            return
+        sstables = tuple(
+            (f"{t.version}-{t.generation}-{t.format}-", t.version, t.generation, t.format)
+            for t in tables
+        )
+        with self._lock:
+            if all((path, key) in self._entries for key, *_ in sstables):
+                self._directories[path] = _RememberedDirectory(signature, sstables, tuple(indexes))
+                self._directories.move_to_end(path)
+                while len(self._directories) > self.max_sstables:
+                    self._directories.popitem(last=False)
 
     def put(self, key: tuple[str, str], toc: tuple[int, int, int], table: SSTable) -> None:
         names = tuple(component.name for component in table.components)
@@ -141,6 +202,13 @@ class ManifestCache:
                 self._entries.popitem(last=False)
             if len(self._names) > 4096:  # pathological variety: start the sharing over
                 self._names.clear()
+
+
+class _RememberedDirectory(NamedTuple):
+    signature: tuple[int, int]
+    #: (name prefix, version, generation, format) of each SSTable, in order.
+    sstables: tuple[tuple[str, str, str, str], ...]
+    indexes: tuple[str, ...]
 
 
 #: The process's cache: every manifest uses it unless told otherwise.
@@ -282,69 +350,96 @@ def _scan(directory: _Directory) -> list[SSTable]:
         directory_fd = os.open(directory.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
         return []  # e.g. a table without this snapshot
-    found: list[SSTable] = []
-    indexes: list[str] = []
+    cache = directory.cache
     try:
-        # `<version>-<generation>-<format>-` -> the component names present on disk. Plain names
-        # (listdir) rather than DirEntry objects: a million of them add up.
-        groups: dict[str, set[str]] = {}
-        for name in os.listdir(directory_fd):
-            parts = name.split("-", 3)
-            if len(parts) == 4 and parts[3]:
-                key = name[: -len(parts[3])]
-                group = groups.get(key)
-                if group is None:
-                    group = groups[key] = set()
-                group.add(parts[3])
-            elif name[:1] == "." and _is_directory(name, directory_fd):
-                indexes.append(name)
-        prefix = f"{directory.relative}/"
-        for key in sorted(groups):
-            match = _SSTABLE_PREFIX.fullmatch(key)
-            if match is None:
-                continue  # not an SSTable (e.g. a transaction log whose uuid has dashes)
-            version, generation, sstable_format = match.groups()
-            table = SSTable(
-                data_directory=directory.root,
-                keyspace=directory.keyspace,
-                table=directory.table,
-                table_directory=directory.table_directory,
-                generation=generation,
-                format=sstable_format,
-                version=version,
-                components=[],
-                data_digest_crc32="",
-                complete=True,
-                problem="",
-                snapshot_tag=directory.tag,
-            )
-            cache = directory.cache
-            if cache is None:
-                _fill(table, groups[key], key, prefix + key, directory_fd)
-            elif not _from_cache(
-                cache, table, groups[key], key, directory=directory, directory_fd=directory_fd
-            ):
-                toc = _fill(table, groups[key], key, prefix + key, directory_fd)
-                if toc is not None and table.complete:
-                    cache.put((directory.path, key), toc, table)
-            found.append(table)
+        settled = None
+        if cache is not None:
+            status = os.fstat(directory_fd)
+            signature = (status.st_ino, status.st_mtime_ns)
+            remembered = cache.directory(directory.path, signature)
+            if remembered is not None:
+                found, indexes = remembered(directory)
+            else:
+                found, indexes = _scan_names(directory, directory_fd)
+                # Racy-git rule: only a directory unchanged for a while before this listing can be
+                # trusted by its mtime alone (timestamps are coarser than the changes).
+                if time.time_ns() - status.st_mtime_ns > _SETTLED_NS:
+                    settled = signature
+        else:
+            found, indexes = _scan_names(directory, directory_fd)
     finally:
         os.close(directory_fd)
-    for index in sorted(indexes):
-        if _INDEX_DIRECTORY.fullmatch(index):
-            found += _scan(
-                _Directory(
-                    path=f"{directory.path}/{index}",
-                    relative=f"{directory.relative}/{index}",
-                    table_directory=f"{directory.table_directory}/{index}",
-                    root=directory.root,
-                    keyspace=directory.keyspace,
-                    table=directory.table,
-                    tag=directory.tag,
-                    cache=directory.cache,
-                )
+    if settled is not None and cache is not None:
+        cache.remember_directory(directory.path, settled, found, indexes)
+    for index in indexes:
+        found += _scan(
+            _Directory(
+                path=f"{directory.path}/{index}",
+                relative=f"{directory.relative}/{index}",
+                table_directory=f"{directory.table_directory}/{index}",
+                root=directory.root,
+                keyspace=directory.keyspace,
+                table=directory.table,
+                tag=directory.tag,
+                cache=directory.cache,
             )
+        )
     return found
+
+
+def _new_table(
+    directory: _Directory, version: str, generation: str, sstable_format: str
+) -> SSTable:
+    return SSTable(
+        data_directory=directory.root,
+        keyspace=directory.keyspace,
+        table=directory.table,
+        table_directory=directory.table_directory,
+        generation=generation,
+        format=sstable_format,
+        version=version,
+        components=[],
+        data_digest_crc32="",
+        complete=True,
+        problem="",
+        snapshot_tag=directory.tag,
+    )
+
+
+def _scan_names(directory: _Directory, directory_fd: int) -> tuple[list[SSTable], list[str]]:
+    """The SSTables of one directory from its listing, and its index subdirectories."""
+    found: list[SSTable] = []
+    indexes: list[str] = []
+    # `<version>-<generation>-<format>-` -> the component names present on disk. Plain names
+    # (listdir) rather than DirEntry objects: a million of them add up.
+    groups: dict[str, set[str]] = {}
+    for name in os.listdir(directory_fd):
+        parts = name.split("-", 3)
+        if len(parts) == 4 and parts[3]:
+            key = name[: -len(parts[3])]
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = set()
+            group.add(parts[3])
+        elif name[:1] == "." and _is_directory(name, directory_fd):
+            indexes.append(name)
+    prefix = f"{directory.relative}/"
+    cache = directory.cache
+    for key in sorted(groups):
+        match = _SSTABLE_PREFIX.fullmatch(key)
+        if match is None:
+            continue  # not an SSTable (e.g. a transaction log whose uuid has dashes)
+        table = _new_table(directory, *match.groups())
+        if cache is None:
+            _fill(table, groups[key], key, prefix + key, directory_fd)
+        elif not _from_cache(
+            cache, table, groups[key], key, directory=directory, directory_fd=directory_fd
+        ):
+            toc = _fill(table, groups[key], key, prefix + key, directory_fd)
+            if toc is not None and table.complete:
+                cache.put((directory.path, key), toc, table)
+        found.append(table)
+    return found, sorted(name for name in indexes if _INDEX_DIRECTORY.fullmatch(name))
 
 
 def _from_cache(

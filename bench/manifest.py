@@ -6,8 +6,12 @@ contents, empty data files) on a loop-mounted ext4 filesystem (as on a node; `--
 `--fs dir` otherwise), then times:
 
 - the syscall floor: a bare scandir + lstat of every file (what any implementation must pay here);
-- the manifest walk with warm caches, one thread and several;
-- the manifest walk with cold caches (the filesystem unmounted and mounted again), ext4 only;
+- the manifest walk without the manifest cache (what every manifest cost before it), warm caches,
+  one thread and several;
+- with the manifest cache: the first manifest (fills it), the next one (nothing new), one after
+  1 % new SSTables, and the memory the filled cache holds;
+- the manifest walk with cold kernel caches (the filesystem unmounted and mounted again), ext4
+  only, without and with the manifest cache;
 - the walk plus building the protobuf messages the agent streams.
 
     sudo .venv/bin/python -m bench.manifest [--files N] [--fs ext4|tmpfs|dir] [--repeat R]
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import shutil
 import subprocess
@@ -85,18 +90,20 @@ def syscall_floor(root: Path) -> float:
     return time.perf_counter() - started
 
 
-def walk(root: Path, workers: int) -> tuple[float, int, int]:
+def walk(
+    root: Path, workers: int, cache: manifest_module.ManifestCache | None = None
+) -> tuple[float, int, int]:
     started = time.perf_counter()
     sstables = components = 0
-    for batch in manifest_module.manifest([root], workers=workers):
+    for batch in manifest_module.manifest([root], workers=workers, cache=cache):
         sstables += len(batch)
         components += sum(len(table.components) for table in batch)
     return time.perf_counter() - started, sstables, components
 
 
-def walk_and_messages(root: Path) -> float:
+def walk_and_messages(root: Path, cache: manifest_module.ManifestCache) -> float:
     started = time.perf_counter()
-    for batch in manifest_module.manifest([root]):
+    for batch in manifest_module.manifest([root], cache=cache):
         manifest_batch_message(batch).ByteSize()
     return time.perf_counter() - started
 
@@ -160,17 +167,58 @@ def main() -> None:
             results = [walk(root, workers) for _ in range(args.repeat)]
             seconds, sstables, components = min(results)
             print(
-                f"manifest, warm caches, {workers} thread(s): {components:,} components of"
-                f" {sstables:,} SSTables, best {seconds:.3f} s"
+                f"manifest without the manifest cache, warm kernel caches, {workers} thread(s):"
+                f" {components:,} components of {sstables:,} SSTables, best {seconds:.3f} s"
                 f" (all: {', '.join(f'{r[0]:.2f}' for r in results)})"
             )
-        messages = [walk_and_messages(root) for _ in range(args.repeat)]
-        print(f"manifest + protobuf messages, warm caches: best {min(messages):.3f} s")
+        cache = manifest_module.ManifestCache(max_sstables=manifest_module.DEFAULT_CACHE_SSTABLES)
+        gc.collect()
+        rss_before = rss_bytes()
+        fill, _, _ = walk(root, 1, cache)
+        gc.collect()
+        held = rss_bytes() - rss_before
+        print(
+            f"manifest cache: first manifest (fills it) {fill:.3f} s; {len(cache):,} SSTables"
+            f" cached, about {held / 2**20:.0f} MiB of RSS"
+        )
+        results = [walk(root, 1, cache) for _ in range(args.repeat)]
+        seconds, sstables, components = min(results)
+        print(
+            f"manifest cache: next manifest, nothing new: {components:,} components, best"
+            f" {seconds:.3f} s (all: {', '.join(f'{r[0]:.2f}' for r in results)})"
+        )
+        add_sstables(root, 0.01)
+        seconds, sstables, components = walk(root, 1, cache)
+        print(
+            f"manifest cache: after 1 % new SSTables: {components:,} components in {seconds:.3f} s"
+        )
+        messages = [walk_and_messages(root, cache) for _ in range(args.repeat)]
+        print(f"manifest (cached) + protobuf messages, warm caches: best {min(messages):.3f} s")
         if mount_point is not None:
-            for workers in (1, 8):
-                remount(mount_point)
-                seconds, _, components = walk(root, workers)
-                print(f"manifest, cold caches (remounted), {workers} thread(s): {seconds:.3f} s")
+            remount(mount_point)
+            seconds, _, components = walk(root, 1)
+            print(f"manifest without the cache, cold kernel caches (remounted): {seconds:.3f} s")
+            remount(mount_point)
+            seconds, _, components = walk(root, 1, cache)
+            print(f"manifest with the cache, cold kernel caches (remounted): {seconds:.3f} s")
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def add_sstables(root: Path, fraction: float) -> None:
+    """New SSTables (big format, generation numbers above the existing ones) in every table."""
+    per_table = max(1, int(fraction * sum(1 for _ in root.glob("ks0/table0-*/*-TOC.txt"))))
+    listed = (*BIG, "Digest.crc32", "TOC.txt")
+    for directory in sorted(root.glob("ks*/table*-*")):
+        for g in range(per_table):
+            prefix = f"nb-{900_000 + g}-big-"
+            for name in BIG:
+                (directory / f"{prefix}{name}").touch()
+            (directory / f"{prefix}Digest.crc32").write_text(str(2000000 + g))
+            (directory / f"{prefix}TOC.txt").write_text("\n".join(listed) + "\n")
 
 
 if __name__ == "__main__":

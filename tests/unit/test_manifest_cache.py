@@ -121,3 +121,43 @@ def test_the_cache_is_bounded(tmp_path: Path) -> None:
     assert len(cache) == 3
     assert tables(tmp_path, cache) == tables(tmp_path, None)
     assert len(cache) == 3
+
+
+def settle(directory: Path) -> None:
+    """Make the directory look unchanged for a minute (as a snapshot or an old table is)."""
+    old = directory.stat().st_mtime_ns - 60 * 10**9
+    os.utime(directory, ns=(old, old))
+
+
+def test_a_settled_directory_is_not_listed_or_stated_again(
+    tmp_path: Path, reads: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = table_directory(tmp_path)
+    for generation in (1, 2):
+        write_sstable(directory, generation, 1000)
+    settle(directory)
+    cache = ManifestCache()
+    first = tables(tmp_path, cache)
+    reads.clear()
+    listed: list[object] = []
+    real_listdir = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda *a: listed.append(a) or real_listdir(*a))
+    assert tables(tmp_path, cache) == first
+    assert reads == []
+    # The keyspace and table levels are scanned (scandir); the SSTables' directory is not listed.
+    assert len(listed) == 0
+
+
+def test_a_change_in_a_settled_directory_is_seen(tmp_path: Path) -> None:
+    directory = table_directory(tmp_path)
+    write_sstable(directory, 1, 1000)
+    settle(directory)
+    cache = ManifestCache()
+    tables(tmp_path, cache)
+    replacement = directory / "nb-1-big-Statistics.db.tmp"
+    replacement.write_bytes(b"s" * 777)
+    os.rename(replacement, directory / "nb-1-big-Statistics.db")  # the directory's mtime moves
+    (table,) = tables(tmp_path, cache)
+    assert {c.name: c.size_bytes for c in table.components}["Statistics.db"] == 777
+    write_sstable(directory, 2, 1000)
+    assert [t.generation for t in tables(tmp_path, cache)] == ["1", "2"]
