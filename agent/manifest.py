@@ -22,8 +22,12 @@ its digest) is kept in memory, keyed by its directory, its name prefix and the i
 mtime of its TOC.txt (`ManifestCache`). The next manifest then pays, per SSTable, one lstat of the
 TOC and one of each component Cassandra may rewrite in place (Statistics.db, Summary.db: a rewrite
 replaces the file but leaves the TOC alone), plus the directory listing that tells which SSTables
-exist and that every cached component is still there. Only complete SSTables are cached; anything
-that does not match is read again. The cache holds at most `max_sstables` entries (least recently
+exist and that every cached component is still there. A directory that had not changed for a
+couple of seconds when it was listed (a snapshot, a clone, a table nobody writes to) is also
+remembered by its inode and mtime: while those stay the same nothing was added, removed or renamed
+over in it (Cassandra rewrites a component by renaming a new file over it), so it is neither
+listed nor stat'ed again. Only complete SSTables are cached; anything that does not match is read
+again. The cache holds at most `max_sstables` entries (least recently
 used out first) and lives only in the process: a crash or restart starts it empty, never wrong.
 """
 
