@@ -29,6 +29,7 @@ from ringsnap.plugins.simulators.server import SimulatorApp, SimulatorServer, se
 from ringsnap.plugins.simulators.tls import make_test_ca
 from ringsnap.sandbox import services
 from ringsnap.sandbox.cluster import NodeInfo, SandboxCluster
+from ringsnap.sandbox.image import cassandra_home, java17_flags
 from ringsnap.testpki import TlsPaths
 
 ARRAY_NAME = "array1"
@@ -183,9 +184,14 @@ class Stack:
     agents: dict[str, BackgroundAgent | ProcessAgent]
     array: ArraySimulator
     coordinator_settings: dict[str, Any] = field(default_factory=dict)
+    #: The drill host's agent (`running_stack(..., drill_host=True)`), else None.
+    drill_agent: ProcessAgent | None = None
 
     def coordinator_data(self, **cluster_settings: Any) -> dict[str, Any]:
         client = self.pki.client.write(self.workdir / "pki", "coordinator")
+        if self.drill_agent is not None:
+            # The cluster's drill host (`[clusters.drill]`), for `ringsnap drill`.
+            cluster_settings.setdefault("drill", {"agent": self.drill_agent.address})
         return coordinator_data(
             self.cluster,
             {name: agent.address for name, agent in self.agents.items()},
@@ -270,11 +276,52 @@ def agent_data(
     return data
 
 
+def drill_host_data(
+    cluster: SandboxCluster, pki: TestPki, workdir: Path, listen: str
+) -> dict[str, Any]:
+    """The agent.toml of the sandbox's drill host: the pool's attach/detach hooks for clones and a
+    `[drill]` section running the host's Java with the cached Cassandra jars. It has no Cassandra
+    of its own; `[cassandra]` (which every agent configuration requires) names empty directories
+    of its work directory and a nodetool that always fails."""
+    root = workdir / "drill-host"
+    for name in ("no-cassandra/data", "no-cassandra/commitlog"):
+        (root / name).mkdir(parents=True, exist_ok=True)
+    data = config_data(
+        pki,
+        data_directories=[root / "no-cassandra" / "data"],
+        commitlog_directory=root / "no-cassandra" / "commitlog",
+        state_directory=root / "state",
+        listen=listen,
+    )
+    data["volumes"] = {
+        **data["volumes"],
+        "detach_command": hook_argv("detach", cluster.pool_dir),
+        "attach_command": hook_argv("attach", cluster.pool_dir),
+    }
+    data["drill"] = {
+        "cassandra_home": str(cassandra_home()),
+        "jvm_options": java17_flags(),
+        "heap": "512M",
+        "work_directory": str(root / "drills"),
+        "start_timeout_seconds": 240.0,
+        "stop_timeout_seconds": 60.0,
+        "max_deadline_seconds": 1800.0,
+    }
+    data["log"] = {"json": True, "level": "info"}
+    return data
+
+
 @contextlib.contextmanager
 def running_stack(
-    cluster: SandboxCluster, workdir: Path, *, vendor: str = "ontap", agent_processes: bool = False
+    cluster: SandboxCluster,
+    workdir: Path,
+    *,
+    vendor: str = "ontap",
+    agent_processes: bool = False,
+    drill_host: bool = False,
 ) -> Iterator[Stack]:
-    """Agents for every node of `cluster` (threads, or processes) and a `vendor` simulator."""
+    """Agents for every node of `cluster` (threads, or processes) and a `vendor` simulator; with
+    `drill_host`, a fourth agent process that runs restore drills (`Stack.drill_agent`)."""
     workdir.mkdir(parents=True, exist_ok=True)
     pki = TestPki.create(workdir / "pki")
     with contextlib.ExitStack() as stack:
@@ -298,4 +345,12 @@ def running_stack(
         array = stack.enter_context(
             array_simulator(vendor, LunPool(cluster.pool_dir), workdir / vendor)
         )
-        yield Stack(cluster, workdir, pki, agents, array)
+        drill_agent = None
+        if drill_host:
+            port = _free_port()
+            config_file = write_config(
+                workdir / "agent-drill-host.toml",
+                drill_host_data(cluster, pki, workdir, f"127.0.0.1:{port}"),
+            )
+            drill_agent = stack.enter_context(ProcessAgent(config_file, port))
+        yield Stack(cluster, workdir, pki, agents, array, drill_agent=drill_agent)
