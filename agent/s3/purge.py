@@ -85,7 +85,7 @@ def purge(
     cutoff = datetime.now(UTC) - timedelta(seconds=min_age_seconds)
     batch: list[str] = []
     for key, size, modified in _listing(client, bucket, layout.sstables_prefix(node)):
-        if key.endswith("/") and size == 0:
+        if key.endswith("/"):
             continue  # a directory marker (S3Proxy's filesystem backend lists its directories)
         result.listed += 1
         try:

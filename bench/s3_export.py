@@ -1,0 +1,160 @@
+"""Benchmark: SSTable copies to a real S3 server (S3Proxy, filesystem backend, on this machine).
+
+Writes SSTables in Cassandra's layout (random Data.db, real CRC32 digests), then measures, each in
+its own process (`python -m ringsnap.agent.s3`, as an agent would run it) so that its peak RSS is its
+own:
+
+- export throughput (MiB/s) of the large data set (default ~2 GB in 8 SSTables), and its peak RSS;
+- the same for a data set a quarter of the size: the peak RSS should not grow with the data;
+- a second export of the same data (nothing to upload: the cost of deciding);
+- download + verification throughput of the large set into an empty directory, and its peak RSS;
+- purge: objects deleted per second (DeleteObjects, 1,000 keys a request).
+
+    sudo .venv/bin/python -m bench.s3_export [--sstables 8] [--sstable-mib 256] [--purge-objects 5000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from ringsnap.agent.s3.client import make_client
+from ringsnap.agent.s3.layout import Layout
+from ringsnap.agent.s3.purge import purge
+from ringsnap.agent.s3.settings import S3Settings
+from ringsnap.agent.testing.sstables import table_directory, write_sstable
+from ringsnap.config import load
+from ringsnap.sandbox.s3proxy import S3Server, running_s3proxy
+
+MIB = 1024 * 1024
+
+
+def settings_file(directory: Path, server: S3Server, bucket: str) -> Path:
+    keys = directory / "keys"
+    keys.mkdir(exist_ok=True)
+    (keys / "access").write_text(server.access_key_id)
+    (keys / "secret").write_text(server.secret_access_key)
+    path = directory / f"{bucket}.toml"
+    path.write_text(
+        f'bucket = "{bucket}"\n'
+        f'endpoint_url = "{server.endpoint_url}"\n'
+        f'access_key_id_file = "{keys / "access"}"\n'
+        f'secret_access_key_file = "{keys / "secret"}"\n'
+    )
+    return path
+
+
+def run_measured(argv: list[str]) -> tuple[dict[str, Any], float, int]:
+    """(the command's result line, wall seconds, peak RSS in bytes) of one process."""
+    started = time.perf_counter()
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - started
+    assert process.stdout is not None and process.stderr is not None
+    out, err = process.stdout.read(), process.stderr.read()
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[:5])} failed:\n{err[-2000:]}")
+    result = json.loads(out.strip().splitlines()[-1])["result"]
+    return result, wall, usage.ru_maxrss * 1024
+
+
+def transfer(
+    action: str, config: Path, backup: str, directory: Path
+) -> tuple[dict[str, Any], float, int]:
+    return run_measured(
+        [sys.executable, "-m", "ringsnap.agent.s3", action, "--settings", str(config),
+         "--backup", backup, "--node", "node1", str(directory)]
+    )  # fmt: skip
+
+
+def data_set(root: Path, sstables: int, sstable_mib: int) -> int:
+    for generation in range(1, sstables + 1):
+        write_sstable(table_directory(root), generation, sstable_mib * MIB)
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
+def mib_per_second(size: int, seconds: float) -> str:
+    return f"{size / MIB / seconds:.0f} MiB/s"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sstables", type=int, default=8)
+    parser.add_argument("--sstable-mib", type=int, default=256)
+    parser.add_argument("--purge-objects", type=int, default=5000)
+    parser.add_argument("--dir", type=Path, help="parent of the temporary directory")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="ringsnap-bench-s3-", dir=args.dir))
+    try:
+        with running_s3proxy(work / "s3proxy") as server:
+            client = make_client(load(settings_file(work, server, "bench-purge"), S3Settings))
+            print(f"S3Proxy at {server.endpoint_url}, objects in {server.data_dir}")
+            print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+            peaks = []
+            for label, count in (("quarter", max(1, args.sstables // 4)), ("full", args.sstables)):
+                bucket = f"bench-{label}"
+                client.create_bucket(Bucket=bucket)
+                root = work / f"data-{label}"
+                size = data_set(root, count, args.sstable_mib)
+                config = settings_file(work, server, bucket)
+                result, wall, rss = transfer("export", config, "b1", root)
+                peaks.append(rss)
+                print(
+                    f"export {label}: {count} SSTables, {size / MIB:,.0f} MiB in {wall:.1f} s"
+                    f" (process) = {mib_per_second(size, wall)};"
+                    f" {result['files_uploaded']} files; peak RSS {rss / MIB:.0f} MiB"
+                )
+                if label != "full":
+                    shutil.rmtree(root)
+                    continue
+                result, wall, rss = transfer("export", config, "b2", root)
+                print(
+                    f"export again, nothing new: {wall:.2f} s (process),"
+                    f" {result['files_uploaded']} files uploaded,"
+                    f" {result['listing_requests']} listing request(s)"
+                )
+                restored = work / "restored"
+                result, wall, rss = transfer("download", config, "b1", restored)
+                print(
+                    f"download + verify: {size / MIB:,.0f} MiB in {wall:.1f} s (process)"
+                    f" = {mib_per_second(size, wall)}; peak RSS {rss / MIB:.0f} MiB"
+                )
+                shutil.rmtree(restored)
+                shutil.rmtree(root)
+            print(
+                f"peak RSS of the export: {peaks[0] / MIB:.0f} MiB (quarter data),"
+                f" {peaks[1] / MIB:.0f} MiB (full data)"
+            )
+            bench_purge(client, args.purge_objects)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def bench_purge(client: Any, objects: int) -> None:
+    bucket = "bench-purge"
+    client.create_bucket(Bucket=bucket)
+    layout = Layout()
+    keys = [f"sstables/node1/ks/t-{0:032x}/nb-{g}-big-1/Data.db-1" for g in range(1, objects + 1)]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda key: client.put_object(Bucket=bucket, Key=key, Body=b"x"), keys))
+    started = time.perf_counter()
+    result = purge(client, bucket, layout, set(), min_age_seconds=0)
+    seconds = time.perf_counter() - started
+    print(
+        f"purge: {result.deleted:,} objects in {seconds:.2f} s = {result.deleted / seconds:,.0f}"
+        f" objects/s ({result.delete_requests} DeleteObjects requests, listing included)"
+    )
+
+
+if __name__ == "__main__":
+    main()
