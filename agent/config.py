@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
+from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.config import SecretFile, Section, TlsFiles, load
 
 DEFAULT_CONFIG_PATH = Path("/etc/ringsnap/agent.toml")
@@ -231,6 +232,8 @@ class AgentConfig(Section):
     volumes: VolumesSection = Field(default_factory=VolumesSection)
     #: Only on a drill host.
     drill: DrillSection | None = None
+    #: Off-array copies: the S3-compatible store this node exports to (docs/s3.md).
+    s3: S3Settings | None = None
     log: LogSection = Field(default_factory=LogSection)
 
 
