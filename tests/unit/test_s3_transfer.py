@@ -1,0 +1,63 @@
+"""Pieces of the S3 transfer engine that need no store: part sizes, progress, the Content-MD5 hook."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+
+from botocore.awsrequest import AWSRequest
+
+from ringsnap.agent.s3.client import _content_md5_only
+from ringsnap.agent.s3.export import transfer_config
+from ringsnap.agent.s3.progress import Progress, Tracker
+from ringsnap.agent.s3.settings import S3Settings
+
+MIB = 1024 * 1024
+
+
+def test_part_size_grows_when_a_file_would_need_more_than_10000_parts() -> None:
+    settings = S3Settings(bucket="ringsnap-copies", part_size_bytes=8 * MIB)
+    assert transfer_config(settings, 10 * 1024 * MIB).multipart_chunksize == 8 * MIB
+    huge = 200 * 1024 * MIB
+    part = transfer_config(settings, huge).multipart_chunksize
+    assert part * 10_000 >= huge and part // 2 * 10_000 < huge
+
+
+def test_progress_rate_and_eta() -> None:
+    seen: list[Progress] = []
+    tracker = Tracker(4, 400, seen.append, interval=0)
+    tracker.skipped(100)
+    tracker.transferred(100)
+    tracker.file_transferred()
+    progress = tracker.snapshot()
+    assert (progress.files_done, progress.bytes_done, progress.bytes_transferred) == (2, 200, 100)
+    assert progress.rate_bytes_per_second > 0
+    assert progress.eta_seconds is not None and progress.eta_seconds > 0
+    assert tracker.finish().final
+    assert seen and seen[-1].final
+
+
+def test_flexible_checksum_headers_become_a_content_md5_of_the_stream() -> None:
+    body = io.BytesIO(b"0123456789" * 100_000)
+    body.seek(10)
+    request = AWSRequest(
+        method="PUT",
+        url="http://127.0.0.1/b/k",
+        headers={"x-amz-checksum-crc32": "AAAAAA==", "x-amz-sdk-checksum-algorithm": "CRC32"},
+        data=body,
+    )
+    _content_md5_only(request)
+    expected = base64.b64encode(hashlib.md5(body.getvalue()[10:]).digest()).decode()
+    assert request.headers["Content-MD5"] == expected
+    assert "x-amz-checksum-crc32" not in request.headers
+    assert "x-amz-sdk-checksum-algorithm" not in request.headers
+    assert body.tell() == 10, "the body is put back where it was"
+
+
+def test_a_content_md5_already_there_is_kept() -> None:
+    request = AWSRequest(
+        method="POST", url="http://127.0.0.1/b?delete", headers={"Content-MD5": "given"}, data=b"x"
+    )
+    _content_md5_only(request)
+    assert request.headers["Content-MD5"] == "given"
