@@ -378,15 +378,16 @@ class CloneMounter:
         log.warning("clones detached", purpose_id=purpose_id, volumes=detached)
         return sorted(detached)
 
-    async def recover(self) -> None:
-        """Tear down every clone a previous process left (logged): nobody is using them now."""
+    async def recover(self, why: str = "left by a previous agent") -> None:
+        """Tear down every recorded clone, logged: at start (a previous process left them) and
+        at stop (nobody will use them; a caller that still needs them mounts them again)."""
         for purpose_id in self.records.purposes():
-            log.warning("tearing down clones left by a previous agent", purpose_id=purpose_id)
+            log.warning("tearing down clones", purpose_id=purpose_id, why=why)
             try:
                 await self.unmount(purpose_id)
             except (Conflict, CommandFailed, CommandTimeout) as exc:
                 log.error(
-                    "clones left by a previous agent could not be torn down",
+                    "clones could not be torn down",
                     purpose_id=purpose_id,
                     error=str(exc)[:500],
                 )

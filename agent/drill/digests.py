@@ -19,6 +19,8 @@ class DigestResult:
     bytes_verified: int
     #: One line per mismatch or unreadable file (empty: all good).
     problems: tuple[str, ...]
+    #: The manifest walked: the clones as they were before the drill node touched them.
+    tables: tuple[manifest.SSTable, ...] = ()
 
 
 def crc32_of(path: str) -> tuple[int, int]:
@@ -39,7 +41,9 @@ def verify(
     Digest.crc32; SSTables without one (none in Cassandra 4/5 data files) are counted, not read."""
     sstables = verified = 0
     problems: list[str] = []
+    tables: list[manifest.SSTable] = []
     for batch in manifest.manifest(list(data_directories)):
+        tables.extend(batch)
         for table in batch:
             sstables += 1
             data = next((c for c in table.components if c.name == "Data.db"), None)
@@ -59,4 +63,4 @@ def verify(
                     f"{path}: CRC32 of Data.db is {crc}, Digest.crc32 says"
                     f" {table.data_digest_crc32.strip()}"
                 )
-    return DigestResult(sstables, verified, tuple(problems))
+    return DigestResult(sstables, verified, tuple(problems), tuple(tables))

@@ -103,21 +103,34 @@ class DrillHost:
         return self._drill(drill_id).snapshot()
 
     def manifest(self, drill_id: str) -> Iterator[list[manifest.SSTable]]:
-        """The manifest of the drill's clones (a blocking generator), with each entry's
-        data_directory given as the production path it stands for, as the backup recorded it."""
+        """The manifest of the drill's clones (a blocking generator) as they were mounted: the
+        one walked for the digests, before the drill node started (its start flushes and may
+        compact), else walked now. Each entry's data_directory is the production path it stands
+        for, as the backup recorded it."""
         drill = self._drill(drill_id)
         self.clones.mounted(drill_id)  # still mounted?
         production = dict(
             zip(drill.clone_data_directories, drill.request.data_directories, strict=True)
         )
+        captured = drill.manifest
 
         def batches() -> Iterator[list[manifest.SSTable]]:
-            for batch in manifest.manifest(list(drill.clone_data_directories)):
-                for table in batch:
-                    table.data_directory = production.get(
-                        table.data_directory, table.data_directory
+            walked = (
+                manifest.manifest(list(drill.clone_data_directories))
+                if captured is None
+                else (
+                    list(captured[i : i + manifest.DEFAULT_BATCH])
+                    for i in range(0, len(captured), manifest.DEFAULT_BATCH)
+                )
+            )
+            for batch in walked:
+                yield [
+                    replace(
+                        table,
+                        data_directory=production.get(table.data_directory, table.data_directory),
                     )
-                yield batch
+                    for table in batch
+                ]
 
         return batches()
 
@@ -131,11 +144,14 @@ class DrillHost:
             return DrillStatus(drill_id, state=STOPPED, step="", message="no such drill runs here")
         task = self._tasks.get(drill_id)
         if task is not None and not task.done():
-            drill.status.message = "stopped by StopDrill"
+            drill.status.message = drill.status.message or "stopped by StopDrill"
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await drill.teardown()
+        if not drill.status.final:  # cancelled before it ever ran
+            drill.status.state = STOPPED
+            drill.status.elapsed_seconds = time.monotonic() - drill.started
         self._remove_record(drill_id)
         return drill.snapshot()
 

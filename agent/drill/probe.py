@@ -47,7 +47,7 @@ class Outcome:
 
 def connect(address: str, port: int, deadline: float) -> tuple[Any, Any]:
     """(cluster, session) once the node answers CQL; CheckFailed('cql') at the deadline."""
-    from cassandra.cluster import Cluster, NoHostAvailable
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
     from cassandra.policies import WhiteListRoundRobinPolicy
 
     last = "no answer yet"
@@ -55,7 +55,11 @@ def connect(address: str, port: int, deadline: float) -> tuple[Any, Any]:
         cluster = Cluster(
             [address],
             port=port,
-            load_balancing_policy=WhiteListRoundRobinPolicy([address]),
+            execution_profiles={
+                EXEC_PROFILE_DEFAULT: ExecutionProfile(
+                    load_balancing_policy=WhiteListRoundRobinPolicy([address]), request_timeout=60
+                )
+            },
             connect_timeout=5,
             control_connection_timeout=10,
         )

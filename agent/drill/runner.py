@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import IO
 
 from ringsnap import logs
-from ringsnap.agent import process
+from ringsnap.agent import manifest, process
 from ringsnap.agent.clones import MountedClone
 from ringsnap.agent.config import DrillSection
 from ringsnap.agent.drill import digests, netns
@@ -84,6 +84,8 @@ class DrillRun:
         self.status = DrillStatus(request.drill_id)
         self.started = time.monotonic()
         self._cassandra: asyncio.subprocess.Process | None = None
+        #: The clones' manifest, walked before the drill node started (which flushes, compacts).
+        self.manifest: tuple[manifest.SSTable, ...] | None = None
         self._teardown_lock = asyncio.Lock()
         mounts = [(clone.source_mount_point, clone.mount_point) for clone in self.clones]
         # Validated now, so that StartDrill refuses a request whose paths are not on the clones.
@@ -166,6 +168,7 @@ class DrillRun:
 
         result = await asyncio.to_thread(digests.verify, self.clone_data_directories, progress)
         self.status.bytes_verified = result.bytes_verified
+        self.manifest = result.tables
         if result.problems:
             shown = "; ".join(result.problems[:5])
             more = f" (and {len(result.problems) - 5} more)" if len(result.problems) > 5 else ""

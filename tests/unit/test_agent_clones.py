@@ -86,7 +86,9 @@ class Rig:
     def hook_calls(self) -> list[tuple[str, dict[str, str]]]:
         if not self.hook_log.exists():
             return []
-        return [tuple(json.loads(line)) for line in self.hook_log.read_text().splitlines()]  # type: ignore[misc]
+        return [
+            (action, env) for action, env in map(json.loads, self.hook_log.read_text().splitlines())
+        ]
 
 
 @pytest.fixture
