@@ -1219,6 +1219,26 @@ Global___DrillRequest: _TypeAlias = DrillRequest  # noqa: Y015
 class DrillStatus(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class StepSecondsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     DRILL_ID_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
     STEP_FIELD_NUMBER: _builtins.int
@@ -1226,6 +1246,7 @@ class DrillStatus(_message.Message):
     PROOF_FIELD_NUMBER: _builtins.int
     ELAPSED_FIELD_NUMBER: _builtins.int
     BYTES_VERIFIED_FIELD_NUMBER: _builtins.int
+    STEP_SECONDS_FIELD_NUMBER: _builtins.int
     drill_id: _builtins.str
     state: _builtins.str
     """"starting" | "verifying" | "proven" | "failed" | "stopped" """
@@ -1241,6 +1262,12 @@ class DrillStatus(_message.Message):
 
     @_builtins.property
     def elapsed(self) -> _duration_pb2.Duration: ...
+    @_builtins.property
+    def step_seconds(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """Added by the agent side: seconds per finished step ("mount", "digests", "start" until CQL
+        answered, "verify" for the CQL checks, "teardown"), for reports and benchmarks.
+        """
+
     def __init__(
         self,
         *,
@@ -1251,10 +1278,11 @@ class DrillStatus(_message.Message):
         proof: _abc.Iterable[_builtins.str] | None = ...,
         elapsed: _duration_pb2.Duration | None = ...,
         bytes_verified: _builtins.int = ...,
+        step_seconds: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["elapsed", b"elapsed"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_verified", b"bytes_verified", "drill_id", b"drill_id", "elapsed", b"elapsed", "message", b"message", "proof", b"proof", "state", b"state", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_verified", b"bytes_verified", "drill_id", b"drill_id", "elapsed", b"elapsed", "message", b"message", "proof", b"proof", "state", b"state", "step", b"step", "step_seconds", b"step_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1440,7 +1468,7 @@ class ImportStagedTableResponse(_message.Message):
     sstables_imported: _builtins.int
     """SSTables (Data.db files) that were staged and are gone from the staging after the import."""
     method: _builtins.str
-    """How the import was asked: "jolokia" or "nodetool"."""
+    """How the import was asked ("nodetool")."""
     @_builtins.property
     def failed_directories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Directories Cassandra reported as failed (it skips a whole directory on a failure)."""

@@ -326,8 +326,8 @@ class AgentServiceServicer:
         """Table-level restores (live, Cassandra keeps running): the SSTables of one table are copied from
         read-only clones (MountClones) into <data mount>/.ringsnap-staging/<restore id>/<keyspace>/<table>/
         on the node's data filesystem, checked (sizes, CRC32 of Data.db), then imported into the
-        running node (ColumnFamilyStore.importNewSSTables through Jolokia, else nodetool import, with
-        Cassandra's defaults: verify, token check, level and repaired status reset).
+        running node (nodetool import with Cassandra's defaults: verify, token check, level and
+        repaired status reset; Jolokia cannot pass importNewSSTables' java.util.Set argument).
         Where the staging goes and how much room it has.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
