@@ -22,7 +22,7 @@ from rich.text import Text
 from ringsnap.coordinator import render
 from ringsnap.coordinator.assembly import load_config
 from ringsnap.coordinator.catalog import Catalog, CatalogLockedError
-from ringsnap.coordinator.client import CliError, ExitCode
+from ringsnap.coordinator.client import CliError, ExitCode, Target
 from ringsnap.coordinator.commands import operator_name
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.drill.model import DrillRecord, DrillState, DrillVerdict
@@ -32,6 +32,7 @@ from ringsnap.coordinator.drill.workflow import DrillRefused
 from ringsnap.coordinator.restore_cli import (
     Output,
     ProgressPrinter,
+    _daemon,
     _exit_code_of,
     _fail,
     _jsonable,
@@ -199,17 +200,21 @@ async def _drill(
         await asyncio.to_thread(catalog.close)
 
 
-def _open_catalog(config: CoordinatorConfig) -> Catalog:
+def _open_catalog(config: CoordinatorConfig, config_file: Path) -> Catalog | Target:
+    """The catalog, opened exclusively; or, when the coordinator daemon holds it and answers, the
+    daemon to drill through."""
     try:
         return Catalog(config.coordinator.catalog)
     except CatalogLockedError:
+        daemon = _daemon(config_file)
+        if daemon is not None:
+            return daemon
         raise CliError(
-            f"the catalog {config.coordinator.catalog} is held by another process, most likely the"
-            " coordinator daemon",
+            f"the catalog {config.coordinator.catalog} is held by another process that is not an"
+            " answering coordinator daemon",
             ExitCode.REFUSED,
             reason="CATALOG_LOCKED",
-            hint="a drill run from the command line needs the catalog: stop the daemon for it, or"
-            " let the daemon run drills on the schedule of the cluster's policy",
+            hint="wait for it to end (a restore or another drill run from the command line)",
         ) from None
 
 
@@ -279,8 +284,23 @@ def drill_command(  # noqa: PLR0917 - typer maps parameters to the command line
             trigger=f"cli:{operator_name()}",
             requested_by=operator_name(),
         )
-        catalog = _open_catalog(loaded)
-        result = asyncio.run(_drill(loaded, catalog, DrillOptions(request, dry_run, as_json)))
+        config_file = config_path(config)
+        opened = _open_catalog(loaded, config_file)
+        result: DrillRecord | dict[str, Any]
+        if isinstance(opened, Catalog):
+            result = asyncio.run(_drill(loaded, opened, DrillOptions(request, dry_run, as_json)))
+        elif dry_run:
+            raise CliError(
+                "a dry run plans in this process, and the coordinator daemon holds the catalog",
+                ExitCode.REFUSED,
+                reason="CATALOG_LOCKED",
+                hint="run it without --dry-run (the daemon plans, then drills), or while the"
+                " daemon is stopped",
+            )
+        else:
+            from ringsnap.coordinator.drill import remote
+
+            result = remote.drill(opened, request, as_json=as_json)
     except CliError as error:
         _fail(error, as_json)
     except DrillRefused as error:

@@ -1,0 +1,114 @@
+"""Drills run by the coordinator daemon for its API (`ringsnap drill` while the daemon holds the
+catalog): the same session and workflow as in the CLI's own process, run as an operation of kind
+DRILL that holds the cluster in the guard backups and restores take (docs/drills.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.drill.model import DRILL_ID, DrillRecord, new_drill_id
+from ringsnap.coordinator.drill.plan import DrillRequest
+from ringsnap.coordinator.drill.session import open_drill_session
+from ringsnap.coordinator.drill.workflow import DrillRefused
+from ringsnap.coordinator.model import OperationKind
+from ringsnap.coordinator.operations import Operation, Operations
+from ringsnap.coordinator.scheduler import BackupRequest, ClusterGuard
+from ringsnap.errors import ValidationError
+from ringsnap.logs import get_logger
+
+log = get_logger(__name__)
+
+#: A drill holds its cluster in the guard under this trigger prefix and its drill id.
+DRILL_TRIGGER_PREFIX = "drill:"
+
+
+async def start_drill(
+    config: CoordinatorConfig,
+    catalog: Catalog,
+    operations: Operations,
+    guard: ClusterGuard,
+    request: DrillRequest,
+    *,
+    drill_id: str = "",
+    finished: Callable[[], None] = lambda: None,
+) -> Operation:
+    """Take the cluster, plan, and run the drill as an operation; refused (DrillRefused,
+    ClusterBusyError) before anything is made. The plan is made here so that a refusal is the
+    caller's answer, not a failed operation."""
+    if drill_id and not DRILL_ID.fullmatch(drill_id):
+        raise ValidationError(f"drill_id {drill_id!r} is not dr-YYYYMMDD-HHMMSS-xxxx")
+    drill_id = drill_id or new_drill_id()
+    config.cluster(request.cluster)
+    hold = BackupRequest(cluster=request.cluster, trigger=f"{DRILL_TRIGGER_PREFIX}{drill_id}")
+    guard.acquire(hold)
+    stack = contextlib.AsyncExitStack()
+    try:
+        session = await stack.enter_async_context(
+            open_drill_session(config, request.cluster, catalog=catalog)
+        )
+        plan = await session.plan(request, drill_id)
+        if plan.refused:
+            raise DrillRefused("the plan refused: " + "; ".join(plan.refusals))
+    except BaseException:
+        await asyncio.shield(stack.aclose())
+        guard.release(hold)
+        raise
+
+    released = False
+
+    async def release() -> None:
+        nonlocal released
+        if released:
+            return
+        released = True
+        try:
+            await stack.aclose()
+        finally:
+            guard.release(hold)
+            try:
+                finished()
+            except Exception as exc:  # metrics never fail a drill
+                log.error("drill metrics not refreshed", error=str(exc))
+
+    async def work(operation: Operation) -> None:
+        def progress(node: str, step: str, message: str) -> None:
+            line = f"{node}: {step} {message}".strip() if node else f"{step} {message}".strip()
+            operation.update_soon(phase=step, message=line)
+
+        try:
+            await operation.update(
+                phase="plan",
+                message=f"drill {drill_id} of backup {plan.backup.id}:"
+                f" {', '.join(n.name for n in plan.nodes)} on {plan.drill_host}",
+            )
+            record: DrillRecord = await session.run(plan, request, progress)
+            await operation.update(
+                phase="record", message=f"drill {record.id}: {record.state.value}"
+            )
+        finally:
+            await asyncio.shield(release())
+
+    log.warning(
+        "drill starting through the API",
+        drill_id=drill_id,
+        backup_id=plan.backup.id,
+        nodes=[n.name for n in plan.nodes],
+        requested_by=request.requested_by,
+    )
+    operation = operations.start(OperationKind.DRILL.value, work, backup_id=plan.backup.id)
+    tasks: set[asyncio.Task[None]] = set()
+
+    def ended(_: object) -> None:
+        # A task cancelled before its first step never ran `work`'s release: run it now.
+        if not released:
+            task = asyncio.get_running_loop().create_task(release())
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+    if operation.task is not None:
+        operation.task.add_done_callback(ended)
+    return operation

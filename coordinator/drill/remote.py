@@ -1,0 +1,78 @@
+"""`ringsnap drill` through the coordinator daemon, when the daemon holds the catalog: StartDrill
+(with a drill id chosen here), the operation followed with one progress line per change, GetDrill,
+and the report and exit code of a drill run in the CLI's own process. Ctrl-C stops following; the
+drill goes on in the daemon (and tears down what it made)."""
+
+from __future__ import annotations
+
+from ringsnap.api.v1 import coordinator_pb2 as pb
+from ringsnap.api.v1 import types_pb2
+from ringsnap.coordinator.client import (
+    LONG_CALL_TIMEOUT,
+    CliError,
+    Coordinator,
+    ExitCode,
+    Target,
+    reason_exit_code,
+)
+from ringsnap.coordinator.drill.model import DrillRecord, new_drill_id
+from ringsnap.coordinator.drill.plan import DrillRequest
+from ringsnap.coordinator.drill.wire import record_of
+from ringsnap.coordinator.drill.workflow import DrillRefused
+from ringsnap.coordinator.restore_cli import ProgressPrinter, err
+
+#: Operation phases that are not the workflow's progress lines.
+_OWN_PHASES = frozenset({"", "record"})
+
+
+def drill(target: Target, request: DrillRequest, *, as_json: bool) -> DrillRecord:
+    drill_id = new_drill_id()
+    if not as_json:
+        err.print(
+            f"the coordinator daemon at {target.address} holds the catalog: drill {drill_id} runs"
+            " in the daemon",
+            style="dim",
+        )
+    with Coordinator(target) as client:
+        operation = client.call(
+            client.stub.StartDrill,
+            pb.StartRestoreDrillRequest(
+                cluster=request.cluster,
+                backup_id=request.backup_id,
+                nodes=list(request.nodes),
+                ring=request.ring,
+                parallel=request.parallel,
+                drill_id=drill_id,
+                requested_by=request.requested_by,
+            ),
+            LONG_CALL_TIMEOUT,
+        )
+        printer = ProgressPrinter(as_json)
+        final = operation
+        shown = ("", "")
+        try:
+            for update in client.watch(operation.operation_id):
+                final = update
+                seen = (update.phase, update.message)
+                if update.phase not in _OWN_PHASES and update.message and seen != shown:
+                    printer.line(update.message)
+                    shown = seen
+        except KeyboardInterrupt:
+            raise CliError(
+                f"stopped following; drill {drill_id} goes on in the coordinator",
+                ExitCode.INTERRUPTED,
+                reason="INTERRUPTED",
+                hint=f"`ringsnap status` shows the last drill; its record: drill {drill_id}",
+            ) from None
+        if final.state == types_pb2.OPERATION_STATE_FAILED and final.error_reason:
+            message = final.message or "; ".join(final.errors) or "no reason given"
+            if final.error_reason == "DRILL_REFUSED":
+                raise DrillRefused(message)
+            if final.error_reason not in {"DRILL_FAILED", "INTERNAL"}:
+                raise CliError(
+                    message,
+                    reason_exit_code(final.error_reason, ExitCode.FAILED),
+                    reason=final.error_reason,
+                )
+        found = client.call(client.stub.GetDrill, pb.GetRestoreDrillRequest(drill_id=drill_id))
+        return record_of(found)

@@ -1,0 +1,164 @@
+"""Drills through the coordinator's API: StartDrill runs the real session and workflow (on fakes of
+the drill host, the production agents and the array) as an operation that holds the cluster,
+GetDrill and ListDrills read the catalog's records, and refusals carry their reasons."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import grpc
+import pytest
+
+from ringsnap.api.v1 import coordinator_pb2 as pb
+from ringsnap.api.v1 import types_pb2
+from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.drill import daemon
+from ringsnap.coordinator.drill.model import DrillState, DrillStep, DrillVerdict
+from ringsnap.coordinator.drill.plan import DrillSettings
+from ringsnap.coordinator.drill.session import DrillSession
+from ringsnap.coordinator.drill.wire import record_of
+from ringsnap.coordinator.model import Verification
+from ringsnap.coordinator.scheduler import BackupRequest
+from tests.unit.test_drill_workflow import FakeArray, FakeFacts, FakeHost
+
+from .conftest import CLUSTERS, Harness
+from .test_server import reason_of, rpc_error, watch_to_end
+
+RECENT = datetime.now(UTC) - timedelta(hours=2)
+
+
+class Fakes:
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.host = FakeHost(self.events)
+        self.array = FakeArray(self.events)
+        self.facts = {n: FakeFacts(n) for n in CLUSTERS["prod"]}
+
+
+@pytest.fixture
+def fakes(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> Fakes:
+    harness.seed_backup("rs-1", RECENT)
+    made = Fakes()
+
+    @contextlib.asynccontextmanager
+    async def session(
+        config: CoordinatorConfig, cluster: str, *, catalog: Catalog
+    ) -> AsyncIterator[DrillSession]:
+        yield DrillSession(
+            config,
+            catalog,
+            config.cluster(cluster),
+            made.host,  # type: ignore[arg-type]
+            made.facts,  # type: ignore[arg-type]
+            {"a1": made.array},  # type: ignore[dict-item]
+            DrillSettings(max_parallel=2, poll_seconds=0.0),
+        )
+
+    monkeypatch.setattr(daemon, "open_drill_session", session)
+    return made
+
+
+def _start(harness: Harness, **fields: Any) -> types_pb2.Operation:
+    request = pb.StartRestoreDrillRequest(cluster="prod", requested_by="alice", **fields)
+    return harness.stub().StartDrill(request, timeout=30)
+
+
+def test_a_ring_drill_through_the_api_is_proven_recorded_and_held_the_cluster(
+    harness: Harness, fakes: Fakes
+) -> None:
+    held: list[BackupRequest | None] = []
+    original = fakes.host.get_drill
+
+    async def get_drill(purpose_id: str) -> Any:
+        held.append(harness.coordinator.scheduler.guard.running("prod"))
+        return await original(purpose_id)
+
+    fakes.host.get_drill = get_drill  # type: ignore[method-assign]
+    operation = _start(harness, ring=True, drill_id="dr-20261124-090000-00aa", backup_id="rs-1")
+    assert operation.kind == types_pb2.OPERATION_KIND_DRILL
+    updates = watch_to_end(harness, operation.operation_id)
+    assert updates[-1].state == types_pb2.OPERATION_STATE_SUCCEEDED, updates[-1]
+    assert updates[-1].message == "drill dr-20261124-090000-00aa: proven"
+    assert any(u.message.startswith("n2: ") for u in updates)
+    # The drill held the cluster, as a backup does, and gave it back.
+    assert held and all(h is not None and h.trigger.startswith("drill:dr-") for h in held)
+    assert harness.coordinator.scheduler.guard.running("prod") is None
+    found = harness.stub().GetDrill(
+        pb.GetRestoreDrillRequest(drill_id="dr-20261124-090000-00aa"), timeout=10
+    )
+    record = record_of(found)
+    assert record.state is DrillState.PROVEN and record.requested_by == "alice"
+    assert [n.verdict for n in record.nodes] == [DrillVerdict.PROVEN] * 3
+    assert all(n.step is DrillStep.TORN_DOWN for n in record.nodes)
+    assert all(c.deleted for c in record.clones) and fakes.array.clones == {}
+    stored = harness.catalog.get_drill("dr-20261124-090000-00aa")
+    assert record.nodes[0].proof == stored.nodes[0].proof
+    assert harness.catalog.get_backup("rs-1").verification is Verification.PROVEN
+    listed = harness.stub().ListDrills(pb.ListRestoreDrillsRequest(cluster="prod"), timeout=10)
+    assert [d.drill_id for d in listed.drills] == ["dr-20261124-090000-00aa"]
+
+
+def test_a_drill_refused_by_its_plan_says_why_and_gives_the_cluster_back(
+    harness: Harness, fakes: Fakes
+) -> None:
+    fakes.array.can_clone = False
+    error = rpc_error(harness.stub().StartDrill, pb.StartRestoreDrillRequest(cluster="prod"))
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert reason_of(error) == "DRILL_REFUSED"
+    assert "array a1: its driver (ontap) cannot clone" in (error.details() or "")
+    assert harness.coordinator.scheduler.guard.running("prod") is None
+    assert harness.catalog.list_drills() == [] and fakes.events == []
+
+
+def test_a_busy_cluster_refuses_a_drill(harness: Harness, fakes: Fakes) -> None:
+    guard = harness.coordinator.scheduler.guard
+    hold = BackupRequest("prod", trigger="schedule:yearly")
+    guard.acquire(hold)
+    try:
+        error = rpc_error(harness.stub().StartDrill, pb.StartRestoreDrillRequest(cluster="prod"))
+    finally:
+        guard.release(hold)
+    assert error.code() == grpc.StatusCode.ABORTED
+    assert reason_of(error) == "CLUSTER_BUSY"
+    assert fakes.events == []
+
+
+@pytest.mark.parametrize(
+    ("request_fields", "code", "reason"),
+    [
+        ({"cluster": "prod; rm"}, grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT"),
+        (
+            {"cluster": "prod", "nodes": ["n1"], "ring": True},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "INVALID_ARGUMENT",
+        ),
+        (
+            {"cluster": "prod", "drill_id": "../x"},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "INVALID_ARGUMENT",
+        ),
+        ({"cluster": "nowhere"}, grpc.StatusCode.NOT_FOUND, "UNKNOWN_CLUSTER"),
+    ],
+)
+def test_bad_drill_requests_are_refused_by_name(
+    harness: Harness,
+    fakes: Fakes,
+    request_fields: dict[str, Any],
+    code: grpc.StatusCode,
+    reason: str,
+) -> None:
+    error = rpc_error(harness.stub().StartDrill, pb.StartRestoreDrillRequest(**request_fields))
+    assert (error.code(), reason_of(error)) == (code, reason)
+
+
+def test_an_unknown_drill_is_not_found(harness: Harness) -> None:
+    error = rpc_error(
+        harness.stub().GetDrill, pb.GetRestoreDrillRequest(drill_id="dr-20261124-090000-ffff")
+    )
+    assert (error.code(), reason_of(error)) == (grpc.StatusCode.NOT_FOUND, "DRILL_NOT_FOUND")
+    error = rpc_error(harness.stub().GetDrill, pb.GetRestoreDrillRequest(drill_id="rs-1"))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
