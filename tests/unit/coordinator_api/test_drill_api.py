@@ -17,12 +17,14 @@ from ringsnap.api.v1 import types_pb2
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.drill import daemon
+from ringsnap.coordinator.drill.cleanups import DrillHosts, clone_cleanup
 from ringsnap.coordinator.drill.model import DrillState, DrillStep, DrillVerdict
 from ringsnap.coordinator.drill.plan import DrillSettings
 from ringsnap.coordinator.drill.session import DrillSession
 from ringsnap.coordinator.drill.wire import record_of
 from ringsnap.coordinator.model import Verification
 from ringsnap.coordinator.scheduler import BackupRequest
+from ringsnap.plugins.types import Volume
 from tests.unit.test_drill_workflow import FakeArray, FakeFacts, FakeHost
 
 from .conftest import CLUSTERS, Harness
@@ -162,3 +164,38 @@ def test_an_unknown_drill_is_not_found(harness: Harness) -> None:
     assert (error.code(), reason_of(error)) == (grpc.StatusCode.NOT_FOUND, "DRILL_NOT_FOUND")
     error = rpc_error(harness.stub().GetDrill, pb.GetRestoreDrillRequest(drill_id="rs-1"))
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_the_daemon_retries_a_drill_clone_unmounting_it_first(
+    harness: Harness, fakes: Fakes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    purpose = "dr-20261124-090000-00aa-n1"
+    clone = Volume("n1-data_dr_20261124_090000_00aa_n1", "c-n1-data")
+    harness.catalog.add_cleanups(
+        "rs-1", [clone_cleanup("a1", clone, "drill test", cluster="prod", purpose_id=purpose)]
+    )
+    deleted: list[Volume] = []
+
+    async def delete_clone(volume: Volume) -> None:
+        fakes.events.append(f"array:delete:{volume.name}")
+        deleted.append(volume)
+
+    monkeypatch.setattr(harness.array, "delete_clone", delete_clone)
+    monkeypatch.setattr(
+        harness.coordinator, "drill_hosts", DrillHosts(lambda: {"prod": fakes.host})
+    )
+    # The drill host does not answer: the clone stays, never deleted under a mount.
+    fakes.host.fail["unmount"] = ConnectionError("drill host unreachable")
+    assert harness.call(harness.coordinator.run_pending_cleanups()) == 1
+    (pending,) = harness.catalog.pending_cleanups()
+    assert pending.attempts == 1 and "drill host unreachable" in pending.last_error
+    assert deleted == []
+    # It answers again: stop the drill, unmount, then delete the clone (by name and id).
+    fakes.host.fail.clear()
+    assert harness.call(harness.coordinator.run_pending_cleanups()) == 0
+    assert deleted == [clone]
+    assert fakes.events[-3:] == [
+        f"host:stop:{purpose}",
+        f"host:unmount:{purpose}",
+        f"array:delete:{clone.name}",
+    ]
