@@ -7,6 +7,7 @@ decided here.
 from __future__ import annotations
 
 import asyncio
+from functools import cached_property
 
 from ringsnap.agent.node import NodeAgent
 from ringsnap.agent.table_import import SSTableToStage, StagedComponent, TableImporter
@@ -27,7 +28,12 @@ class TableImportRpcs:
     """GetStagingSpace, StageTable, ImportStagedTable, RemoveStaging."""
 
     def __init__(self, agent: NodeAgent) -> None:
-        self._importer = TableImporter(agent.config.cassandra)
+        self._agent = agent
+
+    @cached_property
+    def _importer(self) -> TableImporter:
+        # On first use: a servicer is also built around agents that never restore a table.
+        return TableImporter(self._agent.config.cassandra)
 
     async def get_staging_space(
         self, request: agent_pb2.GetStagingSpaceRequest

@@ -20,6 +20,8 @@ from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.metrics import CoordinatorMetrics
 from ringsnap.coordinator.ports import ArrayPort, NodeAgent
 from ringsnap.coordinator.service import ClusterRuntime, Coordinator
+from ringsnap.coordinator.table_restore.capture import describe_keyspaces
+from ringsnap.coordinator.table_restore.schema import SchemaRow
 from ringsnap.logs import get_logger
 from ringsnap.plugins.middleware import AsyncDriver
 from ringsnap.plugins.registry import open_driver
@@ -67,6 +69,13 @@ class LazyCqlCanaries:
         if self._canaries is None:
             self._canaries = await asyncio.to_thread(self._connect)
         return await self._canaries.write_canaries(backup_id, host_ids)
+
+    async def describe_keyspaces(self) -> dict[str, list[SchemaRow]]:
+        """Every user keyspace's schema for the backup's catalog record (a `KeyspaceSchemaReader`),
+        through the canaries' session, opened by then."""
+        if self._canaries is None:
+            self._canaries = await asyncio.to_thread(self._connect)
+        return await asyncio.to_thread(describe_keyspaces, self._session)
 
     def close(self) -> None:
         if self._session is not None:

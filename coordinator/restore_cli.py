@@ -411,6 +411,24 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
         ),
     ] = None,
     output: Annotated[Output, typer.Option("--output", "-o", help="text or json.")] = Output.TEXT,
+    keyspace: str = typer.Option(
+        "",
+        "--keyspace",
+        help="Table-level restore, live (no node stopped): bring this keyspace's tables back from"
+        " the backup (see docs/table-restore.md).",
+    ),
+    tables: list[str] = typer.Option(  # noqa: B008 - typer's way to declare a repeated option
+        [], "--table", help="With --keyspace: a table to restore (repeat it; default: all)."
+    ),
+    as_table: str = typer.Option(
+        None, "--as", metavar="K.T2", help="With --keyspace and one --table: restore into K.T2."
+    ),
+    abort: str = typer.Option(
+        None,
+        "--abort",
+        metavar="TABLE_RESTORE_ID",
+        help="Give a failed table restore up: its clones and staging are removed.",
+    ),
 ) -> None:
     """Restore a backup from its array snapshots and prove it, node by node.
 
@@ -428,6 +446,10 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
     """
     as_json = output is Output.JSON
     quiet_cql_driver()
+    if keyspace or abort or (resume or "").startswith("tr-"):
+        _table_restore(
+            config, backup, keyspace, tables, as_table, dry_run, yes, resume, abort, as_json
+        )
     try:
         if bool(backup) == bool(resume):
             raise CliError(
@@ -494,6 +516,62 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
             typer.echo(json.dumps({"plan": result}, indent=2))
         raise typer.Exit(int(ExitCode.REFUSED if result["refusals"] else ExitCode.OK))
     _finish(result, as_json)
+
+
+def _table_restore(  # noqa: PLR0917 - the options of the command line
+    config: Path | None,
+    backup: str | None,
+    keyspace: str,
+    tables: list[str],
+    as_table: str | None,
+    dry_run: bool,
+    yes: bool,
+    resume: str | None,
+    abort: str | None,
+    as_json: bool,
+) -> None:
+    """`--keyspace` (or a table restore's --resume/--abort): ringsnap.coordinator.table_restore."""
+    from ringsnap.coordinator.table_restore.cli import TableRestoreOptions, table_restore_main
+
+    try:
+        if sum(bool(v) for v in (backup, resume, abort)) != 1 or (backup and not keyspace):
+            raise CliError(
+                "a table restore needs BACKUP --keyspace K, or --resume ID, or --abort ID",
+                ExitCode.USAGE,
+                reason="INVALID_ARGUMENT",
+            )
+        config_file = config_path(config)
+        loaded = load_config(config_file)
+        try:
+            catalog = Catalog(loaded.coordinator.catalog)
+        except CatalogLockedError:
+            raise CliError(
+                f"the catalog {loaded.coordinator.catalog} is held by another process, most likely"
+                " the coordinator daemon",
+                ExitCode.REFUSED,
+                reason="CATALOG_LOCKED",
+                hint="table restores run in this process: stop the daemon for the restore"
+                " (`systemctl stop ringsnap-coordinator`) and start it again afterwards",
+            ) from None
+        options = TableRestoreOptions(
+            backup_id=backup,
+            keyspace=keyspace,
+            tables=tuple(tables),
+            target=as_table,
+            dry_run=dry_run,
+            yes=yes,
+            resume=resume,
+            abort=abort,
+            as_json=as_json,
+        )
+        table_restore_main(loaded, catalog, options)
+    except CliError as error:
+        _fail(error, as_json)
+    except KeyboardInterrupt:
+        err.print("interrupted: the table restore's record says where each node stands")
+        raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+    except RingsnapError as error:
+        _fail(CliError(str(error), _exit_code_of(error)), as_json)
 
 
 def _exit_code_of(error: RingsnapError) -> ExitCode:

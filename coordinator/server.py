@@ -42,7 +42,10 @@ from ringsnap.coordinator.catalog import (
     OperationNotFoundError,
     RestoreNotFoundError,
 )
+from ringsnap.coordinator.catalog.drills import DrillNotFoundError
 from ringsnap.coordinator.config import RemoteSection
+from ringsnap.coordinator.drill.wire import drill_id_of, drill_message, drill_request
+from ringsnap.coordinator.drill.workflow import DrillRefused
 from ringsnap.coordinator.model import RestoreMode
 from ringsnap.coordinator.operations import Operation
 from ringsnap.coordinator.restore import RestoreFailed, RestoreRefused
@@ -54,6 +57,7 @@ from ringsnap.coordinator.service import (
     UnknownClusterError,
     UnknownPolicyError,
 )
+from ringsnap.coordinator.table_restore.api import table_restore_message
 from ringsnap.errors import RingsnapError, ValidationError
 from ringsnap.grpcauth import guarded, server_credentials
 from ringsnap.logs import get_logger
@@ -84,6 +88,7 @@ ERRORS: tuple[tuple[type[BaseException], grpc.StatusCode, str], ...] = (
     (BackupNotFoundError, grpc.StatusCode.NOT_FOUND, "BACKUP_NOT_FOUND"),
     (OperationNotFoundError, grpc.StatusCode.NOT_FOUND, "OPERATION_NOT_FOUND"),
     (RestoreNotFoundError, grpc.StatusCode.NOT_FOUND, "RESTORE_NOT_FOUND"),
+    (DrillNotFoundError, grpc.StatusCode.NOT_FOUND, "DRILL_NOT_FOUND"),
     (UnknownClusterError, grpc.StatusCode.NOT_FOUND, "UNKNOWN_CLUSTER"),
     (UnknownPolicyError, grpc.StatusCode.NOT_FOUND, "UNKNOWN_POLICY"),
     (ClusterBusyError, grpc.StatusCode.ABORTED, "CLUSTER_BUSY"),
@@ -93,6 +98,7 @@ ERRORS: tuple[tuple[type[BaseException], grpc.StatusCode, str], ...] = (
     (RestoreNotConfirmed, grpc.StatusCode.FAILED_PRECONDITION, "RESTORE_NOT_CONFIRMED"),
     (RestoreRefused, grpc.StatusCode.FAILED_PRECONDITION, "RESTORE_REFUSED"),
     (RestoreFailed, grpc.StatusCode.UNAVAILABLE, "RESTORE_FAILED"),
+    (DrillRefused, grpc.StatusCode.FAILED_PRECONDITION, "DRILL_REFUSED"),
     (AgentError, grpc.StatusCode.UNAVAILABLE, "AGENT_FAILED"),
     (CanaryError, grpc.StatusCode.UNAVAILABLE, "CANARY_FAILED"),
     (DriverError, grpc.StatusCode.UNAVAILABLE, "ARRAY_FAILED"),
@@ -143,7 +149,7 @@ def _backup_id(value: str) -> str:
 
 
 def _restore_id(value: str, field: str = "restore_id") -> str:
-    return names.snapshot_tag(_required(value, field))
+    return names.snapshot_tag(_required(value, field), what=field)
 
 
 def _printable(value: str, field: str) -> str:
@@ -318,6 +324,64 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
             limit=request.limit or DEFAULT_RESTORE_LIMIT,
         )
         return pb.ListRestoresResponse(restores=[messages.restore(r) for r in records])
+
+    @unary
+    async def StartDrill(
+        self, request: pb.StartRestoreDrillRequest, context: Context
+    ) -> types_pb2.Operation:
+        requested_by = access.attributed(_printable(request.requested_by or "api", "requested_by"))
+        operation = await self._coordinator.start_drill(
+            drill_request(request, requested_by), drill_id=request.drill_id
+        )
+        log.info(
+            "drill requested",
+            cluster=request.cluster,
+            backup_id=request.backup_id,
+            requested_by=requested_by,
+            operation_id=operation.current.operation_id,
+        )
+        return self._operation(operation)
+
+    @unary
+    async def GetDrill(
+        self, request: pb.GetRestoreDrillRequest, context: Context
+    ) -> pb.RestoreDrill:
+        drill_id = drill_id_of(request.drill_id)
+        record = await asyncio.to_thread(self._coordinator.catalog.get_drill, drill_id)
+        return drill_message(record)
+
+    @unary
+    async def ListDrills(
+        self, request: pb.ListRestoreDrillsRequest, context: Context
+    ) -> pb.ListRestoreDrillsResponse:
+        records = await asyncio.to_thread(
+            self._coordinator.catalog.list_drills,
+            request.cluster or None,
+            backup_id=request.backup_id or None,
+            limit=request.limit or DEFAULT_RESTORE_LIMIT,
+        )
+        return pb.ListRestoreDrillsResponse(drills=[drill_message(r) for r in records])
+
+    @unary
+    async def GetTableRestore(
+        self, request: pb.GetTableRestoreRequest, context: Context
+    ) -> pb.TableRestore:
+        restore_id = _restore_id(request.table_restore_id, "table_restore_id")
+        record = await asyncio.to_thread(self._coordinator.catalog.get_table_restore, restore_id)
+        return table_restore_message(record)
+
+    @unary
+    async def ListTableRestores(
+        self, request: pb.ListTableRestoresRequest, context: Context
+    ) -> pb.ListTableRestoresResponse:
+        records = await asyncio.to_thread(
+            self._coordinator.catalog.list_table_restores,
+            request.cluster or None,
+            limit=request.limit or DEFAULT_RESTORE_LIMIT,
+        )
+        return pb.ListTableRestoresResponse(
+            table_restores=[table_restore_message(r) for r in records]
+        )
 
     @unary
     async def PlanRetention(

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 from ringsnap.coordinator.model import CleanupRequest, FreezeWindow, QuiesceMode, SnapshotKind
 from ringsnap.coordinator.ports import NodeAgent, PhaseClock, SSTable
+from ringsnap.coordinator.table_restore.schema import SchemaRow
 from ringsnap.errors import RingsnapError
 from ringsnap.plugins.types import SnapshotRef, Volume
 
@@ -90,6 +91,10 @@ class BackupRun:
     #: Nodes asked for a native snapshot tagged with the backup id (it may exist even where the
     #: call failed): a failed run leaves a cleanup for each.
     native_snapshots: list[str] = field(default_factory=list)
+    #: Each user keyspace's `DESCRIBE KEYSPACE k WITH INTERNALS` rows (for table restores).
+    keyspace_schemas: dict[str, list[SchemaRow]] = field(default_factory=dict)
+    #: What the operator should know about a backup that succeeded (e.g. no schema captured).
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def included(self) -> list[str]:

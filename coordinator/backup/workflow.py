@@ -42,6 +42,7 @@ from ringsnap.coordinator.backup.plan import arrays_of, plan_backup
 from ringsnap.coordinator.backup.tasks import bounded, raise_failures, to_completion
 from ringsnap.coordinator.model import QuiesceMode, SnapshotKind
 from ringsnap.coordinator.ports import ArrayPort, CanaryWriter, NodeAgent, SSTable
+from ringsnap.coordinator.table_restore.capture import KeyspaceSchemaReader
 from ringsnap.logs import get_logger
 from ringsnap.plugins.types import Volume
 
@@ -61,8 +62,10 @@ class BackupWorkflow:
         canaries: CanaryWriter | None,
         *,
         progress: Progress | None = None,
+        schemas: KeyspaceSchemaReader | None = None,
     ) -> None:
         self.cluster = cluster
+        self.schemas = schemas
         self.nodes = list(nodes)
         self.arrays = dict(arrays)
         self.canaries = canaries
@@ -93,6 +96,7 @@ class BackupWorkflow:
         try:
             per_array = await self._phase(run, "plan", self.plan(run))
             await self._phase(run, "canary", self.write_canaries(run))
+            await self._phase(run, "schema", self.capture_schemas(run))
             if settings.snapshots is SnapshotKind.NATIVE:
                 await self._native_snapshots(run)
             else:
@@ -166,6 +170,22 @@ class BackupWorkflow:
         for name in run.included:
             node = run.nodes[name]
             run.nodes[name] = replace(node, canary_id=ids.get(node.host_id, ""))
+
+    async def capture_schemas(self, run: BackupRun) -> None:
+        """Each user keyspace's schema, for table restores; before the flush and the freeze. A
+        failure is a warning on the backup, never a failed backup."""
+        if self.schemas is None:
+            return
+        try:
+            run.keyspace_schemas = await bounded(
+                "schema capture", self.schemas.describe_keyspaces(), run.settings.agent_timeout
+            )
+        except Exception as exc:
+            run.warnings.append(
+                f"keyspace schemas not captured ({exc}): a table restore of a table dropped since"
+                " cannot recreate it from this backup"
+            )
+            log.warning("schema capture failed", backup_id=run.backup_id, error=str(exc))
 
     async def flush(self, run: BackupRun) -> None:
         await self._on_included(run, lambda agent: agent.flush(), "flush")

@@ -2,6 +2,7 @@
 after every step as one JSON document, so that a failed run can be resumed or aborted from it."""
 
 # S608: every query is assembled from constant fragments and "?" placeholders; values are bound.
+# ruff: noqa: S608
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pydantic import TypeAdapter, ValidationError
 from ringsnap.coordinator.catalog.columns import to_us
 from ringsnap.coordinator.catalog.database import Database
 from ringsnap.coordinator.catalog.errors import CatalogError, RestoreNotFoundError
+from ringsnap.coordinator.catalog.listing import MAX_PAGE_SIZE
 from ringsnap.coordinator.table_restore.model import TableRestoreRecord
 from ringsnap.names import snapshot_tag
 
@@ -60,14 +62,20 @@ class TableRestoreStore(Database):
                 f" problems, first: {exc.errors()[0]['msg']})"
             ) from None
 
-    def list_table_restores(self, cluster: str, *, limit: int = 50) -> list[TableRestoreRecord]:
+    def list_table_restores(
+        self, cluster: str | None = None, *, limit: int = 50
+    ) -> list[TableRestoreRecord]:
+        """The newest `limit` (at most MAX_PAGE_SIZE) table restores, of `cluster` or all."""
+        if limit < 1:
+            raise ValueError("limit must be 1 or more")
+        where = "WHERE cluster = ?" if cluster else ""
+        params: tuple[object, ...] = (cluster,) if cluster else ()
         with self._tx(write=False) as conn:
             ids = [
                 row["id"]
                 for row in conn.execute(
-                    "SELECT id FROM table_restores WHERE cluster = ?"
-                    " ORDER BY started_us DESC LIMIT ?",
-                    (cluster, limit),
+                    f"SELECT id FROM table_restores {where} ORDER BY started_us DESC LIMIT ?",
+                    (*params, min(limit, MAX_PAGE_SIZE)),
                 )
             ]
         return [self.get_table_restore(i) for i in ids]
