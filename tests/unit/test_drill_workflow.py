@@ -214,6 +214,9 @@ class FakeHost:
         node = purpose_id.rsplit("-", 1)[1]
         return self.manifest.get(node, _sstables(node))
 
+    async def close(self) -> None:
+        return None
+
     async def stop_drill(self, purpose_id: str) -> DrillStatus:
         self.events.append(f"host:stop:{purpose_id}")
         self._maybe_fail("stop")
