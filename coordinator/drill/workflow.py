@@ -343,6 +343,7 @@ class DrillWorkflow:
         """Every step runs whatever failed before; each failure is recorded on the node."""
         failures: list[str] = []
         self.progress(node.name, "teardown", "")
+        began = time.monotonic()
         if started:
             await self._attempt(failures, "stop the drill", self.host.stop_drill(node.purpose_id))
         unmounted = True
@@ -391,6 +392,10 @@ class DrillWorkflow:
                     replace(c, deleted=deleted.get((c.array, c.name), c.deleted)) for c in n.clones
                 ),
                 step=DrillStep.TORN_DOWN if not failures else n.step,
+                step_seconds=(
+                    *n.step_seconds,
+                    (DrillStep.TORN_DOWN.value, round(time.monotonic() - began, 3)),
+                ),
             ),
         )
         self.progress(node.name, "teardown", "done" if not failures else "; ".join(failures))

@@ -305,6 +305,14 @@ def test_a_ring_drill_proves_every_node_one_at_a_time_and_marks_the_backup(rig: 
     n1 = record.node("n1")
     assert n1.proof[-1] == "manifest: all 2 recorded SSTables present, sizes and digests equal"
     assert n1.bytes_verified == 300
+    assert [step for step, _ in n1.step_seconds] == [
+        "cloned",
+        "mounted",
+        "started",
+        "drilled",
+        "checked",
+        "torn-down",
+    ]
     assert all(c.deleted for c in record.clones) and len(record.clones) == 6
     # One node at a time by default: n1's teardown ends before n2's clone begins.
     first = rig.events.index(f"array:delete:n1_commitlog_{n1.purpose_id.replace('-', '_')}")
