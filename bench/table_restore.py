@@ -1,6 +1,6 @@
 """Table restore time against the table's size, on the real 3-node sandbox (ONTAP simulator).
 
-For each size: a table of that many rows (RF=3, 1 KiB each), a backup, TRUNCATE, then a table
+For each size: a table of that many rows (RF=3, 1 KiB of random hex each), a backup, TRUNCATE, then a table
 restore to verified; prints the total and the time per step (clone, mount, stage, unmount,
 delete-clones, schema, import, verify, cleanup) and the bytes staged per node.
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import secrets
 import tempfile
 from pathlib import Path
 
@@ -46,9 +47,9 @@ def _fill(cluster: SandboxCluster, table: str, rows: int) -> None:
     session.execute(f"CREATE TABLE {KEYSPACE}.{table} (id int PRIMARY KEY, v text)", timeout=120)
     insert = session.prepare(f"INSERT INTO {KEYSPACE}.{table} (id, v) VALUES (?, ?)")
     insert.consistency_level = ConsistencyLevel.QUORUM
-    payload = "x" * 1024
+    # Random hex: LZ4 leaves about half of it, as with real data (a constant would vanish).
     execute_concurrent_with_args(
-        session, insert, [(i, payload) for i in range(rows)], concurrency=64
+        session, insert, [(i, secrets.token_hex(512)) for i in range(rows)], concurrency=64
     )
 
 
