@@ -43,6 +43,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 from typing import NamedTuple
 
@@ -157,17 +158,11 @@ class ManifestCache:
 
         def build(directory: _Directory) -> tuple[list[SSTable], list[str]]:
             found = []
-            new = _new_component
             for (key, version, generation, sstable_format), entry in zip(
                 remembered.sstables, entries, strict=True
             ):
                 table = _new_table(directory, version, generation, sstable_format)
-                path_prefix = f"{directory.relative}/{key}"
-                numbers = entry.numbers
-                table.components = [
-                    new(Component, (name, path_prefix + name, numbers[2 * i], numbers[2 * i + 1]))
-                    for i, name in enumerate(entry.names)
-                ]
+                table.components = _components_of(entry, f"{directory.relative}/{key}")
                 table.data_digest_crc32 = entry.digest
                 found.append(table)
             return found, list(remembered.indexes)
@@ -327,7 +322,9 @@ def _read_small(
 ) -> bytes:
     """The file's first bytes (up to the limit). `signature` receives its inode, size and mtime,
     taken before the read: a change during the read then shows as a changed key next time."""
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory_fd)
+    # O_NONBLOCK: a FIFO under a component's name must not hang the walk (it reads as empty).
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    fd = os.open(name, flags, dir_fd=directory_fd)
     try:
         if signature is not None:
             status = os.fstat(fd)
@@ -482,15 +479,22 @@ def _from_cache(
             if (status.st_size, status.st_mtime_ns) != (numbers[2 * index], numbers[2 * index + 1]):
                 cache.misses += 1
                 return False
-    path_prefix = f"{directory.relative}/{key}"
-    new = _new_component
-    table.components = [
-        new(Component, (name, path_prefix + name, numbers[2 * i], numbers[2 * i + 1]))
-        for i, name in enumerate(names)
-    ]
+    table.components = _components_of(entry, f"{directory.relative}/{key}")
     table.data_digest_crc32 = entry.digest
     cache.hits += 1
     return True
+
+
+def _components_of(entry: _Cached, path_prefix: str) -> list[Component]:
+    # map/zip run in C: no bytecode per component (a million of them on a big node).
+    names, numbers = entry.names, entry.numbers
+    return list(
+        map(
+            _new_component,
+            repeat(Component),
+            zip(names, map(path_prefix.__add__, names), numbers[0::2], numbers[1::2], strict=True),
+        )
+    )
 
 
 def _fill(
@@ -536,6 +540,11 @@ def _fill(
             status = lstat(key + name, dir_fd=directory_fd)
         except FileNotFoundError:
             missing.append(name)  # removed between the listing and now (compaction)
+            continue
+        if not stat.S_ISREG(status.st_mode):
+            # Cassandra writes plain files only: a symlink (maybe out of the data directory), a
+            # directory or a FIFO is not a component a snapshot can vouch for.
+            problems.append(f"component {name} is not a regular file")
             continue
         components.append(
             _new_component(
