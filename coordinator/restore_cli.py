@@ -630,3 +630,12 @@ def open_restores_lines(config: Path | None) -> Iterator[str]:
             for node in record.nodes:
                 if node.next_step:
                     yield f"  {node.name} (last step: {node.step.value}): {node.next_step}"
+        for table_restore in catalog.list_table_restores():
+            if table_restore.state.finished:
+                continue
+            yield (
+                f"table restore {table_restore.id} of backup {table_restore.backup_id}"
+                f" ({table_restore.cluster}): {table_restore.state.value}"
+                f"{': ' + table_restore.error if table_restore.error else ''}; next step:"
+                f" {table_restore.next_action} (--resume or --abort {table_restore.id})"
+            )

@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 import typer
 from typer.testing import CliRunner
 
+from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.client import ExitCode
-from ringsnap.coordinator.restore_cli import restore_command
+from ringsnap.coordinator.restore_cli import open_restores_lines, restore_command
 from ringsnap.coordinator.table_restore.cli import (
     exit_code_of,
     parse_target,
@@ -112,3 +114,20 @@ def test_a_table_restore_without_a_backup_is_a_usage_error() -> None:
     result = CliRunner().invoke(app, ["--keyspace", "shop", "--output", "json"])
     assert result.exit_code == ExitCode.USAGE, result.output
     assert "BACKUP --keyspace K" in json.loads(result.output)["error"]["message"]
+
+
+def test_status_lists_an_unfinished_table_restore_with_its_next_step(tmp_path: Path) -> None:
+    catalog_file = tmp_path / "catalog.db"
+    with Catalog(catalog_file) as catalog:
+        catalog.save_table_restore(
+            replace(RECORD, state=TableRestoreState.FAILED, step=Step.SCHEMA, error="no")
+        )
+        catalog.save_table_restore(
+            replace(RECORD, id="tr-20261124-040000-abcd", state=TableRestoreState.SUCCEEDED)
+        )
+    config = tmp_path / "coordinator.toml"
+    config.write_text(f'[coordinator]\ncatalog = "{catalog_file}"\n')
+    lines = list(open_restores_lines(config))
+    assert len(lines) == 1
+    assert lines[0].startswith(f"table restore {RECORD.id} of backup rs-1 (prod): failed: no")
+    assert "import the staged SSTables" in lines[0]
