@@ -15,10 +15,14 @@ import grpc.aio
 from ringsnap import logs
 from ringsnap.agent import errors as agent_errors
 from ringsnap.agent import manifest, volumes
+from ringsnap.agent.clones import CloneMounter, CloneVolume, MountedClone
+from ringsnap.agent.drill.host import DrillHost, TooManyDrills
+from ringsnap.agent.drill.model import DrillRequest, DrillStatus
 from ringsnap.agent.freeze import FreezeResult, ThawResult
 from ringsnap.agent.node import NodeAgent, NodeInfo
 from ringsnap.agent.restore import DiscardedDirectory, VolumeFacts, VolumeState
 from ringsnap.agent.snapshot_restore import RestoredTable
+from ringsnap.agent.table_import_rpc import TableImportRpcs
 from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc, types_pb2
 from ringsnap.errors import ValidationError
 from ringsnap.rpcerrors import Context, ErrorStatuses
@@ -30,6 +34,7 @@ log = logs.get_logger(__name__)
 STATUS_FOR_ERROR: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (ValidationError, grpc.StatusCode.INVALID_ARGUMENT),
     (agent_errors.NotFound, grpc.StatusCode.NOT_FOUND),
+    (TooManyDrills, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (agent_errors.AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
     (agent_errors.Conflict, grpc.StatusCode.FAILED_PRECONDITION),
     (agent_errors.CommandTimeout, grpc.StatusCode.DEADLINE_EXCEEDED),
@@ -191,12 +196,86 @@ def manifest_batch_message(batch: Sequence[manifest.SSTable]) -> agent_pb2.GetMa
     return response
 
 
+def mounted_clones_message(mounts: Sequence[MountedClone]) -> agent_pb2.MountClonesResponse:
+    return agent_pb2.MountClonesResponse(
+        mounts=[
+            agent_pb2.MountedClone(
+                role=clone.role,
+                volume=clone.volume,
+                device=clone.device,
+                mount_point=clone.mount_point,
+                source_mount_point=clone.source_mount_point,
+            )
+            for clone in mounts
+        ]
+    )
+
+
+def drill_status_message(status: DrillStatus) -> agent_pb2.DrillStatus:
+    return agent_pb2.DrillStatus(
+        drill_id=status.drill_id,
+        state=status.state,
+        step=status.step,
+        message=status.message,
+        proof=list(status.proof),
+        elapsed=duration(status.elapsed_seconds),
+        bytes_verified=status.bytes_verified,
+        step_seconds=status.timings,
+    )
+
+
+def drill_request(request: agent_pb2.StartDrillRequest) -> DrillRequest:
+    return DrillRequest(
+        drill_id=request.drill_id,
+        node=request.node,
+        cluster_name=request.cluster_name,
+        address=request.address,
+        host_id=request.host_id,
+        data_directories=tuple(request.data_directories),
+        commitlog_directory=request.commitlog_directory,
+        canary_keyspace=request.canary_keyspace,
+        canary_key=request.canary_key,
+        backup_id=request.backup_id,
+        deadline_seconds=(
+            seconds_of(request.deadline, "deadline") if request.HasField("deadline") else 0.0
+        ),
+        num_tokens=request.num_tokens,
+        datacenter=request.datacenter,
+        rack=request.rack,
+    )
+
+
 # -- the servicer ----------------------------------------------------------------------------------
 
 
 class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
-    def __init__(self, agent: NodeAgent) -> None:
+    def __init__(
+        self,
+        agent: NodeAgent,
+        clones: CloneMounter | None = None,
+        drills: DrillHost | None = None,
+    ) -> None:
         self._agent = agent
+        self._table_imports = TableImportRpcs(agent)
+        self._clones_made = clones
+        self._drills_made = drills
+
+    @property
+    def _clones(self) -> CloneMounter:
+        # Made on first use: `AgentServer` passes its own (it recovers them at start).
+        if self._clones_made is None:
+            volumes = self._agent.config.volumes
+            self._clones_made = CloneMounter(volumes, volumes.state_directory)
+        return self._clones_made
+
+    @property
+    def _drills(self) -> DrillHost:
+        if self._drills_made is None:
+            config = self._agent.config
+            self._drills_made = DrillHost(
+                config.drill, self._clones, config.volumes.state_directory
+            )
+        return self._drills_made
 
     @unary
     async def GetNodeInfo(
@@ -335,6 +414,91 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     ) -> agent_pb2.RestoreSnapshotResponse:
         tables = await self._agent.restore_snapshot(request.operation_id, request.tag)
         return restored_message(tables)
+
+    @unary
+    async def MountClones(
+        self, request: agent_pb2.MountClonesRequest, context: Context
+    ) -> agent_pb2.MountClonesResponse:
+        mounts = await self._clones.mount(
+            request.purpose_id,
+            [
+                CloneVolume(v.role, v.array, v.volume, v.serial, v.wwn, v.source_mount_point)
+                for v in request.volumes
+            ],
+            read_only=request.read_only,
+        )
+        return mounted_clones_message(mounts)
+
+    @unary
+    async def UnmountClones(
+        self, request: agent_pb2.UnmountClonesRequest, context: Context
+    ) -> agent_pb2.UnmountClonesResponse:
+        detached = await self._clones.unmount(request.purpose_id)
+        return agent_pb2.UnmountClonesResponse(detached_volumes=detached)
+
+    @unary
+    async def StartDrill(
+        self, request: agent_pb2.StartDrillRequest, context: Context
+    ) -> agent_pb2.DrillStatus:
+        return drill_status_message(await self._drills.start_drill(drill_request(request)))
+
+    @unary
+    async def GetDrill(
+        self, request: agent_pb2.DrillRequest, context: Context
+    ) -> agent_pb2.DrillStatus:
+        return drill_status_message(self._drills.get(request.drill_id))
+
+    @unary
+    async def StopDrill(
+        self, request: agent_pb2.DrillRequest, context: Context
+    ) -> agent_pb2.DrillStatus:
+        return drill_status_message(await self._drills.stop(request.drill_id))
+
+    async def GetDrillManifest(
+        self, request: agent_pb2.DrillRequest, context: Context
+    ) -> AsyncIterator[agent_pb2.GetManifestResponse]:
+        loop = asyncio.get_running_loop()
+        batches: Iterator[list[manifest.SSTable]] | None = None
+        try:
+            batches = self._drills.manifest(request.drill_id)
+            while True:
+                message = await loop.run_in_executor(None, _next_message, batches)
+                if message is None:
+                    return
+                yield message
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
+        except Exception as exc:
+            await STATUSES.abort(context, exc, "GetDrillManifest")
+        finally:
+            if batches is not None:
+                await loop.run_in_executor(None, _close, batches)
+
+    # -- table-level restores (ringsnap.agent.table_import) --
+
+    @unary
+    async def GetStagingSpace(
+        self, request: agent_pb2.GetStagingSpaceRequest, context: Context
+    ) -> agent_pb2.StagingSpace:
+        return await self._table_imports.get_staging_space(request)
+
+    @unary
+    async def StageTable(
+        self, request: agent_pb2.StageTableRequest, context: Context
+    ) -> agent_pb2.StageTableResponse:
+        return await self._table_imports.stage_table(request)
+
+    @unary
+    async def ImportStagedTable(
+        self, request: agent_pb2.ImportStagedTableRequest, context: Context
+    ) -> agent_pb2.ImportStagedTableResponse:
+        return await self._table_imports.import_staged_table(request)
+
+    @unary
+    async def RemoveStaging(
+        self, request: agent_pb2.RemoveStagingRequest, context: Context
+    ) -> agent_pb2.RemoveStagingResponse:
+        return await self._table_imports.remove_staging(request)
 
 
 def _next_message(
