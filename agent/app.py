@@ -19,7 +19,9 @@ from grpc_health.v1._async import HealthServicer
 
 from ringsnap import logs
 from ringsnap.agent import tls
+from ringsnap.agent.clones import CloneMounter
 from ringsnap.agent.config import AgentConfig
+from ringsnap.agent.drill.host import DrillHost
 from ringsnap.agent.node import NodeAgent
 from ringsnap.agent.server import AgentServicer
 from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc
@@ -34,6 +36,8 @@ class AgentServer:
     def __init__(self, config: AgentConfig, *, agent: NodeAgent | None = None) -> None:
         self.config = config
         self.agent = agent or NodeAgent(config)
+        self.clones = CloneMounter(config.volumes, config.volumes.state_directory)
+        self.drills = DrillHost(config.drill, self.clones, config.volumes.state_directory)
         self.health = HealthServicer()
         self.port: int | None = None
         self._server: grpc.aio.Server | None = None
@@ -44,6 +48,9 @@ class AgentServer:
         self._exit.enter_context(self.agent.store.exclusive())
         try:
             await self.agent.start()
+            # Drills and clones a crashed agent left: nobody uses them any more.
+            await self.drills.recover()
+            await self.clones.recover()
             tls_config = self.config.tls
             credentials = tls.server_credentials(
                 tls_config.cert_file.read_bytes(),
@@ -58,7 +65,9 @@ class AgentServer:
                     ("grpc.so_reuseport", 0),
                 ],
             )
-            agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentServicer(self.agent), server)
+            agent_pb2_grpc.add_AgentServiceServicer_to_server(
+                AgentServicer(self.agent, self.clones, self.drills), server
+            )
             health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
             port = server.add_secure_port(self.config.server.listen, credentials)
             if port == 0:
@@ -87,6 +96,8 @@ class AgentServer:
                 await self._server.stop(wait)
         finally:
             try:
+                await self.drills.close()
+                await self.clones.recover("as the agent stops")
                 await self.agent.close()
             finally:
                 self._exit.close()
