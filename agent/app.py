@@ -25,6 +25,7 @@ from ringsnap.agent.drill.host import DrillHost
 from ringsnap.agent.node import NodeAgent
 from ringsnap.agent.server import AgentServicer
 from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc
+from ringsnap.malformed import MalformedRequestInterceptor
 
 log = logs.get_logger(__name__)
 SERVICE_NAME = agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name
@@ -58,7 +59,10 @@ class AgentServer:
                 tls_config.ca_file.read_bytes(),
             )
             server = grpc.aio.server(
-                interceptors=[tls.AllowListInterceptor(self.config.server.allowed_clients)],
+                interceptors=[
+                    tls.AllowListInterceptor(self.config.server.allowed_clients),
+                    MalformedRequestInterceptor(),
+                ],
                 options=[
                     ("grpc.max_receive_message_length", 1024 * 1024),
                     ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
