@@ -297,7 +297,9 @@ class CloneMounter:
 
         if clone.state == ATTACHING or not clone.device:
             assert self.settings.attach_command is not None
-            result = await self._hook("attach_command", self.settings.attach_command, clone)
+            result = await self._hook(
+                "attach_command", self.settings.attach_command, record.purpose_id, clone
+            )
             lines = result.stdout.rstrip().splitlines()
             device = lines[-1].strip() if lines else ""
             if not device and clone.wwn:
@@ -368,7 +370,7 @@ class CloneMounter:
                     ) from None
                 log.warning("clone unmounted", purpose_id=purpose_id, mount_point=clone.mount_point)
             if clone.device and self.settings.detach_command:
-                await self._hook("detach_command", self.settings.detach_command, clone)
+                await self._hook("detach_command", self.settings.detach_command, purpose_id, clone)
             record.clones[index] = replace(clone, state=ATTACHING, device="")
             self.records.save(record)
             detached.append(clone.volume)
@@ -397,11 +399,11 @@ class CloneMounter:
         return await filesystem_type(device)
 
     async def _hook(
-        self, key: str, argv: Sequence[str], clone: MountedClone
+        self, key: str, argv: Sequence[str], purpose_id: str, clone: MountedClone
     ) -> process.CommandResult:
         environment = {k: v for k, v in os.environ.items() if not k.startswith(_ENV_PREFIX)}
         environment.update(
-            RINGSNAP_OPERATION=Path(clone.mount_point).parent.name,
+            RINGSNAP_OPERATION=purpose_id,
             RINGSNAP_MOUNT_POINT=clone.mount_point,
             RINGSNAP_DEVICE=clone.device,
             RINGSNAP_FS_UUID="",

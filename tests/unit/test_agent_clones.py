@@ -163,7 +163,7 @@ def test_mount_attaches_with_the_hook_and_mounts_under_the_state_directory(rig: 
     assert action == "attach"
     assert env["RINGSNAP_VOLUME"] == "c_data" and env["RINGSNAP_ARRAY"] == "array1"
     assert env["RINGSNAP_SERIAL"] == "SER1" and env["RINGSNAP_WWN"] == "600a0980"
-    assert env["RINGSNAP_KINDS"] == "data"
+    assert env["RINGSNAP_KINDS"] == "data" and env["RINGSNAP_OPERATION"] == "drill-1"
     record = rig.state / "clones" / "drill-1.json"
     assert stat.S_IMODE(record.stat().st_mode) == 0o600
     assert {c["state"] for c in json.loads(record.read_text())["clones"]} == {MOUNTED}

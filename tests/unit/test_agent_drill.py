@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import yaml  # type: ignore[import-untyped]
 
@@ -313,6 +314,13 @@ async def wait_for(condition: Any, seconds: float = 20.0) -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError("condition not met in time")
+
+
+def test_a_drill_host_at_its_bound_answers_resource_exhausted() -> None:
+    from ringsnap.agent.server import status_for
+
+    assert status_for(TooManyDrills("busy")) is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert status_for(Conflict("no [drill]")) is grpc.StatusCode.FAILED_PRECONDITION
 
 
 def test_an_agent_without_a_drill_section_refuses_naming_it(tmp_path: Path) -> None:
