@@ -6,8 +6,9 @@
   agent stops the node, deletes the namespace and unmounts and detaches the drill's clones by
   itself, as a freeze lease thaws: a coordinator that vanished leaves nothing behind.
 - Each drill is recorded (`<[volumes] state_directory>/drills/<id>.json`) before its namespace is
-  made; an agent that starts finds the records and every `ringsnap-drill-*` namespace a crash
-  left, stops their processes and deletes them, and logs it.
+  made; an agent that starts finds the records a crash left, stops the processes of their
+  namespaces, deletes the namespaces and logs it. A `ringsnap-drill-*` namespace it has no record
+  of is only reported: it may be another agent's on the same host.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ringsnap.agent.drill.model import STOPPED, DrillRequest, DrillStatus
 from ringsnap.agent.drill.runner import DrillRun, clear_namespace
 from ringsnap.agent.durable import write_durably
 from ringsnap.agent.errors import CommandFailed, CommandTimeout, Conflict, DomainError, NotFound
+from ringsnap.errors import ValidationError
 
 log = logs.get_logger(__name__)
 
@@ -139,8 +141,7 @@ class DrillHost:
         check_purpose_id(drill_id)
         drill = self._drills.get(drill_id)
         if drill is None:
-            # Unknown here (e.g. after a restart, which tore everything down): make sure.
-            await clear_namespace(netns.name_for(drill_id), 10.0)
+            # Unknown here: never started, or torn down by a restart (recover). Nothing runs.
             return DrillStatus(drill_id, state=STOPPED, step="", message="no such drill runs here")
         task = self._tasks.get(drill_id)
         if task is not None and not task.done():
@@ -198,27 +199,34 @@ class DrillHost:
         (self.records / f"{check_purpose_id(drill_id)}.json").unlink(missing_ok=True)
 
     async def recover(self) -> None:
-        """Tear down what a previous agent process left: drill processes and namespaces (every
-        `ringsnap-drill-*` one: only drills make them), then forget the records."""
+        """Tear down the drills a previous process of this agent recorded: their processes and
+        namespaces; then forget the records. Other drill namespaces are reported, not touched."""
         stop_seconds = self.settings.stop_timeout_seconds if self.settings else 60.0
         recorded: dict[str, str] = {}
         with contextlib.suppress(FileNotFoundError):
             for path in sorted(self.records.glob("*.json")):
+                drill_id = path.stem
                 try:
-                    recorded[json.loads(path.read_text())["namespace"]] = path.stem
-                except (OSError, ValueError, KeyError, TypeError):
-                    log.error("unreadable drill record", record=str(path))
-        for namespace in sorted(set(recorded) | set(netns.existing())):
-            if not namespace.startswith(netns.PREFIX):
-                continue
+                    check_purpose_id(drill_id)
+                except ValidationError:
+                    log.error("drill record with an unsafe name: left alone", record=str(path))
+                    continue
+                # The namespace follows from the id; the record's own copy is not trusted.
+                recorded[netns.name_for(drill_id)] = drill_id
+        for namespace, drill_id in sorted(recorded.items()):
             log.warning(
                 "tearing down a drill left by a previous agent",
                 namespace=namespace,
-                drill_id=recorded.get(namespace, namespace.removeprefix(netns.PREFIX)),
+                drill_id=drill_id,
             )
             await clear_namespace(namespace, stop_seconds)
-        for drill_id in recorded.values():
             self._remove_record(drill_id)
+        for namespace in sorted(set(netns.existing()) - set(recorded)):
+            log.warning(
+                "a drill namespace this agent has no record of: left alone (another agent's?);"
+                " delete it with `ip netns delete` once nothing runs in it",
+                namespace=namespace,
+            )
 
     async def close(self) -> None:
         """Stop every drill (the agent is stopping); clones stay recorded for the next start."""

@@ -418,18 +418,20 @@ def test_a_restarted_agent_tears_down_the_drills_it_finds(rig: Rig) -> None:
     records = rig.tmp / "state" / "drills"
     records.mkdir(parents=True)
     (records / "old.json").write_text(json.dumps({"namespace": "ringsnap-drill-old"}))
-    # An unrecorded namespace of ours too (a crash between create and record cannot happen, but a
-    # record lost with its disk can).
-    rig.fake.namespaces["ringsnap-drill-lost"] = []
+    # A drill namespace this agent never recorded: another agent's on the same host.
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    rig.fake.namespaces["ringsnap-drill-other"] = [other]
     try:
         asyncio.run(rig.host.recover())
         assert leftover.wait(10) is not None
-        assert rig.fake.namespaces == {}
-        assert sorted(rig.fake.deleted) == ["ringsnap-drill-lost", "ringsnap-drill-old"]
+        assert rig.fake.deleted == ["ringsnap-drill-old"]
+        assert list(rig.fake.namespaces) == ["ringsnap-drill-other"]
+        assert other.poll() is None  # left alone
         assert list(records.glob("*.json")) == []
     finally:
-        leftover.kill()
-        leftover.wait()
+        for process in (leftover, other):
+            process.kill()
+            process.wait()
 
 
 def test_the_agent_config_takes_a_drill_section(tmp_path: Path) -> None:
