@@ -195,11 +195,17 @@ class FreezeManager:
         for point in requested:
             normal = _checked_mount_point(point)
             if normal in refused:
-                raise ValidationError(f"refusing to freeze {normal!r}: {refused[normal]}")
+                raise ValidationError(
+                    f"refusing to freeze {normal!r}: {refused[normal]}; name only mount points of"
+                    " Cassandra's own filesystems"
+                )
             match = next((fs for fs in allowed if normal in fs.names), None)
             if match is None:
                 if normal == "/":
-                    raise ValidationError("refusing to freeze '/': the agent never freezes /")
+                    raise ValidationError(
+                        "refusing to freeze '/': the agent never freezes /; name only mount points"
+                        " of Cassandra's own filesystems"
+                    )
                 names = sorted(name for fs in allowed for name in fs.names)
                 raise ValidationError(
                     f"{normal!r} is not the mount point of a configured Cassandra data or"

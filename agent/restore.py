@@ -594,7 +594,8 @@ class VolumeRestorer:
                 if not why:
                     requested.append(filesystem.mount_point)
                 elif "data" in filesystem.kinds:
-                    raise ValidationError(
+                    # The node's layout, not the request, is at fault: FAILED_PRECONDITION.
+                    raise Conflict(
                         f"Cassandra data ({', '.join(filesystem.cassandra_directories)}) is on"
                         f" {filesystem.mount_point}, which the agent never releases ({why}); data"
                         " comes back only with its own volume: move it to its own filesystem"
@@ -616,7 +617,9 @@ class VolumeRestorer:
         plan: list[_Release] = []
         for point in requested:
             if point == "/":
-                raise ValidationError("refusing to release '/': the agent never unmounts /")
+                raise ValidationError(
+                    "refusing to release mount point '/': the agent never unmounts /"
+                )
             recorded = mine.get(point)
             entry = on_top.get(point)
             if recorded is not None and recorded.state == RELEASED:
@@ -646,7 +649,7 @@ class VolumeRestorer:
             filesystem = match
             why = protection(filesystem)
             if why:
-                raise ValidationError(f"refusing to release {point}: {why}")
+                raise ValidationError(f"refusing to release mount point {point}: {why}")
             if filesystem.mount_point != point or filesystem.aliases:
                 names = [filesystem.mount_point, *filesystem.aliases]
                 raise Conflict(

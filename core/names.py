@@ -36,12 +36,13 @@ def table_name(value: str) -> str:
     return value
 
 
-def snapshot_tag(value: str) -> str:
-    """Return `value` if it is safe as a snapshot tag, backup id or array snapshot name."""
+def snapshot_tag(value: str, what: str = "a snapshot tag or backup id") -> str:
+    """Return `value` if it is safe as a snapshot tag, backup id or array snapshot name; `what`
+    names the field in the error."""
     if not _TAG.fullmatch(value):
         raise ValidationError(
-            f"invalid name {value!r}: use 1-63 letters, digits, '-' or '_', starting with a letter"
-            " or digit"
+            f"invalid name {value!r} ({what}): use 1-63 letters, digits, '-' or '_', starting"
+            " with a letter or digit"
         )
     return value
 

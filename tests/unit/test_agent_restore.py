@@ -457,7 +457,7 @@ def test_an_empty_list_releases_every_cassandra_filesystem_but_leaves_root(node:
 
 def test_an_empty_list_refuses_data_on_the_root_filesystem(node: Node) -> None:
     node.directories["data"].append(node.root / "local" / "data2")
-    with pytest.raises(ValidationError, match="never releases"):
+    with pytest.raises(Conflict, match="never releases"):
         run(node.restorer().release(OPERATION, []))
     assert node.host.calls == []
 
