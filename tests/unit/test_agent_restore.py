@@ -509,7 +509,7 @@ def test_release_refuses_the_filesystem_of_the_restore_records(node: Node) -> No
     node.records = node.root / "data" / "ringsnap" / "restores"
     with pytest.raises(ValidationError, match="restore records"):
         run(node.restorer().release(OPERATION, [node.data_mount]))
-    with pytest.raises(ValidationError, match="restore records"):
+    with pytest.raises(Conflict, match="restore records"):
         run(node.restorer().release(OPERATION, []))  # data is there: refused as a whole
     assert node.host.calls == []
 
