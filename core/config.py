@@ -100,7 +100,11 @@ def _secret_from_reference(value: Any) -> Any:
 
 
 def _readable_file(path: Path) -> Path:
-    if not path.is_file():
+    try:
+        is_file = path.is_file()
+    except OSError as exc:  # e.g. a name too long for the filesystem
+        raise ValueError(f"file {str(path)[:200]!r} cannot be checked: {exc.strerror}") from None
+    if not is_file:
         raise ValueError(f"file {str(path)!r} does not exist")
     if not os.access(path, os.R_OK):
         raise ValueError(f"file {str(path)!r} is not readable by this user")

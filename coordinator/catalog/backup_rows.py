@@ -12,7 +12,11 @@ from typing import Any
 
 from ringsnap.coordinator.catalog import codec
 from ringsnap.coordinator.catalog.columns import from_us, placeholders, sentences
-from ringsnap.coordinator.catalog.errors import BackupNotFoundError, BackupStateError
+from ringsnap.coordinator.catalog.errors import (
+    BackupNotFoundError,
+    BackupStateError,
+    DamagedRowError,
+)
 from ringsnap.coordinator.model import (
     Backup,
     BackupNode,
@@ -37,14 +41,33 @@ def summary(row: sqlite3.Row) -> BackupSummary:
     return BackupSummary(**_summary_fields(row))
 
 
+#: What decoding a row changed outside ringsnap raises (a CodecError is a ValueError).
+_DAMAGE = (ValueError, TypeError, OverflowError, KeyError, AttributeError, AssertionError)
+
+
 def _summary_fields(row: sqlite3.Row) -> dict[str, Any]:
+    try:
+        return _decoded_summary_fields(row)
+    except _DAMAGE as exc:
+        raise DamagedRowError(str(row["id"]), "backups", exc) from exc
+
+
+def _seconds(row: sqlite3.Row, column: str) -> float:
+    value = row[column]
+    # A duration the API can carry: a protobuf Duration holds at most about 10,000 years.
+    if not isinstance(value, int | float) or not 0 <= value < 3e11:
+        raise ValueError(f"{column} = {value!r} is not a duration in seconds")
+    return float(value)
+
+
+def _decoded_summary_fields(row: sqlite3.Row) -> dict[str, Any]:
     window = None
     if row["freeze_total"] is not None:
         window = FreezeWindow(
-            total=row["freeze_total"],
-            slowest_freeze=row["freeze_slowest"],
-            array_call=row["freeze_array_call"],
-            slowest_thaw=row["freeze_slowest_thaw"],
+            total=_seconds(row, "freeze_total"),
+            slowest_freeze=_seconds(row, "freeze_slowest"),
+            array_call=_seconds(row, "freeze_array_call"),
+            slowest_thaw=_seconds(row, "freeze_slowest_thaw"),
         )
     started = from_us(row["started_us"])
     assert started is not None
@@ -75,6 +98,7 @@ def load(conn: sqlite3.Connection, rows: Sequence[sqlite3.Row]) -> list[Backup]:
     if not rows:
         return []
     pks = [row["pk"] for row in rows]
+    ids = {row["pk"]: str(row["id"]) for row in rows}
     marks = placeholders(len(pks))
     nodes: dict[int, list[BackupNode]] = {pk: [] for pk in pks}
     for row in conn.execute(
@@ -82,11 +106,15 @@ def load(conn: sqlite3.Connection, rows: Sequence[sqlite3.Row]) -> list[Backup]:
         f" FROM backup_nodes WHERE backup IN ({marks}) ORDER BY backup, name",
         pks,
     ):
+        try:
+            volumes = codec.decode_volumes(row["volumes"])
+        except _DAMAGE as exc:
+            raise DamagedRowError(ids[row["backup"]], "backup_nodes.volumes", exc) from exc
         nodes[row["backup"]].append(
             BackupNode(
                 name=row["name"],
                 host_id=row["host_id"],
-                volumes=codec.decode_volumes(row["volumes"]),
+                volumes=volumes,
                 canary_id=row["canary_id"],
                 excluded_reason=row["excluded_reason"],
                 sstable_count=row["sstable_count"],
@@ -98,14 +126,21 @@ def load(conn: sqlite3.Connection, rows: Sequence[sqlite3.Row]) -> list[Backup]:
         f"SELECT backup, ref FROM snapshots WHERE backup IN ({marks}) ORDER BY backup, array",
         pks,
     ):
-        snapshots[row["backup"]].append(codec.decode_ref(row["ref"]))
+        try:
+            snapshots[row["backup"]].append(codec.decode_ref(row["ref"]))
+        except _DAMAGE as exc:
+            raise DamagedRowError(ids[row["backup"]], "snapshots.ref", exc) from exc
     timings: dict[int, list[PhaseTiming]] = {pk: [] for pk in pks}
     for row in conn.execute(
         f"SELECT backup, phase, seconds FROM phase_timings WHERE backup IN ({marks})"
         " ORDER BY backup, ord",
         pks,
     ):
-        timings[row["backup"]].append(PhaseTiming(phase=row["phase"], seconds=row["seconds"]))
+        try:
+            seconds = _seconds(row, "seconds")
+        except ValueError as exc:
+            raise DamagedRowError(ids[row["backup"]], "phase_timings", exc) from exc
+        timings[row["backup"]].append(PhaseTiming(phase=row["phase"], seconds=seconds))
     return [
         Backup(
             **_summary_fields(row),

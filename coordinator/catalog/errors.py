@@ -19,6 +19,22 @@ class CatalogSchemaError(CatalogError):
     """The file is not a ringsnap catalog, or was written by a newer ringsnap."""
 
 
+class DamagedRowError(CatalogError):
+    """A backup's rows cannot be read back: changed outside ringsnap (by hand, a tool, another
+    version). Names the backup and what is wrong, never guesses the value."""
+
+    exit_code = 65  # EX_DATAERR
+
+    def __init__(self, backup_id: str, table: str, problem: BaseException) -> None:
+        self.backup_id = backup_id
+        detail = f"{type(problem).__name__}: {problem}"[:200]
+        super().__init__(
+            f"the catalog's record of backup {backup_id[:80]!r} is damaged ({table}: {detail});"
+            " it was changed outside ringsnap: restore the catalog file from a copy, or delete"
+            " that backup's rows"
+        )
+
+
 class BackupNotFoundError(CatalogError):
     exit_code = 66  # EX_NOINPUT
 
