@@ -29,6 +29,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from ringsnap.agent import manifest as manifest_module
 from ringsnap.agent.server import manifest_batch_message
@@ -90,15 +91,24 @@ def syscall_floor(root: Path) -> float:
     return time.perf_counter() - started
 
 
-def walk(
-    root: Path, workers: int, cache: manifest_module.ManifestCache | None = None
-) -> tuple[float, int, int]:
-    started = time.perf_counter()
+class Walk(NamedTuple):
+    seconds: float
+    sstables: int
+    components: int
+    #: CPU time of this process: what the walk costs whatever else the machine runs.
+    cpu_seconds: float
+
+    def __str__(self) -> str:
+        return f"{self.seconds:.3f} s (CPU {self.cpu_seconds:.3f} s)"
+
+
+def walk(root: Path, workers: int, cache: manifest_module.ManifestCache | None = None) -> Walk:
+    started, cpu = time.perf_counter(), time.process_time()
     sstables = components = 0
     for batch in manifest_module.manifest([root], workers=workers, cache=cache):
         sstables += len(batch)
         components += sum(len(table.components) for table in batch)
-    return time.perf_counter() - started, sstables, components
+    return Walk(time.perf_counter() - started, sstables, components, time.process_time() - cpu)
 
 
 def walk_and_messages(root: Path, cache: manifest_module.ManifestCache) -> float:
@@ -165,42 +175,40 @@ def main() -> None:
         )
         for workers in (1, 4):
             results = [walk(root, workers) for _ in range(args.repeat)]
-            seconds, sstables, components = min(results)
+            best = min(results)
             print(
                 f"manifest without the manifest cache, warm kernel caches, {workers} thread(s):"
-                f" {components:,} components of {sstables:,} SSTables, best {seconds:.3f} s"
-                f" (all: {', '.join(f'{r[0]:.2f}' for r in results)})"
+                f" {best.components:,} components of {best.sstables:,} SSTables, best {best}"
+                f" (all: {', '.join(f'{r.seconds:.2f}' for r in results)})"
             )
         cache = manifest_module.ManifestCache(max_sstables=manifest_module.DEFAULT_CACHE_SSTABLES)
         gc.collect()
         rss_before = rss_bytes()
-        fill, _, _ = walk(root, 1, cache)
+        fill = walk(root, 1, cache)
         gc.collect()
         held = rss_bytes() - rss_before
         print(
-            f"manifest cache: first manifest (fills it) {fill:.3f} s; {len(cache):,} SSTables"
+            f"manifest cache: first manifest (fills it) {fill}; {len(cache):,} SSTables"
             f" cached, about {held / 2**20:.0f} MiB of RSS"
         )
         results = [walk(root, 1, cache) for _ in range(args.repeat)]
-        seconds, sstables, components = min(results)
+        best = min(results)
         print(
-            f"manifest cache: next manifest, nothing new: {components:,} components, best"
-            f" {seconds:.3f} s (all: {', '.join(f'{r[0]:.2f}' for r in results)})"
+            f"manifest cache: next manifest, nothing new: {best.components:,} components, best"
+            f" {best} (all: {', '.join(f'{r.seconds:.2f}' for r in results)})"
         )
         add_sstables(root, 0.01)
-        seconds, sstables, components = walk(root, 1, cache)
-        print(
-            f"manifest cache: after 1 % new SSTables: {components:,} components in {seconds:.3f} s"
-        )
+        after = walk(root, 1, cache)
+        print(f"manifest cache: after 1 % new SSTables: {after.components:,} components in {after}")
         messages = [walk_and_messages(root, cache) for _ in range(args.repeat)]
         print(f"manifest (cached) + protobuf messages, warm caches: best {min(messages):.3f} s")
         if mount_point is not None:
             remount(mount_point)
-            seconds, _, components = walk(root, 1)
-            print(f"manifest without the cache, cold kernel caches (remounted): {seconds:.3f} s")
+            print(f"manifest without the cache, cold kernel caches (remounted): {walk(root, 1)}")
             remount(mount_point)
-            seconds, _, components = walk(root, 1, cache)
-            print(f"manifest with the cache, cold kernel caches (remounted): {seconds:.3f} s")
+            print(
+                f"manifest with the cache, cold kernel caches (remounted): {walk(root, 1, cache)}"
+            )
 
 
 def rss_bytes() -> int:
