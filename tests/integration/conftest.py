@@ -18,6 +18,18 @@ import pytest
 
 from ringsnap.sandbox.cluster import SandboxCluster
 from ringsnap.sandbox.instance import validate_instance_name
+from tests.support.secrets import LeakCheck
+
+
+@pytest.fixture(autouse=True)
+def _no_secret_leaks(
+    secret_check: LeakCheck, request: pytest.FixtureRequest
+) -> Iterator[LeakCheck]:
+    """Every integration test is checked for secret leaks; the logs of the agents, coordinators
+    and simulators it starts as processes (under its tmp_path) are searched too."""
+    if "tmp_path" in request.fixturenames:
+        secret_check.watch_tree(request.getfixturevalue("tmp_path"))
+    yield secret_check
 
 
 def _missing_precondition() -> str | None:

@@ -1,0 +1,304 @@
+"""The secrets check: every secret a test creates is registered; what a test prints or logs is
+searched for them, and a test that leaked one fails, naming what leaked and where.
+
+    from tests.support import secrets
+    secrets.register(password, "the simulator's password")     # where a test makes a secret
+
+Most secrets register themselves (`install_sources`, called once per pytest process): every
+`SecretStr` a configuration validates into (array passwords and tokens, the Jolokia and CQL
+passwords, TLS private keys read through `key_file`), every key the test PKI issues
+(`ringsnap.testpki.TestCA`), every coordinator API token written (`apitoken.write_token`), and the
+sandbox simulators' login.
+
+What is searched (`LeakCheck`, one per test): pytest's captured stdout/stderr (structlog's console
+and JSON lines go there) and log records of the setup and call phases, every Python logging record
+at any level, the output of every typer/click CliRunner invocation, the failure message of the test,
+and the files handed to `LeakCheck.watch` (the sandbox's service logs, a test's coordinator log).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: Shorter values cannot be searched for without false alarms (and are no real secret either).
+MIN_LENGTH = 8
+_PEM_BEGIN = "-----BEGIN "
+_EXCERPT = 40
+
+
+@dataclass(frozen=True, slots=True)
+class Leak:
+    what: str
+    where: str
+    #: The text around the find, with the secret itself masked (the report must not leak it).
+    context: str
+
+    def __str__(self) -> str:
+        return f"{self.what} appeared in {self.where}: ...{self.context}..."
+
+
+class SecretRegistry:
+    """Secrets by value: the text to search for and what it is."""
+
+    def __init__(self) -> None:
+        self._needles: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def register(self, value: str | bytes, what: str) -> None:
+        """Register `value` (a PEM key is searched for by each line of its body: a log that
+        prints part of a key leaks it too)."""
+        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+        with self._lock:
+            for needle in _needles_of(text.strip()):
+                self._needles.setdefault(needle, what)
+
+    def __len__(self) -> int:
+        return len(self._needles)
+
+    def scan(self, text: str, where: str) -> list[Leak]:
+        if not text:
+            return []
+        with self._lock:
+            needles = list(self._needles.items())
+        leaks = []
+        for needle, what in needles:
+            at = text.find(needle)
+            if at >= 0:
+                leaks.append(Leak(what, where, _masked(text, at, needle)))
+        return leaks
+
+
+def _needles_of(text: str) -> Iterator[str]:
+    if _PEM_BEGIN not in text:
+        if len(text) >= MIN_LENGTH:
+            yield text
+        return
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line and not line.startswith("-----") and len(line) >= MIN_LENGTH:
+            yield line
+
+
+def _masked(text: str, at: int, needle: str) -> str:
+    before = text[max(0, at - _EXCERPT) : at]
+    after = text[at + len(needle) : at + len(needle) + _EXCERPT]
+    return (before + "<SECRET>" + after).replace("\n", "\\n")
+
+
+REGISTRY = SecretRegistry()
+
+
+def register(value: str | bytes, what: str) -> None:
+    """Register a secret a test created: every checked test that prints or logs it fails."""
+    REGISTRY.register(value, what)
+
+
+# -- what is searched ------------------------------------------------------------------------------
+
+
+class _RecordingHandler(logging.Handler):
+    def __init__(self, sink: Callable[[str, str], None]) -> None:
+        super().__init__(logging.NOTSET)
+        self._sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+        except Exception:  # a record whose arguments do not format: search its parts
+            text = f"{record.msg} {record.args}"
+        if record.exc_info and record.exc_info[1] is not None:
+            text += f"\n{record.exc_info[1]!r}"
+        self._sink(f"log record of {record.name} ({record.levelname})", text)
+
+
+@dataclass
+class LeakCheck:
+    """What one test produced, searched for the registered secrets at its end."""
+
+    registry: SecretRegistry = field(default_factory=lambda: REGISTRY)
+    _texts: list[tuple[str, str]] = field(default_factory=list)
+    _files: dict[Path, str] = field(default_factory=dict)
+    _trees: list[tuple[Path, str]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, where: str, text: str) -> None:
+        with self._lock:
+            self._texts.append((where, text))
+
+    def watch(self, path: Path, where: str = "") -> None:
+        """Search `path` (read at the end of the test, if it exists then)."""
+        self._files.setdefault(Path(path), where or f"file {path}")
+
+    def watch_tree(self, directory: Path, pattern: str = "*.log") -> None:
+        """Search every file under `directory` matching `pattern` that exists at the end."""
+        self._trees.append((Path(directory), pattern))
+
+    def leaks(self) -> list[Leak]:
+        found: list[Leak] = []
+        with self._lock:
+            texts = list(self._texts)
+        for directory, pattern in self._trees:
+            if directory.is_dir():
+                for path in sorted(directory.rglob(pattern)):
+                    self.watch(path)
+        for where, text in texts:
+            found += self.registry.scan(text, where)
+        for path, where in self._files.items():
+            if path.is_file():
+                found += self.registry.scan(path.read_text("utf-8", "replace"), where)
+        return _unique(found)
+
+    def report(self) -> str:
+        leaks = self.leaks()
+        if not leaks:
+            return ""
+        lines = [f"{len(leaks)} secret leak(s):", *(f"  - {leak}" for leak in leaks)]
+        return "\n".join(lines)
+
+
+def _unique(leaks: Iterable[Leak]) -> list[Leak]:
+    seen: set[tuple[str, str]] = set()
+    kept = []
+    for leak in leaks:
+        if (leak.what, leak.where) not in seen:
+            seen.add((leak.what, leak.where))
+            kept.append(leak)
+    return kept
+
+
+_ACTIVE: list[LeakCheck] = []
+
+
+def _to_active(where: str, text: str) -> None:
+    for check in list(_ACTIVE):
+        check.add(where, text)
+
+
+class active:  # a context manager, named like contextlib's
+    """Collect into `check` while inside: Python logging at every level, CliRunner outputs."""
+
+    def __init__(self, check: LeakCheck) -> None:
+        self.check = check
+        self._handler = _RecordingHandler(_to_active)
+        self._level = logging.NOTSET
+
+    def __enter__(self) -> LeakCheck:
+        root = logging.getLogger()
+        self._level = root.level
+        root.addHandler(self._handler)
+        root.setLevel(logging.DEBUG)
+        _ACTIVE.append(self.check)
+        return self.check
+
+    def __exit__(self, *exc: object) -> None:
+        _ACTIVE.remove(self.check)
+        root = logging.getLogger()
+        root.removeHandler(self._handler)
+        root.setLevel(self._level)
+
+
+# -- where secrets come from (registered as they are made) ----------------------------------------
+
+_INSTALLED: list[bool] = []
+
+
+def install_sources() -> None:
+    """Register secrets where the code the tests use makes them; collect CliRunner outputs.
+
+    Wraps class attributes and module functions once per process (before test modules import
+    them by name), so that every test gets the check without registering anything itself.
+    """
+    if _INSTALLED:
+        return
+    _INSTALLED.append(True)
+    _wrap_secret_str()
+    _wrap_test_pki()
+    _wrap_api_token()
+    _wrap_cli_runner()
+    register("sandbox-secret", "the array simulators' password (sandbox)")
+
+
+def _wrap_secret_str() -> None:
+    from pydantic import SecretStr
+
+    original = SecretStr.__init__
+
+    @functools.wraps(original)
+    def init(self: SecretStr, secret_value: str) -> None:
+        original(self, secret_value)
+        if isinstance(secret_value, str):
+            register(secret_value, "a secret setting of a configuration (SecretStr)")
+
+    SecretStr.__init__ = init  # type: ignore[method-assign,assignment]
+
+
+def _wrap_test_pki() -> None:
+    from ringsnap.testpki import IssuedCert, TestCA
+
+    original_create = TestCA.create.__func__  # type: ignore[attr-defined]
+    original_issue = TestCA.issue
+
+    def create(cls: type[TestCA], *args: Any, **kwargs: Any) -> TestCA:
+        ca: TestCA = original_create(cls, *args, **kwargs)
+        register(_key_pem(ca.key), "the private key of a test CA")
+        return ca
+
+    @functools.wraps(original_issue)
+    def issue(self: TestCA, common_name: str | None, *args: Any, **kwargs: Any) -> IssuedCert:
+        issued = original_issue(self, common_name, *args, **kwargs)
+        register(issued.key_pem, f"the private key of test certificate {common_name!r}")
+        return issued
+
+    TestCA.create = classmethod(create)  # type: ignore[method-assign,assignment]
+    TestCA.issue = issue  # type: ignore[method-assign]
+
+
+def _key_pem(key: Any) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    pem: bytes = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    return pem
+
+
+def _wrap_api_token() -> None:
+    from ringsnap.coordinator import apitoken, main
+
+    original = apitoken.write_token
+
+    @functools.wraps(original)
+    def write_token(path: Path) -> str:
+        token = original(path)
+        register(token, f"the coordinator API token ({path})")
+        return token
+
+    apitoken.write_token = write_token
+    main.write_token = write_token  # type: ignore[attr-defined]
+
+
+def _wrap_cli_runner() -> None:
+    from click.testing import CliRunner
+
+    original = CliRunner.invoke
+
+    @functools.wraps(original)
+    def invoke(self: CliRunner, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        command = " ".join(
+            str(arg) for arg in (args[1] if len(args) > 1 else kwargs.get("args") or [])
+        )
+        _to_active(f"the output of CLI `{command}`", result.output)
+        if result.exception is not None:
+            _to_active(f"the error of CLI `{command}`", repr(result.exception))
+        return result
+
+    CliRunner.invoke = invoke  # type: ignore[method-assign]
