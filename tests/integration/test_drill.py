@@ -190,6 +190,7 @@ def test_a_ring_drill_beside_the_live_ring_proves_every_node_and_leaves_nothing(
         f" problems {list(n.problems)}; teardown {list(n.teardown)}"
         for n in record.nodes
     )
+    print(f"\ndrill {record.id}: {record.state.value}\n{report}")
     assert record.state is DrillState.PROVEN, (record.error, report)
     assert record.backup_id == backup.id
     assert sorted(n.name for n in record.nodes) == sorted(n.name for n in sandbox_cluster.nodes)
