@@ -354,6 +354,10 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     async def ListDrills(
         self, request: pb.ListRestoreDrillsRequest, context: Context
     ) -> pb.ListRestoreDrillsResponse:
+        if request.limit < 0:  # int32 here (uint32 in the other lists)
+            raise ValidationError(
+                f"limit {request.limit} is negative: give 0 (the default) or more"
+            )
         records = await asyncio.to_thread(
             self._coordinator.catalog.list_drills,
             request.cluster or None,

@@ -61,3 +61,11 @@ def test_data_on_the_root_filesystem_is_a_failed_precondition_not_a_bad_request(
     code, details = _refusal(rig, "ReleaseVolumes", request)
     assert code is grpc.StatusCode.FAILED_PRECONDITION, details
     assert "never releases" in details and str(Path("/")) in details
+
+
+def test_a_bad_drill_id_names_drill_id(rig: AgentRig) -> None:
+    """Regression: GetDrill/StopDrill refused a bad drill_id as an "invalid purpose id"."""
+    for name in ("GetDrill", "StopDrill"):
+        code, details = _refusal(rig, name, agent_pb2.DrillRequest(drill_id="../x"))
+        assert code is grpc.StatusCode.INVALID_ARGUMENT
+        assert "(drill_id)" in details, details
