@@ -212,6 +212,13 @@ class DrillWorkflow:
             await advance(DrillStep.STARTED)
             status = await self._wait(node)
             proof = status.proof
+            if status.state == "stopped":
+                # Stopped before a verdict (its deadline, or a stop): nothing is concluded.
+                raise _StepFailed(
+                    "drill",
+                    f"the drill host stopped the drill at step {status.step or '?'} before a"
+                    f" verdict ({status.message or 'its deadline passed'})",
+                )
             if status.state != "proven":
                 raise _NotProven(
                     f"{status.step or 'drill'}: {status.message or 'the drill host ended the drill'}"

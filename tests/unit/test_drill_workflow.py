@@ -479,3 +479,16 @@ def test_purpose_ids_are_what_agents_accept() -> None:
         purpose_id("dr-20261121-100000-0001", "Node_1.dc1") == "dr-20261121-100000-0001-node-1-dc1"
     )
     assert len(purpose_id("dr-20261121-100000-0001", "x" * 60)) == 63
+
+
+def test_a_drill_the_host_stopped_before_a_verdict_fails_without_judging_the_backup(
+    rig: Rig,
+) -> None:
+    rig.host.final = "stopped"
+    rig.host.failing_step = "start"
+    record = rig.drill(nodes=("n2",))
+    n2 = record.node("n2")
+    assert record.state is DrillState.FAILED and n2.verdict is DrillVerdict.FAILED
+    assert n2.problems[0].startswith("drill: the drill host stopped the drill at step start")
+    assert rig.catalog.get_backup("rs-1").verification is Verification.UNVERIFIED
+    rig.nothing_left()
