@@ -428,11 +428,19 @@ class TableRestoreWorkflow:
         for node in self._record.nodes:
             for tables in node.tables:
                 lines.append(verify_node_table(node, tables, self._target(tables.table)))
+        warnings = list(self._record.warnings)
         for target in self._record.targets:
+            # Information, not the check: a full count of a large table may time out.
             host = self._record.nodes[0].host_id if self._record.nodes else ""
-            rows = await self.cql.count_rows(target.keyspace, target.table, host)
+            try:
+                rows = await self.cql.count_rows(target.keyspace, target.table, host)
+            except Exception as exc:
+                warnings.append(
+                    f"{target.name}: its rows were not counted after the import ({exc})"
+                )
+                continue
             lines.append(f"ok: {target.name} answers {rows} rows at CL=ALL after the import")
-        await self._save(verification=tuple(lines))
+        await self._save(verification=tuple(lines), warnings=tuple(warnings))
         for node in self._record.nodes:
             await self._node(node.name, step=Step.VERIFY)
 
