@@ -170,14 +170,18 @@ class TableRestoreWorkflow:
                 )
 
     async def _delete_leftover_clones(self) -> None:
-        """Unmount every node's clones and delete every clone on the arrays; the run then starts
-        again from the clone step."""
+        """Unmount every node's clones and delete every clone on the arrays; the run then goes on
+        after the staging if every node had staged, else from the clone step."""
         made = [c for c in self._record.clones if c.clone and not c.deleted]
         if not made:
             return
         self.progress("", "cleanup", f"deleting {len(made)} clone(s) of an earlier attempt")
         await self._unmount()
         await self._delete_clones()
+        staged = all(step_index(n.step) >= step_index(Step.STAGE) for n in self._record.nodes)
+        if staged:
+            await self._save(step=Step.DELETE_CLONES)
+            return
         await self._save(
             step=Step.PLANNED,
             clones=tuple(

@@ -504,3 +504,20 @@ def test_a_row_count_that_times_out_is_a_warning_not_a_failed_check() -> None:
     assert record.state is TableRestoreState.SUCCEEDED
     assert any("rows were not counted" in w for w in record.warnings)
     assert all(line.startswith("ok:") for line in record.verification)
+
+
+def test_clones_that_fail_to_delete_once_are_deleted_by_the_failure_and_not_made_again() -> None:
+    world = World()
+    world.array.fail_delete = 1  # the run's delete fails once; the failure's clean-up deletes them
+
+    with pytest.raises(TableRestoreFailed, match="not deleted: array busy") as failed:
+        world.run(world.plan().record)
+
+    record = failed.value.record
+    assert record is not None
+    assert all(c.deleted for c in record.clones)
+    assert record.step is Step.DELETE_CLONES and record.next_step is Step.SCHEMA
+    world.events.clear()
+    done = world.run(record)
+    assert done.state is TableRestoreState.SUCCEEDED
+    assert not any(e.startswith("array:clone") or ":stage:" in e for e in world.events)
