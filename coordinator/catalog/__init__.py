@@ -16,14 +16,16 @@ Every method is synchronous, thread-safe (one connection behind a lock) and mean
 asyncio through `asyncio.to_thread`. Timestamps are aware datetimes, stored as UTC microseconds.
 
 One module per record kind: `schema` (and its migrations), `database` (the file, lock and
-transactions), `backups` (their life), `listing` (reading them), `manifests`, `cleanups` and
-`restores`; `Catalog` is all of them over one connection.
+transactions), `backups` (their life), `listing` (reading them), `manifests`, `cleanups`,
+`restores`, `drills`, `keyspace_schemas` and `table_restores`; `Catalog` is all of them over one
+connection.
 """
 
 from __future__ import annotations
 
 from ringsnap.coordinator.catalog.backups import BackupStore
 from ringsnap.coordinator.catalog.cleanups import CleanupStore
+from ringsnap.coordinator.catalog.drills import DrillNotFoundError, DrillStore
 from ringsnap.coordinator.catalog.errors import (
     BackupNotFoundError,
     BackupStateError,
@@ -35,6 +37,7 @@ from ringsnap.coordinator.catalog.errors import (
     OperationNotFoundError,
     RestoreNotFoundError,
 )
+from ringsnap.coordinator.catalog.keyspace_schemas import KeyspaceSchemaStore
 from ringsnap.coordinator.catalog.listing import (
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,
@@ -43,9 +46,19 @@ from ringsnap.coordinator.catalog.listing import (
 )
 from ringsnap.coordinator.catalog.manifests import ManifestStore
 from ringsnap.coordinator.catalog.restores import RestoreStore
+from ringsnap.coordinator.catalog.table_restores import TableRestoreStore
 
 
-class Catalog(BackupStore, BackupListing, ManifestStore, CleanupStore, RestoreStore):
+class Catalog(
+    BackupStore,
+    BackupListing,
+    ManifestStore,
+    CleanupStore,
+    RestoreStore,
+    DrillStore,
+    KeyspaceSchemaStore,
+    TableRestoreStore,
+):
     """The catalog in the SQLite file at `path` (created, with its directory, if missing).
 
     `exclusive=False` skips the one-coordinator lock, for tools that only read a catalog a running
@@ -70,6 +83,7 @@ __all__ = [
     "CatalogError",
     "CatalogLockedError",
     "CatalogSchemaError",
+    "DrillNotFoundError",
     "IncompleteBackupError",
     "InvalidPageTokenError",
     "OperationNotFoundError",

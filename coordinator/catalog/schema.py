@@ -199,13 +199,52 @@ ALTER TABLE backups ADD COLUMN snapshot_kind TEXT NOT NULL DEFAULT 'array'
     CHECK (snapshot_kind IN ('array', 'native'));
 """
 
-# Restore drills: each drill, its per-node proofs and what it cloned (filled in with the drill work).
+# Restore drills: each drill, its per-node proofs and why a node is not proven (JSON, validated when
+# read, as for restores), and every clone it made with whether it is deleted again.
 _V5 = """
+CREATE TABLE drills (
+    pk           INTEGER PRIMARY KEY,
+    id           TEXT    NOT NULL UNIQUE,
+    cluster      TEXT    NOT NULL,
+    backup_id    TEXT    NOT NULL,
+    state        TEXT    NOT NULL
+                 CHECK (state IN ('running', 'proven', 'not-proven', 'failed', 'interrupted')),
+    trigger      TEXT    NOT NULL,
+    requested_by TEXT    NOT NULL,
+    started_us   INTEGER NOT NULL,
+    finished_us  INTEGER,
+    error        TEXT    NOT NULL DEFAULT '',
+    nodes        TEXT    NOT NULL DEFAULT '[]',
+    clones       TEXT    NOT NULL DEFAULT '[]',
+    warnings     TEXT    NOT NULL DEFAULT '[]',
+    CHECK ((state = 'running') = (finished_us IS NULL))
+);
+CREATE INDEX drills_by_cluster ON drills (cluster, started_us DESC, id DESC);
+CREATE INDEX drills_by_backup ON drills (backup_id, started_us DESC);
 """
 
-# Table-level restores: each keyspace's schema as the backup saw it, and table restore records
-# (filled in with the table-restore work).
+# Table-level restores: each keyspace's schema as the backup saw it (the rows of `DESCRIBE KEYSPACE
+# k WITH INTERNALS`, as JSON), and each table restore's whole record (a JSON document, saved after
+# every step so that a failed run can be resumed or aborted).
 _V6 = """
+CREATE TABLE keyspace_schemas (
+    backup      INTEGER NOT NULL REFERENCES backups (pk) ON DELETE CASCADE,
+    keyspace    TEXT    NOT NULL,
+    statements  TEXT    NOT NULL,
+    captured_us INTEGER NOT NULL,
+    PRIMARY KEY (backup, keyspace)
+) WITHOUT ROWID;
+
+CREATE TABLE table_restores (
+    id          TEXT    PRIMARY KEY,
+    cluster     TEXT    NOT NULL,
+    backup_id   TEXT    NOT NULL,
+    state       TEXT    NOT NULL,
+    started_us  INTEGER NOT NULL,
+    finished_us INTEGER,
+    document    TEXT    NOT NULL
+);
+CREATE INDEX table_restores_by_cluster ON table_restores (cluster, started_us DESC);
 """
 
 MIGRATIONS: list[Migration] = [
