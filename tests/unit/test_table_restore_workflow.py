@@ -521,3 +521,33 @@ def test_clones_that_fail_to_delete_once_are_deleted_by_the_failure_and_not_made
     done = world.run(record)
     assert done.state is TableRestoreState.SUCCEEDED
     assert not any(e.startswith("array:clone") or ":stage:" in e for e in world.events)
+
+
+def test_a_dropped_keyspace_is_created_again_before_its_table() -> None:
+    world = World()
+    world.cql.tables.clear()
+    world.cql.keyspaces.clear()
+    plan = world.plan()
+    assert not plan.refused, plan.refusals
+    assert any("keyspace shop was dropped" in w for w in plan.warnings)
+
+    record = world.run(plan.record)
+
+    assert record.state is TableRestoreState.SUCCEEDED
+    schema = [e for e in world.events if e.startswith("cql:")]
+    assert schema == [
+        "cql:CREATE KEYSPACE shop WITH replication = {}",
+        "cql:CREATE TABLE shop.orders",
+    ]
+    assert record.schema_statements[0].startswith("CREATE KEYSPACE shop")
+
+
+def test_a_table_created_by_someone_else_meanwhile_stops_the_run_before_any_import() -> None:
+    world = World()
+    world.cql.tables.clear()
+    plan = world.plan()
+    world.cql.tables["shop.orders"] = "someone-elses-id"
+
+    with pytest.raises(TableRestoreFailed, match="was created again"):
+        world.run(plan.record)
+    assert not any(":import:" in e for e in world.events)
