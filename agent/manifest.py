@@ -101,12 +101,11 @@ class SSTable:
     snapshot_tag: str
 
 
-class _Cached(NamedTuple):
-    toc: tuple[int, int, int]
-    digest: str
-    names: tuple[str, ...]
-    #: size, mtime_ns of each name, in order.
-    numbers: array[int]
+#: One SSTable: (TOC's inode, size, mtime), digest, component names, (size, mtime_ns) of each name
+#: packed as int64s. Only plain tuples of strings, numbers and bytes (not NamedTuples, not arrays):
+#: the garbage collector stops tracking exact tuples of atoms, and a cache of a hundred thousand tracked entries made every full collection
+#: during a manifest walk (a million new objects) cost more than the cache saved.
+_Cached = tuple[tuple[int, int, int], str, tuple[str, ...], bytes]
 
 
 class ManifestCache:
@@ -144,10 +143,10 @@ class ManifestCache:
         so no file in it need be listed or stat'ed. Returns the builder of its SSTables, or None."""
         with self._lock:
             remembered = self._directories.get(path)
-            if remembered is None or remembered.signature != signature:
+            if remembered is None or remembered[0] != signature:
                 return None
             entries = []
-            for key, *_ in remembered.sstables:
+            for key, *_ in remembered[1]:
                 entry = self._entries.get((path, key))
                 if entry is None:  # evicted: read the directory again
                     del self._directories[path]
@@ -159,13 +158,13 @@ class ManifestCache:
         def build(directory: _Directory) -> tuple[list[SSTable], list[str]]:
             found = []
             for (key, version, generation, sstable_format), entry in zip(
-                remembered.sstables, entries, strict=True
+                remembered[1], entries, strict=True
             ):
                 table = _new_table(directory, version, generation, sstable_format)
                 table.components = _components_of(entry, f"{directory.relative}/{key}")
-                table.data_digest_crc32 = entry.digest
+                table.data_digest_crc32 = entry[1]
                 found.append(table)
-            return found, list(remembered.indexes)
+            return found, list(remembered[2])
 
         return build
 
@@ -181,21 +180,22 @@ class ManifestCache:
         )
         with self._lock:
             if all((path, key) in self._entries for key, *_ in sstables):
-                self._directories[path] = _RememberedDirectory(signature, sstables, tuple(indexes))
+                self._directories[path] = (signature, sstables, tuple(indexes))
                 self._directories.move_to_end(path)
                 while len(self._directories) > self.max_sstables:
                     self._directories.popitem(last=False)
 
     def put(self, key: tuple[str, str], toc: tuple[int, int, int], table: SSTable) -> None:
         names = tuple(component.name for component in table.components)
-        numbers = array("q")
+        packed = array("q")
         for component in table.components:
-            numbers.append(component.size_bytes)
-            numbers.append(component.mtime_ns)
+            packed.append(component.size_bytes)
+            packed.append(component.mtime_ns)
+        numbers = packed.tobytes()
         with self._lock:
             # Most SSTables share one of a few component lists: keep one copy of each.
             names = self._names.setdefault(names, names)
-            self._entries[key] = _Cached(toc, table.data_digest_crc32, names, numbers)
+            self._entries[key] = (toc, table.data_digest_crc32, names, numbers)
             self._entries.move_to_end(key)
             while len(self._entries) > self.max_sstables:
                 self._entries.popitem(last=False)
@@ -203,11 +203,11 @@ class ManifestCache:
                 self._names.clear()
 
 
-class _RememberedDirectory(NamedTuple):
-    signature: tuple[int, int]
-    #: (name prefix, version, generation, format) of each SSTable, in order.
-    sstables: tuple[tuple[str, str, str, str], ...]
-    indexes: tuple[str, ...]
+#: A directory: its (inode, mtime), the (name prefix, version, generation, format) of each SSTable
+#: in order, its index subdirectories. A plain tuple, as `_Cached`.
+_RememberedDirectory = tuple[
+    tuple[int, int], tuple[tuple[str, str, str, str], ...], tuple[str, ...]
+]
 
 
 #: The process's cache: every manifest uses it unless told otherwise.
@@ -464,8 +464,8 @@ def _from_cache(
         status = os.lstat(key + "TOC.txt", dir_fd=directory_fd)
     except FileNotFoundError:
         return False
-    names, numbers = entry.names, entry.numbers
-    if entry.toc != (status.st_ino, status.st_size, status.st_mtime_ns) or not present.issuperset(
+    names, numbers = entry[2], memoryview(entry[3]).cast("q")
+    if entry[0] != (status.st_ino, status.st_size, status.st_mtime_ns) or not present.issuperset(
         names
     ):
         cache.misses += 1
@@ -480,14 +480,14 @@ def _from_cache(
                 cache.misses += 1
                 return False
     table.components = _components_of(entry, f"{directory.relative}/{key}")
-    table.data_digest_crc32 = entry.digest
+    table.data_digest_crc32 = entry[1]
     cache.hits += 1
     return True
 
 
 def _components_of(entry: _Cached, path_prefix: str) -> list[Component]:
     # map/zip run in C: no bytecode per component (a million of them on a big node).
-    names, numbers = entry.names, entry.numbers
+    names, numbers = entry[2], memoryview(entry[3]).cast("q")
     return list(
         map(
             _new_component,
