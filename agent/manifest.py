@@ -62,8 +62,9 @@ _SKIPPED_IN_TABLE = frozenset(("snapshots", "backups"))
 _READ_SIZE = 4096
 _READ_LIMIT = 1 << 16
 DEFAULT_WORKERS = 1
-#: About 0.5 KB an SSTable (8 components): 250,000 SSTables (2,000,000 files) is ~120 MB at most.
-DEFAULT_CACHE_SSTABLES = 250_000
+#: About 1 KB an SSTable (bench/manifest.py: 125 MiB for 125,000 SSTables of 8 components): the
+#: default holds a node of 1,200,000 component files in about 150 MB.
+DEFAULT_CACHE_SSTABLES = 150_000
 #: Components Cassandra may rewrite without touching TOC.txt: stat'ed even on a cache hit.
 _REWRITTEN_IN_PLACE = frozenset(("Statistics.db", "Summary.db"))
 #: A directory whose mtime is older than this when it is listed is trusted by its mtime next time.
