@@ -26,9 +26,13 @@ def _no_secret_leaks(
     secret_check: LeakCheck, request: pytest.FixtureRequest
 ) -> Iterator[LeakCheck]:
     """Every integration test is checked for secret leaks; the logs of the agents, coordinators
-    and simulators it starts as processes (under its tmp_path) are searched too."""
+    and simulators it starts as processes are searched too: those under its tmp_path, and the
+    sandbox services' logs (`ringsnap sandbox up`)."""
     if "tmp_path" in request.fixturenames:
         secret_check.watch_tree(request.getfixturevalue("tmp_path"))
+    if "sandbox_cluster" in request.fixturenames:
+        cluster: SandboxCluster = request.getfixturevalue("sandbox_cluster")
+        secret_check.watch_tree(cluster.layout.services_dir / "logs")
     yield secret_check
 
 
