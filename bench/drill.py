@@ -220,7 +220,10 @@ def main() -> None:
         )
         session.execute(f"CREATE TABLE IF NOT EXISTS {KEYSPACE}.rows (id int PRIMARY KEY, v text)")
         insert = session.prepare(f"INSERT INTO {KEYSPACE}.rows (id, v) VALUES (?, ?)")
-        execute_concurrent_with_args(session, insert, [(i, "x" * 500) for i in range(args.rows)])
+        # Random payloads: what the digests read is what a real table's SSTables would hold
+        # (a constant string compresses to almost nothing).
+        rows = [(i, os.urandom(250).hex()) for i in range(args.rows)]
+        execute_concurrent_with_args(session, insert, rows)
         backup = _backup(stack)
         ring = _live_ring_pids()
         # The live ring's idle CPU over 30 s, to put the figures during a drill beside.

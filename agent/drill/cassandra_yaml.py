@@ -76,6 +76,9 @@ endpoint_snitch: GossipingPropertyFileSnitch
 disk_failure_policy: stop
 commit_failure_policy: stop
 hinted_handoff_enabled: false
+# Its remembered peers never answer inside the namespace: do not wait for them at start.
+block_for_peers_timeout_in_secs: 0
+block_for_peers_in_remote_dcs: false
 """
 
 

@@ -166,7 +166,7 @@ class DrillHost:
             deadline.cancel()
         drill = self._drills.pop(purpose_id)
         self._tasks.pop(purpose_id, None)
-        shutil.rmtree(drill.work_directory, ignore_errors=True)
+        _keep_log_and_remove(drill.work_directory, drill.log_file)
 
     # -- deadlines, records, leftovers ---------------------------------------------------------
 
@@ -242,6 +242,16 @@ class DrillHost:
         if drill is None:
             raise NotFound(f"no drill {drill_id!r} on this agent")
         return drill
+
+
+def _keep_log_and_remove(work_directory: Path, log_file: Path) -> None:
+    """The drill node's log moves to `<work>/../logs/<drill id>.log` (for people); the rest of
+    the work directory (config, hints, saved caches) goes."""
+    logs_directory = work_directory.parent / "logs"
+    with contextlib.suppress(OSError):
+        logs_directory.mkdir(mode=0o700, exist_ok=True)
+        log_file.replace(logs_directory / f"{work_directory.name}.log")
+    shutil.rmtree(work_directory, ignore_errors=True)
 
 
 def _with_deadline(request: DrillRequest, original: DrillRequest) -> DrillRequest:

@@ -119,23 +119,29 @@ class DrillRun:
         self.status.timings[name] = round(time.monotonic() - since, 3)
 
     async def run(self) -> None:
+        """The steps, then the teardown; the final state is set once the node is stopped and
+        the namespace deleted, so that a caller who sees it knows nothing of the drill runs."""
+        state, step, message = PROVEN, "", ""
         try:
             await self._steps()
-            self.status.state = PROVEN
-            self.status.message = ""
+            step = self.status.step
         except StepFailed as exc:
-            self.status.state, self.status.step, self.status.message = FAILED, exc.step, str(exc)
+            state, step, message = FAILED, exc.step, str(exc)
         except asyncio.CancelledError:
+            await asyncio.shield(self.teardown())
             self.status.state = STOPPED
             self.status.message = self.status.message or "stopped before it finished"
-            await asyncio.shield(self.teardown())
             self._finish()
             raise
         except Exception as exc:
             log.exception("drill failed unexpectedly", drill_id=self.request.drill_id)
-            self.status.state = FAILED
-            self.status.message = f"{self.status.step}: {type(exc).__name__}: {exc}"[:2000]
-        await asyncio.shield(self.teardown())
+            state, step = FAILED, self.status.step
+            message = f"{step}: {type(exc).__name__}: {exc}"[:2000]
+        try:
+            await asyncio.shield(self.teardown())
+        except (CommandFailed, CommandTimeout) as exc:
+            state, step, message = FAILED, "teardown", f"teardown failed: {exc}"
+        self.status.state, self.status.step, self.status.message = state, step, message
         self._finish()
 
     def _finish(self) -> None:

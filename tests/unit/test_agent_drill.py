@@ -143,6 +143,7 @@ def test_the_generated_cassandra_yaml_isolates_and_uses_the_clones(tmp_path: Pat
     assert document["saved_caches_directory"] == str(config.work_directory / "saved_caches")
     assert (document["storage_port"], document["native_transport_port"]) == (7000, 9042)
     assert document["endpoint_snitch"] == "GossipingPropertyFileSnitch"
+    assert document["block_for_peers_timeout_in_secs"] == 0
     conf = write_conf(config)
     assert (conf / "cassandra-rackdc.properties").read_text() == "dc=dc1\nrack=r1\n"
     assert yaml.safe_load((conf / "cassandra.yaml").read_text()) == document
@@ -359,6 +360,9 @@ def test_the_deadline_tears_everything_down_by_itself(rig: Rig) -> None:
         assert rig.clones.records.purposes() == []  # clones unmounted and forgotten
         assert not (rig.tmp / "state" / "drills" / "drill-1.json").exists()
         assert not drill.work_directory.exists()
+        # Its log is kept for people; "Cassandra" printed one line.
+        kept = rig.tmp / "drills" / "logs" / "drill-1.log"
+        assert "INFO started" in kept.read_text()
 
     asyncio.run(run())
 
