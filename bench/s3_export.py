@@ -6,7 +6,8 @@ own:
 
 - export throughput (MiB/s) of the large data set (default ~2 GB in 8 SSTables), and its peak RSS;
 - the same for a data set a quarter of the size: the peak RSS should not grow with the data;
-- a second export of the same data (nothing to upload: the cost of deciding);
+- a second export of the same data (nothing to upload: the cost of deciding), and the two ways
+  of deciding: one listing of the table's prefix against a HEAD per component;
 - download + verification throughput of the large set into an empty directory, and its peak RSS;
 - purge: objects deleted per second (DeleteObjects, 1,000 keys a request).
 
@@ -22,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,7 +31,7 @@ from typing import Any
 
 from ringsnap.agent.s3.client import make_client
 from ringsnap.agent.s3.layout import Layout
-from ringsnap.agent.s3.purge import purge
+from ringsnap.agent.s3.purge import DELETE_BATCH, purge
 from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.agent.testing.sstables import table_directory, write_sstable
 from ringsnap.config import load
@@ -123,6 +125,7 @@ def main() -> None:
                     f" {result['files_uploaded']} files uploaded,"
                     f" {result['listing_requests']} listing request(s)"
                 )
+                existence_check(client, bucket)
                 restored = work / "restored"
                 result, wall, rss = transfer("download", config, "b1", restored)
                 print(
@@ -140,19 +143,60 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def existence_check(client: Any, bucket: str) -> None:
+    """The two ways to learn which components are there: one listing of the table's prefix (what
+    the export does) or a HEAD per component."""
+    prefix = Layout().sstables_prefix("node1")
+    started = time.perf_counter()
+    pages = list(client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix))
+    listing = time.perf_counter() - started
+    keys = [item["Key"] for page in pages for item in page.get("Contents", ())]
+    keys = [key for key in keys if not key.endswith("/")]
+    started = time.perf_counter()
+    for key in keys:
+        client.head_object(Bucket=bucket, Key=key)
+    heads = time.perf_counter() - started
+    print(
+        f"existence check of {len(keys)} components: listing {listing * 1000:.0f} ms"
+        f" ({len(pages)} request(s)), HEAD per component {heads * 1000:.0f} ms"
+        f" ({len(keys)} requests)"
+    )
+
+
 def bench_purge(client: Any, objects: int) -> None:
+    """Unreferenced objects laid out as an export lays them out (8 components an SSTable)."""
     bucket = "bench-purge"
     client.create_bucket(Bucket=bucket)
     layout = Layout()
-    keys = [f"sstables/node1/ks/t-{0:032x}/nb-{g}-big-1/Data.db-1" for g in range(1, objects + 1)]
+    names = (
+        *("Data.db", "Index.db", "Summary.db", "Filter.db", "Statistics.db", "TOC.txt"),
+        *("CompressionInfo.db", "Digest.crc32"),
+    )
+    keys = [
+        f"sstables/node1/ks/t-{0:032x}/nb-{g}-big-1/{name}-1"
+        for g in range(1, objects // len(names) + 1)
+        for name in names
+    ]
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda key: client.put_object(Bucket=bucket, Key=key, Body=b"x"), keys))
+    durations: list[float] = []
+    local = threading.local()
+    client.meta.events.register(
+        "before-call.s3.DeleteObjects",
+        lambda **_: setattr(local, "started", time.perf_counter()),
+    )
+    client.meta.events.register(
+        "after-call.s3.DeleteObjects",
+        lambda **_: durations.append(time.perf_counter() - local.started),
+    )
     started = time.perf_counter()
     result = purge(client, bucket, layout, set(), min_age_seconds=0)
     seconds = time.perf_counter() - started
     print(
         f"purge: {result.deleted:,} objects in {seconds:.2f} s = {result.deleted / seconds:,.0f}"
-        f" objects/s ({result.delete_requests} DeleteObjects requests, listing included)"
+        f" objects/s, listing included ({result.delete_requests} DeleteObjects requests of"
+        f" {', '.join(f'{d:.2f}' for d in durations)} s each:"
+        f" {DELETE_BATCH / (sum(durations) / len(durations)):,.0f} objects/s a request)"
     )
 
 

@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from s3transfer.manager import TransferManager
 
@@ -63,6 +63,9 @@ class _Pending:
     entry: Entry
     partial: Path
     target: Path
+    #: The open partial file s3transfer writes into (its own temporary names would be left behind
+    #: by a killed run; this one is truncated by the next).
+    out: IO[bytes]
 
 
 def download_node(
@@ -119,10 +122,11 @@ def download_node(
                         continue
                     target.parent.mkdir(parents=True, exist_ok=True)
                     partial = target.with_name(f".{target.name}{PARTIAL_SUFFIX}")
+                    out = _open_partial(partial)
                     future = manager.download(
-                        settings.bucket, entry.key, str(partial), subscribers=subscribers
+                        settings.bucket, entry.key, out, subscribers=subscribers
                     )
-                    window.append(_Pending(future, entry, partial, target))
+                    window.append(_Pending(future, entry, partial, target, out))
                     while len(window) >= settings.files_in_flight:
                         _finish(window.popleft())
                 while window:
@@ -133,6 +137,7 @@ def download_node(
                 for pending in window:
                     with contextlib.suppress(Exception):  # abandoned: only the cleanup matters
                         pending.future.result()
+                    pending.out.close()
                     pending.partial.unlink(missing_ok=True)
                 raise
     done = tracker.finish()
@@ -149,7 +154,10 @@ def download_node(
 def _finish(pending: _Pending) -> None:
     entry = pending.entry
     try:
-        pending.future.result()
+        try:
+            pending.future.result()
+        finally:
+            pending.out.close()
         problem = _problem(pending.partial, entry)
     except Exception as exc:
         pending.partial.unlink(missing_ok=True)
@@ -166,6 +174,11 @@ def _finish(pending: _Pending) -> None:
         )
     os.utime(pending.partial, ns=(entry.mtime_ns, entry.mtime_ns))
     os.rename(pending.partial, pending.target)
+
+
+def _open_partial(path: Path) -> IO[bytes]:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    return os.fdopen(fd, "wb")
 
 
 def _problem(path: Path, entry: Entry) -> str:

@@ -2,7 +2,8 @@
 
 The referenced keys are those of the manifest objects of the backups still kept
 (`referenced_keys`), held in a set (about 150 bytes a key). Objects are listed under the
-components' prefix and deleted 1,000 keys per DeleteObjects request (the S3 maximum).
+components' prefix and deleted 1,000 keys per DeleteObjects request (the S3 maximum), up to
+`DELETE_CONCURRENCY` requests at a time.
 
 Objects younger than `min_age_seconds` are never deleted: an export in progress has uploaded
 components its manifest object does not yet reference. A key of the listing that is not a
@@ -13,9 +14,12 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections import deque
 from collections.abc import Container, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from ringsnap.agent.errors import DomainError
 from ringsnap.agent.s3.backup_manifest import read_entries
@@ -27,6 +31,7 @@ from ringsnap.logs import get_logger
 log = get_logger(__name__)
 
 DELETE_BATCH = 1000
+DELETE_CONCURRENCY = 4
 DEFAULT_MIN_AGE_SECONDS = 6 * 3600
 
 
@@ -84,6 +89,19 @@ def purge(
     result = PurgeResult(dry_run=dry_run)
     cutoff = datetime.now(UTC) - timedelta(seconds=min_age_seconds)
     batch: list[str] = []
+    window: deque[Future[list[dict[str, Any]]]] = deque()
+    errors: list[dict[str, Any]] = []
+    pool = ThreadPoolExecutor(max_workers=DELETE_CONCURRENCY, thread_name_prefix="ringsnap-purge")
+
+    def send(keys: list[str]) -> None:
+        # Requests overlap (the store spends most of a DeleteObjects on its own I/O), a bounded
+        # number at a time while the listing goes on.
+        window.append(pool.submit(_delete, client, bucket, keys))
+        result.delete_requests += 1
+        result.deleted += len(keys)
+        while len(window) >= 2 * DELETE_CONCURRENCY:
+            errors.extend(window.popleft().result())
+
     for key, size, modified in _listing(client, bucket, layout.sstables_prefix(node)):
         if key.endswith("/"):
             continue  # a directory marker (S3Proxy's filesystem backend lists its directories)
@@ -108,10 +126,21 @@ def purge(
             continue
         batch.append(key)
         if len(batch) == DELETE_BATCH:
-            _delete(client, bucket, batch, result)
+            send(batch)
             batch = []
-    if batch:
-        _delete(client, bucket, batch, result)
+    try:
+        if batch:
+            send(batch)
+        while window:
+            errors.extend(window.popleft().result())
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    result.deleted -= len(errors)
+    if errors:
+        shown = ", ".join(f"{e.get('Key')!r} ({e.get('Code')})" for e in errors[:5])
+        raise PurgeFailed(
+            f"bucket {bucket}: {len(errors)} deletion(s) refused: {shown}; run the purge again"
+        )
     result.seconds = time.monotonic() - started
     log.info(
         "purge done" if not dry_run else "purge dry run",
@@ -133,16 +162,10 @@ def _listing(client: S3Client, bucket: str, prefix: str) -> Iterator[tuple[str, 
             yield item["Key"], item["Size"], item["LastModified"]
 
 
-def _delete(client: S3Client, bucket: str, keys: list[str], result: PurgeResult) -> None:
+def _delete(client: S3Client, bucket: str, keys: list[str]) -> list[dict[str, Any]]:
+    """One DeleteObjects request (quiet: only the refusals come back)."""
     response = client.delete_objects(
         Bucket=bucket, Delete={"Objects": [{"Key": key} for key in keys], "Quiet": True}
     )
-    result.delete_requests += 1
-    errors = response.get("Errors", [])
-    result.deleted += len(keys) - len(errors)
-    if errors:
-        shown = ", ".join(f"{e.get('Key')!r} ({e.get('Code')})" for e in errors[:5])
-        raise PurgeFailed(
-            f"bucket {bucket}: {len(errors)} of {len(keys)} deletions refused: {shown};"
-            " run the purge again"
-        )
+    errors: list[dict[str, Any]] = response.get("Errors", [])
+    return errors
