@@ -12,8 +12,9 @@ drill host first (UnmountClones is idempotent), so that no volume is ever delete
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from ringsnap.coordinator.agents import AgentError
 from ringsnap.coordinator.drill.ports import DrillHost
@@ -80,3 +81,25 @@ async def delete_clone(
                 raise
         await host.unmount_clones(cleanup.purpose_id)
     await array.delete_clone(cleanup.volume)
+
+
+class DrillHosts:
+    """The drill hosts of every cluster of a config, opened on first use (for the cleanups)."""
+
+    def __init__(self, open_hosts: Callable[[], Mapping[str, ClosableDrillHost]]) -> None:
+        self._open = open_hosts
+        self._hosts: Mapping[str, ClosableDrillHost] | None = None
+
+    def get(self) -> Mapping[str, DrillHost]:
+        if self._hosts is None:
+            self._hosts = self._open()
+        return self._hosts
+
+    async def close(self) -> None:
+        hosts, self._hosts = self._hosts, None
+        for host in (hosts or {}).values():
+            await host.close()
+
+
+class ClosableDrillHost(DrillHost, Protocol):
+    async def close(self) -> None: ...
