@@ -1363,3 +1363,478 @@ class Status(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Status: _TypeAlias = Status  # noqa: Y015
+
+@_typing.final
+class GetTableRestoreRequest(_message.Message):
+    """-- table-level restores ----------------------------------------------------------------------------"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TABLE_RESTORE_ID_FIELD_NUMBER: _builtins.int
+    table_restore_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        table_restore_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["table_restore_id", b"table_restore_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetTableRestoreRequest: _TypeAlias = GetTableRestoreRequest  # noqa: Y015
+
+@_typing.final
+class ListTableRestoresRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLUSTER_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    cluster: _builtins.str
+    """Empty: every cluster."""
+    limit: _builtins.int
+    """At most this many (default 50, at most 1000)."""
+    def __init__(
+        self,
+        *,
+        cluster: _builtins.str = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "limit", b"limit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTableRestoresRequest: _TypeAlias = ListTableRestoresRequest  # noqa: Y015
+
+@_typing.final
+class ListTableRestoresResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TABLE_RESTORES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def table_restores(self) -> _containers.RepeatedCompositeFieldContainer[Global___TableRestore]:
+        """Newest first."""
+
+    def __init__(
+        self,
+        *,
+        table_restores: _abc.Iterable[Global___TableRestore] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["table_restores", b"table_restores"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTableRestoresResponse: _TypeAlias = ListTableRestoresResponse  # noqa: Y015
+
+@_typing.final
+class TableRestoreTarget(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SOURCE_KEYSPACE_FIELD_NUMBER: _builtins.int
+    SOURCE_TABLE_FIELD_NUMBER: _builtins.int
+    KEYSPACE_FIELD_NUMBER: _builtins.int
+    TABLE_FIELD_NUMBER: _builtins.int
+    SOURCE_TABLE_ID_FIELD_NUMBER: _builtins.int
+    ACTION_FIELD_NUMBER: _builtins.int
+    source_keyspace: _builtins.str
+    source_table: _builtins.str
+    keyspace: _builtins.str
+    """Where it is restored (another table with --as)."""
+    table: _builtins.str
+    source_table_id: _builtins.str
+    """The table id the backup's schema recorded."""
+    action: _builtins.str
+    """"exists" (imported into), "dropped" (created again with its old id), "new" (--as)."""
+    def __init__(
+        self,
+        *,
+        source_keyspace: _builtins.str = ...,
+        source_table: _builtins.str = ...,
+        keyspace: _builtins.str = ...,
+        table: _builtins.str = ...,
+        source_table_id: _builtins.str = ...,
+        action: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "keyspace", b"keyspace", "source_keyspace", b"source_keyspace", "source_table", b"source_table", "source_table_id", b"source_table_id", "table", b"table"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TableRestoreTarget: _TypeAlias = TableRestoreTarget  # noqa: Y015
+
+@_typing.final
+class TableRestoreNode(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    STAGING_DIRECTORY_FIELD_NUMBER: _builtins.int
+    SSTABLES_FIELD_NUMBER: _builtins.int
+    BYTES_FIELD_NUMBER: _builtins.int
+    STAGED_SSTABLES_FIELD_NUMBER: _builtins.int
+    IMPORTED_SSTABLES_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    step: _builtins.str
+    """The last step the node finished (clone, mount, stage, unmount, import, verify, cleanup...)."""
+    staging_directory: _builtins.str
+    sstables: _builtins.int
+    """Of every restored table, in the backup's manifest of the node; then staged and imported."""
+    bytes: _builtins.int
+    staged_sstables: _builtins.int
+    imported_sstables: _builtins.int
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        step: _builtins.str = ...,
+        staging_directory: _builtins.str = ...,
+        sstables: _builtins.int = ...,
+        bytes: _builtins.int = ...,
+        staged_sstables: _builtins.int = ...,
+        imported_sstables: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "imported_sstables", b"imported_sstables", "name", b"name", "sstables", b"sstables", "staged_sstables", b"staged_sstables", "staging_directory", b"staging_directory", "step", b"step"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TableRestoreNode: _TypeAlias = TableRestoreNode  # noqa: Y015
+
+@_typing.final
+class TableRestore(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TABLE_RESTORE_ID_FIELD_NUMBER: _builtins.int
+    CLUSTER_FIELD_NUMBER: _builtins.int
+    BACKUP_ID_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    NEXT_STEP_FIELD_NUMBER: _builtins.int
+    NEXT_ACTION_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    TARGETS_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    VERIFICATION_FIELD_NUMBER: _builtins.int
+    WARNINGS_FIELD_NUMBER: _builtins.int
+    CLONES_LEFT_FIELD_NUMBER: _builtins.int
+    REQUESTED_BY_FIELD_NUMBER: _builtins.int
+    STARTED_AT_FIELD_NUMBER: _builtins.int
+    FINISHED_AT_FIELD_NUMBER: _builtins.int
+    table_restore_id: _builtins.str
+    cluster: _builtins.str
+    backup_id: _builtins.str
+    state: _builtins.str
+    """running, succeeded, unverified, failed (resumable), aborted."""
+    step: _builtins.str
+    """The last step the whole run finished, the next one, and what it does."""
+    next_step: _builtins.str
+    next_action: _builtins.str
+    error: _builtins.str
+    requested_by: _builtins.str
+    @_builtins.property
+    def targets(self) -> _containers.RepeatedCompositeFieldContainer[Global___TableRestoreTarget]: ...
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___TableRestoreNode]: ...
+    @_builtins.property
+    def verification(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """One sentence per check: "ok: ..." or "FAILED: ..."."""
+
+    @_builtins.property
+    def warnings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def clones_left(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Clones made and not deleted yet ("array:volume"): a resume or an abort deletes them."""
+
+    @_builtins.property
+    def started_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def finished_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        table_restore_id: _builtins.str = ...,
+        cluster: _builtins.str = ...,
+        backup_id: _builtins.str = ...,
+        state: _builtins.str = ...,
+        step: _builtins.str = ...,
+        next_step: _builtins.str = ...,
+        next_action: _builtins.str = ...,
+        error: _builtins.str = ...,
+        targets: _abc.Iterable[Global___TableRestoreTarget] | None = ...,
+        nodes: _abc.Iterable[Global___TableRestoreNode] | None = ...,
+        verification: _abc.Iterable[_builtins.str] | None = ...,
+        warnings: _abc.Iterable[_builtins.str] | None = ...,
+        clones_left: _abc.Iterable[_builtins.str] | None = ...,
+        requested_by: _builtins.str = ...,
+        started_at: _timestamp_pb2.Timestamp | None = ...,
+        finished_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["finished_at", b"finished_at", "started_at", b"started_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "clones_left", b"clones_left", "cluster", b"cluster", "error", b"error", "finished_at", b"finished_at", "next_action", b"next_action", "next_step", b"next_step", "nodes", b"nodes", "requested_by", b"requested_by", "started_at", b"started_at", "state", b"state", "step", b"step", "table_restore_id", b"table_restore_id", "targets", b"targets", "verification", b"verification", "warnings", b"warnings"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TableRestore: _TypeAlias = TableRestore  # noqa: Y015
+
+@_typing.final
+class StartRestoreDrillRequest(_message.Message):
+    """-- restore drills ------------------------------------------------------------------------------"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLUSTER_FIELD_NUMBER: _builtins.int
+    BACKUP_ID_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    RING_FIELD_NUMBER: _builtins.int
+    PARALLEL_FIELD_NUMBER: _builtins.int
+    DRILL_ID_FIELD_NUMBER: _builtins.int
+    REQUESTED_BY_FIELD_NUMBER: _builtins.int
+    cluster: _builtins.str
+    backup_id: _builtins.str
+    """Empty: the newest complete backup of the cluster."""
+    ring: _builtins.bool
+    parallel: _builtins.int
+    """Nodes drilled at once; 0 is 1. Refused above the cluster's drill.max_parallel."""
+    drill_id: _builtins.str
+    """The drill's id ("dr-YYYYMMDD-HHMMSS-xxxx"), chosen by the caller so that it can follow it;
+    empty: the coordinator picks one (the operation's message names it).
+    """
+    requested_by: _builtins.str
+    """Who asks (recorded with the drill); a remote caller's certificate identity wins."""
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Node names; empty: one node (the one drilled longest ago), or every node with ring."""
+
+    def __init__(
+        self,
+        *,
+        cluster: _builtins.str = ...,
+        backup_id: _builtins.str = ...,
+        nodes: _abc.Iterable[_builtins.str] | None = ...,
+        ring: _builtins.bool = ...,
+        parallel: _builtins.int = ...,
+        drill_id: _builtins.str = ...,
+        requested_by: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "cluster", b"cluster", "drill_id", b"drill_id", "nodes", b"nodes", "parallel", b"parallel", "requested_by", b"requested_by", "ring", b"ring"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StartRestoreDrillRequest: _TypeAlias = StartRestoreDrillRequest  # noqa: Y015
+
+@_typing.final
+class GetRestoreDrillRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DRILL_ID_FIELD_NUMBER: _builtins.int
+    drill_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        drill_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["drill_id", b"drill_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetRestoreDrillRequest: _TypeAlias = GetRestoreDrillRequest  # noqa: Y015
+
+@_typing.final
+class ListRestoreDrillsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLUSTER_FIELD_NUMBER: _builtins.int
+    BACKUP_ID_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    cluster: _builtins.str
+    backup_id: _builtins.str
+    limit: _builtins.int
+    """0: the server's default (50)."""
+    def __init__(
+        self,
+        *,
+        cluster: _builtins.str = ...,
+        backup_id: _builtins.str = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "cluster", b"cluster", "limit", b"limit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListRestoreDrillsRequest: _TypeAlias = ListRestoreDrillsRequest  # noqa: Y015
+
+@_typing.final
+class ListRestoreDrillsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DRILLS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def drills(self) -> _containers.RepeatedCompositeFieldContainer[Global___RestoreDrill]: ...
+    def __init__(
+        self,
+        *,
+        drills: _abc.Iterable[Global___RestoreDrill] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["drills", b"drills"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListRestoreDrillsResponse: _TypeAlias = ListRestoreDrillsResponse  # noqa: Y015
+
+@_typing.final
+class RestoreDrillClone(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ARRAY_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
+    DELETED_FIELD_NUMBER: _builtins.int
+    array: _builtins.str
+    source: _builtins.str
+    """The backed-up volume it was cloned from, and the clone."""
+    name: _builtins.str
+    role: _builtins.str
+    deleted: _builtins.bool
+    """False: still on the array (a pending cleanup the coordinator retries)."""
+    def __init__(
+        self,
+        *,
+        array: _builtins.str = ...,
+        source: _builtins.str = ...,
+        name: _builtins.str = ...,
+        role: _builtins.str = ...,
+        deleted: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["array", b"array", "deleted", b"deleted", "name", b"name", "role", b"role", "source", b"source"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoreDrillClone: _TypeAlias = RestoreDrillClone  # noqa: Y015
+
+@_typing.final
+class RestoreDrillNode(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    HOST_ID_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    VERDICT_FIELD_NUMBER: _builtins.int
+    PROOF_FIELD_NUMBER: _builtins.int
+    PROBLEMS_FIELD_NUMBER: _builtins.int
+    TEARDOWN_FIELD_NUMBER: _builtins.int
+    CLONES_FIELD_NUMBER: _builtins.int
+    STEP_TIMINGS_FIELD_NUMBER: _builtins.int
+    BYTES_VERIFIED_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    host_id: _builtins.str
+    step: _builtins.str
+    """"planned", "cloned", "mounted", "started", "drilled", "checked", "torn-down"."""
+    verdict: _builtins.str
+    """"pending", "proven", "not-proven", "failed"."""
+    bytes_verified: _builtins.int
+    @_builtins.property
+    def proof(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def problems(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def teardown(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def clones(self) -> _containers.RepeatedCompositeFieldContainer[Global___RestoreDrillClone]: ...
+    @_builtins.property
+    def step_timings(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.PhaseTiming]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        host_id: _builtins.str = ...,
+        step: _builtins.str = ...,
+        verdict: _builtins.str = ...,
+        proof: _abc.Iterable[_builtins.str] | None = ...,
+        problems: _abc.Iterable[_builtins.str] | None = ...,
+        teardown: _abc.Iterable[_builtins.str] | None = ...,
+        clones: _abc.Iterable[Global___RestoreDrillClone] | None = ...,
+        step_timings: _abc.Iterable[_types_pb2.PhaseTiming] | None = ...,
+        bytes_verified: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_verified", b"bytes_verified", "clones", b"clones", "host_id", b"host_id", "name", b"name", "problems", b"problems", "proof", b"proof", "step", b"step", "step_timings", b"step_timings", "teardown", b"teardown", "verdict", b"verdict"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoreDrillNode: _TypeAlias = RestoreDrillNode  # noqa: Y015
+
+@_typing.final
+class RestoreDrill(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DRILL_ID_FIELD_NUMBER: _builtins.int
+    CLUSTER_FIELD_NUMBER: _builtins.int
+    BACKUP_ID_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    TRIGGER_FIELD_NUMBER: _builtins.int
+    REQUESTED_BY_FIELD_NUMBER: _builtins.int
+    STARTED_AT_FIELD_NUMBER: _builtins.int
+    FINISHED_AT_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    WARNINGS_FIELD_NUMBER: _builtins.int
+    drill_id: _builtins.str
+    cluster: _builtins.str
+    backup_id: _builtins.str
+    state: _builtins.str
+    """"running", "proven", "not-proven", "failed", "interrupted"."""
+    trigger: _builtins.str
+    requested_by: _builtins.str
+    error: _builtins.str
+    @_builtins.property
+    def started_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def finished_at(self) -> _timestamp_pb2.Timestamp:
+        """Absent while it runs."""
+
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___RestoreDrillNode]: ...
+    @_builtins.property
+    def warnings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        drill_id: _builtins.str = ...,
+        cluster: _builtins.str = ...,
+        backup_id: _builtins.str = ...,
+        state: _builtins.str = ...,
+        trigger: _builtins.str = ...,
+        requested_by: _builtins.str = ...,
+        started_at: _timestamp_pb2.Timestamp | None = ...,
+        finished_at: _timestamp_pb2.Timestamp | None = ...,
+        error: _builtins.str = ...,
+        nodes: _abc.Iterable[Global___RestoreDrillNode] | None = ...,
+        warnings: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["finished_at", b"finished_at", "started_at", b"started_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "cluster", b"cluster", "drill_id", b"drill_id", "error", b"error", "finished_at", b"finished_at", "nodes", b"nodes", "requested_by", b"requested_by", "started_at", b"started_at", "state", b"state", "trigger", b"trigger", "warnings", b"warnings"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoreDrill: _TypeAlias = RestoreDrill  # noqa: Y015

@@ -95,6 +95,31 @@ class CoordinatorServiceStub:
                 request_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.GetStatusRequest.SerializeToString,
                 response_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.Status.FromString,
                 _registered_method=True)
+        self.GetTableRestore = channel.unary_unary(
+                '/ringsnap.api.v1.CoordinatorService/GetTableRestore',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.GetTableRestoreRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.TableRestore.FromString,
+                _registered_method=True)
+        self.ListTableRestores = channel.unary_unary(
+                '/ringsnap.api.v1.CoordinatorService/ListTableRestores',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListTableRestoresRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListTableRestoresResponse.FromString,
+                _registered_method=True)
+        self.StartDrill = channel.unary_unary(
+                '/ringsnap.api.v1.CoordinatorService/StartDrill',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.StartRestoreDrillRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_types__pb2.Operation.FromString,
+                _registered_method=True)
+        self.GetDrill = channel.unary_unary(
+                '/ringsnap.api.v1.CoordinatorService/GetDrill',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.GetRestoreDrillRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.RestoreDrill.FromString,
+                _registered_method=True)
+        self.ListDrills = channel.unary_unary(
+                '/ringsnap.api.v1.CoordinatorService/ListDrills',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListRestoreDrillsRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListRestoreDrillsResponse.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServiceServicer:
@@ -188,6 +213,47 @@ class CoordinatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetTableRestore(self, request, context):
+        """Table-level restores (`ringsnap restore BACKUP --keyspace K`, run by the CLI in its own
+        process, live): their records as the catalog holds them, with each node's step and the exact
+        next step of a failed one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTableRestores(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StartDrill(self, request, context):
+        """Restore drills (docs/drills.md): plans and runs a drill as an operation (kind DRILL) whose
+        phase is the drill's step and whose message is its latest progress line. Refused before
+        anything is made: FAILED_PRECONDITION DRILL_REFUSED (the plan refuses; its refusals are the
+        message), ABORTED CLUSTER_BUSY (a backup, restore or drill of the cluster runs). While it
+        runs, the cluster is busy for backups and restores, as during a backup.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetDrill(self, request, context):
+        """A drill's record (the catalog's): every node's step, verdict, proof or problems, teardown,
+        and every clone it made.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListDrills(self, request, context):
+        """The newest drills, newest first (of one cluster, or one backup).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -250,6 +316,31 @@ def add_CoordinatorServiceServicer_to_server(servicer, server):
                     servicer.GetStatus,
                     request_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.GetStatusRequest.FromString,
                     response_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.Status.SerializeToString,
+            ),
+            'GetTableRestore': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTableRestore,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.GetTableRestoreRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.TableRestore.SerializeToString,
+            ),
+            'ListTableRestores': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTableRestores,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListTableRestoresRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListTableRestoresResponse.SerializeToString,
+            ),
+            'StartDrill': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartDrill,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.StartRestoreDrillRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_types__pb2.Operation.SerializeToString,
+            ),
+            'GetDrill': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDrill,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.GetRestoreDrillRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.RestoreDrill.SerializeToString,
+            ),
+            'ListDrills': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDrills,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListRestoreDrillsRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListRestoreDrillsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -576,6 +667,141 @@ class CoordinatorService:
             '/ringsnap.api.v1.CoordinatorService/GetStatus',
             ringsnap_dot_api_dot_v1_dot_coordinator__pb2.GetStatusRequest.SerializeToString,
             ringsnap_dot_api_dot_v1_dot_coordinator__pb2.Status.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTableRestore(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.CoordinatorService/GetTableRestore',
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.GetTableRestoreRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.TableRestore.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTableRestores(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.CoordinatorService/ListTableRestores',
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListTableRestoresRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListTableRestoresResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartDrill(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.CoordinatorService/StartDrill',
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.StartRestoreDrillRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_types__pb2.Operation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetDrill(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.CoordinatorService/GetDrill',
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.GetRestoreDrillRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.RestoreDrill.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDrills(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.CoordinatorService/ListDrills',
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListRestoreDrillsRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListRestoreDrillsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -63,6 +63,25 @@ class CoordinatorServiceStub:
     """
     GetStatus: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.GetStatusRequest, _coordinator_pb2.Status]
     """Per cluster: the last backup, the last success, what runs now, what runs next."""
+    GetTableRestore: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.GetTableRestoreRequest, _coordinator_pb2.TableRestore]
+    """Table-level restores (`ringsnap restore BACKUP --keyspace K`, run by the CLI in its own
+    process, live): their records as the catalog holds them, with each node's step and the exact
+    next step of a failed one.
+    """
+    ListTableRestores: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.ListTableRestoresRequest, _coordinator_pb2.ListTableRestoresResponse]
+    StartDrill: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.StartRestoreDrillRequest, _types_pb2.Operation]
+    """Restore drills (docs/drills.md): plans and runs a drill as an operation (kind DRILL) whose
+    phase is the drill's step and whose message is its latest progress line. Refused before
+    anything is made: FAILED_PRECONDITION DRILL_REFUSED (the plan refuses; its refusals are the
+    message), ABORTED CLUSTER_BUSY (a backup, restore or drill of the cluster runs). While it
+    runs, the cluster is busy for backups and restores, as during a backup.
+    """
+    GetDrill: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.GetRestoreDrillRequest, _coordinator_pb2.RestoreDrill]
+    """A drill's record (the catalog's): every node's step, verdict, proof or problems, teardown,
+    and every clone it made.
+    """
+    ListDrills: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.ListRestoreDrillsRequest, _coordinator_pb2.ListRestoreDrillsResponse]
+    """The newest drills, newest first (of one cluster, or one backup)."""
 
 @_typing.type_check_only
 class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
@@ -98,6 +117,25 @@ class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
     """
     GetStatus: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.GetStatusRequest, _coordinator_pb2.Status]  # type: ignore[assignment]
     """Per cluster: the last backup, the last success, what runs now, what runs next."""
+    GetTableRestore: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.GetTableRestoreRequest, _coordinator_pb2.TableRestore]  # type: ignore[assignment]
+    """Table-level restores (`ringsnap restore BACKUP --keyspace K`, run by the CLI in its own
+    process, live): their records as the catalog holds them, with each node's step and the exact
+    next step of a failed one.
+    """
+    ListTableRestores: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.ListTableRestoresRequest, _coordinator_pb2.ListTableRestoresResponse]  # type: ignore[assignment]
+    StartDrill: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.StartRestoreDrillRequest, _types_pb2.Operation]  # type: ignore[assignment]
+    """Restore drills (docs/drills.md): plans and runs a drill as an operation (kind DRILL) whose
+    phase is the drill's step and whose message is its latest progress line. Refused before
+    anything is made: FAILED_PRECONDITION DRILL_REFUSED (the plan refuses; its refusals are the
+    message), ABORTED CLUSTER_BUSY (a backup, restore or drill of the cluster runs). While it
+    runs, the cluster is busy for backups and restores, as during a backup.
+    """
+    GetDrill: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.GetRestoreDrillRequest, _coordinator_pb2.RestoreDrill]  # type: ignore[assignment]
+    """A drill's record (the catalog's): every node's step, verdict, proof or problems, teardown,
+    and every clone it made.
+    """
+    ListDrills: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.ListRestoreDrillsRequest, _coordinator_pb2.ListRestoreDrillsResponse]  # type: ignore[assignment]
+    """The newest drills, newest first (of one cluster, or one backup)."""
 
 class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -202,5 +240,54 @@ class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_coordinator_pb2.Status, _abc.Awaitable[_coordinator_pb2.Status]]:
         """Per cluster: the last backup, the last success, what runs now, what runs next."""
+
+    @_abc_1.abstractmethod
+    def GetTableRestore(
+        self,
+        request: _coordinator_pb2.GetTableRestoreRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_coordinator_pb2.TableRestore, _abc.Awaitable[_coordinator_pb2.TableRestore]]:
+        """Table-level restores (`ringsnap restore BACKUP --keyspace K`, run by the CLI in its own
+        process, live): their records as the catalog holds them, with each node's step and the exact
+        next step of a failed one.
+        """
+
+    @_abc_1.abstractmethod
+    def ListTableRestores(
+        self,
+        request: _coordinator_pb2.ListTableRestoresRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_coordinator_pb2.ListTableRestoresResponse, _abc.Awaitable[_coordinator_pb2.ListTableRestoresResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def StartDrill(
+        self,
+        request: _coordinator_pb2.StartRestoreDrillRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_types_pb2.Operation, _abc.Awaitable[_types_pb2.Operation]]:
+        """Restore drills (docs/drills.md): plans and runs a drill as an operation (kind DRILL) whose
+        phase is the drill's step and whose message is its latest progress line. Refused before
+        anything is made: FAILED_PRECONDITION DRILL_REFUSED (the plan refuses; its refusals are the
+        message), ABORTED CLUSTER_BUSY (a backup, restore or drill of the cluster runs). While it
+        runs, the cluster is busy for backups and restores, as during a backup.
+        """
+
+    @_abc_1.abstractmethod
+    def GetDrill(
+        self,
+        request: _coordinator_pb2.GetRestoreDrillRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_coordinator_pb2.RestoreDrill, _abc.Awaitable[_coordinator_pb2.RestoreDrill]]:
+        """A drill's record (the catalog's): every node's step, verdict, proof or problems, teardown,
+        and every clone it made.
+        """
+
+    @_abc_1.abstractmethod
+    def ListDrills(
+        self,
+        request: _coordinator_pb2.ListRestoreDrillsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_coordinator_pb2.ListRestoreDrillsResponse, _abc.Awaitable[_coordinator_pb2.ListRestoreDrillsResponse]]:
+        """The newest drills, newest first (of one cluster, or one backup)."""
 
 def add_CoordinatorServiceServicer_to_server(servicer: CoordinatorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
