@@ -245,10 +245,15 @@ class ScheduleSection(Section):
     #: The `[retention.<policy>]` its backups belong to.
     policy: Name
     timezone: Annotated[str, AfterValidator(_timezone)] = "UTC"
+    #: Restore drills of the newest backup of this schedule's policy, at these times (five-field
+    #: crontab, in `timezone`); needs the cluster's `[clusters.drill]` (docs/drills.md).
+    drill_cron: str | None = None
 
-    @field_validator("cron")
+    @field_validator("cron", "drill_cron")
     @classmethod
-    def _cron_parses(cls, value: str) -> str:
+    def _cron_parses(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         try:
             cron_trigger(Schedule(name="check", cluster="check", cron=value, policy="check"))
         except ValueError as exc:
@@ -394,6 +399,12 @@ class CoordinatorConfig(Section):
                     f"schedules.{s}.cluster",
                     f"unknown cluster {schedule.cluster!r}; configured clusters:"
                     f" {', '.join(sorted(seen_clusters))}",
+                )
+            if schedule.drill_cron is not None and self.cluster(schedule.cluster).drill is None:
+                raise fail(
+                    f"schedules.{s}.drill_cron",
+                    f"cluster {schedule.cluster} has no drill host: add its [clusters.drill] table"
+                    " (the drill host's agent) or remove drill_cron",
                 )
             if schedule.policy not in self.retention:
                 raise fail(

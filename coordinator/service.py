@@ -33,6 +33,11 @@ from ringsnap.coordinator.config import (
     NodeSection,
     RetentionSection,
 )
+from ringsnap.coordinator.drill.cleanups import DrillHosts, cleanup_clone, delete_clone
+from ringsnap.coordinator.drill.daemon import start_drill
+from ringsnap.coordinator.drill.plan import DrillRequest
+from ringsnap.coordinator.drill.schedule import DrillService, drill_scheduler, drill_schedules
+from ringsnap.coordinator.drill.session import client_tls, drill_hosts
 from ringsnap.coordinator.metrics import CoordinatorMetrics
 from ringsnap.coordinator.model import (
     Backup,
@@ -64,6 +69,7 @@ from ringsnap.coordinator.scheduler import (
     Schedule,
     Skip,
 )
+from ringsnap.coordinator.table_restore.capture import KeyspaceSchemaReader
 from ringsnap.errors import RingsnapError
 from ringsnap.logs import get_logger
 from ringsnap.plugins.types import Volume
@@ -216,6 +222,8 @@ class Coordinator:
         self._backup_tasks: set[asyncio.Task[object]] = set()
         # Plans shown to an operator, by restore id, until they are run or expire.
         self._restore_plans: dict[str, tuple[RestorePlan, float]] = {}
+        # Drill hosts, for the pending cleanups of drill clones (opened on first use).
+        self.drill_hosts = DrillHosts(lambda: drill_hosts(config, client_tls(config)))
         self.scheduler = BackupScheduler(
             [s.schedule() for s in config.schedules],
             self._scheduled_backup,
@@ -223,6 +231,17 @@ class Coordinator:
             on_skip=self._skipped,
             misfire_grace=timedelta(seconds=config.coordinator.misfire_grace_seconds),
             last_run=self._last_run,
+        )
+        # Scheduled drills hold the cluster in the same guard as backups and restores.
+        self.drills = DrillService(
+            config, catalog, finished=lambda _record: self.refresh_restore_metrics()
+        )
+        self.drill_scheduler = drill_scheduler(
+            drill_schedules(config),
+            self.drills.scheduled,
+            guard=self.scheduler.guard,
+            misfire_grace=timedelta(seconds=config.coordinator.misfire_grace_seconds),
+            last_run=self.drills.last_run,
         )
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -239,6 +258,7 @@ class Coordinator:
         await asyncio.to_thread(self.refresh_restore_metrics)
         await self.recover()
         await self.scheduler.start()
+        await self.drill_scheduler.start()
         self._cleaner = asyncio.get_running_loop().create_task(self._clean_periodically())
 
     def refresh_restore_metrics(self) -> None:
@@ -264,6 +284,7 @@ class Coordinator:
 
     async def stop(self) -> None:
         self.scheduler.shutdown()
+        self.drill_scheduler.shutdown()
         if self._cleaner is not None:
             self._cleaner.cancel()
             await asyncio.gather(self._cleaner, return_exceptions=True)
@@ -272,6 +293,8 @@ class Coordinator:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.drill_scheduler.wait_idle()
+        await self.drill_hosts.close()
 
     # -- backups ---------------------------------------------------------------------------------
 
@@ -335,6 +358,9 @@ class Coordinator:
             {name: self.arrays[name] for name in _arrays_of(cluster)},
             runtime.canaries,
             progress=progress,
+            schemas=runtime.canaries
+            if isinstance(runtime.canaries, KeyspaceSchemaReader)
+            else None,
         )
         started = time.monotonic()
 
@@ -393,11 +419,12 @@ class Coordinator:
             self.catalog.record_snapshot(run.backup_id, ref)
         for name in run.included:
             self.catalog.record_manifest(run.backup_id, name, run.nodes[name].manifest)
+        self.catalog.record_keyspace_schemas(run.backup_id, run.keyspace_schemas)
         return self.catalog.complete_backup(
             run.backup_id,
             timings=run.clock.phases,
             freeze_window=run.window,
-            warnings=run.array_leftovers,
+            warnings=[*run.array_leftovers, *run.warnings],
         )
 
     def _record_failure(self, run: BackupRun, error: BaseException) -> None:
@@ -633,6 +660,19 @@ class Coordinator:
             operation.task.add_done_callback(finished)
         return operation
 
+    async def start_drill(self, request: DrillRequest, *, drill_id: str = "") -> Operation:
+        """Plan and run a drill as an operation, holding its cluster (docs/drills.md)."""
+        self.cluster(request.cluster)
+        return await start_drill(
+            self.config,
+            self.catalog,
+            self.operations,
+            self.scheduler.guard,
+            request,
+            drill_id=drill_id,
+            finished=self.refresh_restore_metrics,
+        )
+
     def running_restore(self, cluster: str) -> BackupRequest | None:
         """What a restore of `cluster` running in this coordinator holds it with (its trigger
         `restore:<id>`, the restored backup's id), or None."""
@@ -710,6 +750,8 @@ class Coordinator:
                     await self._clear_native_snapshot(*node, cleanup.name)
                 elif array is None:
                     raise RingsnapError(f"array {cleanup.array!r} is no longer configured")
+                elif (clone := cleanup_clone(cleanup.snapshot_name)) is not None:
+                    await delete_clone(clone, array, self.drill_hosts.get())
                 elif cleanup.ref is not None:
                     await array.delete_snapshot(cleanup.ref)
                 elif not await self._delete_by_name(array, cleanup):
