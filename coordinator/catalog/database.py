@@ -34,6 +34,11 @@ class Database:
         self._lock_file: IO[str] | None = None
         self._exclusive = exclusive
         self._conn: sqlite3.Connection | None = None
+        #: Read transactions run on a connection of their own thread, so that a list or a status
+        #: never waits behind a write's fsync (WAL: readers see the last commit, writers don't
+        #: block them). By thread id; closed with the catalog.
+        self._readers: dict[int, sqlite3.Connection] = {}
+        self._readers_lock = threading.Lock()
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
         if exclusive:
             self._lock_file = self._take_lock()
@@ -96,6 +101,10 @@ class Database:
         return conn
 
     def close(self) -> None:
+        with self._readers_lock:
+            readers, self._readers = list(self._readers.values()), {}
+        for reader in readers:
+            reader.close()
         with self._lock:
             conn = self._conn
             if conn is not None:
@@ -114,19 +123,43 @@ class Database:
             raise CatalogError(f"catalog {self.path} is closed")
         return self._conn
 
+    def _reader(self) -> sqlite3.Connection:
+        """This thread's read-only connection (opened on first use)."""
+        ident = threading.get_ident()
+        conn = self._readers.get(ident)
+        if conn is None:
+            self._connection()  # refuses a closed catalog
+            conn = self._connect()
+            conn.execute("PRAGMA query_only = ON")
+            with self._readers_lock:
+                self._readers[ident] = conn
+        return conn
+
     @contextlib.contextmanager
     def _tx(self, *, write: bool) -> Iterator[sqlite3.Connection]:
-        """One transaction; a writer takes the database lock up front (no upgrade deadlocks)."""
-        with self._lock:
-            conn = self._connection()
-            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+        """One transaction: a writer takes the database lock up front (no upgrade deadlocks) on
+        the one writing connection; a reader reads the last commit on its thread's connection."""
+        if write:
+            with self._lock:
+                conn = self._connection()
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+            return
+        conn = self._reader()
+        conn.execute("BEGIN")
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
 
     def _require_owner(self, what: str) -> None:
         if not self._exclusive:

@@ -17,7 +17,7 @@ from ringsnap.coordinator.catalog import (
 )
 from ringsnap.coordinator.catalog import codec as catalog_codec
 from ringsnap.coordinator.catalog import schema as catalog_schema
-from ringsnap.coordinator.model import BackupState, Verification
+from ringsnap.coordinator.model import BackupState, QuiesceMode, Verification
 
 from .conftest import begin, finish, node, page_through, ref_for, restore_record
 
@@ -264,3 +264,25 @@ def test_usable_from_asyncio_through_to_thread(catalog: Catalog) -> None:
         return await asyncio.gather(*(one(i) for i in range(20)))
 
     assert asyncio.run(main()) == ["complete"] * 20
+
+
+def test_reads_do_not_wait_behind_an_open_write(tmp_path: Path) -> None:
+    """A list or a status reads the last commit on its own connection while a write (its fsync)
+    holds the writing connection: the write below stays open until the read has answered."""
+    with Catalog(tmp_path / "catalog.db") as catalog:
+        catalog.begin_backup(
+            backup_id="rs-1", cluster="c1", quiesce_mode=QuiesceMode.FREEZE, trigger="t"
+        )
+        read: list[list[str]] = []
+
+        def list_ids() -> None:
+            read.append([b.id for b in catalog.list_backups("c1", page_size=10).backups])
+
+        with catalog._tx(write=True) as conn:
+            conn.execute("UPDATE backups SET trigger = 'uncommitted' WHERE id = 'rs-1'")
+            reader = threading.Thread(target=list_ids)
+            reader.start()
+            reader.join(30)
+            assert not reader.is_alive(), "a read waited for the open write"
+        assert read == [["rs-1"]]
+        assert catalog.get_backup("rs-1").trigger == "uncommitted"
