@@ -1,5 +1,6 @@
-"""Scheduled drills: a schedule's `drill_cron` drills the newest backup of its policy, one node at a
-time round the ring (each drill takes the node drilled longest ago).
+"""Scheduled drills: a schedule's `drill_cron` drills every node of the newest backup of its policy,
+one node at a time, so that each scheduled drill can prove that backup (a backup is proven once
+every node it holds is; one-node drills of ever newer backups would never complete one).
 
 Overlap, decided: a drill holds its cluster in the coordinator's per-cluster guard, the one backups
 and restores take, for its whole run. So a drill never starts while a backup or a restore of the
@@ -87,6 +88,7 @@ class DrillService:
         drill = DrillRequest(
             cluster=request.cluster,
             backup_id=backup_id,
+            ring=True,
             trigger=request.trigger,
             requested_by="scheduler",
         )

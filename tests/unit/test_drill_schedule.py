@@ -5,14 +5,22 @@ backup holds the cluster is skipped as busy, and a backup due while a drill runs
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from ringsnap.config import validate
+from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.drill import schedule
+from ringsnap.coordinator.drill.model import DrillRecord, DrillState
+from ringsnap.coordinator.drill.plan import DrillSettings
 from ringsnap.coordinator.drill.schedule import drill_scheduler, drill_schedules
+from ringsnap.coordinator.drill.session import DrillSession
+from ringsnap.coordinator.model import QuiesceMode, Verification
 from ringsnap.coordinator.scheduler import (
     BackupRequest,
     BackupScheduler,
@@ -21,6 +29,7 @@ from ringsnap.coordinator.scheduler import (
 )
 from ringsnap.coordinator.service import RestoreAwareGuard
 from ringsnap.errors import ConfigError
+from tests.unit.test_drill_workflow import FakeArray, FakeFacts, FakeHost, _node, _ref, _sstables
 
 
 def _config(tmp_path: Path, **schedule: object) -> CoordinatorConfig:
@@ -143,3 +152,52 @@ def test_drills_and_backups_of_a_cluster_never_overlap(tmp_path: Path) -> None:
         assert guard.running("c1") is None
 
     asyncio.run(main())
+
+
+def test_a_scheduled_drill_proves_every_node_of_the_policys_newest_backup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = _config(tmp_path, drill_cron="* * * * *")
+    events: list[str] = []
+    host, array = FakeHost(events), FakeArray(events)
+    finished: list[DrillRecord] = []
+
+    @contextlib.asynccontextmanager
+    async def session(
+        config: CoordinatorConfig, cluster: str, *, catalog: Catalog
+    ) -> AsyncIterator[DrillSession]:
+        yield DrillSession(
+            config,
+            catalog,
+            config.cluster(cluster),
+            host,  # type: ignore[arg-type]
+            {"n1": FakeFacts("n1")},  # type: ignore[dict-item]
+            {"a1": array},  # type: ignore[dict-item]
+            DrillSettings(poll_seconds=0.0),
+        )
+
+    monkeypatch.setattr(schedule, "open_drill_session", session)
+    with Catalog(tmp_path / "catalog.db") as catalog:
+        nodes = [_node("n1")]
+        for backup_id, policy, hours in (("rs-old", "p", 3), ("rs-new", "p", 2), ("rs-x", "q", 1)):
+            started = datetime.now(UTC) - timedelta(hours=hours)
+            catalog.begin_backup(
+                backup_id=backup_id,
+                cluster="c1",
+                quiesce_mode=QuiesceMode.FREEZE,
+                trigger="schedule:hourly",
+                policy=policy,
+                started_at=started,
+                nodes=nodes,
+            )
+            catalog.record_snapshot(backup_id, _ref(nodes))
+            catalog.record_manifest(backup_id, "n1", _sstables("n1"))
+            catalog.complete_backup(backup_id, finished_at=started + timedelta(minutes=1))
+        service = schedule.DrillService(config, catalog, finished=finished.append)
+        request = BackupRequest("c1", trigger="schedule:drill-hourly", policy="p")
+        record = asyncio.run(service.scheduled(request))
+        assert record.backup_id == "rs-new" and record.trigger == "schedule:drill-hourly"
+        assert record.state is DrillState.PROVEN and finished == [record]
+        assert catalog.get_backup("rs-new").verification is Verification.PROVEN
+        last = asyncio.run(service.last_run(drill_schedules(config)[0]))
+        assert last == record.started_at
