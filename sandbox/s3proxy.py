@@ -17,7 +17,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ringsnap.logs import get_logger
@@ -119,8 +119,9 @@ class S3Server:
     """A running S3Proxy: where to reach it, its key pair, and the host directory of its objects."""
 
     endpoint_url: str
-    access_key_id: str
-    secret_access_key: str
+    # Never in a repr: a failing test prints its fixtures.
+    access_key_id: str = field(repr=False)
+    secret_access_key: str = field(repr=False)
     #: `<data_dir>/<bucket>/<key>`: the filesystem backend's objects, as plain files.
     data_dir: Path
 

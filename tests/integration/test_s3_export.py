@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -77,6 +78,17 @@ def stored(client: S3Client, settings: S3Settings, under: str = "sstables/") -> 
     return found
 
 
+def modified(client: S3Client, settings: S3Settings) -> dict[str, Any]:
+    """Key -> LastModified of every component object, from the store's listing."""
+    paginator = client.get_paginator("list_objects_v2")
+    return {
+        item["Key"]: item["LastModified"]
+        for page in paginator.paginate(Bucket=settings.bucket, Prefix=settings.prefix + "sstables/")
+        for item in page.get("Contents", ())
+        if not item["Key"].endswith("/")
+    }
+
+
 def export(client: S3Client, settings: S3Settings, backup: str, root: Path) -> ExportResult:
     return export_node(
         client,
@@ -110,6 +122,8 @@ def test_second_export_uploads_exactly_the_new_components(
     assert len(after_first) == 3 * 8
     assert sum(after_first.values()) == first.bytes_total
 
+    written = modified(client, settings)
+    time.sleep(1.1)  # the store's LastModified has a resolution of a second
     new_files = [
         *write_sstable(table, 4, 6 * MIB),
         *write_sstable(table_directory(root, "shop", "items"), 1, 100_000),
@@ -120,6 +134,8 @@ def test_second_export_uploads_exactly_the_new_components(
     assert len(added) == len(new_files) == 16
     assert sum(added.values()) == sum(path.stat().st_size for path in new_files)
     assert all(after_second[key] == size for key, size in after_first.items())
+    # Written once: no object of the first export was uploaded again by the second.
+    assert {key: modified(client, settings)[key] for key in written} == written
 
     manifests = stored(client, settings, "backups/")
     assert set(manifests) == {
