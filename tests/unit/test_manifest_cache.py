@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -141,7 +142,12 @@ def test_a_settled_directory_is_not_listed_or_stated_again(
     reads.clear()
     listed: list[object] = []
     real_listdir = os.listdir
-    monkeypatch.setattr(os, "listdir", lambda *a: listed.append(a) or real_listdir(*a))
+
+    def listdir(*args: Any) -> list[str]:
+        listed.append(args)
+        return real_listdir(*args)
+
+    monkeypatch.setattr(os, "listdir", listdir)
     assert tables(tmp_path, cache) == first
     assert reads == []
     # The keyspace and table levels are scanned (scandir); the SSTables' directory is not listed.
