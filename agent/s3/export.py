@@ -78,6 +78,9 @@ def transfer_config(settings: S3Settings, largest_file: int = 0) -> TransferConf
         max_request_concurrency=settings.concurrency,
         max_submission_concurrency=2,
         max_io_queue_size=64,
+        # Downloads queue received chunks (256 KiB) for the writer thread: s3transfer allows 1,000
+        # (250 MiB); 64 keep the disk busy in 16 MiB.
+        max_in_memory_download_chunks=64,
         max_bandwidth=settings.max_bandwidth_bytes,
     )
 
