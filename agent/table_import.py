@@ -169,8 +169,10 @@ def _stage_file(source: Path, target: Path, size: int, expected_crc: str) -> tup
 class TableImporter:
     """Staging, import and clean-up of table restores on this node."""
 
-    def __init__(self, cassandra: CassandraSection) -> None:
+    def __init__(self, cassandra: CassandraSection, clones_directory: Path) -> None:
         self._cassandra = cassandra
+        #: MountClones mounts a purpose's clones under `<clones_directory>/<purpose id>/`.
+        self._clones_directory = clones_directory
 
     # -- where --------------------------------------------------------------------------------
 
@@ -196,8 +198,10 @@ class TableImporter:
 
     # -- stage --------------------------------------------------------------------------------
 
-    def _check_clone_mounts(self, clone_mounts: Sequence[tuple[str, str]]) -> None:
-        """Every clone mount point must be a mount point now, and none of the node's own."""
+    def _check_clone_mounts(self, restore: str, clone_mounts: Sequence[tuple[str, str]]) -> None:
+        """Every clone mount point must be one MountClones made for this restore (below
+        `<clones directory>/<restore id>/`), mounted now, and none of the node's own."""
+        own = self._clones_directory / restore_id(restore)
         mounts = {m.mount_point: m for m in mountinfo.read()}
         live = {
             mount_of(os.path.realpath(d), mounts.values()).mount_point
@@ -205,7 +209,12 @@ class TableImporter:
         }
         for _source, point in clone_mounts:
             normal = os.path.normpath(point)
-            if not os.path.isabs(normal) or normal not in mounts:
+            if not os.path.isabs(normal) or not Path(normal).is_relative_to(own):
+                raise ValidationError(
+                    f"clone mount point {point!r} is not one MountClones made for restore"
+                    f" {restore} (below {own})"
+                )
+            if normal not in mounts:
                 raise ValidationError(f"clone mount point {point!r} is not mounted on this node")
             if normal in live:
                 raise ValidationError(
@@ -221,7 +230,7 @@ class TableImporter:
         sstables: Sequence[SSTableToStage],
     ) -> StagedTable:
         target = self.table_directory(restore, keyspace, table)
-        self._check_clone_mounts(clone_mounts)
+        self._check_clone_mounts(restore, clone_mounts)
         plan: list[tuple[Path, Path, int, str]] = []
         names: dict[str, Path] = {}
         for sstable in sstables:

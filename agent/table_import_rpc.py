@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from functools import cached_property
 
+from ringsnap.agent.clones import CLONES_DIRECTORY
 from ringsnap.agent.node import NodeAgent
 from ringsnap.agent.table_import import SSTableToStage, StagedComponent, TableImporter
 from ringsnap.api.v1 import agent_pb2, types_pb2
@@ -33,7 +34,10 @@ class TableImportRpcs:
     @cached_property
     def _importer(self) -> TableImporter:
         # On first use: a servicer is also built around agents that never restore a table.
-        return TableImporter(self._agent.config.cassandra)
+        volumes = self._agent.config.volumes
+        return TableImporter(
+            self._agent.config.cassandra, volumes.state_directory / CLONES_DIRECTORY
+        )
 
     async def get_staging_space(
         self, request: agent_pb2.GetStagingSpaceRequest

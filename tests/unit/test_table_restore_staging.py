@@ -68,7 +68,7 @@ def test_failed_directories_are_read_from_nodetool_import() -> None:
 @pytest.fixture
 def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
     live = tmp_path / "live"
-    clone = tmp_path / "clone"
+    clone = tmp_path / "state" / "clones" / "tr-1" / "data"
     (live / "data").mkdir(parents=True)
     table_dir = clone / "data" / "ks" / "t-0123"
     table_dir.mkdir(parents=True)
@@ -87,7 +87,7 @@ def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
 
 def _importer(live: Path) -> TableImporter:
     cassandra = CassandraSection(data_directories=[live / "data"], commitlog_directory=live / "cl")
-    return TableImporter(cassandra)
+    return TableImporter(cassandra, live.parent / "state" / "clones")
 
 
 def _sstable(table_dir: Path, *, crc: str | None = None) -> SSTableToStage:
@@ -156,9 +156,11 @@ def test_a_clone_mount_point_must_be_mounted_and_not_a_live_filesystem(
 ) -> None:
     importer = _importer(node["live"])
     with pytest.raises(ValidationError, match="is not mounted"):
-        importer.stage("tr-1", "ks", "t", [("/prod", str(tmp_path / "nowhere"))], [])
-    with pytest.raises(ValidationError, match="live Cassandra filesystem"):
-        importer.stage("tr-1", "ks", "t", [("/prod", str(node["live"]))], [])
+        importer.stage("tr-1", "ks", "t", [("/prod", str(node["clone"].parent / "x"))], [])
+    for elsewhere in ("/", str(node["live"]), str(node["clone"])):
+        # Not below <clones>/<this restore id>/: the root, a live filesystem, another's clone.
+        with pytest.raises(ValidationError, match="not one MountClones made for restore tr-2"):
+            importer.stage("tr-2", "ks", "t", [("/prod", elsewhere)], [])
 
 
 def test_a_file_that_is_no_sstable_component_is_refused(node: dict[str, Path]) -> None:
