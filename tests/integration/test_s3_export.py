@@ -295,6 +295,9 @@ def test_purge_deletes_unreferenced_objects_in_bulk(settings: S3Settings, tmp_pa
     layout = Layout(settings.prefix)
     everything = stored(client, settings)
     assert len(everything) == 161 * 8
+    # Not a component key: not ours to delete, whatever the referenced set says.
+    foreign = f"{settings.prefix}sstables/{NODE}/notes.txt"
+    client.put_object(Bucket=settings.bucket, Key=foreign, Body=b"operator's notes")
 
     kept = referenced_keys(client, settings.bucket, layout, [("backup-new", NODE, 1)])
     assert len(kept) == 8
@@ -304,13 +307,17 @@ def test_purge_deletes_unreferenced_objects_in_bulk(settings: S3Settings, tmp_pa
     )
     assert (dry.deleted, dry.delete_requests, deletes) == (1280, 0, [])
     assert set(listed) == set(everything) - kept
-    assert stored(client, settings) == everything
+    assert dry.foreign_keys == [foreign]
+    assert stored(client, settings) == everything | {foreign: len(b"operator's notes")}
 
     result = purge(client, settings.bucket, layout, kept, min_age_seconds=0)
     assert result.deleted == 1280
     assert result.delete_requests == len(deletes) == 2
     assert sorted(deletes) == [280, 1000]
-    assert stored(client, settings) == {key: everything[key] for key in kept}
+    assert result.foreign_keys == [foreign]
+    assert stored(client, settings) == {key: everything[key] for key in kept} | {
+        foreign: len(b"operator's notes")
+    }
     restored = tmp_path / "restored"
     download_node(client, settings, backup_id="backup-new", node=NODE, destinations=[restored])
     assert tree_files(restored) == tree_files(root)

@@ -5,13 +5,17 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+from pathlib import Path
 
+import pytest
 from botocore.awsrequest import AWSRequest
 
+from ringsnap.agent.manifest import manifest
 from ringsnap.agent.s3.client import _content_md5_only
-from ringsnap.agent.s3.export import transfer_config
+from ringsnap.agent.s3.export import ExportFailed, export_node, transfer_config
 from ringsnap.agent.s3.progress import Progress, Tracker
 from ringsnap.agent.s3.settings import S3Settings
+from ringsnap.agent.testing.sstables import table_directory, write_sstable
 
 MIB = 1024 * 1024
 
@@ -61,3 +65,21 @@ def test_a_content_md5_already_there_is_kept() -> None:
     )
     _content_md5_only(request)
     assert request.headers["Content-MD5"] == "given"
+
+
+def test_an_incomplete_sstable_refuses_the_export_before_any_request(tmp_path: Path) -> None:
+    directory = table_directory(tmp_path)
+    write_sstable(directory, 1, 1000)
+    write_sstable(directory, 2, 1000)
+    (directory / "nb-2-big-Filter.db").unlink()
+    with pytest.raises(
+        ExportFailed, match=r"node node1: SSTable shop/orders-\w+ nb-2-big .*Filter"
+    ):
+        export_node(
+            None,  # any request would fail on it: nothing may be sent
+            S3Settings(bucket="ringsnap-copies"),
+            backup_id="b1",
+            node="node1",
+            data_directories=[tmp_path],
+            manifest=lambda: manifest([tmp_path], cache=None),
+        )
