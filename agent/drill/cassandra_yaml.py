@@ -134,6 +134,8 @@ def cassandra_argv(settings: DrillSection, config: DrillNodeConfig) -> list[str]
         # Alone in its namespace: the peers it remembers never answer; do not wait for them.
         "-Dcassandra.skip_wait_for_gossip_to_settle=0",
         "-Dcassandra.skip_schema_check=true",
+        # The shadow round asks the remembered peers for RING_DELAY (30 s) before it gives up.
+        "-Dcassandra.ring_delay_ms=1000",
         f"-Dlogback.configurationFile={conf / 'logback.xml'}",
         "-cp",
         f"{home / 'lib'}/*:{conf}",
