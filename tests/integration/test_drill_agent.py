@@ -191,7 +191,8 @@ def _wait_final(bed: Bed, drill_id: str, during: list[dict[str, object]]) -> age
             return status
         if status.step == "start" and start_seen is None:
             start_seen = time.monotonic()
-        if start_seen is not None and time.monotonic() - start_seen > 15 and len(during) < 2:
+        # From 6 s into the start the drill node's JVM runs and gossips (it starts in ~10 s).
+        if start_seen is not None and time.monotonic() - start_seen > 6 and len(during) < 2:
             during.append(_ring_views(bed.cluster))
         time.sleep(1.0)
     raise AssertionError(f"drill {drill_id} did not end in time")
