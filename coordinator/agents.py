@@ -77,6 +77,17 @@ class ClientTls:
             root_certificates=self.ca, private_key=self.key, certificate_chain=self.cert
         )
 
+    def channel(self, address: str) -> grpc.aio.Channel:
+        """A mutual-TLS channel to an agent; messages up to 64 MiB each way (manifests, staging
+        lists)."""
+        options: list[tuple[str, str | int]] = [
+            ("grpc.max_receive_message_length", 64 << 20),
+            ("grpc.max_send_message_length", 64 << 20),
+        ]
+        if self.server_name:
+            options.append(("grpc.ssl_target_name_override", self.server_name))
+        return grpc.aio.secure_channel(address, self.credentials(), options=options)
+
 
 class GrpcNodeAgent:
     """One node's agent at `address` (host:port)."""
@@ -84,10 +95,7 @@ class GrpcNodeAgent:
     def __init__(self, node: str, address: str, tls: ClientTls, *, call_timeout: float = 30.0):
         self._node = node
         self.address = address
-        options: list[tuple[str, str | int]] = [("grpc.max_receive_message_length", 64 << 20)]
-        if tls.server_name:
-            options.append(("grpc.ssl_target_name_override", tls.server_name))
-        self._channel = grpc.aio.secure_channel(address, tls.credentials(), options=options)
+        self._channel = tls.channel(address)
         self._stub = agent_pb2_grpc.AgentServiceStub(self._channel)
         self._timeout = call_timeout
 

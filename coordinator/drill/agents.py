@@ -36,10 +36,7 @@ class GrpcDrillHost:
 
     def __init__(self, address: str, tls: ClientTls, *, call_timeout: float = 30.0) -> None:
         self._address = address
-        options: list[tuple[str, str | int]] = [("grpc.max_receive_message_length", 64 << 20)]
-        if tls.server_name:
-            options.append(("grpc.ssl_target_name_override", tls.server_name))
-        self._channel = grpc.aio.secure_channel(address, tls.credentials(), options=options)
+        self._channel = tls.channel(address)
         self._stub = agent_pb2_grpc.AgentServiceStub(self._channel)
         self._timeout = call_timeout
 
@@ -168,10 +165,7 @@ class GrpcNodeFacts:
     def __init__(self, node: str, address: str, tls: ClientTls) -> None:
         self.node = node
         self.address = address
-        options: list[tuple[str, str | int]] = []
-        if tls.server_name:
-            options.append(("grpc.ssl_target_name_override", tls.server_name))
-        self._channel = grpc.aio.secure_channel(address, tls.credentials(), options=options)
+        self._channel = tls.channel(address)
         self._stub = agent_pb2_grpc.AgentServiceStub(self._channel)
 
     async def close(self) -> None:

@@ -52,10 +52,7 @@ class GrpcTableNode:
     def __init__(self, node: str, address: str, tls: ClientTls, *, call_timeout: float = 60.0):
         self._node = node
         self.address = address
-        options: list[tuple[str, str | int]] = [("grpc.max_send_message_length", 64 << 20)]
-        if tls.server_name:
-            options.append(("grpc.ssl_target_name_override", tls.server_name))
-        self._channel = grpc.aio.secure_channel(address, tls.credentials(), options=options)
+        self._channel = tls.channel(address)
         self._stub = agent_pb2_grpc.AgentServiceStub(self._channel)
         self._timeout = call_timeout
 
