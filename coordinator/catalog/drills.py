@@ -23,6 +23,7 @@ from ringsnap.coordinator.catalog.columns import EPOCH, from_us, now, placeholde
 from ringsnap.coordinator.catalog.database import Database
 from ringsnap.coordinator.catalog.errors import CatalogError
 from ringsnap.coordinator.catalog.listing import MAX_PAGE_SIZE
+from ringsnap.coordinator.catalog.records import save_owned
 from ringsnap.coordinator.drill.model import (
     DRILL_ID,
     DrillClone,
@@ -51,7 +52,6 @@ _FIELDS = (
     "warnings",
 )
 _COLUMNS = ", ".join(_FIELDS)
-_REPLACE = ", ".join(f"{field} = excluded.{field}" for field in _FIELDS[1:])
 _QUOTED = 200
 #: The catalog migration that made the drills table.
 _DRILLS_VERSION = 5
@@ -124,22 +124,7 @@ class DrillStore(Database):
             _dumps(list(record.warnings)),
         )
         with self._tx(write=True) as conn:
-            saved = conn.execute(
-                f"INSERT INTO drills ({_COLUMNS}) VALUES ({placeholders(len(values))})"
-                f" ON CONFLICT (id) DO UPDATE SET {_REPLACE}"
-                " WHERE drills.cluster = excluded.cluster"
-                " AND drills.backup_id = excluded.backup_id"
-                " RETURNING pk",
-                values,
-            ).fetchone()
-            if saved is None:
-                other = conn.execute(
-                    "SELECT cluster, backup_id FROM drills WHERE id = ?", (record.id,)
-                ).fetchone()
-                raise CatalogError(
-                    f"drill id {record.id} is already used by a drill of backup"
-                    f" {other['backup_id']} of cluster {other['cluster']}; choose another id"
-                )
+            save_owned(conn, table="drills", kind="drill", fields=_FIELDS, values=values)
 
     def get_drill(self, drill_id: str) -> DrillRecord:
         with self._tx(write=False) as conn:

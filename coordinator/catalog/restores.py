@@ -20,8 +20,9 @@ from ringsnap.coordinator.catalog import restore_codec as rcodec
 from ringsnap.coordinator.catalog.codec import CodecError
 from ringsnap.coordinator.catalog.columns import EPOCH, from_us, placeholders, to_us
 from ringsnap.coordinator.catalog.database import Database
-from ringsnap.coordinator.catalog.errors import CatalogError, RestoreNotFoundError
+from ringsnap.coordinator.catalog.errors import RestoreNotFoundError
 from ringsnap.coordinator.catalog.listing import MAX_PAGE_SIZE
+from ringsnap.coordinator.catalog.records import save_owned
 from ringsnap.coordinator.model import RestoreMode, RestoreRecord, RestoreState
 from ringsnap.logs import get_logger
 
@@ -45,8 +46,6 @@ _FIELDS = (
     "timings",
 )
 _COLUMNS = ", ".join(_FIELDS)
-#: Saving a restore again replaces every column but its id.
-_REPLACE = ", ".join(f"{field} = excluded.{field}" for field in _FIELDS[1:])
 #: Not finished: such a restore may have left nodes stopped.
 OPEN_STATES = (RestoreState.RUNNING, RestoreState.FAILED, RestoreState.INTERRUPTED)
 #: How much of an unreadable column a warning quotes.
@@ -109,22 +108,7 @@ class RestoreStore(Database):
             rcodec.encode_timings(record.timings),
         )
         with self._tx(write=True) as conn:
-            saved = conn.execute(
-                f"INSERT INTO restores ({_COLUMNS}) VALUES ({placeholders(len(values))})"
-                f" ON CONFLICT (id) DO UPDATE SET {_REPLACE}"
-                " WHERE restores.cluster = excluded.cluster"
-                " AND restores.backup_id = excluded.backup_id"
-                " RETURNING pk",
-                values,
-            ).fetchone()
-            if saved is None:
-                other = conn.execute(
-                    "SELECT cluster, backup_id FROM restores WHERE id = ?", (record.id,)
-                ).fetchone()
-                raise CatalogError(
-                    f"restore id {record.id} is already used by a restore of backup"
-                    f" {other['backup_id']} of cluster {other['cluster']}; choose another id"
-                )
+            save_owned(conn, table="restores", kind="restore", fields=_FIELDS, values=values)
 
     def get_restore(self, restore_id: str) -> RestoreRecord:
         with self._tx(write=False) as conn:

@@ -12,10 +12,15 @@ from ringsnap.coordinator.catalog.columns import to_us
 from ringsnap.coordinator.catalog.database import Database
 from ringsnap.coordinator.catalog.errors import CatalogError, RestoreNotFoundError
 from ringsnap.coordinator.catalog.listing import MAX_PAGE_SIZE
+from ringsnap.coordinator.catalog.records import save_owned
 from ringsnap.coordinator.table_restore.model import TableRestoreRecord
 from ringsnap.names import snapshot_tag
 
 _RECORD = TypeAdapter(TableRestoreRecord)
+
+
+#: The columns a record fills, `id` first.
+_FIELDS = ("id", "cluster", "backup_id", "state", "started_us", "finished_us", "document")
 
 
 class TableRestoreStore(Database):
@@ -32,20 +37,9 @@ class TableRestoreStore(Database):
             _RECORD.dump_json(record).decode(),
         )
         with self._tx(write=True) as conn:
-            saved = conn.execute(
-                "INSERT INTO table_restores"
-                " (id, cluster, backup_id, state, started_us, finished_us, document)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
-                " state = excluded.state, finished_us = excluded.finished_us,"
-                " document = excluded.document"
-                " WHERE table_restores.cluster = excluded.cluster"
-                " AND table_restores.backup_id = excluded.backup_id RETURNING id",
-                values,
-            ).fetchone()
-            if saved is None:
-                raise CatalogError(
-                    f"table restore {record.id} exists for another cluster or backup"
-                )
+            save_owned(
+                conn, table="table_restores", kind="table restore", fields=_FIELDS, values=values
+            )
 
     def get_table_restore(self, restore_id: str) -> TableRestoreRecord:
         with self._tx(write=False) as conn:

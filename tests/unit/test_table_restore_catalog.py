@@ -97,7 +97,7 @@ def test_a_record_is_saved_whole_and_read_back_equal(catalog: Catalog) -> None:
 
 def test_an_id_of_another_cluster_is_refused_and_lists_are_newest_first(catalog: Catalog) -> None:
     catalog.save_table_restore(_record())
-    with pytest.raises(CatalogError, match="another cluster or backup"):
+    with pytest.raises(CatalogError, match="already used by a table restore of backup"):
         catalog.save_table_restore(_record(cluster="other"))
     catalog.save_table_restore(
         _record("tr-20261124-040000-abcd", started_at=NOW + timedelta(hours=1))
