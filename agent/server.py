@@ -21,6 +21,9 @@ from ringsnap.agent.drill.model import DrillRequest, DrillStatus
 from ringsnap.agent.freeze import FreezeResult, ThawResult
 from ringsnap.agent.node import NodeAgent, NodeInfo
 from ringsnap.agent.restore import DiscardedDirectory, VolumeFacts, VolumeState
+from ringsnap.agent.s3.download import DownloadRefused
+from ringsnap.agent.s3.export import ExportFailed
+from ringsnap.agent.s3.purge import PurgeFailed
 from ringsnap.agent.snapshot_restore import RestoredTable
 from ringsnap.agent.table_import_rpc import TableImportRpcs
 from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc, types_pb2
@@ -40,6 +43,10 @@ STATUS_FOR_ERROR: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (agent_errors.CommandTimeout, grpc.StatusCode.DEADLINE_EXCEEDED),
     (agent_errors.CommandFailed, grpc.StatusCode.UNAVAILABLE),
     (agent_errors.FreezeFailed, grpc.StatusCode.INTERNAL),
+    # S3 copies (their RPCs come with the coordinator's orchestration of exports).
+    (ExportFailed, grpc.StatusCode.FAILED_PRECONDITION),
+    (DownloadRefused, grpc.StatusCode.DATA_LOSS),
+    (PurgeFailed, grpc.StatusCode.FAILED_PRECONDITION),
 )
 
 STATUSES = ErrorStatuses(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
+import pkgutil
 from typing import cast
 
 import grpc
@@ -34,6 +36,12 @@ def test_each_domain_error_has_one_status(error: Exception, code: grpc.StatusCod
 
 
 def test_every_agent_error_class_is_mapped() -> None:
+    # Every module of the agent imported: the check must not depend on what earlier tests loaded.
+    import ringsnap.agent
+
+    for module in pkgutil.walk_packages(ringsnap.agent.__path__, "ringsnap.agent."):
+        if not module.name.endswith("__main__"):
+            importlib.import_module(module.name)
     mapped = {kind for kind, _ in STATUS_FOR_ERROR}
     for kind in errors.DomainError.__subclasses__():
         assert kind in mapped, f"{kind.__name__} has no status code"

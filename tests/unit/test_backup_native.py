@@ -56,7 +56,7 @@ def test_flush_then_a_snapshot_on_every_node_then_its_manifest_no_freeze() -> No
     assert not any(a.frozen for a in agents)
     assert run.snapshots == [] and run.native_snapshots == list(NODES)
     assert all(run.nodes[n].manifest == MANIFEST for n in NODES)
-    assert list(run.clock.phases) == ["plan", "canary", "flush", "snapshot", "record"]
+    assert list(run.clock.phases) == ["plan", "canary", "schema", "flush", "snapshot", "record"]
 
 
 def test_a_snapshot_that_holds_nothing_fails_the_run() -> None:

@@ -149,7 +149,14 @@ def test_prepare_before_the_freeze_commit_inside_finish_after_the_thaw() -> None
     assert ports["a1"].frozen_at == {"prepare": False, "commit": True, "finish": False}
     assert len(run.snapshots) == 1 and len(run.snapshots[0].members) == 6
     assert ports["a1"].prepared == set()
-    assert list(run.clock.phases)[:5] == ["plan", "canary", "flush", "manifest", "prepare"]
+    assert list(run.clock.phases)[:6] == [
+        "plan",
+        "canary",
+        "schema",
+        "flush",
+        "manifest",
+        "prepare",
+    ]
     assert "finish" in run.clock.phases
     assert not any(a.frozen for a in agents)
 
