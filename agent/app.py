@@ -5,7 +5,7 @@
     ...
     await server.stop()               # stops serving, then thaws everything it froze
 
-`main.py` runs it under systemd; `ringsnap.agent.testing.background` runs it in a thread for tests.
+`main.py` runs it under systemd; `ringsnap.sandbox.agents` runs it in a thread for tests.
 """
 
 from __future__ import annotations

@@ -27,7 +27,6 @@ from typing import Any
 from cassandra.concurrent import execute_concurrent_with_args
 
 from ringsnap.agent.drill import netns
-from ringsnap.agent.testing.background import BackgroundAgent
 from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc
 from ringsnap.coordinator.assembly import open_coordinator
 from ringsnap.coordinator.model import Backup, BackupState
@@ -35,6 +34,7 @@ from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.logs import configure
 from ringsnap.plugins.api import Cloneable
 from ringsnap.plugins.registry import build_driver
+from ringsnap.sandbox.agents import BackgroundAgent
 from ringsnap.sandbox.cluster import SandboxCluster
 from ringsnap.sandbox.stack import ARRAY_NAME, CLUSTER_NAME, Stack, running_stack
 from ringsnap.wire import duration

@@ -32,9 +32,9 @@ import grpc
 from google.protobuf import duration_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from ringsnap.agent.testing.background import TestPki, config_data, write_config
-from ringsnap.agent.testing.loopfs import LoopFilesystem, loop_filesystem, unavailable_reason
 from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc
+from ringsnap.sandbox.agents import TestPki, config_data, write_config
+from ringsnap.sandbox.loopfs import LoopFilesystem, loop_filesystem, unavailable_reason
 
 AGENT = Path(sys.executable).with_name("ringsnap-agent")
 

@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 from ringsnap.agent import manifest as manifest_module
 from ringsnap.agent.server import manifest_batch_message
-from ringsnap.agent.testing.loopfs import loop_filesystem, unavailable_reason
+from ringsnap.sandbox.loopfs import loop_filesystem, unavailable_reason
 
 BTI = ("Data.db", "Partitions.db", "Rows.db", "Filter.db", "Statistics.db", "CompressionInfo.db")
 BIG = ("Data.db", "Index.db", "Summary.db", "Filter.db", "Statistics.db", "CompressionInfo.db")

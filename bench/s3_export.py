@@ -33,9 +33,9 @@ from ringsnap.agent.s3.client import make_client
 from ringsnap.agent.s3.layout import Layout
 from ringsnap.agent.s3.purge import DELETE_BATCH, purge
 from ringsnap.agent.s3.settings import S3Settings
-from ringsnap.agent.testing.sstables import table_directory, write_sstable
 from ringsnap.config import load
 from ringsnap.sandbox.s3proxy import S3Server, running_s3proxy
+from ringsnap.sandbox.sstables import table_directory, write_sstable
 
 MIB = 1024 * 1024
 

@@ -257,8 +257,8 @@ class _Launcher:
 
 def _write_pki(cluster: SandboxCluster, directory: Path) -> tuple[Path, dict[str, Any]]:
     """A fresh CA, an agent certificate per node (for its own address) and the coordinator's."""
-    from ringsnap.agent.testing.background import COORDINATOR_IDENTITY, TestPki
-    from ringsnap.testpki import TestCA
+    from ringsnap.plugins.testing.pki import TestCA
+    from ringsnap.sandbox.agents import COORDINATOR_IDENTITY, TestPki
 
     ca = TestCA.create("ringsnap sandbox CA")
     ca_file = ca.write_ca(directory / "ca.crt")
@@ -304,7 +304,7 @@ def start(
     return them. Already running with this vendor: returns them untouched. Some died: the rest
     are stopped and all are started again (the catalog is kept). On failure nothing is left
     running and the error quotes the failing process's log."""
-    from ringsnap.agent.testing.background import write_config
+    from ringsnap.sandbox.agents import write_config
     from ringsnap.sandbox.stack import ARRAY_NAME, agent_data, coordinator_data
 
     say = report or (lambda _message: None)

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from ringsnap.agent.config import AgentConfig
-from ringsnap.agent.testing.background import BackgroundAgent, TestPki, config_data, write_config
 from ringsnap.config import validate
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.plugins.simulators.flasharray import FlashArrayOptions, FlashArraySimulator
@@ -27,10 +26,11 @@ from ringsnap.plugins.simulators.lunpool import LunPool
 from ringsnap.plugins.simulators.ontap import OntapSimulator
 from ringsnap.plugins.simulators.server import SimulatorApp, SimulatorServer, serving
 from ringsnap.plugins.simulators.tls import make_test_ca
+from ringsnap.plugins.testing.pki import TlsPaths
 from ringsnap.sandbox import services
+from ringsnap.sandbox.agents import BackgroundAgent, TestPki, config_data, write_config
 from ringsnap.sandbox.cluster import NodeInfo, SandboxCluster
 from ringsnap.sandbox.image import cassandra_home, java17_flags
-from ringsnap.testpki import TlsPaths
 
 ARRAY_NAME = "array1"
 CLUSTER_NAME = services.CLUSTER_NAME

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ringsnap.plugins.simulators.server import ServerTls
-from ringsnap.testpki import TestCA
+from ringsnap.plugins.testing.pki import TestCA
 
 
 @dataclass(frozen=True)

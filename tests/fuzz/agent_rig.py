@@ -23,7 +23,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ringsnap.agent import fsfreeze, process
 from ringsnap.agent.errors import CommandFailed
-from ringsnap.agent.testing.background import BackgroundAgent, TestPki, agent_config
+from ringsnap.sandbox.agents import BackgroundAgent, TestPki, agent_config
 
 STOP = "fuzz-stop-cassandra"
 START = "fuzz-start-cassandra"

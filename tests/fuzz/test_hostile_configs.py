@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 
 from ringsnap.agent import main as agent_main
 from ringsnap.agent.config import AgentConfig
-from ringsnap.agent.testing.background import TestPki, config_data
 from ringsnap.config import load
 from ringsnap.coordinator import main as coordinator_main
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.errors import ConfigError
+from ringsnap.sandbox.agents import TestPki, config_data
 from ringsnap.sandbox.services import toml_document
 from tests.unit.coordinator_api.conftest import config_data as coordinator_data
 

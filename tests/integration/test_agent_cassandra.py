@@ -24,8 +24,8 @@ import grpc
 import pytest
 from google.protobuf import duration_pb2
 
-from ringsnap.agent.testing.background import BackgroundAgent, TestPki, agent_config
 from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc, types_pb2
+from ringsnap.sandbox.agents import BackgroundAgent, TestPki, agent_config
 from ringsnap.sandbox.cluster import NodeInfo, SandboxCluster
 
 pytestmark = pytest.mark.integration

@@ -18,7 +18,7 @@ from ringsnap.agent.jmx import CassandraControl
 from ringsnap.agent.jolokia import Jolokia
 from ringsnap.agent.main import main
 from ringsnap.agent.nodetool import ClusterFacts, Nodetool, parse_generation
-from ringsnap.agent.testing.background import TestPki, config_data, write_config
+from ringsnap.sandbox.agents import TestPki, config_data, write_config
 from ringsnap.sandbox.cluster import NodeInfo, SandboxCluster
 
 pytestmark = pytest.mark.integration

@@ -23,7 +23,9 @@ import pytest
 from google.protobuf import duration_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from ringsnap.agent.testing.background import (
+from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc
+from ringsnap.plugins.testing.pki import TestCA
+from ringsnap.sandbox.agents import (
     BackgroundAgent,
     TestPki,
     agent_config,
@@ -31,9 +33,7 @@ from ringsnap.agent.testing.background import (
     secure_channel,
     write_config,
 )
-from ringsnap.agent.testing.loopfs import LoopFilesystem, loop_filesystem, unavailable_reason
-from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc
-from ringsnap.testpki import TestCA
+from ringsnap.sandbox.loopfs import LoopFilesystem, loop_filesystem, unavailable_reason
 
 pytestmark = pytest.mark.integration
 

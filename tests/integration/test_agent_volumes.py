@@ -24,10 +24,10 @@ import pytest
 
 from ringsnap.agent import mounts
 from ringsnap.agent.config import AgentConfig
-from ringsnap.agent.testing.background import BackgroundAgent, TestPki, config_data
-from ringsnap.agent.testing.loopfs import unavailable_reason
 from ringsnap.config import validate
 from ringsnap.coordinator.agents import AgentError, ClientTls, GrpcNodeAgent
+from ringsnap.sandbox.agents import BackgroundAgent, TestPki, config_data
+from ringsnap.sandbox.loopfs import unavailable_reason
 
 pytestmark = pytest.mark.integration
 

@@ -27,7 +27,6 @@ import pytest
 from cassandra.concurrent import execute_concurrent_with_args
 
 from ringsnap.agent.drill import netns
-from ringsnap.agent.testing.background import BackgroundAgent
 from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc
 from ringsnap.coordinator.assembly import open_coordinator
 from ringsnap.coordinator.catalog import Catalog
@@ -36,6 +35,7 @@ from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.plugins.api import Cloneable
 from ringsnap.plugins.registry import build_driver
 from ringsnap.plugins.types import Volume
+from ringsnap.sandbox.agents import BackgroundAgent
 from ringsnap.sandbox.cluster import SandboxCluster
 from ringsnap.sandbox.stack import ARRAY_NAME, CLUSTER_NAME, Stack, running_stack
 from ringsnap.wire import duration

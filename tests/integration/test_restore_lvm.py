@@ -41,7 +41,6 @@ import pytest
 
 from ringsnap import mountinfo
 from ringsnap.agent.config import AgentConfig
-from ringsnap.agent.testing.background import BackgroundAgent, TestPki, config_data
 from ringsnap.config import validate
 from ringsnap.coordinator.agents import ClientTls, GrpcNodeAgent
 from ringsnap.coordinator.model import (
@@ -68,6 +67,7 @@ from ringsnap.plugins.simulators.lunpool import loop_devices_of, temporary_xfs_p
 from ringsnap.plugins.simulators.lvm2 import Lvm2Emulator
 from ringsnap.plugins.testing import mounts
 from ringsnap.plugins.types import SnapshotRef, Volume
+from ringsnap.sandbox.agents import BackgroundAgent, TestPki, config_data
 from tests.plugins.test_lvm import device_mapper_error
 
 pytestmark = pytest.mark.integration

@@ -1,7 +1,7 @@
 """Export, download and purge of SSTable copies against a real S3 server (S3Proxy in its container).
 
 No Cassandra: the SSTable trees are written in Cassandra's on-disk layout with real CRC32 digests
-(`ringsnap.agent.testing.sstables`). What was uploaded is always read from the store's own listing.
+(`ringsnap.sandbox.sstables`). What was uploaded is always read from the store's own listing.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from ringsnap.agent.s3.export import ExportResult, export_node
 from ringsnap.agent.s3.layout import Layout
 from ringsnap.agent.s3.purge import purge, referenced_keys
 from ringsnap.agent.s3.settings import S3Settings
-from ringsnap.agent.testing.sstables import table_directory, write_sstable
 from ringsnap.sandbox.s3proxy import S3Server, running_s3proxy
+from ringsnap.sandbox.sstables import table_directory, write_sstable
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ searched for them, and a test that leaked one fails, naming what leaked and wher
 Most secrets register themselves (`install_sources`, called once per pytest process): every
 `SecretStr` a configuration validates into (array passwords and tokens, the Jolokia and CQL
 passwords, TLS private keys read through `key_file`), every key the test PKI issues
-(`ringsnap.testpki.TestCA`), every coordinator API token written (`apitoken.write_token`), and the
+(`ringsnap.plugins.testing.pki.TestCA`), every coordinator API token written (`apitoken.write_token`), and the
 sandbox simulators' login.
 
 What is searched (`LeakCheck`, one per test): pytest's captured stdout/stderr (structlog's console
@@ -239,7 +239,7 @@ def _wrap_secret_str() -> None:
 
 
 def _wrap_test_pki() -> None:
-    from ringsnap.testpki import IssuedCert, TestCA
+    from ringsnap.plugins.testing.pki import IssuedCert, TestCA
 
     original_create = TestCA.create.__func__  # type: ignore[attr-defined]
     original_issue = TestCA.issue

@@ -18,8 +18,8 @@ import pytest
 from ringsnap.agent import check, mounts
 from ringsnap.agent.config import AgentConfig
 from ringsnap.agent.restore import VolumeRestorer
-from ringsnap.agent.testing.background import TestPki, config_data
 from ringsnap.config import validate
+from ringsnap.sandbox.agents import TestPki, config_data
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from ringsnap.agent.config import AgentConfig, load_config
-from ringsnap.agent.testing.background import TestPki, config_data, write_config
 from ringsnap.errors import ConfigError
+from ringsnap.sandbox.agents import TestPki, config_data, write_config
 
 SYSTEMD_EXAMPLE = Path(__file__).resolve().parents[2] / "systemd" / "agent.example.toml"
 

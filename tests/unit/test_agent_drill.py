@@ -439,7 +439,7 @@ def test_a_restarted_agent_tears_down_the_drills_it_finds(rig: Rig) -> None:
 
 
 def test_the_agent_config_takes_a_drill_section(tmp_path: Path) -> None:
-    from ringsnap.agent.testing.background import TestPki, config_data
+    from ringsnap.sandbox.agents import TestPki, config_data
 
     data = config_data(
         TestPki.create(tmp_path),

@@ -13,7 +13,7 @@ import pytest
 
 from ringsnap.agent.freezestate import StateStore
 from ringsnap.agent.main import main
-from ringsnap.agent.testing.background import TestPki, config_data, write_config
+from ringsnap.sandbox.agents import TestPki, config_data, write_config
 
 
 def test_thaw_all_with_nothing_recorded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

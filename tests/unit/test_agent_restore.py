@@ -35,10 +35,10 @@ from ringsnap.agent.restore import (
     check_volume_name,
     empty_directory,
 )
-from ringsnap.agent.testing.background import TestPki, agent_config, config_data
 from ringsnap.config import validate
 from ringsnap.errors import ConfigError, ValidationError
 from ringsnap.mountinfo import Mount
+from ringsnap.sandbox.agents import TestPki, agent_config, config_data
 
 T = TypeVar("T")
 ROOT_DEV = (8, 1)

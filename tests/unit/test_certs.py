@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from ringsnap.certs import inspect
-from ringsnap.testpki import TestCA
+from ringsnap.plugins.testing.pki import TestCA
 
 
 def test_a_good_certificate_has_no_errors_and_one_that_expires_soon_warns() -> None:

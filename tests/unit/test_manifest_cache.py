@@ -11,7 +11,7 @@ import pytest
 
 from ringsnap.agent import manifest as manifest_module
 from ringsnap.agent.manifest import ManifestCache, SSTable, manifest
-from ringsnap.agent.testing.sstables import table_directory, write_sstable
+from ringsnap.sandbox.sstables import table_directory, write_sstable
 
 
 def tables(root: Path, cache: ManifestCache | None) -> list[SSTable]:

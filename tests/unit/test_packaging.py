@@ -71,8 +71,6 @@ def test_committed_generated_code_is_fresh(tmp_path: Path) -> None:
 #: What tests, the bench and the sandbox use, and no daemon may load: a test CA, agents in threads,
 #: array simulators.
 TEST_HELPERS = (
-    "ringsnap.agent.testing",
-    "ringsnap.testpki",
     "ringsnap.plugins.simulators",
     "ringsnap.plugins.testing",
     "ringsnap.sandbox",

@@ -15,7 +15,7 @@ from ringsnap.agent.s3.client import _content_md5_only
 from ringsnap.agent.s3.export import ExportFailed, export_node, transfer_config
 from ringsnap.agent.s3.progress import Progress, Tracker
 from ringsnap.agent.s3.settings import S3Settings
-from ringsnap.agent.testing.sstables import table_directory, write_sstable
+from ringsnap.sandbox.sstables import table_directory, write_sstable
 
 MIB = 1024 * 1024
 

@@ -7,10 +7,10 @@ import tomllib
 from pathlib import Path
 
 from ringsnap.agent.config import AgentConfig
-from ringsnap.agent.testing.background import TestPki
 from ringsnap.config import validate
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.sandbox import services, stack
+from ringsnap.sandbox.agents import TestPki
 from ringsnap.sandbox.cluster import NodeInfo, SandboxCluster
 from ringsnap.sandbox.instance import InstanceLayout
 from ringsnap.sandbox.pool import Lun

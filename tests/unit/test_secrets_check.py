@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from ringsnap import logs
 from ringsnap.config import validate
-from ringsnap.testpki import TestCA
+from ringsnap.plugins.testing.pki import TestCA
 from tests.support import secrets
 
 PASSWORD = "hunter2-but-longer"  # the secret these tests leak on purpose

@@ -25,7 +25,7 @@ from ringsnap.coordinator.client import REASON_EXIT_CODES, ExitCode
 from ringsnap.coordinator.restore_plan import RestoreRequest
 from ringsnap.coordinator.server import classify
 from ringsnap.errors import ValidationError
-from ringsnap.testpki import TestCA
+from ringsnap.plugins.testing.pki import TestCA
 
 from .conftest import Harness
 from .test_server import pb_stub, reason_of, rpc_error

@@ -22,7 +22,7 @@ import structlog
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ringsnap.coordinator.main import main
-from ringsnap.testpki import TestCA
+from ringsnap.plugins.testing.pki import TestCA
 
 KEY_MARKER = "PRIVATE KEY"
 

@@ -22,7 +22,7 @@ from ringsnap.coordinator import access, commands
 from ringsnap.coordinator.access import Role
 from ringsnap.coordinator.client import ADDRESS_ENV, REMOTE_ENV, ExitCode
 from ringsnap.coordinator.server import CoordinatorServer, RemoteListener
-from ringsnap.testpki import TestCA
+from ringsnap.plugins.testing.pki import TestCA
 
 from .conftest import Harness
 from .restore_rig import install

@@ -29,7 +29,7 @@ import grpc.aio
 from ringsnap.agent.app import AgentServer
 from ringsnap.agent.config import AgentConfig
 from ringsnap.config import validate
-from ringsnap.testpki import IssuedCert, TestCA, TlsPaths
+from ringsnap.plugins.testing.pki import IssuedCert, TestCA, TlsPaths
 
 T = TypeVar("T")
 COORDINATOR_IDENTITY = "ringsnap-coordinator"
