@@ -9,17 +9,18 @@ Because the middleware repeats a call that failed with a retryable error, and a 
 still have happened on the array, every operation must be safe to repeat: creating what exists
 already (same name, same volumes) returns it, deleting what is gone succeeds.
 
-A group snapshot taken while a cluster's filesystems are frozen comes in four steps, so that only
-the snapshot itself happens under the freeze:
+A group snapshot taken while a cluster's filesystems are frozen comes in steps, so that only the
+snapshot itself happens under the freeze:
 
     prepared = driver.prepare_group_snapshot(volumes, name)   # before the freeze: checks, set-up
     ref = driver.commit_group_snapshot(prepared)              # frozen: the snapshot, nothing else
+    ref = driver.describe_group_snapshot(prepared, ref)       # thawed: read what commit did not
     driver.finish_group_snapshot(prepared)                    # thawed: remove what prepare made
     driver.abort_group_snapshot(prepared)                     # instead of finish, when a run fails
 
-The defaults make every driver fit: prepare only records the request and commit is
-`create_group_snapshot`. A driver with set-up work of its own (ONTAP's temporary consistency group)
-overrides all four and builds `create_group_snapshot` from them.
+The defaults make every driver fit: prepare only records the request, commit is
+`create_group_snapshot` and describe returns the ref as it is. A driver with set-up work of its own
+(ONTAP's temporary consistency group) overrides them and builds `create_group_snapshot` from them.
 """
 
 from __future__ import annotations
@@ -111,6 +112,13 @@ class ArrayDriver(ABC):
         if prepared.existing is not None:
             return prepared.existing
         return self.create_group_snapshot(prepared.volumes, prepared.name)
+
+    def describe_group_snapshot(self, prepared: PreparedSnapshot, ref: SnapshotRef) -> SnapshotRef:
+        """After the thaw, before finish: `ref` as `commit_group_snapshot` returned it, completed
+        with what the commit left to read once writes flow again, so that the commit can be the
+        snapshot request alone (ONTAP reads its member snapshots here). Default: `ref` itself.
+        """
+        return ref
 
     def finish_group_snapshot(self, prepared: PreparedSnapshot) -> None:  # noqa: B027
         """After a commit (good or failed) and the thaw: remove what prepare set up.

@@ -165,8 +165,28 @@ class ArrayRun:
         return failures
 
     async def finish(self) -> None:
-        """After the thaw: each array removes what its prepare set up; never fails the run."""
+        """After the thaw: each array completes the description of its snapshot (what the commit
+        left to read once writes flow again), then removes what its prepare set up; never fails
+        the run."""
+        await asyncio.gather(*(self._describe(i) for i in range(len(self.run.snapshots))))
         await self._release(list(self._prepared))
+
+    async def _describe(self, index: int) -> None:
+        ref = self.run.snapshots[index]
+        prepared = self._prepared.get(ref.array)
+        if prepared is None:
+            return
+        try:
+            self.run.snapshots[index] = await self.arrays[ref.array].describe_group_snapshot(
+                prepared, ref
+            )
+        except Exception as exc:  # the snapshot is good; its driver finds it by name
+            self._warn(
+                ref.array,
+                f"array {ref.array}: snapshot {ref.snapshot_name!r} was taken, but reading its"
+                f" description after the thaw failed ({exc}); it is recorded by name and found"
+                " by name when it is used",
+            )
 
     async def discard(self, reason: str) -> None:
         """Abort what a failed run prepared and delete what it made; record for cleanup what

@@ -49,6 +49,11 @@ class AsyncDriver:
     async def commit_group_snapshot(self, prepared: PreparedSnapshot) -> SnapshotRef:
         return await asyncio.to_thread(self._wrapped.commit_group_snapshot, prepared)
 
+    async def describe_group_snapshot(
+        self, prepared: PreparedSnapshot, ref: SnapshotRef
+    ) -> SnapshotRef:
+        return await asyncio.to_thread(self._wrapped.describe_group_snapshot, prepared, ref)
+
     async def finish_group_snapshot(self, prepared: PreparedSnapshot) -> None:
         await asyncio.to_thread(self._wrapped.finish_group_snapshot, prepared)
 

@@ -89,6 +89,11 @@ class WrappedDriver:
     def commit_group_snapshot(self, prepared: PreparedSnapshot) -> SnapshotRef:
         return self._run("commit_group_snapshot", self.driver.commit_group_snapshot, prepared)
 
+    def describe_group_snapshot(self, prepared: PreparedSnapshot, ref: SnapshotRef) -> SnapshotRef:
+        return self._run(
+            "describe_group_snapshot", self.driver.describe_group_snapshot, prepared, ref
+        )
+
     def finish_group_snapshot(self, prepared: PreparedSnapshot) -> None:
         self._run("finish_group_snapshot", self.driver.finish_group_snapshot, prepared)
 

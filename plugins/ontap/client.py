@@ -27,6 +27,7 @@ from netapp_ontap.resources.job import Job
 from netapp_ontap.resources.snapshot import Snapshot
 from netapp_ontap.resources.svm import Svm
 from netapp_ontap.resources.volume import Volume as OntapVolume
+from netapp_ontap.response import NetAppResponse
 
 from ringsnap.plugins.errors import (
     AlreadyExistsError,
@@ -343,28 +344,41 @@ class OntapClient:
             f"DELETE /api/application/consistency-groups/{cg_uuid}",
         )
 
-    def create_cg_snapshot(
+    def take_cg_snapshot(
         self, cg_uuid: str, name: str, consistency_type: str, comment: str
-    ) -> list[SnapshotRecord]:
-        """Snapshot the group; returns the member volume snapshots it made.
+    ) -> None:
+        """Snapshot the group: one request when the job ends within `return_timeout`.
 
-        Two requests when the job ends within `return_timeout`: the POST, and one GET for the
-        member snapshots' uuids (the POST answers with its job only).
+        A raw POST: the SDK's resource POST follows the answer's `Location` (a query by name)
+        with a job poll and a GET, two more round trips while the filesystems are frozen. A job
+        that outlives `return_timeout` (202) is polled; `cg_snapshot` reads the members later.
         """
-        snapshot = ConsistencyGroupSnapshot(
-            cg_uuid, name=name, consistency_type=consistency_type, comment=comment
-        )
-        self._write(
-            f"taking snapshot {name!r} of consistency group {cg_uuid}",
-            snapshot,
-            f"POST /api/application/consistency-groups/{cg_uuid}/snapshots",
-        )
-        self._read(
-            f"reading snapshot {name!r} of consistency group {cg_uuid}",
-            snapshot,
-            _CG_SNAPSHOT_FIELDS,
-        )
-        return _cg_snapshot_members(_data(snapshot), name, comment)
+        path = f"/api/application/consistency-groups/{cg_uuid}/snapshots"
+        doing = f"taking snapshot {name!r} of consistency group {cg_uuid}"
+
+        def post() -> requests.Response:
+            try:
+                response = self.connection.session.post(
+                    f"{self.connection.origin}{path}",
+                    params={"return_timeout": self.settings.return_timeout},
+                    json={"name": name, "consistency_type": consistency_type, "comment": comment},
+                )
+                response.raise_for_status()
+            except requests.exceptions.RequestException as exc:
+                raise NetAppRestError(cause=exc) from exc
+            return response
+
+        answer = self.call(doing, post, job=f"POST {path}")
+        if answer.status_code == 202:
+            self.call(
+                doing,
+                lambda: NetAppResponse(answer, connection=self.connection).poll(
+                    connection=self.connection,
+                    timeout=self.settings.job_timeout,
+                    interval=self.settings.job_poll_interval,
+                ),
+                job=f"POST {path}",
+            )
 
     def cg_snapshot(self, cg_uuid: str, name: str, comment: str) -> list[SnapshotRecord]:
         """The member volume snapshots of the group's snapshot `name` (none if there is none)."""

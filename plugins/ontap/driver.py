@@ -14,8 +14,10 @@ persistent CG per cluster:
 
 Under a freeze the work is split (`ringsnap.plugins.api`): `prepare_group_snapshot` checks the
 name, looks for a snapshot of that name, sweeps old temporary CGs and creates this one's CG, all
-before the freeze; `commit_group_snapshot` is the CG snapshot POST and the read of its members,
-nothing else; `finish_group_snapshot` / `abort_group_snapshot` delete the CG after the thaw.
+before the freeze; `commit_group_snapshot` is the CG snapshot POST, nothing else (one request
+while writes stall); after the thaw `describe_group_snapshot` reads its member snapshots' uuids and
+`finish_group_snapshot` / `abort_group_snapshot` delete the CG. A ref whose members' uuids were
+never read (the read failed) is completed by name whenever it is used.
 ONTAP's two-phase snapshot (`action=start` / `commit`) does not fit that split: the image is taken
 at `start`, so a start before the freeze would capture unfrozen filesystems.
 
@@ -106,7 +108,7 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
     def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
         prepared = self.prepare_group_snapshot(volumes, name)
         try:
-            ref = self.commit_group_snapshot(prepared)
+            ref = self.describe_group_snapshot(prepared, self.commit_group_snapshot(prepared))
         except DriverError as error:
             raise error.left_behind(self._release(prepared)) from None
         leftovers = self._release(prepared)
@@ -172,14 +174,15 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
         )
 
     def commit_group_snapshot(self, prepared: PreparedSnapshot) -> SnapshotRef:
-        """One CG snapshot POST (and the GET of its member uuids); no clean-up on failure."""
+        """One CG snapshot POST, nothing else; no clean-up on failure. The ref it returns names
+        the snapshot; its members' uuids are read by `describe_group_snapshot` after the thaw."""
         if prepared.existing is not None:
             return prepared.existing
         cg_uuid = self._prepared_group(prepared)
         name = prepared.name
         members = list(prepared.volumes)
         try:
-            made = self.client.create_cg_snapshot(
+            self.client.take_cg_snapshot(
                 cg_uuid, name, self._settings.consistency_type, self._settings.snapshot_comment
             )
         except AlreadyExistsError:
@@ -187,7 +190,23 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
             made = self.client.cg_snapshot(cg_uuid, name, self._settings.snapshot_comment)
             if not made:
                 raise
-        found = {record.volume_uuid: record for record in made}
+            return self._complete_ref(name, members, {r.volume_uuid: r for r in made})
+        return self._ref(name, members, {})
+
+    def describe_group_snapshot(self, prepared: PreparedSnapshot, ref: SnapshotRef) -> SnapshotRef:
+        """The member snapshots of the CG snapshot, read once the filesystems are thawed."""
+        if all(member.snapshot_id for member in ref.members):
+            return ref
+        name = ref.snapshot_name
+        members = [member.volume for member in ref.members]
+        made = self.client.cg_snapshot(
+            self._prepared_group(prepared), name, self._settings.snapshot_comment
+        )
+        return self._complete_ref(name, members, {r.volume_uuid: r for r in made})
+
+    def _complete_ref(
+        self, name: str, members: Sequence[Volume], found: Mapping[str, SnapshotRecord]
+    ) -> SnapshotRef:
         if set(found) != {volume.id for volume in members}:
             raise DriverError(
                 f"the array reported snapshot {name!r} done, but it is on {len(found)} of"
@@ -195,6 +214,20 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
                 array=self.array,
             )
         return self._ref(name, members, found)
+
+    def _resolved(self, ref: SnapshotRef) -> SnapshotRef:
+        """`ref` with every member's snapshot uuid, looked up by name where it was never read."""
+        if all(member.snapshot_id for member in ref.members):
+            return ref
+        members = [member.volume for member in ref.members]
+        found = self._named(members, ref.snapshot_name)
+        missing = sorted(volume.name for volume in members if volume.id not in found)
+        if missing:
+            raise NotFoundError(
+                f"snapshot {ref.snapshot_name!r} no longer exists on volumes {missing}",
+                array=self.array,
+            )
+        return self._ref(ref.snapshot_name, members, found)
 
     def finish_group_snapshot(self, prepared: PreparedSnapshot) -> None:
         """Delete the temporary CG; its member snapshots stay, as plain volume snapshots."""
@@ -227,6 +260,7 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
         return sorted(infos, key=lambda info: (info.ref.created_at, info.ref.snapshot_name))
 
     def get_snapshot(self, ref: SnapshotRef) -> SnapshotInfo:
+        ref = self._resolved(ref)
         found: dict[str, SnapshotRecord] = {}
         missing: list[str] = []
         for member in ref.members:
@@ -243,15 +277,23 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
         return SnapshotInfo(self._ref(ref.snapshot_name, volumes, found))
 
     def delete_snapshot(self, ref: SnapshotRef) -> None:
+        unread = [member.volume for member in ref.members if not member.snapshot_id]
+        by_name = self._named(unread, ref.snapshot_name) if unread else {}
         for member in ref.members:
+            snapshot_id = member.snapshot_id
+            if not snapshot_id:
+                if member.volume.id not in by_name:
+                    continue  # gone already
+                snapshot_id = by_name[member.volume.id].uuid
             try:
-                self.client.delete_snapshot(member.volume.id, member.snapshot_id)
+                self.client.delete_snapshot(member.volume.id, snapshot_id)
             except NotFoundError:
                 continue
 
     # Revert
 
     def revert_plan(self, ref: SnapshotRef) -> Sequence[str]:
+        ref = self._resolved(ref)
         plan: list[str] = []
         for member in ref.members:
             for newer in self._newer_snapshots(member):
@@ -262,6 +304,7 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
         return plan
 
     def revert(self, ref: SnapshotRef) -> None:
+        ref = self._resolved(ref)
         self.get_snapshot(ref)  # every member must exist before anything is touched
         plan = self.revert_plan(ref)
         _log.warning(
@@ -302,6 +345,7 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
     # Clones
 
     def clone(self, ref: SnapshotRef, suffix: str) -> Sequence[Volume]:
+        ref = self._resolved(ref)
         tag = re.sub(r"[^A-Za-z0-9_]", "_", suffix)
         existing = {record.name: record for record in self.client.volumes(self._settings.svm)}
         made: list[VolumeRecord] = []
@@ -437,9 +481,10 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
     def _ref(
         self, name: str, members: Sequence[Volume], found: Mapping[str, SnapshotRecord]
     ) -> SnapshotRef:
+        # Before its members are read (`commit_group_snapshot`), a snapshot is dated now.
         created = min(
-            (found[volume.id].create_time for volume in members),
-            default=datetime.datetime.fromtimestamp(0, datetime.UTC),
+            (found[volume.id].create_time for volume in members if volume.id in found),
+            default=datetime.datetime.now(datetime.UTC),
         )
         return SnapshotRef(
             array=self.array,
@@ -449,7 +494,8 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
             snapshot_name=name,
             created_at=created,
             members=tuple(
-                VolumeSnapshot(volume, found[volume.id].uuid, name) for volume in members
+                VolumeSnapshot(volume, found[volume.id].uuid if volume.id in found else "", name)
+                for volume in members
             ),
             attributes=(("svm", self._settings.svm),),
         )

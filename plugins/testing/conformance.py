@@ -399,12 +399,15 @@ class DriverConformance:
         assert ref.snapshot_name not in names
 
     def test_staged_snapshot_is_a_group_snapshot(self, harness: Harness) -> None:
-        """prepare, commit, finish (a snapshot taken under a freeze) = create_group_snapshot."""
+        """prepare, commit, describe, finish (a snapshot taken under a freeze) =
+        create_group_snapshot."""
         images_before = harness.pool.snapshot_count()
         name = harness.snapshot_name("staged")
         prepared = harness.driver.prepare_group_snapshot(harness.volumes, name)
         assert prepared.name == name and prepared.array == harness.array
-        ref = harness.driver.commit_group_snapshot(prepared)
+        ref = harness.driver.describe_group_snapshot(
+            prepared, harness.driver.commit_group_snapshot(prepared)
+        )
         harness.driver.finish_group_snapshot(prepared)
         self.assert_complete(harness, ref, name)
         assert harness.pool.snapshot_count() == images_before + len(harness.volumes)

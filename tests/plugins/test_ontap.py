@@ -562,21 +562,46 @@ def test_commit_sends_only_the_snapshot_calls(ontap: OntapEnv) -> None:
     assert len(ontap.simulator.consistency_group_names()) == 1
     assert ontap.simulator.snapshot_names("vol_a") == []
 
-    ref, during = _sent_during(ontap, driver.commit_group_snapshot, prepared)
-    # One POST of the CG snapshot (answered within return_timeout), then only reads of that
-    # snapshot and its job (the SDK resolves the new snapshot's uuid; the driver reads its
-    # members): no volume or snapshot listing, no consistency group created or deleted.
+    partial, during = _sent_during(ontap, driver.commit_group_snapshot, prepared)
+    # Under the freeze: the CG snapshot POST alone (answered within return_timeout). No read of
+    # the snapshot or its job, no listing, no consistency group created or deleted.
+    assert len(during) == 1, during
     assert during[0][0] == "POST" and re.match(CG_SNAPSHOT, during[0][1]), during
-    reads = during[1:]
-    assert reads and all(method == "GET" for method, _ in reads), during
-    assert all(re.match(CG_SNAPSHOT, path) or re.match(JOB, path) for _, path in reads), during
-    assert sorted(m.volume.name for m in ref.members) == sorted(VOLUMES)
+    assert sorted(m.volume.name for m in partial.members) == sorted(VOLUMES)
+    assert not any(m.snapshot_id for m in partial.members)
+
+    # After the thaw: its members' uuids, read from the CG snapshot.
+    ref, reads = _sent_during(ontap, driver.describe_group_snapshot, prepared, partial)
+    assert reads and all(method == "GET" for method, _ in reads), reads
+    assert all(re.match(CG_SNAPSHOT, path) for _, path in reads), reads
+    assert all(m.snapshot_id for m in ref.members)
+    assert (ref.snapshot_name, ref.array) == (partial.snapshot_name, partial.array)
 
     _, after = _sent_during(ontap, driver.finish_group_snapshot, prepared)
     assert [method for method, _ in after] == ["DELETE"]
     assert ontap.simulator.consistency_group_names() == []
     assert driver.get_snapshot(ref).ref == ref
     assert ontap.simulator.snapshot_names("vol_b") == ["frozen"]
+
+
+def test_a_snapshot_whose_members_were_never_read_is_found_by_name(ontap: OntapEnv) -> None:
+    """A failed read after the thaw leaves the ref as the commit returned it: every use of it
+    (show, revert plan, clone, delete) finds the member snapshots by name."""
+    driver = ontap.driver()
+    volumes = ontap.volumes()
+    prepared = driver.prepare_group_snapshot(volumes, "unread")
+    partial = driver.commit_group_snapshot(prepared)
+    driver.finish_group_snapshot(prepared)  # the CG is gone: only the names remain
+    info = driver.get_snapshot(partial)
+    assert all(m.snapshot_id for m in info.ref.members)
+    assert driver.revert_plan(partial) == []
+    clones = driver.clone(partial, "unread_clone")
+    assert len(clones) == len(volumes)
+    for clone in clones:
+        driver.delete_clone(clone)
+    driver.delete_snapshot(partial)
+    assert ontap.simulator.snapshot_names("vol_a") == []
+    driver.delete_snapshot(partial)  # gone already: nothing to do
 
 
 def test_a_repeated_prepare_finds_the_snapshot_and_commit_sends_nothing(ontap: OntapEnv) -> None:
@@ -674,7 +699,7 @@ def test_finish_that_cannot_remove_the_group_names_it_and_keeps_the_snapshot(
 ) -> None:
     driver = ontap.driver()
     prepared = driver.prepare_group_snapshot(ontap.volumes(), "kept")
-    ref = driver.commit_group_snapshot(prepared)
+    ref = driver.describe_group_snapshot(prepared, driver.commit_group_snapshot(prepared))
     ontap.server.faults.add(
         Fault(
             "status",

@@ -275,6 +275,11 @@ class FakeArray:
             return prepared.existing
         return await self.create_group_snapshot(prepared.volumes, prepared.name)
 
+    async def describe_group_snapshot(
+        self, prepared: PreparedSnapshot, ref: SnapshotRef
+    ) -> SnapshotRef:
+        return ref
+
     async def finish_group_snapshot(self, prepared: PreparedSnapshot) -> None:
         return None
 

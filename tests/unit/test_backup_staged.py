@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -80,6 +81,12 @@ class StagedArray(FakeArray):
         self.snapshots[prepared.name] = ref
         return ref
 
+    async def describe_group_snapshot(
+        self, prepared: PreparedSnapshot, ref: SnapshotRef
+    ) -> SnapshotRef:
+        await self._step("describe")
+        return replace(ref, attributes=(("described", "yes"),))
+
     async def finish_group_snapshot(self, prepared: PreparedSnapshot) -> None:
         await self._step("finish")
         self.prepared.discard(prepared.name)
@@ -144,9 +151,19 @@ def test_prepare_before_the_freeze_commit_inside_finish_after_the_thaw() -> None
     workflow, agents, ports, events = cluster()
     run = asyncio.run(workflow.run(BackupSettings(), trigger="test"))
     assert kinds(events) == (
-        ["flush"] * 3 + ["prepare"] + ["freeze"] * 3 + ["commit"] + ["thaw"] * 3 + ["finish"]
+        ["flush"] * 3
+        + ["prepare"]
+        + ["freeze"] * 3
+        + ["commit"]
+        + ["thaw"] * 3
+        + ["describe", "finish"]
     )
-    assert ports["a1"].frozen_at == {"prepare": False, "commit": True, "finish": False}
+    assert ports["a1"].frozen_at == {
+        "prepare": False,
+        "commit": True,
+        "describe": False,
+        "finish": False,
+    }
     assert len(run.snapshots) == 1 and len(run.snapshots[0].members) == 6
     assert ports["a1"].prepared == set()
     assert list(run.clock.phases)[:6] == [
@@ -176,6 +193,26 @@ def test_the_freeze_window_holds_only_the_commit() -> None:
     assert last_freeze < order.index("commit") < first_thaw
     assert order.index("finish") > len(order) - 1 - order[::-1].index("thaw")
     assert run.clock.phases["prepare"] >= 0.05 and run.clock.phases["finish"] >= 0.05
+
+
+def test_the_snapshot_is_described_after_the_thaw_and_before_the_finish() -> None:
+    workflow, _, ports, events = cluster()
+    run = asyncio.run(workflow.run(BackupSettings(), trigger="test"))
+    order = kinds(events)
+    last_thaw = len(order) - 1 - order[::-1].index("thaw")
+    assert last_thaw < order.index("describe") < order.index("finish")
+    assert ports["a1"].frozen_at["describe"] is False
+    assert [ref.attribute("described") for ref in run.snapshots] == ["yes"]
+
+
+def test_a_failed_description_keeps_the_snapshot_as_committed_with_a_warning() -> None:
+    workflow, _, ports, events = cluster()
+    ports["a1"].errors["describe"] = DriverError("HTTP 500: read failed", array="a1")
+    run = asyncio.run(workflow.run(BackupSettings(), trigger="test"))
+    assert [ref.snapshot_name for ref in run.snapshots] == [run.backup_id]
+    assert run.snapshots[0].attribute("described") == ""
+    assert any("reading its description after the thaw failed" in w for w in run.array_leftovers)
+    assert "finish a1" in events and "delete a1" not in events
 
 
 def test_a_failed_commit_thaws_then_aborts() -> None:
