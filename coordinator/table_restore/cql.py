@@ -4,7 +4,9 @@ row counts; every call off the event loop."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from ringsnap.coordinator.config import ClusterSection
@@ -21,6 +23,23 @@ _COUNT_TIMEOUT = 600.0
 
 class SchemaError(RingsnapError):
     """A schema statement failed or the nodes did not agree on the schema after it."""
+
+
+#: A node's connection pool that is being re-opened (the driver marked it down for a moment, e.g.
+#: after a burst of load) is given this many tries, this far apart, before the node counts as down.
+_TRIES = 4
+_PAUSE_SECONDS = 2.0
+
+
+def _with_retries(read: Callable[[], Any]) -> Any:
+    for attempt in range(_TRIES):
+        try:
+            return read().one()
+        except Exception:
+            if attempt == _TRIES - 1:
+                raise
+            time.sleep(_PAUSE_SECONDS)
+    raise AssertionError("unreachable")
 
 
 class CqlTables:
@@ -48,7 +67,14 @@ class CqlTables:
         session = self._open()
         cluster = session.cluster
         problems: list[str] = []
+        local = SimpleStatement(
+            "SELECT bootstrapped FROM system.local", consistency_level=ConsistencyLevel.ONE
+        )
         hosts = {str(h.host_id): h for h in cluster.metadata.all_hosts()}
+        for _ in range(_TRIES - 1):  # the driver re-opens a pool it dropped for a moment
+            if all(host.is_up for host in hosts.values()):
+                break
+            time.sleep(_PAUSE_SECONDS)
         for host_id, host in sorted(hosts.items()):
             if not host.is_up:
                 problems.append(f"node {host.address} ({host_id}) is down")
@@ -59,10 +85,11 @@ class CqlTables:
                 continue
             if not host.is_up:
                 continue
-            statement = SimpleStatement(
-                "SELECT bootstrapped FROM system.local", consistency_level=ConsistencyLevel.ONE
-            )
-            row = session.execute(statement, host=host, timeout=10).one()
+            try:
+                row = _with_retries(partial(session.execute, local, host=host, timeout=10))
+            except Exception as exc:  # a node that cannot answer is a reason to refuse
+                problems.append(f"node {host.address} ({host_id}) did not answer a read: {exc}")
+                continue
             if row is None or row.bootstrapped != "COMPLETED":
                 problems.append(f"node {host.address} ({host_id}) is not Normal (bootstrapping)")
         if not cluster.control_connection.wait_for_schema_agreement(wait_time=15):
