@@ -12,7 +12,6 @@ hand into something unreadable shows up in the drill's warnings, it never fails 
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Callable
 from dataclasses import replace
@@ -24,6 +23,14 @@ from ringsnap.coordinator.catalog.database import Database
 from ringsnap.coordinator.catalog.errors import CatalogError
 from ringsnap.coordinator.catalog.listing import MAX_PAGE_SIZE
 from ringsnap.coordinator.catalog.records import save_owned
+from ringsnap.coordinator.catalog.restore_codec import (
+    decode_sentences,
+    dumps,
+    json_object,
+    load_list,
+    text,
+    texts,
+)
 from ringsnap.coordinator.drill.model import (
     DRILL_ID,
     DrillClone,
@@ -121,7 +128,7 @@ class DrillStore(Database):
             record.error,
             encode_nodes(record.nodes),
             encode_clones(record.nodes),
-            _dumps(list(record.warnings)),
+            dumps(list(record.warnings)),
         )
         with self._tx(write=True) as conn:
             save_owned(conn, table="drills", kind="drill", fields=_FIELDS, values=values)
@@ -180,12 +187,8 @@ class DrillStore(Database):
 # -- the JSON columns ------------------------------------------------------------------------------
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
 def encode_nodes(nodes: tuple[DrillNode, ...]) -> str:
-    return _dumps(
+    return dumps(
         [
             {
                 "name": n.name,
@@ -205,7 +208,7 @@ def encode_nodes(nodes: tuple[DrillNode, ...]) -> str:
 
 
 def encode_clones(nodes: tuple[DrillNode, ...]) -> str:
-    return _dumps(
+    return dumps(
         [
             {
                 "node": n.name,
@@ -221,42 +224,6 @@ def encode_clones(nodes: tuple[DrillNode, ...]) -> str:
             for c in n.clones
         ]
     )
-
-
-def _load(stored: object) -> list[Any]:
-    if stored is None or stored == "":
-        return []
-    if not isinstance(stored, str):
-        raise CodecError(f"a {type(stored).__name__}, not JSON text")
-    try:
-        value = json.loads(stored)
-    except ValueError as exc:
-        raise CodecError(f"not JSON ({exc})") from None
-    if not isinstance(value, list):
-        raise CodecError(f"a JSON {type(value).__name__}, not a list")
-    return value
-
-
-def _fields(value: object, what: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise CodecError(f"{what} is not a JSON object")
-    return value
-
-
-def _text(fields: dict[str, Any], key: str, what: str, *, required: bool = False) -> str:
-    value = fields.get(key, "")
-    if not isinstance(value, str):
-        raise CodecError(f"{what}: {key} is not a string")
-    if required and not value:
-        raise CodecError(f"{what}: {key} is missing")
-    return value
-
-
-def _texts(fields: dict[str, Any], key: str, what: str) -> tuple[str, ...]:
-    value = fields.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise CodecError(f"{what}: {key} is not a list of strings")
-    return tuple(value)
 
 
 def _count(fields: dict[str, Any], key: str, what: str) -> int:
@@ -294,20 +261,20 @@ def _enum(kind: type[T], fields: dict[str, Any], key: str, what: str) -> T:
 
 def decode_nodes(stored: object) -> tuple[DrillNode, ...]:
     nodes: list[DrillNode] = []
-    for index, value in enumerate(_load(stored)):
-        fields = _fields(value, f"node #{index + 1}")
-        name = _text(fields, "name", f"node #{index + 1}", required=True)
+    for index, value in enumerate(load_list(stored)):
+        fields = json_object(value, f"node #{index + 1}")
+        name = text(fields, "name", f"node #{index + 1}", required=True)
         what = f"node {name}"
         nodes.append(
             DrillNode(
                 name=name,
-                host_id=_text(fields, "host_id", what),
-                purpose_id=_text(fields, "purpose_id", what),
+                host_id=text(fields, "host_id", what),
+                purpose_id=text(fields, "purpose_id", what),
                 step=_enum(DrillStep, fields, "step", what),
                 verdict=_enum(DrillVerdict, fields, "verdict", what),
-                proof=_texts(fields, "proof", what),
-                problems=_texts(fields, "problems", what),
-                teardown=_texts(fields, "teardown", what),
+                proof=texts(fields, "proof", what),
+                problems=texts(fields, "problems", what),
+                teardown=texts(fields, "teardown", what),
                 step_seconds=_timings(fields, what),
                 bytes_verified=_count(fields, "bytes_verified", what),
             )
@@ -320,30 +287,23 @@ def decode_nodes(stored: object) -> tuple[DrillNode, ...]:
 def decode_clones(stored: object) -> tuple[tuple[str, DrillClone], ...]:
     """(node, clone) pairs."""
     clones: list[tuple[str, DrillClone]] = []
-    for index, value in enumerate(_load(stored)):
+    for index, value in enumerate(load_list(stored)):
         what = f"clone #{index + 1}"
-        fields = _fields(value, what)
+        fields = json_object(value, what)
         deleted = fields.get("deleted", False)
         if not isinstance(deleted, bool):
             raise CodecError(f"{what}: deleted is not true or false")
         clone = DrillClone(
-            array=_text(fields, "array", what, required=True),
-            source=_text(fields, "source", what, required=True),
-            name=_text(fields, "name", what, required=True),
-            id=_text(fields, "id", what),
-            role=_text(fields, "role", what),
-            wwn=_text(fields, "wwn", what),
+            array=text(fields, "array", what, required=True),
+            source=text(fields, "source", what, required=True),
+            name=text(fields, "name", what, required=True),
+            id=text(fields, "id", what),
+            role=text(fields, "role", what),
+            wwn=text(fields, "wwn", what),
             deleted=deleted,
         )
-        clones.append((_text(fields, "node", what, required=True), clone))
+        clones.append((text(fields, "node", what, required=True), clone))
     return tuple(clones)
-
-
-def decode_sentences(stored: object) -> tuple[str, ...]:
-    values = _load(stored)
-    if not all(isinstance(item, str) for item in values):
-        raise CodecError("not a list of strings")
-    return tuple(values)
 
 
 def _record(row: sqlite3.Row) -> DrillRecord:

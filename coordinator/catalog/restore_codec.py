@@ -21,7 +21,7 @@ from ringsnap.coordinator.model import (
 E = TypeVar("E", RestoreStep, NodeVerdict, VolumeRole)
 
 
-def _dumps(value: Any) -> str:
+def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -29,7 +29,7 @@ def _dumps(value: Any) -> str:
 
 
 def encode_nodes(nodes: tuple[RestoreNode, ...]) -> str:
-    return _dumps(
+    return dumps(
         [
             {
                 "name": n.name,
@@ -62,21 +62,21 @@ def encode_nodes(nodes: tuple[RestoreNode, ...]) -> str:
 
 def encode_rows(rows: tuple[tuple[str, ...], ...]) -> str:
     """Tuples of strings (arrays done, clones) as a JSON list of lists."""
-    return _dumps([list(row) for row in rows])
+    return dumps([list(row) for row in rows])
 
 
 def encode_timings(timings: tuple[PhaseTiming, ...]) -> str:
-    return _dumps([[t.phase, t.seconds] for t in timings])
+    return dumps([[t.phase, t.seconds] for t in timings])
 
 
 def encode_sentences(values: tuple[str, ...]) -> str:
-    return _dumps(list(values))
+    return dumps(list(values))
 
 
 # -- decoding ------------------------------------------------------------------------------------
 
 
-def _load(stored: object) -> list[Any]:
+def load_list(stored: object) -> list[Any]:
     """The JSON list a column holds; NULL or '' is an empty list."""
     if stored is None or stored == "":
         return []
@@ -96,13 +96,13 @@ def _load(stored: object) -> list[Any]:
     return value
 
 
-def _object(value: object, what: str) -> dict[str, Any]:
+def json_object(value: object, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise CodecError(f"{what} is not a JSON object")
     return value
 
 
-def _text(fields: dict[str, Any], key: str, what: str, *, required: bool = False) -> str:
+def text(fields: dict[str, Any], key: str, what: str, *, required: bool = False) -> str:
     value = fields.get(key, "")
     if not isinstance(value, str):
         raise CodecError(f"{what}: {key} is not a string")
@@ -111,7 +111,7 @@ def _text(fields: dict[str, Any], key: str, what: str, *, required: bool = False
     return value
 
 
-def _texts(fields: dict[str, Any], key: str, what: str) -> tuple[str, ...]:
+def texts(fields: dict[str, Any], key: str, what: str) -> tuple[str, ...]:
     value = fields.get(key, [])
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise CodecError(f"{what}: {key} is not a list of strings")
@@ -149,21 +149,21 @@ def _choice(kind: type[E], fields: dict[str, Any], key: str, what: str, default:
 
 
 def _volume(value: object, what: str) -> RestoreVolume:
-    fields = _object(value, what)
+    fields = json_object(value, what)
     if "role" not in fields:
         raise CodecError(f"{what}: role is missing")
     return RestoreVolume(
-        array=_text(fields, "array", what, required=True),
-        volume=_text(fields, "volume", what, required=True),
+        array=text(fields, "array", what, required=True),
+        volume=text(fields, "volume", what, required=True),
         role=_choice(VolumeRole, fields, "role", what, VolumeRole.DATA),
-        mount_point=_text(fields, "mount_point", what),
-        attached_volume=_text(fields, "attached_volume", what),
+        mount_point=text(fields, "mount_point", what),
+        attached_volume=text(fields, "attached_volume", what),
     )
 
 
 def _node(value: object, index: int) -> RestoreNode:
-    fields = _object(value, f"node #{index + 1}")
-    name = _text(fields, "name", f"node #{index + 1}", required=True)
+    fields = json_object(value, f"node #{index + 1}")
+    name = text(fields, "name", f"node #{index + 1}", required=True)
     what = f"node {name}"
     volumes = fields.get("volumes", [])
     if not isinstance(volumes, list):
@@ -173,18 +173,18 @@ def _node(value: object, index: int) -> RestoreNode:
         raise CodecError(f"{what}: step_seconds is not a list")
     return RestoreNode(
         name=name,
-        host_id=_text(fields, "host_id", what),
+        host_id=text(fields, "host_id", what),
         volumes=tuple(_volume(v, f"{what}, volume #{i + 1}") for i, v in enumerate(volumes)),
         was_running=_flag(fields, "was_running", what, True),
-        backup_canary=_text(fields, "backup_canary", what),
-        pre_restore_canary=_text(fields, "pre_restore_canary", what),
+        backup_canary=text(fields, "backup_canary", what),
+        pre_restore_canary=text(fields, "pre_restore_canary", what),
         manifest_ok=_maybe_flag(fields, "manifest_ok", what),
         step=_choice(RestoreStep, fields, "step", what, RestoreStep.PLANNED),
         step_seconds=tuple(_timing(pair, f"{what}, step_seconds") for pair in step_seconds),
         verdict=_choice(NodeVerdict, fields, "verdict", what, NodeVerdict.PENDING),
-        proof=_texts(fields, "proof", what),
-        unproven=_texts(fields, "unproven", what),
-        next_step=_text(fields, "next_step", what),
+        proof=texts(fields, "proof", what),
+        unproven=texts(fields, "unproven", what),
+        next_step=text(fields, "next_step", what),
     )
 
 
@@ -195,7 +195,7 @@ def _timing(value: object, what: str) -> tuple[str, float]:
 
 
 def decode_nodes(stored: object) -> tuple[RestoreNode, ...]:
-    nodes = tuple(_node(value, index) for index, value in enumerate(_load(stored)))
+    nodes = tuple(_node(value, index) for index, value in enumerate(load_list(stored)))
     names = [n.name for n in nodes]
     if len(set(names)) != len(names):
         raise CodecError("a node is listed twice")
@@ -214,23 +214,23 @@ def _strings(value: object, arity: int) -> list[str]:
 
 def decode_pairs(stored: object) -> tuple[tuple[str, str], ...]:
     """Arrays done: [array, what was done]."""
-    return tuple((a, b) for a, b in (_strings(value, 2) for value in _load(stored)))
+    return tuple((a, b) for a, b in (_strings(value, 2) for value in load_list(stored)))
 
 
 def decode_triples(stored: object) -> tuple[tuple[str, str, str], ...]:
     """Clones: [array, original volume, clone]."""
-    return tuple((a, b, c) for a, b, c in (_strings(value, 3) for value in _load(stored)))
+    return tuple((a, b, c) for a, b, c in (_strings(value, 3) for value in load_list(stored)))
 
 
 def decode_timings(stored: object) -> tuple[PhaseTiming, ...]:
     return tuple(
         PhaseTiming(phase=phase, seconds=seconds)
-        for phase, seconds in (_timing(value, "timings") for value in _load(stored))
+        for phase, seconds in (_timing(value, "timings") for value in load_list(stored))
     )
 
 
 def decode_sentences(stored: object) -> tuple[str, ...]:
-    values = _load(stored)
+    values = load_list(stored)
     if not all(isinstance(item, str) for item in values):
         raise CodecError("not a list of strings")
     return tuple(values)
