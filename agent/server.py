@@ -7,7 +7,8 @@ INVALID_ARGUMENT before anything on the node changes.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from functools import partial
 
 import grpc
 import grpc.aio
@@ -327,22 +328,9 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     async def GetManifest(
         self, request: agent_pb2.GetManifestRequest, context: Context
     ) -> AsyncIterator[agent_pb2.GetManifestResponse]:
-        loop = asyncio.get_running_loop()
-        batches: Iterator[list[manifest.SSTable]] | None = None
-        try:
-            batches = self._agent.manifest(request.snapshot_tag, list(request.keyspaces))
-            while True:
-                message = await loop.run_in_executor(None, _next_message, batches)
-                if message is None:
-                    return
-                yield message
-        except (asyncio.CancelledError, grpc.aio.AbortError):
-            raise
-        except Exception as exc:
-            await STATUSES.abort(context, exc, "GetManifest")
-        finally:
-            if batches is not None:
-                await loop.run_in_executor(None, _close, batches)
+        batches = partial(self._agent.manifest, request.snapshot_tag, list(request.keyspaces))
+        async for message in _stream_manifest(batches, context, "GetManifest"):
+            yield message
 
     @unary
     async def CreateSnapshot(
@@ -464,22 +452,9 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     async def GetDrillManifest(
         self, request: agent_pb2.DrillRequest, context: Context
     ) -> AsyncIterator[agent_pb2.GetManifestResponse]:
-        loop = asyncio.get_running_loop()
-        batches: Iterator[list[manifest.SSTable]] | None = None
-        try:
-            batches = self._drills.manifest(request.drill_id)
-            while True:
-                message = await loop.run_in_executor(None, _next_message, batches)
-                if message is None:
-                    return
-                yield message
-        except (asyncio.CancelledError, grpc.aio.AbortError):
-            raise
-        except Exception as exc:
-            await STATUSES.abort(context, exc, "GetDrillManifest")
-        finally:
-            if batches is not None:
-                await loop.run_in_executor(None, _close, batches)
+        batches = partial(self._drills.manifest, request.drill_id)
+        async for message in _stream_manifest(batches, context, "GetDrillManifest"):
+            yield message
 
     # -- table-level restores (ringsnap.agent.table_import) --
 
@@ -506,6 +481,30 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         self, request: agent_pb2.RemoveStagingRequest, context: Context
     ) -> agent_pb2.RemoveStagingResponse:
         return await self._table_imports.remove_staging(request)
+
+
+async def _stream_manifest(
+    open_batches: Callable[[], Iterator[list[manifest.SSTable]]], context: Context, method: str
+) -> AsyncIterator[agent_pb2.GetManifestResponse]:
+    """A manifest as a stream of batch messages. Walking the tree and building each message run in
+    a worker thread (a node's manifest can be a million files); the walk is closed however the
+    stream ends (a client gone mid-stream included), and an error aborts with its mapped status."""
+    loop = asyncio.get_running_loop()
+    batches: Iterator[list[manifest.SSTable]] | None = None
+    try:
+        batches = open_batches()
+        while True:
+            message = await loop.run_in_executor(None, _next_message, batches)
+            if message is None:
+                return
+            yield message
+    except (asyncio.CancelledError, grpc.aio.AbortError):
+        raise
+    except Exception as exc:
+        await STATUSES.abort(context, exc, method)
+    finally:
+        if batches is not None:
+            await loop.run_in_executor(None, _close, batches)
 
 
 def _next_message(
