@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -89,36 +90,51 @@ class ClientTls:
         return grpc.aio.secure_channel(address, self.credentials(), options=options)
 
 
-class GrpcNodeAgent:
-    """One node's agent at `address` (host:port)."""
+class AgentConnection:
+    """A mutual-TLS channel to one agent and the service stub on it, for every client of the
+    agents' service (backups and restores, drill hosts, table restores).
 
-    def __init__(self, node: str, address: str, tls: ClientTls, *, call_timeout: float = 30.0):
-        self._node = node
+    `_calling(rpc)` is the one place a call's gRPC error becomes an `AgentError` naming who was
+    called (`who`: "node n1", "drill host"), the address, the RPC and the status.
+    """
+
+    def __init__(self, who: str, address: str, tls: ClientTls, *, call_timeout: float) -> None:
         self.address = address
+        self._who = who
         self._channel = tls.channel(address)
         self._stub = agent_pb2_grpc.AgentServiceStub(self._channel)
         self._timeout = call_timeout
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    @contextlib.contextmanager
+    def _calling(self, rpc: str) -> Iterator[None]:
+        try:
+            yield
+        except grpc.aio.AioRpcError as exc:
+            raise AgentError(
+                f"{self._who} ({self.address}): {rpc}: {exc.code().name}: {exc.details()}",
+                code=exc.code().name,
+            ) from None
+
+
+class GrpcNodeAgent(AgentConnection):
+    """One node's agent at `address` (host:port)."""
+
+    def __init__(self, node: str, address: str, tls: ClientTls, *, call_timeout: float = 30.0):
+        super().__init__(f"node {node}", address, tls, call_timeout=call_timeout)
+        self._node = node
 
     @property
     def node(self) -> str:
         return self._node
 
-    async def close(self) -> None:
-        await self._channel.close()
-
-    def _error(self, call: str, exc: grpc.aio.AioRpcError) -> AgentError:
-        return AgentError(
-            f"node {self._node} ({self.address}): {call}: {exc.code().name}: {exc.details()}",
-            code=exc.code().name,
-        )
-
     async def node_info(self) -> NodeFacts:
-        try:
+        with self._calling("GetNodeInfo"):
             info = await self._stub.GetNodeInfo(
                 agent_pb2.GetNodeInfoRequest(), timeout=self._timeout
             )
-        except grpc.aio.AioRpcError as exc:
-            raise self._error("GetNodeInfo", exc) from None
         return NodeFacts(
             cluster_name=info.cluster_name,
             host_id=info.host_id,
@@ -142,22 +158,18 @@ class GrpcNodeAgent:
         )
 
     async def flush(self) -> float:
-        try:
+        with self._calling("FlushMemtables"):
             reply = await self._stub.FlushMemtables(
                 agent_pb2.FlushMemtablesRequest(), timeout=max(self._timeout, 300.0)
             )
-        except grpc.aio.AioRpcError as exc:
-            raise self._error("FlushMemtables", exc) from None
         return _seconds(reply.duration)
 
     async def freeze(self, operation_id: str, lease_seconds: float) -> FreezeReceipt:
         request = agent_pb2.FreezeFilesystemsRequest(
             operation_id=operation_id, lease=_duration(lease_seconds), sync_first=True
         )
-        try:
+        with self._calling("FreezeFilesystems"):
             reply = await self._stub.FreezeFilesystems(request, timeout=self._timeout)
-        except grpc.aio.AioRpcError as exc:
-            raise self._error("FreezeFilesystems", exc) from None
         return FreezeReceipt(
             mount_points=tuple(fs.mount_point for fs in reply.filesystems),
             freeze_seconds=_freeze_span(reply.filesystems),
@@ -168,20 +180,16 @@ class GrpcNodeAgent:
         request = agent_pb2.RenewLeaseRequest(
             operation_id=operation_id, lease=_duration(lease_seconds)
         )
-        try:
+        with self._calling("RenewLease"):
             reply = await self._stub.RenewLease(request, timeout=lease_seconds)
-        except grpc.aio.AioRpcError as exc:
-            raise self._error("RenewLease", exc) from None
         return moment(reply.lease_expires_at)
 
     async def thaw(self, operation_id: str) -> ThawReceipt:
-        try:
+        with self._calling("ThawFilesystems"):
             reply = await self._stub.ThawFilesystems(
                 agent_pb2.ThawFilesystemsRequest(operation_id=operation_id),
                 timeout=self._timeout,
             )
-        except grpc.aio.AioRpcError as exc:
-            raise self._error("ThawFilesystems", exc) from None
         thawed = [fs for fs in reply.filesystems if fs.was_frozen]
         return ThawReceipt(
             thawed=tuple(fs.mount_point for fs in thawed),
@@ -193,39 +201,31 @@ class GrpcNodeAgent:
     async def manifest(self, snapshot_tag: str = "") -> list[SSTable]:
         request = agent_pb2.GetManifestRequest(snapshot_tag=snapshot_tag)
         sstables: list[SSTable] = []
-        try:
+        with self._calling("GetManifest"):
             async for batch in self._stub.GetManifest(request, timeout=600.0):
                 sstables.extend(_sstable(entry) for entry in batch.entries)
-        except grpc.aio.AioRpcError as exc:
-            raise self._error("GetManifest", exc) from None
         return sstables
 
     async def create_snapshot(self, tag: str) -> float:
-        try:
+        with self._calling("CreateSnapshot"):
             reply = await self._stub.CreateSnapshot(
                 agent_pb2.CreateSnapshotRequest(tag=tag), timeout=SNAPSHOT_TIMEOUT_SECONDS
             )
-        except grpc.aio.AioRpcError as exc:
-            raise self._error("CreateSnapshot", exc) from None
         return _seconds(reply.duration)
 
     async def clear_snapshot(self, tag: str) -> None:
-        try:
+        with self._calling("ClearSnapshot"):
             await self._stub.ClearSnapshot(
                 agent_pb2.ClearSnapshotRequest(tag=tag), timeout=SNAPSHOT_TIMEOUT_SECONDS
             )
-        except grpc.aio.AioRpcError as exc:
-            raise self._error("ClearSnapshot", exc) from None
 
     # -- restores ---------------------------------------------------------------------------------
 
     async def volume_state(self) -> VolumeState:
-        try:
+        with self._calling("GetVolumeState"):
             reply = await self._stub.GetVolumeState(
                 agent_pb2.GetVolumeStateRequest(), timeout=max(self._timeout, 60.0)
             )
-        except grpc.aio.AioRpcError as exc:
-            raise self._error("GetVolumeState", exc) from None
         return VolumeState(
             cassandra_running=reply.cassandra_running,
             detail=reply.cassandra_detail,
@@ -233,12 +233,10 @@ class GrpcNodeAgent:
         )
 
     async def stop_cassandra(self, *, drain: bool) -> bool:
-        try:
+        with self._calling("StopCassandra"):
             reply = await self._stub.StopCassandra(
                 agent_pb2.StopCassandraRequest(drain=drain), timeout=STOP_TIMEOUT_SECONDS
             )
-        except grpc.aio.AioRpcError as exc:
-            raise self._error("StopCassandra", exc) from None
         return reply.drained
 
     async def start_cassandra(self, *, wait_seconds: float, until_gossip: bool = False) -> float:
@@ -246,10 +244,8 @@ class GrpcNodeAgent:
         if wait_seconds:
             request.wait.CopyFrom(_duration(wait_seconds))
         timeout = max(wait_seconds, 0.0) + max(self._timeout, START_MARGIN_SECONDS)
-        try:
+        with self._calling("StartCassandra"):
             reply = await self._stub.StartCassandra(request, timeout=timeout)
-        except grpc.aio.AioRpcError as exc:
-            raise self._error("StartCassandra", exc) from None
         return _seconds(reply.duration)
 
     async def release_volumes(
@@ -258,10 +254,8 @@ class GrpcNodeAgent:
         request = agent_pb2.ReleaseVolumesRequest(
             operation_id=operation_id, mount_points=list(mount_points)
         )
-        try:
+        with self._calling("ReleaseVolumes"):
             reply = await self._stub.ReleaseVolumes(request, timeout=VOLUMES_TIMEOUT_SECONDS)
-        except grpc.aio.AioRpcError as exc:
-            raise self._error("ReleaseVolumes", exc) from None
         return tuple(_volume(volume) for volume in reply.volumes)
 
     async def attach_volumes(
@@ -274,20 +268,16 @@ class GrpcNodeAgent:
                 for point, name in volumes
             ],
         )
-        try:
+        with self._calling("AttachVolumes"):
             reply = await self._stub.AttachVolumes(request, timeout=VOLUMES_TIMEOUT_SECONDS)
-        except grpc.aio.AioRpcError as exc:
-            raise self._error("AttachVolumes", exc) from None
         return tuple(_volume(volume) for volume in reply.volumes)
 
     async def discard_replay_state(
         self, operation_id: str, *, hints: bool
     ) -> tuple[DiscardedDirectory, ...]:
         request = agent_pb2.DiscardReplayStateRequest(operation_id=operation_id, hints=hints)
-        try:
+        with self._calling("DiscardReplayState"):
             reply = await self._stub.DiscardReplayState(request, timeout=DISCARD_TIMEOUT_SECONDS)
-        except grpc.aio.AioRpcError as exc:
-            raise self._error("DiscardReplayState", exc) from None
         return tuple(
             DiscardedDirectory(path=d.path, kind=d.kind, files=d.files, bytes=d.bytes)
             for d in reply.directories
@@ -295,10 +285,8 @@ class GrpcNodeAgent:
 
     async def restore_snapshot(self, operation_id: str, tag: str) -> tuple[RestoredTable, ...]:
         request = agent_pb2.RestoreSnapshotRequest(operation_id=operation_id, tag=tag)
-        try:
+        with self._calling("RestoreSnapshot"):
             reply = await self._stub.RestoreSnapshot(request, timeout=VOLUMES_TIMEOUT_SECONDS)
-        except grpc.aio.AioRpcError as exc:
-            raise self._error("RestoreSnapshot", exc) from None
         return tuple(
             RestoredTable(
                 data_directory=t.data_directory,

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import TypeVar
 
-import grpc
-
-from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc, types_pb2
-from ringsnap.coordinator.agents import AgentError, ClientTls
+from ringsnap.api.v1 import agent_pb2, types_pb2
+from ringsnap.coordinator.agents import AgentConnection, ClientTls
 from ringsnap.coordinator.ports import SSTable
 from ringsnap.coordinator.table_restore.ports import (
     CloneToMount,
@@ -46,39 +44,22 @@ def manifest_entry(sstable: SSTable) -> types_pb2.ManifestEntry:
     )
 
 
-class GrpcTableNode:
+class GrpcTableNode(AgentConnection):
     """One node's agent at `address` (host:port), for table restores."""
 
     def __init__(self, node: str, address: str, tls: ClientTls, *, call_timeout: float = 60.0):
+        super().__init__(f"node {node}", address, tls, call_timeout=call_timeout)
         self._node = node
-        self.address = address
-        self._channel = tls.channel(address)
-        self._stub = agent_pb2_grpc.AgentServiceStub(self._channel)
-        self._timeout = call_timeout
 
     @property
     def node(self) -> str:
         return self._node
 
-    async def close(self) -> None:
-        await self._channel.close()
-
-    async def _call(self, name: str, call: Callable[[], Awaitable[T]]) -> T:
-        try:
-            return await call()
-        except grpc.aio.AioRpcError as exc:
-            raise AgentError(
-                f"node {self._node} ({self.address}): {name}: {exc.code().name}: {exc.details()}",
-                code=exc.code().name,
-            ) from None
-
     async def staging_space(self, restore_id: str) -> StagingSpace:
-        reply = await self._call(
-            "GetStagingSpace",
-            lambda: self._stub.GetStagingSpace(
+        with self._calling("GetStagingSpace"):
+            reply = await self._stub.GetStagingSpace(
                 agent_pb2.GetStagingSpaceRequest(restore_id=restore_id), timeout=self._timeout
-            ),
-        )
+            )
         return StagingSpace(reply.staging_directory, reply.free_bytes, reply.staged_bytes)
 
     async def mount_clones(
@@ -99,23 +80,19 @@ class GrpcTableNode:
                 for v in volumes
             ],
         )
-        reply = await self._call(
-            "MountClones",
-            lambda: self._stub.MountClones(request, timeout=CLONES_TIMEOUT_SECONDS),
-        )
+        with self._calling("MountClones"):
+            reply = await self._stub.MountClones(request, timeout=CLONES_TIMEOUT_SECONDS)
         return [
             MountedClone(m.role, m.volume, m.device, m.mount_point, m.source_mount_point)
             for m in reply.mounts
         ]
 
     async def unmount_clones(self, purpose_id: str) -> list[str]:
-        reply = await self._call(
-            "UnmountClones",
-            lambda: self._stub.UnmountClones(
+        with self._calling("UnmountClones"):
+            reply = await self._stub.UnmountClones(
                 agent_pb2.UnmountClonesRequest(purpose_id=purpose_id),
                 timeout=CLONES_TIMEOUT_SECONDS,
-            ),
-        )
+            )
         return list(reply.detached_volumes)
 
     async def stage_table(
@@ -135,9 +112,8 @@ class GrpcTableNode:
             ],
             sstables=[manifest_entry(s) for s in sstables],
         )
-        reply = await self._call(
-            "StageTable", lambda: self._stub.StageTable(request, timeout=STAGE_TIMEOUT_SECONDS)
-        )
+        with self._calling("StageTable"):
+            reply = await self._stub.StageTable(request, timeout=STAGE_TIMEOUT_SECONDS)
         return StagedTable(
             reply.directory, reply.sstables, reply.files, reply.bytes, reply.bytes_verified
         )
@@ -148,10 +124,8 @@ class GrpcTableNode:
         request = agent_pb2.ImportStagedTableRequest(
             restore_id=restore_id, keyspace=keyspace, table=table
         )
-        reply = await self._call(
-            "ImportStagedTable",
-            lambda: self._stub.ImportStagedTable(request, timeout=IMPORT_TIMEOUT_SECONDS),
-        )
+        with self._calling("ImportStagedTable"):
+            reply = await self._stub.ImportStagedTable(request, timeout=IMPORT_TIMEOUT_SECONDS)
         return ImportedTable(
             reply.sstables_imported,
             tuple(reply.failed_directories),
@@ -160,10 +134,8 @@ class GrpcTableNode:
         )
 
     async def remove_staging(self, restore_id: str) -> tuple[int, int]:
-        reply = await self._call(
-            "RemoveStaging",
-            lambda: self._stub.RemoveStaging(
+        with self._calling("RemoveStaging"):
+            reply = await self._stub.RemoveStaging(
                 agent_pb2.RemoveStagingRequest(restore_id=restore_id), timeout=self._timeout
-            ),
-        )
+            )
         return reply.files, reply.bytes
