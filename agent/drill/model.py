@@ -105,10 +105,17 @@ class DrillStatus:
     bytes_verified: int = 0
     #: Seconds each step took (mount, digests, start, verify, teardown): for benchmarks and logs.
     timings: dict[str, float] = field(default_factory=dict)
+    #: "keyspace.table" → rows over the node's primary ranges, counted by the probe.
+    row_counts: dict[str, int] = field(default_factory=dict)
 
     @property
     def final(self) -> bool:
         return self.state in FINAL_STATES
 
     def copy(self) -> DrillStatus:
-        return replace(self, proof=list(self.proof), timings=dict(self.timings))
+        return replace(
+            self,
+            proof=list(self.proof),
+            timings=dict(self.timings),
+            row_counts=dict(self.row_counts),
+        )

@@ -3,9 +3,11 @@
     ip netns exec ringsnap-drill-<id> python -m ringsnap.agent.drill.probe --address A ...
 
 Waits until the node answers CQL, then checks `system.local` (cluster name, host id), reads the
-node's canary row at CL=ONE and reads each user table over the node's own primary ranges. Prints one
-JSON object on stdout: {"ok": bool, "step": ..., "message": ..., "proof": [...]}; exits 0 when it
-could run the checks at all (the verdict is in the JSON), 2 on bad arguments.
+node's canary row at CL=ONE, reads each user table over the node's own primary ranges and counts
+its rows there (exactly: the snapshot's data, nothing written since; a table restore compares its
+own count with it). Prints one JSON object on stdout: {"ok": bool, "step": ..., "message": ...,
+"proof": [...], "row_counts": {"k.t": n}}; exits 0 when it could run the checks at all (the verdict
+is in the JSON), 2 on bad arguments.
 
 Only the driver's connection to `--address` is used (a white-list policy): the peers the clone
 remembers are unreachable inside the namespace anyway.
@@ -21,11 +23,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ringsnap.token_ranges import count_rows, own_ranges
+
 NATIVE_PORT = 9042
 #: Rows read per table over the node's own ranges: enough to prove the SSTables read back.
 ROWS_PER_TABLE = 1000
-_MIN_TOKEN = -(2**63)
-_MAX_TOKEN = 2**63 - 1
+#: Seconds a count over one primary range may take on the drill node.
+_COUNT_TIMEOUT = 600.0
 _SYSTEM_PREFIXES = ("system",)
 
 
@@ -43,6 +47,8 @@ class Outcome:
     proof: list[str] = field(default_factory=list)
     #: Seconds until CQL answered, and for the checks after it.
     timings: dict[str, float] = field(default_factory=dict)
+    #: "keyspace.table" → rows over the node's primary ranges in the snapshot.
+    row_counts: dict[str, int] = field(default_factory=dict)
 
 
 def connect(address: str, port: int, deadline: float) -> tuple[Any, Any]:
@@ -109,24 +115,11 @@ def check_canary(session: Any, keyspace: str, key: str, backup_id: str) -> None:
         )
 
 
-def own_ranges(own: Sequence[int], ring: Sequence[int]) -> list[tuple[int, int]]:
-    """(start, end] ranges whose end is one of the node's tokens, wrap-around split in two."""
-    ordered = sorted(set(ring) | set(own))
-    ranges: list[tuple[int, int]] = []
-    for token in own:
-        index = ordered.index(token)
-        previous = ordered[index - 1]
-        if previous < token:
-            ranges.append((previous, token))
-        else:  # the first token of the ring: its range wraps around
-            ranges.append((previous, _MAX_TOKEN))
-            # Murmur3 never gives a key the minimum token: (min, token] misses nothing.
-            ranges.append((_MIN_TOKEN, token))
-    return [(start, end) for start, end in ranges if start < end]
-
-
-def read_own_data(session: Any, cluster: Any, tokens: list[int], skip: set[str]) -> str:
-    """Read each user table over the node's own ranges at CL=ONE; returns the proof sentence."""
+def read_own_data(
+    session: Any, cluster: Any, tokens: list[int], skip: set[str], counts: dict[str, int]
+) -> str:
+    """Read each user table over the node's own ranges at CL=ONE and count its rows there into
+    `counts`; returns the proof sentence."""
     from cassandra import ConsistencyLevel, Unavailable
     from cassandra.query import SimpleStatement
 
@@ -153,6 +146,15 @@ def read_own_data(session: Any, cluster: Any, tokens: list[int], skip: set[str])
                         break
                     result = session.execute(statement, (start, end, ROWS_PER_TABLE - read))
                     read += sum(1 for _ in result)
+                counts[f"{keyspace_name}.{table_name}"] = count_rows(
+                    session,
+                    keyspace_name,
+                    table_name,
+                    [column.name for column in table.partition_key],
+                    ranges,
+                    consistency=ConsistencyLevel.ONE,
+                    timeout=_COUNT_TIMEOUT,
+                )
             except Unavailable:
                 skipped.append(keyspace_name)
                 break
@@ -164,7 +166,7 @@ def read_own_data(session: Any, cluster: Any, tokens: list[int], skip: set[str])
             rows += read
     sentence = (
         f"own data: {rows} rows read at CL=ONE from {tables} tables over the node's"
-        f" {len(ranges)} own token ranges"
+        f" {len(ranges)} own token ranges; {sum(counts.values())} rows counted there"
     )
     if skipped:
         sentence += f" (keyspaces without a replica in this datacenter: {', '.join(skipped)})"
@@ -194,7 +196,9 @@ def run(arguments: argparse.Namespace) -> Outcome:
             " CL=ONE"
         )
         outcome.step = "own data"
-        outcome.proof.append(read_own_data(session, cluster, tokens, {arguments.canary_keyspace}))
+        outcome.proof.append(
+            read_own_data(session, cluster, tokens, {arguments.canary_keyspace}, outcome.row_counts)
+        )
         outcome.ok = True
         outcome.timings["checks"] = round(time.monotonic() - answered, 3)
     except CheckFailed as exc:

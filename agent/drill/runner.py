@@ -202,6 +202,11 @@ class DrillRun:
         proof = outcome.get("proof")
         if isinstance(proof, list):
             self.status.proof.extend(str(line) for line in proof)
+        counts = outcome.get("row_counts")
+        if isinstance(counts, dict):
+            self.status.row_counts = {
+                str(name): int(rows) for name, rows in counts.items() if isinstance(rows, int)
+            }
         if not outcome.get("ok"):
             step = str(outcome.get("step") or "cql")
             message = str(outcome.get("message") or "the probe failed")

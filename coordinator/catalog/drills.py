@@ -201,6 +201,7 @@ def encode_nodes(nodes: tuple[DrillNode, ...]) -> str:
                 "teardown": list(n.teardown),
                 "step_seconds": [[step, seconds] for step, seconds in n.step_seconds],
                 "bytes_verified": n.bytes_verified,
+                "row_counts": [[table, rows] for table, rows in n.row_counts],
             }
             for n in nodes
         ]
@@ -251,6 +252,26 @@ def _timings(fields: dict[str, Any], what: str) -> tuple[tuple[str, float], ...]
     return tuple(pairs)
 
 
+def _row_counts(fields: dict[str, Any], what: str) -> tuple[tuple[str, int], ...]:
+    """[["keyspace.table", rows], ...]; absent in drills recorded before counts were kept."""
+    value = fields.get("row_counts", [])
+    if not isinstance(value, list):
+        raise CodecError(f"{what}: row_counts is not a list")
+    counts: list[tuple[str, int]] = []
+    for entry in value:
+        if (
+            not isinstance(entry, list)
+            or len(entry) != 2
+            or not isinstance(entry[0], str)
+            or not isinstance(entry[1], int)
+            or isinstance(entry[1], bool)
+            or entry[1] < 0
+        ):
+            raise CodecError(f'{what}: row count {entry!r} is not ["keyspace.table", rows]')
+        counts.append((entry[0], entry[1]))
+    return tuple(counts)
+
+
 def _enum(kind: type[T], fields: dict[str, Any], key: str, what: str) -> T:
     value = fields.get(key)
     try:
@@ -277,6 +298,7 @@ def decode_nodes(stored: object) -> tuple[DrillNode, ...]:
                 teardown=texts(fields, "teardown", what),
                 step_seconds=_timings(fields, what),
                 bytes_verified=_count(fields, "bytes_verified", what),
+                row_counts=_row_counts(fields, what),
             )
         )
     if len({n.name for n in nodes}) != len(nodes):

@@ -156,6 +156,7 @@ def _status(reply: agent_pb2.DrillStatus) -> DrillStatus:
         proof=tuple(reply.proof),
         elapsed_seconds=seconds(reply.elapsed),
         bytes_verified=reply.bytes_verified,
+        row_counts=tuple(sorted(reply.row_counts.items())),
     )
 
 

@@ -106,6 +106,9 @@ class DrillNode:
     clones: tuple[DrillClone, ...] = ()
     step_seconds: tuple[tuple[str, float], ...] = ()
     bytes_verified: int = 0
+    #: "keyspace.table" → rows over the node's primary token ranges, counted on the drill node
+    #: (exactly the snapshot's data): what a table restore of this backup compares its count with.
+    row_counts: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

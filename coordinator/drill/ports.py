@@ -71,6 +71,8 @@ class DrillStatus:
     proof: tuple[str, ...] = ()
     elapsed_seconds: float = 0.0
     bytes_verified: int = 0
+    #: "keyspace.table" → rows over the node's primary token ranges in the snapshot.
+    row_counts: tuple[tuple[str, int], ...] = ()
 
     @property
     def finished(self) -> bool:

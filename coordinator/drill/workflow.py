@@ -226,7 +226,12 @@ class DrillWorkflow:
                     proof,
                     status.bytes_verified,
                 )
-            await advance(DrillStep.DRILLED, proof=proof, bytes_verified=status.bytes_verified)
+            await advance(
+                DrillStep.DRILLED,
+                proof=proof,
+                bytes_verified=status.bytes_verified,
+                row_counts=status.row_counts,
+            )
             self.progress(node.name, "manifest", "")
             recorded = list(await self.journal.manifest(plan.backup.id, node.name))
             found = await self._call("manifest", self.host.drill_manifest(node.purpose_id))

@@ -21,6 +21,7 @@ from ringsnap.coordinator.client import CliError, ExitCode
 from ringsnap.coordinator.commands import operator_name
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.restore_cli import ProgressPrinter, confirm, err, out
+from ringsnap.coordinator.table_restore.counts import NOT_COMPARED
 from ringsnap.coordinator.table_restore.model import (
     TableRestoreFailed,
     TableRestoreRecord,
@@ -172,7 +173,13 @@ def print_report(record: TableRestoreRecord) -> None:
     for node in record.nodes:
         out.print(Text.assemble(f"  {node.name}", (f"  (last step: {node.step.value})", "dim")))
     for line in record.verification:
-        style = "green" if line.startswith("ok:") else "bold red"
+        style = (
+            "green"
+            if line.startswith("ok:")
+            else "yellow"
+            if line.startswith(NOT_COMPARED)
+            else "bold red"
+        )
         out.print(Text.assemble("    ", (line, style)))
     for clone in record.clones:
         if clone.clone and not clone.deleted:

@@ -15,6 +15,7 @@ from ringsnap.coordinator.table_restore.ports import TableState
 from ringsnap.errors import RingsnapError
 from ringsnap.logs import get_logger
 from ringsnap.names import keyspace_name, table_name
+from ringsnap.token_ranges import count_rows, own_ranges
 
 log = get_logger(__name__)
 _SCHEMA_TIMEOUT = 120.0
@@ -107,10 +108,16 @@ class CqlTables:
                 "SELECT id FROM system_schema.tables WHERE keyspace_name = %s AND table_name = %s",
                 (keyspace, table_name(table)),
             ).one()
+            views = session.execute(
+                "SELECT view_name, base_table_name FROM system_schema.views"
+                " WHERE keyspace_name = %s",
+                (keyspace,),
+            )
             return TableState(
                 keyspace_exists=ks is not None,
                 exists=row is not None,
                 table_id=str(row.id) if row is not None else "",
+                views=tuple(sorted(v.view_name for v in views if v.base_table_name == table)),
             )
 
         return await asyncio.to_thread(read)
@@ -150,5 +157,32 @@ class CqlTables:
             )
             row = session.execute(statement, host=host, timeout=_COUNT_TIMEOUT).one()
             return int(row[0])
+
+        return await asyncio.to_thread(count)
+
+    async def count_primary_rows(self, keyspace: str, table: str, host_id: str) -> int:
+        def count() -> int:
+            from cassandra import ConsistencyLevel
+
+            session = self._open()
+            metadata = session.cluster.metadata
+            owners = metadata.token_map.token_to_host_owner if metadata.token_map else {}
+            ring = [int(token.value) for token in owners]
+            own = [int(t.value) for t, host in owners.items() if str(host.host_id) == host_id]
+            if not own:
+                raise RingsnapError(f"the node with host id {host_id} owns no token in the ring")
+            found = metadata.keyspaces.get(keyspace_name(keyspace))
+            columns = found.tables.get(table_name(table)) if found is not None else None
+            if columns is None:
+                raise RingsnapError(f"{keyspace}.{table} is not in the driver's schema metadata")
+            return count_rows(
+                session,
+                keyspace,
+                table,
+                [column.name for column in columns.partition_key],
+                own_ranges(own, ring),
+                consistency=ConsistencyLevel.ALL,
+                timeout=_COUNT_TIMEOUT,
+            )
 
         return await asyncio.to_thread(count)

@@ -104,6 +104,18 @@ def resolve_targets(
     return [(t, keyspace, t) for t in tables], refusals
 
 
+def view_refusals(keyspace: str, table: str, views: Sequence[str]) -> list[str]:
+    """An import writes SSTables beside the table's own, not through the write path: views built
+    on the table would never see the restored rows and silently answer without them."""
+    return [
+        f"materialized view {keyspace}.{view} is built on {keyspace}.{table}, and an import does"
+        f" not update views: it would answer without the restored rows. Drop it (DROP"
+        f" MATERIALIZED VIEW {keyspace}.{view}), restore, then create it again (Cassandra builds"
+        f" it from the restored table); or restore into a new table with --as"
+        for view in views
+    ]
+
+
 async def plan_table_restore(  # noqa: PLR0917 - one pass over every outside view
     restore_id: str,
     request: TableRestoreRequest,
@@ -167,11 +179,15 @@ async def plan_table_restore(  # noqa: PLR0917 - one pass over every outside vie
                 source_id = schema.table_id(source)
             except ValidationError as exc:
                 warnings.append(str(exc))
-            for view in schema.views_on(source):
-                warnings.append(
-                    f"materialized view {keyspace}.{view} on {keyspace}.{source} is not updated by"
-                    " an import: rebuild it (drop and create it again) after the restore"
-                )
+            if request.target is None and not state.exists:
+                for view in schema.views_on(source):
+                    warnings.append(
+                        f"materialized view {keyspace}.{view} on {keyspace}.{source} went with"
+                        " the table and is not created again: create it after the restore"
+                        " (Cassandra then builds it from the restored rows)"
+                    )
+        if request.target is None and state.exists:
+            refusals += view_refusals(target_keyspace, target, state.views)
         if request.target is not None:
             action = "new"
             if state.exists:

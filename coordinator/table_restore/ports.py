@@ -92,6 +92,8 @@ class TableState:
     keyspace_exists: bool
     exists: bool
     table_id: str = ""
+    #: The materialized views built on the table now.
+    views: tuple[str, ...] = ()
 
 
 class TableCqlPort(Protocol):
@@ -109,4 +111,9 @@ class TableCqlPort(Protocol):
 
     async def count_rows(self, keyspace: str, table: str, host_id: str) -> int:
         """Rows of the table, read at CL=ALL through the node `host_id` (every replica answers)."""
+        ...
+
+    async def count_primary_rows(self, keyspace: str, table: str, host_id: str) -> int:
+        """Rows of the table over the primary token ranges of the node `host_id` (the ranges
+        ending at its tokens), read at CL=ALL and paged: what a drill counts on that node."""
         ...

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from ringsnap.coordinator.agents import ClientTls, GrpcNodeAgent
 from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.catalog.listing import MAX_PAGE_SIZE
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.ports import ArrayPort, NodeAgent, SSTable
+from ringsnap.coordinator.table_restore.counts import DrilledCounts, newest_drilled_counts
 from ringsnap.coordinator.table_restore.cql import CqlTables
 from ringsnap.coordinator.table_restore.grpc_agents import GrpcTableNode
 from ringsnap.coordinator.table_restore.model import (
@@ -39,6 +41,12 @@ class CatalogTableJournal:
 
     async def manifest(self, backup_id: str, node: str) -> Iterable[SSTable]:
         return await asyncio.to_thread(lambda: list(self.catalog.iter_manifest(backup_id, node)))
+
+    async def drilled_counts(self, backup_id: str) -> Mapping[str, DrilledCounts]:
+        drills = await asyncio.to_thread(
+            self.catalog.list_drills, backup_id=backup_id, limit=MAX_PAGE_SIZE
+        )
+        return newest_drilled_counts(drills)
 
 
 @dataclass

@@ -25,6 +25,7 @@ from typing import Protocol, TypeVar
 from ringsnap.coordinator.model import Backup
 from ringsnap.coordinator.ports import ArrayPort, SSTable
 from ringsnap.coordinator.restore_plan import narrowed
+from ringsnap.coordinator.table_restore.counts import DrilledCounts, compare_counts
 from ringsnap.coordinator.table_restore.model import (
     NodeProgress,
     NodeTables,
@@ -54,6 +55,10 @@ class TableRestoreJournal(Protocol):
     async def save(self, record: TableRestoreRecord) -> None: ...
 
     async def manifest(self, backup_id: str, node: str) -> Iterable[SSTable]: ...
+
+    async def drilled_counts(self, backup_id: str) -> Mapping[str, DrilledCounts]:
+        """Node → the newest proven drill's row counts of the backup (nodes never drilled absent)."""
+        ...
 
 
 def _quiet(node: str, step: str, message: str) -> None:
@@ -140,10 +145,11 @@ class TableRestoreWorkflow:
             raise TableRestoreFailed(
                 f"table restore {self._record.id}: {exc}", self._record
             ) from exc
+        # A count that could not be compared (the backup never drilled) fails nothing.
         state = (
-            TableRestoreState.SUCCEEDED
-            if all(line.startswith("ok:") for line in self._record.verification)
-            else TableRestoreState.UNVERIFIED
+            TableRestoreState.UNVERIFIED
+            if any(line.startswith("FAILED:") for line in self._record.verification)
+            else TableRestoreState.SUCCEEDED
         )
         await self._save(step=Step.DONE, state=state, finished_at=datetime.now(UTC))
         self.progress("", "done", state.value)
@@ -444,9 +450,48 @@ class TableRestoreWorkflow:
                 )
                 continue
             lines.append(f"ok: {target.name} answers {rows} rows at CL=ALL after the import")
+        lines += await self._compare_counts(warnings)
         await self._save(verification=tuple(lines), warnings=tuple(warnings))
         for node in self._record.nodes:
             await self._node(node.name, step=Step.VERIFY)
+
+    async def _compare_counts(self, warnings: list[str]) -> list[str]:
+        """Per node and table: the rows over the node's primary ranges on the live ring (CL=ALL)
+        against the newest proven drill's count of the same ranges in the snapshot."""
+        record = self._record
+        drilled = await self.journal.drilled_counts(record.backup_id)
+        lines: list[str] = []
+        for node in record.nodes:
+            for target in record.targets:
+                source = f"{target.source_keyspace}.{target.source_table}"
+                try:
+                    rows = await self.cql.count_primary_rows(
+                        target.keyspace, target.table, node.host_id
+                    )
+                except Exception as exc:
+                    lines.append(
+                        f"FAILED: node {node.name}: {target.name}: its rows over the node's"
+                        f" primary ranges could not be counted ({exc})"
+                    )
+                    continue
+                lines.append(
+                    compare_counts(
+                        node.name,
+                        source,
+                        target.name,
+                        rows,
+                        drilled.get(node.name),
+                        record.backup_id,
+                        record.cluster,
+                    )
+                )
+        if not drilled:
+            warnings.append(
+                f"backup {record.backup_id} was never proven by a drill that counted rows: the"
+                f" restored rows could not be compared with the backup's (`ringsnap drill"
+                f" {record.backup_id} --cluster {record.cluster} --ring` records the counts)"
+            )
+        return lines
 
     async def _remove_staging(self) -> None:
         async def one(name: str, port: TableNodePort) -> None:

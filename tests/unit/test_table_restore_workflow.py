@@ -8,7 +8,7 @@ The proof that table restores work is tests/integration/test_table_restore.py on
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -24,6 +24,7 @@ from ringsnap.coordinator.model import (
     VolumeRole,
 )
 from ringsnap.coordinator.ports import NodeVolumeFacts, SSTable, SSTableComponent, VolumeState
+from ringsnap.coordinator.table_restore.counts import DrilledCounts
 from ringsnap.coordinator.table_restore.model import (
     Step,
     TableRestoreFailed,
@@ -219,13 +220,21 @@ class FakeCql:
         self.tables: dict[str, str] = {"shop.orders": TABLE_ID}
         self.keyspaces = {"shop"}
         self.count_error: Exception | None = None
+        #: (keyspace.table, host id) → rows over the node's primary ranges; 1000 by default.
+        self.primary_rows: dict[tuple[str, str], int] = {}
+        self.views: dict[str, tuple[str, ...]] = {}
 
     async def health(self, host_ids: Sequence[str]) -> list[str]:
         return list(self.problems)
 
     async def table_state(self, keyspace: str, table: str) -> TableState:
         table_id = self.tables.get(f"{keyspace}.{table}", "")
-        return TableState(keyspace in self.keyspaces, bool(table_id), table_id)
+        return TableState(
+            keyspace in self.keyspaces,
+            bool(table_id),
+            table_id,
+            self.views.get(f"{keyspace}.{table}", ()),
+        )
 
     async def execute_schema(self, statement: str) -> None:
         self.events.append("cql:" + statement.split("(", maxsplit=1)[0].strip())
@@ -238,17 +247,28 @@ class FakeCql:
             raise self.count_error
         return 3000
 
+    async def count_primary_rows(self, keyspace: str, table: str, host_id: str) -> int:
+        self.events.append(f"count:{keyspace}.{table}:{host_id}")
+        return self.primary_rows.get((f"{keyspace}.{table}", host_id), 1000)
+
 
 class Journal:
     def __init__(self, manifest: dict[str, list[SSTable]]) -> None:
         self.saved: list[TableRestoreRecord] = []
         self.manifests = manifest
+        #: Every node drilled, with the rows the fake ring answers by default.
+        self.drilled: dict[str, DrilledCounts] = {
+            n: DrilledCounts("dr-20261124-020000-0001", {"shop.orders": 1000}) for n in NODES
+        }
 
     async def save(self, record: TableRestoreRecord) -> None:
         self.saved.append(record)
 
     async def manifest(self, backup_id: str, node: str) -> Iterable[SSTable]:
         return self.manifests[node]
+
+    async def drilled_counts(self, backup_id: str) -> Mapping[str, DrilledCounts]:
+        return self.drilled
 
 
 class World:
@@ -260,6 +280,7 @@ class World:
         self.manifests = {n: [_sstable(), _sstable("other")] for n in NODES}
         self.journal = Journal(self.manifests)
         self.backup = _backup()
+        self.schema = SCHEMA
 
     def plan(
         self, request: TableRestoreRequest | None = None, **backup: object
@@ -272,7 +293,7 @@ class World:
                 "tr-1",
                 request,
                 replace(self.backup, **backup) if backup else self.backup,  # type: ignore[arg-type]
-                SCHEMA,
+                self.schema,
                 self.manifests,
                 self.agents,  # type: ignore[arg-type]
                 self.agents,

@@ -47,6 +47,7 @@ def drill_node(name: str, **fields: Any) -> DrillNode:
         ),
         "step_seconds": (("cloned", 1.5), ("mounted", 0.25)),
         "bytes_verified": 4096,
+        "row_counts": (("shop.orders", 1200), ("shop.users", 0)),
     }
     values.update(fields)
     return DrillNode(**values)
