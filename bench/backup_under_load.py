@@ -1,29 +1,40 @@
-"""Backups of a real 3-node cluster under a steady write load, against the same load without them.
+"""Backups of a real 3-node cluster under a steady write load, against the same load without them,
+and against the floor: the same freeze of the same LUNs with nothing of ringsnap in between.
 
 Agents run as their own processes (as on real nodes), the array is a vendor simulator taking reflink
-snapshots of the loop-mounted LUNs, the coordinator is the real one. Prints, from the same run:
+snapshots of the loop-mounted LUNs, the coordinator is the real one. Each round prints, from the
+same cluster and load:
 - the freeze window of each backup and its parts on the coordinator's clock (freezing: first
   freeze sent to the last answer; array call; thawing), the agents' own figures beside them (the
   slowest node's freeze and thaw, each a span of its parallel ioctls), and the coordination
   overhead = window - (agents' slowest freeze + array call + agents' slowest thaw);
-- client write errors and p99/max write latency during N back-to-back backups, and during the same
-  time without backups (baseline), with their ratio.
+- the floor (`bench.floor`): syncfs + FIFREEZE of every LUN's filesystem in parallel threads, a
+  reflink of every LUN image, FITHAW in parallel; as many as there were backups, spaced as the
+  backups were, under the same load; and the ratio of ringsnap's window to it (median and p95);
+- client write errors and p99/max write latency during the backups, during the floors, and during
+  the same time without either (baseline), with the ratio of backups to baseline;
+- the load average of the machine at the end of the round.
 
     .venv/bin/python -m bench.backup_under_load [--backups 20] [--rate 200] [--array ontap]
+        [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
+from bench.floor import Floor, FloorRun, targets_of
 from ringsnap.coordinator.assembly import open_coordinator
-from ringsnap.coordinator.model import Backup, BackupState
+from ringsnap.coordinator.model import Backup
 from ringsnap.coordinator.scheduler import BackupRequest
+from ringsnap.errors import RingsnapError
 from ringsnap.logs import configure
 from ringsnap.sandbox.cluster import SandboxCluster
 from ringsnap.sandbox.load import LoadReport, WriteLoad
@@ -38,11 +49,101 @@ def _load_line(label: str, report: LoadReport, seconds: float) -> str:
     return f"{label}: {report.summary()} over {seconds:.1f} s"
 
 
+def _p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+
+
+def _figures(name: str, values: list[float]) -> str:
+    return (
+        f"  {name:15s} median_ms={_ms(statistics.median(values))}"
+        f" p95_ms={_ms(_p95(values))} max_ms={_ms(max(values))}"
+    )
+
+
+def _floors(floor: Floor, count: int, spacing: float) -> list[FloorRun]:
+    """`count` floors, one every `spacing` seconds (as the backups came), so that the load dirties
+    the filesystems between two of them as much as between two backups."""
+    runs: list[FloorRun] = []
+    for _ in range(count):
+        began = time.monotonic()
+        runs.append(floor.take())
+        time.sleep(max(0.0, spacing - (time.monotonic() - began)))
+    return runs
+
+
+def _round(args: argparse.Namespace, number: int, config: Any, session: Any, floor: Floor) -> None:
+    backups: list[Backup] = []
+    failures: list[str] = []
+
+    async def back_to_back() -> None:
+        async with open_coordinator(config, source="<bench>") as coordinator:
+            for _ in range(args.backups):
+                request = BackupRequest(CLUSTER_NAME, trigger="bench")
+                try:
+                    backups.append(await coordinator.backup(request))
+                except RingsnapError as exc:  # reported with the round's figures
+                    failures.append(str(exc))
+
+    started = time.monotonic()
+    with WriteLoad(session, rate=args.rate) as during:
+        asyncio.run(back_to_back())
+    busy = time.monotonic() - started
+    started = time.monotonic()
+    with WriteLoad(session, rate=args.rate) as floored:
+        floors = _floors(floor, args.backups, busy / max(1, args.backups))
+    floor_busy = time.monotonic() - started
+    with WriteLoad(session, rate=args.rate) as baseline:
+        time.sleep(busy)
+
+    windows = [b.freeze_window for b in backups if b.freeze_window is not None]
+    load = os.getloadavg()
+    print(
+        f"round {number}: array={args.array} nodes=3 backups={len(backups)} rate={args.rate:g}/s"
+        f" load_average={load[0]:.2f},{load[1]:.2f},{load[2]:.2f}"
+    )
+    if failures:
+        print(f"  FAILED backups ({len(failures)}): {'; '.join(failures)}")
+    totals = [w.total for w in windows]
+    for name, values in (
+        ("window", totals),
+        ("freezing", [w.freezing or 0.0 for w in windows]),
+        ("array_call", [w.array_call for w in windows]),
+        ("thawing", [w.thawing or 0.0 for w in windows]),
+        ("agents_freeze", [w.slowest_freeze for w in windows]),
+        ("agents_thaw", [w.slowest_thaw for w in windows]),
+        ("overhead", [w.overhead for w in windows]),
+        ("floor", [f.window for f in floors]),
+        ("floor_freezing", [f.freezing for f in floors]),
+        ("floor_reflinks", [f.snapshot for f in floors]),
+        ("floor_thawing", [f.thawing for f in floors]),
+    ):
+        if values:
+            print(_figures(name, values))
+    floor_totals = [f.window for f in floors]
+    if totals:
+        print(
+            f"  window/floor: median {statistics.median(totals) / statistics.median(floor_totals):.2f}x,"
+            f" p95 {_p95(totals) / _p95(floor_totals):.2f}x"
+        )
+    print(_load_line("  writes with backups   ", during.report, busy))
+    print(_load_line("  writes with floors    ", floored.report, floor_busy))
+    print(_load_line("  writes without either ", baseline.report, busy))
+    base_p99 = baseline.report.percentile(0.99) or 1e-9
+    base_max = baseline.report.max_latency or 1e-9
+    print(
+        f"  ratio backups/baseline: p99 {during.report.percentile(0.99) / base_p99:.2f}x,"
+        f" max {during.report.max_latency / base_max:.2f}x",
+        flush=True,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--backups", type=int, default=20)
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--array", default="ontap")
+    parser.add_argument("--rounds", type=int, default=1, help="measurements in a row, same cluster")
     parser.add_argument("--instance", default="bench-load")
     args = parser.parse_args()
     configure(json=True, level="error")
@@ -51,49 +152,14 @@ def main() -> None:
         SandboxCluster(args.instance, nodes=3) as cluster,
         tempfile.TemporaryDirectory(prefix="ringsnap-bench-") as scratch,
         running_stack(cluster, Path(scratch), vendor=args.array, agent_processes=True) as stack,
+        Floor(targets_of(cluster.nodes), cluster.pool_dir / ".floor") as floor,
     ):
         config = stack.coordinator_config()
         session = cluster.session()
-        backups: list[Backup] = []
-
-        async def back_to_back() -> None:
-            async with open_coordinator(config, source="<bench>") as coordinator:
-                for _ in range(args.backups):
-                    request = BackupRequest(CLUSTER_NAME, trigger="bench")
-                    backups.append(await coordinator.backup(request))
-
-        with WriteLoad(session, rate=args.rate) as warmup:
+        with WriteLoad(session, rate=args.rate):
             time.sleep(10)  # connections, prepared statements, JIT
-        del warmup
-        started = time.monotonic()
-        with WriteLoad(session, rate=args.rate) as during:
-            asyncio.run(back_to_back())
-        busy = time.monotonic() - started
-        with WriteLoad(session, rate=args.rate) as baseline:
-            time.sleep(busy)
-
-    windows = [b.freeze_window for b in backups if b.freeze_window is not None]
-    assert all(b.state is BackupState.COMPLETE for b in backups)
-    med = statistics.median
-    print(f"array={args.array} nodes=3 backups={len(backups)} rate={args.rate:g}/s")
-    for name, values in (
-        ("window", [w.total for w in windows]),
-        ("freezing", [w.freezing or 0.0 for w in windows]),
-        ("array_call", [w.array_call for w in windows]),
-        ("thawing", [w.thawing or 0.0 for w in windows]),
-        ("agents_freeze", [w.slowest_freeze for w in windows]),
-        ("agents_thaw", [w.slowest_thaw for w in windows]),
-        ("overhead", [w.overhead for w in windows]),
-    ):
-        print(f"  {name:15s} median_ms={_ms(med(values))} max_ms={_ms(max(values))}")
-    print(_load_line("  writes with backups   ", during.report, busy))
-    print(_load_line("  writes without backups", baseline.report, busy))
-    base_p99 = baseline.report.percentile(0.99) or 1e-9
-    base_max = baseline.report.max_latency or 1e-9
-    print(
-        f"  ratio with/without: p99 {during.report.percentile(0.99) / base_p99:.2f}x,"
-        f" max {during.report.max_latency / base_max:.2f}x"
-    )
+        for number in range(1, args.rounds + 1):
+            _round(args, number, config, session, floor)
 
 
 if __name__ == "__main__":

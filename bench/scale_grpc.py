@@ -1,0 +1,438 @@
+"""Coordination overhead of the freeze barrier with up to 1,000 agents over the real transport.
+
+Every agent is the real one (`ringsnap.agent.app.AgentServer`: the gRPC service, mutual TLS, the
+allow-list, the freeze manager with its leases and its fsynced freeze records), each on its own
+port on 127.0.0.1, spread over a few processes. Only what would touch the host is replaced, at
+the agent's own seams: the freeze ioctls (`ringsnap.agent.fsfreeze`) by a recorder, the mount
+table the freeze manager reads (`FreezeManager(mounts=...)`) by one that gives each agent a data
+and a commit-log filesystem of its own, and the Cassandra control (`NodeAgent.control`) by one
+that answers with the node's identity. The coordinator is the real `BackupWorkflow` over
+`GrpcNodeAgent` channels (TLS handshakes, fan-out, lease renewal, thaw) with an array in memory
+whose snapshot takes `--array-ms`.
+
+Per ring size it prints, on the coordinator's clock (see docs/backup-protocol.md):
+- cold: the freeze barrier alone on channels never used (TLS handshakes inside the window);
+- first: the first whole backup run (its plan phase opened the channels);
+- warm: the median and max of the following runs;
+each with the window, the agents' slowest freeze and thaw, the array call and the overhead
+(window - those three), and the coordinator's CPU time over the barrier. At the largest size, the
+coordinator process's open file descriptors and RSS. Every recorded freeze is checked thawed at
+the end (a leftover is printed as an error).
+
+    .venv/bin/python -m bench.scale_grpc [--agents 3 100 300 1000] [--processes 4] [--runs 10]
+
+The agents share this machine's cores with the coordinator (on real nodes each has its own), so
+their own CPU time serving the calls counts in the overhead here. Freeze records go to
+`--state-root` (default /dev/shm: 1,000 agents fsyncing on one shared disk would measure that
+disk, not coordination; a real agent fsyncs on its own host).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import errno
+import multiprocessing
+import os
+import resource
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from ringsnap.agent import fsfreeze
+from ringsnap.agent.app import AgentServer
+from ringsnap.agent.config import AgentConfig
+from ringsnap.agent.freeze import FreezeManager
+from ringsnap.agent.nodetool import ClusterFacts, NodeIdentity
+from ringsnap.config import validate
+from ringsnap.coordinator.agents import ClientTls, GrpcNodeAgent
+from ringsnap.coordinator.backup import BackupSettings, BackupWorkflow, NodeTarget, VolumeTarget
+from ringsnap.coordinator.backup.freeze import FreezeBarrier, renew_leases
+from ringsnap.coordinator.backup.model import new_backup_id
+from ringsnap.coordinator.model import FreezeWindow
+from ringsnap.coordinator.ports import NodeAgent
+from ringsnap.logs import configure
+from ringsnap.mountinfo import Mount
+from ringsnap.sandbox.agents import COORDINATOR_IDENTITY, TestPki
+from tests.support.fakes import FakeArray, volumes_of
+
+ARRAY = "sim"
+#: A major device number no real device here uses: the agents' fake filesystems.
+_FAKE_MAJOR = 4000
+_ROLES = ("data", "cl")
+
+
+# -- the agents' side (worker processes) ----------------------------------------------------------
+
+
+@dataclass
+class IoctlRecorder:
+    """Stands in for FIFREEZE/FITHAW/syncfs: records each call and keeps the kernel's rules (a
+    second freeze is EBUSY, a thaw of a thawed filesystem changes nothing)."""
+
+    frozen: set[str] = field(default_factory=set)
+    calls: dict[str, int] = field(default_factory=lambda: {"syncfs": 0, "freeze": 0, "thaw": 0})
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def syncfs(self, mount_point: str) -> float:
+        with self._lock:
+            self.calls["syncfs"] += 1
+        return 0.0
+
+    def freeze(self, mount_point: str) -> fsfreeze.IoctlResult:
+        started = time.monotonic()
+        with self._lock:
+            self.calls["freeze"] += 1
+            if mount_point in self.frozen:
+                raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), mount_point)
+            self.frozen.add(mount_point)
+        return fsfreeze.IoctlResult(True, time.monotonic() - started)
+
+    def thaw(self, mount_point: str) -> fsfreeze.IoctlResult:
+        started = time.monotonic()
+        with self._lock:
+            self.calls["thaw"] += 1
+            if mount_point not in self.frozen:
+                return fsfreeze.IoctlResult(False, time.monotonic() - started)
+            self.frozen.discard(mount_point)
+        return fsfreeze.IoctlResult(True, time.monotonic() - started)
+
+
+class NodeControl:
+    """The node's Cassandra, as far as a backup asks it: who it is; flushes that take no time."""
+
+    def __init__(self, index: int) -> None:
+        self._facts = ClusterFacts(
+            cluster_name="scale",
+            cassandra_version="5.0.7",
+            identity=NodeIdentity(
+                host_id=f"00000000-0000-4000-8000-{index:012d}",
+                datacenter="dc1",
+                rack="rack1",
+                tokens=(str(index * 1000),),
+                gossip_active=True,
+                native_transport_active=True,
+            ),
+            native_address="127.0.0.1",
+        )
+
+    async def info(self, *, timeout: float | None = None) -> NodeIdentity:
+        return self._facts.identity
+
+    async def facts(self) -> ClusterFacts:
+        return self._facts
+
+    async def flush(self, keyspace: str = "", tables: Sequence[str] = ()) -> float:
+        return 0.0
+
+    async def snapshot(self, tag: str, keyspaces: Sequence[str] = ()) -> float:
+        return 0.0
+
+    async def clear_snapshot(self, tag: str) -> float:
+        return 0.0
+
+    async def drain(self) -> float:
+        return 0.0
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _node_name(index: int) -> str:
+    return f"n{index:04d}"
+
+
+def _agent(index: int, pki_dir: Path, state_root: Path) -> AgentServer:
+    root = state_root / _node_name(index)
+    data, commitlog = root / "data", root / "commitlog"
+    data.mkdir(parents=True, exist_ok=True)
+    commitlog.mkdir(exist_ok=True)
+    settings = {
+        "server": {"listen": "127.0.0.1:0", "allowed_clients": [COORDINATOR_IDENTITY]},
+        "tls": {
+            "cert_file": str(pki_dir / "agent.crt"),
+            "key_file": str(pki_dir / "agent.key"),
+            "ca_file": str(pki_dir / "ca.crt"),
+        },
+        "cassandra": {
+            "data_directories": [str(data)],
+            "commitlog_directory": str(commitlog),
+            "nodetool": ["false"],  # never run: the control is replaced below
+        },
+        "freeze": {"state_directory": str(root / "state")},
+        "volumes": {"state_directory": str(root / "volumes")},
+        "log": {"json": True, "level": "error"},
+    }
+    config = validate(settings, AgentConfig, source=f"<agent {_node_name(index)}>")
+    server = AgentServer(config)
+    node = server.agent
+    root_device = os.stat("/").st_dev
+    mounts = [
+        Mount("/", os.major(root_device), os.minor(root_device), "ext4", "/dev/root"),
+        Mount(str(data), _FAKE_MAJOR, 2 * index, "xfs", f"/dev/bench{index}a"),
+        Mount(str(commitlog), _FAKE_MAJOR, 2 * index + 1, "xfs", f"/dev/bench{index}b"),
+    ]
+    node.freezer = FreezeManager(
+        data_directories=config.cassandra.data_directories,
+        commitlog_directory=config.cassandra.commitlog_directory,
+        store=node.store,
+        policy=node.freezer.policy,
+        mounts=lambda: mounts,
+    )
+    node.control = NodeControl(index)
+    return server
+
+
+def serve_agents(indices: list[int], pki_dir: str, state_root: str, conn: Connection) -> None:
+    """A worker process: serve the agents `indices` until the parent says stop."""
+    configure(json=True, level="error")
+    _raise_file_limit()
+    recorder = IoctlRecorder()
+    fsfreeze.syncfs = recorder.syncfs
+    fsfreeze.freeze = recorder.freeze
+    fsfreeze.thaw = recorder.thaw
+    asyncio.run(_serve(indices, Path(pki_dir), Path(state_root), conn, recorder))
+
+
+async def _serve(
+    indices: list[int], pki_dir: Path, state_root: Path, conn: Connection, recorder: IoctlRecorder
+) -> None:
+    servers = [_agent(index, pki_dir, state_root) for index in indices]
+    ports = [await server.start() for server in servers]
+    conn.send([(i, f"127.0.0.1:{port}") for i, port in zip(indices, ports, strict=True)])
+    await asyncio.get_running_loop().run_in_executor(None, conn.recv)  # "stop"
+    for server in servers:
+        await server.stop(grace=0.5)
+    conn.send({"calls": recorder.calls, "left_frozen": sorted(recorder.frozen)})
+
+
+def _raise_file_limit() -> int:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
+
+
+# -- the coordinator's side -------------------------------------------------------------------------
+
+
+def _targets(agents: dict[str, NodeAgent]) -> list[NodeTarget]:
+    return [
+        NodeTarget(
+            name, agent, tuple(VolumeTarget(ARRAY, f"{name}-{role}", role) for role in _ROLES)
+        )
+        for name, agent in agents.items()
+    ]
+
+
+@dataclass
+class Sample:
+    window: FreezeWindow
+    cpu: float
+
+
+async def _cold_barrier(
+    names: list[str],
+    addresses: dict[str, str],
+    tls: ClientTls,
+    settings: BackupSettings,
+    array_s: float,
+) -> Sample:
+    """The barrier alone on new channels: every TLS handshake falls inside the window."""
+    agents = {name: GrpcNodeAgent(name, addresses[name], tls) for name in names}
+    try:
+        barrier = FreezeBarrier(
+            dict(agents), new_backup_id(), settings.freeze_budget, settings.lease, renew_leases
+        )
+        cpu = time.process_time()
+        await barrier.hold(lambda _left: asyncio.sleep(array_s), on_frozen=lambda: None)
+        cpu = time.process_time() - cpu
+        assert barrier.window is not None
+        return Sample(barrier.window, cpu)
+    finally:
+        for agent in agents.values():
+            await agent.close()
+
+
+class _CpuOfFreeze:
+    """Coordinator CPU time over the freeze phase of a run (the workflow's progress callback)."""
+
+    def __init__(self) -> None:
+        self.cpu = 0.0
+        self._started: float | None = None
+
+    def __call__(self, phase: str, message: str) -> None:
+        if phase == "freeze+snapshot+thaw":
+            self._started = time.process_time()
+        elif phase == "finish" and self._started is not None:
+            self.cpu = time.process_time() - self._started
+            self._started = None
+
+
+async def _workflow_runs(
+    names: list[str],
+    addresses: dict[str, str],
+    tls: ClientTls,
+    settings: BackupSettings,
+    array_s: float,
+    runs: int,
+) -> list[Sample]:
+    agents = {name: GrpcNodeAgent(name, addresses[name], tls) for name in names}
+    array = FakeArray(ARRAY, volumes_of(names))
+    array.delay = array_s
+    cpu = _CpuOfFreeze()
+    workflow = BackupWorkflow("scale", _targets(dict(agents)), {ARRAY: array}, None, progress=cpu)
+    samples: list[Sample] = []
+    try:
+        for _ in range(runs):
+            run = await workflow.run(settings, trigger="bench")
+            assert run.window is not None
+            samples.append(Sample(run.window, cpu.cpu))
+    finally:
+        for agent in agents.values():
+            await agent.close()
+    return samples
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f}"
+
+
+def _line(label: str, samples: Sequence[Sample]) -> str:
+    def fig(name: str, values: list[float]) -> str:
+        if len(values) == 1:
+            return f"{name}={_ms(values[0])}"
+        return f"{name}={_ms(statistics.median(values))}/{_ms(max(values))}"
+
+    windows = [s.window for s in samples]
+    return (
+        f"  {label:5s} "
+        + " ".join(
+            (
+                fig("window", [w.total for w in windows]),
+                fig("freezing", [w.freezing or 0.0 for w in windows]),
+                fig("agents_freeze", [w.slowest_freeze for w in windows]),
+                fig("array", [w.array_call for w in windows]),
+                fig("thawing", [w.thawing or 0.0 for w in windows]),
+                fig("agents_thaw", [w.slowest_thaw for w in windows]),
+                fig("overhead", [w.overhead for w in windows]),
+                fig("coordinator_cpu", [s.cpu for s in samples]),
+            )
+        )
+        + (" (ms; median/max)" if len(samples) > 1 else " (ms)")
+    )
+
+
+def _fds_and_rss() -> tuple[int, float]:
+    fds = len(os.listdir("/proc/self/fd"))
+    rss_kb = 0
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            rss_kb = int(line.split()[1])
+    return fds, rss_kb / 1024
+
+
+async def _measure(
+    sizes: list[int],
+    addresses: dict[str, str],
+    tls: ClientTls,
+    args: argparse.Namespace,
+) -> None:
+    settings = BackupSettings(freeze_budget=args.budget, lease=args.lease)
+    array_s = args.array_ms / 1000
+    every = sorted(addresses)
+    for size in sizes:
+        # Spread over the worker processes: agent i is served by process i % processes.
+        names = every[:size]
+        cold = await _cold_barrier(names, addresses, tls, settings, array_s)
+        samples = await _workflow_runs(names, addresses, tls, settings, array_s, args.runs + 1)
+        load = os.getloadavg()
+        print(
+            f"agents={size} runs={args.runs} array_ms={args.array_ms:g} lease_s={args.lease:g}"
+            f" load_average={load[0]:.2f},{load[1]:.2f},{load[2]:.2f}"
+        )
+        print(_line("cold", [cold]))
+        print(_line("first", samples[:1]))
+        print(_line("warm", samples[1:]), flush=True)
+        if size == max(sizes):
+            fds, rss = _fds_and_rss()
+            print(
+                f"  coordinator process at {size} agents (channels closed after each size):"
+                f" open fds now {fds}, VmRSS now {rss:.0f} MB, peak RSS"
+                f" {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB"
+            )
+
+
+async def _peak_fds(names: list[str], addresses: dict[str, str], tls: ClientTls) -> int:
+    """Open descriptors with one connected channel to each of `names` (as during a backup)."""
+    agents = [GrpcNodeAgent(name, addresses[name], tls) for name in names]
+    try:
+        await asyncio.gather(*(agent.node_info() for agent in agents))
+        return _fds_and_rss()[0]
+    finally:
+        for agent in agents:
+            await agent.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--agents", type=int, nargs="*", default=[3, 100, 300, 1000])
+    parser.add_argument("--processes", type=int, default=4)
+    parser.add_argument("--runs", type=int, default=10, help="warm runs per size")
+    parser.add_argument("--array-ms", type=float, default=10.0)
+    parser.add_argument("--lease", type=float, default=1.0)
+    parser.add_argument("--budget", type=float, default=1.5)
+    parser.add_argument("--state-root", type=Path, default=Path("/dev/shm"))
+    args = parser.parse_args()
+    configure(json=True, level="error")
+    limit = _raise_file_limit()
+    total = max(args.agents)
+    print(f"RLIMIT_NOFILE {limit} (soft raised to the hard limit in every process)")
+    spawn = multiprocessing.get_context("spawn")
+    with (
+        tempfile.TemporaryDirectory(prefix="ringsnap-scale-") as scratch,
+        tempfile.TemporaryDirectory(prefix="ringsnap-scale-", dir=args.state_root) as state,
+    ):
+        pki = TestPki.create(Path(scratch) / "pki")
+        tls = ClientTls(pki.client.cert_pem, pki.client.key_pem, pki.ca.cert_pem)
+        workers: list[tuple[Any, Connection]] = []
+        started = time.monotonic()
+        try:
+            for p in range(args.processes):
+                indices = list(range(p, total, args.processes))
+                parent, child = spawn.Pipe()
+                process = spawn.Process(
+                    target=serve_agents, args=(indices, str(pki.directory), state, child)
+                )
+                process.start()
+                workers.append((process, parent))
+            addresses: dict[str, str] = {}
+            for _, conn in workers:
+                addresses.update((_node_name(i), address) for i, address in conn.recv())
+            print(
+                f"{total} agents serving in {args.processes} processes"
+                f" ({time.monotonic() - started:.1f} s to start)",
+                flush=True,
+            )
+            asyncio.run(_measure(sorted(args.agents), addresses, tls, args))
+            peak = asyncio.run(_peak_fds(sorted(addresses)[:total], addresses, tls))
+            print(f"  coordinator open fds with {total} connected channels: {peak}")
+        finally:
+            for _, conn in workers:
+                conn.send("stop")
+            for process, conn in workers:
+                report = conn.recv() if conn.poll(60) else {"calls": "no answer", "left_frozen": []}
+                process.join(30)
+                if report["left_frozen"]:
+                    print(f"ERROR: left frozen: {report['left_frozen']}")
+                print(f"  worker {process.pid}: ioctls {report['calls']}")
+
+
+if __name__ == "__main__":
+    main()
