@@ -4,9 +4,15 @@ they stay frozen, every node thawed whatever happened, and the window measured.
 - The freezes are bounded by the freeze budget: nodes that froze stall their writes while a slow one
   answers, and a freeze that lands after the thaw is undone by its own lease.
 - The work gets what is left of the budget; none is started once the freeze used all of it.
-- The leases are renewed only while the work runs.
-- The thaw runs in a `finally`, to completion even under cancellation.
-- A node whose lease ran out before its thaw was not frozen for the whole snapshot: the run fails.
+- The leases are renewed only while the work runs, each node on its own: a node that does not answer
+  never delays the others' renewals. A node whose lease can no longer be shown to run (no renewal
+  confirmed within a lease, or the agent says the freeze ended) fails the run at once: every node
+  is thawed then, not when the array answers, and what the array makes is discarded.
+- The thaw runs in a `finally`, to completion even under cancellation; each node's thaw is awaited
+  for at most a lease (at least `THAW_WAIT_FLOOR`): by then an unreachable node's lease has thawed
+  it by itself, and waiting longer would only hold the run.
+- A node whose lease ran out before its thaw was not frozen for the whole snapshot, and one whose
+  thaw was not confirmed cannot be shown to have been: either fails the run, naming the node.
 """
 
 from __future__ import annotations
@@ -25,8 +31,14 @@ from ringsnap.logs import get_logger
 
 log = get_logger(__name__)
 
-#: Keeps the leases of the frozen nodes alive until cancelled: (agents, operation id, lease).
-Renewer = Callable[[Mapping[str, NodeAgent], str, float], Coroutine[Any, Any, None]]
+#: Keeps the leases of the frozen nodes alive until cancelled: (agents, operation id, lease, when
+#: the freezes were sent on the monotonic clock). Raises BackupFailed when a node's lease can no
+#: longer be shown to run.
+Renewer = Callable[[Mapping[str, NodeAgent], str, float, float], Coroutine[Any, Any, None]]
+#: The shortest wait for a thaw's answer, whatever the lease (an agent's answer crosses a network).
+THAW_WAIT_FLOOR = 1.0
+#: Agent answers (gRPC status names) that say the freeze has ended: no renewal can revive it.
+_FREEZE_ENDED = frozenset({"FAILED_PRECONDITION", "NOT_FOUND"})
 
 
 @dataclass
@@ -49,6 +61,10 @@ class FreezeBarrier:
         started = time.monotonic()
         frozen_at: float | None = None
         array_call = 0.0
+        # Started early when a node is lost while the work runs; else in the `finally`.
+        thawing: asyncio.Future[dict[str, ThawReceipt]] | None = None
+        thaw_started = 0.0
+        lost: BaseException | None = None
         try:
             results = await asyncio.gather(
                 *(
@@ -73,19 +89,53 @@ class FreezeBarrier:
                     f" ({self.budget:g} s); no snapshot was started. Check the nodes'"
                     " disks and load, or raise freeze_budget_seconds below the write timeout"
                 )
-            renewer = asyncio.create_task(self.renew(self.agents, self.operation_id, self.lease))
+            renewer = asyncio.create_task(
+                self.renew(self.agents, self.operation_id, self.lease, started)
+            )
             work_started = time.monotonic()
+            working = asyncio.ensure_future(work(remaining))
             try:
-                await work(remaining)
+                await asyncio.wait([working, renewer], return_when=asyncio.FIRST_COMPLETED)
+                if not working.done() and (lost := _failure(renewer)) is not None:
+                    # That node may thaw (or has) before the snapshot: the run has failed. The
+                    # others stall their clients' writes for nothing: thaw them now, not when the
+                    # array answers; the array call ends (or overruns) as usual and is discarded.
+                    log.warning(
+                        "a frozen node is lost; thawing every node now",
+                        backup_id=self.operation_id,
+                        error=str(lost),
+                    )
+                    thaw_started = time.monotonic()
+                    thawing = asyncio.ensure_future(
+                        thaw_all(self.agents, self.operation_id, self._thaw_wait)
+                    )
+                try:
+                    await working
+                except BackupFailed as exc:
+                    if lost is None:
+                        raise
+                    raise BackupFailed(f"{lost}; {exc}") from exc
             finally:
-                array_call = time.monotonic() - work_started
+                array_call = (thaw_started or time.monotonic()) - work_started
+                if not working.done():  # this run was cancelled while waiting
+                    working.cancel()
+                    await asyncio.wait([working])
                 renewer.cancel()
                 # `wait`, not `await renewer` under suppress(CancelledError): that would also
                 # swallow a cancellation of this run arriving meanwhile.
                 await asyncio.wait([renewer])
+                if lost is None and (late := _failure(renewer)) is not None:
+                    # Lost after the work ended: the thaw's answer says whether it held.
+                    log.warning(
+                        "lease renewal failed", backup_id=self.operation_id, error=str(late)
+                    )
         finally:
-            thaw_started = time.monotonic()
-            thaws = await to_completion(thaw_all(self.agents, self.operation_id))
+            if thawing is None:
+                thaw_started = time.monotonic()
+                thawing = asyncio.ensure_future(
+                    thaw_all(self.agents, self.operation_id, self._thaw_wait)
+                )
+            thaws = await to_completion(thawing)
             ended = time.monotonic()
             self.window = FreezeWindow(
                 total=ended - started,
@@ -106,35 +156,112 @@ class FreezeBarrier:
                 agents_slowest_thaw_ms=_ms(self.window.slowest_thaw),
                 overhead_ms=_ms(self.window.overhead),
             )
+        problems = [str(lost)] if lost is not None else []
         expired = [name for name, t in thaws.items() if t.lease_expired]
         if expired:
-            raise BackupFailed(
+            problems.append(
                 f"the freeze lease ran out on {', '.join(sorted(expired))} before the snapshot"
                 " finished, so those nodes were not quiesced for it; raise the lease or check the"
                 " agent's clock and load"
             )
+        unconfirmed = [name for name in self.agents if name not in thaws]
+        if unconfirmed:
+            problems.append(
+                f"the thaw of {', '.join(unconfirmed)} was not confirmed within"
+                f" {self._thaw_wait:g} s, so those nodes cannot be shown to have stayed frozen"
+                f" through the snapshot; each thaws by its lease ({self.lease:g} s) by itself."
+                " Check the network between the coordinator and their agents"
+            )
+        if problems:
+            raise BackupFailed("; ".join(problems))
+
+    @property
+    def _thaw_wait(self) -> float:
+        return max(self.lease, THAW_WAIT_FLOOR)
+
+
+def _failure(task: asyncio.Task[None]) -> BaseException | None:
+    """What an ended task raised (None while it runs, once it returned or was cancelled)."""
+    if not task.done() or task.cancelled():
+        return None
+    return task.exception()
 
 
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 1)
 
 
-async def renew_leases(agents: Mapping[str, NodeAgent], operation_id: str, lease: float) -> None:
-    """Keep the freeze alive while the array call runs. A failed renewal is reported by the thaw
-    (lease_expired), which fails the run."""
+async def renew_leases(
+    agents: Mapping[str, NodeAgent], operation_id: str, lease: float, since: float
+) -> None:
+    """Keep every node's freeze alive while the array call runs, each node on its own, until
+    cancelled. Raises BackupFailed naming the nodes whose lease can no longer be shown to run."""
+    tasks = [
+        asyncio.create_task(_keep_renewed(name, agent, operation_id, lease, since))
+        for name, agent in agents.items()
+    ]
+    if not tasks:
+        return
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        problems = [str(error) for task in tasks if task in done and (error := task.exception())]
+        raise BackupFailed("; ".join(problems))
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks)
+
+
+async def _keep_renewed(
+    name: str, agent: NodeAgent, operation_id: str, lease: float, since: float
+) -> None:
+    """Renew one node's lease every third of a lease; a failed renewal is retried while the lease
+    surely still runs. The agent starts (and restarts) a lease only after it received the request,
+    so a lease runs at least until a lease after the confirmed request was sent; past that, the
+    node may have thawed by itself (or is about to), and a snapshot cannot be shown to hold it
+    frozen."""
+    valid_until = since + lease
+    error: BaseException | str = "no renewal was due yet"
+    retry, delay = False, 0.0
     while True:
-        await asyncio.sleep(lease / 3)
-        results = await asyncio.gather(
-            *(a.renew(operation_id, lease) for a in agents.values()), return_exceptions=True
-        )
-        for name, result in zip(agents, results, strict=True):
-            if isinstance(result, BaseException):
-                log.warning("lease renewal failed", node=name, error=str(result))
+        # Due once a third of the lease has passed since the last confirmed request was sent.
+        due = valid_until - lease * 2 / 3
+        await asyncio.sleep(max(0.0, due - time.monotonic()) if not retry else delay)
+        sent = time.monotonic()
+        left = valid_until - sent
+        if left <= 0:
+            raise BackupFailed(
+                f"node {name}: no lease renewal confirmed for {sent - valid_until + lease:.2f} s"
+                f" (the lease is {lease:g} s; last error: {error}): the node may have thawed by"
+                " itself before the snapshot was taken, so every node was thawed. Check the"
+                " network between the coordinator and this node's agent"
+            )
+        try:
+            await asyncio.wait_for(agent.renew(operation_id, lease), left)
+        except TimeoutError:
+            error, retry, delay = f"no answer within {left:.2f} s", True, 0.0
+        except Exception as exc:
+            if getattr(exc, "code", "") in _FREEZE_ENDED:
+                raise BackupFailed(
+                    f"node {name}: its freeze has ended before the snapshot was taken ({exc});"
+                    " every node was thawed"
+                ) from exc
+            # Retried at once if the lease leaves room, a little later if it answered at once.
+            error, retry = exc, True
+            delay = min(lease / 10, max(valid_until - time.monotonic(), 0.0))
+            log.warning("lease renewal failed", node=name, error=str(exc))
+        else:
+            valid_until, retry = sent + lease, False
 
 
-async def thaw_all(agents: Mapping[str, NodeAgent], operation_id: str) -> dict[str, ThawReceipt]:
+async def thaw_all(
+    agents: Mapping[str, NodeAgent], operation_id: str, wait: float
+) -> dict[str, ThawReceipt]:
+    """Thaw every node in parallel; each answer awaited `wait` seconds at most. A node missing
+    from the receipts did not confirm its thaw (its lease thaws it)."""
     results = await asyncio.gather(
-        *(a.thaw(operation_id) for a in agents.values()), return_exceptions=True
+        *(bounded("thaw", a.thaw(operation_id), wait) for a in agents.values()),
+        return_exceptions=True,
     )
     receipts: dict[str, ThawReceipt] = {}
     for name, result in zip(agents, results, strict=True):

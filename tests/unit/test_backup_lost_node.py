@@ -1,0 +1,117 @@
+"""A node lost while frozen (a partition, against fakes of our own seams): the freeze barrier fails
+the run naming it, keeps the others' leases alive, thaws them at once, and never waits on the lost
+node's answers for longer than a lease. The real-parts proof is tests/integration/test_partitions.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import datetime
+
+import pytest
+
+from ringsnap.coordinator.agents import AgentError
+from ringsnap.coordinator.backup import BackupFailed, BackupSettings, BackupWorkflow
+from ringsnap.coordinator.ports import ThawReceipt
+from tests.support.fakes import FakeAgent, FakeArray, node_targets, volumes_of
+
+
+def cluster() -> tuple[BackupWorkflow, list[FakeAgent], FakeArray, list[str]]:
+    events: list[str] = []
+    agents = [FakeAgent(f"n{i}", events) for i in range(1, 4)]
+    array = FakeArray("a1", volumes_of(a.node for a in agents), events=events, agents=agents)
+    return BackupWorkflow("c", node_targets(agents), {"a1": array}, None), agents, array, events
+
+
+async def _never(*_: object) -> datetime:
+    await asyncio.sleep(3600)
+    raise AssertionError("unreachable")
+
+
+def _thawed_at(agent: FakeAgent, started: float, seen: dict[str, float]) -> None:
+    """Remember when `agent` stopped being frozen (polled from the test's own task)."""
+    if agent.node not in seen and not agent.frozen and agent.thaws:
+        seen[agent.node] = time.monotonic() - started
+
+
+async def _run_watching(
+    workflow: BackupWorkflow, agents: list[FakeAgent], settings: BackupSettings
+) -> tuple[BaseException, float, dict[str, float]]:
+    seen: dict[str, float] = {}
+    started = time.monotonic()
+    run = asyncio.ensure_future(workflow.run(settings, trigger="test"))
+    while not run.done():
+        for agent in agents:
+            _thawed_at(agent, started, seen)
+        await asyncio.sleep(0.005)
+    error = run.exception()
+    assert error is not None, "the run succeeded"
+    return error, time.monotonic() - started, seen
+
+
+def test_a_node_that_stops_answering_renewals_fails_the_run_and_the_others_thaw_at_once() -> None:
+    workflow, agents, array, events = cluster()
+    lost = agents[0]
+    lost.renew = _never  # type: ignore[method-assign,assignment]
+    array.delay = 2.0  # the array holds the snapshot call well past the lease
+    settings = BackupSettings(lease=0.3, freeze_budget=3.0, straggler_grace=5)
+
+    error, took, thawed = asyncio.run(_run_watching(workflow, agents, settings))
+
+    assert isinstance(error, BackupFailed)
+    assert str(error).startswith("node n1: no lease renewal confirmed"), error
+    # The others were renewed while n1 did not answer: none of them thawed by its lease ...
+    assert "lease-thaw n2" not in events and "lease-thaw n3" not in events
+    # ... and they were thawed as soon as n1 was lost, long before the array answered.
+    assert thawed["n2"] < 1.0 and thawed["n3"] < 1.0, thawed
+    # The snapshot the array made after that is not a quiesced image: deleted.
+    assert took >= array.delay and array.snapshots == {}
+    assert "delete" in events[-1]
+
+
+def test_a_thaw_that_never_answers_is_not_waited_for_and_fails_the_run_naming_the_node() -> None:
+    workflow, agents, array, _ = cluster()
+    silent = agents[1]
+
+    async def no_answer(operation_id: str) -> ThawReceipt:
+        silent.frozen = False  # its lease thaws it, as the agent's does
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    silent.thaw = no_answer  # type: ignore[method-assign]
+    settings = BackupSettings(lease=0.3, freeze_budget=1.0)
+
+    async def bounded_run() -> BaseException:
+        with pytest.raises(BackupFailed) as failed:
+            await asyncio.wait_for(workflow.run(settings, trigger="test"), 10)
+        return failed.value
+
+    started = time.monotonic()
+    error = asyncio.run(bounded_run())
+    # Awaited for the floor of the thaw wait (the lease is shorter), not the 30 s of a gRPC call.
+    assert time.monotonic() - started < 2.5
+    assert "the thaw of n2 was not confirmed within 1 s" in str(error)
+    assert array.snapshots == {}
+    assert not any(a.frozen for a in agents)
+
+
+def test_a_renewal_the_agent_refuses_fails_the_run_at_once() -> None:
+    workflow, agents, array, _ = cluster()
+
+    async def refused(operation_id: str, lease_seconds: float) -> datetime:
+        raise AgentError(
+            "node n3 (x): RenewLease: FAILED_PRECONDITION: the lease has run out",
+            code="FAILED_PRECONDITION",
+        )
+
+    agents[2].renew = refused  # type: ignore[method-assign]
+    array.delay = 2.0
+    settings = BackupSettings(lease=0.6, freeze_budget=3.0, straggler_grace=5)
+
+    error, _took, thawed = asyncio.run(_run_watching(workflow, agents, settings))
+
+    assert "node n3: its freeze has ended before the snapshot was taken" in str(error)
+    # At the first renewal (a third of the lease), not when the array answered.
+    assert max(thawed.values()) < 0.6, thawed
+    assert array.snapshots == {}
