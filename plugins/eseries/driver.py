@@ -26,11 +26,8 @@ watches the running rollback instead of starting another). Clones are linked, re
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -47,31 +44,20 @@ from ringsnap.plugins.errors import (
 )
 from ringsnap.plugins.eseries.client import ApiFailure, EseriesClient, retcode_of
 from ringsnap.plugins.eseries.config import EseriesSettings
+from ringsnap.plugins.eseries.groups import ConsistencyGroups, Group
+from ringsnap.plugins.eseries.image_names import (
+    ACTIVE,
+    DELETING,
+    PURGED,
+    ImageName,
+    ImageNames,
+)
 from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume, VolumeSnapshot
 
 _log = get_logger(__name__)
 
 MAX_IMAGES_PER_GROUP = 32
 MAX_MEMBERS_PER_GROUP = 64
-KEY_PREFIX = "ringsnap"
-ACTIVE = "active"
-DELETING = "deleting"
-PURGED = "purged"
-
-
-@dataclass(frozen=True)
-class _Group:
-    ref: str
-    label: str
-    #: volume ref -> member record
-    members: Mapping[str, Mapping[str, Any]]
-
-
-@dataclass
-class _Name:
-    key: str
-    name: str
-    state: str
 
 
 class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
@@ -95,6 +81,8 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
             timeout=settings.timeout_seconds,
         )
         self._system = f"/storage-systems/{settings.system_id}"
+        self._groups = ConsistencyGroups(self._client, settings, system=self._system, array=array)
+        self._names = ImageNames(self._client)
 
     def capabilities(self) -> Capabilities:
         return Capabilities(
@@ -136,9 +124,9 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
     def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
         name = self._snapshot_name(name)
         refs = self._volume_refs(volumes)
-        group = self._ensure_group(refs)
-        names, pending_record = self._catalog(group.ref)
-        sequences = self._sequence_images(group.ref)
+        group = self._groups.ensure(refs)
+        names, pending_record = self._names.read(group.ref)
+        sequences = self._groups.images(group.ref)
         self._note_vanished(group, names, sequences)
         for sequence, entry in names.items():
             if entry.name == name and entry.state == ACTIVE and sequence in sequences:
@@ -157,23 +145,19 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
                 " deletes oldest first)",
                 array=self._array,
             )
-        pending = self._pending_key(group.ref)
-        self._client.put(
-            f"/key-values/{pending}",
-            json.dumps({"name": name, "after": max(remaining, default=0), "at": time.time()}),
-        )
+        self._names.mark_pending(group.ref, name, max(remaining, default=0))
         try:
-            images = self._client.post(f"{self._cg_path(group.ref)}/snapshots")
+            images = self._client.post(f"{self._groups.path(group.ref)}/snapshots")
         except DriverError as exc:
             if isinstance(exc.__cause__, ApiFailure):
                 # The array answered: no image is on its way, a retry must not wait for one.
                 with contextlib.suppress(DriverError):
-                    self._client.delete(f"/key-values/{pending}")
+                    self._names.clear_pending(group.ref)
             raise
         sequence = int(images[0]["pitSequenceNumber"])
         try:
-            self._set_name(group.ref, sequence, name, ACTIVE)
-            self._client.delete(f"/key-values/{pending}")
+            self._names.set(group.ref, sequence, name, ACTIVE)
+            self._names.clear_pending(group.ref)
         except DriverError as exc:
             raise exc.left_behind(
                 (
@@ -182,24 +166,24 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
                 )
             ) from exc
         # Taking the image may have made the array purge older ones (repository full).
-        after = self._sequence_images(group.ref)
-        names[sequence] = _Name(self._key(group.ref, sequence), name, ACTIVE)
+        after = self._groups.images(group.ref)
+        names[sequence] = ImageName(self._names.key(group.ref, sequence), name, ACTIVE)
         self._note_vanished(group, names, after)
-        for warning in self._repository_warnings(group):
+        for warning in self._groups.repository_warnings(group):
             _log.warning("E-Series repository filling", array=self._array, warning=warning)
         return self._ref(group, sequence, name, after.get(sequence, images), volumes)
 
     def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]:
         refs = set(self._volume_refs(volumes))
         infos: list[SnapshotInfo] = []
-        for group in self._groups():
+        for group in self._groups.listed():
             if not refs <= set(group.members) or not group.label.startswith(
                 self._settings.group_prefix + "_"
             ):
                 continue
-            names = self._names(group.ref)
-            sequences = self._sequence_images(group.ref)
-            warnings = tuple(self._repository_warnings(group))
+            names = self._names.of_group(group.ref)
+            sequences = self._groups.images(group.ref)
+            warnings = tuple(self._groups.repository_warnings(group))
             by_ref = {volume.id: volume for volume in volumes}
             for sequence, images in sorted(sequences.items()):
                 entry = names.get(sequence)
@@ -210,11 +194,11 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
         return sorted(infos, key=lambda info: (info.ref.created_at, info.ref.snapshot_id))
 
     def get_snapshot(self, ref: SnapshotRef) -> SnapshotInfo:
-        group = self._group_of(ref)
+        group = self._groups.of(ref)
         sequence = int(ref.snapshot_id)
-        names = self._names(group.ref)
+        names = self._names.of_group(group.ref)
         entry = names.get(sequence)
-        images = self._sequence_images(group.ref).get(sequence)
+        images = self._groups.images(group.ref).get(sequence)
         if images is None or (entry is not None and entry.state != ACTIVE):
             reason = {
                 PURGED: "the array purged it when a repository filled (policy purgepit)",
@@ -224,7 +208,7 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
                 f"snapshot {ref.snapshot_name!r} (image {sequence} of {group.label}): {reason}",
                 array=self._array,
             )
-        warnings = tuple(self._repository_warnings(group))
+        warnings = tuple(self._groups.repository_warnings(group))
         for warning in warnings:
             _log.warning("E-Series repository filling", array=self._array, warning=warning)
         return SnapshotInfo(
@@ -235,15 +219,15 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
 
     def delete_snapshot(self, ref: SnapshotRef) -> None:
         try:
-            group = self._group_of(ref)
+            group = self._groups.of(ref)
         except NotFoundError:
             return
         sequence = int(ref.snapshot_id)
-        sequences = self._sequence_images(group.ref)
+        sequences = self._groups.images(group.ref)
         if sequence not in sequences:
-            self._forget(group.ref, sequence)
+            self._names.forget(group.ref, sequence)
             return
-        self._set_name(group.ref, sequence, ref.snapshot_name, DELETING)
+        self._names.set(group.ref, sequence, ref.snapshot_name, DELETING)
         remaining = self._sweep(group, sequences)
         if sequence in remaining:
             older = sorted(s for s in remaining if s < sequence)
@@ -262,10 +246,10 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
         return []
 
     def revert(self, ref: SnapshotRef) -> None:
-        group = self._group_of(ref)
+        group = self._groups.of(ref)
         sequence = int(ref.snapshot_id)
-        if not self._rolling_back(group):
-            if sequence not in self._sequence_images(group.ref):
+        if not self._groups.rolling_back(group):
+            if sequence not in self._groups.images(group.ref):
                 raise NotFoundError(
                     f"snapshot {ref.snapshot_name!r} (image {sequence} of {group.label}) does not"
                     " exist",
@@ -278,9 +262,9 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
                 group=group.label,
                 image=sequence,
             )
-            self._client.post(f"{self._cg_path(group.ref)}/snapshots/{sequence}/rollback")
+            self._client.post(f"{self._groups.path(group.ref)}/snapshots/{sequence}/rollback")
         deadline = time.monotonic() + self._settings.rollback_timeout_seconds
-        while self._rolling_back(group):
+        while self._groups.rolling_back(group):
             if time.monotonic() >= deadline:
                 raise ArrayTimeoutError(
                     f"the rollback of {group.label} to image {sequence} is still running after"
@@ -298,11 +282,11 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
             raise DriverError(
                 f"clone suffix {suffix!r} is longer than 30 characters", array=self._array
             )
-        group = self._group_of(ref)
+        group = self._groups.of(ref)
         sequence = int(ref.snapshot_id)
         views = [
             v
-            for v in self._client.get(f"{self._cg_path(group.ref)}/views")
+            for v in self._client.get(f"{self._groups.path(group.ref)}/views")
             if v.get("label") == suffix
         ]
         if views:
@@ -313,13 +297,13 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
                     array=self._array,
                 )
         else:
-            if sequence not in self._sequence_images(group.ref):
+            if sequence not in self._groups.images(group.ref):
                 raise NotFoundError(
                     f"snapshot {ref.snapshot_name!r} (image {sequence}) does not exist",
                     array=self._array,
                 )
             view = self._client.post(
-                f"{self._cg_path(group.ref)}/views",
+                f"{self._groups.path(group.ref)}/views",
                 {
                     "name": suffix,
                     "pitSequenceNumber": str(sequence),
@@ -351,140 +335,10 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
         except NotFoundError:
             return
 
-    # Consistency groups
-
-    def _ensure_group(self, refs: Sequence[str]) -> _Group:
-        label = self._label(refs)
-        found = self._groups(label)
-        made_now = False
-        if found:
-            group = found[0]
-        else:
-            record = self._client.post(
-                f"{self._system}/consistency-groups",
-                {
-                    "name": label,
-                    "fullWarnThresholdPercent": int(self._settings.repository_warn_percent),
-                    # ringsnap's retention deletes images; the array must not do it behind it.
-                    "autoDeleteThreshold": 0,
-                    "repositoryFullPolicy": self._settings.repository_full_policy,
-                    "rollbackPriority": self._settings.rollback_priority,
-                },
-            )
-            group = _Group(record["id"], label, {})
-            made_now = True
-        missing = [ref for ref in refs if ref not in group.members]
-        added: list[str] = []
-        try:
-            for ref in missing:
-                self._client.post(
-                    f"{self._cg_path(group.ref)}/member-volumes",
-                    {
-                        "volumeId": ref,
-                        "repositoryPercent": self._settings.repository_percent,
-                        "scanMedia": False,
-                        "validateParity": False,
-                    },
-                )
-                added.append(ref)
-        except DriverError as exc:
-            # The group stays (the next snapshot of these volumes completes it) but is reported.
-            state = "created now" if made_now else "existing"
-            raise exc.left_behind(
-                (
-                    f"consistency group {label} ({group.ref}, {state}) with"
-                    f" {len(group.members) + len(added)} of {len(refs)} members",
-                )
-            ) from exc
-        if missing:
-            return self._group_by_ref(group.ref)
-        return group
-
-    def _label(self, refs: Iterable[str]) -> str:
-        digest = hashlib.sha256(",".join(sorted(refs)).encode()).hexdigest()[:12]
-        return f"{self._settings.group_prefix}_{digest}"
-
-    def _groups(self, label: str | None = None) -> list[_Group]:
-        """Consistency groups (only the one labelled `label`, when given) with their members."""
-        groups = []
-        for record in self._client.get(f"{self._system}/consistency-groups"):
-            if label is not None and record.get("label") != label:
-                continue
-            members = self._client.get(f"{self._cg_path(record['id'])}/member-volumes")
-            groups.append(
-                _Group(record["id"], record["label"], {m["volumeId"]: m for m in members})
-            )
-        return groups
-
-    def _group_by_ref(self, ref: str) -> _Group:
-        record = self._client.get(self._cg_path(ref))
-        members = self._client.get(f"{self._cg_path(ref)}/member-volumes")
-        return _Group(record["id"], record["label"], {m["volumeId"]: m for m in members})
-
-    def _group_of(self, ref: SnapshotRef) -> _Group:
-        cg = ref.attribute("consistency_group") or ref.group
-        try:
-            return self._group_by_ref(cg)
-        except NotFoundError:
-            raise NotFoundError(
-                f"snapshot {ref.snapshot_name!r}: its consistency group {ref.group} no longer exists",
-                array=self._array,
-            ) from None
-
-    def _cg_path(self, cg: str) -> str:
-        return f"{self._system}/consistency-groups/{cg}"
-
-    def _sequence_images(self, cg: str) -> dict[int, list[dict[str, Any]]]:
-        sequences: dict[int, list[dict[str, Any]]] = {}
-        for image in self._client.get(f"{self._cg_path(cg)}/snapshots"):
-            sequences.setdefault(int(image["pitSequenceNumber"]), []).append(image)
-        return sequences
-
-    # Names (key-value store)
-
-    def _key(self, cg: str, sequence: int) -> str:
-        return f"{KEY_PREFIX}.{cg}.{sequence}"
-
-    def _pending_key(self, cg: str) -> str:
-        return f"{KEY_PREFIX}.{cg}.pending"
-
-    def _names(self, cg: str) -> dict[int, _Name]:
-        return self._catalog(cg)[0]
-
-    def _catalog(self, cg: str) -> tuple[dict[int, _Name], dict[str, Any] | None]:
-        """The names of the group's images, and the pending create (if any), in one request."""
-        prefix = f"{KEY_PREFIX}.{cg}."
-        names: dict[int, _Name] = {}
-        pending: dict[str, Any] | None = None
-        for item in self._client.get("/key-values"):
-            key = str(item.get("key", ""))
-            suffix = key.removeprefix(prefix)
-            if key == suffix:
-                continue
-            try:
-                value = json.loads(item.get("value") or "{}")
-            except ValueError:
-                continue
-            if not isinstance(value, dict):
-                continue
-            if suffix == "pending":
-                pending = value
-            elif suffix.isdigit():
-                names[int(suffix)] = _Name(
-                    key, str(value.get("name", "")), str(value.get("state", ACTIVE))
-                )
-        return names, pending
-
-    def _set_name(self, cg: str, sequence: int, name: str, state: str) -> None:
-        self._client.put(
-            f"/key-values/{self._key(cg, sequence)}", json.dumps({"name": name, "state": state})
-        )
-
-    def _forget(self, cg: str, sequence: int) -> None:
-        self._client.delete(f"/key-values/{self._key(cg, sequence)}")
+    # Images: adopting, noticing, sweeping
 
     def _adopt_pending(
-        self, group: _Group, name: str, pending: Mapping[str, Any]
+        self, group: Group, name: str, pending: Mapping[str, Any]
     ) -> tuple[int, list[dict[str, Any]]] | None:
         """A retried create: find the image an earlier attempt asked for and name it.
 
@@ -497,8 +351,8 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
             grace = max(2 * self._settings.timeout_seconds, 3.0)
         until = float(pending.get("at", 0)) + grace
         while True:
-            sequences = self._sequence_images(group.ref)
-            named = set(self._names(group.ref))
+            sequences = self._groups.images(group.ref)
+            named = set(self._names.of_group(group.ref))
             candidates = [
                 s for s in sequences if s > int(pending.get("after", 0)) and s not in named
             ]
@@ -514,19 +368,19 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
             snapshot=name,
             image=sequence,
         )
-        self._set_name(group.ref, sequence, name, ACTIVE)
-        self._client.delete(f"/key-values/{self._pending_key(group.ref)}")
+        self._names.set(group.ref, sequence, name, ACTIVE)
+        self._names.clear_pending(group.ref)
         return sequence, sequences[sequence]
 
     def _note_vanished(
-        self, group: _Group, names: Mapping[int, _Name], sequences: Mapping[int, Any]
+        self, group: Group, names: Mapping[int, ImageName], sequences: Mapping[int, Any]
     ) -> None:
         """Named images the array no longer has: purged (repository full) or deleted."""
         for sequence, entry in names.items():
             if sequence in sequences or entry.state == PURGED:
                 continue
             if entry.state == DELETING:
-                self._forget(group.ref, sequence)
+                self._names.forget(group.ref, sequence)
                 continue
             _log.warning(
                 "E-Series image purged by the array: its repository filled (policy purgepit)",
@@ -535,16 +389,16 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
                 group=group.label,
                 image=sequence,
             )
-            self._set_name(group.ref, sequence, entry.name, PURGED)
+            self._names.set(group.ref, sequence, entry.name, PURGED)
 
     def _sweep(
         self,
-        group: _Group,
+        group: Group,
         sequences: Mapping[int, Any],
-        names: Mapping[int, _Name] | None = None,
+        names: Mapping[int, ImageName] | None = None,
     ) -> list[int]:
         """Delete images marked deleted while they are the oldest; the sequences that remain."""
-        names = self._names(group.ref) if names is None else names
+        names = self._names.of_group(group.ref) if names is None else names
         remaining = sorted(sequences)
         while remaining:
             oldest = remaining[0]
@@ -559,7 +413,7 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
                     )
                 break
             try:
-                self._client.delete(f"{self._cg_path(group.ref)}/snapshots/{oldest}")
+                self._client.delete(f"{self._groups.path(group.ref)}/snapshots/{oldest}")
             except NotFoundError:
                 pass
             except DriverError as exc:
@@ -573,57 +427,9 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
                     )
                     break
                 raise
-            self._forget(group.ref, oldest)
+            self._names.forget(group.ref, oldest)
             remaining.pop(0)
         return remaining
-
-    # Repository utilisation
-
-    def _repository_warnings(self, group: _Group) -> list[str]:
-        warnings = []
-        threshold = self._settings.repository_warn_percent
-        members = self._client.get(f"{self._cg_path(group.ref)}/member-volumes")
-        for member in members:
-            total = int(member.get("totalRepositoryCapacity") or 0)
-            used = int(member.get("usedRepositoryCapacity") or 0)
-            if not total:
-                continue
-            percent = 100.0 * used / total
-            if percent >= threshold:
-                action = (
-                    "the array will purge this group's oldest image without warning"
-                    if self._settings.repository_full_policy == "purgepit"
-                    else "the array will fail writes to the volume"
-                )
-                warnings.append(
-                    f"repository of {member.get('baseVolumeName', member['volumeId'])} in"
-                    f" {group.label} is {percent:.0f}% full: at 100% {action}; delete old"
-                    " snapshots or grow the repository"
-                )
-        return warnings
-
-    def _rolling_back(self, group: _Group) -> bool:
-        volumes = {
-            record["id"]: record
-            for path in ("volumes", "thin-volumes")
-            for record in self._client.get(f"{self._system}/{path}")
-        }
-        if any(volumes.get(ref, {}).get("action") == "pitRollback" for ref in group.members):
-            return True
-        pit_groups = {m.get("pitGroupId") for m in group.members.values()}
-        for record in self._client.get(f"{self._system}/snapshot-groups"):
-            if record.get("id") in pit_groups and record.get("rollbackStatus") not in (
-                None,
-                "none",
-            ):
-                if record["rollbackStatus"] == "paused":
-                    raise DriverError(
-                        f"the rollback of {group.label} is paused on the array; resume or cancel it"
-                        " in SANtricity before using the volumes",
-                        array=self._array,
-                    )
-                return True
-        return False
 
     # Values
 
@@ -652,7 +458,7 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
 
     def _ref(
         self,
-        group: _Group,
+        group: Group,
         sequence: int,
         name: str,
         images: Sequence[Mapping[str, Any]],
