@@ -12,7 +12,9 @@ same cluster and load:
   reflink of every LUN image, FITHAW in parallel; as many as there were backups, spaced as the
   backups were, under the same load; and the ratio of ringsnap's window to it (median and p95);
 - client write errors and p99/max write latency during the backups, during the floors, and during
-  the same time without either (baseline), with the ratio of backups to baseline;
+  the same time without either (baseline), with the ratio of backups to baseline; the client
+  writes from a process of its own (`bench.load_process`), so that the coordinator's CPU work in
+  this process never shows up as write latency;
 - the load average of the machine at the end of the round.
 
     .venv/bin/python -m bench.backup_under_load [--backups 20] [--rate 200] [--array ontap]
@@ -31,13 +33,15 @@ from pathlib import Path
 from typing import Any
 
 from bench.floor import Floor, FloorRun, targets_of
+from bench.load_process import WriteLoadProcess
 from ringsnap.coordinator.assembly import open_coordinator
-from ringsnap.coordinator.model import Backup
+from ringsnap.coordinator.model import Backup, FreezeWindow
 from ringsnap.coordinator.scheduler import BackupRequest
+from ringsnap.coordinator.service import Coordinator
 from ringsnap.errors import RingsnapError
 from ringsnap.logs import configure
 from ringsnap.sandbox.cluster import SandboxCluster
-from ringsnap.sandbox.load import LoadReport, WriteLoad
+from ringsnap.sandbox.load import LoadReport
 from ringsnap.sandbox.stack import CLUSTER_NAME, running_stack
 
 
@@ -72,12 +76,28 @@ def _floors(floor: Floor, count: int, spacing: float) -> list[FloorRun]:
     return runs
 
 
-def _round(args: argparse.Namespace, number: int, config: Any, session: Any, floor: Floor) -> None:
+def _tap_windows(coordinator: Coordinator, windows: dict[str, FreezeWindow]) -> None:
+    """Keep each backup's freeze window as the run measured it: the catalog keeps only some of its
+    parts (not `freezing` and `thawing`, the coordinator's own figures)."""
+    complete = coordinator.catalog.complete_backup
+
+    def complete_backup(backup_id: str, **details: Any) -> Backup:
+        window = details.get("freeze_window")
+        if window is not None:
+            windows[backup_id] = window
+        return complete(backup_id, **details)
+
+    coordinator.catalog.complete_backup = complete_backup  # type: ignore[method-assign]
+
+
+def _round(args: argparse.Namespace, number: int, config: Any, floor: Floor) -> None:
     backups: list[Backup] = []
     failures: list[str] = []
+    windows: dict[str, FreezeWindow] = {}
 
     async def back_to_back() -> None:
         async with open_coordinator(config, source="<bench>") as coordinator:
+            _tap_windows(coordinator, windows)
             for _ in range(args.backups):
                 request = BackupRequest(CLUSTER_NAME, trigger="bench")
                 try:
@@ -85,18 +105,18 @@ def _round(args: argparse.Namespace, number: int, config: Any, session: Any, flo
                 except RingsnapError as exc:  # reported with the round's figures
                     failures.append(str(exc))
 
-    started = time.monotonic()
-    with WriteLoad(session, rate=args.rate) as during:
+    with WriteLoadProcess(args.instance, rate=args.rate) as during:
+        started = time.monotonic()
         asyncio.run(back_to_back())
-    busy = time.monotonic() - started
-    started = time.monotonic()
-    with WriteLoad(session, rate=args.rate) as floored:
+        busy = time.monotonic() - started
+    with WriteLoadProcess(args.instance, rate=args.rate) as floored:
+        started = time.monotonic()
         floors = _floors(floor, args.backups, busy / max(1, args.backups))
-    floor_busy = time.monotonic() - started
-    with WriteLoad(session, rate=args.rate) as baseline:
+        floor_busy = time.monotonic() - started
+    with WriteLoadProcess(args.instance, rate=args.rate) as baseline:
         time.sleep(busy)
 
-    windows = [b.freeze_window for b in backups if b.freeze_window is not None]
+    measured = list(windows.values())
     load = os.getloadavg()
     print(
         f"round {number}: array={args.array} nodes=3 backups={len(backups)} rate={args.rate:g}/s"
@@ -104,15 +124,15 @@ def _round(args: argparse.Namespace, number: int, config: Any, session: Any, flo
     )
     if failures:
         print(f"  FAILED backups ({len(failures)}): {'; '.join(failures)}")
-    totals = [w.total for w in windows]
+    totals = [w.total for w in measured]
     for name, values in (
         ("window", totals),
-        ("freezing", [w.freezing or 0.0 for w in windows]),
-        ("array_call", [w.array_call for w in windows]),
-        ("thawing", [w.thawing or 0.0 for w in windows]),
-        ("agents_freeze", [w.slowest_freeze for w in windows]),
-        ("agents_thaw", [w.slowest_thaw for w in windows]),
-        ("overhead", [w.overhead for w in windows]),
+        ("freezing", [w.freezing or 0.0 for w in measured]),
+        ("array_call", [w.array_call for w in measured]),
+        ("thawing", [w.thawing or 0.0 for w in measured]),
+        ("agents_freeze", [w.slowest_freeze for w in measured]),
+        ("agents_thaw", [w.slowest_thaw for w in measured]),
+        ("overhead", [w.overhead for w in measured]),
         ("floor", [f.window for f in floors]),
         ("floor_freezing", [f.freezing for f in floors]),
         ("floor_reflinks", [f.snapshot for f in floors]),
@@ -155,11 +175,10 @@ def main() -> None:
         Floor(targets_of(cluster.nodes), cluster.pool_dir / ".floor") as floor,
     ):
         config = stack.coordinator_config()
-        session = cluster.session()
-        with WriteLoad(session, rate=args.rate):
+        with WriteLoadProcess(args.instance, rate=args.rate):
             time.sleep(10)  # connections, prepared statements, JIT
         for number in range(1, args.rounds + 1):
-            _round(args, number, config, session, floor)
+            _round(args, number, config, floor)
 
 
 if __name__ == "__main__":

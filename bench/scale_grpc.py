@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import errno
 import multiprocessing
 import os
@@ -54,7 +55,12 @@ from ringsnap.config import validate
 from ringsnap.coordinator.agents import ClientTls, GrpcNodeAgent
 from ringsnap.coordinator.backup import BackupSettings, BackupWorkflow, NodeTarget, VolumeTarget
 from ringsnap.coordinator.backup.freeze import FreezeBarrier, renew_leases
-from ringsnap.coordinator.backup.model import new_backup_id
+from ringsnap.coordinator.backup.model import (
+    BackupFailed,
+    BackupRefused,
+    BackupRun,
+    new_backup_id,
+)
 from ringsnap.coordinator.model import FreezeWindow
 from ringsnap.coordinator.ports import NodeAgent
 from ringsnap.logs import configure
@@ -233,8 +239,15 @@ def _targets(agents: dict[str, NodeAgent]) -> list[NodeTarget]:
 
 @dataclass
 class Sample:
-    window: FreezeWindow
+    window: FreezeWindow | None
     cpu: float
+    #: Why the run failed ("" if it did not), shortened.
+    error: str = ""
+
+
+def _short(error: BaseException) -> str:
+    text = str(error)
+    return text if len(text) <= 240 else text[:240] + "..."
 
 
 async def _cold_barrier(
@@ -246,18 +259,20 @@ async def _cold_barrier(
 ) -> Sample:
     """The barrier alone on new channels: every TLS handshake falls inside the window."""
     agents = {name: GrpcNodeAgent(name, addresses[name], tls) for name in names}
+    barrier = FreezeBarrier(
+        dict(agents), new_backup_id(), settings.freeze_budget, settings.lease, renew_leases
+    )
+    cpu = time.process_time()
+    error = ""
     try:
-        barrier = FreezeBarrier(
-            dict(agents), new_backup_id(), settings.freeze_budget, settings.lease, renew_leases
-        )
-        cpu = time.process_time()
         await barrier.hold(lambda _left: asyncio.sleep(array_s), on_frozen=lambda: None)
-        cpu = time.process_time() - cpu
-        assert barrier.window is not None
-        return Sample(barrier.window, cpu)
+    except BackupFailed as exc:
+        error = _short(exc)
     finally:
+        cpu = time.process_time() - cpu
         for agent in agents.values():
             await agent.close()
+    return Sample(barrier.window, cpu, error)
 
 
 class _CpuOfFreeze:
@@ -270,7 +285,11 @@ class _CpuOfFreeze:
     def __call__(self, phase: str, message: str) -> None:
         if phase == "freeze+snapshot+thaw":
             self._started = time.process_time()
-        elif phase == "finish" and self._started is not None:
+        elif phase == "finish":
+            self.stop()
+
+    def stop(self) -> None:
+        if self._started is not None:
             self.cpu = time.process_time() - self._started
             self._started = None
 
@@ -290,10 +309,18 @@ async def _workflow_runs(
     workflow = BackupWorkflow("scale", _targets(dict(agents)), {ARRAY: array}, None, progress=cpu)
     samples: list[Sample] = []
     try:
+        started: list[BackupRun] = []
+
+        async def keep(run: BackupRun) -> None:
+            started.append(run)
+
         for _ in range(runs):
-            run = await workflow.run(settings, trigger="bench")
-            assert run.window is not None
-            samples.append(Sample(run.window, cpu.cpu))
+            try:
+                run = await workflow.run(settings, trigger="bench", on_start=keep)
+                samples.append(Sample(run.window, cpu.cpu))
+            except (BackupFailed, BackupRefused) as exc:
+                cpu.stop()
+                samples.append(Sample(started[-1].window, cpu.cpu, _short(exc)))
     finally:
         for agent in agents.values():
             await agent.close()
@@ -306,12 +333,15 @@ def _ms(seconds: float) -> str:
 
 def _line(label: str, samples: Sequence[Sample]) -> str:
     def fig(name: str, values: list[float]) -> str:
+        if not values:
+            return f"{name}=-"
         if len(values) == 1:
             return f"{name}={_ms(values[0])}"
         return f"{name}={_ms(statistics.median(values))}/{_ms(max(values))}"
 
-    windows = [s.window for s in samples]
-    return (
+    windows = [s.window for s in samples if s.window is not None]
+    failed = [s.error for s in samples if s.error]
+    text = (
         f"  {label:5s} "
         + " ".join(
             (
@@ -327,6 +357,9 @@ def _line(label: str, samples: Sequence[Sample]) -> str:
         )
         + (" (ms; median/max)" if len(samples) > 1 else " (ms)")
     )
+    if failed:
+        text += f"\n        {len(failed)} of {len(samples)} failed, e.g.: {failed[0]}"
+    return text
 
 
 def _fds_and_rss() -> tuple[int, float]:
@@ -351,7 +384,13 @@ async def _measure(
         # Spread over the worker processes: agent i is served by process i % processes.
         names = every[:size]
         cold = await _cold_barrier(names, addresses, tls, settings, array_s)
+        profile = cProfile.Profile() if args.profile and size == max(sizes) else None
+        if profile is not None:
+            profile.enable()
         samples = await _workflow_runs(names, addresses, tls, settings, array_s, args.runs + 1)
+        if profile is not None:
+            profile.disable()
+            profile.dump_stats(args.profile)
         load = os.getloadavg()
         print(
             f"agents={size} runs={args.runs} array_ms={args.array_ms:g} lease_s={args.lease:g}"
@@ -388,6 +427,9 @@ def main() -> None:
     parser.add_argument("--array-ms", type=float, default=10.0)
     parser.add_argument("--lease", type=float, default=1.0)
     parser.add_argument("--budget", type=float, default=1.5)
+    parser.add_argument(
+        "--profile", type=Path, help="cProfile the coordinator's runs at the largest size into it"
+    )
     parser.add_argument("--state-root", type=Path, default=Path("/dev/shm"))
     args = parser.parse_args()
     configure(json=True, level="error")

@@ -1,0 +1,62 @@
+"""The sandbox's steady write load (`ringsnap.sandbox.load.WriteLoad`) in a process of its own.
+
+A client thread in the benchmark's own process shares its interpreter lock with the coordinator:
+while the coordinator records a manifest, the client's writes (and its driver's I/O thread) wait
+for the lock, and their latency would count the coordinator's CPU work as Cassandra stalls. Real
+clients run elsewhere; so does this one.
+
+    with WriteLoadProcess("bench-load", rate=200) as load:
+        ...
+    load.report          # a LoadReport, as WriteLoad gives it
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from multiprocessing.connection import Connection
+from typing import Any
+
+from ringsnap.sandbox.cluster import SandboxCluster
+from ringsnap.sandbox.load import LoadReport, WriteLoad
+
+_READY = "ready"
+_STOP = "stop"
+
+
+def _write(instance: str, rate: float, conn: Connection) -> None:
+    # A handle on the running instance, never closed here: closing would take the instance down.
+    session = SandboxCluster.attach(instance).session()
+    try:
+        with WriteLoad(session, rate=rate) as load:
+            conn.send(_READY)
+            conn.recv()  # _STOP
+        conn.send(load.report)
+    finally:
+        session.cluster.shutdown()
+
+
+class WriteLoadProcess:
+    def __init__(self, instance: str, *, rate: float) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._conn, child = context.Pipe()
+        self._process: Any = context.Process(
+            target=_write, args=(instance, rate, child), name="write-load", daemon=True
+        )
+        self.report = LoadReport()
+
+    def __enter__(self) -> WriteLoadProcess:
+        self._process.start()
+        if not self._conn.poll(120) or self._conn.recv() != _READY:
+            self._process.kill()
+            raise RuntimeError("the write load process did not start within 120 s")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._conn.send(_STOP)
+            if self._conn.poll(60):
+                self.report = self._conn.recv()
+        finally:
+            self._process.join(30)
+            if self._process.is_alive():
+                self._process.kill()
