@@ -2,6 +2,9 @@
 
     <prefix>sstables/<node>/<keyspace>/<table dir>[/.<index>]/<version>-<generation>-<format>-<crc32>/<component>-<size>[-<mtime ns>]
     <prefix>backups/<backup id>/<node>.manifest.jsonl.gz
+    <prefix>commitlog/<node>/<backup id>/<segment>
+    <prefix>backups/<backup id>/<node>.commitlog.jsonl.gz
+    <prefix>catalog/<backup id>/<object>
 
 A component's key is its content address, derived only from what Cassandra records (no byte of the
 file is read to decide): the SSTable's identity (directory, version, generation, format), the CRC32
@@ -11,6 +14,10 @@ rewrites Statistics.db, index summary redistribution Summary.db, a new component
 so those carry their mtime as well: a rewrite is a new object, an unchanged hard link (a snapshot)
 or a clone (mtimes kept) is the same one. The node is part of the address: generations are only
 unique per node.
+
+Commit-log segments are not content addressed: a segment is appended to while Cassandra runs, so
+the same name holds other bytes in another backup. They are kept per backup, listed (with their
+CRC32) in the node's commit-log object, which is written before the manifest object.
 
 A backup's manifest object is written last: a backup is exported when it exists.
 """
@@ -28,6 +35,11 @@ from ringsnap.names import relative_path
 #: Components Cassandra may rewrite in place (see the module docstring).
 MUTABLE_COMPONENTS = frozenset(("Statistics.db", "Summary.db", "TOC.txt"))
 MANIFEST_SUFFIX = ".manifest.jsonl.gz"
+COMMITLOG_SUFFIX = ".commitlog.jsonl.gz"
+#: Cassandra's commit-log segments (and, with CDC, their index files).
+SEGMENT_NAME = re.compile(r"CommitLog-[0-9]{1,3}-[0-9]{1,20}(?:\.log|_cdc\.idx)")
+#: The names of the catalog mirror's objects below `catalog/<backup id>/`.
+CATALOG_OBJECT = re.compile(r"[a-z][a-z0-9_-]{0,62}\.json(?:\.gz)?")
 
 _NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _KEYSPACE = r"[A-Za-z0-9_]{1,48}"
@@ -46,6 +58,15 @@ def node_name(value: str) -> str:
     if not _NODE.fullmatch(value) or ".." in value:
         raise ValidationError(
             f"invalid node name {value!r} for S3 keys: use letters, digits, '.', '-' or '_'"
+        )
+    return value
+
+
+def segment_name(value: str) -> str:
+    """A commit-log segment's file name (`CommitLog-<version>-<id>.log`, or a CDC index)."""
+    if not SEGMENT_NAME.fullmatch(value):
+        raise ValidationError(
+            f"invalid commit-log segment name {value!r}: expected CommitLog-<version>-<id>.log"
         )
     return value
 
@@ -116,6 +137,51 @@ class Layout:
 
     def manifest_key(self, backup: str, node: str) -> str:
         return f"{self.backups_prefix(backup)}{node_name(node)}{MANIFEST_SUFFIX}"
+
+    def commitlog_prefix(self, node: str, backup: str) -> str:
+        return f"{self.prefix}commitlog/{node_name(node)}/{valid_backup_id(backup)}/"
+
+    def segment_key(self, node: str, backup: str, segment: str) -> str:
+        return f"{self.commitlog_prefix(node, backup)}{segment_name(segment)}"
+
+    def commitlog_manifest_key(self, backup: str, node: str) -> str:
+        return f"{self.backups_prefix(backup)}{node_name(node)}{COMMITLOG_SUFFIX}"
+
+    def parse_segment_key(self, key: str, *, node: str, backup: str) -> str:
+        """The segment's file name of a key read from the bucket; refuses anything else."""
+        prefix = self.commitlog_prefix(node, backup)
+        name = key[len(prefix) :] if key.startswith(prefix) else ""
+        if not SEGMENT_NAME.fullmatch(name):
+            raise ValidationError(
+                f"S3 key {key!r} is not a commit-log segment of node {node} in backup {backup};"
+                " refused"
+            )
+        return name
+
+    def catalog_prefix(self, backup: str = "") -> str:
+        return (
+            f"{self.prefix}catalog/{valid_backup_id(backup)}/"
+            if backup
+            else f"{self.prefix}catalog/"
+        )
+
+    def catalog_key(self, backup: str, name: str) -> str:
+        if not CATALOG_OBJECT.fullmatch(name):
+            raise ValidationError(f"invalid catalog object name {name!r}")
+        return f"{self.catalog_prefix(backup)}{name}"
+
+    def parse_catalog_key(self, key: str) -> tuple[str, str]:
+        """(backup id, object name) of a catalog mirror key; refuses anything else naming it."""
+        root = self.catalog_prefix()
+        rest = key[len(root) :] if key.startswith(root) else ""
+        backup, _, name = rest.partition("/")
+        try:
+            valid_backup_id(backup)
+        except ValidationError:
+            raise ValidationError(f"S3 key {key!r} is not a catalog mirror key; refused") from None
+        if not CATALOG_OBJECT.fullmatch(name):
+            raise ValidationError(f"S3 key {key!r} is not a catalog mirror key; refused")
+        return backup, name
 
     def parse_component_key(self, key: str) -> ComponentKey:
         """Validate a component key read from the bucket (a listing, a manifest object).

@@ -17,7 +17,7 @@ asyncio through `asyncio.to_thread`. Timestamps are aware datetimes, stored as U
 
 One module per record kind: `schema` (and its migrations), `database` (the file, lock and
 transactions), `backups` (their life), `listing` (reading them), `manifests`, `cleanups`,
-`restores`, `drills`, `keyspace_schemas` and `table_restores`; `Catalog` is all of them over one
+`restores`, `drills`, `keyspace_schemas`, `table_restores` and `exports`; `Catalog` is all of them over one
 connection.
 """
 
@@ -37,6 +37,7 @@ from ringsnap.coordinator.catalog.errors import (
     OperationNotFoundError,
     RestoreNotFoundError,
 )
+from ringsnap.coordinator.catalog.exports import ExportStore
 from ringsnap.coordinator.catalog.keyspace_schemas import KeyspaceSchemaStore
 from ringsnap.coordinator.catalog.listing import (
     DEFAULT_PAGE_SIZE,
@@ -58,6 +59,7 @@ class Catalog(
     DrillStore,
     KeyspaceSchemaStore,
     TableRestoreStore,
+    ExportStore,
 ):
     """The catalog in the SQLite file at `path` (created, with its directory, if missing).
 

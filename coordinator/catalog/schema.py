@@ -247,6 +247,20 @@ CREATE TABLE table_restores (
 CREATE INDEX table_restores_by_cluster ON table_restores (cluster, started_us DESC);
 """
 
+# Exports to S3: each backup's newest export as one JSON document (per node: step, clones, what was
+# uploaded and skipped, errors), saved after every step so that a failed run is resumed from it.
+_V7 = """
+CREATE TABLE exports (
+    backup_id   TEXT    PRIMARY KEY,
+    cluster     TEXT    NOT NULL,
+    state       TEXT    NOT NULL CHECK (state IN ('running', 'succeeded', 'failed')),
+    started_us  INTEGER NOT NULL,
+    finished_us INTEGER,
+    document    TEXT    NOT NULL
+);
+CREATE INDEX exports_by_cluster ON exports (cluster, started_us DESC);
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "backups, nodes, snapshots, manifests, timings, cleanups, operations", _V1),
     Migration(2, "warnings of a backup", _V2),
@@ -254,6 +268,7 @@ MIGRATIONS: list[Migration] = [
     Migration(4, "native snapshots: the kind of a backup", _V4),
     Migration(5, "restore drills", _V5),
     Migration(6, "keyspace schemas of a backup; table restores", _V6),
+    Migration(7, "exports to S3", _V7),
 ]
 
 

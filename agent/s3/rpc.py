@@ -1,0 +1,227 @@
+"""The ExportToS3 RPC: one export of this node at a time, run in a worker thread, its progress
+streamed to the caller.
+
+Order of the bucket's writes: the commit-log segments and their list object, then the SSTable
+components, then the SSTable manifest object (last: the node is exported once it exists).
+
+A caller that goes away (a cut RPC, a cancelled coordinator) stops the export: the worker checks a
+flag between files and in every progress report, and the transfers in flight fail. The next export
+of the node waits for the worker to be gone (it is refused meanwhile, naming the running backup).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from ringsnap.agent.clones import CloneMounter
+from ringsnap.agent.config import AgentConfig
+from ringsnap.agent.errors import Conflict
+from ringsnap.agent.manifest import SSTable, manifest
+from ringsnap.agent.s3.client import make_client
+from ringsnap.agent.s3.commitlog import CommitlogExport, export_commitlog
+from ringsnap.agent.s3.export import ExportFailed, ExportResult, export_node
+from ringsnap.agent.s3.layout import node_name
+from ringsnap.agent.s3.progress import Progress
+from ringsnap.agent.s3.sources import ExportSource, clone_source, native_source
+from ringsnap.api.v1 import agent_pb2
+from ringsnap.errors import ValidationError
+from ringsnap.logs import get_logger
+from ringsnap.names import backup_id as valid_backup_id
+from ringsnap.names import snapshot_tag
+
+log = get_logger(__name__)
+
+
+class ExportCancelled(ExportFailed):
+    """The caller went away; what was uploaded stays (a rerun skips it)."""
+
+
+@dataclass(frozen=True)
+class ExportRequest:
+    backup_id: str
+    node: str
+    purpose_id: str = ""
+    snapshot_tag: str = ""
+
+    @classmethod
+    def of(cls, request: agent_pb2.ExportToS3Request) -> ExportRequest:
+        valid_backup_id(request.backup_id)
+        node_name(request.node)
+        if bool(request.purpose_id) == bool(request.snapshot_tag):
+            raise ValidationError(
+                "ExportToS3 needs exactly one of purpose_id (mounted clones) and snapshot_tag"
+                " (a native snapshot)"
+            )
+        if request.snapshot_tag:
+            snapshot_tag(request.snapshot_tag, "snapshot_tag")
+        return cls(request.backup_id, request.node, request.purpose_id, request.snapshot_tag)
+
+
+def progress_message(phase: str, progress: Progress) -> agent_pb2.ExportToS3Response:
+    eta = progress.eta_seconds
+    return agent_pb2.ExportToS3Response(
+        progress=agent_pb2.S3ExportProgress(
+            phase=phase,
+            files_total=progress.files_total,
+            bytes_total=progress.bytes_total,
+            files_done=progress.files_done,
+            bytes_done=progress.bytes_done,
+            files_uploaded=progress.files_transferred,
+            bytes_uploaded=progress.bytes_transferred,
+            elapsed_seconds=progress.elapsed_seconds,
+            rate_bytes_per_second=progress.rate_bytes_per_second,
+            eta_seconds=-1.0 if eta is None else eta,
+        )
+    )
+
+
+def result_message(
+    sstables: ExportResult, commitlog: CommitlogExport, note: str, seconds: float
+) -> agent_pb2.ExportToS3Response:
+    return agent_pb2.ExportToS3Response(
+        result=agent_pb2.S3ExportResult(
+            manifest_key=sstables.manifest_key,
+            components=sstables.components,
+            bytes_total=sstables.bytes_total,
+            files_uploaded=sstables.files_uploaded,
+            bytes_uploaded=sstables.bytes_uploaded,
+            multipart_uploads_aborted=sstables.multipart_uploads_aborted,
+            commitlog_key=commitlog.manifest_key,
+            commitlog_segments=commitlog.segments,
+            commitlog_bytes=commitlog.bytes_total,
+            commitlog_segments_uploaded=commitlog.segments_uploaded,
+            commitlog_bytes_uploaded=commitlog.bytes_uploaded,
+            commitlog_note=note,
+            seconds=seconds,
+        )
+    )
+
+
+class S3Exports:
+    """ExportToS3 of one agent."""
+
+    def __init__(self, config: AgentConfig, clones: Callable[[], CloneMounter]) -> None:
+        self._config = config
+        self._clones = clones
+        self._lock = threading.Lock()
+        self._running: str | None = None
+
+    def _source(self, request: ExportRequest) -> ExportSource:
+        cassandra = self._config.cassandra
+        if request.snapshot_tag:
+            return native_source(cassandra, request.snapshot_tag)
+        mounter = self._clones()
+        mounted = mounter.mounted(request.purpose_id)  # NotFound / Conflict when not all mounted
+        record = mounter.records.load(request.purpose_id)
+        return clone_source(
+            cassandra,
+            request.purpose_id,
+            mounted,
+            read_only=record is not None and record.read_only,
+        )
+
+    async def export(
+        self, message: agent_pb2.ExportToS3Request
+    ) -> AsyncIterator[agent_pb2.ExportToS3Response]:
+        request = ExportRequest.of(message)
+        settings = self._config.s3
+        if settings is None:
+            raise Conflict(
+                "this agent has no [s3] section in its configuration: it cannot export (see"
+                " docs/s3.md)"
+            )
+        source = self._source(request)
+        with self._lock:
+            if self._running is not None:
+                raise Conflict(
+                    f"an export of this node is running (backup {self._running}); wait for it to"
+                    " finish, then ask again"
+                )
+            self._running = request.backup_id
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[agent_pb2.ExportToS3Response] = asyncio.Queue(maxsize=64)
+        cancelled = threading.Event()
+
+        def send(item: agent_pb2.ExportToS3Response) -> None:
+            def put() -> None:
+                if not queue.full():  # progress may be dropped; the caller gets the next one
+                    queue.put_nowait(item)
+
+            loop.call_soon_threadsafe(put)
+
+        def reporter(phase: str) -> Callable[[Progress], None]:
+            def report(progress: Progress) -> None:
+                if cancelled.is_set():
+                    raise ExportCancelled(
+                        f"node {request.node}: the export of backup {request.backup_id} was"
+                        " cancelled by its caller"
+                    )
+                send(progress_message(phase, progress))
+
+            return report
+
+        def checked(batches: Iterable[list[SSTable]]) -> Iterator[list[SSTable]]:
+            for batch in batches:
+                if cancelled.is_set():
+                    raise ExportCancelled(f"node {request.node}: export cancelled by its caller")
+                yield batch
+
+        def work() -> agent_pb2.ExportToS3Response:
+            client = make_client(settings)
+            started = loop.time()
+            commitlog = export_commitlog(
+                client,
+                settings,
+                backup_id=request.backup_id,
+                node=request.node,
+                directory=source.commitlog_directory,
+                progress=reporter("commitlog"),
+            )
+            roots = list(source.data_directories)
+            sstables = export_node(
+                client,
+                settings,
+                backup_id=request.backup_id,
+                node=request.node,
+                data_directories=roots,
+                manifest=lambda: checked(manifest(roots, tag=source.snapshot_tag)),
+                progress=reporter("sstables"),
+            )
+            return result_message(sstables, commitlog, source.commitlog_note, loop.time() - started)
+
+        def release(_: object) -> None:
+            with self._lock:
+                self._running = None
+
+        log.info(
+            "export to S3 starts",
+            backup=request.backup_id,
+            node=request.node,
+            purpose_id=request.purpose_id,
+            snapshot_tag=request.snapshot_tag,
+            commitlog=str(source.commitlog_directory or ""),
+        )
+        future = loop.run_in_executor(None, work)
+        future.add_done_callback(release)
+        try:
+            while not future.done():
+                getter = asyncio.ensure_future(queue.get())
+                await asyncio.wait({getter, future}, return_when=asyncio.FIRST_COMPLETED)
+                if getter.done():
+                    yield getter.result()
+                else:
+                    getter.cancel()
+            while not queue.empty():
+                yield queue.get_nowait()
+            yield future.result()
+        finally:
+            if not future.done():
+                cancelled.set()
+                log.warning(
+                    "export to S3 cancelled by its caller; stopping the uploads",
+                    backup=request.backup_id,
+                    node=request.node,
+                )

@@ -1,0 +1,111 @@
+"""Exports to S3: each backup's newest export record (per node: step, clones, what was uploaded
+and skipped, errors), one JSON document saved after every step so that a failed run resumes."""
+
+# S608: every query is assembled from constant fragments and "?" placeholders; values are bound.
+# ruff: noqa: S608
+
+from __future__ import annotations
+
+from pydantic import TypeAdapter, ValidationError
+
+from ringsnap.coordinator.catalog.columns import to_us
+from ringsnap.coordinator.catalog.database import Database
+from ringsnap.coordinator.catalog.errors import CatalogError
+from ringsnap.coordinator.catalog.listing import MAX_PAGE_SIZE
+from ringsnap.coordinator.export.model import ExportRecord
+from ringsnap.names import backup_id as valid_backup_id
+
+_RECORD = TypeAdapter(ExportRecord)
+
+
+class ExportNotFoundError(CatalogError):
+    def __init__(self, backup_id: str) -> None:
+        super().__init__(f"backup {backup_id} was never exported (no export record)")
+        self.backup_id = backup_id
+
+
+class ExportStore(Database):
+    def save_export(self, record: ExportRecord) -> None:
+        """Insert the backup's export record, or replace it (one per backup: the newest run)."""
+        valid_backup_id(record.backup_id)
+        values = (
+            record.backup_id,
+            record.cluster,
+            record.state.value,
+            to_us(record.started_at),
+            to_us(record.finished_at) if record.finished_at is not None else None,
+            _RECORD.dump_json(record).decode(),
+        )
+        with self._tx(write=True) as conn:
+            saved = conn.execute(
+                "INSERT INTO exports (backup_id, cluster, state, started_us, finished_us, document)"
+                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (backup_id) DO UPDATE SET"
+                " state = excluded.state, started_us = excluded.started_us,"
+                " finished_us = excluded.finished_us, document = excluded.document"
+                " WHERE exports.cluster = excluded.cluster RETURNING backup_id",
+                values,
+            ).fetchone()
+        if saved is None:
+            raise CatalogError(
+                f"backup {record.backup_id} has an export record of another cluster; refused"
+            )
+
+    def find_export(self, backup_id: str) -> ExportRecord | None:
+        with self._tx(write=False) as conn:
+            row = conn.execute(
+                "SELECT document FROM exports WHERE backup_id = ?", (backup_id,)
+            ).fetchone()
+        if row is None:
+            return None
+        try:
+            return _RECORD.validate_json(row["document"])
+        except ValidationError as exc:
+            raise CatalogError(
+                f"export of backup {backup_id}: its record is unreadable ({exc.error_count()}"
+                f" problems, first: {exc.errors()[0]['msg']})"
+            ) from None
+
+    def get_export(self, backup_id: str) -> ExportRecord:
+        record = self.find_export(backup_id)
+        if record is None:
+            raise ExportNotFoundError(backup_id)
+        return record
+
+    def list_exports(self, cluster: str | None = None, *, limit: int = 50) -> list[ExportRecord]:
+        """The newest `limit` (at most MAX_PAGE_SIZE) export records, of `cluster` or all."""
+        if limit < 1:
+            raise ValueError("limit must be 1 or more")
+        where = "WHERE cluster = ?" if cluster else ""
+        params: tuple[object, ...] = (cluster,) if cluster else ()
+        with self._tx(write=False) as conn:
+            ids = [
+                row["backup_id"]
+                for row in conn.execute(
+                    f"SELECT backup_id FROM exports {where} ORDER BY started_us DESC LIMIT ?",
+                    (*params, min(limit, MAX_PAGE_SIZE)),
+                )
+            ]
+        return [self.get_export(i) for i in ids]
+
+    def exported_backups(self, backup_ids: list[str]) -> set[str]:
+        """Which of `backup_ids` have a copy on S3 (their last export succeeded)."""
+        if not backup_ids:
+            return set()
+        found: set[str] = set()
+        with self._tx(write=False) as conn:
+            for start in range(0, len(backup_ids), 500):
+                chunk = backup_ids[start : start + 500]
+                marks = ", ".join("?" * len(chunk))
+                found.update(
+                    row["backup_id"]
+                    for row in conn.execute(
+                        f"SELECT backup_id FROM exports WHERE state = 'succeeded'"
+                        f" AND backup_id IN ({marks})",
+                        chunk,
+                    )
+                )
+        return found
+
+    def delete_export(self, backup_id: str) -> None:
+        with self._tx(write=True) as conn:
+            conn.execute("DELETE FROM exports WHERE backup_id = ?", (backup_id,))

@@ -1,0 +1,104 @@
+"""`ExportNodePort` over gRPC with mutual TLS: a node's agent for exports."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from ringsnap.api.v1 import agent_pb2
+from ringsnap.coordinator.agents import AgentError, GrpcNodeAgent
+from ringsnap.coordinator.export.ports import NodeUpload, UploadProgress
+from ringsnap.coordinator.table_restore.ports import CloneToMount, MountedClone
+
+#: An attach hook per clone; an upload of a whole node may take hours (no deadline: the stream
+#: reports progress, and the coordinator cancels it when it stops).
+CLONES_TIMEOUT_SECONDS = 900.0
+
+
+def upload_progress(message: agent_pb2.S3ExportProgress) -> UploadProgress:
+    return UploadProgress(
+        phase=message.phase,
+        files_total=message.files_total,
+        bytes_total=message.bytes_total,
+        files_done=message.files_done,
+        bytes_done=message.bytes_done,
+        bytes_uploaded=message.bytes_uploaded,
+        rate_bytes_per_second=message.rate_bytes_per_second,
+        eta_seconds=None if message.eta_seconds < 0 else message.eta_seconds,
+    )
+
+
+def node_upload(message: agent_pb2.S3ExportResult) -> NodeUpload:
+    return NodeUpload(
+        manifest_key=message.manifest_key,
+        components=message.components,
+        bytes_total=message.bytes_total,
+        files_uploaded=message.files_uploaded,
+        bytes_uploaded=message.bytes_uploaded,
+        commitlog_segments=message.commitlog_segments,
+        commitlog_bytes=message.commitlog_bytes,
+        commitlog_note=message.commitlog_note,
+        seconds=message.seconds,
+    )
+
+
+class GrpcExportNode(GrpcNodeAgent):
+    """One node's agent at `address`, for exports (volume state, clones, ExportToS3)."""
+
+    async def mount_clones(
+        self, purpose_id: str, volumes: Sequence[CloneToMount], *, read_only: bool
+    ) -> list[MountedClone]:
+        request = agent_pb2.MountClonesRequest(
+            purpose_id=purpose_id,
+            read_only=read_only,
+            volumes=[
+                agent_pb2.CloneVolume(
+                    role=v.role,
+                    array=v.array,
+                    volume=v.volume,
+                    serial=v.serial,
+                    wwn=v.wwn,
+                    source_mount_point=v.source_mount_point,
+                )
+                for v in volumes
+            ],
+        )
+        with self._calling("MountClones"):
+            reply = await self._stub.MountClones(request, timeout=CLONES_TIMEOUT_SECONDS)
+        return [
+            MountedClone(m.role, m.volume, m.device, m.mount_point, m.source_mount_point)
+            for m in reply.mounts
+        ]
+
+    async def unmount_clones(self, purpose_id: str) -> list[str]:
+        with self._calling("UnmountClones"):
+            reply = await self._stub.UnmountClones(
+                agent_pb2.UnmountClonesRequest(purpose_id=purpose_id),
+                timeout=CLONES_TIMEOUT_SECONDS,
+            )
+        return list(reply.detached_volumes)
+
+    async def export_to_s3(
+        self,
+        backup_id: str,
+        *,
+        purpose_id: str = "",
+        snapshot_tag: str = "",
+        progress: Callable[[UploadProgress], None] | None = None,
+    ) -> NodeUpload:
+        request = agent_pb2.ExportToS3Request(
+            backup_id=backup_id, node=self.node, purpose_id=purpose_id, snapshot_tag=snapshot_tag
+        )
+        result: NodeUpload | None = None
+        with self._calling("ExportToS3"):
+            async for message in self._stub.ExportToS3(request):
+                if message.HasField("progress"):
+                    if progress is not None:
+                        progress(upload_progress(message.progress))
+                elif message.HasField("result"):
+                    result = node_upload(message.result)
+        if result is None:
+            raise AgentError(
+                f"node {self.node} ({self.address}): ExportToS3 ended without a result; run the"
+                " export again"
+            )
+        return result

@@ -1,0 +1,452 @@
+"""The export's orchestration with fakes of its own ports: every failure between two steps (clone,
+mount, upload mid-way, unmount, clone deletion, a coordinator killed between steps) leaves a record
+naming the node and step, and no mount or clone behind (a clone whose unmount was not confirmed is
+never deleted and stays a pending cleanup); a rerun resumes.
+
+The proof that exports work is tests/integration/test_s3_copy.py (real ring, S3 server, array).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import pytest
+
+from ringsnap.agent.errors import Conflict
+from ringsnap.coordinator.export.model import (
+    ExportFailed,
+    ExportRecord,
+    ExportRefused,
+    ExportState,
+    NodeStep,
+    purpose_id,
+)
+from ringsnap.coordinator.export.ports import NodeUpload, UploadProgress
+from ringsnap.coordinator.export.workflow import ExportWorkflow, plan_export
+from ringsnap.coordinator.model import (
+    Backup,
+    BackupNode,
+    BackupState,
+    CleanupRequest,
+    NodeVolume,
+    QuiesceMode,
+    SnapshotKind,
+    VolumeRole,
+)
+from ringsnap.coordinator.ports import NodeVolumeFacts, VolumeState
+from ringsnap.coordinator.table_restore.ports import CloneToMount, MountedClone
+from ringsnap.plugins.types import SnapshotRef, Volume, VolumeSnapshot
+
+NODES = ("node1", "node2")
+NOW = datetime(2026, 11, 24, 3, 0, tzinfo=UTC)
+BACKUP_ID = "rs-20261124-030000-abcd"
+Events = list[str]
+
+
+def _backup(**changes: object) -> Backup:
+    nodes = tuple(
+        BackupNode(
+            name=n,
+            host_id=f"host-{n}",
+            volumes=(
+                NodeVolume(array="array1", volume=f"{n}_data", role=VolumeRole.DATA),
+                NodeVolume(array="array1", volume=f"{n}_cl", role=VolumeRole.COMMITLOG),
+            ),
+        )
+        for n in NODES
+    )
+    ref = SnapshotRef(
+        array="array1",
+        driver="fake",
+        group="g",
+        snapshot_id="s1",
+        snapshot_name="rs-1",
+        created_at=NOW,
+        members=tuple(
+            VolumeSnapshot(Volume(f"{n}_{kind}", f"id-{n}-{kind}"), f"snap-{n}-{kind}")
+            for n in NODES
+            for kind in ("data", "cl")
+        ),
+    )
+    backup = Backup(
+        id=BACKUP_ID,
+        cluster="prod",
+        state=BackupState.COMPLETE,
+        quiesce_mode=QuiesceMode.FREEZE,
+        trigger="test",
+        policy="",
+        started_at=NOW,
+        finished_at=NOW,
+        nodes=nodes,
+        snapshots=(ref,),
+    )
+    return replace(backup, **changes)  # type: ignore[arg-type]
+
+
+class FakeNode:
+    def __init__(self, name: str, events: Events) -> None:
+        self.name = name
+        self.events = events
+        self.fail: dict[str, BaseException] = {}
+        self.before: dict[str, Callable[[], None]] = {}
+        self.mounted: set[str] = set()
+        self.exports: list[tuple[str, str]] = []
+
+    @property
+    def node(self) -> str:
+        return self.name
+
+    def _call(self, what: str) -> None:
+        self.events.append(f"{self.name}:{what}")
+        if what in self.before:
+            self.before.pop(what)()
+        if what in self.fail:
+            raise self.fail.pop(what)
+
+    async def volume_state(self) -> VolumeState:
+        return VolumeState(
+            cassandra_running=True,
+            detail="ok",
+            volumes=(
+                NodeVolumeFacts("/data", "/dev/sdb", "xfs", "u1", ("data",)),
+                NodeVolumeFacts("/commitlog", "/dev/sdc", "xfs", "u2", ("commitlog",)),
+            ),
+        )
+
+    async def mount_clones(
+        self, purpose: str, volumes: Sequence[CloneToMount], *, read_only: bool
+    ) -> list[MountedClone]:
+        assert read_only
+        assert {(v.role, v.source_mount_point) for v in volumes} == {
+            ("data", "/data"),
+            ("commitlog", "/commitlog"),
+        }
+        self._call("mount")
+        self.mounted.add(purpose)
+        return [
+            MountedClone(v.role, v.volume, "/dev/x", f"/s/{purpose}/{v.role}", "/") for v in volumes
+        ]
+
+    async def unmount_clones(self, purpose: str) -> list[str]:
+        self._call("unmount")
+        self.mounted.discard(purpose)
+        return ["c"]
+
+    async def export_to_s3(
+        self,
+        backup_id: str,
+        *,
+        purpose_id: str = "",
+        snapshot_tag: str = "",
+        progress: Callable[[UploadProgress], None] | None = None,
+    ) -> NodeUpload:
+        if purpose_id:
+            assert purpose_id in self.mounted, "export from clones that are not mounted"
+        self.exports.append((purpose_id, snapshot_tag))
+        if progress is not None:
+            progress(UploadProgress("sstables", 10, 1000, 5, 500, 500, 100.0, 5.0))
+        self._call("export")
+        return NodeUpload(
+            f"backups/{backup_id}/{self.name}.manifest", 10, 1000, 4, 400, 2, 64, "", 1
+        )
+
+
+class FakeArray:
+    def __init__(self, events: Events) -> None:
+        self.events = events
+        self.fail_clone: BaseException | None = None
+        self.fail_delete = 0
+        self.live: set[str] = set()
+
+    async def clone(self, ref: SnapshotRef, suffix: str) -> Sequence[Volume]:
+        self.events.append("array:clone:" + ",".join(sorted(m.volume.name for m in ref.members)))
+        if self.fail_clone is not None:
+            raise self.fail_clone
+        made = [Volume(f"{m.volume.name}_{suffix}", f"c-{m.volume.id}") for m in ref.members]
+        self.live.update(v.name for v in made)
+        return made
+
+    async def delete_clone(self, volume: Volume) -> None:
+        if self.fail_delete:
+            self.fail_delete -= 1
+            self.events.append(f"array:delete-failed:{volume.name}")
+            raise RuntimeError("array busy")
+        self.events.append(f"array:delete:{volume.name}")
+        self.live.discard(volume.name)
+
+
+class Journal:
+    def __init__(self) -> None:
+        self.saved: list[ExportRecord] = []
+        self.cleanups: dict[int, CleanupRequest] = {}
+        self.failed: dict[int, str] = {}
+        self.next_id = 1
+
+    async def save(self, record: ExportRecord) -> None:
+        self.saved.append(record)
+
+    async def add_cleanups(self, backup_id: str, requests: Sequence[CleanupRequest]) -> list[int]:
+        ids = []
+        for request in requests:
+            self.cleanups[self.next_id] = request
+            ids.append(self.next_id)
+            self.next_id += 1
+        return ids
+
+    async def cleanup_pending(self, cleanup_id: int) -> bool:
+        return cleanup_id in self.cleanups
+
+    async def cleanup_done(self, cleanup_id: int) -> None:
+        del self.cleanups[cleanup_id]
+
+    async def cleanup_failed(self, cleanup_id: int, error: str) -> None:
+        self.failed[cleanup_id] = error
+
+
+class Setup:
+    def __init__(self, backup: Backup | None = None) -> None:
+        self.events: Events = []
+        self.backup = backup or _backup()
+        self.nodes = {n: FakeNode(n, self.events) for n in NODES}
+        self.array = FakeArray(self.events)
+        self.journal = Journal()
+        self.mirrored: list[str] = []
+
+    def workflow(self) -> ExportWorkflow:
+        async def mirror(record: ExportRecord) -> None:
+            self.mirrored.append(record.backup_id)
+
+        return ExportWorkflow(
+            self.backup,
+            self.nodes,
+            {"array1": self.array},  # type: ignore[dict-item]
+            self.journal,
+            parallel_nodes=2,
+            mirror=mirror,
+        )
+
+    def plan(self, previous: ExportRecord | None = None) -> ExportRecord:
+        return plan_export(
+            self.backup, (), previous, destination="s3://b/p/", configured=list(NODES)
+        )
+
+    async def run(self, previous: ExportRecord | None = None) -> ExportRecord:
+        return await self.workflow().run(self.plan(previous))
+
+    @property
+    def last(self) -> ExportRecord:
+        return self.journal.saved[-1]
+
+    def assert_nothing_left(self) -> None:
+        assert not self.array.live, f"clones left on the array: {self.array.live}"
+        assert not any(n.mounted for n in self.nodes.values()), "clones left mounted"
+        assert not self.journal.cleanups, "pending cleanups left"
+
+
+def test_every_node_clones_mounts_exports_unmounts_and_deletes_in_order() -> None:
+    setup = Setup()
+    record = asyncio.run(setup.run())
+    assert record.state is ExportState.SUCCEEDED and record.mirrored
+    assert setup.mirrored == [BACKUP_ID]
+    for name in NODES:
+        node = record.node(name)
+        assert node.exported and node.step is NodeStep.DONE and not node.error
+        assert (node.files_uploaded, node.files_skipped, node.bytes_skipped) == (4, 6, 600)
+        assert node.commitlog_segments == 2
+        mine = [e for e in setup.events if e.startswith(f"{name}:")]
+        assert mine == [f"{name}:mount", f"{name}:export", f"{name}:unmount"]
+        assert setup.nodes[name].exports == [(purpose_id(BACKUP_ID), "")]
+    # Each node's clones made before its mount, deleted after its unmount.
+    for name in NODES:
+        clone = setup.events.index(f"array:clone:{name}_cl,{name}_data")
+        assert clone < setup.events.index(f"{name}:mount")
+        deletes = [i for i, e in enumerate(setup.events) if e.startswith(f"array:delete:{name}_")]
+        assert len(deletes) == 2 and min(deletes) > setup.events.index(f"{name}:unmount")
+    setup.assert_nothing_left()
+
+
+def test_a_clone_is_a_pending_cleanup_before_it_is_mounted() -> None:
+    setup = Setup()
+    seen: list[int] = []
+    node = setup.nodes["node1"]
+    original = node.mount_clones
+
+    async def mount(
+        purpose: str, volumes: Sequence[CloneToMount], *, read_only: bool
+    ) -> list[MountedClone]:
+        seen.append(len(setup.journal.cleanups))
+        return await original(purpose, volumes, read_only=read_only)
+
+    node.mount_clones = mount  # type: ignore[method-assign]
+    asyncio.run(setup.run())
+    assert seen and seen[0] >= 2
+
+
+def test_clone_failure_names_node_and_step_and_leaves_nothing() -> None:
+    setup = Setup()
+    setup.array.fail_clone = RuntimeError("no space on aggregate")
+    with pytest.raises(ExportFailed, match="node node1: clone: array array1: no space") as info:
+        asyncio.run(setup.run())
+    assert info.value.record is not None and info.value.record.state is ExportState.FAILED
+    assert setup.last.node("node1").error.startswith("clone:")
+    assert not any(e.endswith(":mount") for e in setup.events)
+    assert setup.mirrored == []
+    setup.assert_nothing_left()
+
+
+def test_mount_failure_unmounts_and_deletes_the_clones() -> None:
+    setup = Setup()
+    setup.nodes["node2"].fail["mount"] = Conflict("clone holds no filesystem blkid knows")
+    with pytest.raises(ExportFailed, match="node node2: mount: clone holds no filesystem"):
+        asyncio.run(setup.run())
+    record = setup.last
+    assert record.node("node1").exported and not record.node("node2").exported
+    assert "node2:unmount" in setup.events
+    setup.assert_nothing_left()
+
+
+def test_export_failing_mid_way_tears_down_and_a_rerun_exports_only_that_node() -> None:
+    setup = Setup()
+    setup.nodes["node1"].fail["export"] = RuntimeError("connection reset by peer")
+    with pytest.raises(ExportFailed, match="node node1: export: connection reset"):
+        asyncio.run(setup.run())
+    setup.assert_nothing_left()
+    first = setup.last
+    assert first.node("node2").exported and not first.node("node1").exported
+    setup.events.clear()
+    record = asyncio.run(setup.run(first))
+    assert record.state is ExportState.SUCCEEDED
+    assert not any(e.startswith("node2:") for e in setup.events), "node2 exported twice"
+    assert "node1:export" in setup.events
+    setup.assert_nothing_left()
+
+
+def test_unmount_failure_never_deletes_a_clone_that_may_be_mounted() -> None:
+    setup = Setup()
+    setup.nodes["node1"].fail["unmount"] = Conflict("target is busy")
+    with pytest.raises(ExportFailed, match="node node1: unmount: target is busy"):
+        asyncio.run(setup.run())
+    left = setup.last.node("node1").clones_left
+    assert len(left) == 2 and not any(c.unmounted for c in left)
+    assert not any(e.startswith("array:delete:node1_") for e in setup.events)
+    assert len(setup.journal.cleanups) == 2
+    assert all("not confirmed unmounted" in e for e in setup.journal.failed.values())
+    # The data is exported; the rerun only finishes the teardown.
+    assert setup.last.node("node1").exported
+    setup.events.clear()
+    record = asyncio.run(setup.run(setup.last))
+    assert record.state is ExportState.SUCCEEDED
+    assert "node1:export" not in setup.events
+    assert setup.events.index("node1:unmount") < min(
+        i for i, e in enumerate(setup.events) if e.startswith("array:delete:node1_")
+    )
+    setup.assert_nothing_left()
+
+
+def test_clone_delete_failure_stays_a_pending_cleanup_and_is_retried() -> None:
+    setup = Setup(_backup(nodes=_backup().nodes[:1]))
+    setup.nodes.pop("node2")
+    setup.array.fail_delete = 1
+    with pytest.raises(ExportFailed, match=r"delete-clones: array array1: clone .* not deleted"):
+        asyncio.run(
+            setup.workflow().run(
+                plan_export(setup.backup, (), None, destination="", configured=["node1"])
+            )
+        )
+    assert len(setup.journal.cleanups) == 1 and len(setup.array.live) == 1
+    record = asyncio.run(
+        setup.workflow().run(
+            plan_export(setup.backup, (), setup.last, destination="", configured=["node1"])
+        )
+    )
+    assert record.state is ExportState.SUCCEEDED
+    setup.assert_nothing_left()
+
+
+def test_coordinator_killed_between_steps_resumes_with_a_teardown_first() -> None:
+    setup = Setup()
+
+    class Killed(BaseException):
+        pass
+
+    world: dict[str, object] = {}
+
+    def freeze_the_world() -> None:
+        # What a SIGKILL leaves: the last record saved, clones made, mounted and pending cleanups
+        # (no teardown runs in a killed process).
+        world.update(
+            record=setup.last,
+            live=set(setup.array.live),
+            cleanups=dict(setup.journal.cleanups),
+            mounted={n: set(node.mounted) for n, node in setup.nodes.items()},
+        )
+
+    setup.nodes["node1"].before["export"] = lambda: None
+    setup.nodes["node2"].before["export"] = freeze_the_world
+    setup.nodes["node1"].fail["export"] = Killed()
+    setup.nodes["node2"].fail["export"] = Killed()
+    with pytest.raises(Killed):
+        asyncio.run(setup.run())
+    running = world["record"]
+    assert isinstance(running, ExportRecord) and running.state is ExportState.RUNNING
+    setup.array.live = world["live"]  # type: ignore[assignment]
+    setup.journal.cleanups = world["cleanups"]  # type: ignore[assignment]
+    for name, mounted in world["mounted"].items():  # type: ignore[attr-defined]
+        setup.nodes[name].mounted = mounted
+    assert setup.array.live and any(n.mounted for n in setup.nodes.values())
+    setup.events.clear()
+    record = asyncio.run(setup.run(running))
+    assert record.state is ExportState.SUCCEEDED
+    for name in NODES:
+        mine = [e for e in setup.events if e.startswith(f"{name}:")]
+        assert mine[0] == f"{name}:unmount", "a resume unmounts what the killed run mounted first"
+    setup.assert_nothing_left()
+
+
+def test_native_backup_exports_from_its_snapshot_tag_without_clones() -> None:
+    backup = _backup(snapshot_kind=SnapshotKind.NATIVE, snapshots=())
+    setup = Setup(backup)
+    record = asyncio.run(setup.run())
+    assert record.state is ExportState.SUCCEEDED
+    assert all(n.exports == [("", BACKUP_ID)] for n in setup.nodes.values())
+    assert not any(e.startswith("array:") for e in setup.events)
+
+
+def test_plan_refuses_what_cannot_be_exported() -> None:
+    with pytest.raises(ExportRefused, match="is failed"):
+        plan_export(
+            _backup(state=BackupState.FAILED), (), None, destination="", configured=list(NODES)
+        )
+    with pytest.raises(ExportRefused, match="no included node node9"):
+        plan_export(_backup(), ("node9",), None, destination="", configured=list(NODES))
+    with pytest.raises(ExportRefused, match=r"node node2 .* not in the cluster's configuration"):
+        plan_export(_backup(), (), None, destination="", configured=["node1"])
+
+
+def test_bounded_parallelism_across_nodes() -> None:
+    setup = Setup()
+    active = 0
+    peak = 0
+
+    for node in setup.nodes.values():
+        original = node.export_to_s3
+
+        async def export(  # type: ignore[no-untyped-def]
+            backup_id: str, *, original=original, **kwargs
+        ) -> NodeUpload:
+            nonlocal active, peak
+            active += 1
+            peak = max(peak, active)
+            await asyncio.sleep(0.01)
+            active -= 1
+            upload: NodeUpload = await original(backup_id, **kwargs)
+            return upload
+
+        node.export_to_s3 = export  # type: ignore[method-assign]
+    workflow = setup.workflow()
+    workflow.parallel_nodes = 1
+    asyncio.run(workflow.run(setup.plan()))
+    assert peak == 1
