@@ -78,17 +78,19 @@ class Floor:
         copies = [self.scratch / f"{i}-{self._taken}.img" for i in range(len(self.targets))]
         points = [target.mount_point for target in self.targets]
         started = time.monotonic()
-        with self._frozen(points):
-            frozen_at = time.monotonic()
-            try:
-                for target, copy in zip(self.targets, copies, strict=True):
-                    reflink(target.image, copy)
-                snapshot_at = time.monotonic()
-            finally:
-                thaw_started = time.monotonic()
-        ended = time.monotonic()
-        for copy in copies:
-            copy.unlink(missing_ok=True)
+        try:
+            with self._frozen(points):
+                frozen_at = time.monotonic()
+                try:
+                    for target, copy in zip(self.targets, copies, strict=True):
+                        reflink(target.image, copy)
+                    snapshot_at = time.monotonic()
+                finally:
+                    thaw_started = time.monotonic()
+            ended = time.monotonic()
+        finally:
+            for copy in copies:
+                copy.unlink(missing_ok=True)
         return FloorRun(
             window=ended - started,
             freezing=frozen_at - started,
