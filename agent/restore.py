@@ -42,7 +42,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ringsnap import logs
 from ringsnap.agent import process, volumes
@@ -70,6 +70,7 @@ RECORDS_DIRECTORY = "restores"
 SNAPSHOT_RECORDS = "snapshots"
 _VOLUME_NAME = re.compile(r"[A-Za-z0-9_.:/-]{1,255}")
 _ENV_PREFIX = "RINGSNAP_"
+_T = TypeVar("_T")
 
 
 # -- values -------------------------------------------------------------------------------------
@@ -1005,6 +1006,15 @@ class VolumeRestorer:
             await self._refuse_while_running(action)
             await asyncio.to_thread(self._check_snapshot_restorable, action)
             return await asyncio.to_thread(self.snapshots.restore, operation_id, tag)
+
+    async def while_stopped(self, action: str, work: Callable[[], _T]) -> _T:
+        """`work` in a thread under this restorer's lock, with `restore_snapshot`'s checks first
+        (an install from S3, `ringsnap.agent.s3_restore`, replaces the live files the same way)."""
+        self._refuse_without_host_access(action)
+        async with self._lock:
+            await self._refuse_while_running(action)
+            await asyncio.to_thread(self._check_snapshot_restorable, action)
+            return await asyncio.to_thread(work)
 
     def _check_snapshot_restorable(self, action: str) -> None:
         _, records, _ = self._read(strict=True)

@@ -73,6 +73,7 @@ OPERATION_STATES: dict[OperationState, types_pb2.OperationState.ValueType] = {
 RESTORE_MODES: dict[RestoreMode, pb.RestoreMode.ValueType] = {
     RestoreMode.REVERT: pb.RESTORE_MODE_REVERT,
     RestoreMode.CLONE: pb.RESTORE_MODE_CLONE,
+    RestoreMode.S3: pb.RESTORE_MODE_S3,
 }
 RESTORE_STATES: dict[RestoreState, pb.RestoreState.ValueType] = {
     RestoreState.RUNNING: pb.RESTORE_STATE_RUNNING,
@@ -83,6 +84,7 @@ RESTORE_STATES: dict[RestoreState, pb.RestoreState.ValueType] = {
 }
 RESTORE_STEPS: dict[RestoreStep, pb.RestoreStep.ValueType] = {
     RestoreStep.PLANNED: pb.RESTORE_STEP_PLANNED,
+    RestoreStep.DOWNLOADED: pb.RESTORE_STEP_DOWNLOADED,
     RestoreStep.CANARY: pb.RESTORE_STEP_PRE_RESTORE_CANARY,
     RestoreStep.STOPPED: pb.RESTORE_STEP_STOPPED,
     RestoreStep.RELEASED: pb.RESTORE_STEP_RELEASED,

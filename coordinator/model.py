@@ -317,6 +317,8 @@ class RestoreMode(enum.StrEnum):
     REVERT = "revert"
     #: New volumes made from the snapshot are attached in place of the originals, which are kept.
     CLONE = "clone"
+    #: From the backup's copy on S3: downloaded beside the data, then installed in place.
+    S3 = "s3"
 
 
 class RestoreState(enum.StrEnum):
@@ -340,6 +342,8 @@ class RestoreStep(enum.StrEnum):
     """The per-node steps of a restore, in order. A node's record says the last one it finished."""
 
     PLANNED = "planned"
+    #: A restore from S3: the node's copy is downloaded and verified (nothing live changed).
+    DOWNLOADED = "downloaded"
     CANARY = "pre-restore canary"
     STOPPED = "stopped"
     RELEASED = "released"

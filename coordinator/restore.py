@@ -50,6 +50,8 @@ from ringsnap.coordinator.model import (
 from ringsnap.coordinator.ports import ArrayPort, NodeAgent, SSTable
 from ringsnap.coordinator.proof import CanaryCheck, compare_manifests, verdict
 from ringsnap.coordinator.restore_plan import RestorePlan, RingPort
+from ringsnap.coordinator.restore_s3 import DOWNLOAD, INSTALL, S3Steps, s3_next_step
+from ringsnap.coordinator.s3_restore_agents import S3RestorePort
 from ringsnap.errors import RingsnapError
 from ringsnap.logs import get_logger
 from ringsnap.plugins.types import SnapshotRef
@@ -84,6 +86,8 @@ class RestoreSettings:
     ring_timeout: float = 600.0
     #: One array's revert or clone of every member.
     array_timeout: float = 1800.0
+    #: One node's download of its copy from S3 (a restore from S3).
+    download_timeout: float = 6 * 3600.0
 
 
 class RestoreJournal(Protocol):
@@ -144,6 +148,8 @@ def next_step_for(record: RestoreRecord, node: RestoreNode, *, native: bool = Fa
     resume = f"`ringsnap restore --resume {record.id}`"
     points = ", ".join(v.mount_point for v in node.volumes)
     step = node.step
+    if record.mode is RestoreMode.S3:
+        return s3_next_step(record, step, resume)
     if step in (RestoreStep.PLANNED, RestoreStep.CANARY):
         return "nothing was changed on this node"
     if native:
@@ -239,8 +245,11 @@ class RestoreWorkflow:
         seeds: Sequence[str] = (),
         settings: RestoreSettings | None = None,
         progress: Progress = _quiet,
+        s3_agents: Mapping[str, S3RestorePort] | None = None,
     ) -> None:
         self.agents = agents
+        #: For restores from S3 (`RestoreMode.S3`).
+        self.s3_agents = s3_agents or {}
         self.arrays = arrays
         self.ring = ring
         self.journal = journal
@@ -321,11 +330,29 @@ class RestoreWorkflow:
         ]
         if run.native:
             restoring = [("restore from snapshot", lambda: self._restore_snapshots(run))]
+        if run.record.mode is RestoreMode.S3:
+            return self._s3_steps(run)
         return [
             ("pre-restore canary", lambda: self._canary(run)),
             ("stop", lambda: self._stop(run)),
             *restoring,
             ("discard replay state", lambda: self._discard(run)),
+            ("manifest check", lambda: self._check_manifests(run)),
+            ("start", lambda: self._start(run)),
+            ("ring", lambda: self._wait_for_ring(run)),
+            ("verify", lambda: self._verify(run)),
+        ]
+
+    def _s3_steps(self, run: RestoreRun) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
+        """From S3 (ringsnap.coordinator.restore_s3): every node downloads and verifies its copy
+        before anything is stopped; the install replaces release, revert and attach."""
+        s3 = S3Steps(self, run, self.s3_agents)
+        return [
+            (DOWNLOAD, s3.download),
+            ("pre-restore canary", lambda: self._canary(run)),
+            ("stop", lambda: self._stop(run)),
+            (INSTALL, s3.install),
+            ("discard replay state", s3.discard),
             ("manifest check", lambda: self._check_manifests(run)),
             ("start", lambda: self._start(run)),
             ("ring", lambda: self._wait_for_ring(run)),

@@ -176,7 +176,8 @@ async def plan_restore(  # noqa: PLR0917 - the plan needs every outside view at 
     warnings: list[str] = []
     if not backup.state.usable:
         refusals.append(f"backup {backup.id} is {backup.state.value}: it cannot be restored")
-    if getattr(backup, "lost_reason", ""):
+    from_s3 = request.mode is RestoreMode.S3
+    if getattr(backup, "lost_reason", "") and not from_s3:
         refusals.append(f"backup {backup.id}: its snapshots are gone ({backup.lost_reason})")
     native = backup.snapshot_kind is SnapshotKind.NATIVE
     if native and request.mode is RestoreMode.CLONE:
@@ -234,7 +235,8 @@ async def plan_restore(  # noqa: PLR0917 - the plan needs every outside view at 
                 " cannot be checked and no pre-restore canary can be written for it"
             )
         volumes: list[RestoreVolume] = []
-        for volume in node.volumes:
+        # From S3, the node's files come back into its data directories, whatever its volumes.
+        for volume in () if from_s3 else node.volumes:
             try:
                 point = match_volume(node.name, volume, [f for f in facts if f.mounted])
             except ValueError as exc:
@@ -258,12 +260,15 @@ async def plan_restore(  # noqa: PLR0917 - the plan needs every outside view at 
     if nodes and not any(n.seed for n in nodes):
         # No seed among the targets: the first target starts alone, then the others.
         nodes[0] = replace(nodes[0], seed=True)
-    if native:
+    if native and not from_s3:
         refusals += await _native_snapshots_missing(backup.id, nodes, timeout)
 
-    array_plans, lost = await _plan_arrays(
-        backup, request.mode, nodes, arrays, newer_backups, refusals, timeout
-    )
+    array_plans: list[ArrayPlan] = []
+    lost: list[str] = []
+    if not from_s3:  # the array is never asked: it may be gone
+        array_plans, lost = await _plan_arrays(
+            backup, request.mode, nodes, arrays, newer_backups, refusals, timeout
+        )
     destroyed = [
         "every write made since the backup on "
         + ("the whole ring" if whole_ring else ", ".join(n.name for n in nodes))
@@ -272,7 +277,7 @@ async def plan_restore(  # noqa: PLR0917 - the plan needs every outside view at 
         destroyed.extend(f"array {array_plan.array}: {line}" for line in array_plan.destroys)
     if request.mode is RestoreMode.CLONE:
         destroyed = ["nothing: the original volumes are kept untouched beside the clones"]
-    elif native:
+    elif native or from_s3:
         destroyed[0] += (
             f" (each table's files are kept aside in <table dir>/.ringsnap-replaced/{restore_id}/"
             " on its node, never deleted)"

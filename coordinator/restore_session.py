@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ringsnap.coordinator.agents import ClientTls, GrpcNodeAgent
@@ -40,6 +40,7 @@ from ringsnap.coordinator.restore_plan import (
     plan_restore,
 )
 from ringsnap.coordinator.ring import CqlRing
+from ringsnap.coordinator.s3_restore_agents import GrpcS3Restore, S3RestorePort
 from ringsnap.plugins.middleware import AsyncDriver
 from ringsnap.plugins.registry import open_driver
 from ringsnap.plugins.types import SnapshotRef
@@ -77,6 +78,8 @@ class RestoreSession:
     arrays: dict[str, ArrayPort]
     ring: CqlRing
     settings: RestoreSettings
+    #: The agents' restore-from-S3 calls (`restore --from s3`).
+    s3_agents: dict[str, S3RestorePort] = field(default_factory=dict)
 
     def workflow(self, progress: Progress | None = None) -> RestoreWorkflow:
         kwargs = {"progress": progress} if progress is not None else {}
@@ -87,6 +90,7 @@ class RestoreSession:
             CatalogJournal(self.catalog),
             seeds=self.cluster.seeds,
             settings=self.settings,
+            s3_agents=self.s3_agents,
             **kwargs,
         )
 
@@ -194,15 +198,25 @@ async def open_restore_session(
         if name in config.arrays
     }
     agents = {node.name: GrpcNodeAgent(node.name, node.agent, tls) for node in cluster.nodes}
+    s3_agents = {node.name: GrpcS3Restore(node.name, node.agent, tls) for node in cluster.nodes}
     ring = CqlRing(cluster)
     try:
         yield RestoreSession(
-            config, catalog, cluster, dict(agents), arrays, ring, settings or RestoreSettings()
+            config,
+            catalog,
+            cluster,
+            dict(agents),
+            arrays,
+            ring,
+            settings or RestoreSettings(),
+            dict(s3_agents),
         )
     finally:
         await ring.close()
         for agent in agents.values():
             await agent.close()
+        for s3_agent in s3_agents.values():
+            await s3_agent.close()
         for array in arrays.values():
             await array.close()
         if own_catalog:

@@ -319,6 +319,7 @@ def running_stack(
     vendor: str = "ontap",
     agent_processes: bool = False,
     drill_host: bool = False,
+    s3: dict[str, Any] | None = None,
 ) -> Iterator[Stack]:
     """Agents for every node of `cluster` (threads, or processes) and a `vendor` simulator; with
     `drill_host`, a fourth agent process that runs restore drills (`Stack.drill_agent`)."""
@@ -335,6 +336,8 @@ def running_stack(
                 state_directory=workdir / "agent-state" / node.name,
                 listen=f"127.0.0.1:{port}",
             )
+            if s3 is not None:
+                data["s3"] = dict(s3)  # every node's `[s3]` table (docs/s3.md)
             if agent_processes:
                 data["log"] = {"json": True, "level": "warning"}
                 config_file = write_config(workdir / f"agent-{node.name}.toml", data)

@@ -19,7 +19,7 @@ import tempfile
 import time
 import zlib
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -76,9 +76,14 @@ def download_node(
     node: str,
     destinations: Sequence[Path],
     progress: Reporter | None = None,
+    place: Callable[[Entry], Path | None] | None = None,
 ) -> DownloadResult:
     """Fetch every component of `node` in `backup_id` into `destinations` (the node's data
-    directories, in the order of the export's)."""
+    directories, in the order of the export's).
+
+    `place` chooses another file for a (validated) entry, or None to leave it out (a table restore
+    fetches one table into its staging); by default `<destination of its root>/<its path>`.
+    """
     valid_backup_id(backup_id)
     node_name(node)
     layout = Layout(settings.prefix)
@@ -93,6 +98,11 @@ def download_node(
                 " is the backup exported to this bucket and prefix?"
             ) from exc
 
+        def target_of(entry: Entry) -> Path | None:
+            if place is not None:
+                return place(entry)
+            return Path(destinations[entry.root], entry.parsed.relative_path)
+
         def entries() -> Any:
             spool.seek(0)
             return read_entries(
@@ -103,6 +113,8 @@ def download_node(
         components = total = largest = 0
         try:
             for entry in entries():
+                if target_of(entry) is None:
+                    continue
                 components += 1
                 total += entry.size_bytes
                 largest = max(largest, entry.size_bytes)
@@ -115,7 +127,16 @@ def download_node(
             subscribers = [_Progress(tracker)]
             try:
                 for entry in entries():
-                    target = Path(destinations[entry.root], entry.parsed.relative_path)
+                    target = target_of(entry)
+                    if target is None:
+                        continue
+                    if any(pending.target == target for pending in window):
+                        # Two transfers into one partial file would mix their bytes, and a
+                        # component checked by its size alone could pass. Export never lists a
+                        # key twice.
+                        raise DownloadRefused(
+                            f"manifest object {key!r} lists {entry.key!r} twice; refused"
+                        )
                     if _already_there(target, entry):
                         tracker.skipped(entry.size_bytes)
                         kept += 1

@@ -103,7 +103,12 @@ def test_each_node_restores_its_own_snapshot_between_the_stop_and_the_discard() 
     assert all(n.verdict is NodeVerdict.PROVEN for n in record.nodes)
     assert rig.journal.verified == [("rs-1", Verification.PROVEN, "rr-1")]
     steps = {(n.name, n.step) for r in rig.journal.saved for n in r.nodes}
-    skipped = {RestoreStep.PLANNED, RestoreStep.RELEASED, RestoreStep.ATTACHED}
+    skipped = {
+        RestoreStep.PLANNED,
+        RestoreStep.DOWNLOADED,
+        RestoreStep.RELEASED,
+        RestoreStep.ATTACHED,
+    }
     assert {(n, s) for n in NODES for s in RestoreStep if s not in skipped} <= steps
     assert not any(s in (RestoreStep.RELEASED, RestoreStep.ATTACHED) for _, s in steps)
 

@@ -1,0 +1,184 @@
+"""The steps of a restore from S3 (`ringsnap restore BACKUP --from s3`), in `RestoreWorkflow`.
+
+Where an array restore releases, reverts and attaches volumes, a restore from S3:
+
+1. downloads every target node's copy beside its data, verified (sizes, Data.db against
+   Digest.crc32), while Cassandra still runs: **nothing is stopped unless every node's download
+   verified** (a corrupt object fails this step, naming its key);
+2. (pre-restore canary, stop: the workflow's own steps);
+3. installs it with Cassandra stopped: the live table files move aside (kept), the downloaded
+   files are renamed into place;
+4. discards the replay state (commit log, saved caches, hints for a whole ring), then installs
+   the commit-log segments captured with the backup when the bucket holds them;
+5. (manifest check, start, ring, canary proof: the workflow's own steps).
+
+The array is never asked: this restore works when the array or its snapshots are gone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from ringsnap.coordinator.model import RestoreNode, RestoreRecord, RestoreStep
+from ringsnap.coordinator.s3_restore_agents import DownloadProgress, S3RestorePort
+from ringsnap.logs import get_logger
+
+if TYPE_CHECKING:
+    from ringsnap.coordinator.restore import RestoreRun, RestoreWorkflow
+
+log = get_logger(__name__)
+
+DOWNLOAD = "download from S3"
+INSTALL = "install from S3"
+#: At most one progress line per node this often.
+PROGRESS_INTERVAL_SECONDS = 5.0
+
+
+class S3Steps:
+    """The S3-specific steps of one run of `workflow`."""
+
+    def __init__(
+        self, workflow: RestoreWorkflow, run: RestoreRun, agents: Mapping[str, S3RestorePort]
+    ) -> None:
+        self.workflow = workflow
+        self.run = run
+        self.agents = agents
+
+    def _agent(self, node: str) -> S3RestorePort:
+        agent = self.agents.get(node)
+        if agent is None:
+            raise RuntimeError(f"node {node}: no agent connection for restores from S3")
+        return agent
+
+    async def download(self) -> None:
+        run, workflow = self.run, self.workflow
+        last: dict[str, float] = {}
+
+        def reporter(node: str):  # type: ignore[no-untyped-def]
+            def report(progress: DownloadProgress) -> None:
+                now = time.monotonic()
+                if now - last.get(node, 0.0) >= PROGRESS_INTERVAL_SECONDS:
+                    last[node] = now
+                    workflow.progress(node, DOWNLOAD, progress.describe())
+
+            return report
+
+        async def download(node: RestoreNode) -> None:
+            staged = await self._agent(node.name).download_from_s3(
+                run.record.id, run.record.backup_id, node.name, reporter(node.name)
+            )
+            log.info(
+                "node's copy downloaded from S3 and verified",
+                node=node.name,
+                backup_id=run.record.backup_id,
+                components=staged.components,
+                bytes=staged.bytes_total,
+                downloaded=staged.bytes_downloaded,
+                kept=staged.files_kept,
+                seconds=round(staged.seconds, 1),
+                commitlog=staged.commitlog,
+            )
+            workflow.progress(
+                node.name,
+                DOWNLOAD,
+                f"{staged.components} files, {staged.bytes_total / 2**20:.1f} MiB verified"
+                f" ({staged.bytes_downloaded / 2**20:.1f} MiB downloaded in"
+                f" {staged.seconds:.1f} s); commit log: {staged.commitlog}",
+            )
+
+        await workflow._on_nodes(
+            run,
+            RestoreStep.DOWNLOADED,
+            run.pending(RestoreStep.DOWNLOADED),
+            download,
+            workflow.settings.download_timeout,
+        )
+
+    async def install(self) -> None:
+        run = self.run
+
+        async def install(node: RestoreNode) -> None:
+            done = await self._agent(node.name).install_s3_download(
+                run.record.id, run.record.backup_id
+            )
+            log.warning(
+                "backup from S3 installed; the files it replaced are kept aside",
+                node=node.name,
+                tables=done.tables,
+                files_placed=done.files_placed,
+                files_kept_aside=done.files_kept_aside,
+                kept_in=f"<table dir>/.ringsnap-replaced/{run.record.id}",
+            )
+
+        await self.workflow._on_nodes(
+            run,
+            RestoreStep.RESTORED,
+            run.pending(RestoreStep.RESTORED),
+            install,
+            self.workflow.settings.agent_timeout,
+        )
+
+    async def discard(self) -> None:
+        """The replay state goes (as after a native snapshot restore), then the backup's own
+        commit log comes in: one step per node, so a resume repeats both in order."""
+        run, workflow = self.run, self.workflow
+        hints = run.record.whole_ring
+
+        async def discard(node: RestoreNode) -> None:
+            cleared = await workflow.agents[node.name].discard_replay_state(
+                run.record.id, hints=hints
+            )
+            for directory in cleared:
+                log.warning(
+                    "replay state discarded",
+                    node=node.name,
+                    path=directory.path,
+                    kind=directory.kind,
+                    files=directory.files,
+                )
+            detail = await self._agent(node.name).install_s3_commitlog(
+                run.record.id, run.record.backup_id, node.name
+            )
+            workflow.progress(node.name, "commit log", detail)
+
+        await workflow._on_nodes(
+            run,
+            RestoreStep.CLEARED,
+            run.pending(RestoreStep.CLEARED),
+            discard,
+            workflow.settings.agent_timeout,
+        )
+
+
+def s3_next_step(record: RestoreRecord, step: RestoreStep, resume: str) -> str:
+    """What the operator does for a node of a restore from S3 stopped at `step`."""
+    staged = f"<data dir>/.ringsnap-s3/{record.id}/"
+    kept = f"the files they replaced are kept in each table's .ringsnap-replaced/{record.id}/"
+    if step is RestoreStep.PLANNED:
+        return (
+            f"nothing was changed on this node (a partial download may be in {staged}):"
+            f" {resume} to go on"
+        )
+    if step in (RestoreStep.DOWNLOADED, RestoreStep.CANARY):
+        return (
+            f"nothing was changed on this node; its copy is downloaded and verified in {staged}:"
+            f" {resume} to go on"
+        )
+    if step is RestoreStep.STOPPED:
+        return (
+            f"Cassandra is STOPPED; installing the downloaded copy may have begun ({kept} as they"
+            f" move): {resume} to go on. Do not start Cassandra by hand"
+        )
+    if step is RestoreStep.RESTORED:
+        return (
+            f"its tables are the backup's ({kept}) and Cassandra is STOPPED; its commit log still"
+            f" holds newer writes, so do not start it by hand: {resume} to discard the replay"
+            " state, install the backup's commit log, start and verify"
+        )
+    if step in (RestoreStep.CLEARED, RestoreStep.CHECKED):
+        return f"its tables are the backup's and Cassandra is STOPPED: {resume} to start and verify"
+    if step is RestoreStep.STARTED:
+        return f"Cassandra runs on the restored data but is not verified yet: {resume} to verify"
+    return ""

@@ -1,0 +1,153 @@
+"""The agents' side of a restore from S3, as the coordinator sees it: the port and its gRPC client.
+
+`download` streams the node's progress (bytes, files, rate, ETA) to a callback and returns what was
+staged; `install` and `install_commitlog` run with Cassandra stopped (see ringsnap.agent.s3_restore).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from ringsnap.api.v1 import agent_pb2
+from ringsnap.coordinator.agents import AgentConnection, ClientTls
+
+#: A download moves the node's whole copy; the install renames files; the commit log is small.
+DOWNLOAD_TIMEOUT_SECONDS = 6 * 3600.0
+INSTALL_TIMEOUT_SECONDS = 1800.0
+
+
+@dataclass(frozen=True)
+class DownloadProgress:
+    files_total: int
+    bytes_total: int
+    files_done: int
+    bytes_done: int
+    bytes_downloaded: int
+    rate_bytes_per_second: float
+    #: None: not known yet.
+    eta_seconds: float | None
+
+    def describe(self) -> str:
+        eta = "?" if self.eta_seconds is None else f"{self.eta_seconds:.0f} s"
+        return (
+            f"{self.files_done}/{self.files_total} files,"
+            f" {self.bytes_done / 2**20:.1f}/{self.bytes_total / 2**20:.1f} MiB,"
+            f" {self.rate_bytes_per_second / 2**20:.1f} MiB/s, ETA {eta}"
+        )
+
+
+@dataclass(frozen=True)
+class StagedCopy:
+    components: int
+    bytes_total: int
+    files_downloaded: int
+    bytes_downloaded: int
+    files_kept: int
+    seconds: float
+    staging_directories: tuple[str, ...]
+    commitlog: str
+
+
+@dataclass(frozen=True)
+class InstalledCopy:
+    tables: int
+    files_placed: int
+    files_kept_aside: int
+
+
+class S3RestorePort(Protocol):
+    """One node's agent, for restores from S3. Every call raises `AgentError` naming the node."""
+
+    async def download_from_s3(
+        self,
+        operation_id: str,
+        backup_id: str,
+        node: str,
+        progress: Callable[[DownloadProgress], None],
+        *,
+        keyspace: str = "",
+        table: str = "",
+    ) -> StagedCopy: ...
+
+    async def install_s3_download(self, operation_id: str, backup_id: str) -> InstalledCopy: ...
+
+    async def install_s3_commitlog(self, operation_id: str, backup_id: str, node: str) -> str: ...
+
+
+class GrpcS3Restore(AgentConnection):
+    """`S3RestorePort` over the agent's mutual-TLS channel."""
+
+    def __init__(self, node: str, address: str, tls: ClientTls, *, call_timeout: float = 60.0):
+        super().__init__(f"node {node}", address, tls, call_timeout=call_timeout)
+
+    async def download_from_s3(
+        self,
+        operation_id: str,
+        backup_id: str,
+        node: str,
+        progress: Callable[[DownloadProgress], None],
+        *,
+        keyspace: str = "",
+        table: str = "",
+    ) -> StagedCopy:
+        request = agent_pb2.DownloadFromS3Request(
+            operation_id=operation_id,
+            backup_id=backup_id,
+            node=node,
+            keyspace=keyspace,
+            table=table,
+        )
+        result: agent_pb2.S3DownloadResult | None = None
+        with self._calling("DownloadFromS3"):
+            async for message in self._stub.DownloadFromS3(
+                request, timeout=DOWNLOAD_TIMEOUT_SECONDS
+            ):
+                if message.HasField("progress"):
+                    p = message.progress
+                    progress(
+                        DownloadProgress(
+                            files_total=p.files_total,
+                            bytes_total=p.bytes_total,
+                            files_done=p.files_done,
+                            bytes_done=p.bytes_done,
+                            bytes_downloaded=p.bytes_downloaded,
+                            rate_bytes_per_second=p.rate_bytes_per_second,
+                            eta_seconds=None if p.eta_seconds < 0 else p.eta_seconds,
+                        )
+                    )
+                elif message.HasField("result"):
+                    result = message.result
+        if result is None:
+            raise ConnectionError(
+                f"node {node}: DownloadFromS3 ended without a result; run the restore again"
+            )
+        return StagedCopy(
+            components=result.components,
+            bytes_total=result.bytes_total,
+            files_downloaded=result.files_downloaded,
+            bytes_downloaded=result.bytes_downloaded,
+            files_kept=result.files_kept,
+            seconds=result.seconds,
+            staging_directories=tuple(result.staging_directories),
+            commitlog=result.commitlog,
+        )
+
+    async def install_s3_download(self, operation_id: str, backup_id: str) -> InstalledCopy:
+        request = agent_pb2.InstallS3DownloadRequest(operation_id=operation_id, backup_id=backup_id)
+        with self._calling("InstallS3Download"):
+            reply = await self._stub.InstallS3Download(request, timeout=INSTALL_TIMEOUT_SECONDS)
+        return InstalledCopy(
+            tables=len(reply.tables),
+            files_placed=sum(t.files_linked for t in reply.tables),
+            files_kept_aside=sum(t.files_moved for t in reply.tables),
+        )
+
+    async def install_s3_commitlog(self, operation_id: str, backup_id: str, node: str) -> str:
+        request = agent_pb2.InstallS3DownloadRequest(
+            operation_id=operation_id, backup_id=backup_id, node=node, commitlog=True
+        )
+        with self._calling("InstallS3Download"):
+            reply = await self._stub.InstallS3Download(request, timeout=INSTALL_TIMEOUT_SECONDS)
+        return reply.commitlog

@@ -1,0 +1,189 @@
+"""Restores of the real 3-node sandbox from a backup's copy on a real S3 server (S3Proxy), with the
+array's snapshots gone: a corrupted object refused before anything is stopped, then the whole ring
+restored from the bucket and proven by its canaries.
+
+The bucket is filled the way an export reads a backup: each node's snapshot images (data and
+commit log LUNs) are mounted read-only by hand and `export_node` uploads the data directory's
+SSTables (the coordinator's `ringsnap export` was not committed when this was written).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ringsnap.agent.manifest import manifest
+from ringsnap.agent.s3.client import make_client
+from ringsnap.agent.s3.export import export_node
+from ringsnap.agent.s3.layout import Layout
+from ringsnap.agent.s3.settings import S3Settings
+from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.model import Backup, RestoreMode, RestoreRecord, RestoreStep
+from ringsnap.coordinator.restore import RestoreFailed
+from ringsnap.coordinator.restore_plan import RestoreRequest
+from ringsnap.coordinator.restore_session import open_restore_session
+from ringsnap.sandbox.cluster import SandboxCluster
+from ringsnap.sandbox.s3proxy import S3Server, running_s3proxy
+from ringsnap.sandbox.stack import CLUSTER_NAME, Stack, running_stack
+from tests.integration.test_restore import (
+    _backup_under_writes,
+    _ids_at_all,
+    _proven,
+    _started_at,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def s3_server() -> Iterator[S3Server]:
+    with running_s3proxy() as server:
+        yield server
+
+
+@pytest.fixture
+def s3_table(s3_server: S3Server, tmp_path: Path) -> dict[str, Any]:
+    keys = tmp_path / "s3-keys"
+    keys.mkdir()
+    for name, value in (
+        ("access", s3_server.access_key_id),
+        ("secret", s3_server.secret_access_key),
+    ):
+        (keys / name).write_text(value)
+        (keys / name).chmod(0o600)
+    table = {
+        "bucket": f"ringsnap-{uuid.uuid4().hex[:12]}",
+        "prefix": "copies/",
+        "endpoint_url": s3_server.endpoint_url,
+        "access_key_id_file": str(keys / "access"),
+        "secret_access_key_file": str(keys / "secret"),
+    }
+    settings = S3Settings.model_validate(table)
+    make_client(settings).create_bucket(Bucket=settings.bucket)
+    return table
+
+
+@pytest.fixture
+def s3_stack(
+    sandbox_cluster: SandboxCluster, tmp_path: Path, s3_table: dict[str, Any]
+) -> Iterator[Stack]:
+    with running_stack(sandbox_cluster, tmp_path / "stack", vendor="ontap", s3=s3_table) as stack:
+        yield stack
+    sandbox_cluster.wait_until_up_normal()
+
+
+@contextlib.contextmanager
+def _snapshot_mounted(cluster: SandboxCluster, volume: str) -> Iterator[Path]:
+    """The newest snapshot image of `volume`, mounted read-only (as a clone of it would be)."""
+    images = sorted(
+        (cluster.pool_dir / "snapshots" / volume).glob("*.img"), key=lambda p: p.stat().st_mtime
+    )
+    point = Path(f"/tmp/ringsnap-s3-export-{os.getpid()}-{volume}")
+    point.mkdir(exist_ok=True)
+    subprocess.run(["mount", "-o", "loop,ro", str(images[-1]), str(point)], check=True)
+    try:
+        yield point
+    finally:
+        subprocess.run(["umount", str(point)], check=True)
+        point.rmdir()
+
+
+def _export(cluster: SandboxCluster, settings: S3Settings, backup: Backup) -> None:
+    client = make_client(settings)
+    for node in cluster.nodes:
+        with _snapshot_mounted(cluster, node.data_lun.volume_name) as root:
+            data = root / node.data_dir.name
+            export_node(
+                client,
+                settings,
+                backup_id=backup.id,
+                node=node.name,
+                data_directories=[data],
+                manifest=lambda data=data: manifest([data]),  # type: ignore[misc]
+            )
+
+
+def _delete_array_snapshots(config: CoordinatorConfig, backup: Backup) -> None:
+    """The array is 'lost': the backup's snapshots are deleted on it."""
+
+    async def run() -> None:
+        async with open_restore_session(config, CLUSTER_NAME) as session:
+            for ref in backup.snapshots:
+                await session.arrays[ref.array].delete_snapshot(ref)
+
+    asyncio.run(run())
+
+
+def _restore_from_s3(config: CoordinatorConfig, backup_id: str) -> RestoreRecord:
+    async def run() -> RestoreRecord:
+        async with open_restore_session(config, CLUSTER_NAME) as session:
+            plan = await session.plan(
+                RestoreRequest(backup_id, (), RestoreMode.S3, requested_by="t")
+            )
+            assert not plan.refused, plan.refusals
+            assert not plan.arrays
+            return await session.run(plan, "test", lambda *_: None)
+
+    return asyncio.run(run())
+
+
+def test_ring_restored_from_s3_with_the_array_lost_and_a_corrupt_object_refused(
+    sandbox_cluster: SandboxCluster, s3_stack: Stack, s3_table: dict[str, Any], s3_server: S3Server
+) -> None:
+    config = s3_stack.coordinator_config()
+    settings = S3Settings.model_validate(s3_table)
+    backup, acked_before, begun_after = _backup_under_writes(sandbox_cluster, config)
+    _export(sandbox_cluster, settings, backup)
+    _delete_array_snapshots(config, backup)
+
+    # A Data.db object of node2 corrupted in the bucket by hand (same size, other bytes).
+    layout = Layout(settings.prefix)
+    keys = [
+        item["Key"]
+        for page in make_client(settings)
+        .get_paginator("list_objects_v2")
+        .paginate(Bucket=settings.bucket, Prefix=layout.sstables_prefix("node2"))
+        for item in page.get("Contents", ())
+        if item["Key"].split("/")[-1].startswith("Data.db-") and item["Size"] > 0
+    ]
+    corrupt = keys[0]
+    path = s3_server.object_path(settings.bucket, corrupt)
+    original = path.read_bytes()
+    path.write_bytes(bytes(b ^ 0xFF for b in original[:64]) + original[64:])
+    started = {n.name: _started_at(sandbox_cluster, n.name) for n in sandbox_cluster.nodes}
+
+    with pytest.raises(RestoreFailed) as refused:
+        _restore_from_s3(config, backup.id)
+
+    assert corrupt in str(refused.value), str(refused.value)
+    record = refused.value.record
+    assert record is not None
+    assert all(n.step.order < RestoreStep.STOPPED.order for n in record.nodes), record.nodes
+    # Cassandra was never stopped on any node.
+    assert started == {n.name: _started_at(sandbox_cluster, n.name) for n in sandbox_cluster.nodes}
+
+    # The object repaired, the ring comes back from the bucket alone.
+    path.write_bytes(original)
+    began = time.monotonic()
+    restored = _restore_from_s3(config, backup.id)
+    print(f"restore from S3 of the ring: {time.monotonic() - began:.1f} s")
+
+    _proven(restored)
+    sandbox_cluster.refresh()
+    ids = _ids_at_all(sandbox_cluster)
+    assert acked_before <= ids, f"{len(acked_before - ids)} acknowledged rows did not come back"
+    assert not (begun_after & ids), f"{len(begun_after & ids)} rows written after the backup"
+    # What the install replaced is kept beside each table, never deleted.
+    kept = list(
+        sandbox_cluster.node("node1").data_dir.glob(f"*/*/.ringsnap-replaced/{restored.id}")
+    )
+    assert kept

@@ -1,0 +1,192 @@
+"""The node side of a restore from S3 after the download (`ringsnap.agent.s3_restore.S3Restore`):
+the install moves every live table file aside (kept) and renames the staged files into place,
+owned as the data directory is; it is refused without a complete download, resumes after a crash,
+and the commit log staged with the download is installed after the discard. The download itself
+runs against a real S3 server in tests/integration/test_s3_restore.py."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from ringsnap.agent import s3_restore
+from ringsnap.agent.errors import Conflict
+from ringsnap.agent.s3_restore import (
+    COMMITLOG_STAGING,
+    DOWNLOADED_MARKER,
+    NO_COMMITLOG,
+    STAGING_DIRECTORY,
+    S3Restore,
+)
+from ringsnap.agent.snapshot_restore import DONE, REPLACED_DIRECTORY, SnapshotRecords
+
+OWNER = (4321, 4322)
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> S3Restore:
+    data, commitlog = tmp_path / "data", tmp_path / "commitlog"
+    for directory in (data, commitlog):
+        directory.mkdir()
+        os.chown(directory, *OWNER)
+    _write(data / "ks" / "t-abc" / "nb-1-big-Data.db", b"live, newer than the backup")
+    _write(data / "ks" / "late-def" / "nb-5-big-Data.db", b"a table the backup has no file of")
+    _write(commitlog / "CommitLog-7-99.log", b"newer writes")
+    return S3Restore(
+        data_directories=[data],
+        commitlog_directory=commitlog,
+        s3=None,
+        records=SnapshotRecords(tmp_path / "records"),
+    )
+
+
+def _write(path: Path, content: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+
+
+def _stage(node: S3Restore, operation: str = "rr-1", backup: str = "rs-1") -> Path:
+    """What a verified download leaves: the files, the marker last."""
+    root = node.staging(operation)[0]
+    _write(root / "ks" / "t-abc" / "nb-2-big-Data.db", b"the backup's data")
+    _write(root / "ks" / "t-abc" / "nb-2-big-TOC.txt", b"Data.db\n")
+    _write(root / "ks" / "t-abc" / ".t_idx" / "nb-2-big-Data.db", b"the index's data")
+    (root / DOWNLOADED_MARKER).write_text(json.dumps({"backup_id": backup, "commitlog": "x"}))
+    return root
+
+
+def test_the_install_replaces_every_live_file_keeping_them_and_owns_the_new_ones(
+    node: S3Restore,
+) -> None:
+    root = _stage(node)
+    data = node.data_directories[0]
+
+    tables = node.install("rr-1", "rs-1")
+
+    table = data / "ks" / "t-abc"
+    assert sorted(p.name for p in table.iterdir() if p.is_file()) == [
+        "nb-2-big-Data.db",
+        "nb-2-big-TOC.txt",
+    ]
+    assert (table / "nb-2-big-Data.db").read_bytes() == b"the backup's data"
+    assert (table / ".t_idx" / "nb-2-big-Data.db").read_bytes() == b"the index's data"
+    for path in (table / "nb-2-big-Data.db", table / ".t_idx" / "nb-2-big-Data.db"):
+        assert (path.stat().st_uid, path.stat().st_gid) == OWNER
+    kept = table / REPLACED_DIRECTORY / "rr-1" / "nb-1-big-Data.db"
+    assert kept.read_bytes() == b"live, newer than the backup"
+    # A table the backup holds no file of loses its newer files too (kept aside), as a revert.
+    late = data / "ks" / "late-def"
+    assert not [p for p in late.iterdir() if p.is_file()]
+    assert (late / REPLACED_DIRECTORY / "rr-1" / "nb-5-big-Data.db").exists()
+    record = node.records.load("rr-1")
+    assert record is not None and record.phase == DONE and record.tag == "s3:rs-1"
+    placed = {t.table_directory: t.files_linked for t in tables}
+    assert placed == {"t-abc": 3, "late-def": 0}
+    assert not (root / "ks").exists()  # the staging's emptied table directories are gone
+
+    # Repeated: answered from the record, nothing touched.
+    assert node.install("rr-1", "rs-1") == tables
+
+
+def test_the_install_is_refused_without_a_complete_download(node: S3Restore) -> None:
+    root = _stage(node)
+    (root / DOWNLOADED_MARKER).unlink()  # the download did not finish
+
+    with pytest.raises(Conflict, match="run DownloadFromS3 first; nothing was changed"):
+        node.install("rr-1", "rs-1")
+
+    live = node.data_directories[0] / "ks" / "t-abc" / "nb-1-big-Data.db"
+    assert live.read_bytes() == b"live, newer than the backup"
+    assert node.records.load("rr-1") is None
+
+
+def test_the_install_of_another_backup_under_the_same_operation_is_refused(
+    node: S3Restore,
+) -> None:
+    _stage(node, backup="rs-1")
+    with pytest.raises(Conflict, match="not complete"):
+        node.install("rr-1", "rs-2")
+    node.install("rr-1", "rs-1")
+    with pytest.raises(Conflict, match="one operation restores one backup"):
+        node.install("rr-1", "rs-2")
+
+
+def test_an_install_interrupted_while_placing_finishes_on_repeat(
+    node: S3Restore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _stage(node)
+    _write(node.staging("rr-1")[0] / "ks" / "u-123" / "nb-3-big-Data.db", b"second table")
+    real = s3_restore.place_staged
+    calls: list[Path] = []
+
+    def crash_on_second(staged: Path, table: Path, owner: tuple[int, int]) -> int:
+        calls.append(table)
+        if len(calls) == 2:
+            raise OSError("killed")
+        return real(staged, table, owner)
+
+    monkeypatch.setattr(s3_restore, "place_staged", crash_on_second)
+    with pytest.raises(OSError, match="killed"):
+        node.install("rr-1", "rs-1")
+    record = node.records.load("rr-1")
+    assert record is not None and record.phase != DONE
+
+    monkeypatch.setattr(s3_restore, "place_staged", real)
+    node.install("rr-1", "rs-1")
+
+    data = node.data_directories[0]
+    assert (data / "ks" / "t-abc" / "nb-2-big-Data.db").read_bytes() == b"the backup's data"
+    assert (data / "ks" / "u-123" / "nb-3-big-Data.db").read_bytes() == b"second table"
+    kept = data / "ks" / "t-abc" / REPLACED_DIRECTORY / "rr-1" / "nb-1-big-Data.db"
+    assert kept.read_bytes() == b"live, newer than the backup"
+
+
+def test_a_file_in_the_way_of_a_staged_one_is_refused_not_overwritten(tmp_path: Path) -> None:
+    staged, table = tmp_path / "staged", tmp_path / "table"
+    _write(staged / "nb-2-big-Data.db", b"backup")
+    _write(table / "nb-2-big-Data.db", b"someone else's")
+    with pytest.raises(Conflict, match="is in the way"):
+        s3_restore.place_staged(staged, table, (os.getuid(), os.getgid()))
+    assert (table / "nb-2-big-Data.db").read_bytes() == b"someone else's"
+
+
+def test_the_commit_log_staged_with_the_download_goes_in_after_the_install(
+    node: S3Restore,
+) -> None:
+    root = _stage(node)
+    _write(root / COMMITLOG_STAGING / "CommitLog-7-42.log", b"acknowledged before the snapshot")
+    with pytest.raises(Conflict, match="InstallS3Download first"):
+        node.install_commitlog("rr-1", "rs-1")
+    node.install("rr-1", "rs-1")
+    (node.commitlog_directory / "CommitLog-7-99.log").unlink()  # DiscardReplayState's work
+
+    done = node.install_commitlog("rr-1", "rs-1")
+
+    segment = node.commitlog_directory / "CommitLog-7-42.log"
+    assert segment.read_bytes() == b"acknowledged before the snapshot"
+    assert (segment.stat().st_uid, segment.stat().st_gid) == OWNER
+    assert (done.segments, done.bytes) == (1, len(b"acknowledged before the snapshot"))
+    assert not root.exists()  # the staging is gone once everything is in place
+    assert not (node.data_directories[0] / STAGING_DIRECTORY / "rr-1").exists()
+
+
+def test_without_a_commit_log_copy_the_node_restarts_from_its_sstables_alone(
+    node: S3Restore,
+) -> None:
+    root = _stage(node)
+    marker = {"backup_id": "rs-1", "commitlog": f"{NO_COMMITLOG}: exported without it"}
+    (root / DOWNLOADED_MARKER).write_text(json.dumps(marker))
+    node.install("rr-1", "rs-1")
+
+    done = node.install_commitlog("rr-1", "rs-1")
+
+    assert done.segments == 0 and done.detail.startswith(NO_COMMITLOG)
+    assert not root.exists()
+
+
+def test_a_download_needs_the_agents_s3_settings(node: S3Restore) -> None:
+    with pytest.raises(Conflict, match=r"no \[s3\] settings"):
+        node.download("rr-1", "rs-1", "node1")

@@ -1,0 +1,181 @@
+"""The restore workflow's S3 source (`ringsnap restore BACKUP --from s3`), with the fakes of
+test_restore_workflow: every node downloads and verifies before anything is stopped, the array is
+never asked, the install replaces release/revert/attach, the commit log follows the discard; a
+download failing on one node stops nothing; an install failing on one node leaves a record saying
+what state each node is in and the exact next step; resume. The proof on the real ring is
+tests/integration/test_s3_restore.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
+
+from ringsnap.coordinator.model import (
+    NodeVerdict,
+    RestoreMode,
+    RestoreState,
+    RestoreStep,
+    Verification,
+)
+from ringsnap.coordinator.restore import RestoreFailed, RestoreWorkflow
+from ringsnap.coordinator.restore_plan import RestoreRequest
+from ringsnap.coordinator.s3_restore_agents import DownloadProgress, InstalledCopy, StagedCopy
+from tests.unit.test_restore_workflow import NODES, Events, Rig, _backup, _first, _last
+
+S3 = RestoreRequest("rs-1", mode=RestoreMode.S3)
+
+
+class FakeS3Agent:
+    def __init__(self, name: str, events: Events) -> None:
+        self.name = name
+        self.events = events
+        self.fail: dict[str, Exception] = {}
+
+    def _call(self, what: str) -> None:
+        self.events.append(f"{self.name}:{what}")
+        if what in self.fail:
+            raise self.fail[what]
+
+    async def download_from_s3(
+        self,
+        operation_id: str,
+        backup_id: str,
+        node: str,
+        progress: Callable[[DownloadProgress], None],
+        *,
+        keyspace: str = "",
+        table: str = "",
+    ) -> StagedCopy:
+        assert node == self.name
+        progress(DownloadProgress(2, 200, 1, 100, 100, 50.0, 2.0))
+        self._call("download")
+        return StagedCopy(2, 200, 2, 200, 0, 4.0, ("/data/.ringsnap-s3/rr-1",), "none")
+
+    async def install_s3_download(self, operation_id: str, backup_id: str) -> InstalledCopy:
+        self._call("install")
+        return InstalledCopy(tables=3, files_placed=2, files_kept_aside=5)
+
+    async def install_s3_commitlog(self, operation_id: str, backup_id: str, node: str) -> str:
+        self._call("commitlog")
+        return "2 commit-log segments installed"
+
+
+class S3Rig(Rig):
+    def __init__(self) -> None:
+        super().__init__()
+        self.s3 = {n: FakeS3Agent(n, self.events) for n in NODES}
+        self.lines: list[tuple[str, str, str]] = []
+
+    def workflow(self) -> RestoreWorkflow:
+        return RestoreWorkflow(
+            self.agents,
+            {"array1": self.array},
+            self.ring,
+            self.journal,
+            seeds=["node2"],
+            s3_agents=self.s3,
+            progress=lambda *line: self.lines.append(line),
+        )
+
+
+def test_every_node_downloads_before_anything_stops_and_the_array_is_never_asked() -> None:
+    rig = S3Rig()
+    rig.array.missing = True  # the array's snapshots are gone: the plan does not care
+    lost = replace(_backup(), lost_reason="array destroyed")
+    plan = rig.plan(S3, lost)
+    assert not plan.refused, plan.refusals
+    assert plan.arrays == () and all(n.volumes == () for n in plan.nodes)
+    assert ".ringsnap-replaced/rr-1/" in plan.destroyed[0]
+
+    record = asyncio.run(rig.workflow().run(plan, "me"))
+
+    events = rig.events
+    assert _last(events, ":download") < _first(events, "ring:pre-restore canary")
+    assert _last(events, ":download") < _first(events, ":stop")
+    assert _last(events, ":stop") < _first(events, ":install")
+    assert _last(events, ":install") < _first(events, ":discard:hints=True")
+    for node in NODES:
+        assert events.index(f"{node}:discard:hints=True") < events.index(f"{node}:commitlog")
+    assert _last(events, ":commitlog") < _first(events, ":manifest")
+    assert events.index("node2:start:gossip") < events.index("node1:start")
+    assert not any("release" in e or "attach" in e or e.startswith("array:") for e in events)
+    assert record.state is RestoreState.PROVEN and record.mode is RestoreMode.S3
+    assert all(n.verdict is NodeVerdict.PROVEN for n in record.nodes)
+    assert rig.journal.verified == [("rs-1", Verification.PROVEN, "rr-1")]
+    steps = {(n.name, n.step) for r in rig.journal.saved for n in r.nodes}
+    assert all((n, RestoreStep.DOWNLOADED) in steps for n in NODES)
+    assert not any(s in (RestoreStep.RELEASED, RestoreStep.ATTACHED) for _, s in steps)
+    # Progress per node: bytes, files, rate, ETA.
+    assert ("node1", "download from S3", "1/2 files, 0.0/0.0 MiB, 0.0 MiB/s, ETA 2 s") in rig.lines
+
+
+def test_a_download_failing_on_one_node_stops_nothing_and_names_the_object() -> None:
+    rig = S3Rig()
+    key = "copies/sstables/node3/ks/t-abc/nb-1-big-123/Data.db-100"
+    rig.s3["node3"].fail["download"] = RuntimeError(f"object {key!r} is corrupt (CRC32 1)")
+
+    with pytest.raises(RestoreFailed, match="node node3: downloaded: object") as failed:
+        asyncio.run(rig.workflow().run(rig.plan(S3), "me"))
+
+    assert key in str(failed.value)
+    assert not any(e.endswith((":stop", ":install")) or "canary" in e for e in rig.events)
+    last = rig.journal.saved[-1]
+    assert last.state is RestoreState.FAILED
+    assert last.node("node1").step is RestoreStep.DOWNLOADED
+    assert last.node("node3").step is RestoreStep.PLANNED
+    for node in last.nodes:
+        assert node.next_step.startswith("nothing was changed on this node")
+
+
+def test_an_install_failing_on_one_node_says_where_each_node_stands_and_resume_finishes() -> None:
+    rig = S3Rig()
+    rig.s3["node3"].fail["install"] = OSError("No space left on device")
+    with pytest.raises(RestoreFailed, match="node node3: restored: No space left"):
+        asyncio.run(rig.workflow().run(rig.plan(S3), "me"))
+    last = rig.journal.saved[-1]
+    assert last.state is RestoreState.FAILED
+    assert last.node("node1").step is RestoreStep.RESTORED
+    assert "commit log still holds newer writes" in last.node("node1").next_step
+    assert last.node("node3").step is RestoreStep.STOPPED
+    assert "installing the downloaded copy may have begun" in last.node("node3").next_step
+    assert "--resume rr-1" in last.node("node3").next_step
+    assert not any(":discard" in e or ":start" in e for e in rig.events)
+
+    rig.s3["node3"].fail.clear()
+    rig.events.clear()
+    final = asyncio.run(rig.workflow().resume(last, {}))
+
+    assert final.state is RestoreState.PROVEN
+    assert [e for e in rig.events if e.endswith(":install")] == ["node3:install"]
+    assert not any(e.endswith((":download", ":stop")) for e in rig.events)
+
+
+def test_a_commit_log_failing_after_the_discard_is_repeated_with_it_on_resume() -> None:
+    rig = S3Rig()
+    rig.s3["node1"].fail["commitlog"] = RuntimeError("segment refused")
+    with pytest.raises(RestoreFailed, match="node node1: cleared: segment refused"):
+        asyncio.run(rig.workflow().run(rig.plan(S3), "me"))
+    last = rig.journal.saved[-1]
+    assert last.node("node1").step is RestoreStep.RESTORED
+    assert "do not start it by hand" in last.node("node1").next_step
+
+    rig.s3["node1"].fail.clear()
+    rig.events.clear()
+    final = asyncio.run(rig.workflow().resume(last, {}))
+
+    assert final.state is RestoreState.PROVEN
+    assert rig.events.index("node1:discard:hints=True") < rig.events.index("node1:commitlog")
+    assert not any(e.startswith(("node2:discard", "node3:discard")) for e in rig.events)
+
+
+def test_one_node_alone_from_s3_keeps_the_others_running() -> None:
+    rig = S3Rig()
+    plan = rig.plan(RestoreRequest("rs-1", ("node1",), RestoreMode.S3))
+    assert not plan.refused and not plan.whole_ring
+    record = asyncio.run(rig.workflow().run(plan, "me"))
+    assert record.state is RestoreState.PROVEN
+    assert "node1:discard:hints=False" in rig.events
+    assert not any(e.startswith(("node2:", "node3:")) for e in rig.events)
