@@ -78,21 +78,17 @@ when the simulator serves plain HTTP, and revert/clone tests for a driver withou
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 import time
-import uuid
 from collections.abc import Coroutine, Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import pytest
 
 from ringsnap.plugins.api import Cloneable, Revertible
 from ringsnap.plugins.errors import (
-    ArrayTimeoutError,
     AuthError,
     ConfigurationError,
     DriverError,
@@ -100,67 +96,25 @@ from ringsnap.plugins.errors import (
     UnreachableError,
     UnsupportedError,
 )
-from ringsnap.plugins.middleware import FAST_RETRY, AsyncDriver, RetryPolicy, WrappedDriver
+from ringsnap.plugins.middleware import FAST_RETRY, AsyncDriver, RetryPolicy
 from ringsnap.plugins.registry import open_driver
-from ringsnap.plugins.simulators.faults import Fault, FaultPlan
+from ringsnap.plugins.simulators.faults import Fault
 from ringsnap.plugins.simulators.lunpool import LunPool, temporary_xfs_pool
 from ringsnap.plugins.simulators.server import SimulatorServer
 from ringsnap.plugins.simulators.tls import make_test_ca
 from ringsnap.plugins.testing import mounts
+from ringsnap.plugins.testing.harness import (
+    SOURCE,
+    FaultCase,
+    Harness,
+    Operation,
+    generic_fault_cases,
+)
+from ringsnap.plugins.testing.revert_clone import RevertAndCloneConformance
 from ringsnap.plugins.types import SnapshotRef, Volume
 
-SOURCE = "conformance.toml"
 
-Operation = Literal["create", "delete", "revert", "clone"]
-
-
-@dataclass(frozen=True)
-class FaultCase:
-    """One injected failure and what the driver (through the middleware) must make of it."""
-
-    id: str
-    faults: tuple[Fault, ...]
-    #: None: the operation must succeed (after retries). Otherwise the typed error expected.
-    error: type[DriverError] | None = None
-    #: For an expected error: must it be retryable (and so tried `retry_policy.attempts` times)?
-    retryable: bool | None = None
-    #: Seconds to wait before looking for leftovers (a hung request may still finish).
-    settle: float = 0.0
-    #: The operation the fault hits; "create" runs create_group_snapshot.
-    operation: Operation = "create"
-    #: Minimum number of times the faults must have fired (None: not checked).
-    min_fired: int | None = 1
-
-
-@dataclass
-class Harness:
-    """Everything a conformance test needs, built fresh for each test."""
-
-    suite: DriverConformance
-    pool: LunPool
-    server: SimulatorServer
-    workdir: Path
-    array: str
-    table: dict[str, Any]
-    driver: WrappedDriver
-    volumes: list[Volume] = field(default_factory=list)
-
-    @property
-    def faults(self) -> FaultPlan:
-        return self.server.faults
-
-    def open(self, table: dict[str, Any]) -> WrappedDriver:
-        """Another driver for the same array built from `table` (bad-config tests)."""
-        return open_driver(self.array, table, SOURCE, retry=self.suite.retry_policy)
-
-    def lun(self, volume: Volume) -> Path:
-        return self.suite.lun_image(self, volume)
-
-    def snapshot_name(self, label: str = "snap") -> str:
-        return f"rs-{label}-{uuid.uuid4().hex[:8]}"
-
-
-class DriverConformance:
+class DriverConformance(RevertAndCloneConformance):
     """Subclass as `Test<Vendor>` and implement the required hooks (see the module docstring)."""
 
     driver_name: ClassVar[str]
@@ -223,54 +177,9 @@ class DriverConformance:
 
     def fault_cases(self) -> list[FaultCase]:
         method, path = self.snapshot_route()
-        attempts = self.retry_policy.attempts
-        generic = [
-            FaultCase(
-                "http-500-once",
-                (Fault("status", method=method, path=path, status=500, count=1),),
-                error=None,
-            ),
-            FaultCase(
-                "http-500-persistent",
-                (Fault("status", method=method, path=path, status=500, count=1000),),
-                error=DriverError,
-                retryable=True,
-                min_fired=attempts,
-            ),
-            FaultCase(
-                "hang-then-drop",
-                (
-                    Fault(
-                        "hang",
-                        method=method,
-                        path=path,
-                        seconds=self.hang_seconds,
-                        then="drop",
-                        count=1000,
-                    ),
-                ),
-                error=ArrayTimeoutError,
-                retryable=True,
-                settle=self.hang_seconds,
-                min_fired=attempts,
-            ),
-            FaultCase(
-                # The array did the work but answered too late: the retry must find it.
-                "hang-once-then-proceed",
-                (
-                    Fault(
-                        "hang",
-                        method=method,
-                        path=path,
-                        seconds=self.hang_seconds,
-                        then="proceed",
-                        count=1,
-                    ),
-                ),
-                error=None,
-                settle=self.hang_seconds + 0.5,
-            ),
-        ]
+        generic = generic_fault_cases(
+            method, path, attempts=self.retry_policy.attempts, hang_seconds=self.hang_seconds
+        )
         return [*generic, *self.vendor_fault_cases()]
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
@@ -555,103 +464,5 @@ class DriverConformance:
             with pytest.raises(UnsupportedError, match=harness.array):
                 asyncio.run(call)
 
-    # The marker tests: real filesystems, frozen while the array snapshots them.
 
-    @contextlib.contextmanager
-    def _mounted_volumes(self, harness: Harness, label: str) -> Iterator[list[Path]]:
-        mountpoints: list[Path] = []
-        try:
-            for volume in harness.volumes:
-                mountpoint = harness.workdir / "mnt" / label / volume.name
-                mounts.mount_image(harness.lun(volume), mountpoint)
-                mountpoints.append(mountpoint)
-            yield mountpoints
-        finally:
-            for mountpoint in mountpoints:
-                mounts.unmount(mountpoint)
-
-    def test_marker_revert(self, harness: Harness) -> None:
-        if not harness.driver.revertible:
-            pytest.skip("precondition: the driver does not implement Revertible")
-        with self._mounted_volumes(harness, "live") as mountpoints:
-            expected_before: list[dict[str, bytes]] = []
-            for index, mountpoint in enumerate(mountpoints):
-                mounts.write_marker(mountpoint, "before", f"before-{index}".encode())
-                expected_before.append(mounts.read_markers(mountpoint))
-            with mounts.frozen(mountpoints):
-                ref = harness.driver.create_group_snapshot(
-                    harness.volumes, harness.snapshot_name("mk")
-                )
-            for index, mountpoint in enumerate(mountpoints):
-                mounts.write_marker(mountpoint, "after", f"after-{index}".encode())
-                mounts.write_marker(mountpoint, "before", b"overwritten after the snapshot")
-        plan = harness.driver.revert_plan(ref)
-        assert isinstance(plan, Sequence)
-        harness.driver.revert(ref)
-        with self._mounted_volumes(harness, "reverted") as mountpoints:
-            for index, mountpoint in enumerate(mountpoints):
-                assert mounts.read_markers(mountpoint) == expected_before[index], (
-                    f"volume {harness.volumes[index].name}: after revert the filesystem must hold"
-                    " exactly the markers written before the snapshot"
-                )
-
-    def test_marker_clone(self, harness: Harness) -> None:
-        if not harness.driver.cloneable:
-            pytest.skip("precondition: the driver does not implement Cloneable")
-        with self._mounted_volumes(harness, "live") as mountpoints:
-            expected: list[dict[str, bytes]] = []
-            for index, mountpoint in enumerate(mountpoints):
-                mounts.write_marker(mountpoint, "before", f"clone-before-{index}".encode())
-                expected.append(mounts.read_markers(mountpoint))
-            with mounts.frozen(mountpoints):
-                ref = harness.driver.create_group_snapshot(
-                    harness.volumes, harness.snapshot_name("mkc")
-                )
-            for index, mountpoint in enumerate(mountpoints):
-                mounts.write_marker(mountpoint, "after", f"clone-after-{index}".encode())
-            clones = harness.driver.clone(ref, "mkclone")
-            assert len(clones) == len(harness.volumes)
-            again = harness.driver.clone(ref, "mkclone")
-            assert sorted(v.id for v in again) == sorted(v.id for v in clones), (
-                "repeating clone() must return the clones made the first time"
-            )
-            by_source = self._clone_sources(harness, ref, clones)
-            for index, volume in enumerate(harness.volumes):
-                clone = by_source[volume.id]
-                mountpoint = harness.workdir / "mnt" / "clone" / clone.name
-                with mounts.mounted(harness.lun(clone), mountpoint):
-                    assert mounts.read_markers(mountpoint) == expected[index], (
-                        f"clone {clone.name} of {volume.name} must hold exactly the markers"
-                        " written before the snapshot"
-                    )
-            # The originals are untouched by cloning.
-            for mountpoint in mountpoints:
-                assert "after" in mounts.read_markers(mountpoint)
-        for clone in clones:
-            harness.driver.delete_clone(clone)
-            harness.driver.delete_clone(clone)
-            assert not harness.lun(clone).exists()
-
-    @staticmethod
-    def _clone_sources(
-        harness: Harness, ref: SnapshotRef, clones: Sequence[Volume]
-    ) -> dict[str, Volume]:
-        """Map source volume id -> its clone (clones come back in member order)."""
-        assert len(clones) == len(ref.members)
-        return {member.volume.id: clone for member, clone in zip(ref.members, clones, strict=True)}
-
-    def test_revert_plan_names_what_revert_destroys(self, harness: Harness) -> None:
-        if not harness.driver.revertible:
-            pytest.skip("precondition: the driver does not implement Revertible")
-        older = harness.driver.create_group_snapshot(harness.volumes, harness.snapshot_name("old"))
-        newer = harness.driver.create_group_snapshot(harness.volumes, harness.snapshot_name("new"))
-        plan = harness.driver.revert_plan(older)
-        deletes_newer = harness.driver.capabilities().revert_deletes_newer
-        if deletes_newer:
-            assert any(newer.snapshot_name in line for line in plan), (
-                f"revert_plan must name the newer snapshot {newer.snapshot_name}: {plan}"
-            )
-        harness.driver.revert(older)
-        names = {info.ref.snapshot_name for info in harness.driver.list_snapshots(harness.volumes)}
-        assert older.snapshot_name in names
-        assert (newer.snapshot_name in names) != deletes_newer
+__all__ = ["DriverConformance", "FaultCase", "Harness"]

@@ -1,0 +1,117 @@
+"""The conformance tests of what a restore needs from a driver: revert and clone, proven on real
+filesystems (markers written, frozen while the array snapshots them, checked after), and the revert
+plan naming what a revert destroys. Mixed into `DriverConformance`; a driver without the ability is
+skipped by the test, saying so."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from ringsnap.plugins.testing import mounts
+from ringsnap.plugins.testing.harness import Harness
+from ringsnap.plugins.types import SnapshotRef, Volume
+
+
+class RevertAndCloneConformance:
+    @contextlib.contextmanager
+    def _mounted_volumes(self, harness: Harness, label: str) -> Iterator[list[Path]]:
+        mountpoints: list[Path] = []
+        try:
+            for volume in harness.volumes:
+                mountpoint = harness.workdir / "mnt" / label / volume.name
+                mounts.mount_image(harness.lun(volume), mountpoint)
+                mountpoints.append(mountpoint)
+            yield mountpoints
+        finally:
+            for mountpoint in mountpoints:
+                mounts.unmount(mountpoint)
+
+    def test_marker_revert(self, harness: Harness) -> None:
+        if not harness.driver.revertible:
+            pytest.skip("precondition: the driver does not implement Revertible")
+        with self._mounted_volumes(harness, "live") as mountpoints:
+            expected_before: list[dict[str, bytes]] = []
+            for index, mountpoint in enumerate(mountpoints):
+                mounts.write_marker(mountpoint, "before", f"before-{index}".encode())
+                expected_before.append(mounts.read_markers(mountpoint))
+            with mounts.frozen(mountpoints):
+                ref = harness.driver.create_group_snapshot(
+                    harness.volumes, harness.snapshot_name("mk")
+                )
+            for index, mountpoint in enumerate(mountpoints):
+                mounts.write_marker(mountpoint, "after", f"after-{index}".encode())
+                mounts.write_marker(mountpoint, "before", b"overwritten after the snapshot")
+        plan = harness.driver.revert_plan(ref)
+        assert isinstance(plan, Sequence)
+        harness.driver.revert(ref)
+        with self._mounted_volumes(harness, "reverted") as mountpoints:
+            for index, mountpoint in enumerate(mountpoints):
+                assert mounts.read_markers(mountpoint) == expected_before[index], (
+                    f"volume {harness.volumes[index].name}: after revert the filesystem must hold"
+                    " exactly the markers written before the snapshot"
+                )
+
+    def test_marker_clone(self, harness: Harness) -> None:
+        if not harness.driver.cloneable:
+            pytest.skip("precondition: the driver does not implement Cloneable")
+        with self._mounted_volumes(harness, "live") as mountpoints:
+            expected: list[dict[str, bytes]] = []
+            for index, mountpoint in enumerate(mountpoints):
+                mounts.write_marker(mountpoint, "before", f"clone-before-{index}".encode())
+                expected.append(mounts.read_markers(mountpoint))
+            with mounts.frozen(mountpoints):
+                ref = harness.driver.create_group_snapshot(
+                    harness.volumes, harness.snapshot_name("mkc")
+                )
+            for index, mountpoint in enumerate(mountpoints):
+                mounts.write_marker(mountpoint, "after", f"clone-after-{index}".encode())
+            clones = harness.driver.clone(ref, "mkclone")
+            assert len(clones) == len(harness.volumes)
+            again = harness.driver.clone(ref, "mkclone")
+            assert sorted(v.id for v in again) == sorted(v.id for v in clones), (
+                "repeating clone() must return the clones made the first time"
+            )
+            by_source = self._clone_sources(harness, ref, clones)
+            for index, volume in enumerate(harness.volumes):
+                clone = by_source[volume.id]
+                mountpoint = harness.workdir / "mnt" / "clone" / clone.name
+                with mounts.mounted(harness.lun(clone), mountpoint):
+                    assert mounts.read_markers(mountpoint) == expected[index], (
+                        f"clone {clone.name} of {volume.name} must hold exactly the markers"
+                        " written before the snapshot"
+                    )
+            # The originals are untouched by cloning.
+            for mountpoint in mountpoints:
+                assert "after" in mounts.read_markers(mountpoint)
+        for clone in clones:
+            harness.driver.delete_clone(clone)
+            harness.driver.delete_clone(clone)
+            assert not harness.lun(clone).exists()
+
+    @staticmethod
+    def _clone_sources(
+        harness: Harness, ref: SnapshotRef, clones: Sequence[Volume]
+    ) -> dict[str, Volume]:
+        """Map source volume id -> its clone (clones come back in member order)."""
+        assert len(clones) == len(ref.members)
+        return {member.volume.id: clone for member, clone in zip(ref.members, clones, strict=True)}
+
+    def test_revert_plan_names_what_revert_destroys(self, harness: Harness) -> None:
+        if not harness.driver.revertible:
+            pytest.skip("precondition: the driver does not implement Revertible")
+        older = harness.driver.create_group_snapshot(harness.volumes, harness.snapshot_name("old"))
+        newer = harness.driver.create_group_snapshot(harness.volumes, harness.snapshot_name("new"))
+        plan = harness.driver.revert_plan(older)
+        deletes_newer = harness.driver.capabilities().revert_deletes_newer
+        if deletes_newer:
+            assert any(newer.snapshot_name in line for line in plan), (
+                f"revert_plan must name the newer snapshot {newer.snapshot_name}: {plan}"
+            )
+        harness.driver.revert(older)
+        names = {info.ref.snapshot_name for info in harness.driver.list_snapshots(harness.volumes)}
+        assert older.snapshot_name in names
+        assert (newer.snapshot_name in names) != deletes_newer
