@@ -15,6 +15,7 @@ import gzip
 import io
 import json
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
@@ -23,6 +24,8 @@ from ringsnap.agent.s3.layout import ComponentKey, Layout
 from ringsnap.errors import ValidationError
 
 FORMAT = "ringsnap-s3-manifest/1"
+#: A line holds one component (about 300 bytes); anything far longer is not a manifest's.
+MAX_LINE_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +84,7 @@ def read_entries(
     count = total = 0
     header_seen = ended = False
     with gzip.GzipFile(fileobj=source, mode="rb") as unzipped:
-        for number, raw in enumerate(io.TextIOWrapper(unzipped, encoding="utf-8"), start=1):
+        for number, raw in _lines(unzipped, refuse):
             try:
                 record = json.loads(raw)
             except ValueError:
@@ -112,6 +115,28 @@ def read_entries(
         raise refuse("no closing line (truncated)")
 
 
+def _lines(unzipped: gzip.GzipFile, refuse: Any) -> Iterator[tuple[int, str]]:
+    """The object's lines, numbered; each read with a bound (a gzip bomb of one endless line
+    costs at most `MAX_LINE_BYTES`), and every way the bytes can fail to be gzip'd UTF-8 text
+    (not gzip, truncated, corrupt, not UTF-8) is a refusal."""
+    number = 0
+    while True:
+        try:
+            raw = unzipped.readline(MAX_LINE_BYTES + 1)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise refuse(f"not a complete gzip stream after line {number} ({exc})") from None
+        if not raw:
+            return
+        number += 1
+        if len(raw) > MAX_LINE_BYTES:
+            raise refuse(f"line {number} is longer than {MAX_LINE_BYTES} bytes")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise refuse(f"line {number} is not UTF-8") from None
+        yield number, text
+
+
 def _entry(
     record: dict[str, Any], layout: Layout, node: str, roots: int, *, refuse: Any, number: int
 ) -> Entry:
@@ -119,10 +144,13 @@ def _entry(
     mtime, crc = record.get("mtime_ns"), record.get("data_crc32")
     if not (
         isinstance(key, str)
-        and isinstance(root, int)
-        and isinstance(size, int)
-        and isinstance(mtime, int)
+        # bool is an int to isinstance: `"root": false` is no data directory index.
+        and type(root) is int
+        and type(size) is int
+        and type(mtime) is int
+        and 0 <= mtime < 2**63  # what os.utime takes
         and isinstance(crc, str)
+        and crc.isascii()
         and crc.isdigit()
     ):
         raise refuse(f"line {number} is not a component entry")

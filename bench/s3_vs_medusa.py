@@ -1,0 +1,408 @@
+"""Benchmark: ringsnap's S3 copies side by side with cassandra-medusa, in one run.
+
+Same node, same data, same S3 server:
+
+- one sandbox Cassandra node (its data directory on a loop-mounted LUN of the host), a table
+  written by the driver with incompressible 1 MiB blobs (compression and compaction off), flushed
+  after every 256 MiB: 8 SSTables of real Cassandra data, 2 GiB by default;
+- one S3Proxy (filesystem backend) on 127.0.0.1, a bucket per tool;
+- medusa (its own virtualenv, `bench.medusa_venv`), `storage_provider = s3_compatible`,
+  `concurrent_transfers = 4`, `transfer_max_bandwidth` unset (unlimited); ringsnap's engine
+  (`python -m ringsnap.agent.s3`) with its default settings.
+
+What is timed, each as its own process:
+
+- backup: medusa `backup-node --mode differential` (the first run uploads everything: medusa's
+  way of taking the full copy that later differentials build on; it takes the snapshot itself).
+  ringsnap: `nodetool snapshot` + the export of that snapshot (both in the figure);
+- differential after +10 % new data (one more flushed SSTable): the same again;
+- the restore's download: medusa `download` of the differential backup, ringsnap `download` of its
+  export, each into an empty directory on the node's data filesystem (the download step of an
+  in-place restore: medusa's `restore-node` downloads the same way before it stops the node);
+- peak RSS: sampled every 50 ms over the process tree (medusa runs a nodetool JVM as a child),
+  the Python process alone shown beside it;
+- purge: ringsnap's DeleteObjects purge of unreferenced objects (objects/s).
+
+    sudo flock /tmp/ringsnap-cassandra.lock .venv/bin/python -m bench.s3_vs_medusa [--sstables 8] [--sstable-mib 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.medusa_venv import ensure_medusa
+from bench.s3_export import bench_purge, settings_file
+from ringsnap.agent.s3.client import make_client
+from ringsnap.agent.s3.settings import S3Settings
+from ringsnap.config import load
+from ringsnap.logs import configure
+from ringsnap.sandbox.cluster import NodeInfo, SandboxCluster
+from ringsnap.sandbox.s3proxy import S3Server, running_s3proxy
+
+MIB = 1024 * 1024
+GiB = 1024 * MIB
+KEYSPACE = "bench_medusa"
+ROW_BYTES = MIB
+NODE = "node1"
+
+
+@dataclass(frozen=True)
+class Run:
+    seconds: float
+    tree_peak_rss: int
+    own_peak_rss: int
+    stdout: str
+
+
+class _TreeSampler(threading.Thread):
+    """Peak RSS of a process and of its whole tree (sum over descendants), sampled from /proc."""
+
+    def __init__(self, pid: int, interval: float = 0.05) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.interval = interval
+        self.tree_peak = 0
+        self.own_peak = 0
+        self._stop = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            own = _rss(self.pid)
+            tree = own + sum(_rss(child) for child in _descendants(self.pid))
+            self.own_peak = max(self.own_peak, own)
+            self.tree_peak = max(self.tree_peak, tree)
+            self._stop.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.join()
+
+
+def _rss(pid: int) -> int:
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _descendants(pid: int) -> list[int]:
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{entry}/stat", encoding="ascii") as stat:
+                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+            parents.setdefault(ppid, []).append(int(entry))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found.extend(children)
+        todo.extend(children)
+    return found
+
+
+def run_measured(argv: list[str], env: dict[str, str] | None = None) -> Run:
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    sampler = _TreeSampler(process.pid)
+    sampler.start()
+    out, err = process.communicate()
+    seconds = time.perf_counter() - started
+    sampler.stop()
+    if process.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[:4])} ... failed ({process.returncode}):\n{err[-3000:]}")
+    return Run(seconds, sampler.tree_peak, sampler.own_peak, out)
+
+
+# ----------------------------------------------------------------------------- the data
+
+
+def create_table(cluster: SandboxCluster) -> None:
+    session = cluster.session()
+    session.execute(
+        f"CREATE KEYSPACE IF NOT EXISTS {KEYSPACE} WITH replication ="
+        " {'class': 'SimpleStrategy', 'replication_factor': 1}"
+    )
+    # Incompressible blobs, no compression, no compaction: every flush is one SSTable of the
+    # size written, and they stay apart (8 SSTables, as in the issue's figures).
+    session.execute(
+        f"CREATE TABLE IF NOT EXISTS {KEYSPACE}.blobs (id int PRIMARY KEY, payload blob)"
+        " WITH compression = {'enabled': 'false'}"
+        " AND compaction = {'class': 'SizeTieredCompactionStrategy', 'enabled': 'false'}"
+    )
+
+
+def write_sstable(cluster: SandboxCluster, first_id: int, rows: int) -> None:
+    """`rows` rows of a random 1 MiB blob each, then a flush: one SSTable."""
+    from cassandra.concurrent import execute_concurrent_with_args
+
+    session = cluster.session()
+    insert = session.prepare(f"INSERT INTO {KEYSPACE}.blobs (id, payload) VALUES (?, ?)")
+    step = 32  # rows in flight per call: bounds this process's memory to ~32 MiB of blobs
+    for start in range(first_id, first_id + rows, step):
+        ids = range(start, min(start + step, first_id + rows))
+        execute_concurrent_with_args(
+            session,
+            insert,
+            [(i, os.urandom(ROW_BYTES)) for i in ids],
+            concurrency=8,
+            raise_on_first_error=True,
+        )
+    cluster.nodetool(NODE, "flush", KEYSPACE, "blobs")
+
+
+def table_sstables(node: NodeInfo) -> tuple[int, int]:
+    """(count, bytes of the Data.db files) of the live table."""
+    files = [
+        path
+        for path in (node.data_dir / KEYSPACE).glob("blobs-*/*-Data.db")
+        if path.parent.name.startswith("blobs-")
+    ]
+    return len(files), sum(path.stat().st_size for path in files)
+
+
+def tree_bytes(root: Path) -> int:
+    return sum(path.stat().st_size for path in root.rglob("*") if path.is_file())
+
+
+# ----------------------------------------------------------------------------- medusa
+
+
+def medusa_config(work: Path, node: NodeInfo, server: S3Server, bucket: str) -> Path:
+    """medusa.ini, the cassandra.yaml it reads (the node's, as the container was given it) and a
+    nodetool wrapper for the node's JMX port."""
+    yaml = work / "cassandra.yaml"
+    yaml.write_text(
+        "cluster_name: bench\n"
+        f"listen_address: {node.address}\n"
+        f"rpc_address: {node.address}\n"
+        f"native_transport_port: {node.native_port}\n"
+        f"data_file_directories: [{node.data_dir}]\n"
+        f"commitlog_directory: {node.commitlog_dir}\n"
+        f"saved_caches_directory: {node.saved_caches_dir}\n"
+        "seed_provider:\n"
+        "  - class_name: org.apache.cassandra.locator.SimpleSeedProvider\n"
+        f'    parameters: [{{seeds: "{node.address}"}}]\n'
+    )
+    nodetool = work / "nodetool"
+    nodetool.write_text(
+        "#!/bin/sh\nexec " + " ".join(f"'{arg}'" for arg in node.nodetool_argv()) + ' "$@"\n'
+    )
+    nodetool.chmod(0o755)
+    credentials = work / "medusa-credentials"
+    credentials.write_text(
+        "[default]\n"
+        f"aws_access_key_id = {server.access_key_id}\n"
+        f"aws_secret_access_key = {server.secret_access_key}\n"
+    )
+    credentials.chmod(0o600)
+    port = server.endpoint_url.rsplit(":", 1)[1]
+    config = work / "medusa.ini"
+    config.write_text(
+        "[cassandra]\n"
+        f"config_file = {yaml}\n"
+        f"nodetool_executable = {nodetool}\n"
+        "nodetool_flags =\n"
+        "use_sudo = False\n"
+        "resolve_ip_addresses = False\n"
+        "[storage]\n"
+        "storage_provider = s3_compatible\n"
+        f"bucket_name = {bucket}\n"
+        f"key_file = {credentials}\n"
+        "host = 127.0.0.1\n"
+        f"port = {port}\n"
+        "secure = False\n"
+        "ssl_verify = False\n"
+        "s3_addressing_style = path\n"
+        "region = us-east-1\n"
+        f"fqdn = {node.address}\n"
+        "transfer_max_bandwidth =\n"
+        "concurrent_transfers = 4\n"
+        "use_sudo_for_restore = False\n"
+        "[logging]\n"
+        "enabled = false\n"
+    )
+    return config
+
+
+def medusa(medusa_bin: Path, config: Path, *args: str) -> Run:
+    env = dict(os.environ, HOME=str(config.parent))
+    return run_measured([str(medusa_bin), "--config-file", str(config), *args], env=env)
+
+
+# ----------------------------------------------------------------------------- ringsnap
+
+
+def ringsnap(action: str, settings: Path, backup: str, *args: str) -> tuple[Run, dict[str, Any]]:
+    run = run_measured(
+        [sys.executable, "-m", "ringsnap.agent.s3", action, "--settings", str(settings),
+         "--backup", backup, "--node", NODE, *args]
+    )  # fmt: skip
+    return run, json.loads(run.stdout.strip().splitlines()[-1])["result"]
+
+
+def ringsnap_backup(
+    cluster: SandboxCluster, node: NodeInfo, settings: Path, backup: str
+) -> tuple[float, Run, dict[str, Any]]:
+    """(seconds of `nodetool snapshot`, the export run, its result)."""
+    started = time.perf_counter()
+    cluster.nodetool(NODE, "snapshot", "-t", backup)
+    snapshot = time.perf_counter() - started
+    run, result = ringsnap("export", settings, backup, "--tag", backup, str(node.data_dir))
+    return snapshot, run, result
+
+
+# ----------------------------------------------------------------------------- report
+
+
+@dataclass
+class Row:
+    what: str
+    size: int
+    medusa: Run
+    ringsnap_seconds: float
+    ringsnap: Run
+
+    def line(self) -> str:
+        m_rate = self.size / MIB / self.medusa.seconds
+        r_rate = self.size / MIB / self.ringsnap_seconds
+        return (
+            f"| {self.what} | {self.size / MIB:,.0f} MiB"
+            f" | {self.medusa.seconds:.1f} s ({m_rate:.0f} MiB/s)"
+            f" | {self.ringsnap_seconds:.1f} s ({r_rate:.0f} MiB/s)"
+            f" | {self.medusa.seconds / self.ringsnap_seconds:.2f}x"
+            f" | {self.medusa.own_peak_rss / MIB:.0f} / {self.medusa.tree_peak_rss / MIB:.0f} MiB"
+            f" | {self.ringsnap.own_peak_rss / MIB:.0f} MiB |"
+        )
+
+
+def load_line() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} CPUs"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sstables", type=int, default=8)
+    parser.add_argument("--sstable-mib", type=int, default=256)
+    parser.add_argument("--purge-objects", type=int, default=5000)
+    parser.add_argument("--heap", default="4G", help="the node's heap: memtables hold a SSTable")
+    parser.add_argument("--dir", type=Path, help="parent of the temporary directory")
+    args = parser.parse_args()
+    configure(json=False, level="warning")
+    medusa_bin = ensure_medusa()
+    work = Path(tempfile.mkdtemp(prefix="ringsnap-bench-medusa-", dir=args.dir))
+    data_lun = 4 * GiB + 3 * args.sstables * args.sstable_mib * MIB
+    try:
+        with (
+            running_s3proxy(work / "s3proxy") as server,
+            SandboxCluster(
+                f"bench-medusa-{os.getpid() % 10000}",
+                nodes=1,
+                heap=args.heap,
+                lun_sizes={"data": data_lun, "commitlog": 4 * GiB},
+            ) as cluster,
+        ):
+            _compare(args, medusa_bin, work, server, cluster)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _compare(
+    args: argparse.Namespace,
+    medusa_bin: Path,
+    work: Path,
+    server: S3Server,
+    cluster: SandboxCluster,
+) -> None:
+    node = cluster.node(NODE)
+    client = make_client(load(settings_file(work, server, "bench-purge"), S3Settings))
+    for bucket in ("medusa", "ringsnap"):
+        client.create_bucket(Bucket=bucket)
+    settings = settings_file(work, server, "ringsnap")
+    config = medusa_config(work, node, server, "medusa")
+    print(f"S3Proxy at {server.endpoint_url}; node {node.address}, data in {node.data_dir}")
+
+    started = time.perf_counter()
+    create_table(cluster)
+    rows = args.sstable_mib * MIB // ROW_BYTES
+    for index in range(args.sstables):
+        write_sstable(cluster, index * rows, rows)
+    count, size = table_sstables(node)
+    print(
+        f"data: {count} SSTables, {size / MIB:,.0f} MiB of Data.db written by the driver"
+        f" in {time.perf_counter() - started:.0f} s; {load_line()}"
+    )
+    rows_table: list[Row] = []
+
+    print(load_line(), "before the full backups")
+    m_full = medusa(
+        medusa_bin, config, "backup-node", "--backup-name", "full", "--mode", "differential"
+    )
+    snap, r_full, result = ringsnap_backup(cluster, node, settings, "full")
+    node_bytes = result["bytes_total"]
+    rows_table.append(Row("backup (full)", node_bytes, m_full, snap + r_full.seconds, r_full))
+    print(f"  ringsnap: nodetool snapshot {snap:.1f} s + export {r_full.seconds:.1f} s;"
+          f" {result['files_uploaded']} files uploaded")  # fmt: skip
+
+    extra_rows = max(1, rows * args.sstables // 10)
+    write_sstable(cluster, args.sstables * rows, extra_rows)
+    print(load_line(), f"before the differentials (+{extra_rows} MiB in one SSTable)")
+    m_diff = medusa(
+        medusa_bin, config, "backup-node", "--backup-name", "diff", "--mode", "differential"
+    )
+    snap, r_diff, result = ringsnap_backup(cluster, node, settings, "diff")
+    rows_table.append(
+        Row("differential (+10 %): new data", result["bytes_uploaded"], m_diff,
+            snap + r_diff.seconds, r_diff)
+    )  # fmt: skip
+    print(f"  ringsnap: nodetool snapshot {snap:.1f} s + export {r_diff.seconds:.1f} s;"
+          f" {result['files_uploaded']} files, {result['bytes_uploaded'] / MIB:,.0f} MiB uploaded")  # fmt: skip
+    cluster.nodetool(NODE, "clearsnapshot", "--all")
+
+    print(load_line(), "before the downloads")
+    medusa_dest = node.data_dir.parent / "restore-medusa"
+    ringsnap_dest = node.data_dir.parent / "restore-ringsnap"
+    for dest in (medusa_dest, ringsnap_dest):
+        dest.mkdir()
+    m_down = medusa(medusa_bin, config, "download", "--backup-name", "diff",
+                    "--download-destination", str(medusa_dest))  # fmt: skip
+    m_bytes = tree_bytes(medusa_dest)
+    shutil.rmtree(medusa_dest)
+    r_down, result = ringsnap("download", settings, "diff", str(ringsnap_dest))
+    r_bytes = tree_bytes(ringsnap_dest)
+    shutil.rmtree(ringsnap_dest)
+    print(
+        f"  downloaded: medusa {m_bytes / MIB:,.0f} MiB, ringsnap {r_bytes / MIB:,.0f} MiB (verified)"
+    )
+    rows_table.append(Row("restore's download", r_bytes, m_down, r_down.seconds, r_down))
+
+    print()
+    print("| step | data | medusa | ringsnap | ringsnap/medusa throughput"
+          " | medusa peak RSS (python / tree) | ringsnap peak RSS |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for row in rows_table:
+        print(row.line())
+    print(load_line(), "after")
+    bench_purge(client, args.purge_objects)
+
+
+if __name__ == "__main__":
+    main()

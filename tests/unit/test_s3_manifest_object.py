@@ -1,0 +1,70 @@
+"""The manifest object's reader refuses, naming the object, every way its bytes can be wrong
+(found by tests/fuzz/test_s3_objects.py: these escaped as EOFError, BadGzipFile,
+UnicodeDecodeError or an OverflowError at the download's utime)."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from typing import Any
+
+import pytest
+
+from ringsnap.agent.s3.backup_manifest import FORMAT, ManifestWriter, read_entries
+from ringsnap.agent.s3.layout import Layout
+from ringsnap.errors import ValidationError
+
+KEY = "sstables/node1/ks/t/nb-1-big-123/Data.db-10"
+ENTRY = {"key": KEY, "root": 0, "size": 10, "mtime_ns": 1, "data_crc32": "123"}
+
+
+def _valid() -> bytes:
+    out = io.BytesIO()
+    writer = ManifestWriter(out, backup_id="b1", node="node1")
+    writer.add(KEY, 0, 10, 1, "123")
+    writer.close()
+    return out.getvalue()
+
+
+def _read(body: bytes) -> list[Any]:
+    return list(
+        read_entries(
+            io.BytesIO(body), Layout(), name="m-key", backup_id="b1", node="node1", roots=1
+        )
+    )
+
+
+def _with_entry(**changes: Any) -> bytes:
+    lines = [
+        {"format": FORMAT, "backup_id": "b1", "node": "node1"},
+        ENTRY | changes,
+        {"end": True, "components": 1, "bytes": 10},
+    ]
+    return gzip.compress("".join(json.dumps(line) + "\n" for line in lines).encode())
+
+
+def test_the_valid_object_reads() -> None:
+    assert [entry.key for entry in _read(_valid())] == [KEY]
+    assert [entry.key for entry in _read(_with_entry())] == [KEY]
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (_valid()[:-4], "not a complete gzip stream"),
+        (_valid()[:20], "not a complete gzip stream"),
+        (b"plain text\n", "not a complete gzip stream"),
+        (gzip.compress(b"\xff\xfe\n"), "line 1 is not UTF-8"),
+        (gzip.compress(b" " * (1024 * 1024)), "line 1 is longer than 65536 bytes"),
+        (_with_entry(root=False), "line 2 is not a component entry"),
+        (_with_entry(size=True), "line 2 is not a component entry"),
+        (_with_entry(mtime_ns=2**63), "line 2 is not a component entry"),
+        (_with_entry(mtime_ns=-1), "line 2 is not a component entry"),
+        (_with_entry(data_crc32="\u0661\u0662\u0663"), "line 2 is not a component entry"),
+    ],
+)
+def test_a_broken_object_is_refused_naming_it(body: bytes, why: str) -> None:
+    with pytest.raises(ValidationError, match=why) as refused:
+        _read(body)
+    assert "manifest object 'm-key'" in str(refused.value)
