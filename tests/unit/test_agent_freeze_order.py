@@ -174,3 +174,32 @@ def test_without_sync_first_no_syncfs_runs(
 
     asyncio.run(scenario())
     assert not any(event.startswith("syncfs") for event in events)
+
+
+def test_the_thaw_answers_without_waiting_for_the_disk_and_the_record_is_gone(
+    store: GatedStore, kernel: Kernel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record goes once everything is thawed, without an fsync in the thaw's answer (a removal
+    a crash loses only brings back a record of thawed filesystems: thawed again, harmlessly)."""
+    store.gate.set()
+    fsyncs: list[int] = []
+    real_fsync = os.fsync
+
+    def counted_fsync(fd: int) -> None:
+        fsyncs.append(fd)
+        real_fsync(fd)
+
+    async def scenario() -> None:
+        freezer = manager(store)
+        await freezer.freeze("op-1", lease_seconds=5, sync_first=True)
+        assert [r.operation_id for r in store.records()] == ["op-1"]
+        monkeypatch.setattr(os, "fsync", counted_fsync)
+        thawed = await freezer.thaw("op-1")
+        monkeypatch.setattr(os, "fsync", real_fsync)
+        assert all(fs.was_frozen for fs in thawed.filesystems)
+        await freezer.close()
+
+    asyncio.run(scenario())
+    assert fsyncs == []
+    assert kernel.frozen == set()
+    assert store.records() == []
