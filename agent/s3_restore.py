@@ -56,7 +56,7 @@ from ringsnap.agent.snapshot_restore import (
     SnapshotRecords,
     move_aside,
 )
-from ringsnap.agent.table_import import TableImporter
+from ringsnap.agent.table_import import TableImporter, restore_id
 from ringsnap.api.v1 import agent_pb2
 from ringsnap.errors import ValidationError
 from ringsnap.names import backup_id as valid_backup_id
@@ -536,7 +536,16 @@ class S3RestoreRpcs:
         if bool(request.keyspace) != bool(request.table):
             raise ValidationError("a table download from S3 needs both keyspace and table")
         if request.keyspace:
-            staging = self._table_staging(request.operation_id, request.keyspace, request.table)
+            try:
+                restore_id(request.operation_id)
+            except ValidationError as exc:
+                # The table restore's id rule speaks of a "restore id": name the field.
+                raise ValidationError(f"operation_id: {exc}") from None
+            staging = self._table_staging(
+                request.operation_id,
+                request.target_keyspace or request.keyspace,
+                request.target_table or request.table,
+            )
             work = asyncio.ensure_future(
                 asyncio.to_thread(
                     lambda: self._restores.download_table(

@@ -58,7 +58,11 @@ class InstalledCopy:
 
 
 class S3RestorePort(Protocol):
-    """One node's agent, for restores from S3. Every call raises `AgentError` naming the node."""
+    """One node's agent, for restores from S3. Every call raises `AgentError` naming the node.
+
+    With `keyspace` and `table`, `download_from_s3` fetches only that table, into the staging of
+    the table restore `operation_id` for `target` (keyspace, table; default: the same).
+    """
 
     async def download_from_s3(
         self,
@@ -69,6 +73,7 @@ class S3RestorePort(Protocol):
         *,
         keyspace: str = "",
         table: str = "",
+        target: tuple[str, str] | None = None,
     ) -> StagedCopy: ...
 
     async def install_s3_download(self, operation_id: str, backup_id: str) -> InstalledCopy: ...
@@ -91,6 +96,7 @@ class GrpcS3Restore(AgentConnection):
         *,
         keyspace: str = "",
         table: str = "",
+        target: tuple[str, str] | None = None,
     ) -> StagedCopy:
         request = agent_pb2.DownloadFromS3Request(
             operation_id=operation_id,
@@ -98,6 +104,8 @@ class GrpcS3Restore(AgentConnection):
             node=node,
             keyspace=keyspace,
             table=table,
+            target_keyspace=target[0] if target else "",
+            target_table=target[1] if target else "",
         )
         result: agent_pb2.S3DownloadResult | None = None
         with self._calling("DownloadFromS3"):

@@ -130,12 +130,17 @@ async def plan_table_restore(  # noqa: PLR0917 - one pass over every outside vie
     refusals: list[str] = []
     warnings: list[str] = []
     keyspace = keyspace_name(request.keyspace)
-    if not backup.restorable:
+    from_s3 = request.from_s3
+    if from_s3:
+        # From the bucket: the array's snapshots may be gone, native ones were exported too.
+        if not backup.state.usable:
+            refusals.append(f"backup {backup.id} cannot be restored: it is {backup.state.value}")
+    elif not backup.restorable:
         refusals.append(
             f"backup {backup.id} cannot be restored: it is {backup.state.value}"
             + (f" and its snapshots are gone ({backup.lost_reason})" if backup.lost else "")
         )
-    if backup.snapshot_kind is SnapshotKind.NATIVE:
+    if backup.snapshot_kind is SnapshotKind.NATIVE and not from_s3:
         refusals.append(
             f"backup {backup.id} is made of native snapshots: table restores clone array snapshots"
         )
@@ -278,8 +283,8 @@ async def plan_table_restore(  # noqa: PLR0917 - one pass over every outside vie
                 f" needs {needed} (+{int((SPACE_MARGIN - 1) * 100)}% margin)"
             )
         mounted = [f for f in volume_state.volumes if f.mounted]
-        data_volumes = [v for v in node.volumes if v.role in _DATA_ROLES]
-        if not data_volumes:
+        data_volumes = [] if from_s3 else [v for v in node.volumes if v.role in _DATA_ROLES]
+        if not data_volumes and not from_s3:
             refusals.append(f"node {node.name}: the backup recorded no data volume for it")
         for volume in data_volumes:
             if volume.array not in arrays:
@@ -328,6 +333,7 @@ async def plan_table_restore(  # noqa: PLR0917 - one pass over every outside vie
         nodes=tuple(progress),
         clones=tuple(clones),
         warnings=tuple(warnings),
+        from_s3=from_s3,
     )
     return TableRestorePlan(
         record=record,

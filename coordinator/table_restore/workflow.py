@@ -25,7 +25,9 @@ from typing import Protocol, TypeVar
 from ringsnap.coordinator.model import Backup
 from ringsnap.coordinator.ports import ArrayPort, SSTable
 from ringsnap.coordinator.restore_plan import narrowed
+from ringsnap.coordinator.s3_restore_agents import S3RestorePort
 from ringsnap.coordinator.table_restore.counts import DrilledCounts, compare_counts
+from ringsnap.coordinator.table_restore.from_s3 import stage_from_s3
 from ringsnap.coordinator.table_restore.model import (
     NodeProgress,
     NodeTables,
@@ -76,8 +78,11 @@ class TableRestoreWorkflow:
         journal: TableRestoreJournal,
         *,
         progress: Progress | None = None,
+        s3_agents: Mapping[str, S3RestorePort] | None = None,
     ) -> None:
         self.backup = backup
+        #: For a restore `--from s3` (`table_restore.from_s3`).
+        self.s3_agents = dict(s3_agents or {})
         self.schema = schema
         self.nodes = dict(nodes)
         self.arrays = dict(arrays)
@@ -129,6 +134,9 @@ class TableRestoreWorkflow:
             (Step.VERIFY, self._verify),
             (Step.CLEANUP, self._remove_staging),
         ]
+        if self._record.from_s3:
+            # Staged from the bucket: clone, mount, unmount and delete-clones have nothing to do.
+            steps = [(Step.STAGE, lambda: stage_from_s3(self, self.s3_agents)), *steps[5:]]
         try:
             if step_index(self._record.step) < step_index(Step.CLONE):
                 await self._delete_leftover_clones()

@@ -1,6 +1,7 @@
 """Restores of the real 3-node sandbox from a backup's copy on a real S3 server (S3Proxy), with the
-array's snapshots gone: a corrupted object refused before anything is stopped, then the whole ring
-restored from the bucket and proven by its canaries.
+array's snapshots gone: a TRUNCATEd table restored from the bucket into the live ring, a corrupted
+object refused before anything is stopped, then the whole ring restored from the bucket and proven
+by its canaries.
 
 The bucket is filled the way an export reads a backup: each node's snapshot images (data and
 commit log LUNs) are mounted read-only by hand and `export_node` uploads the data directory's
@@ -20,17 +21,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cassandra import ConsistencyLevel
+from cassandra.query import SimpleStatement
 
 from ringsnap.agent.manifest import manifest
 from ringsnap.agent.s3.client import make_client
 from ringsnap.agent.s3.export import export_node
 from ringsnap.agent.s3.layout import Layout
 from ringsnap.agent.s3.settings import S3Settings
+from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.model import Backup, RestoreMode, RestoreRecord, RestoreStep
 from ringsnap.coordinator.restore import RestoreFailed
 from ringsnap.coordinator.restore_plan import RestoreRequest
 from ringsnap.coordinator.restore_session import open_restore_session
+from ringsnap.coordinator.table_restore.model import (
+    TableRestoreRecord,
+    TableRestoreRequest,
+    TableRestoreState,
+)
+from ringsnap.coordinator.table_restore.session import open_table_restore_session
 from ringsnap.sandbox.cluster import SandboxCluster
 from ringsnap.sandbox.s3proxy import S3Server, running_s3proxy
 from ringsnap.sandbox.stack import CLUSTER_NAME, Stack, running_stack
@@ -42,6 +52,9 @@ from tests.integration.test_restore import (
 )
 
 pytestmark = pytest.mark.integration
+
+TABLES = "s3_table_test"
+ROWS = 500
 
 
 @pytest.fixture(scope="module")
@@ -136,14 +149,77 @@ def _restore_from_s3(config: CoordinatorConfig, backup_id: str) -> RestoreRecord
     return asyncio.run(run())
 
 
+def _table_restore_from_s3(config: CoordinatorConfig, backup_id: str) -> TableRestoreRecord:
+    async def run() -> TableRestoreRecord:
+        catalog = Catalog(config.coordinator.catalog)
+        try:
+            async with open_table_restore_session(config, CLUSTER_NAME, catalog=catalog) as session:
+                request = TableRestoreRequest(
+                    backup_id=backup_id,
+                    keyspace=TABLES,
+                    tables=("restored",),
+                    requested_by="test",
+                    from_s3=True,
+                )
+                plan = await session.plan(request)
+                assert not plan.refused, plan.refusals
+                return await session.run(plan, None)
+        finally:
+            catalog.close()
+
+    return asyncio.run(run())
+
+
+def _ids_of(session: Any, table: str) -> set[int]:
+    statement = SimpleStatement(
+        f"SELECT id FROM {TABLES}.{table}", consistency_level=ConsistencyLevel.ALL, fetch_size=5000
+    )
+    return {row.id for row in session.execute(statement, timeout=120)}
+
+
+def _tables_before_the_backup(cluster: SandboxCluster) -> Any:
+    session = cluster.session()
+    session.execute(f"DROP KEYSPACE IF EXISTS {TABLES}", timeout=120)
+    session.execute(
+        f"CREATE KEYSPACE {TABLES} WITH replication ="
+        " {'class': 'SimpleStrategy', 'replication_factor': 3}",
+        timeout=120,
+    )
+    for table in ("restored", "other"):
+        session.execute(f"CREATE TABLE {TABLES}.{table} (id int PRIMARY KEY, v text)", timeout=120)
+    insert = session.prepare(f"INSERT INTO {TABLES}.restored (id, v) VALUES (?, ?)")
+    insert.consistency_level = ConsistencyLevel.ALL
+    for i in range(ROWS):
+        session.execute(insert, (i, f"row-{i}"))
+    return session
+
+
 def test_ring_restored_from_s3_with_the_array_lost_and_a_corrupt_object_refused(
     sandbox_cluster: SandboxCluster, s3_stack: Stack, s3_table: dict[str, Any], s3_server: S3Server
 ) -> None:
     config = s3_stack.coordinator_config()
     settings = S3Settings.model_validate(s3_table)
+    session = _tables_before_the_backup(sandbox_cluster)
     backup, acked_before, begun_after = _backup_under_writes(sandbox_cluster, config)
     _export(sandbox_cluster, settings, backup)
     _delete_array_snapshots(config, backup)
+
+    # A table TRUNCATEd, restored from the bucket into the live ring; the other keeps its writes.
+    insert = session.prepare(f"INSERT INTO {TABLES}.other (id, v) VALUES (?, ?)")
+    insert.consistency_level = ConsistencyLevel.ALL
+    for i in range(50):
+        session.execute(insert, (i, "after the backup"))
+    session.execute(f"TRUNCATE {TABLES}.restored", timeout=120)
+    assert not _ids_of(session, "restored")
+    running = {n.name: _started_at(sandbox_cluster, n.name) for n in sandbox_cluster.nodes}
+
+    table = _table_restore_from_s3(config, backup.id)
+
+    assert table.state is TableRestoreState.SUCCEEDED, (table.error, table.verification)
+    assert table.from_s3 and not table.clones
+    assert _ids_of(session, "restored") == set(range(ROWS))
+    assert _ids_of(session, "other") == set(range(50))
+    assert running == {n.name: _started_at(sandbox_cluster, n.name) for n in sandbox_cluster.nodes}
 
     # A Data.db object of node2 corrupted in the bucket by hand (same size, other bytes).
     layout = Layout(settings.prefix)

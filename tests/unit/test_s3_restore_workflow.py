@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -23,6 +24,16 @@ from ringsnap.coordinator.model import (
 from ringsnap.coordinator.restore import RestoreFailed, RestoreWorkflow
 from ringsnap.coordinator.restore_plan import RestoreRequest
 from ringsnap.coordinator.s3_restore_agents import DownloadProgress, InstalledCopy, StagedCopy
+from ringsnap.coordinator.table_restore.model import (
+    Step as TableStep,
+)
+from ringsnap.coordinator.table_restore.model import (
+    TableRestoreFailed,
+    TableRestoreRequest,
+    TableRestoreState,
+)
+from ringsnap.coordinator.table_restore.workflow import TableRestoreWorkflow
+from tests.unit import test_table_restore_workflow as table_world
 from tests.unit.test_restore_workflow import NODES, Events, Rig, _backup, _first, _last
 
 S3 = RestoreRequest("rs-1", mode=RestoreMode.S3)
@@ -48,6 +59,7 @@ class FakeS3Agent:
         *,
         keyspace: str = "",
         table: str = "",
+        target: tuple[str, str] | None = None,
     ) -> StagedCopy:
         assert node == self.name
         progress(DownloadProgress(2, 200, 1, 100, 100, 50.0, 2.0))
@@ -179,3 +191,82 @@ def test_one_node_alone_from_s3_keeps_the_others_running() -> None:
     assert record.state is RestoreState.PROVEN
     assert "node1:discard:hints=False" in rig.events
     assert not any(e.startswith(("node2:", "node3:")) for e in rig.events)
+
+
+# -- a table from S3 into the live ring (the table restore's staging filled from the bucket) ------
+
+
+class TableS3Agent(FakeS3Agent):
+    """Downloads into the staging the node's (fake) table-restore agent imports from."""
+
+    def __init__(self, node: table_world.FakeAgent, components: int) -> None:
+        super().__init__(node.name, node.events)  # type: ignore[arg-type]
+        self.staging = node.staged
+        self.components = components
+
+    async def download_from_s3(
+        self,
+        operation_id: str,
+        backup_id: str,
+        node: str,
+        progress: Callable[[DownloadProgress], None],
+        *,
+        keyspace: str = "",
+        table: str = "",
+        target: tuple[str, str] | None = None,
+    ) -> StagedCopy:
+        self._call(f"download:{keyspace}.{table}->{'.'.join(target or ())}")
+        self.staging[(target or (keyspace, table))[1]] = 1
+        return StagedCopy(self.components, 1010, 1010, 1010, 0, 1.0, ("/stage",), "")
+
+
+def _table_world(components: int = 2) -> tuple[table_world.World, dict[str, TableS3Agent]]:
+    world = table_world.World()
+    agents = {n: TableS3Agent(world.agents[n], components) for n in NODES}
+    return world, agents
+
+
+def _table_run(world: table_world.World, agents: dict[str, TableS3Agent], plan: Any) -> Any:
+    workflow = TableRestoreWorkflow(
+        world.backup,
+        table_world.SCHEMA,
+        world.agents,
+        {"array1": world.array},  # type: ignore[dict-item]
+        world.cql,
+        world.journal,
+        s3_agents=agents,
+    )
+    return asyncio.run(workflow.run(plan.record))
+
+
+def test_a_table_from_s3_is_staged_from_the_bucket_without_clones_then_imported() -> None:
+    world, agents = _table_world()
+    request = TableRestoreRequest(
+        backup_id=world.backup.id, keyspace="shop", tables=("orders",), from_s3=True
+    )
+    plan = world.plan(request, lost_reason="array destroyed")  # the array's snapshots are gone
+    assert not plan.refused, plan.refusals
+    assert plan.record.from_s3 and plan.record.clones == ()
+
+    record = _table_run(world, agents, plan)
+
+    assert record.state is TableRestoreState.SUCCEEDED, record.error
+    events = world.events
+    assert not any(e.startswith("array:") or "mount" in e or ":stage:" in e for e in events)
+    downloads = [i for i, e in enumerate(events) if ":download:shop.orders->shop.orders" in e]
+    assert len(downloads) == 3
+    assert max(downloads) < min(i for i, e in enumerate(events) if ":import:" in e)
+    assert [n.step for n in record.nodes] == [TableStep.CLEANUP] * 3
+
+
+def test_a_table_copy_in_the_bucket_that_differs_from_the_manifest_imports_nothing() -> None:
+    world, agents = _table_world(components=1)  # the manifest's SSTable has 2 components
+    request = TableRestoreRequest(
+        backup_id=world.backup.id, keyspace="shop", tables=("orders",), from_s3=True
+    )
+    plan = world.plan(request)
+
+    with pytest.raises(TableRestoreFailed, match="the bucket's copy holds 1 components"):
+        _table_run(world, agents, plan)
+
+    assert not any(":import:" in e or e.startswith("cql:CREATE") for e in world.events)

@@ -1,0 +1,84 @@
+"""A table restore's staging filled from the backup's copy on S3 (`--from s3`), not from clones.
+
+Each node's agent downloads only the table's components (DownloadFromS3 with keyspace and table)
+into the staging that ImportStagedTable imports from, each verified (sizes, Data.db against
+Digest.crc32); the count of components must match the backup's manifest in the catalog. Nothing in
+the live ring changes here: a corrupt object fails the step naming its key, before any import.
+The steps clone, mount, unmount and delete-clones have nothing to do.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from ringsnap.coordinator.s3_restore_agents import DownloadProgress, S3RestorePort
+from ringsnap.coordinator.table_restore.model import Step, TableRestoreFailed
+from ringsnap.coordinator.table_restore.plan import table_sstables
+
+if TYPE_CHECKING:
+    from ringsnap.coordinator.table_restore.ports import TableNodePort
+    from ringsnap.coordinator.table_restore.workflow import TableRestoreWorkflow
+
+#: At most one progress line per node this often.
+PROGRESS_INTERVAL_SECONDS = 5.0
+
+
+async def stage_from_s3(
+    workflow: TableRestoreWorkflow, agents: Mapping[str, S3RestorePort]
+) -> None:
+    record = workflow._record
+    last: dict[str, float] = {}
+
+    def reporter(name: str, table: str):  # type: ignore[no-untyped-def]
+        def report(progress: DownloadProgress) -> None:
+            now = time.monotonic()
+            if now - last.get(name, 0.0) >= PROGRESS_INTERVAL_SECONDS:
+                last[name] = now
+                workflow.progress(name, "stage", f"{table}: {progress.describe()}")
+
+        return report
+
+    async def one(name: str, _port: TableNodePort) -> None:
+        agent = agents.get(name)
+        if agent is None:
+            raise TableRestoreFailed(f"node {name}: no agent connection for restores from S3")
+        manifest = list(await workflow.journal.manifest(record.backup_id, name))
+        for target in record.targets:
+            found, problems = table_sstables(manifest, target.source_keyspace, target.source_table)
+            if problems:
+                raise TableRestoreFailed("; ".join(problems))
+            if not found:
+                continue
+            staged = await agent.download_from_s3(
+                record.id,
+                record.backup_id,
+                name,
+                reporter(name, target.name),
+                keyspace=target.source_keyspace,
+                table=target.source_table,
+                target=(target.keyspace, target.table),
+            )
+            expected = sum(len(s.components) for s in found)
+            if staged.components != expected:
+                raise TableRestoreFailed(
+                    f"{target.name}: the bucket's copy holds {staged.components} components of"
+                    f" the table, the backup's manifest {expected}; nothing was imported"
+                )
+            workflow.progress(
+                name,
+                "stage",
+                f"{target.name}: {len(found)} SSTables, {staged.bytes_total} bytes from S3"
+                f" (verified; {staged.bytes_downloaded} bytes downloaded)",
+            )
+            await workflow._node_table(
+                name,
+                target.table,
+                staged_sstables=len(found),
+                staged_bytes=staged.bytes_total,
+                bytes_verified=staged.bytes_total,
+            )
+        await workflow._node(name, step=Step.STAGE)
+
+    await workflow._on_nodes("staging from S3", one, workflow._pending(Step.STAGE))
