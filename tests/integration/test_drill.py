@@ -1,7 +1,10 @@
 """A restore drill of the newest backup beside the live 3-node sandbox ring, through the ONTAP
 simulator: every node PROVEN on its clones on the drill host, recorded, the backup shown proven;
 the live ring's gossip untouched during and after (no new endpoint, no host id or generation
-change); nothing left behind (no clone on the array, no mount, no network namespace, no process).
+change); nothing left behind (no clone on the array, no mount, no network namespace, no process,
+no loop device). Then the same backup's snapshot image damaged by hand on the array: a drill of that
+node is NOT PROVEN at the digest step, naming the file, and again leaves nothing behind. And an agent
+without a `[drill]` section refuses to host one.
 
 Real Cassandra (live ring in containers, each drilled node a real Cassandra on the drill host in a
 network namespace of its own), real agents over mutual TLS, real loop filesystems cloned by the
@@ -11,16 +14,21 @@ simulator's reflinks, and the real drill workflow run by `ringsnap drill` in its
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
+import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import pytest
 
+from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc
 from ringsnap.coordinator.assembly import open_coordinator
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
@@ -38,23 +46,61 @@ pytestmark = pytest.mark.integration
 KEYSPACE = "drill_test"
 
 
-@pytest.fixture
-def stack(sandbox_cluster: SandboxCluster, tmp_path: Path) -> Iterator[Stack]:
+@dataclass
+class Bed:
+    cluster: SandboxCluster
+    stack: Stack
+    backup: Backup
+
+    @property
+    def config(self) -> CoordinatorConfig:
+        return self.stack.coordinator_config()
+
+    @property
+    def drill_root(self) -> Path:
+        return self.stack.workdir / "drill-host"
+
+
+@pytest.fixture(scope="module")
+def bed(sandbox_cluster: SandboxCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
+    """One stack with a drill host and one backup of 300 rows, shared by the tests of this file
+    (each drill is a real Cassandra start: the file's cost is its drills)."""
+    workdir = tmp_path_factory.mktemp("drill")
     with running_stack(
-        sandbox_cluster, tmp_path / "stack", vendor="ontap", drill_host=True
-    ) as running:
-        yield running
+        sandbox_cluster, workdir / "stack", vendor="ontap", drill_host=True
+    ) as stack:
+        session = sandbox_cluster.session()
+        session.execute(
+            f"CREATE KEYSPACE IF NOT EXISTS {KEYSPACE} WITH replication ="
+            " {'class': 'SimpleStrategy', 'replication_factor': 1}"
+        )
+        session.execute(f"CREATE TABLE IF NOT EXISTS {KEYSPACE}.rows (id int PRIMARY KEY, v text)")
+        insert = session.prepare(f"INSERT INTO {KEYSPACE}.rows (id, v) VALUES (?, ?)")
+        for i in range(300):
+            session.execute(insert, (i, "x" * 100))
+        yield Bed(sandbox_cluster, stack, _backup(stack.coordinator_config()))
     sandbox_cluster.wait_until_up_normal()
 
 
-def _drill(config: CoordinatorConfig, progress: Callable[[str, str, str], None]) -> DrillRecord:
-    """`ringsnap drill --latest --ring`, as the command runs it in its own process."""
+def _drill(
+    config: CoordinatorConfig,
+    progress: Callable[[str, str, str], None],
+    *,
+    backup_id: str = "",
+    nodes: tuple[str, ...] = (),
+) -> DrillRecord:
+    """`ringsnap drill [BACKUP] --ring | --nodes ...`, as the command runs it in its own process."""
 
     async def run() -> DrillRecord:
         with Catalog(config.coordinator.catalog) as catalog:
             async with open_drill_session(config, CLUSTER_NAME, catalog=catalog) as session:
                 request = DrillRequest(
-                    cluster=CLUSTER_NAME, ring=True, trigger="cli:test", requested_by="test"
+                    cluster=CLUSTER_NAME,
+                    backup_id=backup_id,
+                    nodes=nodes,
+                    ring=not nodes,
+                    trigger="cli:test",
+                    requested_by="test",
                 )
                 plan = await session.plan(request)
                 assert not plan.refused, plan.refusals
@@ -126,24 +172,51 @@ class GossipWatch:
         self._thread.join(120)
 
 
-def _mount_points_under(root: Path) -> list[str]:
+def _leftovers(bed: Bed, record: DrillRecord) -> dict[str, list[str]]:
+    """Everything a drill could leave behind: clones on the array, mounts under the drill host,
+    network namespaces, processes, loop devices holding a clone, pending cleanups."""
+    config = bed.config
+    array = next(iter(config.arrays))
+    driver = open_driver(array, config.arrays[array].table(), "<test>")
+    try:
+        suffixes = {n.purpose_id.replace("-", "_") for n in record.nodes}
+        clones = [v.name for v in driver.list_volumes() if any(s in v.name for s in suffixes)]
+    finally:
+        driver.close()
     with open("/proc/self/mountinfo", encoding="utf-8") as mounts:
         points = [line.split()[4] for line in mounts]
-    return [p for p in points if p.startswith(str(root))]
-
-
-def _processes_under(root: Path) -> list[int]:
-    found = []
+    processes = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
-                if str(root).encode() in cmdline.read():
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
+        if entry.isdigit():
+            with contextlib.suppress(OSError), open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                if str(bed.drill_root / "drills").encode() in cmdline.read():
+                    processes.append(entry)
+    clone_names = [c.name for c in record.clones]
+    loops = []
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        with contextlib.suppress(OSError):
+            if any(name in backing.read_text() for name in clone_names):
+                loops.append(backing.parent.parent.name)
+    with Catalog(config.coordinator.catalog, exclusive=False) as catalog:
+        pending = [repr(p) for p in catalog.pending_cleanups()]
+    return {
+        "clones": clones,
+        "mounts": [p for p in points if p.startswith(str(bed.drill_root))],
+        "namespaces": _drill_namespaces(),
+        "processes": processes,
+        "loop devices": loops,
+        "pending cleanups": pending,
+    }
+
+
+NOTHING_LEFT = {
+    "clones": [],
+    "mounts": [],
+    "namespaces": [],
+    "processes": [],
+    "loop devices": [],
+    "pending cleanups": [],
+}
 
 
 def _drill_namespaces() -> list[str]:
@@ -152,74 +225,65 @@ def _drill_namespaces() -> list[str]:
     return existing()
 
 
-def test_a_ring_drill_beside_the_live_ring_proves_every_node_and_leaves_nothing(
-    sandbox_cluster: SandboxCluster, stack: Stack, tmp_path: Path
-) -> None:
-    config = stack.coordinator_config()
-    session = sandbox_cluster.session()
-    session.execute(
-        f"CREATE KEYSPACE IF NOT EXISTS {KEYSPACE} WITH replication ="
-        " {'class': 'SimpleStrategy', 'replication_factor': 1}"
-    )
-    session.execute(f"CREATE TABLE IF NOT EXISTS {KEYSPACE}.rows (id int PRIMARY KEY, v text)")
-    insert = session.prepare(f"INSERT INTO {KEYSPACE}.rows (id, v) VALUES (?, ?)")
-    for i in range(300):
-        session.execute(insert, (i, "x" * 100))
-    backup = _backup(config)
-
-    before = gossip(sandbox_cluster)
-    assert len(before) == 3 and all(len(view) == 3 for view in before.values()), before
-    drill_root = stack.workdir / "drill-host"
-    steps: list[str] = []
-
-    started = time.monotonic()
-    with GossipWatch(sandbox_cluster, before) as watch:
-        drilled = _drill(config, lambda node, step, message: steps.append(f"{node}:{step}"))
-    took = time.monotonic() - started
-    drill_id = drilled.id
-    assert [s for s in steps if s.endswith(":teardown")], steps
-
-    # Recorded, every node proven, the backup shown proven by this drill.
-    with Catalog(config.coordinator.catalog, exclusive=False) as catalog:
-        record = catalog.get_drill(drill_id)
-        stored = catalog.get_backup(backup.id)
-        pending = catalog.pending_cleanups()
-    assert record == drilled
-    report = "\n".join(
+def _report(record: DrillRecord) -> str:
+    return "\n".join(
         f"{n.name}: {n.verdict.value} at {n.step.value} {n.step_seconds}; proof {list(n.proof)};"
         f" problems {list(n.problems)}; teardown {list(n.teardown)}"
         for n in record.nodes
     )
+
+
+def test_a_ring_drill_beside_the_live_ring_proves_every_node_and_leaves_nothing(bed: Bed) -> None:
+    config, backup = bed.config, bed.backup
+    before = gossip(bed.cluster)
+    assert len(before) == 3 and all(len(view) == 3 for view in before.values()), before
+    steps: list[str] = []
+
+    started = time.monotonic()
+    with GossipWatch(bed.cluster, before) as watch:
+        drilled = _drill(config, lambda node, step, message: steps.append(f"{node}:{step}"))
+    took = time.monotonic() - started
+    assert [s for s in steps if s.endswith(":teardown")], steps
+
+    # Recorded, every node proven, the backup shown proven by this drill.
+    with Catalog(config.coordinator.catalog, exclusive=False) as catalog:
+        record = catalog.get_drill(drilled.id)
+        stored = catalog.get_backup(backup.id)
+    assert record == drilled
+    report = _report(record)
     print(f"\ndrill {record.id}: {record.state.value}\n{report}")
     assert record.state is DrillState.PROVEN, (record.error, report)
     assert record.backup_id == backup.id
-    assert sorted(n.name for n in record.nodes) == sorted(n.name for n in sandbox_cluster.nodes)
+    assert sorted(n.name for n in record.nodes) == sorted(n.name for n in bed.cluster.nodes)
     for node in record.nodes:
         assert node.verdict is DrillVerdict.PROVEN, report
         assert node.step is DrillStep.TORN_DOWN and not node.teardown, report
+        proof = "\n".join(node.proof)
+        for expected in ("digests:", "isolation:", "system.local:", "canary:", "own data:"):
+            assert expected in proof, report
+        # The clones' manifest (GetDrillManifest) equals the one the catalog holds for the node.
         assert any(line.startswith("manifest: all") for line in node.proof), report
         assert all(c.deleted for c in node.clones) and len(node.clones) == 2, report
     assert stored.verification is Verification.PROVEN
-    assert stored.verified_by == drill_id
+    assert stored.verified_by == drilled.id
 
     # The live ring never saw the drill nodes: same endpoints, host ids and generations.
     assert watch.samples >= 1
     assert watch.changes == []
-    assert gossip(sandbox_cluster) == before
+    assert gossip(bed.cluster) == before
 
-    # Nothing left behind.
-    assert pending == []
-    array = next(iter(config.arrays))
-    driver = open_driver(array, config.arrays[array].table(), "<test>")
-    try:
-        suffixes = {n.purpose_id.replace("-", "_") for n in record.nodes}
-        names = [v.name for v in driver.list_volumes()]
-        assert not [n for n in names if any(s in n for s in suffixes)], names
-    finally:
-        driver.close()
-    assert _mount_points_under(drill_root) == []
-    assert _drill_namespaces() == []
-    assert _processes_under(drill_root / "drills") == []
+    # Nothing left behind, and the drill host's teardown calls are idempotent.
+    assert _leftovers(bed, record) == NOTHING_LEFT
+    assert bed.stack.drill_agent is not None
+    with bed.stack.pki.channel(bed.stack.drill_agent.address) as channel:
+        stub = agent_pb2_grpc.AgentServiceStub(channel)
+        for node in record.nodes:
+            again = stub.StopDrill(agent_pb2.DrillRequest(drill_id=node.purpose_id), timeout=60)
+            assert again.state == "stopped"
+            unmounted = stub.UnmountClones(
+                agent_pb2.UnmountClonesRequest(purpose_id=node.purpose_id), timeout=60
+            )
+            assert not unmounted.detached_volumes
 
     per_node = {n.name: round(sum(s for _, s in n.step_seconds), 1) for n in record.nodes}
     timings = {n.name: dict(n.step_seconds) for n in record.nodes}
@@ -227,3 +291,67 @@ def test_a_ring_drill_beside_the_live_ring_proves_every_node_and_leaves_nothing(
         f"\nBENCH drill of {len(record.nodes)} nodes (one at a time): {took:.1f} s in all,"
         f" per node {per_node}, steps {timings}"
     )
+
+
+def _snapshot_image(bed: Bed, node_name: str) -> Path:
+    """The array's image of the node's data volume in the backup's snapshot (the simulator keeps
+    each member snapshot as `<pool>/snapshots/<volume>/<snapshot id>.img`)."""
+    data_volumes = {v.volume for v in bed.backup.node(node_name).volumes if v.role.value == "data"}
+    (ref,) = bed.backup.snapshots
+    (member,) = [m for m in ref.members if m.volume.name in data_volumes]
+    image = bed.cluster.pool_dir / "snapshots" / member.volume.name / f"{member.snapshot_id}.img"
+    assert image.is_file(), f"no snapshot image at {image}"
+    return image
+
+
+def _flip_a_byte_of_a_data_file(image: Path, mount_point: Path) -> str:
+    """Damage the snapshot by hand: mount its image, flip one byte in the middle of one of the
+    test table's Data.db files, unmount. Returns the file's path relative to the volume."""
+    mount_point.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-o", "loop", str(image), str(mount_point)], check=True)
+    try:
+        candidates: Sequence[Path] = sorted(mount_point.glob(f"data/{KEYSPACE}/rows-*/*-Data.db"))
+        assert candidates, f"no {KEYSPACE}.rows SSTable in {image}"
+        damaged = candidates[0]
+        with open(damaged, "r+b") as stream:
+            stream.seek(damaged.stat().st_size // 2)
+            byte = stream.read(1)
+            stream.seek(-1, os.SEEK_CUR)
+            stream.write(bytes([byte[0] ^ 0xFF]))
+        return str(damaged.relative_to(mount_point))
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=True)
+
+
+def test_a_drill_of_a_snapshot_damaged_by_hand_is_not_proven_and_names_the_file(
+    bed: Bed, tmp_path: Path
+) -> None:
+    name = bed.cluster.nodes[1].name
+    damaged = _flip_a_byte_of_a_data_file(_snapshot_image(bed, name), tmp_path / "image")
+
+    record = _drill(bed.config, lambda *_: None, backup_id=bed.backup.id, nodes=(name,))
+    report = _report(record)
+    print(f"\ndrill {record.id}: {record.state.value}\n{report}")
+    assert record.state is DrillState.NOT_PROVEN, (record.error, report)
+    (node,) = record.nodes
+    assert node.name == name and node.verdict is DrillVerdict.NOT_PROVEN, report
+    problems = "\n".join(node.problems)
+    assert "digests" in problems and damaged.rsplit("/", 1)[-1] in problems, report
+    assert "Digest.crc32 says" in problems, report
+    assert node.step is DrillStep.TORN_DOWN and not node.teardown, report
+    assert _leftovers(bed, record) == NOTHING_LEFT
+
+
+def test_an_agent_without_a_drill_section_refuses_start_drill(bed: Bed) -> None:
+    agent = bed.stack.agents[bed.cluster.nodes[0].name]
+    with (
+        bed.stack.pki.channel(agent.address) as channel,
+        pytest.raises(grpc.RpcError) as refused,
+    ):
+        agent_pb2_grpc.AgentServiceStub(channel).StartDrill(
+            agent_pb2.StartDrillRequest(drill_id="drill-x"), timeout=30
+        )
+    error = refused.value
+    assert isinstance(error, grpc.Call)
+    assert error.code() is grpc.StatusCode.FAILED_PRECONDITION
+    assert "[drill]" in (error.details() or "")
