@@ -39,7 +39,7 @@ COMMITLOG_SUFFIX = ".commitlog.jsonl.gz"
 #: Cassandra's commit-log segments (and, with CDC, their index files).
 SEGMENT_NAME = re.compile(r"CommitLog-[0-9]{1,3}-[0-9]{1,20}(?:\.log|_cdc\.idx)")
 #: The names of the catalog mirror's objects below `catalog/<backup id>/`.
-CATALOG_OBJECT = re.compile(r"[a-z][a-z0-9_-]{0,62}\.json(?:\.gz)?")
+CATALOG_OBJECT = re.compile(r"[a-z][a-z0-9_-]{0,62}\.json(?:l\.gz)?")
 
 _NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _KEYSPACE = r"[A-Za-z0-9_]{1,48}"

@@ -35,6 +35,10 @@ from ringsnap.names import snapshot_tag
 log = get_logger(__name__)
 
 
+#: How long a new export waits for a cancelled one's worker to stop before it is refused.
+CANCELLED_WIND_DOWN_SECONDS = 60.0
+
+
 class ExportCancelled(ExportFailed):
     """The caller went away; what was uploaded stays (a rerun skips it)."""
 
@@ -108,6 +112,10 @@ class S3Exports:
         self._clones = clones
         self._lock = threading.Lock()
         self._running: str | None = None
+        #: Set while no export runs; a cancelled export's worker winds down before the next.
+        self._idle = threading.Event()
+        self._idle.set()
+        self._cancelled: threading.Event | None = None
 
     def _source(self, request: ExportRequest) -> ExportSource:
         cassandra = self._config.cassandra
@@ -134,6 +142,11 @@ class S3Exports:
                 " docs/s3.md)"
             )
         source = self._source(request)
+        previous = self._cancelled
+        if previous is not None and previous.is_set():
+            # Its caller went away: the worker stops at its next check (seconds at most).
+            await asyncio.to_thread(self._idle.wait, CANCELLED_WIND_DOWN_SECONDS)
+        cancelled = threading.Event()
         with self._lock:
             if self._running is not None:
                 raise Conflict(
@@ -141,9 +154,10 @@ class S3Exports:
                     " finish, then ask again"
                 )
             self._running = request.backup_id
+            self._idle.clear()
+            self._cancelled = cancelled
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[agent_pb2.ExportToS3Response] = asyncio.Queue(maxsize=64)
-        cancelled = threading.Event()
 
         def send(item: agent_pb2.ExportToS3Response) -> None:
             def put() -> None:
@@ -195,6 +209,7 @@ class S3Exports:
         def release(_: object) -> None:
             with self._lock:
                 self._running = None
+                self._idle.set()
 
         log.info(
             "export to S3 starts",

@@ -17,8 +17,8 @@ asyncio through `asyncio.to_thread`. Timestamps are aware datetimes, stored as U
 
 One module per record kind: `schema` (and its migrations), `database` (the file, lock and
 transactions), `backups` (their life), `listing` (reading them), `manifests`, `cleanups`,
-`restores`, `drills`, `keyspace_schemas`, `table_restores` and `exports`; `Catalog` is all of them over one
-connection.
+`restores`, `drills`, `keyspace_schemas`, `table_restores` and `exports`; `Catalog` is all of
+them over one connection.
 """
 
 from __future__ import annotations

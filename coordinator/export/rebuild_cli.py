@@ -1,0 +1,67 @@
+"""`ringsnap-coordinator catalog rebuild --from s3[://bucket/prefix/] [--merge]`: a new catalog
+from the bucket alone (see `mirror`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from ringsnap.agent.s3.client import make_client
+from ringsnap.agent.s3.layout import Layout
+from ringsnap.agent.s3.settings import S3Settings
+from ringsnap.coordinator.assembly import load_config
+from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.export.mirror import RebuildRefused, rebuild
+from ringsnap.errors import ValidationError
+
+
+def source_settings(configured: S3Settings | None, source: str) -> S3Settings:
+    """`s3`: the config's `[s3]` section; `s3://bucket/prefix/`: that place, with the section's
+    endpoint and credentials (or boto3's own chain without a section)."""
+    if source == "s3":
+        if configured is None:
+            raise RebuildRefused(
+                "--from s3 reads the coordinator's [s3] section, and the configuration has none;"
+                " add it, or name the bucket: --from s3://bucket/prefix/"
+            )
+        return configured
+    parts = urlsplit(source)
+    if parts.scheme != "s3" or not parts.netloc or parts.query or parts.fragment:
+        raise ValidationError(f"--from {source!r}: use 's3' or 's3://bucket/prefix/'")
+    prefix = parts.path.lstrip("/")
+    try:
+        S3Settings.model_validate({"bucket": parts.netloc, "prefix": prefix})
+    except Exception as exc:
+        raise ValidationError(f"--from {source!r}: {exc}") from None
+    if configured is None:
+        return S3Settings.model_validate({"bucket": parts.netloc, "prefix": prefix})
+    return configured.model_copy(update={"bucket": parts.netloc, "prefix": prefix})
+
+
+def rebuild_command(config_file: Path, source: str, *, merge: bool) -> int:
+    config = load_config(config_file)
+    settings = source_settings(config.s3, source)
+    with Catalog(config.coordinator.catalog) as catalog:
+        result = rebuild(
+            make_client(settings),
+            settings.bucket,
+            Layout(settings.prefix),
+            catalog,
+            merge=merge,
+            known_arrays=list(config.arrays),
+        )
+    print(
+        json.dumps(
+            {
+                "catalog": str(config.coordinator.catalog),
+                "source": f"s3://{settings.bucket}/{settings.prefix}",
+                "rebuilt": result.rebuilt,
+                "copy_only_on_s3": result.copy_only,
+                "skipped_already_known": result.skipped,
+                "incomplete_mirrors": result.incomplete,
+            },
+            indent=2,
+        )
+    )
+    return 0

@@ -1,0 +1,149 @@
+"""An export as one process runs it: the config and the catalog turned into the workflow's ports,
+and the catalog mirror written with the coordinator's own `[s3]` settings."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ringsnap.agent.s3.client import make_client
+from ringsnap.agent.s3.layout import Layout
+from ringsnap.agent.s3.settings import S3Settings
+from ringsnap.coordinator.agents import ClientTls
+from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
+from ringsnap.coordinator.export.grpc_node import GrpcExportNode
+from ringsnap.coordinator.export.mirror import write_mirror
+from ringsnap.coordinator.export.model import ExportRecord, ExportRefused
+from ringsnap.coordinator.export.ports import ExportNodePort
+from ringsnap.coordinator.export.workflow import (
+    DEFAULT_PARALLEL_NODES,
+    ExportWorkflow,
+    Progress,
+    plan_export,
+)
+from ringsnap.coordinator.model import CleanupRequest
+from ringsnap.coordinator.ports import ArrayPort
+from ringsnap.plugins.middleware import AsyncDriver
+from ringsnap.plugins.registry import open_driver
+
+
+class CatalogExportJournal:
+    """`ExportJournal` over the catalog (every call off the event loop)."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+
+    async def save(self, record: ExportRecord) -> None:
+        await asyncio.to_thread(self.catalog.save_export, record)
+
+    async def add_cleanups(self, backup_id: str, requests: Sequence[CleanupRequest]) -> list[int]:
+        made = await asyncio.to_thread(self.catalog.add_cleanups, backup_id, requests)
+        ids = {c.snapshot_name: c.id for c in made}
+        return [ids[r.snapshot_name] for r in requests]
+
+    async def cleanup_pending(self, cleanup_id: int) -> bool:
+        pending = await asyncio.to_thread(self.catalog.pending_cleanups)
+        return any(c.id == cleanup_id for c in pending)
+
+    async def cleanup_done(self, cleanup_id: int) -> None:
+        await asyncio.to_thread(self.catalog.cleanup_done, cleanup_id)
+
+    async def cleanup_failed(self, cleanup_id: int, error: str) -> None:
+        await asyncio.to_thread(self.catalog.cleanup_failed, cleanup_id, error)
+
+
+def destination(settings: S3Settings | None) -> str:
+    return f"s3://{settings.bucket}/{settings.prefix}" if settings is not None else ""
+
+
+@dataclass
+class ExportSession:
+    config: CoordinatorConfig
+    catalog: Catalog
+    cluster: ClusterSection
+    nodes: dict[str, ExportNodePort]
+    arrays: dict[str, ArrayPort]
+
+    async def mirror(self, record: ExportRecord) -> None:
+        settings = self.config.s3
+        if settings is None:
+            raise ExportRefused(
+                "the coordinator's configuration has no [s3] section: the catalog record is not"
+                " mirrored (a new coordinator could not rebuild it from the bucket)"
+            )
+
+        def write() -> None:
+            write_mirror(
+                make_client(settings),
+                settings.bucket,
+                Layout(settings.prefix),
+                self.catalog,
+                record,
+            )
+
+        await asyncio.to_thread(write)
+
+    async def export(
+        self,
+        backup_id: str,
+        nodes: Sequence[str] = (),
+        *,
+        progress: Progress | None = None,
+        parallel_nodes: int = DEFAULT_PARALLEL_NODES,
+    ) -> ExportRecord:
+        backup = await asyncio.to_thread(self.catalog.get_backup, backup_id)
+        if backup.cluster != self.cluster.name:
+            raise ExportRefused(f"backup {backup.id} is of cluster {backup.cluster}")
+        previous = await asyncio.to_thread(self.catalog.find_export, backup_id)
+        record = plan_export(
+            backup,
+            nodes,
+            previous,
+            destination=destination(self.config.s3),
+            configured=[n.name for n in self.cluster.nodes],
+        )
+        workflow = ExportWorkflow(
+            backup,
+            self.nodes,
+            self.arrays,
+            CatalogExportJournal(self.catalog),
+            parallel_nodes=parallel_nodes,
+            progress=progress,
+            mirror=self.mirror,
+        )
+        return await workflow.run(record, nodes)
+
+
+def client_tls(config: CoordinatorConfig) -> ClientTls:
+    return ClientTls(
+        cert=Path(config.tls.cert_file).read_bytes(),
+        key=config.tls.key_file.get_secret_value().encode(),
+        ca=Path(config.tls.ca_file).read_bytes(),
+        server_name=config.tls.agent_server_name or "",
+    )
+
+
+@contextlib.asynccontextmanager
+async def open_export_session(
+    config: CoordinatorConfig, cluster_name: str, *, catalog: Catalog
+) -> AsyncIterator[ExportSession]:
+    cluster = config.cluster(cluster_name)
+    tls = client_tls(config)
+    used_arrays = {v.array for node in cluster.nodes for v in node.volumes}
+    arrays: dict[str, ArrayPort] = {
+        name: AsyncDriver(open_driver(name, config.arrays[name].table(), "<config>"))
+        for name in sorted(used_arrays)
+        if name in config.arrays
+    }
+    nodes = {node.name: GrpcExportNode(node.name, node.agent, tls) for node in cluster.nodes}
+    try:
+        yield ExportSession(config, catalog, cluster, dict(nodes), arrays)
+    finally:
+        for node in nodes.values():
+            await node.close()
+        for array in arrays.values():
+            await array.close()
