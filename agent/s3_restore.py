@@ -576,6 +576,8 @@ class S3RestoreRpcs:
                 yield progress_message(getter.result())
             else:
                 getter.cancel()
+        while not queue.empty():  # reported just before the end
+            yield progress_message(queue.get_nowait())
         yield result_message(work.result())
 
     async def install(

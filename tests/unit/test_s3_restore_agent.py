@@ -6,14 +6,19 @@ runs against a real S3 server in tests/integration/test_s3_restore.py."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import time
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
 from ringsnap.agent import s3_restore
 from ringsnap.agent.errors import Conflict
+from ringsnap.agent.s3.download import DownloadResult
+from ringsnap.agent.s3.progress import Progress
 from ringsnap.agent.s3_restore import (
     COMMITLOG_STAGING,
     DOWNLOADED_MARKER,
@@ -22,6 +27,8 @@ from ringsnap.agent.s3_restore import (
     S3Restore,
 )
 from ringsnap.agent.snapshot_restore import DONE, REPLACED_DIRECTORY, SnapshotRecords
+from ringsnap.api.v1 import agent_pb2
+from ringsnap.errors import ValidationError
 
 OWNER = (4321, 4322)
 
@@ -190,3 +197,49 @@ def test_without_a_commit_log_copy_the_node_restarts_from_its_sstables_alone(
 def test_a_download_needs_the_agents_s3_settings(node: S3Restore) -> None:
     with pytest.raises(Conflict, match=r"no \[s3\] settings"):
         node.download("rr-1", "rs-1", "node1")
+
+
+# -- the RPCs: progress streamed while the download runs, then the result ---------------------------
+
+
+class _SlowRestore:
+    """An `S3Restore` whose download reports progress from its thread."""
+
+    def download(
+        self, operation_id: str, backup_id: str, node: str, progress: Any
+    ) -> s3_restore.StagedDownload:
+        for done in (1, 2):
+            progress(Progress(2, 20, done, 10 * done, 10 * done, 10 * done, 1.0 * done, False))
+            time.sleep(0.05)
+        result = DownloadResult(2, 20, 2, 20, 0, 0.1)
+        return s3_restore.StagedDownload(result, ("/data/.ringsnap-s3/rr-1",), "no commit-log")
+
+
+def test_download_from_s3_streams_progress_then_one_result() -> None:
+    rpcs = s3_restore.S3RestoreRpcs(cast(Any, None))
+    rpcs.__dict__["_restores"] = _SlowRestore()
+    request = agent_pb2.DownloadFromS3Request(operation_id="rr-1", backup_id="rs-1", node="node1")
+
+    async def collect() -> list[agent_pb2.DownloadFromS3Response]:
+        return [message async for message in rpcs.download(request)]
+
+    messages = asyncio.run(collect())
+
+    kinds = [m.WhichOneof("event") for m in messages]
+    assert kinds == ["progress", "progress", "result"]
+    assert [m.progress.bytes_done for m in messages[:2]] == [10, 20]
+    assert messages[0].progress.eta_seconds == pytest.approx(1.0)
+    assert messages[-1].result.components == 2
+    assert messages[-1].result.commitlog == "no commit-log"
+
+
+def test_a_table_download_needs_both_keyspace_and_table() -> None:
+    rpcs = s3_restore.S3RestoreRpcs(cast(Any, None))
+    request = agent_pb2.DownloadFromS3Request(operation_id="tr-1", backup_id="rs-1", keyspace="k")
+
+    async def collect() -> None:
+        async for _ in rpcs.download(request):
+            pass
+
+    with pytest.raises(ValidationError, match="both keyspace and table"):
+        asyncio.run(collect())

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from ringsnap.coordinator import restore_cli
+from ringsnap.coordinator.client import CliError, ExitCode
 from ringsnap.coordinator.model import (
     NodeVerdict,
     RestoreMode,
@@ -270,3 +272,27 @@ def test_a_table_copy_in_the_bucket_that_differs_from_the_manifest_imports_nothi
         _table_run(world, agents, plan)
 
     assert not any(":import:" in e or e.startswith("cql:CREATE") for e in world.events)
+
+
+# -- the command line -----------------------------------------------------------------------------
+
+
+def test_from_s3_is_the_s3_mode_and_refuses_what_it_cannot_do() -> None:
+    assert restore_cli._mode_with_source(RestoreMode.REVERT, "s3") is RestoreMode.S3
+    assert restore_cli._mode_with_source(RestoreMode.CLONE, "") is RestoreMode.CLONE
+    for mode, source, message in (
+        (RestoreMode.CLONE, "s3", "--mode clone clones array snapshots"),
+        (RestoreMode.REVERT, "gcs", "the only other source is s3"),
+    ):
+        with pytest.raises(CliError, match=message) as refused:
+            restore_cli._mode_with_source(mode, source)
+        assert refused.value.exit_code == ExitCode.USAGE
+    # Through the daemon (it holds the catalog), a restore from S3 is refused with what to do.
+    options = restore_cli.RestoreOptions(
+        "rs-1", (), RestoreMode.S3, False, False, False, None, False
+    )
+    with pytest.raises(CliError, match="runs in this process") as refused:
+        restore_cli._local_only(options)
+    assert refused.value.exit_code == ExitCode.REFUSED and "systemctl stop" in refused.value.hint
+    with pytest.raises(CliError, match="table restore --from s3 runs in this process"):
+        restore_cli._local_table_only(True)
