@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -22,8 +23,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ringsnap.agent import fsfreeze, process
+from ringsnap.agent.config import AgentConfig
 from ringsnap.agent.errors import CommandFailed
-from ringsnap.sandbox.agents import BackgroundAgent, TestPki, agent_config
+from ringsnap.config import validate
+from ringsnap.sandbox.agents import BackgroundAgent, TestPki, config_data
 
 STOP = "fuzz-stop-cassandra"
 START = "fuzz-start-cassandra"
@@ -128,7 +131,7 @@ def running_agent(root: Path) -> Iterator[AgentRig]:
     recorder = Recorder()
     places = _lay_out_node(root)
     pki = TestPki.create(root.parent / f"{root.name}-pki")
-    config = agent_config(
+    data = config_data(
         pki,
         data_directories=[places["data"]],
         commitlog_directory=places["commitlog"],
@@ -142,6 +145,25 @@ def running_agent(root: Path) -> Iterator[AgentRig]:
             "nodetool_timeout_seconds": 5.0,
         },
     )
+    # An S3 store that refuses every connection: the S3 RPCs get past "no [s3] settings" to
+    # their own validation, and a request that passes it fails at once, touching nothing.
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+    keys = root / "s3-keys"
+    keys.mkdir()
+    for name in ("access", "secret"):
+        (keys / name).write_text(f"fuzz-{name}")
+        (keys / name).chmod(0o600)
+    data["s3"] = {
+        "bucket": "fuzz-bucket",
+        "endpoint_url": f"http://127.0.0.1:{closed.getsockname()[1]}",
+        "access_key_id_file": str(keys / "access"),
+        "secret_access_key_file": str(keys / "secret"),
+        "max_attempts": 1,
+        "connect_timeout_seconds": 1.0,
+        "read_timeout_seconds": 1.0,
+    }
+    config = validate(data, AgentConfig, source="<fuzz agent config>")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(fsfreeze, "freeze", recorder.ioctl("freeze"))
         patch.setattr(fsfreeze, "thaw", recorder.ioctl("thaw"))
@@ -150,3 +172,4 @@ def running_agent(root: Path) -> Iterator[AgentRig]:
         with BackgroundAgent(config) as agent, pki.channel(agent.address) as channel:
             recorder.armed = True
             yield AgentRig(agent, channel, recorder, root)
+    closed.close()
