@@ -229,6 +229,7 @@ def drill_status_message(status: DrillStatus) -> agent_pb2.DrillStatus:
         elapsed=duration(status.elapsed_seconds),
         bytes_verified=status.bytes_verified,
         step_seconds=status.timings,
+        row_counts=status.row_counts,
     )
 
 

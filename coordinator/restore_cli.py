@@ -131,17 +131,19 @@ def print_plan(plan: RestorePlan | Mapping[str, Any]) -> None:
         # Volumes, mount points and snapshot names are what the operator checks: wrap, never cut.
         table.add_column(column, overflow="fold")
     snapshots = doc["snapshots"]
+    # No volumes (a restore from S3, or of native snapshots): the node's row says where from.
+    in_place = "the bucket's copy (S3)" if doc["mode"] == "s3" else "its own snapshot"
     for node in nodes:
-        for index, volume in enumerate(node["volumes"]):
+        for index, volume in enumerate(node["volumes"] or [None]):
             first = index == 0
             table.add_row(
                 node["name"] if first else "",
                 node["host_id"][:8] if first else "",
                 ("running" if node["cassandra_running"] else "down") if first else "",
                 ("seed, first" if node["seed"] else "after seeds") if first else "",
-                f"{volume['array']}:{volume['volume']} ({volume['role']})",
-                volume["mount_point"],
-                snapshots.get(volume["array"], "?"),
+                f"{volume['array']}:{volume['volume']} ({volume['role']})" if volume else "-",
+                volume["mount_point"] if volume else "data directories",
+                snapshots.get(volume["array"], "?") if volume else in_place,
             )
     err.print(table)
     err.print(Text("Destroyed:", style="bold red"))
@@ -384,6 +386,13 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
             " mounted instead and the originals are kept untouched.",
         ),
     ] = RestoreMode.REVERT,
+    source: str = typer.Option(
+        "",
+        "--from",
+        metavar="s3",
+        help="s3: restore from the backup's copy on S3 (the array is not needed): every node"
+        " downloads and verifies its copy before anything is stopped (docs/s3.md).",
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and change nothing."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask to type the cluster's name."),
     force: bool = typer.Option(
@@ -448,7 +457,17 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
     quiet_cql_driver()
     if keyspace or abort or (resume or "").startswith("tr-"):
         _table_restore(
-            config, backup, keyspace, tables, as_table, dry_run, yes, resume, abort, as_json
+            config,
+            backup,
+            keyspace,
+            tables,
+            as_table,
+            dry_run,
+            yes,
+            resume,
+            abort,
+            as_json,
+            source=source,
         )
     try:
         if bool(backup) == bool(resume):
@@ -457,6 +476,7 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
                 ExitCode.USAGE,
                 reason="INVALID_ARGUMENT",
             )
+        mode = _mode_with_source(mode, source)
         options = RestoreOptions(
             backup_id=backup,
             nodes=tuple(n.strip() for n in nodes.split(",") if n.strip()),
@@ -472,6 +492,7 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
             # An operator on another host: the daemon restores, reached by its remote listener.
             from ringsnap.coordinator import restore_remote
 
+            _local_only(options)
             result = restore_remote.restore(resolve_target(None, None), options)
         else:
             config_file = config_path(config)
@@ -482,6 +503,7 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
             else:
                 from ringsnap.coordinator import restore_remote
 
+                _local_only(options)
                 result = restore_remote.restore(opened, options)
     except CliError as error:
         _fail(error, as_json)
@@ -518,6 +540,48 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
     _finish(result, as_json)
 
 
+def _mode_with_source(mode: RestoreMode, source: str) -> RestoreMode:
+    """`--from s3` is the S3 mode; the array's modes are for restores from snapshots."""
+    if source not in ("", "s3"):
+        raise CliError(
+            f"--from {source!r}: the only other source is s3",
+            ExitCode.USAGE,
+            reason="INVALID_ARGUMENT",
+        )
+    if source and mode is RestoreMode.CLONE:
+        raise CliError(
+            "--mode clone clones array snapshots; a restore --from s3 installs the copy in place",
+            ExitCode.USAGE,
+            reason="INVALID_ARGUMENT",
+        )
+    return RestoreMode.S3 if source else mode
+
+
+def _local_only(options: RestoreOptions) -> None:
+    """A restore from S3 runs in this process (the daemon's API does not start one yet)."""
+    if options.mode is RestoreMode.S3 and not options.resume:
+        raise CliError(
+            "a restore --from s3 runs in this process, and the coordinator daemon holds the catalog",
+            ExitCode.REFUSED,
+            reason="CATALOG_LOCKED",
+            hint="stop the daemon for the restore (`systemctl stop ringsnap-coordinator`), run it"
+            " again, then start the daemon",
+        )
+
+
+def _local_table_only(from_s3: bool) -> None:
+    """A table restore --from s3 runs in this process (the daemon's API does not take the source)."""
+    if from_s3:
+        raise CliError(
+            "a table restore --from s3 runs in this process, and the coordinator daemon holds the"
+            " catalog",
+            ExitCode.REFUSED,
+            reason="CATALOG_LOCKED",
+            hint="stop the daemon for the restore (`systemctl stop ringsnap-coordinator`), run it"
+            " again, then start the daemon",
+        )
+
+
 def _table_restore(  # noqa: PLR0917 - the options of the command line
     config: Path | None,
     backup: str | None,
@@ -529,9 +593,17 @@ def _table_restore(  # noqa: PLR0917 - the options of the command line
     resume: str | None,
     abort: str | None,
     as_json: bool,
+    *,
+    source: str = "",
 ) -> None:
-    """`--keyspace` (or a table restore's --resume/--abort): ringsnap.coordinator.table_restore."""
-    from ringsnap.coordinator.table_restore.cli import TableRestoreOptions, table_restore_main
+    """`--keyspace` (or a table restore's --resume/--abort): ringsnap.coordinator.table_restore.
+    In this process; through the daemon while it holds the catalog, or from another host."""
+    from ringsnap.coordinator.table_restore import remote
+    from ringsnap.coordinator.table_restore.cli import (
+        TableRestoreOptions,
+        run_table_restore,
+        table_restore_main,
+    )
 
     try:
         if sum(bool(v) for v in (backup, resume, abort)) != 1 or (backup and not keyspace):
@@ -540,19 +612,6 @@ def _table_restore(  # noqa: PLR0917 - the options of the command line
                 ExitCode.USAGE,
                 reason="INVALID_ARGUMENT",
             )
-        config_file = config_path(config)
-        loaded = load_config(config_file)
-        try:
-            catalog = Catalog(loaded.coordinator.catalog)
-        except CatalogLockedError:
-            raise CliError(
-                f"the catalog {loaded.coordinator.catalog} is held by another process, most likely"
-                " the coordinator daemon",
-                ExitCode.REFUSED,
-                reason="CATALOG_LOCKED",
-                hint="table restores run in this process: stop the daemon for the restore"
-                " (`systemctl stop ringsnap-coordinator`) and start it again afterwards",
-            ) from None
         options = TableRestoreOptions(
             backup_id=backup,
             keyspace=keyspace,
@@ -563,8 +622,25 @@ def _table_restore(  # noqa: PLR0917 - the options of the command line
             resume=resume,
             abort=abort,
             as_json=as_json,
+            from_s3=_mode_with_source(RestoreMode.REVERT, source) is RestoreMode.S3,
         )
-        table_restore_main(loaded, catalog, options)
+        if config is None and os.environ.get(REMOTE_ENV):
+            # An operator on another host: the daemon restores, reached by its remote listener.
+            _local_table_only(options.from_s3)
+            daemon = resolve_target(None, None)
+            table_restore_main(lambda: remote.table_restore(daemon, options), options)
+        config_file = config_path(config)
+        loaded = load_config(config_file)
+        opened = _open_catalog(loaded, config_file)
+        if isinstance(opened, Catalog):
+            catalog = opened
+            table_restore_main(
+                lambda: asyncio.run(run_table_restore(loaded, catalog, options)), options
+            )
+        else:
+            _local_table_only(options.from_s3)
+            daemon = opened
+            table_restore_main(lambda: remote.table_restore(daemon, options), options)
     except CliError as error:
         _fail(error, as_json)
     except KeyboardInterrupt:

@@ -19,7 +19,7 @@ from typing import Any
 from ringsnap import wire
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
-from ringsnap.coordinator import messages, restore_cli
+from ringsnap.coordinator import messages, operation_cli, restore_cli
 from ringsnap.coordinator.client import (
     LONG_CALL_TIMEOUT,
     CliError,
@@ -144,33 +144,16 @@ def _follow(
     printer: restore_cli.ProgressPrinter,
 ) -> types_pb2.Operation:
     """Watch the operation to its end, printing each new progress line of the workflow."""
-    final = operation
-    shown = ("", "")
-    try:
-        for update in client.watch(operation.operation_id):
-            final = update
-            seen = (update.phase, update.message)
-            if update.phase not in _OWN_PHASES and update.message and seen != shown:
-                printer.line(update.message)
-                shown = seen
-    except KeyboardInterrupt:
-        raise CliError(
-            f"stopped following; restore {restore_id} goes on in the coordinator",
-            ExitCode.INTERRUPTED,
-            reason="INTERRUPTED",
-            hint="`ringsnap status` lists the restores not finished and where each node stands",
-        ) from None
-    except CliError as error:
-        if error.exit_code is not ExitCode.UNREACHABLE:
-            raise
-        raise CliError(
-            f"lost the coordinator while following restore {restore_id}: {error}",
-            ExitCode.UNREACHABLE,
-            reason=error.reason,
-            hint="the restore's record says where each node stands (`ringsnap status`); go on"
-            f" with `ringsnap restore --resume {restore_id}`",
-        ) from None
-    return final
+    return operation_cli.follow(
+        client,
+        operation,
+        printer,
+        what=f"restore {restore_id}",
+        hint="`ringsnap status` lists the restores not finished and where each node stands",
+        lost_hint="the restore's record says where each node stands (`ringsnap status`); go on"
+        f" with `ringsnap restore --resume {restore_id}`",
+        own_phases=_OWN_PHASES,
+    )
 
 
 def _outcome(client: Coordinator, final: types_pb2.Operation, restore_id: str) -> RestoreRecord:

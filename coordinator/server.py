@@ -57,7 +57,9 @@ from ringsnap.coordinator.service import (
     UnknownClusterError,
     UnknownPolicyError,
 )
+from ringsnap.coordinator.table_restore import api as table_restore_api
 from ringsnap.coordinator.table_restore.api import table_restore_message
+from ringsnap.coordinator.table_restore.model import TableRestoreFailed, TableRestoreRefused
 from ringsnap.errors import RingsnapError, ValidationError
 from ringsnap.grpcauth import guarded, server_credentials
 from ringsnap.logs import get_logger
@@ -99,6 +101,8 @@ ERRORS: tuple[tuple[type[BaseException], grpc.StatusCode, str], ...] = (
     (RestoreRefused, grpc.StatusCode.FAILED_PRECONDITION, "RESTORE_REFUSED"),
     (RestoreFailed, grpc.StatusCode.UNAVAILABLE, "RESTORE_FAILED"),
     (DrillRefused, grpc.StatusCode.FAILED_PRECONDITION, "DRILL_REFUSED"),
+    (TableRestoreRefused, grpc.StatusCode.FAILED_PRECONDITION, "RESTORE_REFUSED"),
+    (TableRestoreFailed, grpc.StatusCode.UNAVAILABLE, "RESTORE_FAILED"),
     (AgentError, grpc.StatusCode.UNAVAILABLE, "AGENT_FAILED"),
     (CanaryError, grpc.StatusCode.UNAVAILABLE, "CANARY_FAILED"),
     (DriverError, grpc.StatusCode.UNAVAILABLE, "ARRAY_FAILED"),
@@ -386,6 +390,33 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         return pb.ListTableRestoresResponse(
             table_restores=[table_restore_message(r) for r in records]
         )
+
+    @unary
+    async def PlanTableRestore(
+        self, request: pb.PlanTableRestoreRequest, context: Context
+    ) -> pb.TableRestorePlan:
+        plan, document = await self._coordinator.plan_table_restore(
+            table_restore_api.request_of(request, "")
+        )
+        return table_restore_api.plan_message(plan.record, plan.refusals, document)
+
+    @unary
+    async def StartTableRestore(
+        self, request: pb.StartTableRestoreRequest, context: Context
+    ) -> types_pb2.Operation:
+        requested_by = access.attributed(_printable(request.requested_by or "api", "requested_by"))
+        operation = await self._coordinator.start_table_restore(
+            table_restore_api.start_of(request, requested_by)
+        )
+        log.info(
+            "table restore requested",
+            backup_id=request.backup_id,
+            resume_id=request.resume_id,
+            abort_id=request.abort_id,
+            requested_by=requested_by,
+            operation_id=operation.current.operation_id,
+        )
+        return self._operation(operation)
 
     @unary
     async def PlanRetention(

@@ -69,7 +69,10 @@ from ringsnap.coordinator.scheduler import (
     Schedule,
     Skip,
 )
+from ringsnap.coordinator.table_restore import daemon as table_restore_daemon
 from ringsnap.coordinator.table_restore.capture import KeyspaceSchemaReader
+from ringsnap.coordinator.table_restore.model import TableRestoreRequest
+from ringsnap.coordinator.table_restore.plan import TableRestorePlan
 from ringsnap.errors import RingsnapError
 from ringsnap.logs import get_logger
 from ringsnap.plugins.types import Volume
@@ -671,6 +674,23 @@ class Coordinator:
             request,
             drill_id=drill_id,
             finished=self.refresh_restore_metrics,
+        )
+
+    async def plan_table_restore(
+        self, request: TableRestoreRequest
+    ) -> tuple[TableRestorePlan, dict[str, object]]:
+        """A table restore's plan and its document (docs/table-restore.md); changes nothing."""
+        return await table_restore_daemon.plan_table_restore(self.config, self.catalog, request)
+
+    async def start_table_restore(self, start: table_restore_daemon.TableRestoreStart) -> Operation:
+        """Run (resume, abort) a table restore as an operation, holding its cluster."""
+        return await table_restore_daemon.start_table_restore(
+            self.config,
+            self.catalog,
+            self.operations,
+            self.scheduler.guard,
+            start,
+            self.refresh_restore_metrics,
         )
 
     def running_restore(self, cluster: str) -> BackupRequest | None:

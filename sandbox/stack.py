@@ -20,6 +20,7 @@ from typing import Any
 
 from ringsnap.agent.config import AgentConfig
 from ringsnap.config import validate
+from ringsnap.coordinator.apitoken import token_path
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.plugins.simulators.flasharray import FlashArrayOptions, FlashArraySimulator
 from ringsnap.plugins.simulators.lunpool import LunPool
@@ -211,6 +212,57 @@ class Stack:
         return validate(
             self.coordinator_data(**cluster_settings), CoordinatorConfig, source="<sandbox>"
         )
+
+    @contextlib.contextmanager
+    def coordinator_daemon(self, **cluster_settings: Any) -> Iterator[Path]:
+        """`ringsnap-coordinator serve` on this stack's config, as its own process holding the
+        catalog, API on a free loopback port, until the block ends; yields the config file that
+        `ringsnap --config` is given (the CLI then works through the daemon)."""
+        data = self.coordinator_data(**cluster_settings)
+        listen = f"127.0.0.1:{_free_port()}"
+        data["coordinator"]["listen"] = listen
+        config_file = self.workdir / "coordinator.toml"
+        config_file.write_text(services.toml_document(data, "written by Stack.coordinator_daemon"))
+        token = token_path(Path(data["coordinator"]["catalog"]))
+        token.unlink(missing_ok=True)  # the daemon writes a fresh one once it serves
+        log_file = self.workdir / "coordinator.log"
+        with log_file.open("ab") as log:
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "ringsnap.coordinator.main",
+                    "serve",
+                    "--config",
+                    str(config_file),
+                    "--log-format",
+                    "json",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            deadline = time.monotonic() + 60
+            host, port = listen.split(":")
+            while True:
+                if token.is_file():
+                    with (
+                        contextlib.suppress(OSError),
+                        socket.create_connection((host, int(port)), 0.5),
+                    ):
+                        break
+                if process.poll() is not None or time.monotonic() > deadline:
+                    tail = log_file.read_text(errors="replace")[-2000:]
+                    raise RuntimeError(f"the coordinator daemon did not serve on {listen}: {tail}")
+                time.sleep(0.2)
+            yield config_file
+        finally:
+            process.terminate()
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
 
 
 #: The agent's `[volumes]` table exists once the restore's agent config has landed.

@@ -10,7 +10,6 @@ proof lines or why it is not proven, and an exit code scripts can use: 0 proven,
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -29,6 +28,7 @@ from ringsnap.coordinator.drill.model import DrillRecord, DrillState, DrillVerdi
 from ringsnap.coordinator.drill.plan import DrillPlan, DrillRequest
 from ringsnap.coordinator.drill.session import open_drill_session
 from ringsnap.coordinator.drill.workflow import DrillRefused
+from ringsnap.coordinator.operation_cli import ends_at_plan, finish
 from ringsnap.coordinator.restore_cli import (
     Output,
     ProgressPrinter,
@@ -187,13 +187,15 @@ async def _drill(
     try:
         async with open_drill_session(config, options.request.cluster, catalog=catalog) as session:
             plan = await session.plan(options.request)
-            if options.as_json and (options.dry_run or plan.refused):
-                return plan_document(plan)
-            print_plan(plan)
-            if plan.refused:
-                raise DrillRefused("the plan refused: " + "; ".join(plan.refusals))
-            if options.dry_run:
-                return plan_document(plan)
+            ended = ends_at_plan(
+                plan_document(plan),
+                as_json=options.as_json,
+                dry_run=options.dry_run,
+                print_plan=lambda _: print_plan(plan),
+                refused=DrillRefused,
+            )
+            if ended is not None:
+                return ended
             progress = ProgressPrinter(quiet=options.as_json)
             return await session.run(plan, options.request, progress)
     finally:
@@ -310,12 +312,11 @@ def drill_command(  # noqa: PLR0917 - typer maps parameters to the command line
         raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
     except RingsnapError as error:
         _fail(CliError(str(error), _exit_code_of(error)), as_json)
-    if isinstance(result, dict):
-        if as_json:
-            typer.echo(json.dumps({"plan": result}, indent=2))
-        raise typer.Exit(int(ExitCode.REFUSED if result["refusals"] else ExitCode.OK))
-    if as_json:
-        typer.echo(json.dumps({"drill": _jsonable(result)}, indent=2))
-    else:
-        print_report(result)
-    raise typer.Exit(int(EXIT_CODES[result.state]))
+    finish(
+        result,
+        as_json=as_json,
+        key="drill",
+        document=_jsonable,
+        report=print_report,
+        exit_code=lambda record: EXIT_CODES[record.state],
+    )

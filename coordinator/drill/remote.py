@@ -19,9 +19,10 @@ from ringsnap.coordinator.drill.model import DrillRecord, new_drill_id
 from ringsnap.coordinator.drill.plan import DrillRequest
 from ringsnap.coordinator.drill.wire import record_of
 from ringsnap.coordinator.drill.workflow import DrillRefused
+from ringsnap.coordinator.operation_cli import follow
 from ringsnap.coordinator.restore_cli import ProgressPrinter, err
 
-#: Operation phases that are not the workflow's progress lines.
+#: Operation phases that are not the workflow's progress lines (the drill's plan line is shown).
 _OWN_PHASES = frozenset({"", "record"})
 
 
@@ -47,23 +48,14 @@ def drill(target: Target, request: DrillRequest, *, as_json: bool) -> DrillRecor
             ),
             LONG_CALL_TIMEOUT,
         )
-        printer = ProgressPrinter(as_json)
-        final = operation
-        shown = ("", "")
-        try:
-            for update in client.watch(operation.operation_id):
-                final = update
-                seen = (update.phase, update.message)
-                if update.phase not in _OWN_PHASES and update.message and seen != shown:
-                    printer.line(update.message)
-                    shown = seen
-        except KeyboardInterrupt:
-            raise CliError(
-                f"stopped following; drill {drill_id} goes on in the coordinator",
-                ExitCode.INTERRUPTED,
-                reason="INTERRUPTED",
-                hint=f"`ringsnap status` shows the last drill; its record: drill {drill_id}",
-            ) from None
+        final = follow(
+            client,
+            operation,
+            ProgressPrinter(as_json),
+            what=f"drill {drill_id}",
+            hint=f"`ringsnap status` shows the last drill; its record: drill {drill_id}",
+            own_phases=_OWN_PHASES,
+        )
         if final.state == types_pb2.OPERATION_STATE_FAILED and final.error_reason:
             message = final.message or "; ".join(final.errors) or "no reason given"
             if final.error_reason == "DRILL_REFUSED":

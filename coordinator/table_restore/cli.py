@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 from rich.table import Table
@@ -20,8 +20,10 @@ from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.client import CliError, ExitCode
 from ringsnap.coordinator.commands import operator_name
 from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.operation_cli import ends_at_plan, finish
 from ringsnap.coordinator.restore_cli import ProgressPrinter, confirm, err, out
 from ringsnap.coordinator.table_restore.counts import NOT_COMPARED
+from ringsnap.coordinator.table_restore.documents import plan_document, record_document
 from ringsnap.coordinator.table_restore.model import (
     TableRestoreFailed,
     TableRestoreRecord,
@@ -29,7 +31,6 @@ from ringsnap.coordinator.table_restore.model import (
     TableRestoreRequest,
     TableRestoreState,
 )
-from ringsnap.coordinator.table_restore.plan import TableRestorePlan
 from ringsnap.coordinator.table_restore.session import open_table_restore_session
 from ringsnap.errors import ValidationError
 from ringsnap.names import keyspace_name, table_name
@@ -46,6 +47,8 @@ class TableRestoreOptions:
     resume: str | None
     abort: str | None
     as_json: bool
+    #: `--from s3`: staged from the backup's copy on S3 instead of array clones.
+    from_s3: bool = False
 
 
 def parse_target(value: str) -> tuple[str, str]:
@@ -54,25 +57,6 @@ def parse_target(value: str) -> tuple[str, str]:
     if not dot:
         raise ValidationError(f"--as {value!r}: give keyspace.table")
     return keyspace_name(keyspace), table_name(table)
-
-
-def record_document(record: TableRestoreRecord) -> dict[str, Any]:
-    document: dict[str, Any] = json.loads(_json(record))
-    document["next_step"] = record.next_step.value
-    document["next_action"] = record.next_action
-    return document
-
-
-def _json(record: TableRestoreRecord) -> str:
-    from pydantic import TypeAdapter
-
-    return TypeAdapter(TableRestoreRecord).dump_json(record).decode()
-
-
-def plan_document(plan: TableRestorePlan) -> dict[str, Any]:
-    document = record_document(plan.record)
-    document["refusals"] = list(plan.refusals)
-    return document
 
 
 def print_plan(doc: Mapping[str, Any]) -> None:
@@ -213,6 +197,18 @@ def exit_code_of(record: TableRestoreRecord) -> ExitCode:
     }[record.state]
 
 
+def request_of(options: TableRestoreOptions) -> TableRestoreRequest:
+    """The new run the options ask for (names validated)."""
+    return TableRestoreRequest(
+        backup_id=options.backup_id or "",
+        keyspace=options.keyspace,
+        tables=options.tables,
+        target=parse_target(options.target) if options.target else None,
+        requested_by=operator_name(),
+        from_s3=options.from_s3,
+    )
+
+
 async def run_table_restore(
     config: CoordinatorConfig, catalog: Catalog, options: TableRestoreOptions
 ) -> TableRestoreRecord | dict[str, Any]:
@@ -230,22 +226,16 @@ async def run_table_restore(
                 return await session.abort(options.abort, progress)
             if options.resume:
                 return await session.resume(options.resume, progress)
-            request = TableRestoreRequest(
-                backup_id=options.backup_id or "",
-                keyspace=options.keyspace,
-                tables=options.tables,
-                target=parse_target(options.target) if options.target else None,
-                requested_by=operator_name(),
+            plan = await session.plan(request_of(options))
+            ended = ends_at_plan(
+                plan_document(plan),
+                as_json=options.as_json,
+                dry_run=options.dry_run,
+                print_plan=print_plan,
+                refused=TableRestoreRefused,
             )
-            plan = await session.plan(request)
-            document = plan_document(plan)
-            if options.as_json and (options.dry_run or plan.refused):
-                return document
-            print_plan(document)
-            if plan.refused:
-                raise TableRestoreRefused("the plan refused: " + "; ".join(plan.refusals))
-            if options.dry_run:
-                return document
+            if ended is not None:
+                return ended
             await asyncio.to_thread(confirm, cluster, options.yes)
             return await session.run(plan, progress)
     finally:
@@ -253,11 +243,12 @@ async def run_table_restore(
 
 
 def table_restore_main(
-    config: CoordinatorConfig, catalog: Catalog, options: TableRestoreOptions
-) -> None:
-    """Run it and exit with its code (the caller maps CliError and RingsnapError)."""
+    run: Callable[[], TableRestoreRecord | dict[str, Any]], options: TableRestoreOptions
+) -> NoReturn:
+    """Run it (in this process or through the daemon) and exit with its code (the caller maps
+    CliError and RingsnapError)."""
     try:
-        result = asyncio.run(run_table_restore(config, catalog, options))
+        result = run()
     except TableRestoreRefused as error:
         raise CliError(str(error), ExitCode.REFUSED, reason="RESTORE_REFUSED") from None
     except TableRestoreFailed as error:
@@ -273,12 +264,11 @@ def table_restore_main(
             hint="its record says where each node stands; `ringsnap restore --resume ID` goes on,"
             " `ringsnap restore --abort ID` removes the staging and any clone",
         ) from None
-    if isinstance(result, dict):
-        if options.as_json:
-            typer.echo(json.dumps({"plan": result}, indent=2))
-        raise typer.Exit(int(ExitCode.REFUSED if result["refusals"] else ExitCode.OK))
-    if options.as_json:
-        typer.echo(json.dumps({"table_restore": record_document(result)}, indent=2))
-    else:
-        print_report(result)
-    raise typer.Exit(int(exit_code_of(result)))
+    finish(
+        result,
+        as_json=options.as_json,
+        key="table_restore",
+        document=record_document,
+        report=print_report,
+        exit_code=exit_code_of,
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import re
 import secrets
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -84,6 +85,10 @@ NEXT_STEP = {
 }
 
 
+#: A table restore's id (also an agent purpose id and part of clone names).
+TABLE_RESTORE_ID = re.compile(r"tr-[0-9]{8}-[0-9]{6}-[0-9a-f]{4}")
+
+
 def new_table_restore_id(now: datetime | None = None) -> str:
     """`tr-20261124-083600-3fa9`: sortable, and valid as an agent purpose id and a clone suffix."""
     now = now or datetime.now(UTC)
@@ -99,6 +104,8 @@ class TableRestoreRequest:
     #: `--as K.T2`: restore the (single) table into this one, created with its schema and a new id.
     target: tuple[str, str] | None = None
     requested_by: str = ""
+    #: `--from s3`: the staging is filled from the backup's copy on S3, not from array clones.
+    from_s3: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -184,6 +191,8 @@ class TableRestoreRecord:
     verification: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
+    #: Staged from the backup's copy on S3 (no clones: the steps clone to delete-clones are skipped).
+    from_s3: bool = False
 
     @property
     def next_step(self) -> Step:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ringsnap.coordinator.agents import ClientTls, GrpcNodeAgent
@@ -14,6 +14,7 @@ from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.catalog.listing import MAX_PAGE_SIZE
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.ports import ArrayPort, NodeAgent, SSTable
+from ringsnap.coordinator.s3_restore_agents import GrpcS3Restore, S3RestorePort
 from ringsnap.coordinator.table_restore.counts import DrilledCounts, newest_drilled_counts
 from ringsnap.coordinator.table_restore.cql import CqlTables
 from ringsnap.coordinator.table_restore.grpc_agents import GrpcTableNode
@@ -58,8 +59,11 @@ class TableRestoreSession:
     nodes: dict[str, TableNodePort]
     arrays: dict[str, ArrayPort]
     cql: CqlTables
+    #: The agents' restore-from-S3 calls (`--from s3`).
+    s3_agents: dict[str, S3RestorePort] = field(default_factory=dict)
 
-    async def plan(self, request: TableRestoreRequest) -> TableRestorePlan:
+    async def plan(self, request: TableRestoreRequest, restore_id: str = "") -> TableRestorePlan:
+        """The plan of `request`; `restore_id` is the id a confirmed plan was shown with."""
         backup = await asyncio.to_thread(self.catalog.get_backup, request.backup_id)
         if backup.cluster != self.cluster.name:
             raise TableRestoreRefused(f"backup {backup.id} is of cluster {backup.cluster}")
@@ -75,7 +79,7 @@ class TableRestoreSession:
                     ]
                 )
         return await plan_table_restore(
-            new_table_restore_id(),
+            restore_id or new_table_restore_id(),
             request,
             backup,
             schema,
@@ -104,6 +108,7 @@ class TableRestoreSession:
             self.cql,
             CatalogTableJournal(self.catalog),
             progress=progress,
+            s3_agents=self.s3_agents,
         )
 
     async def run(self, plan: TableRestorePlan, progress: Progress | None) -> TableRestoreRecord:
@@ -146,10 +151,15 @@ async def open_table_restore_session(
     }
     agents = {node.name: GrpcNodeAgent(node.name, node.agent, tls) for node in cluster.nodes}
     nodes = {node.name: GrpcTableNode(node.name, node.agent, tls) for node in cluster.nodes}
+    s3_agents = {node.name: GrpcS3Restore(node.name, node.agent, tls) for node in cluster.nodes}
     cql = CqlTables(cluster)
     try:
-        yield TableRestoreSession(config, catalog, cluster, dict(agents), dict(nodes), arrays, cql)
+        yield TableRestoreSession(
+            config, catalog, cluster, dict(agents), dict(nodes), arrays, cql, dict(s3_agents)
+        )
     finally:
+        for s3_agent in s3_agents.values():
+            await s3_agent.close()
         await cql.close()
         for agent in agents.values():
             await agent.close()

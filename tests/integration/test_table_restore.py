@@ -3,11 +3,21 @@ mistake are brought back from an array backup (ONTAP simulator, clones of the re
 snapshots mounted read-only by the real agents over mutual TLS) while a QUORUM write load runs on
 another table, with no node stopped; then a copy `--as` a new table; then a node restarted after
 the import (commit-log replay over the truncation record) still has the rows.
+
+The backup is drilled first (every node on its clones, isolated on the drill host): the drill
+counts each table's rows over each node's primary ranges, and each restore's verification compares
+its own count on the live ring with them, node by node. The TRUNCATEd table is restored in this
+process; the DROPped one by `ringsnap restore` while the coordinator daemon holds the catalog (the
+restore then runs in the daemon, through its API).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +34,9 @@ from ringsnap import mountinfo
 from ringsnap.coordinator.assembly import open_coordinator
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.drill.model import DrillRecord, DrillState
+from ringsnap.coordinator.drill.plan import DrillRequest
+from ringsnap.coordinator.drill.session import open_drill_session
 from ringsnap.coordinator.model import Backup, BackupState
 from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.coordinator.table_restore.model import (
@@ -122,6 +135,70 @@ def _table_restore(config: CoordinatorConfig, request: TableRestoreRequest) -> T
     return asyncio.run(run())
 
 
+def _drill_ring(config: CoordinatorConfig, backup_id: str) -> DrillRecord:
+    """`ringsnap drill BACKUP --ring`, in this process (one node at a time)."""
+
+    async def run() -> DrillRecord:
+        with Catalog(config.coordinator.catalog) as catalog:
+            async with open_drill_session(config, CLUSTER_NAME, catalog=catalog) as session:
+                request = DrillRequest(
+                    cluster=CLUSTER_NAME,
+                    backup_id=backup_id,
+                    ring=True,
+                    trigger="cli:test",
+                    requested_by="test",
+                )
+                plan = await session.plan(request)
+                assert not plan.refused, plan.refusals
+                return await session.run(plan, request, None)
+
+    return asyncio.run(run())
+
+
+def _counts_equal_to_the_drill(
+    record: TableRestoreRecord, drill: DrillRecord, table: str, restored_as: str = ""
+) -> None:
+    """Every node's count of the restored table compared with the drill's of `table`, and equal."""
+    for node in drill.nodes:
+        rows = dict(node.row_counts)[f"{KEYSPACE}.{table}"]
+        line = (
+            f"ok: node {node.name}: {KEYSPACE}.{restored_as or table}: {rows} rows over the"
+            f" node's primary ranges at CL=ALL, equal to the backup's (drill {drill.id})"
+        )
+        assert line in record.verification, record.verification
+
+
+def _restore_through_the_daemon(config_file: Path, backup_id: str, table: str) -> dict[str, Any]:
+    """`ringsnap restore BACKUP --keyspace K --table T --yes -o json` while the daemon holds the
+    catalog: the CLI plans, confirms and follows the restore the daemon runs."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ringsnap.coordinator.cli",
+            "restore",
+            backup_id,
+            "--keyspace",
+            KEYSPACE,
+            "--table",
+            table,
+            "--yes",
+            "--output",
+            "json",
+            "--config",
+            str(config_file),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        env={k: v for k, v in os.environ.items() if not k.startswith("RINGSNAP_")},
+    )
+    assert done.returncode == 0, (done.returncode, done.stdout, done.stderr[-3000:])
+    document: dict[str, Any] = json.loads(done.stdout)["table_restore"]
+    return document
+
+
 def _nothing_left(cluster: SandboxCluster, record: TableRestoreRecord) -> None:
     assert record.clones and all(c.clone and c.deleted for c in record.clones), record.clones
     mounted = [m.mount_point for m in mountinfo.read()]
@@ -132,7 +209,9 @@ def _nothing_left(cluster: SandboxCluster, record: TableRestoreRecord) -> None:
 
 @pytest.fixture
 def ontap(sandbox_cluster: SandboxCluster, tmp_path: Path) -> Iterator[Stack]:
-    with running_stack(sandbox_cluster, tmp_path / "stack", vendor="ontap") as running:
+    with running_stack(
+        sandbox_cluster, tmp_path / "stack", vendor="ontap", drill_host=True
+    ) as running:
         yield running
     sandbox_cluster.wait_until_up_normal()
 
@@ -175,6 +254,14 @@ def test_truncated_and_dropped_tables_come_back_live_under_load(
         assert schema is not None and set(schema.tables()) >= {"truncated", "dropped", "other"}
         assert schema.table_id("dropped") == dropped_id
 
+        # The drill counts each table per node over its primary ranges: they cut the ring, so
+        # the nodes' counts add up to the table's rows.
+        drill = _drill_ring(config, backup.id)
+        assert drill.state is DrillState.PROVEN, (drill.error, [n.problems for n in drill.nodes])
+        for table in ("truncated", "dropped"):
+            counts = [dict(n.row_counts)[f"{KEYSPACE}.{table}"] for n in drill.nodes]
+            assert sum(counts) == ROWS and all(counts), (table, counts)
+
         # The incident: rows written after the backup, then one table truncated, one dropped.
         for table in ("truncated", "dropped"):
             insert_after = SimpleStatement(
@@ -191,24 +278,35 @@ def test_truncated_and_dropped_tables_come_back_live_under_load(
             TableRestoreRequest(
                 backup_id=backup.id,
                 keyspace=KEYSPACE,
-                tables=("truncated", "dropped"),
+                tables=("truncated",),
                 requested_by="test",
             ),
         )
+        # The DROPped table by the CLI while the daemon holds the catalog: run by the daemon.
+        with ontap.coordinator_daemon() as config_file:
+            through_daemon = _restore_through_the_daemon(config_file, backup.id, "dropped")
         time.sleep(1)
     # Every write acknowledged before, during and after the restore is in the other table.
     assert writer.acked and writer.acked <= _ids(session, "other")
 
-    assert record.state is TableRestoreState.SUCCEEDED, (record.error, record.verification)
-    assert record.step is Step.DONE
-    assert {t.table: t.action for t in record.targets} == {
-        "truncated": "exists",
-        "dropped": "dropped",
-    }
-    for node in record.nodes:
-        for tables in node.tables:
-            assert tables.sstables > 0
-            assert tables.imported_sstables == tables.staged_sstables == tables.sstables
+    with Catalog(config.coordinator.catalog, exclusive=False) as catalog:
+        dropped = catalog.get_table_restore(through_daemon["id"])
+    assert through_daemon["state"] == "succeeded", through_daemon
+    for restored in (record, dropped):
+        assert restored.state is TableRestoreState.SUCCEEDED, (
+            restored.error,
+            restored.verification,
+        )
+        assert restored.step is Step.DONE
+        for node in restored.nodes:
+            for tables in node.tables:
+                assert tables.sstables > 0
+                assert tables.imported_sstables == tables.staged_sstables == tables.sstables
+    assert {t.table: t.action for t in record.targets} == {"truncated": "exists"}
+    assert {t.table: t.action for t in dropped.targets} == {"dropped": "dropped"}
+    assert dropped.requested_by and through_daemon["verification"] == list(dropped.verification)
+    _counts_equal_to_the_drill(record, drill, "truncated")
+    _counts_equal_to_the_drill(dropped, drill, "dropped")
     expected = set(range(ROWS))
     for table in ("truncated", "dropped"):
         assert _ids(session, table) == expected, table
@@ -219,6 +317,7 @@ def test_truncated_and_dropped_tables_come_back_live_under_load(
     ).one()
     assert str(recreated[0]) == dropped_id
     _nothing_left(sandbox_cluster, record)
+    _nothing_left(sandbox_cluster, dropped)
 
     # Side by side: the backup's rows of `truncated` in a new table.
     copy = _table_restore(
@@ -232,6 +331,7 @@ def test_truncated_and_dropped_tables_come_back_live_under_load(
         ),
     )
     assert copy.state is TableRestoreState.SUCCEEDED, (copy.error, copy.verification)
+    _counts_equal_to_the_drill(copy, drill, "truncated", "truncated_copy")
     assert _ids(session, "truncated_copy") == expected
     _nothing_left(sandbox_cluster, copy)
 

@@ -41,6 +41,7 @@ from ringsnap.agent.mounts import Host
 from ringsnap.config import validate
 from ringsnap.errors import ValidationError
 from ringsnap.mountinfo import Mount
+from ringsnap.token_ranges import own_ranges
 
 HOST_ID = "5b3f7c0e-2a4d-4c5e-9f10-1a2b3c4d5e6f"
 
@@ -459,8 +460,8 @@ def test_the_agent_config_takes_a_drill_section(tmp_path: Path) -> None:
 
 def test_own_ranges_end_at_the_nodes_tokens_and_split_the_wrap_around() -> None:
     ring = [-100, 0, 100, 200]
-    assert probe.own_ranges([0, 200], ring) == [(-100, 0), (100, 200)]
-    assert probe.own_ranges([-100], ring) == [(200, 2**63 - 1), (-(2**63), -100)]
+    assert own_ranges([0, 200], ring) == [(-100, 0), (100, 200)]
+    assert own_ranges([-100], ring) == [(200, 2**63 - 1), (-(2**63), -100)]
 
 
 class Rows:

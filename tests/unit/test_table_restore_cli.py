@@ -18,11 +18,10 @@ from ringsnap.coordinator.restore_cli import open_restores_lines, restore_comman
 from ringsnap.coordinator.table_restore.cli import (
     exit_code_of,
     parse_target,
-    plan_document,
     print_plan,
     print_report,
-    record_document,
 )
+from ringsnap.coordinator.table_restore.documents import plan_document, record_document
 from ringsnap.coordinator.table_restore.model import (
     CloneRecord,
     NodeProgress,

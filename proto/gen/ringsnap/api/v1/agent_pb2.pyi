@@ -1239,6 +1239,26 @@ class DrillStatus(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class RowCountsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     DRILL_ID_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
     STEP_FIELD_NUMBER: _builtins.int
@@ -1247,6 +1267,7 @@ class DrillStatus(_message.Message):
     ELAPSED_FIELD_NUMBER: _builtins.int
     BYTES_VERIFIED_FIELD_NUMBER: _builtins.int
     STEP_SECONDS_FIELD_NUMBER: _builtins.int
+    ROW_COUNTS_FIELD_NUMBER: _builtins.int
     drill_id: _builtins.str
     state: _builtins.str
     """"starting" | "verifying" | "proven" | "failed" | "stopped" """
@@ -1268,6 +1289,12 @@ class DrillStatus(_message.Message):
         answered, "verify" for the CQL checks, "teardown"), for reports and benchmarks.
         """
 
+    @_builtins.property
+    def row_counts(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Added by the agent side: "keyspace.table" -> rows over the node's primary token ranges in the
+        snapshot, counted by the probe (what a table restore of the backup compares its count with).
+        """
+
     def __init__(
         self,
         *,
@@ -1279,10 +1306,11 @@ class DrillStatus(_message.Message):
         elapsed: _duration_pb2.Duration | None = ...,
         bytes_verified: _builtins.int = ...,
         step_seconds: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+        row_counts: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["elapsed", b"elapsed"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_verified", b"bytes_verified", "drill_id", b"drill_id", "elapsed", b"elapsed", "message", b"message", "proof", b"proof", "state", b"state", "step", b"step", "step_seconds", b"step_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_verified", b"bytes_verified", "drill_id", b"drill_id", "elapsed", b"elapsed", "message", b"message", "proof", b"proof", "row_counts", b"row_counts", "state", b"state", "step", b"step", "step_seconds", b"step_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1531,3 +1559,378 @@ class RemoveStagingResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RemoveStagingResponse: _TypeAlias = RemoveStagingResponse  # noqa: Y015
+
+@_typing.final
+class DownloadFromS3Request(_message.Message):
+    """Restore from S3."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    BACKUP_ID_FIELD_NUMBER: _builtins.int
+    NODE_FIELD_NUMBER: _builtins.int
+    KEYSPACE_FIELD_NUMBER: _builtins.int
+    TABLE_FIELD_NUMBER: _builtins.int
+    TARGET_KEYSPACE_FIELD_NUMBER: _builtins.int
+    TARGET_TABLE_FIELD_NUMBER: _builtins.int
+    operation_id: _builtins.str
+    backup_id: _builtins.str
+    node: _builtins.str
+    """The node's name in the bucket's keys (the coordinator's name for it)."""
+    keyspace: _builtins.str
+    """Both set: a table restore; only this table's components, into the table-restore staging."""
+    table: _builtins.str
+    target_keyspace: _builtins.str
+    """The table they are imported into (its staging directory); empty: keyspace and table."""
+    target_table: _builtins.str
+    def __init__(
+        self,
+        *,
+        operation_id: _builtins.str = ...,
+        backup_id: _builtins.str = ...,
+        node: _builtins.str = ...,
+        keyspace: _builtins.str = ...,
+        table: _builtins.str = ...,
+        target_keyspace: _builtins.str = ...,
+        target_table: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "keyspace", b"keyspace", "node", b"node", "operation_id", b"operation_id", "table", b"table", "target_keyspace", b"target_keyspace", "target_table", b"target_table"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DownloadFromS3Request: _TypeAlias = DownloadFromS3Request  # noqa: Y015
+
+@_typing.final
+class S3DownloadProgress(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILES_TOTAL_FIELD_NUMBER: _builtins.int
+    BYTES_TOTAL_FIELD_NUMBER: _builtins.int
+    FILES_DONE_FIELD_NUMBER: _builtins.int
+    BYTES_DONE_FIELD_NUMBER: _builtins.int
+    BYTES_DOWNLOADED_FIELD_NUMBER: _builtins.int
+    ELAPSED_SECONDS_FIELD_NUMBER: _builtins.int
+    RATE_BYTES_PER_SECOND_FIELD_NUMBER: _builtins.int
+    ETA_SECONDS_FIELD_NUMBER: _builtins.int
+    files_total: _builtins.int
+    bytes_total: _builtins.int
+    files_done: _builtins.int
+    """Done = downloaded or found in place already verified."""
+    bytes_done: _builtins.int
+    bytes_downloaded: _builtins.int
+    elapsed_seconds: _builtins.float
+    rate_bytes_per_second: _builtins.float
+    eta_seconds: _builtins.float
+    """Negative: unknown yet."""
+    def __init__(
+        self,
+        *,
+        files_total: _builtins.int = ...,
+        bytes_total: _builtins.int = ...,
+        files_done: _builtins.int = ...,
+        bytes_done: _builtins.int = ...,
+        bytes_downloaded: _builtins.int = ...,
+        elapsed_seconds: _builtins.float = ...,
+        rate_bytes_per_second: _builtins.float = ...,
+        eta_seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_done", b"bytes_done", "bytes_downloaded", b"bytes_downloaded", "bytes_total", b"bytes_total", "elapsed_seconds", b"elapsed_seconds", "eta_seconds", b"eta_seconds", "files_done", b"files_done", "files_total", b"files_total", "rate_bytes_per_second", b"rate_bytes_per_second"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___S3DownloadProgress: _TypeAlias = S3DownloadProgress  # noqa: Y015
+
+@_typing.final
+class S3DownloadResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COMPONENTS_FIELD_NUMBER: _builtins.int
+    BYTES_TOTAL_FIELD_NUMBER: _builtins.int
+    FILES_DOWNLOADED_FIELD_NUMBER: _builtins.int
+    BYTES_DOWNLOADED_FIELD_NUMBER: _builtins.int
+    FILES_KEPT_FIELD_NUMBER: _builtins.int
+    SECONDS_FIELD_NUMBER: _builtins.int
+    STAGING_DIRECTORIES_FIELD_NUMBER: _builtins.int
+    COMMITLOG_FIELD_NUMBER: _builtins.int
+    components: _builtins.int
+    bytes_total: _builtins.int
+    files_downloaded: _builtins.int
+    bytes_downloaded: _builtins.int
+    files_kept: _builtins.int
+    seconds: _builtins.float
+    commitlog: _builtins.str
+    """What happens to the commit log (e.g. "no commit-log copy in the bucket: ...")."""
+    @_builtins.property
+    def staging_directories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        components: _builtins.int = ...,
+        bytes_total: _builtins.int = ...,
+        files_downloaded: _builtins.int = ...,
+        bytes_downloaded: _builtins.int = ...,
+        files_kept: _builtins.int = ...,
+        seconds: _builtins.float = ...,
+        staging_directories: _abc.Iterable[_builtins.str] | None = ...,
+        commitlog: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_downloaded", b"bytes_downloaded", "bytes_total", b"bytes_total", "commitlog", b"commitlog", "components", b"components", "files_downloaded", b"files_downloaded", "files_kept", b"files_kept", "seconds", b"seconds", "staging_directories", b"staging_directories"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___S3DownloadResult: _TypeAlias = S3DownloadResult  # noqa: Y015
+
+@_typing.final
+class DownloadFromS3Response(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROGRESS_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def progress(self) -> Global___S3DownloadProgress: ...
+    @_builtins.property
+    def result(self) -> Global___S3DownloadResult: ...
+    def __init__(
+        self,
+        *,
+        progress: Global___S3DownloadProgress | None = ...,
+        result: Global___S3DownloadResult | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "progress", b"progress", "result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "progress", b"progress", "result", b"result"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["progress", "result"]  # noqa: Y015
+    _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
+
+Global___DownloadFromS3Response: _TypeAlias = DownloadFromS3Response  # noqa: Y015
+
+@_typing.final
+class InstallS3DownloadRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    BACKUP_ID_FIELD_NUMBER: _builtins.int
+    NODE_FIELD_NUMBER: _builtins.int
+    COMMITLOG_FIELD_NUMBER: _builtins.int
+    operation_id: _builtins.str
+    backup_id: _builtins.str
+    node: _builtins.str
+    """The node's name in the bucket's keys (for the commit log)."""
+    commitlog: _builtins.bool
+    """False: the SSTables (before DiscardReplayState); true: the commit log (after it)."""
+    def __init__(
+        self,
+        *,
+        operation_id: _builtins.str = ...,
+        backup_id: _builtins.str = ...,
+        node: _builtins.str = ...,
+        commitlog: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "commitlog", b"commitlog", "node", b"node", "operation_id", b"operation_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InstallS3DownloadRequest: _TypeAlias = InstallS3DownloadRequest  # noqa: Y015
+
+@_typing.final
+class InstallS3DownloadResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TABLES_FIELD_NUMBER: _builtins.int
+    COMMITLOG_SEGMENTS_FIELD_NUMBER: _builtins.int
+    COMMITLOG_BYTES_FIELD_NUMBER: _builtins.int
+    COMMITLOG_FIELD_NUMBER: _builtins.int
+    commitlog_segments: _builtins.int
+    commitlog_bytes: _builtins.int
+    commitlog: _builtins.str
+    """What happened to the commit log ("no commit-log copy in the bucket: ..." when there is none)."""
+    @_builtins.property
+    def tables(self) -> _containers.RepeatedCompositeFieldContainer[Global___RestoredTable]: ...
+    def __init__(
+        self,
+        *,
+        tables: _abc.Iterable[Global___RestoredTable] | None = ...,
+        commitlog_segments: _builtins.int = ...,
+        commitlog_bytes: _builtins.int = ...,
+        commitlog: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commitlog", b"commitlog", "commitlog_bytes", b"commitlog_bytes", "commitlog_segments", b"commitlog_segments", "tables", b"tables"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InstallS3DownloadResponse: _TypeAlias = InstallS3DownloadResponse  # noqa: Y015
+
+@_typing.final
+class ExportToS3Request(_message.Message):
+    """Export to S3."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BACKUP_ID_FIELD_NUMBER: _builtins.int
+    NODE_FIELD_NUMBER: _builtins.int
+    PURPOSE_ID_FIELD_NUMBER: _builtins.int
+    SNAPSHOT_TAG_FIELD_NUMBER: _builtins.int
+    backup_id: _builtins.str
+    node: _builtins.str
+    """The node's name in the bucket's keys (the coordinator's name for it)."""
+    purpose_id: _builtins.str
+    """Exactly one of: the purpose whose clones MountClones mounted read-only, or a native snapshot."""
+    snapshot_tag: _builtins.str
+    def __init__(
+        self,
+        *,
+        backup_id: _builtins.str = ...,
+        node: _builtins.str = ...,
+        purpose_id: _builtins.str = ...,
+        snapshot_tag: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "node", b"node", "purpose_id", b"purpose_id", "snapshot_tag", b"snapshot_tag"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExportToS3Request: _TypeAlias = ExportToS3Request  # noqa: Y015
+
+@_typing.final
+class S3ExportProgress(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PHASE_FIELD_NUMBER: _builtins.int
+    FILES_TOTAL_FIELD_NUMBER: _builtins.int
+    BYTES_TOTAL_FIELD_NUMBER: _builtins.int
+    FILES_DONE_FIELD_NUMBER: _builtins.int
+    BYTES_DONE_FIELD_NUMBER: _builtins.int
+    FILES_UPLOADED_FIELD_NUMBER: _builtins.int
+    BYTES_UPLOADED_FIELD_NUMBER: _builtins.int
+    ELAPSED_SECONDS_FIELD_NUMBER: _builtins.int
+    RATE_BYTES_PER_SECOND_FIELD_NUMBER: _builtins.int
+    ETA_SECONDS_FIELD_NUMBER: _builtins.int
+    phase: _builtins.str
+    """"commitlog" (segments, first) or "sstables"."""
+    files_total: _builtins.int
+    bytes_total: _builtins.int
+    files_done: _builtins.int
+    """Done = uploaded or found in the bucket already."""
+    bytes_done: _builtins.int
+    files_uploaded: _builtins.int
+    bytes_uploaded: _builtins.int
+    elapsed_seconds: _builtins.float
+    rate_bytes_per_second: _builtins.float
+    eta_seconds: _builtins.float
+    """Negative: unknown yet."""
+    def __init__(
+        self,
+        *,
+        phase: _builtins.str = ...,
+        files_total: _builtins.int = ...,
+        bytes_total: _builtins.int = ...,
+        files_done: _builtins.int = ...,
+        bytes_done: _builtins.int = ...,
+        files_uploaded: _builtins.int = ...,
+        bytes_uploaded: _builtins.int = ...,
+        elapsed_seconds: _builtins.float = ...,
+        rate_bytes_per_second: _builtins.float = ...,
+        eta_seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_done", b"bytes_done", "bytes_total", b"bytes_total", "bytes_uploaded", b"bytes_uploaded", "elapsed_seconds", b"elapsed_seconds", "eta_seconds", b"eta_seconds", "files_done", b"files_done", "files_total", b"files_total", "files_uploaded", b"files_uploaded", "phase", b"phase", "rate_bytes_per_second", b"rate_bytes_per_second"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___S3ExportProgress: _TypeAlias = S3ExportProgress  # noqa: Y015
+
+@_typing.final
+class S3ExportResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MANIFEST_KEY_FIELD_NUMBER: _builtins.int
+    COMPONENTS_FIELD_NUMBER: _builtins.int
+    BYTES_TOTAL_FIELD_NUMBER: _builtins.int
+    FILES_UPLOADED_FIELD_NUMBER: _builtins.int
+    BYTES_UPLOADED_FIELD_NUMBER: _builtins.int
+    MULTIPART_UPLOADS_ABORTED_FIELD_NUMBER: _builtins.int
+    COMMITLOG_KEY_FIELD_NUMBER: _builtins.int
+    COMMITLOG_SEGMENTS_FIELD_NUMBER: _builtins.int
+    COMMITLOG_BYTES_FIELD_NUMBER: _builtins.int
+    COMMITLOG_SEGMENTS_UPLOADED_FIELD_NUMBER: _builtins.int
+    COMMITLOG_BYTES_UPLOADED_FIELD_NUMBER: _builtins.int
+    COMMITLOG_NOTE_FIELD_NUMBER: _builtins.int
+    SECONDS_FIELD_NUMBER: _builtins.int
+    manifest_key: _builtins.str
+    components: _builtins.int
+    bytes_total: _builtins.int
+    files_uploaded: _builtins.int
+    bytes_uploaded: _builtins.int
+    multipart_uploads_aborted: _builtins.int
+    commitlog_key: _builtins.str
+    commitlog_segments: _builtins.int
+    commitlog_bytes: _builtins.int
+    commitlog_segments_uploaded: _builtins.int
+    commitlog_bytes_uploaded: _builtins.int
+    commitlog_note: _builtins.str
+    """Why no segment was copied (a native snapshot, a commit log on no clone); empty otherwise."""
+    seconds: _builtins.float
+    def __init__(
+        self,
+        *,
+        manifest_key: _builtins.str = ...,
+        components: _builtins.int = ...,
+        bytes_total: _builtins.int = ...,
+        files_uploaded: _builtins.int = ...,
+        bytes_uploaded: _builtins.int = ...,
+        multipart_uploads_aborted: _builtins.int = ...,
+        commitlog_key: _builtins.str = ...,
+        commitlog_segments: _builtins.int = ...,
+        commitlog_bytes: _builtins.int = ...,
+        commitlog_segments_uploaded: _builtins.int = ...,
+        commitlog_bytes_uploaded: _builtins.int = ...,
+        commitlog_note: _builtins.str = ...,
+        seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_total", b"bytes_total", "bytes_uploaded", b"bytes_uploaded", "commitlog_bytes", b"commitlog_bytes", "commitlog_bytes_uploaded", b"commitlog_bytes_uploaded", "commitlog_key", b"commitlog_key", "commitlog_note", b"commitlog_note", "commitlog_segments", b"commitlog_segments", "commitlog_segments_uploaded", b"commitlog_segments_uploaded", "components", b"components", "files_uploaded", b"files_uploaded", "manifest_key", b"manifest_key", "multipart_uploads_aborted", b"multipart_uploads_aborted", "seconds", b"seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___S3ExportResult: _TypeAlias = S3ExportResult  # noqa: Y015
+
+@_typing.final
+class ExportToS3Response(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROGRESS_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def progress(self) -> Global___S3ExportProgress: ...
+    @_builtins.property
+    def result(self) -> Global___S3ExportResult: ...
+    def __init__(
+        self,
+        *,
+        progress: Global___S3ExportProgress | None = ...,
+        result: Global___S3ExportResult | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "progress", b"progress", "result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "progress", b"progress", "result", b"result"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["progress", "result"]  # noqa: Y015
+    _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
+
+Global___ExportToS3Response: _TypeAlias = ExportToS3Response  # noqa: Y015

@@ -159,6 +159,21 @@ class AgentServiceStub:
                 request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.RemoveStagingRequest.SerializeToString,
                 response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.RemoveStagingResponse.FromString,
                 _registered_method=True)
+        self.DownloadFromS3 = channel.unary_stream(
+                '/ringsnap.api.v1.AgentService/DownloadFromS3',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DownloadFromS3Request.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DownloadFromS3Response.FromString,
+                _registered_method=True)
+        self.InstallS3Download = channel.unary_unary(
+                '/ringsnap.api.v1.AgentService/InstallS3Download',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.InstallS3DownloadRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.InstallS3DownloadResponse.FromString,
+                _registered_method=True)
+        self.ExportToS3 = channel.unary_stream(
+                '/ringsnap.api.v1.AgentService/ExportToS3',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.ExportToS3Request.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.ExportToS3Response.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -355,6 +370,42 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DownloadFromS3(self, request, context):
+        """Restore from S3 (docs/s3.md, "Restoring from S3"). DownloadFromS3 copies the node's copy of a
+        backup (its manifest object's components) into <data dir>/.ringsnap-s3/<operation_id>/ of
+        each data directory, verifying every size and each Data.db against Digest.crc32; Cassandra
+        keeps running, nothing live changes; repeating it keeps what verifies. Progress messages, then
+        one result. With keyspace and table set, only that table's components are fetched, into the
+        table-restore staging (StageTable's place) for ImportStagedTable.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def InstallS3Download(self, request, context):
+        """With Cassandra stopped: every live table file moves into <table dir>/.ringsnap-replaced/
+        <operation_id>/ (kept, never deleted), the downloaded files are renamed into place (same
+        filesystem) and owned as the data directory is. Refused unless the download of the same
+        operation completed; repeating it finishes what was started. Then DiscardReplayState, then
+        InstallS3Download with commitlog set: the commit-log segments captured with the backup,
+        downloaded and verified straight into the emptied commit-log directory.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExportToS3(self, request, context):
+        """Export to S3 (docs/s3.md, "Export"): this node uploads a backup's SSTables and the commit-log
+        segments captured with it, from read-only clones mounted by MountClones(purpose_id) or from a
+        native snapshot (snapshot_tag); the agent maps its own configured data and commit-log
+        directories onto the clones (never a path from the request). Progress messages, then one
+        result. Refused (FAILED_PRECONDITION) while another export of this node runs; repeating it
+        uploads only what is missing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -482,6 +533,21 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.RemoveStaging,
                     request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.RemoveStagingRequest.FromString,
                     response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.RemoveStagingResponse.SerializeToString,
+            ),
+            'DownloadFromS3': grpc.unary_stream_rpc_method_handler(
+                    servicer.DownloadFromS3,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DownloadFromS3Request.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DownloadFromS3Response.SerializeToString,
+            ),
+            'InstallS3Download': grpc.unary_unary_rpc_method_handler(
+                    servicer.InstallS3Download,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.InstallS3DownloadRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.InstallS3DownloadResponse.SerializeToString,
+            ),
+            'ExportToS3': grpc.unary_stream_rpc_method_handler(
+                    servicer.ExportToS3,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.ExportToS3Request.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.ExportToS3Response.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1159,6 +1225,87 @@ class AgentService:
             '/ringsnap.api.v1.AgentService/RemoveStaging',
             ringsnap_dot_api_dot_v1_dot_agent__pb2.RemoveStagingRequest.SerializeToString,
             ringsnap_dot_api_dot_v1_dot_agent__pb2.RemoveStagingResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DownloadFromS3(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/ringsnap.api.v1.AgentService/DownloadFromS3',
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.DownloadFromS3Request.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.DownloadFromS3Response.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InstallS3Download(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.AgentService/InstallS3Download',
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.InstallS3DownloadRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.InstallS3DownloadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportToS3(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/ringsnap.api.v1.AgentService/ExportToS3',
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.ExportToS3Request.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.ExportToS3Response.FromString,
             options,
             channel_credentials,
             insecure,

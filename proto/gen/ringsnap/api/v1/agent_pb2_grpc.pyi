@@ -105,6 +105,30 @@ class AgentServiceStub:
     """Import what StageTable staged into the live table; reports every directory that failed."""
     RemoveStaging: _grpc.UnaryUnaryMultiCallable[_agent_pb2.RemoveStagingRequest, _agent_pb2.RemoveStagingResponse]
     """Delete the staging of a restore (after its import, or when it is aborted). Idempotent."""
+    DownloadFromS3: _grpc.UnaryStreamMultiCallable[_agent_pb2.DownloadFromS3Request, _agent_pb2.DownloadFromS3Response]
+    """Restore from S3 (docs/s3.md, "Restoring from S3"). DownloadFromS3 copies the node's copy of a
+    backup (its manifest object's components) into <data dir>/.ringsnap-s3/<operation_id>/ of
+    each data directory, verifying every size and each Data.db against Digest.crc32; Cassandra
+    keeps running, nothing live changes; repeating it keeps what verifies. Progress messages, then
+    one result. With keyspace and table set, only that table's components are fetched, into the
+    table-restore staging (StageTable's place) for ImportStagedTable.
+    """
+    InstallS3Download: _grpc.UnaryUnaryMultiCallable[_agent_pb2.InstallS3DownloadRequest, _agent_pb2.InstallS3DownloadResponse]
+    """With Cassandra stopped: every live table file moves into <table dir>/.ringsnap-replaced/
+    <operation_id>/ (kept, never deleted), the downloaded files are renamed into place (same
+    filesystem) and owned as the data directory is. Refused unless the download of the same
+    operation completed; repeating it finishes what was started. Then DiscardReplayState, then
+    InstallS3Download with commitlog set: the commit-log segments captured with the backup,
+    downloaded and verified straight into the emptied commit-log directory.
+    """
+    ExportToS3: _grpc.UnaryStreamMultiCallable[_agent_pb2.ExportToS3Request, _agent_pb2.ExportToS3Response]
+    """Export to S3 (docs/s3.md, "Export"): this node uploads a backup's SSTables and the commit-log
+    segments captured with it, from read-only clones mounted by MountClones(purpose_id) or from a
+    native snapshot (snapshot_tag); the agent maps its own configured data and commit-log
+    directories onto the clones (never a path from the request). Progress messages, then one
+    result. Refused (FAILED_PRECONDITION) while another export of this node runs; repeating it
+    uploads only what is missing.
+    """
 
 @_typing.type_check_only
 class AgentServiceAsyncStub(AgentServiceStub):
@@ -183,6 +207,30 @@ class AgentServiceAsyncStub(AgentServiceStub):
     """Import what StageTable staged into the live table; reports every directory that failed."""
     RemoveStaging: _aio.UnaryUnaryMultiCallable[_agent_pb2.RemoveStagingRequest, _agent_pb2.RemoveStagingResponse]  # type: ignore[assignment]
     """Delete the staging of a restore (after its import, or when it is aborted). Idempotent."""
+    DownloadFromS3: _aio.UnaryStreamMultiCallable[_agent_pb2.DownloadFromS3Request, _agent_pb2.DownloadFromS3Response]  # type: ignore[assignment]
+    """Restore from S3 (docs/s3.md, "Restoring from S3"). DownloadFromS3 copies the node's copy of a
+    backup (its manifest object's components) into <data dir>/.ringsnap-s3/<operation_id>/ of
+    each data directory, verifying every size and each Data.db against Digest.crc32; Cassandra
+    keeps running, nothing live changes; repeating it keeps what verifies. Progress messages, then
+    one result. With keyspace and table set, only that table's components are fetched, into the
+    table-restore staging (StageTable's place) for ImportStagedTable.
+    """
+    InstallS3Download: _aio.UnaryUnaryMultiCallable[_agent_pb2.InstallS3DownloadRequest, _agent_pb2.InstallS3DownloadResponse]  # type: ignore[assignment]
+    """With Cassandra stopped: every live table file moves into <table dir>/.ringsnap-replaced/
+    <operation_id>/ (kept, never deleted), the downloaded files are renamed into place (same
+    filesystem) and owned as the data directory is. Refused unless the download of the same
+    operation completed; repeating it finishes what was started. Then DiscardReplayState, then
+    InstallS3Download with commitlog set: the commit-log segments captured with the backup,
+    downloaded and verified straight into the emptied commit-log directory.
+    """
+    ExportToS3: _aio.UnaryStreamMultiCallable[_agent_pb2.ExportToS3Request, _agent_pb2.ExportToS3Response]  # type: ignore[assignment]
+    """Export to S3 (docs/s3.md, "Export"): this node uploads a backup's SSTables and the commit-log
+    segments captured with it, from read-only clones mounted by MountClones(purpose_id) or from a
+    native snapshot (snapshot_tag); the agent maps its own configured data and commit-log
+    directories onto the clones (never a path from the request). Progress messages, then one
+    result. Refused (FAILED_PRECONDITION) while another export of this node runs; repeating it
+    uploads only what is missing.
+    """
 
 class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -408,5 +456,47 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_agent_pb2.RemoveStagingResponse, _abc.Awaitable[_agent_pb2.RemoveStagingResponse]]:
         """Delete the staging of a restore (after its import, or when it is aborted). Idempotent."""
+
+    @_abc_1.abstractmethod
+    def DownloadFromS3(
+        self,
+        request: _agent_pb2.DownloadFromS3Request,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_agent_pb2.DownloadFromS3Response], _abc.AsyncIterator[_agent_pb2.DownloadFromS3Response]]:
+        """Restore from S3 (docs/s3.md, "Restoring from S3"). DownloadFromS3 copies the node's copy of a
+        backup (its manifest object's components) into <data dir>/.ringsnap-s3/<operation_id>/ of
+        each data directory, verifying every size and each Data.db against Digest.crc32; Cassandra
+        keeps running, nothing live changes; repeating it keeps what verifies. Progress messages, then
+        one result. With keyspace and table set, only that table's components are fetched, into the
+        table-restore staging (StageTable's place) for ImportStagedTable.
+        """
+
+    @_abc_1.abstractmethod
+    def InstallS3Download(
+        self,
+        request: _agent_pb2.InstallS3DownloadRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.InstallS3DownloadResponse, _abc.Awaitable[_agent_pb2.InstallS3DownloadResponse]]:
+        """With Cassandra stopped: every live table file moves into <table dir>/.ringsnap-replaced/
+        <operation_id>/ (kept, never deleted), the downloaded files are renamed into place (same
+        filesystem) and owned as the data directory is. Refused unless the download of the same
+        operation completed; repeating it finishes what was started. Then DiscardReplayState, then
+        InstallS3Download with commitlog set: the commit-log segments captured with the backup,
+        downloaded and verified straight into the emptied commit-log directory.
+        """
+
+    @_abc_1.abstractmethod
+    def ExportToS3(
+        self,
+        request: _agent_pb2.ExportToS3Request,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_agent_pb2.ExportToS3Response], _abc.AsyncIterator[_agent_pb2.ExportToS3Response]]:
+        """Export to S3 (docs/s3.md, "Export"): this node uploads a backup's SSTables and the commit-log
+        segments captured with it, from read-only clones mounted by MountClones(purpose_id) or from a
+        native snapshot (snapshot_tag); the agent maps its own configured data and commit-log
+        directories onto the clones (never a path from the request). Progress messages, then one
+        result. Refused (FAILED_PRECONDITION) while another export of this node runs; repeating it
+        uploads only what is missing.
+        """
 
 def add_AgentServiceServicer_to_server(servicer: AgentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -98,12 +98,16 @@ class _RestoreModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RestoreMo
     RESTORE_MODE_UNSPECIFIED: _RestoreMode.ValueType  # 0
     RESTORE_MODE_REVERT: _RestoreMode.ValueType  # 1
     RESTORE_MODE_CLONE: _RestoreMode.ValueType  # 2
+    RESTORE_MODE_S3: _RestoreMode.ValueType  # 3
+    """From the backup's copy on S3 (ringsnap restore --from s3): downloaded, then installed in place."""
 
 class RestoreMode(_RestoreMode, metaclass=_RestoreModeEnumTypeWrapper): ...
 
 RESTORE_MODE_UNSPECIFIED: RestoreMode.ValueType  # 0
 RESTORE_MODE_REVERT: RestoreMode.ValueType  # 1
 RESTORE_MODE_CLONE: RestoreMode.ValueType  # 2
+RESTORE_MODE_S3: RestoreMode.ValueType  # 3
+"""From the backup's copy on S3 (ringsnap restore --from s3): downloaded, then installed in place."""
 Global___RestoreMode: _TypeAlias = RestoreMode  # noqa: Y015
 
 class _BackupView:
@@ -183,6 +187,8 @@ class _RestoreStepEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RestoreSt
     """The manifest check, made before Cassandra starts."""
     RESTORE_STEP_STARTED: _RestoreStep.ValueType  # 9
     RESTORE_STEP_VERIFIED: _RestoreStep.ValueType  # 10
+    RESTORE_STEP_DOWNLOADED: _RestoreStep.ValueType  # 11
+    """A restore from S3: the node's copy downloaded and verified beside its data (nothing changed)."""
 
 class RestoreStep(_RestoreStep, metaclass=_RestoreStepEnumTypeWrapper):
     """The per-node steps of a restore, in order; a node's step is the last one it finished."""
@@ -201,6 +207,8 @@ RESTORE_STEP_CHECKED: RestoreStep.ValueType  # 8
 """The manifest check, made before Cassandra starts."""
 RESTORE_STEP_STARTED: RestoreStep.ValueType  # 9
 RESTORE_STEP_VERIFIED: RestoreStep.ValueType  # 10
+RESTORE_STEP_DOWNLOADED: RestoreStep.ValueType  # 11
+"""A restore from S3: the node's copy downloaded and verified beside its data (nothing changed)."""
 Global___RestoreStep: _TypeAlias = RestoreStep  # noqa: Y015
 
 class _NodeVerdict:
@@ -1838,3 +1846,125 @@ class RestoreDrill(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RestoreDrill: _TypeAlias = RestoreDrill  # noqa: Y015
+
+@_typing.final
+class PlanTableRestoreRequest(_message.Message):
+    """-- table-level restores through the daemon -------------------------------------------------------"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BACKUP_ID_FIELD_NUMBER: _builtins.int
+    KEYSPACE_FIELD_NUMBER: _builtins.int
+    TABLES_FIELD_NUMBER: _builtins.int
+    AS_KEYSPACE_FIELD_NUMBER: _builtins.int
+    AS_TABLE_FIELD_NUMBER: _builtins.int
+    backup_id: _builtins.str
+    keyspace: _builtins.str
+    as_keyspace: _builtins.str
+    """`--as K.T2`: restore the single table into this new table (both set, or neither)."""
+    as_table: _builtins.str
+    @_builtins.property
+    def tables(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Empty: every table of the keyspace in the backup's schema."""
+
+    def __init__(
+        self,
+        *,
+        backup_id: _builtins.str = ...,
+        keyspace: _builtins.str = ...,
+        tables: _abc.Iterable[_builtins.str] | None = ...,
+        as_keyspace: _builtins.str = ...,
+        as_table: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["as_keyspace", b"as_keyspace", "as_table", b"as_table", "backup_id", b"backup_id", "keyspace", b"keyspace", "tables", b"tables"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlanTableRestoreRequest: _TypeAlias = PlanTableRestoreRequest  # noqa: Y015
+
+@_typing.final
+class TableRestorePlan(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TABLE_RESTORE_FIELD_NUMBER: _builtins.int
+    REFUSALS_FIELD_NUMBER: _builtins.int
+    DOCUMENT_JSON_FIELD_NUMBER: _builtins.int
+    document_json: _builtins.str
+    """The plan as `ringsnap restore BACKUP --keyspace K --dry-run --output json` prints it (the
+    per-table sizes, free space, clones and warnings the CLI shows before its confirmation).
+    """
+    @_builtins.property
+    def table_restore(self) -> Global___TableRestore:
+        """The record the run starts from: targets and their action, each node's SSTables and staging."""
+
+    @_builtins.property
+    def refusals(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Each reason the restore cannot start; empty when it can."""
+
+    def __init__(
+        self,
+        *,
+        table_restore: Global___TableRestore | None = ...,
+        refusals: _abc.Iterable[_builtins.str] | None = ...,
+        document_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["table_restore", b"table_restore"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["document_json", b"document_json", "refusals", b"refusals", "table_restore", b"table_restore"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TableRestorePlan: _TypeAlias = TableRestorePlan  # noqa: Y015
+
+@_typing.final
+class StartTableRestoreRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BACKUP_ID_FIELD_NUMBER: _builtins.int
+    KEYSPACE_FIELD_NUMBER: _builtins.int
+    TABLES_FIELD_NUMBER: _builtins.int
+    AS_KEYSPACE_FIELD_NUMBER: _builtins.int
+    AS_TABLE_FIELD_NUMBER: _builtins.int
+    TABLE_RESTORE_ID_FIELD_NUMBER: _builtins.int
+    CONFIRM_CLUSTER_FIELD_NUMBER: _builtins.int
+    RESUME_ID_FIELD_NUMBER: _builtins.int
+    ABORT_ID_FIELD_NUMBER: _builtins.int
+    REQUESTED_BY_FIELD_NUMBER: _builtins.int
+    backup_id: _builtins.str
+    """A new run: as PlanTableRestoreRequest."""
+    keyspace: _builtins.str
+    as_keyspace: _builtins.str
+    as_table: _builtins.str
+    table_restore_id: _builtins.str
+    """The id of the plan the operator confirmed ("" = a new one)."""
+    confirm_cluster: _builtins.str
+    """The cluster's name as the operator typed it: must equal the backup's (or the record's) cluster."""
+    resume_id: _builtins.str
+    """Instead of a new run: go on with this failed table restore, or give it up."""
+    abort_id: _builtins.str
+    requested_by: _builtins.str
+    @_builtins.property
+    def tables(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        backup_id: _builtins.str = ...,
+        keyspace: _builtins.str = ...,
+        tables: _abc.Iterable[_builtins.str] | None = ...,
+        as_keyspace: _builtins.str = ...,
+        as_table: _builtins.str = ...,
+        table_restore_id: _builtins.str = ...,
+        confirm_cluster: _builtins.str = ...,
+        resume_id: _builtins.str = ...,
+        abort_id: _builtins.str = ...,
+        requested_by: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort_id", b"abort_id", "as_keyspace", b"as_keyspace", "as_table", b"as_table", "backup_id", b"backup_id", "confirm_cluster", b"confirm_cluster", "keyspace", b"keyspace", "requested_by", b"requested_by", "resume_id", b"resume_id", "table_restore_id", b"table_restore_id", "tables", b"tables"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StartTableRestoreRequest: _TypeAlias = StartTableRestoreRequest  # noqa: Y015

@@ -120,6 +120,16 @@ class CoordinatorServiceStub:
                 request_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListRestoreDrillsRequest.SerializeToString,
                 response_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListRestoreDrillsResponse.FromString,
                 _registered_method=True)
+        self.PlanTableRestore = channel.unary_unary(
+                '/ringsnap.api.v1.CoordinatorService/PlanTableRestore',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.PlanTableRestoreRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.TableRestorePlan.FromString,
+                _registered_method=True)
+        self.StartTableRestore = channel.unary_unary(
+                '/ringsnap.api.v1.CoordinatorService/StartTableRestore',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.StartTableRestoreRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_types__pb2.Operation.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServiceServicer:
@@ -254,6 +264,28 @@ class CoordinatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PlanTableRestore(self, request, context):
+        """Table-level restores run by the daemon (`ringsnap restore BACKUP --keyspace K` while the
+        daemon holds the catalog, or from another host). PlanTableRestore plans as the CLI does and
+        changes nothing (a viewer's read): the record the run would start from, and every refusal.
+        StartTableRestore plans again under the id of the plan shown (table_restore_id) and runs it as
+        an operation (kind RESTORE, phase = the run's step, message = its latest progress line) that
+        holds the cluster as a restore does; with resume_id it goes on with a failed one from its
+        step, with abort_id it gives one up (clones and staging removed). Refused before anything is
+        made: FAILED_PRECONDITION RESTORE_REFUSED (the plan refuses, or confirm_cluster is not the
+        cluster's name), ABORTED CLUSTER_BUSY. A run that fails ends its operation with
+        RESTORE_FAILED; GetTableRestore then gives its record and next step.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StartTableRestore(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -341,6 +373,16 @@ def add_CoordinatorServiceServicer_to_server(servicer, server):
                     servicer.ListDrills,
                     request_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListRestoreDrillsRequest.FromString,
                     response_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListRestoreDrillsResponse.SerializeToString,
+            ),
+            'PlanTableRestore': grpc.unary_unary_rpc_method_handler(
+                    servicer.PlanTableRestore,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.PlanTableRestoreRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.TableRestorePlan.SerializeToString,
+            ),
+            'StartTableRestore': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartTableRestore,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.StartTableRestoreRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_types__pb2.Operation.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -802,6 +844,60 @@ class CoordinatorService:
             '/ringsnap.api.v1.CoordinatorService/ListDrills',
             ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListRestoreDrillsRequest.SerializeToString,
             ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListRestoreDrillsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PlanTableRestore(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.CoordinatorService/PlanTableRestore',
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.PlanTableRestoreRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.TableRestorePlan.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartTableRestore(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.CoordinatorService/StartTableRestore',
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.StartTableRestoreRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_types__pb2.Operation.FromString,
             options,
             channel_credentials,
             insecure,

@@ -82,6 +82,19 @@ class CoordinatorServiceStub:
     """
     ListDrills: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.ListRestoreDrillsRequest, _coordinator_pb2.ListRestoreDrillsResponse]
     """The newest drills, newest first (of one cluster, or one backup)."""
+    PlanTableRestore: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.PlanTableRestoreRequest, _coordinator_pb2.TableRestorePlan]
+    """Table-level restores run by the daemon (`ringsnap restore BACKUP --keyspace K` while the
+    daemon holds the catalog, or from another host). PlanTableRestore plans as the CLI does and
+    changes nothing (a viewer's read): the record the run would start from, and every refusal.
+    StartTableRestore plans again under the id of the plan shown (table_restore_id) and runs it as
+    an operation (kind RESTORE, phase = the run's step, message = its latest progress line) that
+    holds the cluster as a restore does; with resume_id it goes on with a failed one from its
+    step, with abort_id it gives one up (clones and staging removed). Refused before anything is
+    made: FAILED_PRECONDITION RESTORE_REFUSED (the plan refuses, or confirm_cluster is not the
+    cluster's name), ABORTED CLUSTER_BUSY. A run that fails ends its operation with
+    RESTORE_FAILED; GetTableRestore then gives its record and next step.
+    """
+    StartTableRestore: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.StartTableRestoreRequest, _types_pb2.Operation]
 
 @_typing.type_check_only
 class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
@@ -136,6 +149,19 @@ class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
     """
     ListDrills: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.ListRestoreDrillsRequest, _coordinator_pb2.ListRestoreDrillsResponse]  # type: ignore[assignment]
     """The newest drills, newest first (of one cluster, or one backup)."""
+    PlanTableRestore: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.PlanTableRestoreRequest, _coordinator_pb2.TableRestorePlan]  # type: ignore[assignment]
+    """Table-level restores run by the daemon (`ringsnap restore BACKUP --keyspace K` while the
+    daemon holds the catalog, or from another host). PlanTableRestore plans as the CLI does and
+    changes nothing (a viewer's read): the record the run would start from, and every refusal.
+    StartTableRestore plans again under the id of the plan shown (table_restore_id) and runs it as
+    an operation (kind RESTORE, phase = the run's step, message = its latest progress line) that
+    holds the cluster as a restore does; with resume_id it goes on with a failed one from its
+    step, with abort_id it gives one up (clones and staging removed). Refused before anything is
+    made: FAILED_PRECONDITION RESTORE_REFUSED (the plan refuses, or confirm_cluster is not the
+    cluster's name), ABORTED CLUSTER_BUSY. A run that fails ends its operation with
+    RESTORE_FAILED; GetTableRestore then gives its record and next step.
+    """
+    StartTableRestore: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.StartTableRestoreRequest, _types_pb2.Operation]  # type: ignore[assignment]
 
 class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -289,5 +315,30 @@ class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_coordinator_pb2.ListRestoreDrillsResponse, _abc.Awaitable[_coordinator_pb2.ListRestoreDrillsResponse]]:
         """The newest drills, newest first (of one cluster, or one backup)."""
+
+    @_abc_1.abstractmethod
+    def PlanTableRestore(
+        self,
+        request: _coordinator_pb2.PlanTableRestoreRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_coordinator_pb2.TableRestorePlan, _abc.Awaitable[_coordinator_pb2.TableRestorePlan]]:
+        """Table-level restores run by the daemon (`ringsnap restore BACKUP --keyspace K` while the
+        daemon holds the catalog, or from another host). PlanTableRestore plans as the CLI does and
+        changes nothing (a viewer's read): the record the run would start from, and every refusal.
+        StartTableRestore plans again under the id of the plan shown (table_restore_id) and runs it as
+        an operation (kind RESTORE, phase = the run's step, message = its latest progress line) that
+        holds the cluster as a restore does; with resume_id it goes on with a failed one from its
+        step, with abort_id it gives one up (clones and staging removed). Refused before anything is
+        made: FAILED_PRECONDITION RESTORE_REFUSED (the plan refuses, or confirm_cluster is not the
+        cluster's name), ABORTED CLUSTER_BUSY. A run that fails ends its operation with
+        RESTORE_FAILED; GetTableRestore then gives its record and next step.
+        """
+
+    @_abc_1.abstractmethod
+    def StartTableRestore(
+        self,
+        request: _coordinator_pb2.StartTableRestoreRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_types_pb2.Operation, _abc.Awaitable[_types_pb2.Operation]]: ...
 
 def add_CoordinatorServiceServicer_to_server(servicer: CoordinatorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
