@@ -8,8 +8,11 @@ DEB_PACKAGES := docker.io debootstrap xfsprogs lvm2 openjdk-17-jre-headless mave
 
 .PHONY: test demo install system-deps lint typecheck-tree generate clean-sandbox bench
 
+# Tests without the Cassandra test bed run in parallel workers (each makes its own pools, servers
+# and temp dirs); the integration tests share one sandbox ring per session, so they run in order.
 test: system-deps lint
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not integration" -n 4 --durations=15
+	$(PY) -m pytest -m integration --durations=25
 
 demo: system-deps install
 	$(VENV)/bin/ringsnap sandbox demo
