@@ -19,6 +19,7 @@ import pytest
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
+from ringsnap.coordinator import access
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.client import Target
 from ringsnap.coordinator.config import CoordinatorConfig
@@ -231,3 +232,15 @@ def test_the_cli_through_the_daemon_plans_runs_and_resumes_a_failed_restore(
     assert (
         imports.count("n3:import:shop.orders") == 2 and imports.count("n1:import:shop.orders") == 1
     )
+
+
+def test_a_plan_is_a_viewers_read_and_a_start_resume_or_abort_an_operators_call() -> None:
+    service = "/ringsnap.api.v1.CoordinatorService/"
+    plan = pb.PlanTableRestoreRequest(**_request())
+    assert access.required_role(service + "PlanTableRestore", plan) is access.Role.VIEWER
+    for start in (
+        pb.StartTableRestoreRequest(**_request(), confirm_cluster="prod"),
+        pb.StartTableRestoreRequest(resume_id="tr-20261124-050000-00aa"),
+        pb.StartTableRestoreRequest(abort_id="tr-20261124-050000-00aa"),
+    ):
+        assert access.required_role(service + "StartTableRestore", start) is access.Role.OPERATOR
