@@ -166,6 +166,9 @@ def print_report(record: DrillRecord) -> None:
         )
         for line in node.proof:
             out.print(f"      {line}")
+        if node.row_counts:
+            counted = ", ".join(f"{table} {rows}" for table, rows in node.row_counts)
+            out.print(f"      rows over its primary ranges (for table restores): {counted}")
         for line in node.problems:
             out.print(render.labelled("      not proven: ", "red", line))
         for line in node.teardown:

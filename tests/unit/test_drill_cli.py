@@ -48,3 +48,35 @@ def test_every_drill_state_has_its_exit_code() -> None:
         DrillState.INTERRUPTED: 130,
         DrillState.RUNNING: 130,
     }
+
+
+def test_the_report_shows_each_nodes_row_counts_for_table_restores(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from datetime import UTC, datetime
+
+    from ringsnap.coordinator.drill.model import DrillNode, DrillRecord, DrillVerdict
+
+    record = DrillRecord(
+        id="dr-20261124-090000-00aa",
+        cluster="prod",
+        backup_id="rs-1",
+        trigger="cli:test",
+        requested_by="test",
+        started_at=datetime(2026, 11, 24, 9, tzinfo=UTC),
+        nodes=(
+            DrillNode(
+                name="n1",
+                verdict=DrillVerdict.PROVEN,
+                row_counts=(("shop.orders", 1200), ("shop.users", 0)),
+            ),
+            DrillNode(name="n2", verdict=DrillVerdict.PROVEN),
+        ),
+        state=DrillState.PROVEN,
+    )
+    drill_cli.print_report(record)
+    shown = capsys.readouterr().out
+    assert "rows over its primary ranges (for table restores): shop.orders 1200, shop.users 0" in (
+        shown
+    )
+    assert shown.count("rows over its primary ranges") == 1
