@@ -156,15 +156,16 @@ def s3_next_step(record: RestoreRecord, step: RestoreStep, resume: str) -> str:
     """What the operator does for a node of a restore from S3 stopped at `step`."""
     staged = f"<data dir>/.ringsnap-s3/{record.id}/"
     kept = f"the files they replaced are kept in each table's .ringsnap-replaced/{record.id}/"
+    give_up = f"to give the restore up, remove {staged} on the node"
     if step is RestoreStep.PLANNED:
         return (
             f"nothing was changed on this node (a partial download may be in {staged}):"
-            f" {resume} to go on"
+            f" {resume} to go on (what verified is kept); {give_up}"
         )
     if step in (RestoreStep.DOWNLOADED, RestoreStep.CANARY):
         return (
             f"nothing was changed on this node; its copy is downloaded and verified in {staged}:"
-            f" {resume} to go on"
+            f" {resume} to go on; {give_up}"
         )
     if step is RestoreStep.STOPPED:
         return (
