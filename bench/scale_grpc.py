@@ -33,9 +33,11 @@ import argparse
 import asyncio
 import cProfile
 import errno
+import faulthandler
 import multiprocessing
 import os
 import resource
+import signal
 import statistics
 import tempfile
 import threading
@@ -198,6 +200,7 @@ def _agent(index: int, pki_dir: Path, state_root: Path) -> AgentServer:
 def serve_agents(indices: list[int], pki_dir: str, state_root: str, conn: Connection) -> None:
     """A worker process: serve the agents `indices` until the parent says stop."""
     configure(json=True, level="error")
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     _raise_file_limit()
     recorder = IoctlRecorder()
     fsfreeze.syncfs = recorder.syncfs
@@ -241,8 +244,22 @@ def _targets(agents: dict[str, NodeAgent]) -> list[NodeTarget]:
 class Sample:
     window: FreezeWindow | None
     cpu: float
+    #: CPU time of every agent process over the same span.
+    agents_cpu: float
     #: Why the run failed ("" if it did not), shortened.
     error: str = ""
+
+
+#: The agent processes (their CPU time is read from /proc around each barrier).
+_AGENT_PIDS: list[int] = []
+
+
+def _agents_cpu() -> float:
+    ticks = 0
+    for pid in _AGENT_PIDS:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _short(error: BaseException) -> str:
@@ -262,35 +279,36 @@ async def _cold_barrier(
     barrier = FreezeBarrier(
         dict(agents), new_backup_id(), settings.freeze_budget, settings.lease, renew_leases
     )
-    cpu = time.process_time()
+    cpu, agents_cpu = time.process_time(), _agents_cpu()
     error = ""
     try:
         await barrier.hold(lambda _left: asyncio.sleep(array_s), on_frozen=lambda: None)
     except BackupFailed as exc:
         error = _short(exc)
     finally:
-        cpu = time.process_time() - cpu
+        cpu, agents_cpu = time.process_time() - cpu, _agents_cpu() - agents_cpu
         for agent in agents.values():
             await agent.close()
-    return Sample(barrier.window, cpu, error)
+    return Sample(barrier.window, cpu, agents_cpu, error)
 
 
 class _CpuOfFreeze:
     """Coordinator CPU time over the freeze phase of a run (the workflow's progress callback)."""
 
     def __init__(self) -> None:
-        self.cpu = 0.0
-        self._started: float | None = None
+        self.cpu = self.agents_cpu = 0.0
+        self._started: tuple[float, float] | None = None
 
     def __call__(self, phase: str, message: str) -> None:
         if phase == "freeze+snapshot+thaw":
-            self._started = time.process_time()
+            self._started = (time.process_time(), _agents_cpu())
         elif phase == "finish":
             self.stop()
 
     def stop(self) -> None:
         if self._started is not None:
-            self.cpu = time.process_time() - self._started
+            self.cpu = time.process_time() - self._started[0]
+            self.agents_cpu = _agents_cpu() - self._started[1]
             self._started = None
 
 
@@ -317,10 +335,10 @@ async def _workflow_runs(
         for _ in range(runs):
             try:
                 run = await workflow.run(settings, trigger="bench", on_start=keep)
-                samples.append(Sample(run.window, cpu.cpu))
+                samples.append(Sample(run.window, cpu.cpu, cpu.agents_cpu))
             except (BackupFailed, BackupRefused) as exc:
                 cpu.stop()
-                samples.append(Sample(started[-1].window, cpu.cpu, _short(exc)))
+                samples.append(Sample(started[-1].window, cpu.cpu, cpu.agents_cpu, _short(exc)))
     finally:
         for agent in agents.values():
             await agent.close()
@@ -353,6 +371,7 @@ def _line(label: str, samples: Sequence[Sample]) -> str:
                 fig("agents_thaw", [w.slowest_thaw for w in windows]),
                 fig("overhead", [w.overhead for w in windows]),
                 fig("coordinator_cpu", [s.cpu for s in samples]),
+                fig("agents_cpu", [s.agents_cpu for s in samples]),
             )
         )
         + (" (ms; median/max)" if len(samples) > 1 else " (ms)")
@@ -432,7 +451,10 @@ def main() -> None:
     )
     parser.add_argument("--state-root", type=Path, default=Path("/dev/shm"))
     args = parser.parse_args()
-    configure(json=True, level="error")
+    # Failed runs are reported by the benchmark itself (one line), not by a log line per node.
+    configure(json=True, level="critical")
+    # `kill -USR1 <pid>` prints where a stuck run is.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     limit = _raise_file_limit()
     total = max(args.agents)
     print(f"RLIMIT_NOFILE {limit} (soft raised to the hard limit in every process)")
@@ -454,6 +476,8 @@ def main() -> None:
                 )
                 process.start()
                 workers.append((process, parent))
+                assert process.pid is not None
+                _AGENT_PIDS.append(process.pid)
             addresses: dict[str, str] = {}
             for _, conn in workers:
                 addresses.update((_node_name(i), address) for i, address in conn.recv())
