@@ -16,6 +16,7 @@ from typing import Any
 
 import grpc
 import pytest
+import typer
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
@@ -244,3 +245,42 @@ def test_a_plan_is_a_viewers_read_and_a_start_resume_or_abort_an_operators_call(
         pb.StartTableRestoreRequest(abort_id="tr-20261124-050000-00aa"),
     ):
         assert access.required_role(service + "StartTableRestore", start) is access.Role.OPERATOR
+
+
+def test_ringsnap_restore_keyspace_goes_through_the_daemon_holding_the_catalog(
+    harness: Harness, fakes: Fakes
+) -> None:
+    """The command as the operator types it, with the daemon's own config: the catalog is locked
+    by the daemon, so plan, run and report come from the daemon; same JSON, same exit code."""
+    from typer.testing import CliRunner
+
+    from ringsnap.coordinator import restore_cli
+    from ringsnap.coordinator.apitoken import TOKEN_FILE_ENV
+    from ringsnap.coordinator.client import ADDRESS_ENV, CONFIG_ENV, REMOTE_ENV
+
+    from .conftest import config_data
+    from .test_restore_cli import write_config
+
+    data = config_data(harness.tmp)
+    data["coordinator"]["listen"] = harness.address
+    config = write_config(harness.tmp / "coordinator.toml", data)
+    app = typer.Typer(pretty_exceptions_enable=False)
+    app.callback()(lambda: None)
+    app.command("restore")(restore_cli.restore_command)
+    env = {ADDRESS_ENV: "", TOKEN_FILE_ENV: "", CONFIG_ENV: "", REMOTE_ENV: "", "COLUMNS": "200"}
+
+    def restore(*args: str) -> Any:
+        return CliRunner().invoke(
+            app, ["restore", *args, "--config", str(config), "-o", "json"], env=env
+        )
+
+    planned = restore(BACKUP, "--keyspace", "shop", "--table", "orders", "--dry-run")
+    assert planned.exit_code == 0, planned.output
+    assert json.loads(planned.stdout)["plan"]["refusals"] == [] and fakes.events == []
+
+    done = restore(BACKUP, "--keyspace", "shop", "--table", "orders", "--yes")
+    assert done.exit_code == 0, done.output
+    document = json.loads(done.stdout)["table_restore"]
+    assert document["state"] == "succeeded"
+    assert harness.catalog.get_table_restore(document["id"]).state is TableRestoreState.SUCCEEDED
+    assert any(e.endswith(":import:shop.orders") for e in fakes.events)
