@@ -25,6 +25,8 @@ from ringsnap.agent.restore import DiscardedDirectory, VolumeFacts, VolumeState
 from ringsnap.agent.s3.download import DownloadRefused
 from ringsnap.agent.s3.export import ExportFailed
 from ringsnap.agent.s3.purge import PurgeFailed
+from ringsnap.agent.s3.rpc import S3Exports
+from ringsnap.agent.s3_restore import S3RestoreRpcs
 from ringsnap.agent.snapshot_restore import RestoredTable
 from ringsnap.agent.table_import_rpc import TableImportRpcs
 from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc, types_pb2
@@ -266,6 +268,8 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     ) -> None:
         self._agent = agent
         self._table_imports = TableImportRpcs(agent)
+        self._s3_restores = S3RestoreRpcs(agent)
+        self._s3_exports = S3Exports(lambda: agent.config, lambda: self._clones)
         self._clones_made = clones
         self._drills_made = drills
 
@@ -482,6 +486,38 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         self, request: agent_pb2.RemoveStagingRequest, context: Context
     ) -> agent_pb2.RemoveStagingResponse:
         return await self._table_imports.remove_staging(request)
+
+    # -- restores from S3 (ringsnap.agent.s3_restore) --
+
+    async def DownloadFromS3(
+        self, request: agent_pb2.DownloadFromS3Request, context: Context
+    ) -> AsyncIterator[agent_pb2.DownloadFromS3Response]:
+        try:
+            async for message in self._s3_restores.download(request):
+                yield message
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
+        except Exception as exc:
+            await STATUSES.abort(context, exc, "DownloadFromS3")
+
+    @unary
+    async def InstallS3Download(
+        self, request: agent_pb2.InstallS3DownloadRequest, context: Context
+    ) -> agent_pb2.InstallS3DownloadResponse:
+        return await self._s3_restores.install(request)
+
+    # -- export to S3 (ringsnap.agent.s3.rpc) --
+
+    async def ExportToS3(
+        self, request: agent_pb2.ExportToS3Request, context: Context
+    ) -> AsyncIterator[agent_pb2.ExportToS3Response]:
+        try:
+            async for message in self._s3_exports.export(request):
+                yield message
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
+        except Exception as exc:
+            await STATUSES.abort(context, exc, "ExportToS3")
 
 
 async def _stream_manifest(

@@ -60,10 +60,12 @@ def _attach_commands() -> None:
     # Imported here so that `ringsnap --help` stays fast and a broken optional part names itself.
     from ringsnap.coordinator import commands, restore_cli
     from ringsnap.coordinator.drill import cli as drill_cli
+    from ringsnap.coordinator.export import cli as export_cli
 
     commands.register(app)
     app.command("restore")(restore_cli.restore_command)
     app.command("drill")(drill_cli.drill_command)
+    app.command("export")(export_cli.export_command)
     if sandbox_installed():
         from ringsnap.sandbox.cli import app as sandbox_app
 

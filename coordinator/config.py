@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from ringsnap import names
+from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.config import SecretFile, Section, TlsFiles, load
 from ringsnap.coordinator.access import Role
 from ringsnap.coordinator.model import QuiesceMode, SnapshotKind, VolumeRole
@@ -280,6 +281,10 @@ class RetentionSection(Section):
     max_age_days: float | None = Field(default=None, gt=0)
     min_count: int = Field(default=0, ge=0)
     failed_grace_days: float = Field(default=7.0, ge=0)
+    #: Export each new complete backup of this policy to S3 after it is recorded (the nodes'
+    #: `[s3]`, and the coordinator's for the catalog mirror; docs/s3.md). A copy lives as long as
+    #: its backup: the rules above decide for both.
+    export: bool = False
 
     @model_validator(mode="after")
     def _keeps_something(self) -> RetentionSection:
@@ -310,6 +315,9 @@ class CoordinatorConfig(Section):
     schedules: list[ScheduleSection] = Field(default_factory=list)
     retention: dict[Name, RetentionSection] = Field(default_factory=dict)
     remote: RemoteSection | None = None
+    #: Off-array copies: the bucket the backups' catalog records are mirrored to after every
+    #: export, and `catalog rebuild --from s3` reads (docs/s3.md).
+    s3: S3Settings | None = None
 
     @model_validator(mode="after")
     def _references(self, info: ValidationInfo) -> CoordinatorConfig:

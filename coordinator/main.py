@@ -2,6 +2,7 @@
 
     ringsnap-coordinator serve [--config /etc/ringsnap/coordinator.toml]
     ringsnap-coordinator check-config [--config FILE]
+    ringsnap-coordinator catalog rebuild --from s3[://bucket/prefix/] [--merge] [--config FILE]
 
 `serve` logs JSON lines to stdout (journald), speaks sd_notify (READY, WATCHDOG, STOPPING), serves
 Prometheus metrics on `metrics_listen` and the API on `listen` (loopback only). SIGTERM or SIGINT
@@ -67,6 +68,26 @@ def _parser() -> argparse.ArgumentParser:
         " redacted. Contacts nothing.",
     )
     check.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH, help="coordinator.toml")
+    catalog = commands.add_parser("catalog", help="catalog maintenance")
+    catalog_commands = catalog.add_subparsers(dest="catalog_command", required=True)
+    rebuild = catalog_commands.add_parser(
+        "rebuild",
+        help="rebuild the catalog from the backups' copies on S3 (docs/s3.md)",
+        description="Record every backup mirrored to the bucket (its nodes, snapshots,"
+        " manifests, schemas and export) in the configured catalog, which must be empty unless"
+        " --merge. Backups whose arrays this coordinator does not know are marked as copies only"
+        " on S3.",
+    )
+    rebuild.add_argument(
+        "--config", type=Path, default=DEFAULT_CONFIG_PATH, help="coordinator.toml"
+    )
+    rebuild.add_argument(
+        "--from",
+        dest="source",
+        required=True,
+        help="'s3' (the [s3] section) or s3://bucket/prefix/ (with that section's credentials)",
+    )
+    rebuild.add_argument("--merge", action="store_true", help="add to a catalog that has backups")
     return parser
 
 
@@ -189,6 +210,11 @@ def main(argv: list[str] | None = None) -> int:
         if arguments.command == "check-config":
             logs.configure(json=False, level="warning")
             return check_config(arguments.config)
+        if arguments.command == "catalog":
+            from ringsnap.coordinator.export.rebuild_cli import rebuild_command
+
+            logs.configure(json=False, level="warning")
+            return rebuild_command(arguments.config, arguments.source, merge=arguments.merge)
         logs.configure(json=arguments.log_format == "json", level=arguments.log_level)
         config = load_config(arguments.config)
         with contextlib.suppress(KeyboardInterrupt):

@@ -234,6 +234,7 @@ def backups_table(backups: Iterable[pb.Backup]) -> RenderableType:
     table.add_column("TRIGGER")
     table.add_column("POLICY")
     table.add_column("VERIFIED", no_wrap=True)
+    table.add_column("S3", no_wrap=True)
     for backup in backups:
         window = duration(seconds(backup.freeze.total)) if backup.HasField("freeze") else "-"
         table.add_row(
@@ -247,6 +248,7 @@ def backups_table(backups: Iterable[pb.Backup]) -> RenderableType:
             backup.trigger,
             backup.policy or "-",
             verified_column(backup),
+            "copy" if backup.off_array_copy else "-",
         )
     notes = [
         Text.assemble(
@@ -285,6 +287,7 @@ def backup_detail(backup: pb.Backup) -> RenderableType:
         ("quiesce", QUIESCE_NAMES.get(backup.quiesce_mode, "unknown")),
         ("freeze window", freeze_window(backup)),
         ("verification", verification(backup)),
+        ("off-array copy", backup.off_array_copy or "none (ringsnap export)"),
     ]
     if backup.lost_reason:
         rows.append(("lost", lost(backup)))

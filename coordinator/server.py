@@ -46,6 +46,7 @@ from ringsnap.coordinator.catalog.drills import DrillNotFoundError
 from ringsnap.coordinator.config import RemoteSection
 from ringsnap.coordinator.drill.wire import drill_id_of, drill_message, drill_request
 from ringsnap.coordinator.drill.workflow import DrillRefused
+from ringsnap.coordinator.export.listing import off_array_copies
 from ringsnap.coordinator.model import RestoreMode
 from ringsnap.coordinator.operations import Operation
 from ringsnap.coordinator.restore import RestoreFailed, RestoreRefused
@@ -254,16 +255,20 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
             page_size=page_size,
             page_token=request.page_token,
         )
-        return pb.ListBackupsResponse(
+        response = pb.ListBackupsResponse(
             backups=[messages.backup(b, full=full) for b in page.backups],
             next_page_token=page.next_page_token,
         )
+        await off_array_copies(self._coordinator.catalog, response.backups)
+        return response
 
     @unary
     async def GetBackup(self, request: pb.GetBackupRequest, context: Context) -> pb.Backup:
         backup_id = _backup_id(request.backup_id)
         backup = await asyncio.to_thread(self._coordinator.catalog.get_backup, backup_id)
-        return messages.backup(backup)
+        message = messages.backup(backup)
+        await off_array_copies(self._coordinator.catalog, [message])
+        return message
 
     @unary
     async def DeleteBackup(

@@ -38,6 +38,7 @@ from ringsnap.coordinator.drill.daemon import start_drill
 from ringsnap.coordinator.drill.plan import DrillRequest
 from ringsnap.coordinator.drill.schedule import DrillService, drill_scheduler, drill_schedules
 from ringsnap.coordinator.drill.session import client_tls, drill_hosts
+from ringsnap.coordinator.export.scheduled import export_scheduled_backup, exports_policy
 from ringsnap.coordinator.metrics import CoordinatorMetrics
 from ringsnap.coordinator.model import (
     Backup,
@@ -410,6 +411,8 @@ class Coordinator:
         finally:
             self._runs.pop(backup_id, None)
         self.metrics.record_backup(backup)
+        if request.policy and exports_policy(self.config, request.policy):
+            await export_scheduled_backup(self.config, self.catalog, self.arrays, backup)
         if request.policy:
             await self.apply_retention(cluster.name, request.policy)
         return backup

@@ -107,8 +107,11 @@ def result_message(
 class S3Exports:
     """ExportToS3 of one agent."""
 
-    def __init__(self, config: AgentConfig, clones: Callable[[], CloneMounter]) -> None:
-        self._config = config
+    def __init__(
+        self, config: Callable[[], AgentConfig], clones: Callable[[], CloneMounter]
+    ) -> None:
+        # Both read on first use: a servicer is also built around agents that never export.
+        self._config_of = config
         self._clones = clones
         self._lock = threading.Lock()
         self._running: str | None = None
@@ -116,6 +119,10 @@ class S3Exports:
         self._idle = threading.Event()
         self._idle.set()
         self._cancelled: threading.Event | None = None
+
+    @property
+    def _config(self) -> AgentConfig:
+        return self._config_of()
 
     def _source(self, request: ExportRequest) -> ExportSource:
         cassandra = self._config.cassandra

@@ -29,6 +29,7 @@ from ringsnap.agent.s3.download import PARTIAL_SUFFIX, DownloadRefused, download
 from ringsnap.agent.s3.layout import Layout
 from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.config import validate
+from ringsnap.coordinator.assembly import open_coordinator
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.export.mirror import FORMAT, INDEX
@@ -309,6 +310,13 @@ def test_export_differential_cut_and_resumed_rebuilt_and_purged(
     assert not _listing(client, settings, f"catalog/{first.id}/")
     assert not any(_listing(client, settings, f"commitlog/{n}/{first.id}/") for n in nodes)
     assert _listing(client, settings, f"catalog/{second.id}/")
+
+    # The deleted backup's snapshots go like any deleted backup's.
+    async def cleanups() -> int:
+        async with open_coordinator(config, source="<test>") as coordinator:
+            return await coordinator.run_pending_cleanups()
+
+    assert asyncio.run(cleanups()) == 0
 
 
 def test_commit_log_segments_round_trip_verified_and_a_corrupt_one_refused(

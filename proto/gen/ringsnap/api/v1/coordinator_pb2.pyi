@@ -463,6 +463,7 @@ class Backup(_message.Message):
     VERIFIED_BY_FIELD_NUMBER: _builtins.int
     LOST_REASON_FIELD_NUMBER: _builtins.int
     LOST_AT_FIELD_NUMBER: _builtins.int
+    OFF_ARRAY_COPY_FIELD_NUMBER: _builtins.int
     backup_id: _builtins.str
     cluster: _builtins.str
     state: Global___BackupState.ValueType
@@ -482,6 +483,10 @@ class Backup(_message.Message):
     """Why the backup's snapshots are gone although it finished (e.g. a revert restore destroyed
     every snapshot newer than the one it restored); empty while they exist. A backup with a
     lost_reason cannot be restored, and retention counts it for nothing.
+    """
+    off_array_copy: _builtins.str
+    """Where the backup's off-array copy is ("s3://bucket/prefix/") once an export of it succeeded;
+    empty while it has none (docs/s3.md).
     """
     @_builtins.property
     def started_at(self) -> _timestamp_pb2.Timestamp: ...
@@ -540,10 +545,11 @@ class Backup(_message.Message):
         verified_by: _builtins.str = ...,
         lost_reason: _builtins.str = ...,
         lost_at: _timestamp_pb2.Timestamp | None = ...,
+        off_array_copy: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["finished_at", b"finished_at", "freeze", b"freeze", "freeze_window", b"freeze_window", "lost_at", b"lost_at", "started_at", b"started_at", "verified_at", b"verified_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "cluster", b"cluster", "error", b"error", "excluded_node_count", b"excluded_node_count", "finished_at", b"finished_at", "freeze", b"freeze", "freeze_window", b"freeze_window", "lost_at", b"lost_at", "lost_reason", b"lost_reason", "node_count", b"node_count", "nodes", b"nodes", "policy", b"policy", "quiesce_mode", b"quiesce_mode", "snapshot_count", b"snapshot_count", "snapshots", b"snapshots", "started_at", b"started_at", "state", b"state", "timings", b"timings", "trigger", b"trigger", "verification", b"verification", "verification_detail", b"verification_detail", "verified_at", b"verified_at", "verified_by", b"verified_by", "warnings", b"warnings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "cluster", b"cluster", "error", b"error", "excluded_node_count", b"excluded_node_count", "finished_at", b"finished_at", "freeze", b"freeze", "freeze_window", b"freeze_window", "lost_at", b"lost_at", "lost_reason", b"lost_reason", "node_count", b"node_count", "nodes", b"nodes", "off_array_copy", b"off_array_copy", "policy", b"policy", "quiesce_mode", b"quiesce_mode", "snapshot_count", b"snapshot_count", "snapshots", b"snapshots", "started_at", b"started_at", "state", b"state", "timings", b"timings", "trigger", b"trigger", "verification", b"verification", "verification_detail", b"verification_detail", "verified_at", b"verified_at", "verified_by", b"verified_by", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
