@@ -279,7 +279,8 @@ async def plan_restore(  # noqa: PLR0917 - the plan needs every outside view at 
         destroyed = ["nothing: the original volumes are kept untouched beside the clones"]
     elif native or from_s3:
         destroyed[0] += (
-            f" (each table's files are kept aside in <table dir>/.ringsnap-replaced/{restore_id}/"
+            # No id in it: the daemon plans again under the id of the plan shown, and compares.
+            " (each table's files are kept aside in <table dir>/.ringsnap-replaced/<restore id>/"
             " on its node, never deleted)"
         )
 

@@ -88,7 +88,7 @@ def test_each_node_restores_its_own_snapshot_between_the_stop_and_the_discard() 
     plan = rig.plan(RestoreRequest("rs-1"))
     assert not plan.refused, plan.refusals
     assert plan.arrays == () and all(n.volumes == () for n in plan.nodes)
-    assert ".ringsnap-replaced/rr-1/" in plan.destroyed[0]
+    assert ".ringsnap-replaced/<restore id>/" in plan.destroyed[0]
 
     record = asyncio.run(rig.workflow().run(plan, "me"))
 

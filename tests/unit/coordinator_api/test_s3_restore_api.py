@@ -1,0 +1,84 @@
+"""A restore from S3 run by the daemon (`ringsnap restore --from s3` while it holds the catalog):
+the plan asks no array, the run downloads on every node before anything stops, and the record
+read through the API says what was done. The harness's real coordinator and server,
+its restore sessions real sessions on fakes of the agents (`restore_rig`) and of their S3 calls."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from typing import Any, cast
+
+import pytest
+
+from ringsnap.api.v1 import coordinator_pb2 as pb
+from ringsnap.api.v1 import types_pb2
+from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.restore import RestoreSettings
+from ringsnap.coordinator.restore_session import RestoreSession
+from ringsnap.coordinator.s3_restore_agents import S3RestorePort
+from tests.unit.test_s3_restore_workflow import FakeS3Agent
+
+from .conftest import ALL_NODES, Harness
+from .restore_rig import RestoreRig, install
+from .test_restore_api import RECENT, start
+from .test_server import watch_to_end
+
+
+class S3Rig(RestoreRig):
+    def __init__(self, harness: Harness) -> None:
+        super().__init__(harness)
+        self.s3 = {n: FakeS3Agent(n, cast(Any, self.events)) for n in ALL_NODES}
+
+    @contextlib.asynccontextmanager
+    async def open_session(
+        self,
+        config: CoordinatorConfig,
+        cluster_name: str,
+        *,
+        catalog: Catalog | None = None,
+        settings: RestoreSettings | None = None,
+    ) -> AsyncIterator[RestoreSession]:
+        async with super().open_session(
+            config, cluster_name, catalog=catalog, settings=settings
+        ) as session:
+            yield replace(session, s3_agents=cast(dict[str, S3RestorePort], dict(self.s3)))
+
+
+@pytest.fixture
+def rig(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> S3Rig:
+    from ringsnap.coordinator import service
+
+    harness.seed_backup("rs-1", RECENT)
+    install(harness, monkeypatch)
+    s3_rig = S3Rig(harness)
+    monkeypatch.setattr(service, "open_restore_session", s3_rig.open_session)
+    return s3_rig
+
+
+def test_the_daemon_restores_from_s3_downloading_everywhere_before_any_stop(
+    harness: Harness, rig: S3Rig
+) -> None:
+    stub = harness.stub()
+    plan = stub.PlanRestore(
+        pb.PlanRestoreRequest(backup_id="rs-1", mode=pb.RESTORE_MODE_S3), timeout=30
+    )
+    assert plan.mode == pb.RESTORE_MODE_S3 and not plan.arrays and not plan.refusals
+    assert all(not n.volumes for n in plan.nodes)
+
+    started = start(harness, restore_id=plan.restore_id, mode=pb.RESTORE_MODE_S3)
+    updates = watch_to_end(harness, started.operation_id)
+
+    assert updates[-1].state == types_pb2.OPERATION_STATE_SUCCEEDED, updates[-1]
+    downloads = [e for e in rig.events if e.endswith(":download")]
+    assert sorted(downloads) == ["n1:download", "n2:download", "n3:download"]
+    assert max(rig.events.index(e) for e in downloads) < min(
+        i for i, e in enumerate(rig.events) if e.startswith("stop ")
+    )
+    record = stub.GetRestore(pb.GetRestoreRequest(restore_id=plan.restore_id), timeout=10)
+    assert record.mode == pb.RESTORE_MODE_S3 and record.state == pb.RESTORE_STATE_PROVEN
+    assert all(n.step == pb.RESTORE_STEP_VERIFIED for n in record.nodes)
+    assert {t.phase for t in record.timings} >= {"download from S3", "install from S3"}
+    assert not any(e.startswith(("revert", "release", "attach")) for e in rig.events)
