@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from ringsnap.agent.clones import CloneMounter
@@ -140,7 +140,7 @@ class S3Exports:
 
     async def export(
         self, message: agent_pb2.ExportToS3Request
-    ) -> AsyncIterator[agent_pb2.ExportToS3Response]:
+    ) -> AsyncGenerator[agent_pb2.ExportToS3Response, None]:
         request = ExportRequest.of(message)
         settings = self._config.s3
         if settings is None:

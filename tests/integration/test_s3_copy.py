@@ -15,6 +15,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +23,16 @@ import pytest
 from cassandra import ConsistencyLevel
 from cassandra.concurrent import execute_concurrent_with_args
 
+from ringsnap.agent.config import CassandraSection
+from ringsnap.agent.errors import Conflict
 from ringsnap.agent.s3.backup_manifest import read_entries
 from ringsnap.agent.s3.client import S3Client, make_client
 from ringsnap.agent.s3.commitlog import CommitlogMissing, download_commitlog, export_commitlog
 from ringsnap.agent.s3.download import PARTIAL_SUFFIX, DownloadRefused, download_node
 from ringsnap.agent.s3.layout import Layout
+from ringsnap.agent.s3.rpc import S3Exports
 from ringsnap.agent.s3.settings import S3Settings
+from ringsnap.api.v1 import agent_pb2
 from ringsnap.config import validate
 from ringsnap.coordinator.assembly import open_coordinator
 from ringsnap.coordinator.catalog import Catalog
@@ -42,6 +47,7 @@ from ringsnap.errors import ValidationError
 from ringsnap.sandbox import services
 from ringsnap.sandbox.cluster import SandboxCluster
 from ringsnap.sandbox.s3proxy import S3Server, running_s3proxy
+from ringsnap.sandbox.sstables import table_directory, write_sstable
 from ringsnap.sandbox.stack import CLUSTER_NAME, Stack, running_stack
 from tests.integration.test_restore import _backup, _backup_under_writes
 
@@ -384,3 +390,63 @@ def test_commit_log_segments_round_trip_verified_and_a_corrupt_one_refused(
         download_commitlog(client, settings, "b-2", "node1", tmp_path / "hostile")
     with pytest.raises(CommitlogMissing, match="no commit-log object"):
         download_commitlog(client, settings, "b-3", "node1", tmp_path / "none")
+
+
+@dataclass
+class _AgentConfig:
+    """What S3Exports reads of an agent's configuration."""
+
+    cassandra: CassandraSection
+    s3: S3Settings
+
+
+def test_export_rpc_streams_progress_refuses_a_second_and_stops_when_its_caller_leaves(
+    s3_table: dict[str, Any], tmp_path: Path
+) -> None:
+    """The agent's ExportToS3 (its servicer half) over a native snapshot, no ring needed."""
+    settings = S3Settings.model_validate(
+        {**s3_table, "prefix": "rpc/", "max_bandwidth_bytes": 512 * 1024}
+    )
+    client = make_client(settings)
+    root = tmp_path / "data"
+    snapshot = table_directory(root) / "snapshots" / "rs-1"
+    for generation in range(1, 5):
+        write_sstable(snapshot, generation, MIB)
+    config = _AgentConfig(
+        CassandraSection.model_validate(
+            {"data_directories": [str(root)], "commitlog_directory": str(tmp_path / "cl")}
+        ),
+        settings,
+    )
+    exports = S3Exports(lambda: config, lambda: None)  # type: ignore[arg-type,return-value]
+    request = agent_pb2.ExportToS3Request(backup_id="rs-1", node="node1", snapshot_tag="rs-1")
+
+    async def cut_then_refused() -> str:
+        stream = exports.export(request)
+        async for message in stream:
+            if message.HasField("progress") and message.progress.bytes_uploaded >= 256 * 1024:
+                break
+        # Meanwhile a second export of the node is refused, naming the running one.
+        with pytest.raises(Conflict, match="backup rs-1"):
+            async for _ in exports.export(request):
+                pass
+        await stream.aclose()  # the caller goes away: the agent stops uploading
+        return "cut"
+
+    assert asyncio.run(cut_then_refused()) == "cut"
+    cut = _listing(client, settings, "sstables/")
+    manifest = Layout(settings.prefix).manifest_key("rs-1", "node1")
+    assert cut and manifest not in _listing(client, settings, "backups/"), "exported after a cut?"
+
+    async def rerun() -> list[agent_pb2.ExportToS3Response]:
+        return [m async for m in exports.export(request)]
+
+    messages = asyncio.run(rerun())
+    result = messages[-1].result
+    assert messages[-1].HasField("result") and any(m.HasField("progress") for m in messages)
+    stored = _listing(client, settings, "sstables/")
+    assert result.components == len(stored) == 4 * 8
+    # Only what the cut run had not uploaded went up again.
+    assert result.files_uploaded == len(set(stored) - set(cut))
+    assert "native snapshot rs-1" in result.commitlog_note
+    assert result.commitlog_segments == 0
