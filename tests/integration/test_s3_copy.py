@@ -119,6 +119,19 @@ def _listing(client: S3Client, settings: S3Settings, under: str) -> dict[str, in
     }
 
 
+def _settled_listing(client: S3Client, settings: S3Settings, under: str) -> dict[str, int]:
+    """The listing once the agents' uploads in flight at a cut have ended (unchanged for 3 s)."""
+    last = _listing(client, settings, under)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        time.sleep(3)
+        now = _listing(client, settings, under)
+        if now == last:
+            return now
+        last = now
+    raise AssertionError("uploads still going on 2 minutes after the export was cut")
+
+
 def _manifest_keys(client: S3Client, settings: S3Settings, backup: str, node: str) -> set[str]:
     layout = Layout(settings.prefix)
     key = layout.manifest_key(backup, node)
@@ -143,12 +156,14 @@ def _export(
             async with open_export_session(config, CLUSTER_NAME, catalog=catalog) as session:
                 task = asyncio.current_task()
                 assert task is not None
+                cut: list[str] = []
 
                 def progress(node: str, message: str) -> None:
-                    if cut_after_bytes is None or not message.startswith("sstables:"):
+                    if cut or cut_after_bytes is None or not message.startswith("sstables:"):
                         return
                     uploaded = float(message.split("(")[1].split(" MiB", maxsplit=1)[0]) * MIB
                     if uploaded >= cut_after_bytes:
+                        cut.append(node)  # once, as Ctrl-C would: the teardown then runs whole
                         task.cancel()
 
                 try:
@@ -225,7 +240,7 @@ def test_export_differential_cut_and_resumed_rebuilt_and_purged(
     _load(sandbox_cluster, 100_000, 8_000)
     second = _backup(config)
     assert _export(config, second, cut_after_bytes=MIB) is None
-    cut = _listing(client, settings, "sstables/")
+    cut = _settled_listing(client, settings, "sstables/")
     with Catalog(config.coordinator.catalog) as catalog:
         interrupted = catalog.get_export(second.id)
         assert not catalog.pending_cleanups(), "the cut run left a clone behind"
