@@ -106,6 +106,7 @@ OPERATION_KINDS: dict[str, types_pb2.OperationKind.ValueType] = {
     OperationKind.DELETE.value: types_pb2.OPERATION_KIND_DELETE,
     OperationKind.DRILL.value: types_pb2.OPERATION_KIND_DRILL,
     OperationKind.RETENTION.value: types_pb2.OPERATION_KIND_RETENTION,
+    OperationKind.EXPORT.value: types_pb2.OPERATION_KIND_EXPORT,
 }
 
 

@@ -84,6 +84,7 @@ class OperationKind(enum.StrEnum):
     DELETE = "delete"
     DRILL = "drill"
     RETENTION = "retention"
+    EXPORT = "export"
 
 
 class OperationState(enum.StrEnum):

@@ -43,10 +43,14 @@ from ringsnap.coordinator.catalog import (
     RestoreNotFoundError,
 )
 from ringsnap.coordinator.catalog.drills import DrillNotFoundError
+from ringsnap.coordinator.catalog.exports import ExportNotFoundError
 from ringsnap.coordinator.config import RemoteSection
 from ringsnap.coordinator.drill.wire import drill_id_of, drill_message, drill_request
 from ringsnap.coordinator.drill.workflow import DrillRefused
+from ringsnap.coordinator.export.api import export_message
+from ringsnap.coordinator.export.daemon import start_export
 from ringsnap.coordinator.export.listing import off_array_copies
+from ringsnap.coordinator.export.model import ExportFailed, ExportRefused
 from ringsnap.coordinator.model import RestoreMode
 from ringsnap.coordinator.operations import Operation
 from ringsnap.coordinator.restore import RestoreFailed, RestoreRefused
@@ -104,6 +108,9 @@ ERRORS: tuple[tuple[type[BaseException], grpc.StatusCode, str], ...] = (
     (DrillRefused, grpc.StatusCode.FAILED_PRECONDITION, "DRILL_REFUSED"),
     (TableRestoreRefused, grpc.StatusCode.FAILED_PRECONDITION, "RESTORE_REFUSED"),
     (TableRestoreFailed, grpc.StatusCode.UNAVAILABLE, "RESTORE_FAILED"),
+    (ExportNotFoundError, grpc.StatusCode.NOT_FOUND, "EXPORT_NOT_FOUND"),
+    (ExportRefused, grpc.StatusCode.FAILED_PRECONDITION, "EXPORT_REFUSED"),
+    (ExportFailed, grpc.StatusCode.UNAVAILABLE, "EXPORT_FAILED"),
     (AgentError, grpc.StatusCode.UNAVAILABLE, "AGENT_FAILED"),
     (CanaryError, grpc.StatusCode.UNAVAILABLE, "CANARY_FAILED"),
     (DriverError, grpc.StatusCode.UNAVAILABLE, "ARRAY_FAILED"),
@@ -167,6 +174,7 @@ _RESTORE_MODES = {
     pb.RESTORE_MODE_UNSPECIFIED: RestoreMode.REVERT,
     pb.RESTORE_MODE_REVERT: RestoreMode.REVERT,
     pb.RESTORE_MODE_CLONE: RestoreMode.CLONE,
+    pb.RESTORE_MODE_S3: RestoreMode.S3,
 }
 
 
@@ -395,6 +403,42 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         return pb.ListTableRestoresResponse(
             table_restores=[table_restore_message(r) for r in records]
         )
+
+    # -- exports to S3 (ringsnap.coordinator.export) --
+
+    @unary
+    async def StartExport(
+        self, request: pb.StartExportRequest, context: Context
+    ) -> types_pb2.Operation:
+        requested_by = access.attributed(_printable(request.requested_by or "api", "requested_by"))
+        operation = await start_export(
+            self._coordinator.config,
+            self._coordinator.catalog,
+            self._coordinator.operations,
+            _backup_id(request.backup_id),
+            tuple(request.nodes),
+            request.parallel_nodes,
+            requested_by,
+        )
+        return self._operation(operation)
+
+    @unary
+    async def GetExport(self, request: pb.GetExportRequest, context: Context) -> pb.Export:
+        record = await asyncio.to_thread(
+            self._coordinator.catalog.get_export, _backup_id(request.backup_id)
+        )
+        return export_message(record)
+
+    @unary
+    async def ListExports(
+        self, request: pb.ListExportsRequest, context: Context
+    ) -> pb.ListExportsResponse:
+        records = await asyncio.to_thread(
+            self._coordinator.catalog.list_exports,
+            request.cluster or None,
+            limit=request.limit or DEFAULT_RESTORE_LIMIT,
+        )
+        return pb.ListExportsResponse(exports=[export_message(r) for r in records])
 
     @unary
     async def PlanTableRestore(

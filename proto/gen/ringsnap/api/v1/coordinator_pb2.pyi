@@ -1974,3 +1974,215 @@ class StartTableRestoreRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StartTableRestoreRequest: _TypeAlias = StartTableRestoreRequest  # noqa: Y015
+
+@_typing.final
+class StartExportRequest(_message.Message):
+    """Exports to S3."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BACKUP_ID_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    PARALLEL_NODES_FIELD_NUMBER: _builtins.int
+    REQUESTED_BY_FIELD_NUMBER: _builtins.int
+    backup_id: _builtins.str
+    parallel_nodes: _builtins.int
+    """Nodes exported at once; 0: 2."""
+    requested_by: _builtins.str
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Empty: every included node of the backup."""
+
+    def __init__(
+        self,
+        *,
+        backup_id: _builtins.str = ...,
+        nodes: _abc.Iterable[_builtins.str] | None = ...,
+        parallel_nodes: _builtins.int = ...,
+        requested_by: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "nodes", b"nodes", "parallel_nodes", b"parallel_nodes", "requested_by", b"requested_by"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StartExportRequest: _TypeAlias = StartExportRequest  # noqa: Y015
+
+@_typing.final
+class GetExportRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BACKUP_ID_FIELD_NUMBER: _builtins.int
+    backup_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        backup_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetExportRequest: _TypeAlias = GetExportRequest  # noqa: Y015
+
+@_typing.final
+class ListExportsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLUSTER_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    cluster: _builtins.str
+    limit: _builtins.int
+    """0: 50."""
+    def __init__(
+        self,
+        *,
+        cluster: _builtins.str = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "limit", b"limit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListExportsRequest: _TypeAlias = ListExportsRequest  # noqa: Y015
+
+@_typing.final
+class ExportNode(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    EXPORTED_FIELD_NUMBER: _builtins.int
+    COMPONENTS_FIELD_NUMBER: _builtins.int
+    BYTES_TOTAL_FIELD_NUMBER: _builtins.int
+    FILES_UPLOADED_FIELD_NUMBER: _builtins.int
+    BYTES_UPLOADED_FIELD_NUMBER: _builtins.int
+    FILES_SKIPPED_FIELD_NUMBER: _builtins.int
+    BYTES_SKIPPED_FIELD_NUMBER: _builtins.int
+    COMMITLOG_SEGMENTS_FIELD_NUMBER: _builtins.int
+    COMMITLOG_BYTES_FIELD_NUMBER: _builtins.int
+    COMMITLOG_NOTE_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    CLONES_LEFT_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    step: _builtins.str
+    """planned | clone | mount | export | unmount | delete-clones | done"""
+    exported: _builtins.bool
+    components: _builtins.int
+    bytes_total: _builtins.int
+    files_uploaded: _builtins.int
+    bytes_uploaded: _builtins.int
+    files_skipped: _builtins.int
+    bytes_skipped: _builtins.int
+    commitlog_segments: _builtins.int
+    commitlog_bytes: _builtins.int
+    commitlog_note: _builtins.str
+    error: _builtins.str
+    """"<step>: <what failed>" of the last attempt."""
+    @_builtins.property
+    def clones_left(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Clones not deleted yet ("array:clone"): pending cleanups."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        step: _builtins.str = ...,
+        exported: _builtins.bool = ...,
+        components: _builtins.int = ...,
+        bytes_total: _builtins.int = ...,
+        files_uploaded: _builtins.int = ...,
+        bytes_uploaded: _builtins.int = ...,
+        files_skipped: _builtins.int = ...,
+        bytes_skipped: _builtins.int = ...,
+        commitlog_segments: _builtins.int = ...,
+        commitlog_bytes: _builtins.int = ...,
+        commitlog_note: _builtins.str = ...,
+        error: _builtins.str = ...,
+        clones_left: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_skipped", b"bytes_skipped", "bytes_total", b"bytes_total", "bytes_uploaded", b"bytes_uploaded", "clones_left", b"clones_left", "commitlog_bytes", b"commitlog_bytes", "commitlog_note", b"commitlog_note", "commitlog_segments", b"commitlog_segments", "components", b"components", "error", b"error", "exported", b"exported", "files_skipped", b"files_skipped", "files_uploaded", b"files_uploaded", "name", b"name", "step", b"step"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExportNode: _TypeAlias = ExportNode  # noqa: Y015
+
+@_typing.final
+class Export(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BACKUP_ID_FIELD_NUMBER: _builtins.int
+    CLUSTER_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    STARTED_AT_FIELD_NUMBER: _builtins.int
+    FINISHED_AT_FIELD_NUMBER: _builtins.int
+    DESTINATION_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    WARNINGS_FIELD_NUMBER: _builtins.int
+    MIRRORED_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    backup_id: _builtins.str
+    cluster: _builtins.str
+    state: _builtins.str
+    """running | succeeded | failed"""
+    destination: _builtins.str
+    """s3://bucket/prefix/"""
+    error: _builtins.str
+    mirrored: _builtins.bool
+    """The backup's catalog record is in the bucket."""
+    @_builtins.property
+    def started_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def finished_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def warnings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExportNode]: ...
+    def __init__(
+        self,
+        *,
+        backup_id: _builtins.str = ...,
+        cluster: _builtins.str = ...,
+        state: _builtins.str = ...,
+        started_at: _timestamp_pb2.Timestamp | None = ...,
+        finished_at: _timestamp_pb2.Timestamp | None = ...,
+        destination: _builtins.str = ...,
+        error: _builtins.str = ...,
+        warnings: _abc.Iterable[_builtins.str] | None = ...,
+        mirrored: _builtins.bool = ...,
+        nodes: _abc.Iterable[Global___ExportNode] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["finished_at", b"finished_at", "started_at", b"started_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "cluster", b"cluster", "destination", b"destination", "error", b"error", "finished_at", b"finished_at", "mirrored", b"mirrored", "nodes", b"nodes", "started_at", b"started_at", "state", b"state", "warnings", b"warnings"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Export: _TypeAlias = Export  # noqa: Y015
+
+@_typing.final
+class ListExportsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXPORTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def exports(self) -> _containers.RepeatedCompositeFieldContainer[Global___Export]: ...
+    def __init__(
+        self,
+        *,
+        exports: _abc.Iterable[Global___Export] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["exports", b"exports"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListExportsResponse: _TypeAlias = ListExportsResponse  # noqa: Y015

@@ -130,6 +130,21 @@ class CoordinatorServiceStub:
                 request_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.StartTableRestoreRequest.SerializeToString,
                 response_deserializer=ringsnap_dot_api_dot_v1_dot_types__pb2.Operation.FromString,
                 _registered_method=True)
+        self.StartExport = channel.unary_unary(
+                '/ringsnap.api.v1.CoordinatorService/StartExport',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.StartExportRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_types__pb2.Operation.FromString,
+                _registered_method=True)
+        self.GetExport = channel.unary_unary(
+                '/ringsnap.api.v1.CoordinatorService/GetExport',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.GetExportRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.Export.FromString,
+                _registered_method=True)
+        self.ListExports = channel.unary_unary(
+                '/ringsnap.api.v1.CoordinatorService/ListExports',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListExportsRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListExportsResponse.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServiceServicer:
@@ -286,6 +301,29 @@ class CoordinatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StartExport(self, request, context):
+        """Exports to S3 (docs/s3.md): StartExport runs `ringsnap export BACKUP` in the daemon as an
+        operation (kind EXPORT, message = the latest progress line); a rerun of a failed one resumes
+        it. Refused before anything is made: FAILED_PRECONDITION EXPORT_REFUSED (the backup is not
+        exportable, a node is unknown, an export of it runs). GetExport and ListExports read the
+        export records (per node: step, uploaded and skipped, commit-log segments, errors).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetExport(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListExports(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -383,6 +421,21 @@ def add_CoordinatorServiceServicer_to_server(servicer, server):
                     servicer.StartTableRestore,
                     request_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.StartTableRestoreRequest.FromString,
                     response_serializer=ringsnap_dot_api_dot_v1_dot_types__pb2.Operation.SerializeToString,
+            ),
+            'StartExport': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartExport,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.StartExportRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_types__pb2.Operation.SerializeToString,
+            ),
+            'GetExport': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetExport,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.GetExportRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.Export.SerializeToString,
+            ),
+            'ListExports': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListExports,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListExportsRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListExportsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -898,6 +951,87 @@ class CoordinatorService:
             '/ringsnap.api.v1.CoordinatorService/StartTableRestore',
             ringsnap_dot_api_dot_v1_dot_coordinator__pb2.StartTableRestoreRequest.SerializeToString,
             ringsnap_dot_api_dot_v1_dot_types__pb2.Operation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartExport(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.CoordinatorService/StartExport',
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.StartExportRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_types__pb2.Operation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetExport(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.CoordinatorService/GetExport',
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.GetExportRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.Export.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListExports(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.CoordinatorService/ListExports',
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListExportsRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListExportsResponse.FromString,
             options,
             channel_credentials,
             insecure,

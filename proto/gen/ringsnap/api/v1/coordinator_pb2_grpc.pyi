@@ -95,6 +95,15 @@ class CoordinatorServiceStub:
     RESTORE_FAILED; GetTableRestore then gives its record and next step.
     """
     StartTableRestore: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.StartTableRestoreRequest, _types_pb2.Operation]
+    StartExport: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.StartExportRequest, _types_pb2.Operation]
+    """Exports to S3 (docs/s3.md): StartExport runs `ringsnap export BACKUP` in the daemon as an
+    operation (kind EXPORT, message = the latest progress line); a rerun of a failed one resumes
+    it. Refused before anything is made: FAILED_PRECONDITION EXPORT_REFUSED (the backup is not
+    exportable, a node is unknown, an export of it runs). GetExport and ListExports read the
+    export records (per node: step, uploaded and skipped, commit-log segments, errors).
+    """
+    GetExport: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.GetExportRequest, _coordinator_pb2.Export]
+    ListExports: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.ListExportsRequest, _coordinator_pb2.ListExportsResponse]
 
 @_typing.type_check_only
 class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
@@ -162,6 +171,15 @@ class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
     RESTORE_FAILED; GetTableRestore then gives its record and next step.
     """
     StartTableRestore: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.StartTableRestoreRequest, _types_pb2.Operation]  # type: ignore[assignment]
+    StartExport: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.StartExportRequest, _types_pb2.Operation]  # type: ignore[assignment]
+    """Exports to S3 (docs/s3.md): StartExport runs `ringsnap export BACKUP` in the daemon as an
+    operation (kind EXPORT, message = the latest progress line); a rerun of a failed one resumes
+    it. Refused before anything is made: FAILED_PRECONDITION EXPORT_REFUSED (the backup is not
+    exportable, a node is unknown, an export of it runs). GetExport and ListExports read the
+    export records (per node: step, uploaded and skipped, commit-log segments, errors).
+    """
+    GetExport: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.GetExportRequest, _coordinator_pb2.Export]  # type: ignore[assignment]
+    ListExports: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.ListExportsRequest, _coordinator_pb2.ListExportsResponse]  # type: ignore[assignment]
 
 class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -340,5 +358,32 @@ class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _coordinator_pb2.StartTableRestoreRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_types_pb2.Operation, _abc.Awaitable[_types_pb2.Operation]]: ...
+
+    @_abc_1.abstractmethod
+    def StartExport(
+        self,
+        request: _coordinator_pb2.StartExportRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_types_pb2.Operation, _abc.Awaitable[_types_pb2.Operation]]:
+        """Exports to S3 (docs/s3.md): StartExport runs `ringsnap export BACKUP` in the daemon as an
+        operation (kind EXPORT, message = the latest progress line); a rerun of a failed one resumes
+        it. Refused before anything is made: FAILED_PRECONDITION EXPORT_REFUSED (the backup is not
+        exportable, a node is unknown, an export of it runs). GetExport and ListExports read the
+        export records (per node: step, uploaded and skipped, commit-log segments, errors).
+        """
+
+    @_abc_1.abstractmethod
+    def GetExport(
+        self,
+        request: _coordinator_pb2.GetExportRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_coordinator_pb2.Export, _abc.Awaitable[_coordinator_pb2.Export]]: ...
+
+    @_abc_1.abstractmethod
+    def ListExports(
+        self,
+        request: _coordinator_pb2.ListExportsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_coordinator_pb2.ListExportsResponse, _abc.Awaitable[_coordinator_pb2.ListExportsResponse]]: ...
 
 def add_CoordinatorServiceServicer_to_server(servicer: CoordinatorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -78,6 +78,7 @@ class _OperationKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Operati
     OPERATION_KIND_DELETE: _OperationKind.ValueType  # 3
     OPERATION_KIND_DRILL: _OperationKind.ValueType  # 4
     OPERATION_KIND_RETENTION: _OperationKind.ValueType  # 5
+    OPERATION_KIND_EXPORT: _OperationKind.ValueType  # 6
 
 class OperationKind(_OperationKind, metaclass=_OperationKindEnumTypeWrapper): ...
 
@@ -87,6 +88,7 @@ OPERATION_KIND_RESTORE: OperationKind.ValueType  # 2
 OPERATION_KIND_DELETE: OperationKind.ValueType  # 3
 OPERATION_KIND_DRILL: OperationKind.ValueType  # 4
 OPERATION_KIND_RETENTION: OperationKind.ValueType  # 5
+OPERATION_KIND_EXPORT: OperationKind.ValueType  # 6
 Global___OperationKind: _TypeAlias = OperationKind  # noqa: Y015
 
 @_typing.final

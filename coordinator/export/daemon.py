@@ -1,0 +1,76 @@
+"""Exports run by the daemon (the API's StartExport): the same session as `ringsnap export`, as an
+operation of kind EXPORT. One export per backup at a time in this daemon; the agents refuse a
+second export of a node anyway."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.export.model import ExportRefused
+from ringsnap.coordinator.export.session import open_export_session
+from ringsnap.coordinator.export.workflow import DEFAULT_PARALLEL_NODES
+from ringsnap.coordinator.model import OperationKind
+from ringsnap.coordinator.operations import Operation, Operations
+from ringsnap.logs import get_logger
+from ringsnap.names import backup_id as valid_backup_id
+
+log = get_logger(__name__)
+
+_running: set[str] = set()
+
+
+async def start_export(  # noqa: PLR0917 - the daemon's parts and the request
+    config: CoordinatorConfig,
+    catalog: Catalog,
+    operations: Operations,
+    backup_id: str,
+    nodes: Sequence[str] = (),
+    parallel_nodes: int = 0,
+    requested_by: str = "api",
+) -> Operation:
+    """Check what can be checked at once (refusals are the caller's answer), then export as an
+    operation."""
+    valid_backup_id(backup_id)
+    backup = await asyncio.to_thread(catalog.get_backup, backup_id)
+    included = {n.name for n in backup.nodes if n.included}
+    unknown = sorted(set(nodes) - included)
+    if unknown:
+        raise ExportRefused(f"backup {backup_id} has no included node {', '.join(unknown)}")
+    if backup_id in _running:
+        raise ExportRefused(f"an export of backup {backup_id} is running in this coordinator")
+    if config.s3 is None:
+        log.warning("export without the coordinator's [s3]: the catalog is not mirrored")
+    _running.add(backup_id)
+
+    async def work(operation: Operation) -> None:
+        def progress(node: str, message: str) -> None:
+            operation.update_soon(phase="export", message=f"{node}: {message}" if node else message)
+
+        try:
+            async with open_export_session(config, backup.cluster, catalog=catalog) as session:
+                record = await session.export(
+                    backup_id,
+                    nodes,
+                    progress=progress,
+                    parallel_nodes=parallel_nodes or DEFAULT_PARALLEL_NODES,
+                )
+            await operation.update(
+                phase="done",
+                message=f"export of {backup_id} to {record.destination}: {record.state.value}",
+            )
+        finally:
+            _running.discard(backup_id)
+
+    log.warning(
+        "export starting through the API",
+        backup_id=backup_id,
+        nodes=list(nodes) or sorted(included),
+        requested_by=requested_by,
+    )
+    operation = operations.start(OperationKind.EXPORT.value, work, backup_id=backup_id)
+    if operation.task is not None:
+        operation.task.add_done_callback(lambda _: _running.discard(backup_id))
+    return operation

@@ -1,0 +1,104 @@
+"""Exports through the coordinator's API: GetExport and ListExports give the records (per node:
+step, uploaded and skipped, errors, clones left), `list`/`show` say which backups have a copy,
+and StartExport refuses what cannot be exported before anything is made.
+
+The proof of an export itself is tests/integration/test_s3_copy.py (real ring, array, S3)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import grpc
+
+from ringsnap.api.v1 import coordinator_pb2 as pb
+from ringsnap.coordinator.export.model import (
+    ExportClone,
+    ExportRecord,
+    ExportState,
+    NodeExport,
+    NodeStep,
+)
+
+from .conftest import Harness
+from .test_server import reason_of, rpc_error
+
+BACKUP = "rs-20261124-030000-abcd"
+STARTED = datetime.now(UTC) - timedelta(hours=1)
+
+
+def _record() -> ExportRecord:
+    return ExportRecord(
+        backup_id=BACKUP,
+        cluster="prod",
+        started_at=STARTED,
+        finished_at=STARTED + timedelta(minutes=2),
+        state=ExportState.FAILED,
+        destination="s3://copies/prod/",
+        error="node n2: unmount: target is busy",
+        nodes=(
+            NodeExport(
+                "n1",
+                step=NodeStep.DONE,
+                exported=True,
+                components=10,
+                bytes_total=1000,
+                files_uploaded=4,
+                bytes_uploaded=400,
+                commitlog_segments=2,
+            ),
+            NodeExport(
+                "n2",
+                step=NodeStep.EXPORT,
+                exported=True,
+                error="unmount: target is busy",
+                clones=(ExportClone("a1", "n2-data", "data", "/data", "n2-data_rsx", "c9", 7),),
+            ),
+        ),
+    )
+
+
+def test_export_records_and_the_copy_in_list_and_show(harness: Harness) -> None:
+    harness.seed_backup(BACKUP, STARTED)
+    harness.seed_backup("rs-20261124-040000-abcd", STARTED + timedelta(hours=1))
+    stub = harness.stub()
+    assert stub.GetBackup(pb.GetBackupRequest(backup_id=BACKUP), timeout=10).off_array_copy == ""
+    record = _record()
+    harness.catalog.save_export(record)
+    got = stub.GetExport(pb.GetExportRequest(backup_id=BACKUP), timeout=10)
+    assert (got.state, got.destination, got.error) == ("failed", record.destination, record.error)
+    n1, n2 = got.nodes
+    assert (n1.files_uploaded, n1.files_skipped, n1.bytes_skipped) == (4, 6, 600)
+    assert n2.clones_left == ["a1:n2-data_rsx"] and n2.step == "export"
+    listed = stub.ListExports(pb.ListExportsRequest(cluster="prod"), timeout=10)
+    assert [e.backup_id for e in listed.exports] == [BACKUP]
+    # A failed export is no copy; a succeeded one is, in list and show.
+    assert stub.GetBackup(pb.GetBackupRequest(backup_id=BACKUP), timeout=10).off_array_copy == ""
+    harness.catalog.save_export(
+        ExportRecord(
+            backup_id=BACKUP,
+            cluster="prod",
+            started_at=STARTED,
+            nodes=record.nodes,
+            state=ExportState.SUCCEEDED,
+            destination=record.destination,
+        )
+    )
+    shown = stub.GetBackup(pb.GetBackupRequest(backup_id=BACKUP), timeout=10)
+    assert shown.off_array_copy == "s3://copies/prod/"
+    page = stub.ListBackups(pb.ListBackupsRequest(cluster="prod"), timeout=10)
+    assert {b.backup_id: b.off_array_copy for b in page.backups} == {
+        BACKUP: "s3://copies/prod/",
+        "rs-20261124-040000-abcd": "",
+    }
+
+
+def test_start_export_refuses_before_anything_is_made(harness: Harness) -> None:
+    stub = harness.stub()
+    missing = rpc_error(stub.GetExport, pb.GetExportRequest(backup_id=BACKUP))
+    assert missing.code() is grpc.StatusCode.NOT_FOUND and reason_of(missing) == "EXPORT_NOT_FOUND"
+    harness.seed_backup(BACKUP, STARTED)
+    unknown = rpc_error(stub.StartExport, pb.StartExportRequest(backup_id=BACKUP, nodes=["n9"]))
+    assert unknown.code() is grpc.StatusCode.FAILED_PRECONDITION
+    assert reason_of(unknown) == "EXPORT_REFUSED" and "n9" in (unknown.details() or "")
+    gone = rpc_error(stub.StartExport, pb.StartExportRequest(backup_id="rs-20990101-000000-0000"))
+    assert gone.code() is grpc.StatusCode.NOT_FOUND
