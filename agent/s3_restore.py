@@ -437,7 +437,8 @@ class S3Restore:
         root = self.staging(operation_id)[0]
         marker = self._marker(operation_id) or {}
         staged = root / COMMITLOG_STAGING
-        names = _names(staged, directories=False)
+        # Segments only: a partial file a killed download left is not one.
+        names = [n for n in _names(staged, directories=False) if n.startswith("CommitLog-")]
         if not names:
             detail = str(marker.get("commitlog") or f"{NO_COMMITLOG}: none staged")
             log.warning("no commit log installed", operation_id=operation_id, detail=detail)
