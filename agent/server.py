@@ -7,6 +7,7 @@ INVALID_ARGUMENT before anything on the node changes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from functools import partial
 
@@ -512,8 +513,10 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         self, request: agent_pb2.ExportToS3Request, context: Context
     ) -> AsyncIterator[agent_pb2.ExportToS3Response]:
         try:
-            async for message in self._s3_exports.export(request):
-                yield message
+            # Closed at once when the caller goes away: that is what stops the uploads.
+            async with contextlib.aclosing(self._s3_exports.export(request)) as stream:
+                async for message in stream:
+                    yield message
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
         except Exception as exc:
