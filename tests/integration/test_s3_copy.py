@@ -11,6 +11,7 @@ import asyncio
 import gzip
 import json
 import os
+import subprocess
 import tempfile
 import time
 import uuid
@@ -237,6 +238,9 @@ def test_export_differential_cut_and_resumed_rebuilt_and_purged(
     assert not [c for c in Catalog(config.coordinator.catalog).pending_cleanups()], "clones left"
 
     # -- the next backup: its export is cut in the middle, then run again -------------------------
+    # Compacted: the first backup's SSTables of the table are then referenced by it alone.
+    for info in sandbox_cluster.nodes:
+        subprocess.run([*info.nodetool_argv(), "compact", KEYSPACE, "blobs"], check=True)
     _load(sandbox_cluster, 100_000, 8_000)
     second = _backup(config)
     assert _export(config, second, cut_after_bytes=MIB) is None
