@@ -22,13 +22,14 @@ from ringsnap.agent.s3.layout import Layout
 from ringsnap.coordinator import render
 from ringsnap.coordinator.assembly import load_config
 from ringsnap.coordinator.catalog import Catalog, CatalogLockedError
-from ringsnap.coordinator.client import CliError, ExitCode
+from ringsnap.coordinator.client import CliError, ExitCode, Target
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.export.model import ExportFailed, ExportRecord, ExportRefused
 from ringsnap.coordinator.export.retention import ClusterPurge, purge_cluster
 from ringsnap.coordinator.export.session import open_export_session
 from ringsnap.coordinator.restore_cli import (
     Output,
+    _daemon,
     _exit_code_of,
     _fail,
     _jsonable,
@@ -96,16 +97,20 @@ def print_report(record: ExportRecord) -> None:
         out.print(render.labelled("  warning: ", "yellow", line))
 
 
-def _open_catalog(config: CoordinatorConfig) -> Catalog:
+def _open_catalog(config: CoordinatorConfig, config_file: Path) -> Catalog | Target:
+    """The catalog, opened exclusively; or, when the daemon holds it and answers, the daemon."""
     try:
         return Catalog(config.coordinator.catalog)
     except CatalogLockedError:
+        daemon = _daemon(config_file)
+        if daemon is not None:
+            return daemon
         raise CliError(
-            f"the catalog {config.coordinator.catalog} is held by another process (the"
-            " coordinator daemon, or another command)",
+            f"the catalog {config.coordinator.catalog} is held by another process that is not an"
+            " answering coordinator daemon",
             ExitCode.REFUSED,
             reason="CATALOG_LOCKED",
-            hint="run the export while the daemon is stopped, or wait for the other command",
+            hint="wait for the other command to end",
         ) from None
 
 
@@ -199,9 +204,10 @@ def export_command(  # noqa: PLR0917 - typer maps parameters to the command line
     Exit codes: 0 done, 4 failed, 3 refused, 130 interrupted.
     """
     as_json = output is Output.JSON
-    options = {
+    chosen = tuple(n.strip() for n in nodes.split(",") if n.strip())
+    options: dict[str, Any] = {
         "cluster": cluster,
-        "nodes": tuple(n.strip() for n in nodes.split(",") if n.strip()),
+        "nodes": chosen,
         "parallel": parallel,
         "dry_run": dry_run,
         "min_age": min_age,
@@ -209,7 +215,24 @@ def export_command(  # noqa: PLR0917 - typer maps parameters to the command line
     }
     try:
         loaded = load_config(config_path(config))
-        catalog = _open_catalog(loaded)
+        opened = _open_catalog(loaded, config_path(config))
+        if not isinstance(opened, Catalog):
+            if backup == PURGE:
+                raise CliError(
+                    "a purge runs in this process, and the coordinator daemon holds the catalog",
+                    ExitCode.REFUSED,
+                    reason="CATALOG_LOCKED",
+                    hint="run it while the daemon is stopped",
+                )
+            from ringsnap.coordinator.export import remote
+
+            record = remote.export(opened, backup, chosen, parallel, as_json=as_json)
+            if as_json:
+                typer.echo(json.dumps({"export": _jsonable(record)}, indent=2))
+            else:
+                print_report(record)
+            raise typer.Exit(int(ExitCode.OK))
+        catalog = opened
         if backup == PURGE:
             if not cluster:
                 catalog.close()

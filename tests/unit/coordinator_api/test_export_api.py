@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 import grpc
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
+from ringsnap.coordinator.export.api import export_message
 from ringsnap.coordinator.export.model import (
     ExportClone,
     ExportRecord,
@@ -18,6 +19,7 @@ from ringsnap.coordinator.export.model import (
     NodeExport,
     NodeStep,
 )
+from ringsnap.coordinator.export.remote import record_of
 
 from .conftest import Harness
 from .test_server import reason_of, rpc_error
@@ -102,3 +104,15 @@ def test_start_export_refuses_before_anything_is_made(harness: Harness) -> None:
     assert reason_of(unknown) == "EXPORT_REFUSED" and "n9" in (unknown.details() or "")
     gone = rpc_error(stub.StartExport, pb.StartExportRequest(backup_id="rs-20990101-000000-0000"))
     assert gone.code() is grpc.StatusCode.NOT_FOUND
+
+
+def test_a_record_survives_the_api_for_the_cli() -> None:
+    record = _record()
+    back = record_of(export_message(record))
+    assert back.nodes[0] == record.nodes[0]
+    assert (back.state, back.error, back.finished_at) == (
+        record.state,
+        record.error,
+        record.finished_at,
+    )
+    assert [(c.array, c.clone) for c in back.nodes[1].clones_left] == [("a1", "n2-data_rsx")]
