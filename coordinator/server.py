@@ -415,6 +415,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
             self._coordinator.config,
             self._coordinator.catalog,
             self._coordinator.operations,
+            self._coordinator.scheduler.guard,
             _backup_id(request.backup_id),
             tuple(request.nodes),
             request.parallel_nodes,

@@ -1,6 +1,6 @@
 """Exports run by the daemon (the API's StartExport): the same session as `ringsnap export`, as an
-operation of kind EXPORT. One export per backup at a time in this daemon; the agents refuse a
-second export of a node anyway."""
+operation of kind EXPORT that holds the backup's cluster (as a drill does: no backup, restore or
+other export of the cluster meanwhile; the agents refuse a second export of a node anyway)."""
 
 from __future__ import annotations
 
@@ -14,18 +14,20 @@ from ringsnap.coordinator.export.session import open_export_session
 from ringsnap.coordinator.export.workflow import DEFAULT_PARALLEL_NODES
 from ringsnap.coordinator.model import OperationKind
 from ringsnap.coordinator.operations import Operation, Operations
+from ringsnap.coordinator.scheduler import BackupRequest, ClusterGuard
 from ringsnap.logs import get_logger
 from ringsnap.names import backup_id as valid_backup_id
 
 log = get_logger(__name__)
 
-_running: set[str] = set()
+EXPORT_TRIGGER_PREFIX = "export:"
 
 
 async def start_export(  # noqa: PLR0917 - the daemon's parts and the request
     config: CoordinatorConfig,
     catalog: Catalog,
     operations: Operations,
+    guard: ClusterGuard,
     backup_id: str,
     nodes: Sequence[str] = (),
     parallel_nodes: int = 0,
@@ -39,11 +41,17 @@ async def start_export(  # noqa: PLR0917 - the daemon's parts and the request
     unknown = sorted(set(nodes) - included)
     if unknown:
         raise ExportRefused(f"backup {backup_id} has no included node {', '.join(unknown)}")
-    if backup_id in _running:
-        raise ExportRefused(f"an export of backup {backup_id} is running in this coordinator")
     if config.s3 is None:
         log.warning("export without the coordinator's [s3]: the catalog is not mirrored")
-    _running.add(backup_id)
+    hold = BackupRequest(cluster=backup.cluster, trigger=f"{EXPORT_TRIGGER_PREFIX}{backup_id}")
+    guard.acquire(hold)  # ClusterBusyError: refused, nothing made
+    released = False
+
+    def release() -> None:
+        nonlocal released
+        if not released:
+            released = True
+            guard.release(hold)
 
     async def work(operation: Operation) -> None:
         def progress(node: str, message: str) -> None:
@@ -62,7 +70,7 @@ async def start_export(  # noqa: PLR0917 - the daemon's parts and the request
                 message=f"export of {backup_id} to {record.destination}: {record.state.value}",
             )
         finally:
-            _running.discard(backup_id)
+            release()
 
     log.warning(
         "export starting through the API",
@@ -70,7 +78,12 @@ async def start_export(  # noqa: PLR0917 - the daemon's parts and the request
         nodes=list(nodes) or sorted(included),
         requested_by=requested_by,
     )
-    operation = operations.start(OperationKind.EXPORT.value, work, backup_id=backup_id)
+    try:
+        operation = operations.start(OperationKind.EXPORT.value, work, backup_id=backup_id)
+    except BaseException:
+        release()
+        raise
     if operation.task is not None:
-        operation.task.add_done_callback(lambda _: _running.discard(backup_id))
+        # A task cancelled before its first step never ran `work`'s release.
+        operation.task.add_done_callback(lambda _: release())
     return operation
