@@ -235,7 +235,8 @@ def test_export_differential_cut_and_resumed_rebuilt_and_purged(
         assert node.exported and not node.clones_left
         # The array clone of the commit-log LUN: its segments are in the copy.
         assert node.commitlog_segments > 0, node
-    assert not [c for c in Catalog(config.coordinator.catalog).pending_cleanups()], "clones left"
+    with Catalog(config.coordinator.catalog) as catalog:
+        assert not catalog.pending_cleanups(), "clones left"
 
     # -- the next backup: its export is cut in the middle, then run again -------------------------
     # Compacted: the first backup's SSTables of the table are then referenced by it alone.

@@ -8,7 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +26,10 @@ from ringsnap.coordinator.export.mirror import (
     write_mirror,
 )
 from ringsnap.coordinator.export.model import ExportRecord, ExportState, NodeExport
+from ringsnap.coordinator.model import FreezeWindow, Verification
 from ringsnap.coordinator.table_restore.schema import SchemaRow
 from ringsnap.errors import ValidationError
-from tests.unit.catalog.conftest import begin, finish, node
+from tests.unit.catalog.conftest import begin, node, ref_for, sstables
 
 BUCKET = "ringsnap-mirror"
 LAYOUT = Layout("copies/")
@@ -49,7 +50,20 @@ def _exported(catalog: Catalog, backup_id: str) -> ExportRecord:
     catalog.record_keyspace_schemas(
         backup_id, {"ks": [SchemaRow("keyspace", "ks", "CREATE KEYSPACE ks WITH x;")]}
     )
-    finish(catalog, backup_id, nodes)
+    included = [n for n in nodes if n.included]
+    catalog.record_snapshot(backup_id, ref_for(backup_id, "a1", included))
+    for n in included:
+        catalog.record_manifest(backup_id, n.name, sstables(3))
+    catalog.complete_backup(
+        backup_id,
+        finished_at=T0 + timedelta(minutes=1),
+        timings={"plan": 0.1, "flush": 1.2, "freeze+snapshot+thaw": 0.061, "record": 0.3},
+        freeze_window=FreezeWindow(
+            total=0.061, slowest_freeze=0.04, array_call=0.012, slowest_thaw=0.005
+        ),
+        warnings=["a warning"],
+    )
+    catalog.mark_verified(backup_id, Verification.PROVEN, "canaries", by="dr-1", at=T0)
     record = ExportRecord(
         backup_id=backup_id,
         cluster="c1",
