@@ -4,7 +4,6 @@ DRILL that holds the cluster in the guard backups and restores take (docs/drills
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Callable
 
@@ -14,6 +13,7 @@ from ringsnap.coordinator.drill.model import DRILL_ID, DrillRecord, new_drill_id
 from ringsnap.coordinator.drill.plan import DrillRequest
 from ringsnap.coordinator.drill.session import open_drill_session
 from ringsnap.coordinator.drill.workflow import DrillRefused
+from ringsnap.coordinator.guarded_operation import Prepared, start_guarded
 from ringsnap.coordinator.model import OperationKind
 from ringsnap.coordinator.operations import Operation, Operations
 from ringsnap.coordinator.scheduler import BackupRequest, ClusterGuard
@@ -44,71 +44,34 @@ async def start_drill(
     drill_id = drill_id or new_drill_id()
     config.cluster(request.cluster)
     hold = BackupRequest(cluster=request.cluster, trigger=f"{DRILL_TRIGGER_PREFIX}{drill_id}")
-    guard.acquire(hold)
-    stack = contextlib.AsyncExitStack()
-    try:
+
+    async def prepare(stack: contextlib.AsyncExitStack) -> Prepared[DrillRecord]:
         session = await stack.enter_async_context(
             open_drill_session(config, request.cluster, catalog=catalog)
         )
         plan = await session.plan(request, drill_id)
         if plan.refused:
             raise DrillRefused("the plan refused: " + "; ".join(plan.refusals))
-    except BaseException:
-        await asyncio.shield(stack.aclose())
-        guard.release(hold)
-        raise
+        log.warning(
+            "drill starting through the API",
+            drill_id=drill_id,
+            backup_id=plan.backup.id,
+            nodes=[n.name for n in plan.nodes],
+            requested_by=request.requested_by,
+        )
+        return Prepared(
+            lambda progress: session.run(plan, request, progress),
+            f"drill {drill_id} of backup {plan.backup.id}:"
+            f" {', '.join(n.name for n in plan.nodes)} on {plan.drill_host}",
+            plan.backup.id,
+        )
 
-    released = False
-
-    async def release() -> None:
-        nonlocal released
-        if released:
-            return
-        released = True
-        try:
-            await stack.aclose()
-        finally:
-            guard.release(hold)
-            try:
-                finished()
-            except Exception as exc:  # metrics never fail a drill
-                log.error("drill metrics not refreshed", error=str(exc))
-
-    async def work(operation: Operation) -> None:
-        def progress(node: str, step: str, message: str) -> None:
-            line = f"{node}: {step} {message}".strip() if node else f"{step} {message}".strip()
-            operation.update_soon(phase=step, message=line)
-
-        try:
-            await operation.update(
-                phase="plan",
-                message=f"drill {drill_id} of backup {plan.backup.id}:"
-                f" {', '.join(n.name for n in plan.nodes)} on {plan.drill_host}",
-            )
-            record: DrillRecord = await session.run(plan, request, progress)
-            await operation.update(
-                phase="record", message=f"drill {record.id}: {record.state.value}"
-            )
-        finally:
-            await asyncio.shield(release())
-
-    log.warning(
-        "drill starting through the API",
-        drill_id=drill_id,
-        backup_id=plan.backup.id,
-        nodes=[n.name for n in plan.nodes],
-        requested_by=request.requested_by,
+    return await start_guarded(
+        operations,
+        guard,
+        hold,
+        OperationKind.DRILL,
+        prepare,
+        verdict=lambda record: f"drill {record.id}: {record.state.value}",
+        finished=finished,
     )
-    operation = operations.start(OperationKind.DRILL.value, work, backup_id=plan.backup.id)
-    tasks: set[asyncio.Task[None]] = set()
-
-    def ended(_: object) -> None:
-        # A task cancelled before its first step never ran `work`'s release: run it now.
-        if not released:
-            task = asyncio.get_running_loop().create_task(release())
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-
-    if operation.task is not None:
-        operation.task.add_done_callback(ended)
-    return operation

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.guarded_operation import Prepared, start_guarded
 from ringsnap.coordinator.model import OperationKind
 from ringsnap.coordinator.operations import Operation, Operations
 from ringsnap.coordinator.scheduler import BackupRequest, ClusterGuard
@@ -91,80 +92,33 @@ async def start_table_restore(  # noqa: PLR0917 - the daemon's parts a run needs
         restore_id = start.restore_id or new_table_restore_id()
     config.cluster(cluster)
     _confirmed(cluster, start.confirm_cluster)
-    hold = BackupRequest(
-        cluster=cluster, trigger=f"{TRIGGER_PREFIX}{restore_id}", backup_id=backup_id
-    )
-    guard.acquire(hold)
-    stack = contextlib.AsyncExitStack()
-    try:
+    what = "aborted" if start.abort_id else "resumed" if start.resume_id else "confirmed"
+
+    async def prepare(stack: contextlib.AsyncExitStack) -> Prepared[TableRestoreRecord]:
         session = await stack.enter_async_context(
             open_table_restore_session(config, cluster, catalog=catalog)
         )
         run = await _prepare(session, start, restore_id)
-    except BaseException:
-        await asyncio.shield(stack.aclose())
-        guard.release(hold)
-        raise
+        log.warning(
+            "table restore starting through the API",
+            table_restore_id=restore_id,
+            backup_id=backup_id,
+            resume=bool(start.resume_id),
+            abort=bool(start.abort_id),
+        )
+        return Prepared(run, f"table restore {restore_id} of backup {backup_id}: {what}", backup_id)
 
-    released = False
-
-    async def release() -> None:
-        nonlocal released
-        if released:
-            return
-        released = True
-        try:
-            await stack.aclose()
-        finally:
-            guard.release(hold)
-            try:
-                finished()
-            except Exception as exc:  # metrics never fail a restore
-                log.error("restore metrics not refreshed", error=str(exc))
-
-    async def work(operation: Operation) -> None:
-        loop = asyncio.get_running_loop()
-        updates: set[asyncio.Task[None]] = set()
-
-        def progress(node: str, step: str, message: str) -> None:
-            line = f"{node}: {step} {message}".strip() if node else f"{step} {message}".strip()
-            task = loop.create_task(operation.update(phase=step, message=line))
-            updates.add(task)
-            task.add_done_callback(updates.discard)
-
-        try:
-            what = "aborted" if start.abort_id else "resumed" if start.resume_id else "confirmed"
-            await operation.update(
-                phase="plan", message=f"table restore {restore_id} of backup {backup_id}: {what}"
-            )
-            record = await run(progress)
-            await asyncio.gather(*updates)  # every progress line lands before the verdict
-            await operation.update(
-                phase="record", message=f"table restore {record.id}: {record.state.value}"
-            )
-        finally:
-            await asyncio.shield(release())
-
-    log.warning(
-        "table restore starting through the API",
-        table_restore_id=restore_id,
-        backup_id=backup_id,
-        resume=bool(start.resume_id),
-        abort=bool(start.abort_id),
+    return await start_guarded(
+        operations,
+        guard,
+        BackupRequest(
+            cluster=cluster, trigger=f"{TRIGGER_PREFIX}{restore_id}", backup_id=backup_id
+        ),
+        OperationKind.RESTORE,
+        prepare,
+        verdict=lambda record: f"table restore {record.id}: {record.state.value}",
+        finished=finished,
     )
-    operation = operations.start(OperationKind.RESTORE.value, work, backup_id=backup_id)
-    tasks: set[asyncio.Task[None]] = set()
-
-    def ended(_: object) -> None:
-        # A task cancelled before its first step never ran `work`'s release: run it now.
-        if not released:
-            task = asyncio.get_running_loop().create_task(release())
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-
-    if operation.task is not None:
-        operation.task.add_done_callback(ended)
-    return operation
 
 
 async def _prepare(
