@@ -239,9 +239,9 @@ class CoordinatorServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetTableRestore(self, request, context):
-        """Table-level restores (`ringsnap restore BACKUP --keyspace K`, run by the CLI in its own
-        process, live): their records as the catalog holds them, with each node's step and the exact
-        next step of a failed one.
+        """Table-level restores (`ringsnap restore BACKUP --keyspace K`, live; run by the CLI in its own
+        process, or by the daemon through PlanTableRestore/StartTableRestore below): their records as
+        the catalog holds them, with each node's step and the exact next step of a failed one.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -64,9 +64,9 @@ class CoordinatorServiceStub:
     GetStatus: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.GetStatusRequest, _coordinator_pb2.Status]
     """Per cluster: the last backup, the last success, what runs now, what runs next."""
     GetTableRestore: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.GetTableRestoreRequest, _coordinator_pb2.TableRestore]
-    """Table-level restores (`ringsnap restore BACKUP --keyspace K`, run by the CLI in its own
-    process, live): their records as the catalog holds them, with each node's step and the exact
-    next step of a failed one.
+    """Table-level restores (`ringsnap restore BACKUP --keyspace K`, live; run by the CLI in its own
+    process, or by the daemon through PlanTableRestore/StartTableRestore below): their records as
+    the catalog holds them, with each node's step and the exact next step of a failed one.
     """
     ListTableRestores: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.ListTableRestoresRequest, _coordinator_pb2.ListTableRestoresResponse]
     StartDrill: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.StartRestoreDrillRequest, _types_pb2.Operation]
@@ -140,9 +140,9 @@ class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
     GetStatus: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.GetStatusRequest, _coordinator_pb2.Status]  # type: ignore[assignment]
     """Per cluster: the last backup, the last success, what runs now, what runs next."""
     GetTableRestore: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.GetTableRestoreRequest, _coordinator_pb2.TableRestore]  # type: ignore[assignment]
-    """Table-level restores (`ringsnap restore BACKUP --keyspace K`, run by the CLI in its own
-    process, live): their records as the catalog holds them, with each node's step and the exact
-    next step of a failed one.
+    """Table-level restores (`ringsnap restore BACKUP --keyspace K`, live; run by the CLI in its own
+    process, or by the daemon through PlanTableRestore/StartTableRestore below): their records as
+    the catalog holds them, with each node's step and the exact next step of a failed one.
     """
     ListTableRestores: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.ListTableRestoresRequest, _coordinator_pb2.ListTableRestoresResponse]  # type: ignore[assignment]
     StartDrill: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.StartRestoreDrillRequest, _types_pb2.Operation]  # type: ignore[assignment]
@@ -291,9 +291,9 @@ class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _coordinator_pb2.GetTableRestoreRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_coordinator_pb2.TableRestore, _abc.Awaitable[_coordinator_pb2.TableRestore]]:
-        """Table-level restores (`ringsnap restore BACKUP --keyspace K`, run by the CLI in its own
-        process, live): their records as the catalog holds them, with each node's step and the exact
-        next step of a failed one.
+        """Table-level restores (`ringsnap restore BACKUP --keyspace K`, live; run by the CLI in its own
+        process, or by the daemon through PlanTableRestore/StartTableRestore below): their records as
+        the catalog holds them, with each node's step and the exact next step of a failed one.
         """
 
     @_abc_1.abstractmethod
