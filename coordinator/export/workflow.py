@@ -17,6 +17,7 @@ Safety, in one place:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -46,7 +47,7 @@ from ringsnap.coordinator.ports import ArrayPort
 from ringsnap.coordinator.restore_plan import match_volume, narrowed
 from ringsnap.coordinator.table_restore.ports import CloneToMount
 from ringsnap.logs import get_logger
-from ringsnap.plugins.types import Volume
+from ringsnap.plugins.types import SnapshotRef, Volume
 
 log = get_logger(__name__)
 
@@ -335,41 +336,52 @@ class ExportWorkflow:
         suffix = clone_suffix(self.backup.id, secrets.token_hex(3))
         for array in sorted({c.array for c in planned}):
             wanted = [c for c in planned if c.array == array]
-            ref = narrowed(refs[array], {c.volume for c in wanted})
-            self.progress(name, f"cloning {len(ref.members)} volume(s) on array {array}")
+            # The array call and the recording of what it made are one unit a cancellation (a
+            # Ctrl-C, a stopping daemon) waits for: a clone made is never left unrecorded.
+            unit = asyncio.ensure_future(self._clone_on(name, array, wanted, refs[array], suffix))
             try:
-                made = await asyncio.wait_for(self.arrays[array].clone(ref, suffix), _ARRAY_TIMEOUT)
-            except Exception as exc:
-                raise _StepFailed(NodeStep.CLONE, f"array {array}: {exc}") from None
-            by_volume = {m.volume.name: v for m, v in zip(ref.members, made, strict=True)}
-            requests = [
-                clone_cleanup(
-                    array,
-                    by_volume[c.volume],
-                    f"clone of {c.volume} made to export backup {self.backup.id} from node {name}",
-                    cluster=self.backup.cluster,
-                    purpose_id="",
-                )
-                for c in wanted
-            ]
-            ids = await self.journal.add_cleanups(self.backup.id, requests)
-            made_clones = {
-                c.volume: replace(
-                    c,
-                    clone=by_volume[c.volume].name,
-                    clone_id=by_volume[c.volume].id,
-                    cleanup_id=cleanup_id,
-                )
-                for c, cleanup_id in zip(wanted, ids, strict=True)
-            }
-            clones = self._record.node(name).clones
-            await self._node(
-                name,
-                clones=tuple(
-                    made_clones.get(c.volume, c) if c.array == array else c for c in clones
-                ),
-            )
+                await asyncio.shield(unit)
+            except asyncio.CancelledError:
+                with contextlib.suppress(Exception):
+                    await unit
+                raise
         await self._node(name, step=NodeStep.CLONE)
+
+    async def _clone_on(
+        self, name: str, array: str, wanted: list[ExportClone], ref: SnapshotRef, suffix: str
+    ) -> None:
+        ref = narrowed(ref, {c.volume for c in wanted})
+        self.progress(name, f"cloning {len(ref.members)} volume(s) on array {array}")
+        try:
+            made = await asyncio.wait_for(self.arrays[array].clone(ref, suffix), _ARRAY_TIMEOUT)
+        except Exception as exc:
+            raise _StepFailed(NodeStep.CLONE, f"array {array}: {exc}") from None
+        by_volume = {m.volume.name: v for m, v in zip(ref.members, made, strict=True)}
+        requests = [
+            clone_cleanup(
+                array,
+                by_volume[c.volume],
+                f"clone of {c.volume} made to export backup {self.backup.id} from node {name}",
+                cluster=self.backup.cluster,
+                purpose_id="",
+            )
+            for c in wanted
+        ]
+        ids = await self.journal.add_cleanups(self.backup.id, requests)
+        made_clones = {
+            c.volume: replace(
+                c,
+                clone=by_volume[c.volume].name,
+                clone_id=by_volume[c.volume].id,
+                cleanup_id=cleanup_id,
+            )
+            for c, cleanup_id in zip(wanted, ids, strict=True)
+        }
+        clones = self._record.node(name).clones
+        await self._node(
+            name,
+            clones=tuple(made_clones.get(c.volume, c) if c.array == array else c for c in clones),
+        )
 
     def _to_mount(self, name: str) -> list[CloneToMount]:
         return [

@@ -450,3 +450,31 @@ def test_bounded_parallelism_across_nodes() -> None:
     workflow.parallel_nodes = 1
     asyncio.run(workflow.run(setup.plan()))
     assert peak == 1
+
+
+def test_cancelled_during_the_array_clone_records_and_deletes_what_it_made() -> None:
+    setup = Setup(_backup(nodes=_backup().nodes[:1]))
+    setup.nodes.pop("node2")
+    original = setup.array.clone
+
+    async def main() -> None:
+        started, gate = asyncio.Event(), asyncio.Event()
+
+        async def slow_clone(ref: SnapshotRef, suffix: str) -> Sequence[Volume]:
+            started.set()
+            await gate.wait()  # the array still works on it when the run is cancelled
+            return await original(ref, suffix)
+
+        setup.array.clone = slow_clone  # type: ignore[method-assign]
+        record = plan_export(setup.backup, (), None, destination="", configured=["node1"])
+        task = asyncio.create_task(setup.workflow().run(record))
+        await started.wait()
+        task.cancel()
+        await asyncio.sleep(0.05)
+        gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert any(e.startswith("array:delete:node1_") for e in setup.events)
+    setup.assert_nothing_left()
