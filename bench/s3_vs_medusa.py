@@ -75,18 +75,18 @@ class _TreeSampler(threading.Thread):
         self.interval = interval
         self.tree_peak = 0
         self.own_peak = 0
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             own = _rss(self.pid)
             tree = own + sum(_rss(child) for child in _descendants(self.pid))
             self.own_peak = max(self.own_peak, own)
             self.tree_peak = max(self.tree_peak, tree)
-            self._stop.wait(self.interval)
+            self._halt.wait(self.interval)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join()
 
 
@@ -155,16 +155,23 @@ def write_sstable(cluster: SandboxCluster, first_id: int, rows: int) -> None:
 
     session = cluster.session()
     insert = session.prepare(f"INSERT INTO {KEYSPACE}.blobs (id, payload) VALUES (?, ?)")
-    step = 32  # rows in flight per call: bounds this process's memory to ~32 MiB of blobs
+    step = 32  # rows per call: bounds this process's memory to ~32 MiB of blobs
     for start in range(first_id, first_id + rows, step):
-        ids = range(start, min(start + step, first_id + rows))
-        execute_concurrent_with_args(
-            session,
-            insert,
-            [(i, os.urandom(ROW_BYTES)) for i in ids],
-            concurrency=8,
-            raise_on_first_error=True,
-        )
+        pending = [
+            (i, os.urandom(ROW_BYTES)) for i in range(start, min(start + step, first_id + rows))
+        ]
+        for _attempt in range(20):
+            results = execute_concurrent_with_args(
+                session, insert, pending, concurrency=4, raise_on_first_error=False
+            )
+            # The driver refuses a request while the socket's send buffer is full (1 MiB rows
+            # fill it): those rows are sent again.
+            pending = [row for row, (ok, _) in zip(pending, results, strict=True) if not ok]
+            if not pending:
+                break
+            time.sleep(0.2)
+        else:
+            raise SystemExit(f"{len(pending)} rows could not be written after 20 attempts")
     cluster.nodetool(NODE, "flush", KEYSPACE, "blobs")
 
 
