@@ -128,6 +128,7 @@ def delete_mirror(client: S3Client, bucket: str, layout: Layout, backup_id: str)
             Bucket=bucket, Prefix=layout.catalog_prefix(backup_id)
         )
         for item in page.get("Contents", ())
+        if not item["Key"].endswith("/")  # a directory marker (S3Proxy's filesystem backend)
     ]
     keys.sort(key=lambda k: not k.endswith("/" + INDEX))
     for key in keys:

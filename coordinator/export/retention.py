@@ -52,6 +52,7 @@ def _delete_prefix(client: S3Client, bucket: str, prefix: str, dry_run: bool) ->
         item["Key"]
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
         for item in page.get("Contents", ())
+        if not item["Key"].endswith("/")  # a directory marker (S3Proxy's filesystem backend)
     ]
     if not dry_run:
         for start in range(0, len(keys), 1000):
