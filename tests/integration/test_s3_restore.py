@@ -3,17 +3,15 @@ array's snapshots gone: a TRUNCATEd table restored from the bucket into the live
 object refused before anything is stopped, then the whole ring restored from the bucket and proven
 by its canaries.
 
-The bucket is filled the way an export reads a backup: each node's snapshot images (data and
-commit log LUNs) are mounted read-only by hand and `export_node` uploads the data directory's
-SSTables (the coordinator's `ringsnap export` was not committed when this was written).
+The bucket is filled by the coordinator's export (`ringsnap export`: clones mounted read-only on
+each node, SSTables and commit-log segments uploaded, the catalog mirrored); the ring is restored by
+a fresh coordinator whose catalog was rebuilt from the bucket alone.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import subprocess
+import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,13 +22,17 @@ import pytest
 from cassandra import ConsistencyLevel
 from cassandra.query import SimpleStatement
 
-from ringsnap.agent.manifest import manifest
 from ringsnap.agent.s3.client import make_client
-from ringsnap.agent.s3.export import export_node
 from ringsnap.agent.s3.layout import Layout
 from ringsnap.agent.s3.settings import S3Settings
+from ringsnap.agent.s3_restore import STAGING_DIRECTORY
+from ringsnap.agent.snapshot_restore import REPLACED_DIRECTORY
+from ringsnap.config import validate
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.export.model import ExportState
+from ringsnap.coordinator.export.rebuild_cli import rebuild_command
+from ringsnap.coordinator.export.session import open_export_session
 from ringsnap.coordinator.model import Backup, RestoreMode, RestoreRecord, RestoreStep
 from ringsnap.coordinator.restore import RestoreFailed
 from ringsnap.coordinator.restore_plan import RestoreRequest
@@ -41,6 +43,7 @@ from ringsnap.coordinator.table_restore.model import (
     TableRestoreState,
 )
 from ringsnap.coordinator.table_restore.session import open_table_restore_session
+from ringsnap.sandbox import services
 from ringsnap.sandbox.cluster import SandboxCluster
 from ringsnap.sandbox.s3proxy import S3Server, running_s3proxy
 from ringsnap.sandbox.stack import CLUSTER_NAME, Stack, running_stack
@@ -94,35 +97,35 @@ def s3_stack(
     sandbox_cluster.wait_until_up_normal()
 
 
-@contextlib.contextmanager
-def _snapshot_mounted(cluster: SandboxCluster, volume: str) -> Iterator[Path]:
-    """The newest snapshot image of `volume`, mounted read-only (as a clone of it would be)."""
-    images = sorted(
-        (cluster.pool_dir / "snapshots" / volume).glob("*.img"), key=lambda p: p.stat().st_mtime
-    )
-    point = Path(f"/tmp/ringsnap-s3-export-{os.getpid()}-{volume}")
-    point.mkdir(exist_ok=True)
-    subprocess.run(["mount", "-o", "loop,ro", str(images[-1]), str(point)], check=True)
-    try:
-        yield point
-    finally:
-        subprocess.run(["umount", str(point)], check=True)
-        point.rmdir()
+def _config_data(stack: Stack, s3_table: dict[str, Any], catalog: Path | None = None) -> Any:
+    data = stack.coordinator_data()
+    data["s3"] = dict(s3_table)
+    if catalog is not None:
+        data["coordinator"]["catalog"] = str(catalog)
+    return data
 
 
-def _export(cluster: SandboxCluster, settings: S3Settings, backup: Backup) -> None:
-    client = make_client(settings)
-    for node in cluster.nodes:
-        with _snapshot_mounted(cluster, node.data_lun.volume_name) as root:
-            data = root / node.data_dir.name
-            export_node(
-                client,
-                settings,
-                backup_id=backup.id,
-                node=node.name,
-                data_directories=[data],
-                manifest=lambda data=data: manifest([data]),  # type: ignore[misc]
-            )
+def _export(config: CoordinatorConfig, backup: Backup) -> None:
+    async def run() -> None:
+        catalog = Catalog(config.coordinator.catalog)
+        try:
+            async with open_export_session(config, CLUSTER_NAME, catalog=catalog) as session:
+                record = await session.export(backup.id, parallel_nodes=3)
+                assert record.state is ExportState.SUCCEEDED, record
+                assert all(n.commitlog_segments > 0 for n in record.nodes), record.nodes
+        finally:
+            catalog.close()
+
+    asyncio.run(run())
+
+
+def _fresh_coordinator(stack: Stack, s3_table: dict[str, Any], workdir: Path) -> CoordinatorConfig:
+    """A new coordinator whose catalog is rebuilt from the bucket alone."""
+    data = _config_data(stack, s3_table, catalog=workdir / "fresh" / "catalog.db")
+    config_file = workdir / "fresh.toml"
+    config_file.write_text(services.toml_document(data, "a new coordinator"))
+    assert rebuild_command(config_file, "s3", merge=False) == 0
+    return validate(data, CoordinatorConfig, source="<fresh>")
 
 
 def _delete_array_snapshots(config: CoordinatorConfig, backup: Backup) -> None:
@@ -195,13 +198,17 @@ def _tables_before_the_backup(cluster: SandboxCluster) -> Any:
 
 
 def test_ring_restored_from_s3_with_the_array_lost_and_a_corrupt_object_refused(
-    sandbox_cluster: SandboxCluster, s3_stack: Stack, s3_table: dict[str, Any], s3_server: S3Server
+    sandbox_cluster: SandboxCluster,
+    s3_stack: Stack,
+    s3_table: dict[str, Any],
+    s3_server: S3Server,
+    tmp_path: Path,
 ) -> None:
-    config = s3_stack.coordinator_config()
+    config = validate(_config_data(s3_stack, s3_table), CoordinatorConfig, source="<test>")
     settings = S3Settings.model_validate(s3_table)
     session = _tables_before_the_backup(sandbox_cluster)
     backup, acked_before, begun_after = _backup_under_writes(sandbox_cluster, config)
-    _export(sandbox_cluster, settings, backup)
+    _export(config, backup)
     _delete_array_snapshots(config, backup)
 
     # A table TRUNCATEd, restored from the bucket into the live ring; the other keeps its writes.
@@ -220,6 +227,9 @@ def test_ring_restored_from_s3_with_the_array_lost_and_a_corrupt_object_refused(
     assert _ids_of(session, "restored") == set(range(ROWS))
     assert _ids_of(session, "other") == set(range(50))
     assert running == {n.name: _started_at(sandbox_cluster, n.name) for n in sandbox_cluster.nodes}
+
+    # The coordinator is lost too: a new one rebuilds its catalog from the bucket.
+    config = _fresh_coordinator(s3_stack, s3_table, tmp_path)
 
     # A Data.db object of node2 corrupted in the bucket by hand (same size, other bytes).
     layout = Layout(settings.prefix)
@@ -246,20 +256,29 @@ def test_ring_restored_from_s3_with_the_array_lost_and_a_corrupt_object_refused(
     assert all(n.step.order < RestoreStep.STOPPED.order for n in record.nodes), record.nodes
     # Cassandra was never stopped on any node.
     assert started == {n.name: _started_at(sandbox_cluster, n.name) for n in sandbox_cluster.nodes}
+    # What verified stays staged for a resume; giving this restore up, the operator removes it.
+    for node in sandbox_cluster.nodes:
+        staging = node.data_dir / STAGING_DIRECTORY / record.id
+        assert staging.is_dir() and (node.name == "node2" or any(staging.rglob("*-Data.db")))
+        shutil.rmtree(staging)
 
     # The object repaired, the ring comes back from the bucket alone.
     path.write_bytes(original)
     began = time.monotonic()
     restored = _restore_from_s3(config, backup.id)
     print(f"restore from S3 of the ring: {time.monotonic() - began:.1f} s")
+    print("  phases: " + ", ".join(f"{t.phase} {t.seconds:.1f} s" for t in restored.timings))
 
     _proven(restored)
     sandbox_cluster.refresh()
     ids = _ids_at_all(sandbox_cluster)
     assert acked_before <= ids, f"{len(acked_before - ids)} acknowledged rows did not come back"
     assert not (begun_after & ids), f"{len(begun_after & ids)} rows written after the backup"
-    # What the install replaced is kept beside each table, never deleted.
-    kept = list(
-        sandbox_cluster.node("node1").data_dir.glob(f"*/*/.ringsnap-replaced/{restored.id}")
-    )
-    assert kept
+    # What the install replaced is kept beside each table, never deleted; the staging is gone.
+    for node in sandbox_cluster.nodes:
+        kept = list(node.data_dir.glob(f"*/*/{REPLACED_DIRECTORY}/{restored.id}"))
+        assert any(any(p.iterdir()) for p in kept), node.name
+        assert not (node.data_dir / STAGING_DIRECTORY / restored.id).exists()
+        # As an operator once the restore is proven: the kept files go.
+        for directory in kept:
+            shutil.rmtree(directory)
