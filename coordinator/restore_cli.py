@@ -492,7 +492,6 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
             # An operator on another host: the daemon restores, reached by its remote listener.
             from ringsnap.coordinator import restore_remote
 
-            _local_only(options)
             result = restore_remote.restore(resolve_target(None, None), options)
         else:
             config_file = config_path(config)
@@ -503,7 +502,6 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
             else:
                 from ringsnap.coordinator import restore_remote
 
-                _local_only(options)
                 result = restore_remote.restore(opened, options)
     except CliError as error:
         _fail(error, as_json)
@@ -555,18 +553,6 @@ def _mode_with_source(mode: RestoreMode, source: str) -> RestoreMode:
             reason="INVALID_ARGUMENT",
         )
     return RestoreMode.S3 if source else mode
-
-
-def _local_only(options: RestoreOptions) -> None:
-    """A restore from S3 runs in this process (the daemon's API does not start one yet)."""
-    if options.mode is RestoreMode.S3 and not options.resume:
-        raise CliError(
-            "a restore --from s3 runs in this process, and the coordinator daemon holds the catalog",
-            ExitCode.REFUSED,
-            reason="CATALOG_LOCKED",
-            hint="stop the daemon for the restore (`systemctl stop ringsnap-coordinator`), run it"
-            " again, then start the daemon",
-        )
 
 
 def _local_table_only(from_s3: bool) -> None:
