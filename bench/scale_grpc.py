@@ -39,6 +39,7 @@ import os
 import resource
 import signal
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -399,6 +400,33 @@ async def _measure(
     settings = BackupSettings(freeze_budget=args.budget, lease=args.lease)
     array_s = args.array_ms / 1000
     every = sorted(addresses)
+    stuck = asyncio.create_task(_report_stuck(args.stuck_after))
+    try:
+        await _sizes(sizes, every, addresses, tls, settings, array_s, args)
+    finally:
+        stuck.cancel()
+
+
+async def _report_stuck(after: float) -> None:
+    """A run that takes `after` seconds is stuck (every call it makes has a deadline far below):
+    print where every task of the coordinator waits, for the report; the run is not touched."""
+    while True:
+        await asyncio.sleep(after)
+        print(f"STUCK? still running after {after:g} s; the coordinator's tasks:", flush=True)
+        for task in asyncio.all_tasks():
+            task.print_stack(limit=6, file=sys.stdout)
+        sys.stdout.flush()
+
+
+async def _sizes(
+    sizes: list[int],
+    every: list[str],
+    addresses: dict[str, str],
+    tls: ClientTls,
+    settings: BackupSettings,
+    array_s: float,
+    args: argparse.Namespace,
+) -> None:
     for size in sizes:
         # Spread over the worker processes: agent i is served by process i % processes.
         names = every[:size]
@@ -449,6 +477,7 @@ def main() -> None:
     parser.add_argument(
         "--profile", type=Path, help="cProfile the coordinator's runs at the largest size into it"
     )
+    parser.add_argument("--stuck-after", type=float, default=300.0)
     parser.add_argument("--state-root", type=Path, default=Path("/dev/shm"))
     args = parser.parse_args()
     # Failed runs are reported by the benchmark itself (one line), not by a log line per node.
