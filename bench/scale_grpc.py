@@ -251,6 +251,8 @@ class Sample:
     error: str = ""
 
 
+#: Runs ended so far (the stuck-run report watches it).
+_RUNS_ENDED = [0]
 #: The agent processes (their CPU time is read from /proc around each barrier).
 _AGENT_PIDS: list[int] = []
 
@@ -290,6 +292,7 @@ async def _cold_barrier(
         cpu, agents_cpu = time.process_time() - cpu, _agents_cpu() - agents_cpu
         for agent in agents.values():
             await agent.close()
+    _RUNS_ENDED[0] += 1
     return Sample(barrier.window, cpu, agents_cpu, error)
 
 
@@ -334,6 +337,7 @@ async def _workflow_runs(
             started.append(run)
 
         for _ in range(runs):
+            _RUNS_ENDED[0] += 1
             try:
                 run = await workflow.run(settings, trigger="bench", on_start=keep)
                 samples.append(Sample(run.window, cpu.cpu, cpu.agents_cpu))
@@ -410,9 +414,13 @@ async def _measure(
 async def _report_stuck(after: float) -> None:
     """A run that takes `after` seconds is stuck (every call it makes has a deadline far below):
     print where every task of the coordinator waits, for the report; the run is not touched."""
+    seen = -1
     while True:
         await asyncio.sleep(after)
-        print(f"STUCK? still running after {after:g} s; the coordinator's tasks:", flush=True)
+        if _RUNS_ENDED[0] != seen:
+            seen = _RUNS_ENDED[0]
+            continue
+        print(f"STUCK? no run ended for {after:g} s; the coordinator's tasks:", flush=True)
         for task in asyncio.all_tasks():
             task.print_stack(limit=6, file=sys.stdout)
         sys.stdout.flush()
@@ -477,7 +485,7 @@ def main() -> None:
     parser.add_argument(
         "--profile", type=Path, help="cProfile the coordinator's runs at the largest size into it"
     )
-    parser.add_argument("--stuck-after", type=float, default=300.0)
+    parser.add_argument("--stuck-after", type=float, default=120.0)
     parser.add_argument("--state-root", type=Path, default=Path("/dev/shm"))
     args = parser.parse_args()
     # Failed runs are reported by the benchmark itself (one line), not by a log line per node.
