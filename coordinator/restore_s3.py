@@ -18,7 +18,7 @@ The array is never asked: this restore works when the array or its snapshots are
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from ringsnap.coordinator.model import RestoreNode, RestoreRecord, RestoreStep
@@ -56,7 +56,7 @@ class S3Steps:
         run, workflow = self.run, self.workflow
         last: dict[str, float] = {}
 
-        def reporter(node: str):  # type: ignore[no-untyped-def]
+        def reporter(node: str) -> Callable[[DownloadProgress], None]:
             def report(progress: DownloadProgress) -> None:
                 now = time.monotonic()
                 if now - last.get(node, 0.0) >= PROGRESS_INTERVAL_SECONDS:

@@ -10,7 +10,7 @@ The steps clone, mount, unmount and delete-clones have nothing to do.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from ringsnap.coordinator.s3_restore_agents import DownloadProgress, S3RestorePort
@@ -31,7 +31,7 @@ async def stage_from_s3(
     record = workflow._record
     last: dict[str, float] = {}
 
-    def reporter(name: str, table: str):  # type: ignore[no-untyped-def]
+    def reporter(name: str, table: str) -> Callable[[DownloadProgress], None]:
         def report(progress: DownloadProgress) -> None:
             now = time.monotonic()
             if now - last.get(name, 0.0) >= PROGRESS_INTERVAL_SECONDS:
