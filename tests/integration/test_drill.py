@@ -209,7 +209,7 @@ def _leftovers(bed: Bed, record: DrillRecord) -> dict[str, list[str]]:
     }
 
 
-NOTHING_LEFT = {
+NOTHING_LEFT: dict[str, list[str]] = {
     "clones": [],
     "mounts": [],
     "namespaces": [],
