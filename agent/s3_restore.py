@@ -27,7 +27,8 @@ import importlib
 import json
 import os
 import shutil
-from collections.abc import AsyncIterator, Callable, Sequence
+import threading
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -42,7 +43,7 @@ from ringsnap.agent.node import NodeAgent
 from ringsnap.agent.restore import VolumeRestorer, check_operation_id
 from ringsnap.agent.s3.backup_manifest import Entry
 from ringsnap.agent.s3.client import make_client
-from ringsnap.agent.s3.download import DownloadResult, download_node
+from ringsnap.agent.s3.download import DownloadCancelled, DownloadResult, download_node
 from ringsnap.agent.s3.layout import node_name
 from ringsnap.agent.s3.progress import Progress
 from ringsnap.agent.s3.settings import S3Settings
@@ -70,6 +71,8 @@ DOWNLOADED_MARKER = ".downloaded.json"
 COMMITLOG_STAGING = ".commitlog"
 NO_COMMITLOG = "no commit-log copy in the bucket"
 _PARTIAL = ".ringsnap-partial"
+#: How long a new download waits for a cancelled one of the same operation to stop.
+CANCELLED_WIND_DOWN_SECONDS = 60.0
 
 
 def tag_of(backup_id: str) -> str:
@@ -219,6 +222,7 @@ class S3Restore:
         backup_id: str,
         node: str,
         progress: Callable[[Progress], None] | None = None,
+        cancel: threading.Event | None = None,
     ) -> StagedDownload:
         settings = self.settings()
         valid_backup_id(backup_id)
@@ -241,7 +245,13 @@ class S3Restore:
             node=node,
             destinations=roots,
             progress=progress,
+            cancel=cancel,
         )
+        if cancel is not None and cancel.is_set():
+            raise DownloadCancelled(
+                f"backup {backup_id} node {node}: download cancelled by its caller before the"
+                " commit log; the SSTables verified are kept for a rerun"
+            )
         commitlog = self._download_commitlog(client, settings, backup_id, node, roots[0])
         write_durably(
             marker,
@@ -300,6 +310,7 @@ class S3Restore:
         table: str,
         staging: Path,
         progress: Callable[[Progress], None] | None = None,
+        cancel: threading.Event | None = None,
     ) -> StagedDownload:
         """Only `keyspace`.`table`'s components (not its indexes'), flat into `staging` (the
         table-restore staging directory of `operation_id`)."""
@@ -325,6 +336,7 @@ class S3Restore:
             destinations=self.data_directories,
             progress=progress,
             place=place,
+            cancel=cancel,
         )
         if not result.components:
             raise Conflict(
@@ -513,6 +525,26 @@ class S3RestoreRpcs:
 
     def __init__(self, agent: NodeAgent) -> None:
         self._agent = agent
+        #: Per operation: the cancel event and the thread of its download still running. A rerun
+        #: waits for a cancelled one to stop (two threads must never write one staging).
+        self._running: dict[str, tuple[threading.Event, asyncio.Future[StagedDownload]]] = {}
+
+    async def _wait_for_previous(self, operation_id: str) -> None:
+        previous = self._running.get(operation_id)
+        if previous is None:
+            return
+        cancel, work = previous
+        if not cancel.is_set():
+            raise Conflict(
+                f"a download for operation {operation_id} is already running on this node; wait"
+                " for it to end (or cancel it), then ask again"
+            )
+        done, _ = await asyncio.wait({work}, timeout=CANCELLED_WIND_DOWN_SECONDS)
+        if not done:
+            raise Conflict(
+                f"the cancelled download for operation {operation_id} has not stopped within"
+                f" {CANCELLED_WIND_DOWN_SECONDS:g} s; ask again in a minute"
+            )
 
     @cached_property
     def _restores(self) -> S3Restore:
@@ -527,7 +559,7 @@ class S3RestoreRpcs:
 
     async def download(
         self, request: agent_pb2.DownloadFromS3Request
-    ) -> AsyncIterator[agent_pb2.DownloadFromS3Response]:
+    ) -> AsyncGenerator[agent_pb2.DownloadFromS3Response, None]:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Progress] = asyncio.Queue()
 
@@ -536,6 +568,9 @@ class S3RestoreRpcs:
 
         if bool(request.keyspace) != bool(request.table):
             raise ValidationError("a table download from S3 needs both keyspace and table")
+        check_operation_id(request.operation_id)
+        await self._wait_for_previous(request.operation_id)
+        cancel = threading.Event()
         if request.keyspace:
             try:
                 restore_id(request.operation_id)
@@ -557,6 +592,7 @@ class S3RestoreRpcs:
                         table=request.table,
                         staging=staging,
                         progress=report,
+                        cancel=cancel,
                     )
                 )
             )
@@ -568,18 +604,37 @@ class S3RestoreRpcs:
                     request.backup_id,
                     request.node,
                     report,
+                    cancel,
                 )
             )
-        while not work.done():
-            getter = asyncio.ensure_future(queue.get())
-            await asyncio.wait({work, getter}, return_when=asyncio.FIRST_COMPLETED)
-            if getter.done():
-                yield progress_message(getter.result())
-            else:
-                getter.cancel()
-        while not queue.empty():  # reported just before the end
-            yield progress_message(queue.get_nowait())
-        yield result_message(work.result())
+        self._running[request.operation_id] = (cancel, work)
+        work.add_done_callback(lambda _: self._forget(request.operation_id, work))
+        try:
+            while not work.done():
+                getter = asyncio.ensure_future(queue.get())
+                await asyncio.wait({work, getter}, return_when=asyncio.FIRST_COMPLETED)
+                if getter.done():
+                    yield progress_message(getter.result())
+                else:
+                    getter.cancel()
+            while not queue.empty():  # reported just before the end
+                yield progress_message(queue.get_nowait())
+            yield result_message(work.result())
+        finally:
+            if not work.done():
+                # The caller went away (a cancelled restore, a stopping coordinator): the thread
+                # stops at its next file or part; what verified stays for a rerun.
+                cancel.set()
+                log.warning(
+                    "download from S3 cancelled by its caller; stopping it",
+                    operation_id=request.operation_id,
+                    backup_id=request.backup_id,
+                    node=request.node,
+                )
+
+    def _forget(self, operation_id: str, work: asyncio.Future[StagedDownload]) -> None:
+        if self._running.get(operation_id, (None, None))[1] is work:
+            del self._running[operation_id]
 
     async def install(
         self, request: agent_pb2.InstallS3DownloadRequest

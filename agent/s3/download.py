@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import threading
 import time
 import zlib
 from collections import deque
@@ -45,6 +46,14 @@ _CHUNK = 1024 * 1024
 
 class DownloadRefused(DomainError):
     """An object did not verify (or could not be fetched); the message names the key and file."""
+
+
+class DownloadCancelled(DomainError):
+    """The caller cancelled the download; what verified is kept for a rerun."""
+
+
+#: How often a wait for a transfer looks at the cancel event.
+_CANCEL_POLL_SECONDS = 0.1
 
 
 @dataclass(frozen=True)
@@ -77,13 +86,27 @@ def download_node(
     destinations: Sequence[Path],
     progress: Reporter | None = None,
     place: Callable[[Entry], Path | None] | None = None,
+    cancel: threading.Event | None = None,
 ) -> DownloadResult:
     """Fetch every component of `node` in `backup_id` into `destinations` (the node's data
     directories, in the order of the export's).
 
     `place` chooses another file for a (validated) entry, or None to leave it out (a table restore
     fetches one table into its staging); by default `<destination of its root>/<its path>`.
+
+    Once `cancel` is set, no file is started and the transfers in flight are cancelled (the
+    transfer manager shuts down cancelling them): `DownloadCancelled` is raised with only verified
+    files at final paths and no partial file left, so a rerun goes on from there.
     """
+    stop = cancel or threading.Event()
+
+    def check_cancel() -> None:
+        if stop.is_set():
+            raise DownloadCancelled(
+                f"backup {backup_id} node {node}: download cancelled by its caller; the files"
+                " already verified are kept for a rerun"
+            )
+
     valid_backup_id(backup_id)
     node_name(node)
     layout = Layout(settings.prefix)
@@ -127,6 +150,7 @@ def download_node(
             subscribers = [_Progress(tracker)]
             try:
                 for entry in entries():
+                    check_cancel()
                     target = target_of(entry)
                     if target is None:
                         continue
@@ -149,8 +173,10 @@ def download_node(
                     )
                     window.append(_Pending(future, entry, partial, target, out))
                     while len(window) >= settings.files_in_flight:
+                        _wait(window[0], stop, check_cancel)
                         _finish(window.popleft())
                 while window:
+                    _wait(window[0], stop, check_cancel)
                     _finish(window.popleft())
             except BaseException:
                 for pending in window:
@@ -170,6 +196,13 @@ def download_node(
         files_kept=kept,
         seconds=time.monotonic() - started,
     )
+
+
+def _wait(pending: _Pending, stop: threading.Event, check_cancel: Callable[[], None]) -> None:
+    """Wait for `pending`'s transfer, but no longer than until the download is cancelled."""
+    while not pending.future.done():
+        if stop.wait(_CANCEL_POLL_SECONDS):
+            check_cancel()
 
 
 def _finish(pending: _Pending) -> None:
