@@ -213,20 +213,42 @@ class ArrayRun:
                 )
         self.run.snapshots.clear()
         stragglers, self._stragglers = self._stragglers, []
+        # What became of each call that outlived the freeze budget is kept with the run's
+        # warnings: the failed run's record says where its late snapshot went.
+        overran = "the snapshot call that outlived the freeze budget"
         for array, commit in stragglers:
             match await settled(commit, grace):
                 case Running():
                     # Its prepared set-up stays too: the driver's next prepare sweeps it.
                     self._abandon_prepared(array, "its snapshot call never returned")
                     self._leave_name(array, f"{reason}; call never returned")
+                    self._warn(
+                        array,
+                        f"array {array}: {overran} did not return within {grace:g} s; the snapshot"
+                        f" it may make is a pending cleanup, looked for by name",
+                    )
                 case Failed(error=error):
-                    log.info("late snapshot call failed", array=array, error=str(error))
                     self._commit_failed(array, error)
+                    self._warn(
+                        array,
+                        f"array {array}: {overran} failed after the thaw ({error}); the snapshot"
+                        " the array may have made anyway is a pending cleanup, looked for by name",
+                    )
                     await self._release([array])
                 case Done(value=ref):
                     await self._release([array])
                     if await self._delete(ref, f"{reason}; delete of late snapshot failed"):
-                        log.info("deleted late snapshot of failed run", array=array)
+                        self._warn(
+                            array,
+                            f"array {array}: {overran} ended after the thaw; its snapshot"
+                            f" {ref.snapshot_name!r} was deleted",
+                        )
+                    else:
+                        self._warn(
+                            array,
+                            f"array {array}: {overran} ended after the thaw; its snapshot"
+                            f" {ref.snapshot_name!r} could not be deleted and is a pending cleanup",
+                        )
 
     async def _delete(self, ref: SnapshotRef, failed: str) -> bool:
         """Delete `ref`, or record it for the cleanup with `failed` and the reason."""

@@ -12,8 +12,9 @@ from datetime import datetime
 import pytest
 
 from ringsnap.coordinator.agents import AgentError
-from ringsnap.coordinator.backup import BackupFailed, BackupSettings, BackupWorkflow
+from ringsnap.coordinator.backup import BackupFailed, BackupRun, BackupSettings, BackupWorkflow
 from ringsnap.coordinator.ports import ThawReceipt
+from ringsnap.plugins.errors import DriverError
 from tests.support.fakes import FakeAgent, FakeArray, node_targets, volumes_of
 
 
@@ -115,3 +116,36 @@ def test_a_renewal_the_agent_refuses_fails_the_run_at_once() -> None:
     # At the first renewal (a third of the lease), not when the array answered.
     assert max(thawed.values()) < 0.6, thawed
     assert array.snapshots == {}
+
+
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [
+        (None, "ended after the thaw; its snapshot 'rs-late' was deleted"),
+        (
+            DriverError("connection reset", array="a1"),
+            "failed after the thaw (array 'a1': connection reset); the snapshot the array may"
+            " have made anyway is a pending cleanup, looked for by name",
+        ),
+    ],
+)
+def test_the_failed_runs_record_says_where_its_late_snapshot_went(
+    error: Exception | None, said: str
+) -> None:
+    workflow, _agents, array, _ = cluster()
+    array.delay = 0.5  # past the budget: a straggler, awaited after the thaw
+    array.error = error
+    runs: list[BackupRun] = []
+
+    async def keep(run: BackupRun) -> None:
+        runs.append(run)
+
+    settings = BackupSettings(freeze_budget=0.2, lease=0.5, straggler_grace=5)
+    with pytest.raises(BackupFailed, match="still running after the freeze budget"):
+        asyncio.run(workflow.run(settings, trigger="test", backup_id="rs-late", on_start=keep))
+    (run,) = runs
+    assert run.array_leftovers == [
+        f"array a1: the snapshot call that outlived the freeze budget {said}"
+    ]
+    assert array.snapshots == {}
+    assert [c.snapshot_name for c in run.leftovers] == (["rs-late"] if error else [])

@@ -482,8 +482,11 @@ def test_a_commit_that_never_returns_reports_its_set_up() -> None:
     assert "abort a1" not in events and "finish a1" not in events
     (leftover,) = run.leftovers
     assert leftover.snapshot_name == run.backup_id
-    (warning,) = run.array_leftovers
+    warning, late = run.array_leftovers
     assert warning.startswith("array a1: its snapshot call never returned")
+    # The record says where the snapshot the call may still make goes.
+    assert late.startswith("array a1: the snapshot call that outlived the freeze budget did not")
+    assert late.endswith("is a pending cleanup, looked for by name")
     assert not any(a.frozen for a in agents)
 
 
