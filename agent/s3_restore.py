@@ -44,6 +44,7 @@ from ringsnap.agent.restore import VolumeRestorer, check_operation_id
 from ringsnap.agent.s3.backup_manifest import Entry
 from ringsnap.agent.s3.client import make_client
 from ringsnap.agent.s3.download import DownloadCancelled, DownloadResult, download_node
+from ringsnap.agent.s3.download_check import DownloadCheck, check_download
 from ringsnap.agent.s3.layout import node_name
 from ringsnap.agent.s3.progress import Progress
 from ringsnap.agent.s3.settings import S3Settings
@@ -213,6 +214,20 @@ class S3Restore:
     def staging(self, operation_id: str) -> list[Path]:
         check_operation_id(operation_id)
         return [d / STAGING_DIRECTORY / operation_id for d in self.data_directories]
+
+    # -- 0. the plan's check (read-only) ----------------------------------------------------------
+
+    def check(self, operation_id: str, backup_id: str, node: str) -> DownloadCheck:
+        """Whether the bucket holds this node's copy, and the room its download needs."""
+        settings = self.settings()
+        return check_download(
+            make_client(settings),
+            settings,
+            backup_id=backup_id,
+            node=node,
+            data_directories=self.data_directories,
+            staging=self.staging(operation_id),
+        )
 
     # -- 1. download ----------------------------------------------------------------------------
 
@@ -635,6 +650,31 @@ class S3RestoreRpcs:
     def _forget(self, operation_id: str, work: asyncio.Future[StagedDownload]) -> None:
         if self._running.get(operation_id, (None, None))[1] is work:
             del self._running[operation_id]
+
+    async def check(
+        self, request: agent_pb2.CheckS3DownloadRequest
+    ) -> agent_pb2.CheckS3DownloadResponse:
+        check_operation_id(request.operation_id)
+        done = await asyncio.to_thread(
+            self._restores.check, request.operation_id, request.backup_id, request.node
+        )
+        return agent_pb2.CheckS3DownloadResponse(
+            manifest_key=done.manifest_key,
+            manifest_found=done.manifest_found,
+            commitlog_key=done.commitlog_key,
+            commitlog_found=done.commitlog_found,
+            commitlog_bytes=done.commitlog_bytes,
+            problem=done.problem,
+            rooms=[
+                agent_pb2.S3DownloadRoom(
+                    data_directory=r.data_directory,
+                    bytes_needed=r.bytes_needed,
+                    free_bytes=r.free_bytes,
+                    filesystem=r.filesystem,
+                )
+                for r in done.rooms
+            ],
+        )
 
     async def install(
         self, request: agent_pb2.InstallS3DownloadRequest

@@ -23,7 +23,7 @@ from ringsnap.agent.drill.model import DrillRequest, DrillStatus
 from ringsnap.agent.freeze import FreezeResult, ThawResult
 from ringsnap.agent.node import NodeAgent, NodeInfo
 from ringsnap.agent.restore import DiscardedDirectory, VolumeFacts, VolumeState
-from ringsnap.agent.s3.download import DownloadRefused
+from ringsnap.agent.s3.download import DownloadCancelled, DownloadRefused
 from ringsnap.agent.s3.export import ExportFailed
 from ringsnap.agent.s3.purge import PurgeFailed
 from ringsnap.agent.s3.rpc import S3Exports
@@ -50,6 +50,7 @@ STATUS_FOR_ERROR: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     # S3 copies (their RPCs come with the coordinator's orchestration of exports).
     (ExportFailed, grpc.StatusCode.FAILED_PRECONDITION),
     (DownloadRefused, grpc.StatusCode.DATA_LOSS),
+    (DownloadCancelled, grpc.StatusCode.CANCELLED),
     (PurgeFailed, grpc.StatusCode.FAILED_PRECONDITION),
 )
 
@@ -494,8 +495,10 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         self, request: agent_pb2.DownloadFromS3Request, context: Context
     ) -> AsyncIterator[agent_pb2.DownloadFromS3Response]:
         try:
-            async for message in self._s3_restores.download(request):
-                yield message
+            # aclosing: a caller that goes away closes the download's stream, which stops it.
+            async with contextlib.aclosing(self._s3_restores.download(request)) as stream:
+                async for message in stream:
+                    yield message
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
         except Exception as exc:
@@ -506,6 +509,12 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         self, request: agent_pb2.InstallS3DownloadRequest, context: Context
     ) -> agent_pb2.InstallS3DownloadResponse:
         return await self._s3_restores.install(request)
+
+    @unary
+    async def CheckS3Download(
+        self, request: agent_pb2.CheckS3DownloadRequest, context: Context
+    ) -> agent_pb2.CheckS3DownloadResponse:
+        return await self._s3_restores.check(request)
 
     # -- export to S3 (ringsnap.agent.s3.rpc) --
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ringsnap.coordinator.agents import ClientTls, GrpcNodeAgent
@@ -41,6 +41,7 @@ from ringsnap.coordinator.restore_plan import (
 )
 from ringsnap.coordinator.ring import CqlRing
 from ringsnap.coordinator.s3_restore_agents import GrpcS3Restore, S3RestorePort
+from ringsnap.coordinator.s3_restore_plan import NodeExpectation, s3_plan_refusals
 from ringsnap.plugins.middleware import AsyncDriver
 from ringsnap.plugins.registry import open_driver
 from ringsnap.plugins.types import SnapshotRef
@@ -102,7 +103,7 @@ class RestoreSession:
         ):
             others = await asyncio.to_thread(self._newer_backups, backup)
         past = await asyncio.to_thread(self._past_seconds, backup.cluster)
-        return await plan_restore(
+        plan = await plan_restore(
             new_restore_id(),
             request,
             backup,
@@ -113,6 +114,21 @@ class RestoreSession:
             newer_backups=others,
             past_seconds=past,
         )
+        if request.mode is RestoreMode.S3 and plan.nodes:
+            plan = await self._check_s3_copies(plan)
+        return plan
+
+    async def _check_s3_copies(self, plan: RestorePlan) -> RestorePlan:
+        """The bucket holds every node's copy and each data filesystem has room for it."""
+        export = await asyncio.to_thread(self.catalog.find_export, plan.backup.id)
+        segments = {n.name: n.commitlog_segments for n in export.nodes} if export else {}
+        refusals = await s3_plan_refusals(
+            plan.restore_id,
+            plan.backup.id,
+            [NodeExpectation(n.name, segments.get(n.name, 0)) for n in plan.nodes],
+            self.s3_agents,
+        )
+        return replace(plan, refusals=(*plan.refusals, *refusals))
 
     async def run(
         self, plan: RestorePlan, requested_by: str, progress: Progress | None = None

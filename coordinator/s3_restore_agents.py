@@ -16,6 +16,8 @@ from ringsnap.coordinator.agents import AgentConnection, ClientTls
 #: A download moves the node's whole copy; the install renames files; the commit log is small.
 DOWNLOAD_TIMEOUT_SECONDS = 6 * 3600.0
 INSTALL_TIMEOUT_SECONDS = 1800.0
+#: The plan's check reads the node's manifest object (a few MiB for a large node).
+CHECK_TIMEOUT_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,30 @@ class InstalledCopy:
     files_kept_aside: int
 
 
+@dataclass(frozen=True)
+class S3Room:
+    data_directory: str
+    #: Bytes of the node's copy (and commit log, first directory) not staged there yet.
+    bytes_needed: int
+    free_bytes: int
+    #: Directories on one filesystem share its free space.
+    filesystem: str
+
+
+@dataclass(frozen=True)
+class S3DownloadCheck:
+    """What the node's agent sees of its copy in the bucket, before anything is downloaded."""
+
+    manifest_key: str
+    manifest_found: bool
+    commitlog_key: str
+    commitlog_found: bool
+    commitlog_bytes: int
+    rooms: tuple[S3Room, ...]
+    #: Why an object cannot be used ('' when both are fine).
+    problem: str = ""
+
+
 class S3RestorePort(Protocol):
     """One node's agent, for restores from S3. Every call raises `AgentError` naming the node.
 
@@ -77,6 +103,10 @@ class S3RestorePort(Protocol):
     ) -> StagedCopy: ...
 
     async def install_s3_download(self, operation_id: str, backup_id: str) -> InstalledCopy: ...
+
+    async def check_s3_download(
+        self, operation_id: str, backup_id: str, node: str
+    ) -> S3DownloadCheck: ...
 
     async def install_s3_commitlog(self, operation_id: str, backup_id: str, node: str) -> str: ...
 
@@ -140,6 +170,27 @@ class GrpcS3Restore(AgentConnection):
             seconds=result.seconds,
             staging_directories=tuple(result.staging_directories),
             commitlog=result.commitlog,
+        )
+
+    async def check_s3_download(
+        self, operation_id: str, backup_id: str, node: str
+    ) -> S3DownloadCheck:
+        request = agent_pb2.CheckS3DownloadRequest(
+            operation_id=operation_id, backup_id=backup_id, node=node
+        )
+        with self._calling("CheckS3Download"):
+            reply = await self._stub.CheckS3Download(request, timeout=CHECK_TIMEOUT_SECONDS)
+        return S3DownloadCheck(
+            manifest_key=reply.manifest_key,
+            manifest_found=reply.manifest_found,
+            commitlog_key=reply.commitlog_key,
+            commitlog_found=reply.commitlog_found,
+            commitlog_bytes=reply.commitlog_bytes,
+            rooms=tuple(
+                S3Room(r.data_directory, r.bytes_needed, r.free_bytes, r.filesystem)
+                for r in reply.rooms
+            ),
+            problem=reply.problem,
         )
 
     async def install_s3_download(self, operation_id: str, backup_id: str) -> InstalledCopy:

@@ -25,7 +25,13 @@ from ringsnap.coordinator.model import (
 )
 from ringsnap.coordinator.restore import RestoreFailed, RestoreWorkflow
 from ringsnap.coordinator.restore_plan import RestoreRequest
-from ringsnap.coordinator.s3_restore_agents import DownloadProgress, InstalledCopy, StagedCopy
+from ringsnap.coordinator.s3_restore_agents import (
+    DownloadProgress,
+    InstalledCopy,
+    S3DownloadCheck,
+    S3Room,
+    StagedCopy,
+)
 from ringsnap.coordinator.table_restore.model import (
     Step as TableStep,
 )
@@ -46,6 +52,15 @@ class FakeS3Agent:
         self.name = name
         self.events = events
         self.fail: dict[str, Exception] = {}
+        #: What CheckS3Download answers (the plan's check): the copy is there and fits.
+        self.check = S3DownloadCheck(
+            manifest_key=f"backups/rs-1/{name}.jsonl.gz",
+            manifest_found=True,
+            commitlog_key=f"backups/rs-1/{name}.commitlog.jsonl.gz",
+            commitlog_found=True,
+            commitlog_bytes=100,
+            rooms=(S3Room("/data", 200, 10 * 2**30, "2049"),),
+        )
 
     def _call(self, what: str) -> None:
         self.events.append(f"{self.name}:{what}")
@@ -67,6 +82,13 @@ class FakeS3Agent:
         progress(DownloadProgress(2, 200, 1, 100, 100, 50.0, 2.0))
         self._call("download")
         return StagedCopy(2, 200, 2, 200, 0, 4.0, ("/data/.ringsnap-s3/rr-1",), "none")
+
+    async def check_s3_download(
+        self, operation_id: str, backup_id: str, node: str
+    ) -> S3DownloadCheck:
+        assert node == self.name
+        self._call("check")
+        return self.check
 
     async def install_s3_download(self, operation_id: str, backup_id: str) -> InstalledCopy:
         self._call("install")

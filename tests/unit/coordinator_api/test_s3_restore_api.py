@@ -18,7 +18,7 @@ from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.restore import RestoreSettings
 from ringsnap.coordinator.restore_session import RestoreSession
-from ringsnap.coordinator.s3_restore_agents import S3RestorePort
+from ringsnap.coordinator.s3_restore_agents import S3RestorePort, S3Room
 from tests.unit.test_s3_restore_workflow import FakeS3Agent
 
 from .conftest import ALL_NODES, Harness
@@ -82,3 +82,38 @@ def test_the_daemon_restores_from_s3_downloading_everywhere_before_any_stop(
     assert all(n.step == pb.RESTORE_STEP_VERIFIED for n in record.nodes)
     assert {t.phase for t in record.timings} >= {"download from S3", "install from S3"}
     assert not any(e.startswith(("revert", "release", "attach")) for e in rig.events)
+
+
+def test_the_daemons_plan_checks_every_nodes_copy_in_the_bucket_and_its_room(
+    harness: Harness, rig: S3Rig
+) -> None:
+    """A node whose manifest object is gone and a node without room: the plan through the API is
+    refused naming the node, the key or filesystem and the numbers; nothing is downloaded."""
+    rig.s3["n2"].check = replace(rig.s3["n2"].check, manifest_found=False)
+    short = S3Room("/var/lib/cassandra/data", 3 * 2**30, 2**30, "2049")
+    rig.s3["n3"].check = replace(rig.s3["n3"].check, rooms=(short,))
+    stub = harness.stub()
+
+    plan = stub.PlanRestore(
+        pb.PlanRestoreRequest(backup_id="rs-1", mode=pb.RESTORE_MODE_S3), timeout=30
+    )
+
+    assert sorted(e for e in rig.events if e.endswith(":check")) == [
+        "n1:check",
+        "n2:check",
+        "n3:check",
+    ]
+    refusals = list(plan.refusals)
+    assert len(refusals) == 2, refusals
+    assert any(
+        "node n2" in r and "backups/rs-1/n2.jsonl.gz" in r and "ringsnap export rs-1" in r
+        for r in refusals
+    )
+    assert any(
+        "node n3" in r
+        and "/var/lib/cassandra/data" in r
+        and f"{2**30} bytes free" in r
+        and f"needs {3 * 2**30}" in r
+        for r in refusals
+    )
+    assert not any(e.endswith(":download") for e in rig.events)

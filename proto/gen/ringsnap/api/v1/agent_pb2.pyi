@@ -1934,3 +1934,104 @@ class ExportToS3Response(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 
 Global___ExportToS3Response: _TypeAlias = ExportToS3Response  # noqa: Y015
+
+@_typing.final
+class CheckS3DownloadRequest(_message.Message):
+    """Restore from S3: the plan's checks (CheckS3Download)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    BACKUP_ID_FIELD_NUMBER: _builtins.int
+    NODE_FIELD_NUMBER: _builtins.int
+    operation_id: _builtins.str
+    backup_id: _builtins.str
+    node: _builtins.str
+    """The node's name in the bucket's keys (the coordinator's name for it)."""
+    def __init__(
+        self,
+        *,
+        operation_id: _builtins.str = ...,
+        backup_id: _builtins.str = ...,
+        node: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "node", b"node", "operation_id", b"operation_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CheckS3DownloadRequest: _TypeAlias = CheckS3DownloadRequest  # noqa: Y015
+
+@_typing.final
+class S3DownloadRoom(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATA_DIRECTORY_FIELD_NUMBER: _builtins.int
+    BYTES_NEEDED_FIELD_NUMBER: _builtins.int
+    FREE_BYTES_FIELD_NUMBER: _builtins.int
+    FILESYSTEM_FIELD_NUMBER: _builtins.int
+    data_directory: _builtins.str
+    """The agent's configured data directory; the download goes to its .ringsnap-s3/<operation_id>/."""
+    bytes_needed: _builtins.int
+    """Bytes of the manifest object's components for this directory not staged yet."""
+    free_bytes: _builtins.int
+    """Free bytes of its filesystem (for an unprivileged writer)."""
+    filesystem: _builtins.str
+    """Its filesystem's device id: directories sharing one share its free space."""
+    def __init__(
+        self,
+        *,
+        data_directory: _builtins.str = ...,
+        bytes_needed: _builtins.int = ...,
+        free_bytes: _builtins.int = ...,
+        filesystem: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_needed", b"bytes_needed", "data_directory", b"data_directory", "filesystem", b"filesystem", "free_bytes", b"free_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___S3DownloadRoom: _TypeAlias = S3DownloadRoom  # noqa: Y015
+
+@_typing.final
+class CheckS3DownloadResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MANIFEST_KEY_FIELD_NUMBER: _builtins.int
+    MANIFEST_FOUND_FIELD_NUMBER: _builtins.int
+    COMMITLOG_KEY_FIELD_NUMBER: _builtins.int
+    COMMITLOG_FOUND_FIELD_NUMBER: _builtins.int
+    ROOMS_FIELD_NUMBER: _builtins.int
+    COMMITLOG_BYTES_FIELD_NUMBER: _builtins.int
+    PROBLEM_FIELD_NUMBER: _builtins.int
+    manifest_key: _builtins.str
+    manifest_found: _builtins.bool
+    commitlog_key: _builtins.str
+    commitlog_found: _builtins.bool
+    commitlog_bytes: _builtins.int
+    problem: _builtins.str
+    """Why the manifest object cannot be read (empty when it was read)."""
+    @_builtins.property
+    def rooms(self) -> _containers.RepeatedCompositeFieldContainer[Global___S3DownloadRoom]:
+        """In the order of the agent's data directories; the commit-log segments go to the first one."""
+
+    def __init__(
+        self,
+        *,
+        manifest_key: _builtins.str = ...,
+        manifest_found: _builtins.bool = ...,
+        commitlog_key: _builtins.str = ...,
+        commitlog_found: _builtins.bool = ...,
+        rooms: _abc.Iterable[Global___S3DownloadRoom] | None = ...,
+        commitlog_bytes: _builtins.int = ...,
+        problem: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commitlog_bytes", b"commitlog_bytes", "commitlog_found", b"commitlog_found", "commitlog_key", b"commitlog_key", "manifest_found", b"manifest_found", "manifest_key", b"manifest_key", "problem", b"problem", "rooms", b"rooms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CheckS3DownloadResponse: _TypeAlias = CheckS3DownloadResponse  # noqa: Y015

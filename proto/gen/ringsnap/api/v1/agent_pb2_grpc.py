@@ -174,6 +174,11 @@ class AgentServiceStub:
                 request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.ExportToS3Request.SerializeToString,
                 response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.ExportToS3Response.FromString,
                 _registered_method=True)
+        self.CheckS3Download = channel.unary_unary(
+                '/ringsnap.api.v1.AgentService/CheckS3Download',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.CheckS3DownloadRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.CheckS3DownloadResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -406,6 +411,15 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CheckS3Download(self, request, context):
+        """Before a restore from S3 (read-only): whether the bucket holds the node's manifest object (and
+        its commit-log list object), and the bytes its download still needs against the free space of
+        each data filesystem (files already staged by an earlier run with their size are not counted).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -548,6 +562,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.ExportToS3,
                     request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.ExportToS3Request.FromString,
                     response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.ExportToS3Response.SerializeToString,
+            ),
+            'CheckS3Download': grpc.unary_unary_rpc_method_handler(
+                    servicer.CheckS3Download,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.CheckS3DownloadRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.CheckS3DownloadResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1306,6 +1325,33 @@ class AgentService:
             '/ringsnap.api.v1.AgentService/ExportToS3',
             ringsnap_dot_api_dot_v1_dot_agent__pb2.ExportToS3Request.SerializeToString,
             ringsnap_dot_api_dot_v1_dot_agent__pb2.ExportToS3Response.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CheckS3Download(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.AgentService/CheckS3Download',
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.CheckS3DownloadRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.CheckS3DownloadResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -129,6 +129,11 @@ class AgentServiceStub:
     result. Refused (FAILED_PRECONDITION) while another export of this node runs; repeating it
     uploads only what is missing.
     """
+    CheckS3Download: _grpc.UnaryUnaryMultiCallable[_agent_pb2.CheckS3DownloadRequest, _agent_pb2.CheckS3DownloadResponse]
+    """Before a restore from S3 (read-only): whether the bucket holds the node's manifest object (and
+    its commit-log list object), and the bytes its download still needs against the free space of
+    each data filesystem (files already staged by an earlier run with their size are not counted).
+    """
 
 @_typing.type_check_only
 class AgentServiceAsyncStub(AgentServiceStub):
@@ -230,6 +235,11 @@ class AgentServiceAsyncStub(AgentServiceStub):
     directories onto the clones (never a path from the request). Progress messages, then one
     result. Refused (FAILED_PRECONDITION) while another export of this node runs; repeating it
     uploads only what is missing.
+    """
+    CheckS3Download: _aio.UnaryUnaryMultiCallable[_agent_pb2.CheckS3DownloadRequest, _agent_pb2.CheckS3DownloadResponse]  # type: ignore[assignment]
+    """Before a restore from S3 (read-only): whether the bucket holds the node's manifest object (and
+    its commit-log list object), and the bytes its download still needs against the free space of
+    each data filesystem (files already staged by an earlier run with their size are not counted).
     """
 
 class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -497,6 +507,17 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         directories onto the clones (never a path from the request). Progress messages, then one
         result. Refused (FAILED_PRECONDITION) while another export of this node runs; repeating it
         uploads only what is missing.
+        """
+
+    @_abc_1.abstractmethod
+    def CheckS3Download(
+        self,
+        request: _agent_pb2.CheckS3DownloadRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.CheckS3DownloadResponse, _abc.Awaitable[_agent_pb2.CheckS3DownloadResponse]]:
+        """Before a restore from S3 (read-only): whether the bucket holds the node's manifest object (and
+        its commit-log list object), and the bytes its download still needs against the free space of
+        each data filesystem (files already staged by an earlier run with their size are not counted).
         """
 
 def add_AgentServiceServicer_to_server(servicer: AgentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,138 @@
+"""Before a restore from S3 downloads anything: is the node's copy in the bucket, and does it fit?
+
+Read-only. The manifest object is read as a stream (as the download reads it) to count, per data
+directory, the bytes of the components not staged yet (a file an earlier run left at its final path
+with the right size counts as staged: the download verifies it then). The commit-log list object,
+when the bucket holds one, adds its segments' bytes to the first data directory (where they are
+staged). The free space is each data directory's filesystem's, for an unprivileged writer.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ringsnap.agent.s3.backup_manifest import read_entries
+from ringsnap.agent.s3.client import S3Client
+from ringsnap.agent.s3.commitlog import read_commitlog_object
+from ringsnap.agent.s3.layout import Layout, node_name
+from ringsnap.agent.s3.settings import S3Settings
+from ringsnap.errors import ValidationError
+from ringsnap.names import backup_id as valid_backup_id
+
+
+@dataclass(frozen=True)
+class Room:
+    data_directory: str
+    bytes_needed: int
+    free_bytes: int
+    filesystem: str
+
+
+@dataclass(frozen=True)
+class DownloadCheck:
+    manifest_key: str
+    manifest_found: bool
+    commitlog_key: str
+    commitlog_found: bool
+    commitlog_bytes: int
+    rooms: tuple[Room, ...]
+    #: Why the manifest object cannot be used ('' when it was read and valid).
+    problem: str = ""
+
+
+def _missing(exc: Exception) -> bool:
+    code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
+    return code in ("NoSuchKey", "404", "NotFound")
+
+
+def _staged(path: Path, size: int) -> bool:
+    try:
+        return path.is_file() and not path.is_symlink() and path.stat().st_size == size
+    except OSError:
+        return False
+
+
+def _room(directory: Path, needed: int) -> Room:
+    stats = os.statvfs(directory)
+    return Room(
+        str(directory), needed, stats.f_bavail * stats.f_frsize, str(os.stat(directory).st_dev)
+    )
+
+
+def check_download(
+    client: S3Client,
+    settings: S3Settings,
+    *,
+    backup_id: str,
+    node: str,
+    data_directories: Sequence[Path],
+    staging: Sequence[Path],
+) -> DownloadCheck:
+    """`staging[i]` is where data directory `i`'s files go (`.ringsnap-s3/<operation>/`)."""
+    valid_backup_id(backup_id)
+    node_name(node)
+    layout = Layout(settings.prefix)
+    key = layout.manifest_key(backup_id, node)
+    needed = [0] * len(data_directories)
+    found, problem = True, ""
+    with tempfile.TemporaryFile(prefix="ringsnap-s3-manifest-") as spool:
+        try:
+            client.download_fileobj(settings.bucket, key, spool)
+        except Exception as exc:
+            found = False
+            problem = "no such object" if _missing(exc) else f"it cannot be read: {exc}"
+        if found:
+            spool.seek(0)
+            try:
+                for entry in read_entries(
+                    spool,
+                    layout,
+                    name=key,
+                    backup_id=backup_id,
+                    node=node,
+                    roots=len(data_directories),
+                ):
+                    target = staging[entry.root] / entry.parsed.relative_path
+                    if not _staged(target, entry.size_bytes):
+                        needed[entry.root] += entry.size_bytes
+            except ValidationError as exc:
+                problem = str(exc)
+    commitlog_key = layout.commitlog_manifest_key(backup_id, node)
+    commitlog_found, commitlog_bytes, commitlog_problem = _commitlog(
+        client, settings, layout, commitlog_key, backup_id=backup_id, node=node
+    )
+    problem = problem or commitlog_problem
+    if data_directories:
+        needed[0] += commitlog_bytes
+    rooms = tuple(_room(d, n) for d, n in zip(data_directories, needed, strict=True))
+    return DownloadCheck(
+        manifest_key=key,
+        manifest_found=found,
+        commitlog_key=commitlog_key,
+        commitlog_found=commitlog_found,
+        commitlog_bytes=commitlog_bytes,
+        rooms=rooms,
+        problem=problem,
+    )
+
+
+def _commitlog(
+    client: S3Client, settings: S3Settings, layout: Layout, key: str, *, backup_id: str, node: str
+) -> tuple[bool, int, str]:
+    """(found, bytes of its segments, why it cannot be used)."""
+    try:
+        data: Any = client.get_object(Bucket=settings.bucket, Key=key)["Body"].read()
+    except Exception as exc:
+        if _missing(exc):
+            return False, 0, ""
+        return False, 0, f"the commit-log list object {key!r} cannot be read: {exc}"
+    try:
+        segments = read_commitlog_object(data, layout, name=key, backup_id=backup_id, node=node)
+    except ValidationError as exc:
+        return True, 0, str(exc)
+    return True, sum(s.size_bytes for s in segments), ""
