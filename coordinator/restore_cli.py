@@ -555,19 +555,6 @@ def _mode_with_source(mode: RestoreMode, source: str) -> RestoreMode:
     return RestoreMode.S3 if source else mode
 
 
-def _local_table_only(from_s3: bool) -> None:
-    """A table restore --from s3 runs in this process (the daemon's API does not take the source)."""
-    if from_s3:
-        raise CliError(
-            "a table restore --from s3 runs in this process, and the coordinator daemon holds the"
-            " catalog",
-            ExitCode.REFUSED,
-            reason="CATALOG_LOCKED",
-            hint="stop the daemon for the restore (`systemctl stop ringsnap-coordinator`), run it"
-            " again, then start the daemon",
-        )
-
-
 def _table_restore(  # noqa: PLR0917 - the options of the command line
     config: Path | None,
     backup: str | None,
@@ -612,7 +599,6 @@ def _table_restore(  # noqa: PLR0917 - the options of the command line
         )
         if config is None and os.environ.get(REMOTE_ENV):
             # An operator on another host: the daemon restores, reached by its remote listener.
-            _local_table_only(options.from_s3)
             daemon = resolve_target(None, None)
             table_restore_main(lambda: remote.table_restore(daemon, options), options)
         config_file = config_path(config)
@@ -624,7 +610,6 @@ def _table_restore(  # noqa: PLR0917 - the options of the command line
                 lambda: asyncio.run(run_table_restore(loaded, catalog, options)), options
             )
         else:
-            _local_table_only(options.from_s3)
             daemon = opened
             table_restore_main(lambda: remote.table_restore(daemon, options), options)
     except CliError as error:

@@ -63,6 +63,7 @@ def table_restore_message(record: TableRestoreRecord) -> pb.TableRestore:
         clones_left=[f"{c.array}:{c.clone}" for c in record.clones if c.clone and not c.deleted],
         requested_by=record.requested_by,
         started_at=timestamp(record.started_at),
+        source=pb.TABLE_RESTORE_SOURCE_S3 if record.from_s3 else pb.TABLE_RESTORE_SOURCE_ARRAY,
     )
     if record.finished_at is not None:
         message.finished_at.CopyFrom(timestamp(record.finished_at))
@@ -83,6 +84,10 @@ def request_of(
         raise ValidationError("backup_id and keyspace are required")
     if bool(message.as_keyspace) != bool(message.as_table):
         raise ValidationError("as_keyspace and as_table go together (`--as K.T2`)")
+    if message.source not in (pb.TABLE_RESTORE_SOURCE_ARRAY, pb.TABLE_RESTORE_SOURCE_S3):
+        raise ValidationError(
+            f"source {message.source} is not TABLE_RESTORE_SOURCE_ARRAY or TABLE_RESTORE_SOURCE_S3"
+        )
     return TableRestoreRequest(
         backup_id=snapshot_tag(message.backup_id, what="backup_id"),
         keyspace=keyspace_name(message.keyspace),
@@ -93,6 +98,7 @@ def request_of(
             else None
         ),
         requested_by=requested_by,
+        from_s3=message.source == pb.TABLE_RESTORE_SOURCE_S3,
     )
 
 
@@ -105,6 +111,7 @@ def request_fields(request: TableRestoreRequest) -> dict[str, Any]:
         "tables": list(request.tables),
         "as_keyspace": keyspace,
         "as_table": table,
+        "source": pb.TABLE_RESTORE_SOURCE_S3 if request.from_s3 else pb.TABLE_RESTORE_SOURCE_ARRAY,
     }
 
 
@@ -179,6 +186,7 @@ def record_of(message: pb.TableRestore) -> TableRestoreRecord:
         clones=tuple(clones),
         verification=tuple(message.verification),
         warnings=tuple(message.warnings),
+        from_s3=message.source == pb.TABLE_RESTORE_SOURCE_S3,
     )
 
 

@@ -309,6 +309,3 @@ def test_from_s3_is_the_s3_mode_and_refuses_what_it_cannot_do() -> None:
         with pytest.raises(CliError, match=message) as refused:
             restore_cli._mode_with_source(mode, source)
         assert refused.value.exit_code == ExitCode.USAGE
-    # The daemon's table restore API does not take the source: refused with what to do.
-    with pytest.raises(CliError, match="table restore --from s3 runs in this process"):
-        restore_cli._local_table_only(True)

@@ -230,6 +230,26 @@ NODE_VERDICT_PROVEN: NodeVerdict.ValueType  # 2
 NODE_VERDICT_FAILED: NodeVerdict.ValueType  # 3
 Global___NodeVerdict: _TypeAlias = NodeVerdict  # noqa: Y015
 
+class _TableRestoreSource:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _TableRestoreSourceEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TableRestoreSource.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    TABLE_RESTORE_SOURCE_ARRAY: _TableRestoreSource.ValueType  # 0
+    """Clones of the array's snapshots (or the nodes' native snapshots)."""
+    TABLE_RESTORE_SOURCE_S3: _TableRestoreSource.ValueType  # 1
+    """The backup's copy on S3 (`ringsnap restore BACKUP --keyspace K --from s3`): no array needed."""
+
+class TableRestoreSource(_TableRestoreSource, metaclass=_TableRestoreSourceEnumTypeWrapper):
+    """Where a table restore takes the backup's SSTables from."""
+
+TABLE_RESTORE_SOURCE_ARRAY: TableRestoreSource.ValueType  # 0
+"""Clones of the array's snapshots (or the nodes' native snapshots)."""
+TABLE_RESTORE_SOURCE_S3: TableRestoreSource.ValueType  # 1
+"""The backup's copy on S3 (`ringsnap restore BACKUP --keyspace K --from s3`): no array needed."""
+Global___TableRestoreSource: _TypeAlias = TableRestoreSource  # noqa: Y015
+
 @_typing.final
 class StartBackupRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -1541,6 +1561,7 @@ class TableRestore(_message.Message):
     REQUESTED_BY_FIELD_NUMBER: _builtins.int
     STARTED_AT_FIELD_NUMBER: _builtins.int
     FINISHED_AT_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
     table_restore_id: _builtins.str
     cluster: _builtins.str
     backup_id: _builtins.str
@@ -1552,6 +1573,7 @@ class TableRestore(_message.Message):
     next_action: _builtins.str
     error: _builtins.str
     requested_by: _builtins.str
+    source: Global___TableRestoreSource.ValueType
     @_builtins.property
     def targets(self) -> _containers.RepeatedCompositeFieldContainer[Global___TableRestoreTarget]: ...
     @_builtins.property
@@ -1589,10 +1611,11 @@ class TableRestore(_message.Message):
         requested_by: _builtins.str = ...,
         started_at: _timestamp_pb2.Timestamp | None = ...,
         finished_at: _timestamp_pb2.Timestamp | None = ...,
+        source: Global___TableRestoreSource.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["finished_at", b"finished_at", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "clones_left", b"clones_left", "cluster", b"cluster", "error", b"error", "finished_at", b"finished_at", "next_action", b"next_action", "next_step", b"next_step", "nodes", b"nodes", "requested_by", b"requested_by", "started_at", b"started_at", "state", b"state", "step", b"step", "table_restore_id", b"table_restore_id", "targets", b"targets", "verification", b"verification", "warnings", b"warnings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "clones_left", b"clones_left", "cluster", b"cluster", "error", b"error", "finished_at", b"finished_at", "next_action", b"next_action", "next_step", b"next_step", "nodes", b"nodes", "requested_by", b"requested_by", "source", b"source", "started_at", b"started_at", "state", b"state", "step", b"step", "table_restore_id", b"table_restore_id", "targets", b"targets", "verification", b"verification", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1864,11 +1887,14 @@ class PlanTableRestoreRequest(_message.Message):
     TABLES_FIELD_NUMBER: _builtins.int
     AS_KEYSPACE_FIELD_NUMBER: _builtins.int
     AS_TABLE_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
     backup_id: _builtins.str
     keyspace: _builtins.str
     as_keyspace: _builtins.str
     """`--as K.T2`: restore the single table into this new table (both set, or neither)."""
     as_table: _builtins.str
+    source: Global___TableRestoreSource.ValueType
+    """Where the table's SSTables come from (`--from s3`: the backup's copy in the bucket)."""
     @_builtins.property
     def tables(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Empty: every table of the keyspace in the backup's schema."""
@@ -1881,10 +1907,11 @@ class PlanTableRestoreRequest(_message.Message):
         tables: _abc.Iterable[_builtins.str] | None = ...,
         as_keyspace: _builtins.str = ...,
         as_table: _builtins.str = ...,
+        source: Global___TableRestoreSource.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["as_keyspace", b"as_keyspace", "as_table", b"as_table", "backup_id", b"backup_id", "keyspace", b"keyspace", "tables", b"tables"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["as_keyspace", b"as_keyspace", "as_table", b"as_table", "backup_id", b"backup_id", "keyspace", b"keyspace", "source", b"source", "tables", b"tables"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1938,6 +1965,7 @@ class StartTableRestoreRequest(_message.Message):
     RESUME_ID_FIELD_NUMBER: _builtins.int
     ABORT_ID_FIELD_NUMBER: _builtins.int
     REQUESTED_BY_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
     backup_id: _builtins.str
     """A new run: as PlanTableRestoreRequest."""
     keyspace: _builtins.str
@@ -1951,6 +1979,8 @@ class StartTableRestoreRequest(_message.Message):
     """Instead of a new run: go on with this failed table restore, or give it up."""
     abort_id: _builtins.str
     requested_by: _builtins.str
+    source: Global___TableRestoreSource.ValueType
+    """A new run: as PlanTableRestoreRequest.source."""
     @_builtins.property
     def tables(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -1966,10 +1996,11 @@ class StartTableRestoreRequest(_message.Message):
         resume_id: _builtins.str = ...,
         abort_id: _builtins.str = ...,
         requested_by: _builtins.str = ...,
+        source: Global___TableRestoreSource.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort_id", b"abort_id", "as_keyspace", b"as_keyspace", "as_table", b"as_table", "backup_id", b"backup_id", "confirm_cluster", b"confirm_cluster", "keyspace", b"keyspace", "requested_by", b"requested_by", "resume_id", b"resume_id", "table_restore_id", b"table_restore_id", "tables", b"tables"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort_id", b"abort_id", "as_keyspace", b"as_keyspace", "as_table", b"as_table", "backup_id", b"backup_id", "confirm_cluster", b"confirm_cluster", "keyspace", b"keyspace", "requested_by", b"requested_by", "resume_id", b"resume_id", "source", b"source", "table_restore_id", b"table_restore_id", "tables", b"tables"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
