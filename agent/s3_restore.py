@@ -220,7 +220,7 @@ class S3Restore:
     def check(self, operation_id: str, backup_id: str, node: str) -> DownloadCheck:
         """Whether the bucket holds this node's copy, and the room its download needs."""
         settings = self.settings()
-        return check_download(
+        found = check_download(
             make_client(settings),
             settings,
             backup_id=backup_id,
@@ -228,6 +228,12 @@ class S3Restore:
             data_directories=self.data_directories,
             staging=self.staging(operation_id),
         )
+        try:
+            marker = self._marker(operation_id)
+        except Conflict:
+            marker = None  # unreadable: not complete, the download writes it again
+        complete = marker is not None and marker.get("backup_id") == backup_id
+        return replace(found, download_complete=complete)
 
     # -- 1. download ----------------------------------------------------------------------------
 
@@ -665,6 +671,7 @@ class S3RestoreRpcs:
             commitlog_found=done.commitlog_found,
             commitlog_bytes=done.commitlog_bytes,
             problem=done.problem,
+            download_complete=done.download_complete,
             rooms=[
                 agent_pb2.S3DownloadRoom(
                     data_directory=r.data_directory,

@@ -17,6 +17,7 @@ The array is never asked: this restore works when the array or its snapshots are
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
@@ -91,10 +92,42 @@ class S3Steps:
         await workflow._on_nodes(
             run,
             RestoreStep.DOWNLOADED,
-            run.pending(RestoreStep.DOWNLOADED),
+            [*run.pending(RestoreStep.DOWNLOADED), *await self._staging_gone()],
             download,
             workflow.settings.download_timeout,
         )
+
+    async def _staging_gone(self) -> list[RestoreNode]:
+        """Nodes recorded as downloaded but not stopped yet whose staging is no longer complete
+        (removed by hand to give the restore up, then resumed after all): downloaded again
+        before anything stops, rather than an install refused with Cassandra stopped."""
+        run = self.run
+        waiting = [
+            n for n in run.record.nodes if n.step in (RestoreStep.DOWNLOADED, RestoreStep.CANARY)
+        ]
+
+        async def complete(node: RestoreNode) -> bool:
+            try:
+                check = await self._agent(node.name).check_s3_download(
+                    run.record.id, run.record.backup_id, node.name
+                )
+            except Exception as exc:
+                log.warning(
+                    "the node's staging cannot be checked; downloading again (what verifies is"
+                    " kept)",
+                    node=node.name,
+                    error=str(exc),
+                )
+                return False
+            return check.download_complete
+
+        found = await asyncio.gather(*(complete(n) for n in waiting))
+        gone = [n for n, ok in zip(waiting, found, strict=True) if not ok]
+        for node in gone:
+            self.workflow.progress(
+                node.name, DOWNLOAD, "its staging is no longer complete: downloading again"
+            )
+        return gone
 
     async def install(self) -> None:
         run = self.run

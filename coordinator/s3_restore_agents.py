@@ -81,6 +81,8 @@ class S3DownloadCheck:
     rooms: tuple[S3Room, ...]
     #: Why an object cannot be used ('' when both are fine).
     problem: str = ""
+    #: The node's download for this operation completed and its staging is still there.
+    download_complete: bool = False
 
 
 class S3RestorePort(Protocol):
@@ -191,6 +193,7 @@ class GrpcS3Restore(AgentConnection):
                 for r in reply.rooms
             ),
             problem=reply.problem,
+            download_complete=reply.download_complete,
         )
 
     async def install_s3_download(self, operation_id: str, backup_id: str) -> InstalledCopy:

@@ -43,6 +43,8 @@ class DownloadCheck:
     rooms: tuple[Room, ...]
     #: Why the manifest object cannot be used ('' when it was read and valid).
     problem: str = ""
+    #: The download of this backup completed in the staging (its marker is there).
+    download_complete: bool = False
 
 
 def _missing(exc: Exception) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ import pytest
 
 from ringsnap.agent.s3.commitlog import export_commitlog
 from ringsnap.agent.s3.download_check import check_download
+from ringsnap.agent.s3_restore import STAGING_DIRECTORY, S3Restore
+from ringsnap.agent.snapshot_restore import SnapshotRecords
 from ringsnap.coordinator.s3_restore_agents import S3DownloadCheck, S3Room
 from ringsnap.coordinator.s3_restore_plan import (
     NodeExpectation,
@@ -155,3 +158,21 @@ def test_directories_on_one_filesystem_share_its_free_space() -> None:
 @pytest.mark.parametrize(("needed", "free", "refused"), [(909, 1000, False), (910, 1000, True)])
 def test_the_margin_is_ten_percent(needed: int, free: int, refused: bool) -> None:
     assert bool(room_refusals("n1", [S3Room("/d1", needed, free, "7")])) is refused
+
+
+def test_the_agent_says_whether_its_download_is_still_complete(bucket: Any, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    node = S3Restore(
+        data_directories=[data],
+        commitlog_directory=tmp_path / "commitlog",
+        s3=SETTINGS,
+        records=SnapshotRecords(tmp_path / "records"),
+    )
+    assert not node.check("rr-1", "b1", "node1").download_complete
+    node.download("rr-1", "b1", "node1")
+    done = node.check("rr-1", "b1", "node1")
+    assert done.download_complete and done.rooms[0].bytes_needed == 0
+    assert not node.check("rr-1", "b2", "node1").download_complete, "another backup's"
+    shutil.rmtree(data / STAGING_DIRECTORY / "rr-1")  # given up by hand
+    assert not node.check("rr-1", "b1", "node1").download_complete

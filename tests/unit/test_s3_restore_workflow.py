@@ -60,6 +60,7 @@ class FakeS3Agent:
             commitlog_found=True,
             commitlog_bytes=100,
             rooms=(S3Room("/data", 200, 10 * 2**30, "2049"),),
+            download_complete=True,
         )
 
     def _call(self, what: str) -> None:
@@ -164,6 +165,29 @@ def test_a_download_failing_on_one_node_stops_nothing_and_names_the_object() -> 
     assert last.node("node3").step is RestoreStep.PLANNED
     for node in last.nodes:
         assert node.next_step.startswith("nothing was changed on this node")
+
+
+def test_a_resume_downloads_again_where_the_staging_was_removed_before_anything_stops() -> None:
+    """An operator who removed a node's staging to give the restore up, then resumed: that node
+    downloads again before any stop (not an install refused with Cassandra stopped)."""
+    rig = S3Rig()
+    rig.s3["node3"].fail["download"] = RuntimeError("S3 endpoint unreachable")
+    with pytest.raises(RestoreFailed):
+        asyncio.run(rig.workflow().run(rig.plan(S3), "me"))
+    last = rig.journal.saved[-1]
+    assert last.node("node1").step is RestoreStep.DOWNLOADED
+    assert "remove <data dir>/.ringsnap-s3/rr-1/" in last.node("node1").next_step
+
+    rig.s3["node3"].fail.clear()
+    rig.s3["node1"].check = replace(rig.s3["node1"].check, download_complete=False)
+    rig.events.clear()
+    final = asyncio.run(rig.workflow().resume(last, {}))
+
+    assert final.state is RestoreState.PROVEN
+    assert sorted(e for e in rig.events if e.endswith(":check")) == ["node1:check", "node2:check"]
+    downloads = sorted(e for e in rig.events if e.endswith(":download"))
+    assert downloads == ["node1:download", "node3:download"]
+    assert _last(rig.events, ":download") < _first(rig.events, ":stop")
 
 
 def test_an_install_failing_on_one_node_says_where_each_node_stands_and_resume_finishes() -> None:

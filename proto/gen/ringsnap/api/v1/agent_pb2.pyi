@@ -2006,6 +2006,7 @@ class CheckS3DownloadResponse(_message.Message):
     ROOMS_FIELD_NUMBER: _builtins.int
     COMMITLOG_BYTES_FIELD_NUMBER: _builtins.int
     PROBLEM_FIELD_NUMBER: _builtins.int
+    DOWNLOAD_COMPLETE_FIELD_NUMBER: _builtins.int
     manifest_key: _builtins.str
     manifest_found: _builtins.bool
     commitlog_key: _builtins.str
@@ -2013,6 +2014,8 @@ class CheckS3DownloadResponse(_message.Message):
     commitlog_bytes: _builtins.int
     problem: _builtins.str
     """Why the manifest object cannot be read (empty when it was read)."""
+    download_complete: _builtins.bool
+    """The download of this backup for operation_id completed here and its staging is still there."""
     @_builtins.property
     def rooms(self) -> _containers.RepeatedCompositeFieldContainer[Global___S3DownloadRoom]:
         """In the order of the agent's data directories; the commit-log segments go to the first one."""
@@ -2027,10 +2030,11 @@ class CheckS3DownloadResponse(_message.Message):
         rooms: _abc.Iterable[Global___S3DownloadRoom] | None = ...,
         commitlog_bytes: _builtins.int = ...,
         problem: _builtins.str = ...,
+        download_complete: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["commitlog_bytes", b"commitlog_bytes", "commitlog_found", b"commitlog_found", "commitlog_key", b"commitlog_key", "manifest_found", b"manifest_found", "manifest_key", b"manifest_key", "problem", b"problem", "rooms", b"rooms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commitlog_bytes", b"commitlog_bytes", "commitlog_found", b"commitlog_found", "commitlog_key", b"commitlog_key", "download_complete", b"download_complete", "manifest_found", b"manifest_found", "manifest_key", b"manifest_key", "problem", b"problem", "rooms", b"rooms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
