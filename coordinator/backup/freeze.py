@@ -31,10 +31,11 @@ from ringsnap.logs import get_logger
 
 log = get_logger(__name__)
 
-#: Keeps the leases of the frozen nodes alive until cancelled: (agents, operation id, lease, when
-#: the freezes were sent on the monotonic clock). Raises BackupFailed when a node's lease can no
-#: longer be shown to run.
-Renewer = Callable[[Mapping[str, NodeAgent], str, float, float], Coroutine[Any, Any, None]]
+#: Keeps the leases of the frozen nodes alive until cancelled: (agents, operation id, lease, each
+#: node's `held_until`). Raises BackupFailed when a node's lease can no longer be shown to run.
+Renewer = Callable[
+    [Mapping[str, NodeAgent], str, float, dict[str, float]], Coroutine[Any, Any, None]
+]
 #: The shortest wait for a thaw's answer, whatever the lease (an agent's answer crosses a network).
 THAW_WAIT_FLOOR = 1.0
 #: Agent answers (gRPC status names) that say the freeze has ended: no renewal can revive it.
@@ -65,6 +66,10 @@ class FreezeBarrier:
         thawing: asyncio.Future[dict[str, ThawReceipt]] | None = None
         thaw_started = 0.0
         lost: BaseException | None = None
+        # Per node, on the monotonic clock: its lease surely runs until then (an agent starts a
+        # lease when it gets the request, so a lease after the last confirmed request was sent).
+        held_until = {name: started + self.lease for name in self.agents}
+        work_ended: float | None = None
         try:
             results = await asyncio.gather(
                 *(
@@ -90,7 +95,7 @@ class FreezeBarrier:
                     " disks and load, or raise freeze_budget_seconds below the write timeout"
                 )
             renewer = asyncio.create_task(
-                self.renew(self.agents, self.operation_id, self.lease, started)
+                self.renew(self.agents, self.operation_id, self.lease, held_until)
             )
             work_started = time.monotonic()
             working = asyncio.ensure_future(work(remaining))
@@ -111,6 +116,7 @@ class FreezeBarrier:
                     )
                 try:
                     await working
+                    work_ended = time.monotonic()
                 except BackupFailed as exc:
                     if lost is None:
                         raise
@@ -157,7 +163,13 @@ class FreezeBarrier:
                 overhead_ms=_ms(self.window.overhead),
             )
         problems = [str(lost)] if lost is not None else []
-        expired = [name for name, t in thaws.items() if t.lease_expired]
+        # A lease that ran out after the snapshot call had answered (a thaw held up on its way, on
+        # a lossy link) held the node frozen through the snapshot: the coordinator's clock says so.
+        expired = [
+            name
+            for name, t in thaws.items()
+            if t.lease_expired and (work_ended is None or held_until[name] < work_ended)
+        ]
         if expired:
             problems.append(
                 f"the freeze lease ran out on {', '.join(sorted(expired))} before the snapshot"
@@ -192,12 +204,16 @@ def _ms(seconds: float | None) -> float | None:
 
 
 async def renew_leases(
-    agents: Mapping[str, NodeAgent], operation_id: str, lease: float, since: float
+    agents: Mapping[str, NodeAgent],
+    operation_id: str,
+    lease: float,
+    held_until: dict[str, float],
 ) -> None:
     """Keep every node's freeze alive while the array call runs, each node on its own, until
-    cancelled. Raises BackupFailed naming the nodes whose lease can no longer be shown to run."""
+    cancelled; `held_until[node]` (monotonic) is moved on with every confirmed renewal. Raises
+    BackupFailed naming the nodes whose lease can no longer be shown to run."""
     tasks = [
-        asyncio.create_task(_keep_renewed(name, agent, operation_id, lease, since))
+        asyncio.create_task(_keep_renewed(name, agent, operation_id, lease, held_until))
         for name, agent in agents.items()
     ]
     if not tasks:
@@ -213,14 +229,14 @@ async def renew_leases(
 
 
 async def _keep_renewed(
-    name: str, agent: NodeAgent, operation_id: str, lease: float, since: float
+    name: str, agent: NodeAgent, operation_id: str, lease: float, held_until: dict[str, float]
 ) -> None:
     """Renew one node's lease every third of a lease; a failed renewal is retried while the lease
     surely still runs. The agent starts (and restarts) a lease only after it received the request,
     so a lease runs at least until a lease after the confirmed request was sent; past that, the
     node may have thawed by itself (or is about to), and a snapshot cannot be shown to hold it
     frozen."""
-    valid_until = since + lease
+    valid_until = held_until[name]
     error: BaseException | str = "no renewal was due yet"
     retry, delay = False, 0.0
     while True:
@@ -252,6 +268,7 @@ async def _keep_renewed(
             log.warning("lease renewal failed", node=name, error=str(exc))
         else:
             valid_until, retry = sent + lease, False
+            held_until[name] = valid_until
 
 
 async def thaw_all(

@@ -269,10 +269,14 @@ class BackupWorkflow:
             run.clock.add(phase, time.monotonic() - started)
 
     async def _renew(
-        self, agents: Mapping[str, NodeAgent], operation_id: str, lease: float, since: float
+        self,
+        agents: Mapping[str, NodeAgent],
+        operation_id: str,
+        lease: float,
+        held_until: dict[str, float],
     ) -> None:
         """The freeze barrier's lease renewer (tests replace it)."""
-        await renew_leases(agents, operation_id, lease, since)
+        await renew_leases(agents, operation_id, lease, held_until)
 
     def _included_agents(self, run: BackupRun) -> dict[str, NodeAgent]:
         included = set(run.included)

@@ -149,3 +149,29 @@ def test_the_failed_runs_record_says_where_its_late_snapshot_went(
     ]
     assert array.snapshots == {}
     assert [c.snapshot_name for c in run.leftovers] == (["rs-late"] if error else [])
+
+
+def test_a_lease_that_ran_out_only_after_the_snapshot_answered_does_not_fail_the_run() -> None:
+    """On a lossy link a thaw can arrive after the lease ran out; the coordinator's own clock shows
+    the lease held until after the array answered, so the snapshot is of frozen filesystems."""
+    workflow, agents, array, events = cluster()
+    agents[0].thaw_seconds = 0.5  # the thaw is held up on its way past the lease
+    run = asyncio.run(workflow.run(BackupSettings(lease=0.3, freeze_budget=1.0), trigger="test"))
+    assert "lease-thaw n1" in events  # its lease did run out, after the snapshot
+    assert array.frozen_during_snapshot == [True]
+    assert run.snapshots and array.snapshots
+
+
+def test_a_lease_that_ran_out_before_the_snapshot_answered_still_fails_the_run() -> None:
+    workflow, _agents, array, _ = cluster()
+    array.delay = 0.5
+    renewed: list[str] = []
+
+    async def no_renewal(*_: object) -> None:
+        renewed.append("started")
+        await asyncio.sleep(3600)
+
+    workflow._renew = no_renewal  # type: ignore[method-assign,assignment]
+    with pytest.raises(BackupFailed, match="lease ran out on n1, n2, n3 before the snapshot"):
+        asyncio.run(workflow.run(BackupSettings(lease=0.2, freeze_budget=1.0), trigger="test"))
+    assert renewed and array.snapshots == {}
