@@ -670,8 +670,9 @@ def open_restores_lines(config: Path | None) -> Iterator[str]:
         return
     with catalog:
         for record in catalog.open_restores():
+            source = " from S3" if record.mode is RestoreMode.S3 else ""
             yield (
-                f"restore {record.id} of backup {record.backup_id} ({record.cluster}):"
+                f"restore {record.id} of backup {record.backup_id} ({record.cluster}){source}:"
                 f" {record.state.value}{': ' + record.error if record.error else ''}"
             )
             for node in record.nodes:
@@ -680,9 +681,10 @@ def open_restores_lines(config: Path | None) -> Iterator[str]:
         for table_restore in catalog.list_table_restores():
             if table_restore.state.finished:
                 continue
+            source = " from S3" if table_restore.from_s3 else ""
             yield (
                 f"table restore {table_restore.id} of backup {table_restore.backup_id}"
-                f" ({table_restore.cluster}): {table_restore.state.value}"
+                f" ({table_restore.cluster}){source}: {table_restore.state.value}"
                 f"{': ' + table_restore.error if table_restore.error else ''}; next step:"
                 f" {table_restore.next_action} (--resume or --abort {table_restore.id})"
             )
