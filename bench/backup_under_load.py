@@ -105,6 +105,19 @@ def _round(args: argparse.Namespace, number: int, config: Any, floor: Floor) -> 
                 except RingsnapError as exc:  # reported with the round's figures
                     failures.append(str(exc))
 
+    async def delete_them() -> None:
+        # Outside the measurements: each round starts from the same array (E-Series keeps at
+        # most 32 images per consistency group, and every array's copies pile up otherwise).
+        async with open_coordinator(config, source="<bench>") as coordinator:
+            for backup in backups:
+                try:
+                    await coordinator.delete_backup(backup.id, reason="benchmark round done")
+                except RingsnapError as exc:
+                    print(f"  could not delete {backup.id}: {exc}")
+            left = await coordinator.run_pending_cleanups()
+            if left:
+                print(f"  {left} snapshot clean-ups still pending after the round")
+
     with WriteLoadProcess(args.instance, rate=args.rate) as during:
         started = time.monotonic()
         asyncio.run(back_to_back())
@@ -115,6 +128,7 @@ def _round(args: argparse.Namespace, number: int, config: Any, floor: Floor) -> 
         floor_busy = time.monotonic() - started
     with WriteLoadProcess(args.instance, rate=args.rate) as baseline:
         time.sleep(busy)
+    asyncio.run(delete_them())
 
     measured = list(windows.values())
     load = os.getloadavg()
