@@ -18,6 +18,7 @@ import pytest
 from moto import mock_aws
 
 from ringsnap.agent import s3_restore
+from ringsnap.agent.errors import Conflict
 from ringsnap.agent.manifest import manifest
 from ringsnap.agent.s3.client import make_client
 from ringsnap.agent.s3.download import PARTIAL_SUFFIX, DownloadCancelled, download_node
@@ -105,9 +106,11 @@ class _Agent:
     restorer: Any = None
 
 
-def test_a_caller_that_goes_away_stops_the_agents_download_thread(
-    bucket: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _slow_rpcs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[S3RestoreRpcs, S3Restore, list[str]]:
+    """The agent's RPCs on `tmp_path/data`, each GET of their client slowed (the download lasts
+    seconds and reports progress before it ends); the keys fetched."""
     data = tmp_path / "data"
     data.mkdir()
     restores = S3Restore(
@@ -121,22 +124,29 @@ def test_a_caller_that_goes_away_stops_the_agents_download_thread(
     gets: list[str] = []
 
     def slow_client(settings: S3Settings) -> Any:
-        # The thread's own client is moto's too; each GET is slowed so that the download lasts
-        # seconds and progress is reported before it ends.
-        client = make_client(settings)
+        client = make_client(settings)  # moto's too
 
         def slowly(params: dict[str, Any], **_: Any) -> None:
             gets.append(params["Key"])
-            time.sleep(0.25)
+            time.sleep(0.1)
 
         client.meta.events.register("before-parameter-build.s3.GetObject", slowly)
         return client
 
     monkeypatch.setattr(s3_restore, "make_client", slow_client)
-    request = agent_pb2.DownloadFromS3Request(operation_id="rr-1", backup_id="b1", node="node1")
+    return rpcs, restores, gets
+
+
+REQUEST = agent_pb2.DownloadFromS3Request(operation_id="rr-1", backup_id="b1", node="node1")
+
+
+def test_a_caller_that_goes_away_stops_the_agents_download_thread(
+    bucket: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rpcs, restores, gets = _slow_rpcs(tmp_path, monkeypatch)
 
     async def go() -> None:
-        stream = rpcs.download(request)
+        stream = rpcs.download(REQUEST)
         first = await anext(stream)
         assert first.HasField("progress")
         await stream.aclose()  # as the servicer does when the coordinator cancels the call
@@ -149,6 +159,28 @@ def test_a_caller_that_goes_away_stops_the_agents_download_thread(
 
     asyncio.run(go())
     assert len(gets) < COMPONENTS, "the thread went on to the end"
-    staged = _files(data)
+    staged = _files(tmp_path / "data")
     assert not [p for p in staged if p.name.endswith(PARTIAL_SUFFIX)]
     assert not (restores.staging("rr-1")[0] / ".downloaded.json").exists()
+
+
+def test_a_second_download_of_a_running_one_is_refused_and_a_rerun_after_a_cancel_resumes(
+    bucket: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rpcs, _restores, _gets = _slow_rpcs(tmp_path, monkeypatch)
+
+    async def go() -> agent_pb2.DownloadFromS3Response:
+        stream = rpcs.download(REQUEST)
+        while (await anext(stream)).progress.files_done < 2:
+            pass
+        with pytest.raises(Conflict, match="operation rr-1 is already running"):
+            await anext(rpcs.download(REQUEST))
+        await stream.aclose()
+        # At once, as a coordinator's retry would: it waits for the cancelled thread to stop.
+        return [m async for m in rpcs.download(REQUEST)][-1]
+
+    last = asyncio.run(go())
+    assert last.HasField("result")
+    assert last.result.components == COMPONENTS
+    assert last.result.files_kept >= 1, "what verified before the cancel was downloaded again"
+    assert last.result.files_kept + last.result.files_downloaded == COMPONENTS
