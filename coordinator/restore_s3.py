@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ringsnap.coordinator.model import RestoreNode, RestoreRecord, RestoreStep
@@ -46,6 +46,10 @@ class S3Steps:
         self.workflow = workflow
         self.run = run
         self.agents = agents
+        #: Nodes a previous run left stopped before their install: resumed, their staging is
+        #: checked first (it may have been removed by hand).
+        self.stopped_before = {n.name for n in run.record.nodes if n.step is RestoreStep.STOPPED}
+        self._last_report: dict[str, float] = {}
 
     def _agent(self, node: str) -> S3RestorePort:
         agent = self.agents.get(node)
@@ -54,74 +58,71 @@ class S3Steps:
         return agent
 
     async def download(self) -> None:
-        run, workflow = self.run, self.workflow
-        last: dict[str, float] = {}
-
-        def reporter(node: str) -> Callable[[DownloadProgress], None]:
-            def report(progress: DownloadProgress) -> None:
-                now = time.monotonic()
-                if now - last.get(node, 0.0) >= PROGRESS_INTERVAL_SECONDS:
-                    last[node] = now
-                    workflow.progress(node, DOWNLOAD, progress.describe())
-
-            return report
-
-        async def download(node: RestoreNode) -> None:
-            staged = await self._agent(node.name).download_from_s3(
-                run.record.id, run.record.backup_id, node.name, reporter(node.name)
-            )
-            log.info(
-                "node's copy downloaded from S3 and verified",
-                node=node.name,
-                backup_id=run.record.backup_id,
-                components=staged.components,
-                bytes=staged.bytes_total,
-                downloaded=staged.bytes_downloaded,
-                kept=staged.files_kept,
-                seconds=round(staged.seconds, 1),
-                commitlog=staged.commitlog,
-            )
-            workflow.progress(
-                node.name,
-                DOWNLOAD,
-                f"{staged.components} files, {staged.bytes_total / 2**20:.1f} MiB verified"
-                f" ({staged.bytes_downloaded / 2**20:.1f} MiB downloaded in"
-                f" {staged.seconds:.1f} s); commit log: {staged.commitlog}",
-            )
-
-        await workflow._on_nodes(
-            run,
+        await self.workflow._on_nodes(
+            self.run,
             RestoreStep.DOWNLOADED,
-            [*run.pending(RestoreStep.DOWNLOADED), *await self._staging_gone()],
-            download,
-            workflow.settings.download_timeout,
+            [*self.run.pending(RestoreStep.DOWNLOADED), *await self._staging_gone()],
+            self._download_one,
+            self.workflow.settings.download_timeout,
         )
+
+    async def _download_one(self, node: RestoreNode) -> None:
+        run, workflow = self.run, self.workflow
+
+        def report(progress: DownloadProgress) -> None:
+            now = time.monotonic()
+            if now - self._last_report.get(node.name, 0.0) >= PROGRESS_INTERVAL_SECONDS:
+                self._last_report[node.name] = now
+                workflow.progress(node.name, DOWNLOAD, progress.describe())
+
+        staged = await self._agent(node.name).download_from_s3(
+            run.record.id, run.record.backup_id, node.name, report
+        )
+        log.info(
+            "node's copy downloaded from S3 and verified",
+            node=node.name,
+            backup_id=run.record.backup_id,
+            components=staged.components,
+            bytes=staged.bytes_total,
+            downloaded=staged.bytes_downloaded,
+            kept=staged.files_kept,
+            seconds=round(staged.seconds, 1),
+            commitlog=staged.commitlog,
+        )
+        workflow.progress(
+            node.name,
+            DOWNLOAD,
+            f"{staged.components} files, {staged.bytes_total / 2**20:.1f} MiB verified"
+            f" ({staged.bytes_downloaded / 2**20:.1f} MiB downloaded in"
+            f" {staged.seconds:.1f} s); commit log: {staged.commitlog}",
+        )
+
+    async def _complete(self, node: RestoreNode) -> bool:
+        """Whether the node's staging still holds its complete download (False when unknown)."""
+        run = self.run
+        try:
+            check = await self._agent(node.name).check_s3_download(
+                run.record.id, run.record.backup_id, node.name
+            )
+        except Exception as exc:
+            log.warning(
+                "the node's staging cannot be checked; downloading again (what verifies is kept)",
+                node=node.name,
+                error=str(exc),
+            )
+            return False
+        return check.download_complete
 
     async def _staging_gone(self) -> list[RestoreNode]:
         """Nodes recorded as downloaded but not stopped yet whose staging is no longer complete
         (removed by hand to give the restore up, then resumed after all): downloaded again
         before anything stops, rather than an install refused with Cassandra stopped."""
-        run = self.run
         waiting = [
-            n for n in run.record.nodes if n.step in (RestoreStep.DOWNLOADED, RestoreStep.CANARY)
+            n
+            for n in self.run.record.nodes
+            if n.step in (RestoreStep.DOWNLOADED, RestoreStep.CANARY)
         ]
-
-        async def complete(node: RestoreNode) -> bool:
-            try:
-                check = await self._agent(node.name).check_s3_download(
-                    run.record.id, run.record.backup_id, node.name
-                )
-            except Exception as exc:
-                log.warning(
-                    "the node's staging cannot be checked; downloading again (what verifies is"
-                    " kept)",
-                    node=node.name,
-                    error=str(exc),
-                )
-                return False
-            return check.download_complete
-
-        found = await asyncio.gather(*(complete(n) for n in waiting))
+        found = await asyncio.gather(*(self._complete(n) for n in waiting))
         gone = [n for n, ok in zip(waiting, found, strict=True) if not ok]
         for node in gone:
             self.workflow.progress(
@@ -131,6 +132,8 @@ class S3Steps:
 
     async def install(self) -> None:
         run = self.run
+
+        await self._download_again_where_stopped()
 
         async def install(node: RestoreNode) -> None:
             done = await self._agent(node.name).install_s3_download(
@@ -152,6 +155,40 @@ class S3Steps:
             install,
             self.workflow.settings.agent_timeout,
         )
+
+    async def _download_again_where_stopped(self) -> None:
+        """A node a previous run left stopped before its install, whose staging was removed since:
+        downloaded again (no running Cassandra needed) without going back in the record. An
+        install that had begun needs no staging marker, and refuses any file in its way."""
+        stopped = [
+            n
+            for n in self.run.pending(RestoreStep.RESTORED)
+            if n.name in self.stopped_before and n.step is RestoreStep.STOPPED
+        ]
+        found = await asyncio.gather(*(self._complete(n) for n in stopped))
+        gone = [n for n, ok in zip(stopped, found, strict=True) if not ok]
+        timeout = self.workflow.settings.download_timeout
+
+        async def again(node: RestoreNode) -> None:
+            self.workflow.progress(
+                node.name, INSTALL, "its staging is no longer complete: downloading again"
+            )
+            try:
+                await asyncio.wait_for(self._download_one(node), timeout)
+            except TimeoutError:
+                raise TimeoutError(f"no answer within {timeout:g} s") from None
+
+        results = await asyncio.gather(*(again(n) for n in gone), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, Exception):
+                raise result
+        failures = [
+            f"node {node.name}: {DOWNLOAD}: {result}"
+            for node, result in zip(gone, results, strict=True)
+            if isinstance(result, Exception)
+        ]
+        if failures:
+            raise RuntimeError("; ".join(failures))  # the workflow records it as the failure
 
     async def discard(self) -> None:
         """The replay state goes (as after a native snapshot restore), then the backup's own

@@ -213,6 +213,27 @@ def test_an_install_failing_on_one_node_says_where_each_node_stands_and_resume_f
     assert not any(e.endswith((":download", ":stop")) for e in rig.events)
 
 
+def test_a_node_left_stopped_whose_staging_was_removed_downloads_again_on_resume() -> None:
+    rig = S3Rig()
+    rig.s3["node3"].fail["install"] = OSError("No space left on device")
+    with pytest.raises(RestoreFailed):
+        asyncio.run(rig.workflow().run(rig.plan(S3), "me"))
+    last = rig.journal.saved[-1]
+    assert last.node("node3").step is RestoreStep.STOPPED
+
+    rig.s3["node3"].fail.clear()
+    rig.s3["node3"].check = replace(rig.s3["node3"].check, download_complete=False)
+    rig.events.clear()
+    final = asyncio.run(rig.workflow().resume(last, {}))
+
+    assert final.state is RestoreState.PROVEN
+    node3 = [e for e in rig.events if e.startswith("node3:")]
+    assert node3[:3] == ["node3:check", "node3:download", "node3:install"]
+    assert not any(e.endswith(":download") for e in rig.events if not e.startswith("node3:"))
+    assert not any(e.endswith(":stop") or "canary" in e for e in rig.events)
+    assert final.node("node3").step is RestoreStep.VERIFIED
+
+
 def test_a_commit_log_failing_after_the_discard_is_repeated_with_it_on_resume() -> None:
     rig = S3Rig()
     rig.s3["node1"].fail["commitlog"] = RuntimeError("segment refused")
