@@ -55,7 +55,11 @@ def room_refusals(node: str, rooms: Sequence[S3Room]) -> list[str]:
     return refusals
 
 
-def check_refusals(backup_id: str, expected: NodeExpectation, check: S3DownloadCheck) -> list[str]:
+def check_refusals(
+    backup_id: str, expected: NodeExpectation, check: S3DownloadCheck, *, whole_copy: bool = True
+) -> list[str]:
+    """`whole_copy`: a restore of the node (commit log and room checked here); a table restore
+    needs the manifest object only (its staging's room is checked by its own plan)."""
     node = expected.name
     if not check.manifest_found:
         return [
@@ -70,6 +74,8 @@ def check_refusals(backup_id: str, expected: NodeExpectation, check: S3DownloadC
             f"node {node}: backup {backup_id}'s copy in the bucket cannot be used: {check.problem};"
             f" export it again (ringsnap export {backup_id}), then plan again"
         )
+    if not whole_copy:
+        return refusals
     if expected.commitlog_segments and not check.commitlog_found:
         refusals.append(
             f"node {node}: the export of backup {backup_id} copied"
@@ -88,6 +94,7 @@ async def s3_plan_refusals(
     agents: Mapping[str, S3RestorePort],
     *,
     timeout: float = CHECK_TIMEOUT_SECONDS,
+    whole_copy: bool = True,
 ) -> list[str]:
     """Every reason the nodes' copies cannot be downloaded as planned (read-only calls)."""
 
@@ -109,7 +116,7 @@ async def s3_plan_refusals(
                 f"node {expected.name}: its agent cannot check backup {backup_id}'s copy in the"
                 f" bucket: {exc}"
             ]
-        return check_refusals(backup_id, expected, check)
+        return check_refusals(backup_id, expected, check, whole_copy=whole_copy)
 
     found = await asyncio.gather(*(ask(n) for n in nodes))
     return [refusal for node in found for refusal in node]

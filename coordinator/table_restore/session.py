@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ringsnap.coordinator.agents import ClientTls, GrpcNodeAgent
@@ -15,6 +15,7 @@ from ringsnap.coordinator.catalog.listing import MAX_PAGE_SIZE
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.ports import ArrayPort, NodeAgent, SSTable
 from ringsnap.coordinator.s3_restore_agents import GrpcS3Restore, S3RestorePort
+from ringsnap.coordinator.s3_restore_plan import NodeExpectation, s3_plan_refusals
 from ringsnap.coordinator.table_restore.counts import DrilledCounts, newest_drilled_counts
 from ringsnap.coordinator.table_restore.cql import CqlTables
 from ringsnap.coordinator.table_restore.grpc_agents import GrpcTableNode
@@ -78,7 +79,7 @@ class TableRestoreSession:
                         if s.keyspace == request.keyspace
                     ]
                 )
-        return await plan_table_restore(
+        plan = await plan_table_restore(
             restore_id or new_table_restore_id(),
             request,
             backup,
@@ -89,6 +90,17 @@ class TableRestoreSession:
             self.arrays,
             self.cql,
         )
+        if request.from_s3 and plan.record.nodes:
+            # Each node's copy must be in the bucket before anything is staged.
+            refusals = await s3_plan_refusals(
+                plan.record.id,
+                backup.id,
+                [NodeExpectation(n.name) for n in plan.record.nodes],
+                self.s3_agents,
+                whole_copy=False,
+            )
+            plan = replace(plan, refusals=(*plan.refusals, *refusals))
+        return plan
 
     async def workflow(
         self, record: TableRestoreRecord, progress: Progress | None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -19,6 +20,7 @@ from ringsnap.api.v1 import types_pb2
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.client import Target
 from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.s3_restore_agents import S3Room
 from ringsnap.coordinator.table_restore import daemon, remote
 from ringsnap.coordinator.table_restore.api import record_of
 from ringsnap.coordinator.table_restore.model import TableRestoreFailed, TableRestoreState
@@ -27,7 +29,7 @@ from tests.unit.test_s3_restore_workflow import TableS3Agent
 
 from .conftest import ARRAY, Harness
 from .test_server import rpc_error, watch_to_end
-from .test_table_restore_api import NODES, Fakes, _options, _request, _seed
+from .test_table_restore_api import BACKUP, NODES, Fakes, _options, _request, _seed
 
 
 @pytest.fixture
@@ -66,7 +68,7 @@ def test_a_table_restore_from_s3_through_the_api_stages_from_the_bucket_and_neve
     plan = stub.PlanTableRestore(pb.PlanTableRestoreRequest(**_request(**S3_SOURCE)), timeout=30)
     assert list(plan.refusals) == []
     assert plan.table_restore.source == pb.TABLE_RESTORE_SOURCE_S3
-    assert made.events == []
+    assert sorted(made.events) == [f"{n}:check" for n in NODES]  # the bucket asked, nothing else
 
     operation = stub.StartTableRestore(
         pb.StartTableRestoreRequest(
@@ -105,7 +107,8 @@ def test_the_cli_from_a_bastion_restores_from_s3_and_resumes_on_s3(
     made, s3 = fakes
     target = Target(harness.address, harness.token_file, "test")
     dry = remote.table_restore(target, _options(dry_run=True, from_s3=True))
-    assert isinstance(dry, dict) and dry["refusals"] == [] and made.events == []
+    assert isinstance(dry, dict) and dry["refusals"] == []
+    assert all(e.endswith(":check") for e in made.events)
 
     s3["n3"].fail["download:shop.orders->shop.orders"] = ConnectionError("S3 endpoint unreachable")
     with pytest.raises(TableRestoreFailed) as failed:
@@ -120,3 +123,25 @@ def test_the_cli_from_a_bastion_restores_from_s3_and_resumes_on_s3(
     assert resumed.from_s3
     assert made.events.count("n3:download:shop.orders->shop.orders") == 2
     assert not any(e.startswith("clone") for e in made.events)
+
+
+def test_a_table_restore_from_s3_is_refused_when_a_nodes_copy_is_not_in_the_bucket(
+    harness: Harness, fakes: tuple[Fakes, dict[str, Any]]
+) -> None:
+    made, s3 = fakes
+    s3["n2"].check = replace(s3["n2"].check, manifest_found=False)
+    # The whole node's room is not the table's: the staging's own check decides.
+    s3["n3"].check = replace(s3["n3"].check, rooms=(S3Room("/data", 2**40, 1, "7"),))
+
+    plan = harness.stub().PlanTableRestore(
+        pb.PlanTableRestoreRequest(**_request(**S3_SOURCE)), timeout=30
+    )
+
+    (refusal,) = plan.refusals
+    assert refusal.startswith("node n2: the bucket holds no manifest object")
+    assert s3["n2"].check.manifest_key in refusal and f"ringsnap export {BACKUP}" in refusal
+    assert not any(":download:" in e for e in made.events)
+    # From the array, the bucket is not asked.
+    made.events.clear()
+    harness.stub().PlanTableRestore(pb.PlanTableRestoreRequest(**_request()), timeout=30)
+    assert not any(e.endswith(":check") for e in made.events)
