@@ -70,6 +70,8 @@ class FreezeBarrier:
         # lease when it gets the request, so a lease after the last confirmed request was sent).
         held_until = {name: started + self.lease for name in self.agents}
         work_ended: float | None = None
+        # The work's own failure, reported after what the thaw says of the nodes.
+        work_error: BackupFailed | None = None
         try:
             results = await asyncio.gather(
                 *(
@@ -118,9 +120,7 @@ class FreezeBarrier:
                     await working
                     work_ended = time.monotonic()
                 except BackupFailed as exc:
-                    if lost is None:
-                        raise
-                    raise BackupFailed(f"{lost}; {exc}") from exc
+                    work_error = exc
             finally:
                 array_call = (thaw_started or time.monotonic()) - work_started
                 if not working.done():  # this run was cancelled while waiting
@@ -131,10 +131,13 @@ class FreezeBarrier:
                 # swallow a cancellation of this run arriving meanwhile.
                 await asyncio.wait([renewer])
                 if lost is None and (late := _failure(renewer)) is not None:
-                    # Lost after the work ended: the thaw's answer says whether it held.
-                    log.warning(
-                        "lease renewal failed", backup_id=self.operation_id, error=str(late)
-                    )
+                    if work_error is not None:
+                        lost = late  # lost as the work failed: the record names the node too
+                    else:
+                        # Lost after the work ended: the thaw's answer says whether it held.
+                        log.warning(
+                            "lease renewal failed", backup_id=self.operation_id, error=str(late)
+                        )
         finally:
             if thawing is None:
                 thaw_started = time.monotonic()
@@ -163,12 +166,16 @@ class FreezeBarrier:
                 overhead_ms=_ms(self.window.overhead),
             )
         problems = [str(lost)] if lost is not None else []
+        if work_error is not None:
+            problems.append(str(work_error))
         # A lease that ran out after the snapshot call had answered (a thaw held up on its way, on
         # a lossy link) held the node frozen through the snapshot: the coordinator's clock says so.
         expired = [
             name
             for name, t in thaws.items()
-            if t.lease_expired and (work_ended is None or held_until[name] < work_ended)
+            if t.lease_expired
+            and work_error is None
+            and (work_ended is None or held_until[name] < work_ended)
         ]
         if expired:
             problems.append(
@@ -185,7 +192,7 @@ class FreezeBarrier:
                 " Check the network between the coordinator and their agents"
             )
         if problems:
-            raise BackupFailed("; ".join(problems))
+            raise BackupFailed("; ".join(problems)) from work_error
 
     @property
     def _thaw_wait(self) -> float:

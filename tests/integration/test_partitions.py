@@ -469,7 +469,12 @@ def test_agent_cut_off_while_the_array_holds_the_snapshot_call(
         if (
             record.state is BackupState.FAILED
             and str(failed.value) == record.error
-            and record.error.startswith("node node1: no lease renewal confirmed")
+            # Lost at the first renewal it missed; or, when that came as the array call overran
+            # the budget (a slow freeze on a loaded machine), named by its unconfirmed thaw.
+            and (
+                record.error.startswith("node node1: no lease renewal confirmed")
+                or "the thaw of node1 was not confirmed" in record.error
+            )
             and f"its snapshot {backup_id!r} was deleted" in " ".join(record.warnings)
         ):
             counts["record"] += 1
