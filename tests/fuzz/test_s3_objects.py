@@ -40,7 +40,7 @@ from ringsnap.agent.s3.client import S3Client, make_client
 from ringsnap.agent.s3.download import DownloadRefused, download_node
 from ringsnap.agent.s3.export import export_node
 from ringsnap.agent.s3.layout import Layout
-from ringsnap.agent.s3.purge import purge
+from ringsnap.agent.s3.purge import purge, referenced_keys
 from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.errors import ValidationError
 from ringsnap.sandbox.s3proxy import S3Server, running_s3proxy
@@ -251,7 +251,7 @@ def hostile_manifests(draw: st.DrawFn, records: list[dict[str, Any]]) -> Case:
         position = draw(st.integers(0, len(entries) + 2))
         lines = [header, *entries, _closed(entries)]
         lines.insert(position, junk)
-        return Case(_gzip(lines), may_succeed=junk.strip() == "" and position < len(lines) - 1)
+        return Case(_gzip(lines))  # every junk line, blank included, is refused
     valid = _gzip([header, *entries, _closed(entries)])
     if kind == "truncated":
         return Case(valid[: draw(st.integers(0, len(valid) - 1))])
@@ -382,6 +382,16 @@ def test_hostile_manifest_objects_are_refused_naming_the_key(
             }, "a file outside the destination"
             assert sentinel.read_text() == "not the node's"
         assert not _files(playground), "a file outside the case's directory"
+        # What a purge keeps is read from the same objects: a broken one is refused naming it,
+        # never a partial set of references (that would let the purge delete referenced data).
+        try:
+            kept = referenced_keys(client, name, LAYOUT, [(BACKUP, NODE, 1)])
+        except ValidationError as exc:
+            assert repr(manifest_key) in str(exc)
+            assert not case.may_succeed or case.or_names or case.forged
+        else:
+            assert case.names or case.may_succeed, "a purge read references from a bad object"
+            assert kept
         for key in case.forged:
             client.delete_object(Bucket=name, Key=key)
         assert _listing(bucket) == before, "the download changed the bucket"
