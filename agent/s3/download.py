@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from s3transfer.manager import TransferManager
+from s3transfer.subscribers import BaseSubscriber
 
 from ringsnap.agent.errors import DomainError
 from ringsnap.agent.s3.backup_manifest import Entry, read_entries
@@ -52,8 +53,19 @@ class DownloadCancelled(DomainError):
     """The caller cancelled the download; what verified is kept for a rerun."""
 
 
-#: How often a wait for a transfer looks at the cancel event.
-_CANCEL_POLL_SECONDS = 0.1
+#: How long a wait for a transfer goes without looking at the cancel event (a finished transfer
+#: wakes it at once).
+_CANCEL_POLL_SECONDS = 0.2
+
+
+class _Wake(BaseSubscriber):  # type: ignore[misc]
+    """Sets `event` whenever a transfer ends, so that the loop waiting for one wakes at once."""
+
+    def __init__(self, event: threading.Event) -> None:
+        self._event = event
+
+    def on_done(self, future: Any, **_: Any) -> None:
+        self._event.set()
 
 
 @dataclass(frozen=True)
@@ -147,7 +159,8 @@ def download_node(
         kept = 0
         window: deque[_Pending] = deque()
         with TransferManager(client, transfer_config(settings, largest)) as manager:
-            subscribers = [_Progress(tracker)]
+            ended = threading.Event()
+            subscribers = [_Progress(tracker), _Wake(ended)]
             try:
                 for entry in entries():
                     check_cancel()
@@ -173,10 +186,10 @@ def download_node(
                     )
                     window.append(_Pending(future, entry, partial, target, out))
                     while len(window) >= settings.files_in_flight:
-                        _wait(window[0], stop, check_cancel)
+                        _wait(window[0], ended, check_cancel)
                         _finish(window.popleft())
                 while window:
-                    _wait(window[0], stop, check_cancel)
+                    _wait(window[0], ended, check_cancel)
                     _finish(window.popleft())
             except BaseException:
                 for pending in window:
@@ -198,11 +211,16 @@ def download_node(
     )
 
 
-def _wait(pending: _Pending, stop: threading.Event, check_cancel: Callable[[], None]) -> None:
-    """Wait for `pending`'s transfer, but no longer than until the download is cancelled."""
-    while not pending.future.done():
-        if stop.wait(_CANCEL_POLL_SECONDS):
-            check_cancel()
+def _wait(pending: _Pending, ended: threading.Event, check_cancel: Callable[[], None]) -> None:
+    """Wait for `pending`'s transfer, but no longer than until the download is cancelled.
+    `ended` is set by every transfer that ends; it is cleared before `done()` is looked at, so
+    that the end of this one is never missed."""
+    while True:
+        ended.clear()
+        if pending.future.done():
+            return
+        check_cancel()
+        ended.wait(_CANCEL_POLL_SECONDS)
 
 
 def _finish(pending: _Pending) -> None:
