@@ -188,9 +188,12 @@ def _load(cluster: SandboxCluster, first: int, count: int) -> None:
     session.execute(f"CREATE TABLE IF NOT EXISTS {KEYSPACE}.blobs (id int PRIMARY KEY, b blob)")
     insert = session.prepare(f"INSERT INTO {KEYSPACE}.blobs (id, b) VALUES (?, ?)")
     insert.consistency_level = ConsistencyLevel.QUORUM
-    payload = uuid.uuid4().bytes * 64  # 1 KiB, not compressible across rows by much
+    # 1 KiB of random bytes a row: SSTables as large on disk as the data (LZ4 gains nothing).
     execute_concurrent_with_args(
-        session, insert, [(i, payload) for i in range(first, first + count)], concurrency=64
+        session,
+        insert,
+        [(i, os.urandom(1024)) for i in range(first, first + count)],
+        concurrency=64,
     )
 
 
