@@ -41,7 +41,7 @@ from ringsnap.coordinator.restore_plan import (
 )
 from ringsnap.coordinator.ring import CqlRing
 from ringsnap.coordinator.s3_restore_agents import GrpcS3Restore, S3RestorePort
-from ringsnap.coordinator.s3_restore_plan import NodeExpectation, s3_plan_refusals
+from ringsnap.coordinator.s3_restore_plan import NodeExpectation, s3_plan_findings
 from ringsnap.plugins.middleware import AsyncDriver
 from ringsnap.plugins.registry import open_driver
 from ringsnap.plugins.types import SnapshotRef
@@ -122,13 +122,17 @@ class RestoreSession:
         """The bucket holds every node's copy and each data filesystem has room for it."""
         export = await asyncio.to_thread(self.catalog.find_export, plan.backup.id)
         segments = {n.name: n.commitlog_segments for n in export.nodes} if export else {}
-        refusals = await s3_plan_refusals(
+        found = await s3_plan_findings(
             plan.restore_id,
             plan.backup.id,
             [NodeExpectation(n.name, segments.get(n.name, 0)) for n in plan.nodes],
             self.s3_agents,
         )
-        return replace(plan, refusals=(*plan.refusals, *refusals))
+        return replace(
+            plan,
+            refusals=(*plan.refusals, *found.refusals),
+            warnings=(*plan.warnings, *found.warnings),
+        )
 
     async def run(
         self, plan: RestorePlan, requested_by: str, progress: Progress | None = None

@@ -87,7 +87,13 @@ def check_refusals(
     return refusals
 
 
-async def s3_plan_refusals(
+@dataclass(frozen=True)
+class S3PlanFindings:
+    refusals: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+async def s3_plan_findings(
     operation_id: str,
     backup_id: str,
     nodes: Sequence[NodeExpectation],
@@ -95,8 +101,10 @@ async def s3_plan_refusals(
     *,
     timeout: float = CHECK_TIMEOUT_SECONDS,
     whole_copy: bool = True,
-) -> list[str]:
-    """Every reason the nodes' copies cannot be downloaded as planned (read-only calls)."""
+) -> S3PlanFindings:
+    """Every reason the nodes' copies cannot be downloaded as planned (read-only calls); an agent
+    too old to check (no CheckS3Download) is a warning: its download still verifies everything."""
+    warnings: list[str] = []
 
     async def ask(expected: NodeExpectation) -> list[str]:
         agent = agents.get(expected.name)
@@ -112,6 +120,13 @@ async def s3_plan_refusals(
                 " check its [s3] endpoint and network, then plan again"
             ]
         except Exception as exc:
+            if getattr(exc, "code", "") == "UNIMPLEMENTED":
+                warnings.append(
+                    f"node {expected.name}: its agent is older than the plan's bucket check: the"
+                    " copy in the bucket and the room for it are not checked before the download"
+                    " (upgrade the agent)"
+                )
+                return []
             return [
                 f"node {expected.name}: its agent cannot check backup {backup_id}'s copy in the"
                 f" bucket: {exc}"
@@ -119,4 +134,6 @@ async def s3_plan_refusals(
         return check_refusals(backup_id, expected, check, whole_copy=whole_copy)
 
     found = await asyncio.gather(*(ask(n) for n in nodes))
-    return [refusal for node in found for refusal in node]
+    return S3PlanFindings(
+        refusals=tuple(refusal for node in found for refusal in node), warnings=tuple(warnings)
+    )

@@ -15,7 +15,7 @@ from ringsnap.coordinator.catalog.listing import MAX_PAGE_SIZE
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.ports import ArrayPort, NodeAgent, SSTable
 from ringsnap.coordinator.s3_restore_agents import GrpcS3Restore, S3RestorePort
-from ringsnap.coordinator.s3_restore_plan import NodeExpectation, s3_plan_refusals
+from ringsnap.coordinator.s3_restore_plan import NodeExpectation, s3_plan_findings
 from ringsnap.coordinator.table_restore.counts import DrilledCounts, newest_drilled_counts
 from ringsnap.coordinator.table_restore.cql import CqlTables
 from ringsnap.coordinator.table_restore.grpc_agents import GrpcTableNode
@@ -92,14 +92,18 @@ class TableRestoreSession:
         )
         if request.from_s3 and plan.record.nodes:
             # Each node's copy must be in the bucket before anything is staged.
-            refusals = await s3_plan_refusals(
+            found = await s3_plan_findings(
                 plan.record.id,
                 backup.id,
                 [NodeExpectation(n.name) for n in plan.record.nodes],
                 self.s3_agents,
                 whole_copy=False,
             )
-            plan = replace(plan, refusals=(*plan.refusals, *refusals))
+            plan = replace(
+                plan,
+                refusals=(*plan.refusals, *found.refusals),
+                warnings=(*plan.warnings, *found.warnings),
+            )
         return plan
 
     async def workflow(

@@ -3,7 +3,7 @@
 The agent's (`check_download`) against moto's S3 filled by the real export: the manifest object
 found and counted per data directory (what an earlier run staged with its size is not counted),
 the commit-log list object found or not, a missing manifest object named by its key. The
-coordinator's (`s3_plan_refusals`): every refusal names the node, the key or filesystem and the
+coordinator's (`s3_plan_findings`): every refusal names the node, the key or filesystem and the
 numbers, and what to do; directories on one filesystem share its free space.
 """
 
@@ -21,11 +21,12 @@ from ringsnap.agent.s3.commitlog import export_commitlog
 from ringsnap.agent.s3.download_check import check_download
 from ringsnap.agent.s3_restore import STAGING_DIRECTORY, S3Restore
 from ringsnap.agent.snapshot_restore import SnapshotRecords
+from ringsnap.coordinator.agents import AgentError
 from ringsnap.coordinator.s3_restore_agents import S3DownloadCheck, S3Room
 from ringsnap.coordinator.s3_restore_plan import (
     NodeExpectation,
     room_refusals,
-    s3_plan_refusals,
+    s3_plan_findings,
 )
 from tests.unit.test_s3_download_cancel import COMPONENTS, SETTINGS, bucket
 
@@ -119,7 +120,20 @@ class _Agent:
 
 
 def _refusals(agents: dict[str, Any], nodes: list[NodeExpectation]) -> list[str]:
-    return asyncio.run(s3_plan_refusals("rr-1", "b1", nodes, agents))
+    found = asyncio.run(s3_plan_findings("rr-1", "b1", nodes, agents))
+    assert not found.warnings
+    return list(found.refusals)
+
+
+def test_an_agent_too_old_to_check_is_a_warning_not_a_refusal() -> None:
+    old = AgentError(
+        "node n1 (x): CheckS3Download: UNIMPLEMENTED: Method not found!", code="UNIMPLEMENTED"
+    )
+    agents: dict[str, Any] = {"n1": _Agent(old)}
+    found = asyncio.run(s3_plan_findings("rr-1", "b1", [NodeExpectation("n1")], agents))
+    assert found.refusals == ()
+    (warning,) = found.warnings
+    assert warning.startswith("node n1: its agent is older") and "upgrade the agent" in warning
 
 
 def test_a_copy_that_is_there_and_fits_is_no_refusal() -> None:
