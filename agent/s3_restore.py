@@ -551,21 +551,22 @@ class S3RestoreRpcs:
         self._running: dict[str, tuple[threading.Event, asyncio.Future[StagedDownload]]] = {}
 
     async def _wait_for_previous(self, operation_id: str) -> None:
-        previous = self._running.get(operation_id)
-        if previous is None:
-            return
-        cancel, work = previous
-        if not cancel.is_set():
-            raise Conflict(
-                f"a download for operation {operation_id} is already running on this node; wait"
-                " for it to end (or cancel it), then ask again"
-            )
-        done, _ = await asyncio.wait({work}, timeout=CANCELLED_WIND_DOWN_SECONDS)
-        if not done:
-            raise Conflict(
-                f"the cancelled download for operation {operation_id} has not stopped within"
-                f" {CANCELLED_WIND_DOWN_SECONDS:g} s; ask again in a minute"
-            )
+        """Returns once no download of `operation_id` runs (the caller registers its own before
+        its next await); a running one that was not cancelled is refused."""
+        while (previous := self._running.get(operation_id)) is not None:
+            cancel, work = previous
+            if not cancel.is_set():
+                raise Conflict(
+                    f"a download for operation {operation_id} is already running on this node;"
+                    " wait for it to end (or cancel it), then ask again"
+                )
+            done, _ = await asyncio.wait({work}, timeout=CANCELLED_WIND_DOWN_SECONDS)
+            if not done:
+                raise Conflict(
+                    f"the cancelled download for operation {operation_id} has not stopped within"
+                    f" {CANCELLED_WIND_DOWN_SECONDS:g} s; ask again in a minute"
+                )
+            self._forget(operation_id, work)  # its done callback may not have run yet
 
     @cached_property
     def _restores(self) -> S3Restore:
