@@ -1,5 +1,5 @@
 """Network partitions during the freeze, with rates: an agent cut off while the array holds the
-snapshot call, the array cut off mid-call, and a lossy link to one agent.
+snapshot call, the array cut off mid-call, and a lossy or slow link to one agent.
 
 Real parts, no Cassandra (the freeze contract is about filesystems): three `ringsnap-agent serve`
 processes over mutual TLS, each freezing two real ext4 filesystems (FIFREEZE) that are LUN images
@@ -13,7 +13,8 @@ veth pair on 10.231.0.0/30 (host .1, agent .2); the simulator runs in a second o
 10.231.0.4/30 (host .5, array .6; the simulator binds 127.0.0.1 inside and a DNAT rule forwards
 .6 to it). No test traffic leaves those pairs and loopback. A cut drops every packet on a pair
 (iptables in the namespace, both ways: a silent partition, not a refused connection); a lossy link
-drops packets at random (`-m statistic`; netem is not available on the test bed). The simulator
+drops packets at random (`-m statistic`; netem is not available on the test bed); a slow link is
+a token bucket (`tc tbf`) on both ends of the pair. The simulator
 holds the commit (the one array call under the freeze) on a file barrier, so a cut lands exactly
 while the array works on the snapshot.
 
@@ -73,6 +74,7 @@ MARGIN = 0.75
 AGENT_PORT = 7443
 ARRAY_PORT = 8443
 LOSS = 0.4
+SLOW_RATE = "200kbit"
 PASSWORD = "partition-array-" + uuid.uuid4().hex  # the simulator's throw-away login
 
 NODETOOL = """#!/bin/sh
@@ -381,14 +383,16 @@ async def _writable(
     return {key: future.result() for key, future in writers.items()}
 
 
-def _array_snapshots(ring: Ring) -> set[str]:
-    """The names of the snapshots the array holds of the ring's volumes."""
+def _array_snapshots(ring: Ring, prefix: str) -> set[str]:
+    """The names of the snapshots the array holds of the ring's volumes, of the backups whose ids
+    start with `prefix` (each scenario's own: the complete backups of one are not another's)."""
     driver = open_driver(ARRAY, ring.config["arrays"][ARRAY], "<test>")
     try:
         wanted = {f"{name}-{role}" for name in NODES for role in ("data", "commitlog")}
         volumes = [v for v in driver.list_volumes() if v.name in wanted]
         assert len(volumes) == len(wanted)
-        return {info.ref.snapshot_name for info in driver.list_snapshots(volumes)}
+        names = {info.ref.snapshot_name for info in driver.list_snapshots(volumes)}
+        return {name for name in names if name.startswith(prefix)}
     finally:
         driver.close()
 
@@ -425,6 +429,7 @@ def test_agent_cut_off_while_the_array_holds_the_snapshot_call(
     secret_check.watch_tree(ring.workdir / "logs")
     counts: Counter[str] = Counter()
     details: list[str] = []
+    backup_prefix = "rs-cut-agent-"
 
     async def scenario() -> None:
         async with coordinator_for(ring, ring.workdir / "catalog-cut-agent.db") as coordinator:
@@ -435,7 +440,7 @@ def test_agent_cut_off_while_the_array_holds_the_snapshot_call(
         ring.agent_ns.heal()
         await reachable(coordinator)
         _reset_barrier(ring, hold=True)
-        backup_id = f"rs-part-{uuid.uuid4().hex[:8]}"
+        backup_id = backup_prefix + uuid.uuid4().hex[:8]
         backup = asyncio.create_task(
             coordinator.backup(
                 BackupRequest(CLUSTER, trigger="test:partition", backup_id=backup_id)
@@ -481,7 +486,7 @@ def test_agent_cut_off_while_the_array_holds_the_snapshot_call(
         else:
             details.append(f"record: {record.state.value}: {record.error} {record.warnings}")
         kept, pending = _accounted(coordinator)
-        on_array = await asyncio.to_thread(_array_snapshots, ring)
+        on_array = await asyncio.to_thread(_array_snapshots, ring, backup_prefix)
         if backup_id not in on_array and on_array <= kept | pending:
             counts["snapshots"] += 1
         else:
@@ -518,6 +523,7 @@ def test_array_cut_off_mid_call(ring: Ring, secret_check: LeakCheck) -> None:
     secret_check.watch_tree(ring.workdir / "logs")
     counts: Counter[str] = Counter()
     details: list[str] = []
+    backup_prefix = "rs-cut-array-"
 
     async def scenario() -> None:
         async with coordinator_for(ring, ring.workdir / "catalog-cut-array.db") as coordinator:
@@ -528,7 +534,7 @@ def test_array_cut_off_mid_call(ring: Ring, secret_check: LeakCheck) -> None:
         ring.array_ns.heal()
         await reachable(coordinator)
         _reset_barrier(ring, hold=True)
-        backup_id = f"rs-part-{uuid.uuid4().hex[:8]}"
+        backup_id = backup_prefix + uuid.uuid4().hex[:8]
         backup = asyncio.create_task(
             coordinator.backup(
                 BackupRequest(CLUSTER, trigger="test:partition", backup_id=backup_id)
@@ -571,7 +577,7 @@ def test_array_cut_off_mid_call(ring: Ring, secret_check: LeakCheck) -> None:
         else:
             details.append(f"record: {record.state.value}: {record.error} {record.warnings}")
         remaining = await coordinator.run_pending_cleanups()
-        on_array = await asyncio.to_thread(_array_snapshots, ring)
+        on_array = await asyncio.to_thread(_array_snapshots, ring, backup_prefix)
         kept, pending = _accounted(coordinator)
         if remaining == 0 and backup_id not in on_array and on_array <= kept:
             counts["snapshots"] += 1
@@ -607,19 +613,25 @@ def test_array_cut_off_mid_call(ring: Ring, secret_check: LeakCheck) -> None:
 # -- scenario 3 --------------------------------------------------------------------------------
 
 
-def test_lossy_link_to_one_agent(ring: Ring, secret_check: LeakCheck) -> None:
-    """40 % of the packets to and from node1's agent are dropped. Each backup succeeds within its
-    budgets or fails cleanly: never a filesystem frozen past its lease after the run ended, never
-    a snapshot the catalog does not account for."""
+@pytest.mark.parametrize("link", ["lossy", "slow"])
+def test_degraded_link_to_one_agent(ring: Ring, secret_check: LeakCheck, link: str) -> None:
+    """`lossy`: 40 % of the packets to and from node1's agent are dropped; `slow`: the pair is
+    shaped to 200 kbit/s each way (tc tbf). Each backup succeeds within its budgets or fails
+    cleanly: never a filesystem frozen past its lease after the run ended, never a snapshot the
+    catalog does not account for."""
     secret_check.watch_tree(ring.workdir / "logs")
     counts: Counter[str] = Counter()
     errors: Counter[str] = Counter()
+    backup_prefix = f"rs-{link}-"
 
     async def scenario() -> None:
-        async with coordinator_for(ring, ring.workdir / "catalog-lossy.db") as coordinator:
+        async with coordinator_for(ring, ring.workdir / f"catalog-{link}.db") as coordinator:
             ring.agent_ns.heal()
             await reachable(coordinator)
-            ring.agent_ns.lossy(LOSS)
+            if link == "lossy":
+                ring.agent_ns.lossy(LOSS)
+            else:
+                ring.agent_ns.slow(SLOW_RATE)
             try:
                 for _ in range(RUNS):
                     await one_run(coordinator)
@@ -628,11 +640,11 @@ def test_lossy_link_to_one_agent(ring: Ring, secret_check: LeakCheck) -> None:
             await reachable(coordinator)
             await coordinator.run_pending_cleanups()
             kept, pending = _accounted(coordinator)
-            on_array = await asyncio.to_thread(_array_snapshots, ring)
+            on_array = await asyncio.to_thread(_array_snapshots, ring, backup_prefix)
             assert not pending and on_array == kept, (sorted(on_array), sorted(kept))
 
     async def one_run(coordinator: Coordinator) -> None:
-        backup_id = f"rs-part-{uuid.uuid4().hex[:8]}"
+        backup_id = backup_prefix + uuid.uuid4().hex[:8]
         try:
             await coordinator.backup(
                 BackupRequest(CLUSTER, trigger="test:partition", backup_id=backup_id)
@@ -649,7 +661,7 @@ def test_lossy_link_to_one_agent(ring: Ring, secret_check: LeakCheck) -> None:
         if max(writable.values()) - ended <= LEASE + MARGIN:
             counts["thawed"] += 1
         kept, pending = _accounted(coordinator)
-        on_array = await asyncio.to_thread(_array_snapshots, ring)
+        on_array = await asyncio.to_thread(_array_snapshots, ring, backup_prefix)
         if on_array <= kept | pending:
             counts["accounted"] += 1
         record = coordinator.catalog.get_backup(backup_id)
@@ -670,7 +682,8 @@ def test_lossy_link_to_one_agent(ring: Ring, secret_check: LeakCheck) -> None:
         _rate("run recorded complete, or failed with its reason", counts, "recorded"),
         *(f"{n} x {gist}" for gist, n in errors.most_common()),
     ]
-    print(f"\nlossy link to node1 ({LOSS:.0%} dropped each way):\n  " + "\n  ".join(summary))
+    what = f"{LOSS:.0%} dropped each way" if link == "lossy" else f"{SLOW_RATE} each way, tbf"
+    print(f"\n{link} link to node1 ({what}):\n  " + "\n  ".join(summary))
     assert all(counts[key] == RUNS for key in ("thawed", "accounted", "recorded")), summary
 
 

@@ -5,6 +5,7 @@
         ns.cut()                      # every packet on the pair dropped (a partition)
         ns.heal()                     # the link works again
         ns.lossy(0.4)                 # 40 % of the packets dropped each way
+        ns.slow("200kbit")            # a token bucket (tc tbf) each way
         ns.forward(8443)              # <address>:8443 reaches 127.0.0.1:8443 inside
 
 Addresses come from the test-only 10.231.0.0/24, one /30 per namespace (`subnet` n gives
@@ -32,7 +33,7 @@ def unavailable_reason() -> str | None:
     """Why namespaces with a veth pair and iptables cannot be made here, or None if they can."""
     if os.geteuid() != 0:
         return "needs root (ip netns, veth pairs, iptables)"
-    for tool in ("ip", "iptables", "sysctl"):
+    for tool in ("ip", "iptables", "sysctl", "tc"):
         if shutil.which(tool) is None:
             return f"needs the {tool} command (Debian: iproute2, iptables, procps)"
     probe = f"rs-probe-{os.getpid()}"
@@ -135,10 +136,30 @@ class Namespace:
         self.inside(["iptables", "-A", "INPUT", "-i", self.link, *chance, "-j", "DROP"])
         self.inside(["iptables", "-A", "OUTPUT", "-o", self.link, *chance, "-j", "DROP"])
 
+    def slow(self, rate: str, *, latency: str = "2s") -> None:
+        """Shape the pair to `rate` (tc's units, e.g. "200kbit") each way with a token bucket
+        (tbf): packets queue up to `latency`, then drop. A slow link, not a dead one."""
+        self.heal()
+        for prefix, link in ((["ip", "netns", "exec", self.name], self.link), ([], self.host_link)):
+            _run(
+                [
+                    *prefix,
+                    *("tc", "qdisc", "replace", "dev", link, "root", "tbf"),
+                    *("rate", rate, "burst", "4kb", "latency", latency),
+                ]
+            )
+
     def heal(self) -> None:
-        """Remove every fault (the namespace's filter table holds nothing else)."""
+        """Remove every fault (the namespace's filter table holds nothing else; the pair's
+        qdiscs go back to the default)."""
         self.inside(["iptables", "-F", "INPUT"])
         self.inside(["iptables", "-F", "OUTPUT"])
+        for prefix, link in ((["ip", "netns", "exec", self.name], self.link), ([], self.host_link)):
+            subprocess.run(
+                [*prefix, "tc", "qdisc", "del", "dev", link, "root"],
+                check=False,
+                capture_output=True,
+            )
 
     def forward(self, port: int) -> None:
         """Let `address:port` reach a server bound to 127.0.0.1:port inside (servers that bind
