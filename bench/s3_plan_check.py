@@ -39,7 +39,7 @@ class _MemoryStore:
             raise KeyError(key)
         out.write(self.body)
 
-    def get_object(self, Bucket: str, Key: str) -> Any:  # noqa: N803 - boto3's names
+    def get_object(self, Bucket: str, Key: str) -> Any:
         error: Any = Exception("NoSuchKey")
         error.response = {"Error": {"Code": "NoSuchKey"}}
         raise error
