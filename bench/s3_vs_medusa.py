@@ -33,6 +33,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -116,14 +117,27 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
+#: A step that takes longer is stopped: a hung tool must not hold the Cassandra lock for ever.
+STEP_TIMEOUT = 600.0
+
+
 def run_measured(argv: list[str], env: dict[str, str] | None = None) -> Run:
     started = time.perf_counter()
     process = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-    )
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        start_new_session=True,
+    )  # fmt: skip
     sampler = _TreeSampler(process.pid)
     sampler.start()
-    out, err = process.communicate()
+    try:
+        out, err = process.communicate(timeout=STEP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)  # its own session: the tool and its children
+        out, err = process.communicate()
+        sampler.stop()
+        raise SystemExit(
+            f"{' '.join(argv[:4])} ... did not finish in {STEP_TIMEOUT:.0f} s; stopped:\n{err[-3000:]}"
+        ) from None
     seconds = time.perf_counter() - started
     sampler.stop()
     if process.returncode != 0:
@@ -366,20 +380,30 @@ def _compare(
     snap, r_full, result = ringsnap_backup(cluster, node, settings, "full")
     node_bytes = result["bytes_total"]
     rows_table.append(Row("backup (full)", node_bytes, m_full, snap + r_full.seconds, r_full))
+    print(rows_table[-1].line(), flush=True)
     print(f"  ringsnap: nodetool snapshot {snap:.1f} s + export {r_full.seconds:.1f} s;"
           f" {result['files_uploaded']} files uploaded")  # fmt: skip
 
     extra_rows = max(1, rows * args.sstables // 10)
     write_sstable(cluster, args.sstables * rows, extra_rows)
     print(load_line(), f"before the differentials (+{extra_rows} MiB in one SSTable)")
-    m_diff = medusa(
-        medusa_bin, config, "backup-node", "--backup-name", "diff", "--mode", "differential"
-    )
+    restored = "diff"
+    try:
+        m_diff: Run | None = medusa(
+            medusa_bin, config, "backup-node", "--backup-name", "diff", "--mode", "differential"
+        )
+    except SystemExit as failed:
+        # Seen with medusa 0.31.0 on S3Proxy: its listing of what is already stored never
+        # returned. The rest is still compared, on the full backup.
+        print(f"  medusa's differential backup failed: {failed}", flush=True)
+        m_diff, restored = None, "full"
     snap, r_diff, result = ringsnap_backup(cluster, node, settings, "diff")
-    rows_table.append(
-        Row("differential (+10 %): new data", result["bytes_uploaded"], m_diff,
-            snap + r_diff.seconds, r_diff)
-    )  # fmt: skip
+    if m_diff is not None:
+        rows_table.append(
+            Row("differential (+10 %): new data", result["bytes_uploaded"], m_diff,
+                snap + r_diff.seconds, r_diff)
+        )  # fmt: skip
+        print(rows_table[-1].line(), flush=True)
     print(f"  ringsnap: nodetool snapshot {snap:.1f} s + export {r_diff.seconds:.1f} s;"
           f" {result['files_uploaded']} files, {result['bytes_uploaded'] / MIB:,.0f} MiB uploaded")  # fmt: skip
     cluster.nodetool(NODE, "clearsnapshot", "--all")
@@ -389,17 +413,18 @@ def _compare(
     ringsnap_dest = node.data_dir.parent / "restore-ringsnap"
     for dest in (medusa_dest, ringsnap_dest):
         dest.mkdir()
-    m_down = medusa(medusa_bin, config, "download", "--backup-name", "diff",
+    m_down = medusa(medusa_bin, config, "download", "--backup-name", restored,
                     "--download-destination", str(medusa_dest))  # fmt: skip
     m_bytes = tree_bytes(medusa_dest)
     shutil.rmtree(medusa_dest)
-    r_down, result = ringsnap("download", settings, "diff", str(ringsnap_dest))
+    r_down, result = ringsnap("download", settings, restored, str(ringsnap_dest))
     r_bytes = tree_bytes(ringsnap_dest)
     shutil.rmtree(ringsnap_dest)
     print(
         f"  downloaded: medusa {m_bytes / MIB:,.0f} MiB, ringsnap {r_bytes / MIB:,.0f} MiB (verified)"
     )
     rows_table.append(Row("restore's download", r_bytes, m_down, r_down.seconds, r_down))
+    print(rows_table[-1].line(), flush=True)
 
     print()
     print("| step | data | medusa | ringsnap | ringsnap/medusa throughput"
