@@ -253,6 +253,10 @@ def commitlog_object(backup_id: str, node: str, segments: list[Segment]) -> byte
     return gzip.compress(text.encode(), compresslevel=6, mtime=0)
 
 
+#: A segment is one line of about 200 bytes: far more than any node's list.
+MAX_COMMITLOG_OBJECT_BYTES = 64 * 1024 * 1024
+
+
 def read_commitlog_object(
     data: bytes, layout: Layout, *, name: str, backup_id: str, node: str
 ) -> list[Segment]:
@@ -262,9 +266,17 @@ def read_commitlog_object(
         return ValidationError(f"commit-log object {name!r}: {why}; refused")
 
     try:
-        text = gzip.decompress(data).decode("utf-8")
-    except (OSError, EOFError, UnicodeDecodeError, zlib.error):
+        # Bounded: a few hundred bytes of gzip can claim gigabytes (a gzip bomb).
+        inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        inflated = inflater.decompress(data, MAX_COMMITLOG_OBJECT_BYTES + 1)
+        complete = inflater.eof and not inflater.unused_data
+        text = inflated.decode("utf-8") if complete else ""
+    except (UnicodeDecodeError, zlib.error):
         raise refuse("not gzip'd UTF-8 text") from None
+    if len(inflated) > MAX_COMMITLOG_OBJECT_BYTES:
+        raise refuse(f"larger than {MAX_COMMITLOG_OBJECT_BYTES} bytes once decompressed")
+    if not complete:
+        raise refuse("not gzip'd UTF-8 text (truncated or followed by other bytes)")
     segments: list[Segment] = []
     header_seen = ended = False
     for number, raw in enumerate(io.StringIO(text), start=1):

@@ -68,3 +68,38 @@ def test_a_broken_object_is_refused_naming_it(body: bytes, why: str) -> None:
     with pytest.raises(ValidationError, match=why) as refused:
         _read(body)
     assert "manifest object 'm-key'" in str(refused.value)
+
+
+def _commitlog_object(body: bytes) -> list[Any]:
+    from ringsnap.agent.s3.commitlog import read_commitlog_object
+
+    return read_commitlog_object(body, Layout(), name="cl-key", backup_id="b1", node="node1")
+
+
+def test_the_commitlog_object_reader_is_bounded_on_a_gzip_bomb() -> None:
+    """Found by reading it after the manifest reader: it decompressed the whole object at once."""
+    import tracemalloc
+
+    from ringsnap.agent.s3.commitlog import MAX_COMMITLOG_OBJECT_BYTES
+
+    # It claims 4x the bound; reading it holds at most the bound (twice, while the output grows).
+    bomb = gzip.compress(b" " * (4 * MAX_COMMITLOG_OBJECT_BYTES), compresslevel=1, mtime=0)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValidationError, match=r"larger than .* once decompressed") as refused:
+            _commitlog_object(bomb)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert "commit-log object 'cl-key'" in str(refused.value)
+    assert peak < 3 * MAX_COMMITLOG_OBJECT_BYTES
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"", b"plain", gzip.compress(b"{}\n", mtime=0)[:-3], gzip.compress(b"{}\n", mtime=0) + b"xx"],
+    ids=["empty", "not-gzip", "truncated", "trailing-bytes"],
+)
+def test_a_broken_commitlog_object_is_refused_naming_it(body: bytes) -> None:
+    with pytest.raises(ValidationError, match="commit-log object 'cl-key': not gzip'd"):
+        _commitlog_object(body)
