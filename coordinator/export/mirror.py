@@ -223,7 +223,10 @@ def read_manifest(
     sstables: list[SSTable] = []
     try:
         with gzip.GzipFile(fileobj=body, mode="rb") as unzipped:
-            for number, raw in enumerate(unzipped, start=1):
+            # Each line read with the bound: iterating the file would inflate a gzip bomb's one
+            # endless line whole before its length could be checked.
+            lines = iter(lambda: unzipped.readline(MAX_MANIFEST_LINE + 1), b"")
+            for number, raw in enumerate(lines, start=1):
                 if len(raw) > MAX_MANIFEST_LINE:
                     raise _refuse(key, f"line {number} is longer than {MAX_MANIFEST_LINE} bytes")
                 if number == 1:

@@ -103,3 +103,26 @@ def test_the_commitlog_object_reader_is_bounded_on_a_gzip_bomb() -> None:
 def test_a_broken_commitlog_object_is_refused_naming_it(body: bytes) -> None:
     with pytest.raises(ValidationError, match="commit-log object 'cl-key': not gzip'd"):
         _commitlog_object(body)
+
+
+def test_the_catalog_mirror_manifest_reader_is_bounded_on_a_gzip_bomb() -> None:
+    """Its length check ran after iterating the file had inflated the whole line."""
+    import tracemalloc
+
+    from ringsnap.coordinator.export.mirror import MAX_MANIFEST_LINE, read_manifest
+
+    bomb = gzip.compress(b"0" * (256 * MAX_MANIFEST_LINE), compresslevel=1, mtime=0)
+
+    class Store:  # only the one call read_manifest makes
+        def get_object(self, **_: Any) -> dict[str, Any]:
+            return {"Body": io.BytesIO(bomb)}
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValidationError, match="line 1 is longer than") as refused:
+            read_manifest(Store(), "b", Layout("p/"), "rs-1", node="n1", name="node-0001.jsonl.gz")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert "p/catalog/rs-1/node-0001.jsonl.gz" in str(refused.value)
+    assert peak < 8 * MAX_MANIFEST_LINE
