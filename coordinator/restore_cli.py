@@ -208,7 +208,7 @@ class ProgressPrinter:
         err.print(Text.assemble(self._elapsed(), who, (step, "bold"), state))
 
     def line(self, text: str) -> None:
-        """A progress line the daemon wrote (`service.restore_progress_line`), with its step."""
+        """A progress line the daemon wrote (`restore_daemon.restore_progress_line`), with its step."""
         if self.quiet:
             return
         err.print(Text.assemble(self._elapsed(), text))

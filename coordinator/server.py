@@ -54,14 +54,10 @@ from ringsnap.coordinator.export.model import ExportFailed, ExportRefused
 from ringsnap.coordinator.model import RestoreMode
 from ringsnap.coordinator.operations import Operation
 from ringsnap.coordinator.restore import RestoreFailed, RestoreRefused
+from ringsnap.coordinator.restore_daemon import RestoreNotConfirmed
 from ringsnap.coordinator.restore_plan import RestoreRequest
 from ringsnap.coordinator.scheduler import BackupRequest, ClusterBusyError
-from ringsnap.coordinator.service import (
-    Coordinator,
-    RestoreNotConfirmed,
-    UnknownClusterError,
-    UnknownPolicyError,
-)
+from ringsnap.coordinator.service import Coordinator, UnknownClusterError, UnknownPolicyError
 from ringsnap.coordinator.table_restore import api as table_restore_api
 from ringsnap.coordinator.table_restore.api import table_restore_message
 from ringsnap.coordinator.table_restore.model import TableRestoreFailed, TableRestoreRefused
@@ -284,7 +280,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     ) -> types_pb2.Operation:
         reason = request.reason.strip() or "deleted through the coordinator API"
         backup_id = _backup_id(request.backup_id)
-        self._coordinator.refuse_while_restored(backup_id)
+        self._coordinator.restores.refuse_while_restored(backup_id)
         operation = await control.start_delete(self._coordinator, backup_id, reason)
         return self._operation(operation)
 
@@ -293,7 +289,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         restore = _restore_request(
             request.backup_id, request.nodes, request.mode, request.force, ""
         )
-        plan = await self._coordinator.plan_restore(restore)
+        plan = await self._coordinator.restores.plan_restore(restore)
         return messages.restore_plan(plan)
 
     @unary
@@ -303,13 +299,13 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         requested_by = access.attributed(_printable(request.requested_by or "api", "requested_by"))
         confirm = _printable(request.confirm_cluster, "confirm_cluster")
         if request.resume_id:
-            operation = await self._coordinator.resume_restore(
+            operation = await self._coordinator.restores.resume_restore(
                 _restore_id(request.resume_id, "resume_id"),
                 confirm_cluster=confirm,
                 requested_by=requested_by,
             )
         else:
-            operation = await self._coordinator.start_restore(
+            operation = await self._coordinator.restores.start_restore(
                 _restore_request(
                     request.backup_id, request.nodes, request.mode, request.force, requested_by
                 ),
@@ -475,7 +471,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         cluster = _required(request.cluster, "cluster")
         policy = _required(request.policy, "policy")
         if request.apply:
-            self._coordinator.refuse_while_restoring(cluster)
+            self._coordinator.restores.refuse_while_restoring(cluster)
             log.info("retention apply requested", cluster=cluster, policy=policy)
             plan = await self._coordinator.apply_retention(cluster, policy)
         else:

@@ -21,13 +21,13 @@ from ringsnap.coordinator.drill.plan import DrillSettings
 from ringsnap.coordinator.drill.schedule import drill_scheduler, drill_schedules
 from ringsnap.coordinator.drill.session import DrillSession
 from ringsnap.coordinator.model import QuiesceMode, Verification
+from ringsnap.coordinator.restore_daemon import RestoreAwareGuard
 from ringsnap.coordinator.scheduler import (
     BackupRequest,
     BackupScheduler,
     ClusterBusyError,
     Schedule,
 )
-from ringsnap.coordinator.service import RestoreAwareGuard
 from ringsnap.errors import ConfigError
 from tests.unit.test_drill_workflow import FakeArray, FakeFacts, FakeHost, _node, _ref, _sstables
 

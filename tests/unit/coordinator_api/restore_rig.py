@@ -203,8 +203,8 @@ class RestoreRig:
 
 
 def install(harness: Harness, monkeypatch: Any) -> RestoreRig:
-    from ringsnap.coordinator import service
+    from ringsnap.coordinator import restore_daemon
 
     rig = RestoreRig(harness)
-    monkeypatch.setattr(service, "open_restore_session", rig.open_session)
+    monkeypatch.setattr(restore_daemon, "open_restore_session", rig.open_session)
     return rig

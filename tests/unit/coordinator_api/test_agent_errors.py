@@ -124,7 +124,7 @@ def test_an_agents_answer_reaches_the_api_with_its_status_and_the_node_named(
     async def plan_restore(request: RestoreRequest) -> Any:
         raise failed
 
-    monkeypatch.setattr(harness.coordinator, "plan_restore", plan_restore)
+    monkeypatch.setattr(harness.coordinator.restores, "plan_restore", plan_restore)
     answer = rpc_error(
         pb_stub(harness.channel()).PlanRestore,
         pb.PlanRestoreRequest(backup_id="rs-20261101-120000-abcd"),

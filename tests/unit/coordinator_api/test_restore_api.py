@@ -31,9 +31,9 @@ from ringsnap.coordinator.model import (
     VolumeRole,
 )
 from ringsnap.coordinator.restore import RestoreFailed, RestoreRefused
+from ringsnap.coordinator.restore_daemon import RestoreNotConfirmed, restore_progress_line
 from ringsnap.coordinator.restore_plan import RestoreRequest
 from ringsnap.coordinator.server import classify
-from ringsnap.coordinator.service import RestoreNotConfirmed, restore_progress_line
 from ringsnap.plugins.errors import DriverError
 
 from .conftest import Harness
@@ -102,7 +102,7 @@ def test_the_plan_document_is_the_same_in_process_and_through_the_api(
 ) -> None:
     rig.agents["n3"].running = False
     rig.array.destroys = ["snapshot rs-0 is deleted"]
-    plan = harness.call(harness.coordinator.plan_restore(RestoreRequest("rs-1")))
+    plan = harness.call(harness.coordinator.restores.plan_restore(RestoreRequest("rs-1")))
     plan = dataclasses.replace(plan, lost_backups=("rs-0",), expected_seconds=93.25)
     through_api = pb.RestorePlan.FromString(messages.restore_plan(plan).SerializeToString())
     document = restore_cli.plan_document(plan)
@@ -144,13 +144,13 @@ def test_start_restore_runs_the_confirmed_plan_with_progress_through_watch(
     harness: Harness, rig: RestoreRig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     refreshed: list[bool] = []
-    refresh = harness.coordinator.refresh_restore_metrics
+    record_restores = harness.coordinator.metrics.record_restores
 
-    def counted() -> None:
+    def counted(*args: Any, **kwargs: Any) -> None:
         refreshed.append(True)
-        refresh()
+        record_restores(*args, **kwargs)
 
-    monkeypatch.setattr(harness.coordinator, "refresh_restore_metrics", counted)
+    monkeypatch.setattr(harness.coordinator.metrics, "record_restores", counted)
     stub = harness.stub()
     plan = stub.PlanRestore(pb.PlanRestoreRequest(backup_id="rs-1"), timeout=30)
     rig.hold_stop()

@@ -49,12 +49,12 @@ class S3Rig(RestoreRig):
 
 @pytest.fixture
 def rig(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> S3Rig:
-    from ringsnap.coordinator import service
+    from ringsnap.coordinator import restore_daemon
 
     harness.seed_backup("rs-1", RECENT)
     install(harness, monkeypatch)
     s3_rig = S3Rig(harness)
-    monkeypatch.setattr(service, "open_restore_session", s3_rig.open_session)
+    monkeypatch.setattr(restore_daemon, "open_restore_session", s3_rig.open_session)
     return s3_rig
 
 
