@@ -435,6 +435,8 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     async def UnmountClones(
         self, request: agent_pb2.UnmountClonesRequest, context: Context
     ) -> agent_pb2.UnmountClonesResponse:
+        # An export of this node reading these clones is stopped first (the clones would be busy).
+        await self._s3_exports.release_purpose(request.purpose_id)
         detached = await self._clones.unmount(request.purpose_id)
         return agent_pb2.UnmountClonesResponse(detached_volumes=detached)
 

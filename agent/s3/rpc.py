@@ -119,6 +119,8 @@ class S3Exports:
         self._idle = threading.Event()
         self._idle.set()
         self._cancelled: threading.Event | None = None
+        #: The clones' purpose the running export reads ('' for a native snapshot).
+        self._purpose = ""
 
     @property
     def _config(self) -> AgentConfig:
@@ -137,6 +139,20 @@ class S3Exports:
             mounted,
             read_only=record is not None and record.read_only,
         )
+
+    async def release_purpose(self, purpose_id: str) -> None:
+        """Before the clones of `purpose_id` are unmounted: an export still reading them (its
+        caller gone, its worker winding down) is stopped and waited for, so that the unmount
+        does not find the clones busy."""
+        with self._lock:
+            cancelled = self._cancelled
+            reading = self._running is not None and self._purpose == purpose_id
+        if not reading:
+            return
+        if cancelled is not None:
+            cancelled.set()
+        log.warning("stopping the export that reads these clones", purpose_id=purpose_id)
+        await asyncio.to_thread(self._idle.wait, CANCELLED_WIND_DOWN_SECONDS)
 
     async def export(
         self, message: agent_pb2.ExportToS3Request
@@ -163,6 +179,7 @@ class S3Exports:
             self._running = request.backup_id
             self._idle.clear()
             self._cancelled = cancelled
+            self._purpose = request.purpose_id
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[agent_pb2.ExportToS3Response] = asyncio.Queue(maxsize=64)
 

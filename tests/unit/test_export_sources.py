@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -10,7 +13,7 @@ import pytest
 from ringsnap.agent.clones import MOUNTED, MountedClone
 from ringsnap.agent.config import CassandraSection
 from ringsnap.agent.errors import Conflict
-from ringsnap.agent.s3.rpc import ExportRequest
+from ringsnap.agent.s3.rpc import ExportRequest, S3Exports
 from ringsnap.agent.s3.sources import clone_source, native_source
 from ringsnap.api.v1 import agent_pb2
 from ringsnap.errors import ValidationError
@@ -75,3 +78,23 @@ def test_a_native_snapshot_has_no_commit_log() -> None:
 def test_every_name_of_the_request_is_checked(fields: dict[str, str], problem: str) -> None:
     with pytest.raises(ValidationError, match=problem):
         ExportRequest.of(agent_pb2.ExportToS3Request(**fields))
+
+
+def test_unmounting_an_exports_clones_stops_it_and_waits_for_its_worker() -> None:
+    exports = S3Exports(lambda: None, lambda: None)  # type: ignore[arg-type,return-value]
+    cancelled = threading.Event()
+    exports._running, exports._purpose, exports._cancelled = "rs-1", "export-1", cancelled
+    exports._idle.clear()
+
+    def worker() -> None:
+        cancelled.wait(5)  # the worker sees the flag at its next check, then ends
+        time.sleep(0.1)
+        exports._idle.set()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    asyncio.run(exports.release_purpose("other-purpose"))
+    assert not cancelled.is_set(), "another purpose's unmount leaves the export alone"
+    asyncio.run(exports.release_purpose("export-1"))
+    assert cancelled.is_set() and exports._idle.is_set()
+    thread.join(5)
