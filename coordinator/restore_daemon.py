@@ -44,24 +44,44 @@ def _restoring(request: BackupRequest) -> bool:
     return request.trigger.startswith(RESTORE_TRIGGER_PREFIX)
 
 
+#: What holds a cluster besides a backup, by the prefix of its trigger: (what it is doing to the
+#: cluster, what it is called). Table restores hold it as restores do.
+_HOLDERS = (
+    (RESTORE_TRIGGER_PREFIX, "being restored by restore {}", "restore {}"),
+    ("drill:", "being drilled by drill {}", "drill {}"),
+    ("export:", "being exported (backup {})", "the export of backup {}"),
+)
+
+
 def _holder(request: BackupRequest) -> str:
-    if _restoring(request):
-        return f"being restored by restore {request.trigger.removeprefix(RESTORE_TRIGGER_PREFIX)}"
+    """What `request` is doing to its cluster, in words: "being drilled by drill dr-..."."""
+    for prefix, doing, _ in _HOLDERS:
+        if request.trigger.startswith(prefix):
+            return doing.format(request.trigger.removeprefix(prefix))
     return f"being backed up (by {request.trigger})"
 
 
-class ClusterRestoringError(ClusterBusyError):
-    """A restore holds the cluster: a backup is skipped, as it is during another backup; or the
-    cluster is busy and a restore did not start."""
+def _asked(request: BackupRequest) -> str | None:
+    """What was asked, when it is not a backup: "drill dr-...", "restore rr-..."."""
+    for prefix, _, called in _HOLDERS:
+        if request.trigger.startswith(prefix):
+            return called.format(request.trigger.removeprefix(prefix))
+    return None
+
+
+class ClusterHeldError(ClusterBusyError):
+    """A restore, drill or export holds the cluster, or asked for it while something else held it:
+    the refusal names both by what they are (a drill is not "being backed up")."""
 
     def __init__(self, request: BackupRequest, running: BackupRequest, since: datetime) -> None:
         super().__init__(request, running, since)
         when = f"since {since:%Y-%m-%dT%H:%M:%SZ}"
-        if _restoring(request):
+        asked = _asked(request)
+        if asked is not None:
             self.args = (
-                f"cluster {request.cluster} is {_holder(running)}, {when}: restore"
-                f" {request.trigger.removeprefix(RESTORE_TRIGGER_PREFIX)} did not start and nothing"
-                " was changed; try again once it has ended (`ringsnap status` shows it)",
+                f"cluster {request.cluster} is {_holder(running)}, {when}: {asked} did not start"
+                " and nothing was changed; try again once it has ended (`ringsnap status` shows"
+                " it)",
             )
         else:
             self.args = (
@@ -71,15 +91,15 @@ class ClusterRestoringError(ClusterBusyError):
 
 
 class RestoreAwareGuard(ClusterGuard):
-    """The scheduler's per-cluster guard, which restores take too: its refusals say when a restore
-    is involved (the holder's or the requester's trigger is `restore:<id>`)."""
+    """The scheduler's per-cluster guard, which restores, drills and exports take too: its
+    refusals say which of them is involved (by the holder's or the requester's trigger)."""
 
     def acquire(self, request: BackupRequest) -> None:
         try:
             super().acquire(request)
         except ClusterBusyError as busy:
-            if _restoring(busy.request) or _restoring(busy.running):
-                raise ClusterRestoringError(busy.request, busy.running, busy.since) from None
+            if _asked(busy.request) is not None or _asked(busy.running) is not None:
+                raise ClusterHeldError(busy.request, busy.running, busy.since) from None
             raise
 
 

@@ -214,11 +214,14 @@ class Stack:
         )
 
     @contextlib.contextmanager
-    def coordinator_daemon(self, **cluster_settings: Any) -> Iterator[Path]:
+    def coordinator_daemon(
+        self, *, top: Mapping[str, Any] | None = None, **cluster_settings: Any
+    ) -> Iterator[Path]:
         """`ringsnap-coordinator serve` on this stack's config, as its own process holding the
         catalog, API on a free loopback port, until the block ends; yields the config file that
-        `ringsnap --config` is given (the CLI then works through the daemon)."""
-        data = self.coordinator_data(**cluster_settings)
+        `ringsnap --config` is given (the CLI then works through the daemon). `top`: tables added
+        at the top of the config (`schedules`, `retention`)."""
+        data = {**self.coordinator_data(**cluster_settings), **(top or {})}
         listen = f"127.0.0.1:{_free_port()}"
         data["coordinator"]["listen"] = listen
         config_file = self.workdir / "coordinator.toml"

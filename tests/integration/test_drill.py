@@ -1,5 +1,7 @@
-"""A restore drill of the newest backup beside the live 3-node sandbox ring, through the ONTAP
-simulator: every node PROVEN on its clones on the drill host, recorded, the backup shown proven;
+"""A scheduled restore drill of the newest backup beside the live 3-node sandbox ring, through the
+ONTAP simulator: fired by the daemon from its schedule's `drill_cron`, with a backup of the cluster
+asked meanwhile refused as busy (the drill holds the cluster); every node PROVEN on its clones on
+the drill host, recorded, the backup shown proven;
 the live ring's gossip untouched during and after (no new endpoint, no host id or generation
 change); nothing left behind (no clone on the array, no mount, no network namespace, no process,
 no loop device). Then the same backup's snapshot image damaged by hand on the array: a drill of that
@@ -8,7 +10,8 @@ without a `[drill]` section refuses to host one.
 
 Real Cassandra (live ring in containers, each drilled node a real Cassandra on the drill host in a
 network namespace of its own), real agents over mutual TLS, real loop filesystems cloned by the
-simulator's reflinks, and the real drill workflow run by `ringsnap drill` in its own process.
+simulator's reflinks, the real daemon (`ringsnap-coordinator serve`) and the real CLI, and the
+drill workflow as `ringsnap drill` runs it in its own process.
 """
 
 from __future__ import annotations
@@ -19,16 +22,20 @@ import json
 import os
 import re
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 
 from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc
+from ringsnap.config import validate
 from ringsnap.coordinator.assembly import open_coordinator
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
@@ -44,6 +51,21 @@ from ringsnap.sandbox.stack import CLUSTER_NAME, Stack, running_stack
 pytestmark = pytest.mark.integration
 
 KEYSPACE = "drill_test"
+POLICY = "drilled"
+#: A backup schedule that never fires during the test (once a year) and drills its policy's newest
+#: backup every minute: the daemon's cron fires the ring drill.
+SCHEDULED: dict[str, Any] = {
+    "retention": {POLICY: {"min_count": 100}},
+    "schedules": [
+        {
+            "name": "drills",
+            "cluster": CLUSTER_NAME,
+            "cron": "0 0 1 1 *",
+            "policy": POLICY,
+            "drill_cron": "* * * * *",
+        }
+    ],
+}
 
 
 @dataclass
@@ -54,7 +76,9 @@ class Bed:
 
     @property
     def config(self) -> CoordinatorConfig:
-        return self.stack.coordinator_config()
+        return validate(
+            {**self.stack.coordinator_data(), **SCHEDULED}, CoordinatorConfig, source="<test>"
+        )
 
     @property
     def drill_root(self) -> Path:
@@ -78,7 +102,10 @@ def bed(sandbox_cluster: SandboxCluster, tmp_path_factory: pytest.TempPathFactor
         insert = session.prepare(f"INSERT INTO {KEYSPACE}.rows (id, v) VALUES (?, ?)")
         for i in range(300):
             session.execute(insert, (i, "x" * 100))
-        yield Bed(sandbox_cluster, stack, _backup(stack.coordinator_config()))
+        config = validate(
+            {**stack.coordinator_data(), **SCHEDULED}, CoordinatorConfig, source="<test>"
+        )
+        yield Bed(sandbox_cluster, stack, _backup(config))
     sandbox_cluster.wait_until_up_normal()
 
 
@@ -112,7 +139,9 @@ def _drill(
 def _backup(config: CoordinatorConfig) -> Backup:
     async def run() -> Backup:
         async with open_coordinator(config, source="<test>") as coordinator:
-            return await coordinator.backup(BackupRequest(CLUSTER_NAME, trigger="test"))
+            return await coordinator.backup(
+                BackupRequest(CLUSTER_NAME, trigger="test", policy=POLICY)
+            )
 
     backup = asyncio.run(run())
     assert backup.state is BackupState.COMPLETE, backup.error
@@ -233,23 +262,64 @@ def _report(record: DrillRecord) -> str:
     )
 
 
-def test_a_ring_drill_beside_the_live_ring_proves_every_node_and_leaves_nothing(bed: Bed) -> None:
+def _scheduled_drill(bed: Bed, since: datetime) -> DrillRecord | None:
+    with Catalog(bed.config.coordinator.catalog, exclusive=False) as catalog:
+        drills = catalog.list_drills(CLUSTER_NAME)
+    scheduled = [d for d in drills if d.trigger.startswith("schedule:") and d.started_at >= since]
+    return scheduled[0] if scheduled else None
+
+
+def _backup_through_the_daemon(config_file: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ringsnap.coordinator.cli",
+            "backup",
+            CLUSTER_NAME,
+            "--config",
+            str(config_file),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_a_scheduled_ring_drill_beside_the_live_ring_proves_every_node_and_leaves_nothing(
+    bed: Bed,
+) -> None:
     config, backup = bed.config, bed.backup
     before = gossip(bed.cluster)
     assert len(before) == 3 and all(len(view) == 3 for view in before.values()), before
-    steps: list[str] = []
+    since = datetime.now(UTC).replace(microsecond=0)
 
     started = time.monotonic()
-    with GossipWatch(bed.cluster, before) as watch:
-        drilled = _drill(config, lambda node, step, message: steps.append(f"{node}:{step}"))
+    busy: subprocess.CompletedProcess[str] | None = None
+    with (
+        GossipWatch(bed.cluster, before) as watch,
+        bed.stack.coordinator_daemon(top=SCHEDULED) as config_file,
+    ):
+        # The daemon's drill_cron fires within a minute; the drill runs one node at a time.
+        deadline = time.monotonic() + 600
+        while (drilled := _scheduled_drill(bed, since)) is None or (
+            drilled.state is DrillState.RUNNING
+        ):
+            assert time.monotonic() < deadline, "no scheduled drill ended within 10 minutes"
+            if drilled is not None and busy is None:
+                # A backup asked while the drill runs is refused: the drill holds the cluster.
+                busy = _backup_through_the_daemon(config_file)
+            time.sleep(2)
     took = time.monotonic() - started
-    assert [s for s in steps if s.endswith(":teardown")], steps
+    assert busy is not None, "the drill ended before a backup could be asked meanwhile"
+    assert busy.returncode == 3, (busy.returncode, busy.stdout, busy.stderr)
+    assert "drill" in busy.stderr and "busy" in (busy.stderr + busy.stdout).lower(), busy.stderr
 
     # Recorded, every node proven, the backup shown proven by this drill.
     with Catalog(config.coordinator.catalog, exclusive=False) as catalog:
         record = catalog.get_drill(drilled.id)
         stored = catalog.get_backup(backup.id)
-    assert record == drilled
     report = _report(record)
     print(f"\ndrill {record.id}: {record.state.value}\n{report}")
     assert record.state is DrillState.PROVEN, (record.error, report)
@@ -288,7 +358,8 @@ def test_a_ring_drill_beside_the_live_ring_proves_every_node_and_leaves_nothing(
     per_node = {n.name: round(sum(s for _, s in n.step_seconds), 1) for n in record.nodes}
     timings = {n.name: dict(n.step_seconds) for n in record.nodes}
     print(
-        f"\nBENCH drill of {len(record.nodes)} nodes (one at a time): {took:.1f} s in all,"
+        f"\nBENCH scheduled drill of {len(record.nodes)} nodes (one at a time): {took:.1f} s with"
+        " the wait for the cron minute,"
         f" per node {per_node}, steps {timings}"
     )
 
