@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
+from collections.abc import AsyncGenerator, Callable, Generator, Iterator
 from dataclasses import dataclass
 
 from ringsnap.agent.clones import CloneMounter
@@ -201,11 +201,28 @@ class S3Exports:
 
             return report
 
-        def checked(batches: Iterable[list[SSTable]]) -> Iterator[list[SSTable]]:
-            for batch in batches:
-                if cancelled.is_set():
-                    raise ExportCancelled(f"node {request.node}: export cancelled by its caller")
-                yield batch
+        opened: list[Generator[list[SSTable], None, None]] = []
+
+        def checked(batches: Iterator[list[SSTable]]) -> Generator[list[SSTable], None, None]:
+            try:
+                for batch in batches:
+                    if cancelled.is_set():
+                        raise ExportCancelled(
+                            f"node {request.node}: export cancelled by its caller"
+                        )
+                    yield batch
+            finally:
+                close = getattr(batches, "close", None)
+                if close is not None:
+                    close()  # its directory descriptors: the clones must not stay busy
+
+        def walk_manifest() -> Iterator[list[SSTable]]:
+            walk = checked(manifest(roots, tag=source_tag))
+            opened.append(walk)
+            return walk
+
+        roots = list(source.data_directories)
+        source_tag = source.snapshot_tag
 
         def work() -> agent_pb2.ExportToS3Response:
             client = make_client(settings)
@@ -218,16 +235,21 @@ class S3Exports:
                 directory=source.commitlog_directory,
                 progress=reporter("commitlog"),
             )
-            roots = list(source.data_directories)
-            sstables = export_node(
-                client,
-                settings,
-                backup_id=request.backup_id,
-                node=request.node,
-                data_directories=roots,
-                manifest=lambda: checked(manifest(roots, tag=source.snapshot_tag)),
-                progress=reporter("sstables"),
-            )
+            try:
+                sstables = export_node(
+                    client,
+                    settings,
+                    backup_id=request.backup_id,
+                    node=request.node,
+                    data_directories=roots,
+                    manifest=walk_manifest,
+                    progress=reporter("sstables"),
+                )
+            finally:
+                # An abandoned walk (a failure, a cut) would hold directories of the clones open
+                # until garbage collected: the unmount that follows would find them busy.
+                for walk in opened:
+                    walk.close()
             return result_message(sstables, commitlog, source.commitlog_note, loop.time() - started)
 
         def release(_: object) -> None:
