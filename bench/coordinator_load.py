@@ -37,7 +37,7 @@ from ringsnap.coordinator.catalog import Catalog, codec
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.metrics import CoordinatorMetrics
 from ringsnap.coordinator.model import BackupNode, NodeVolume, VolumeRole
-from ringsnap.coordinator.ports import NodeAgent
+from ringsnap.coordinator.ports import AgentPort
 from ringsnap.coordinator.server import CoordinatorServer
 from ringsnap.coordinator.service import ClusterRuntime, Coordinator
 from ringsnap.logs import configure
@@ -207,7 +207,7 @@ async def _run(args: argparse.Namespace, tmp: Path) -> None:
     agents = {node: FakeAgent(node, leases=False) for node in every_node}
     runtimes = {
         section.name: ClusterRuntime(
-            section, {n.name: cast(NodeAgent, agents[n.name]) for n in section.nodes}, None
+            section, {n.name: cast(AgentPort, agents[n.name]) for n in section.nodes}, None
         )
         for section in config.clusters
     }

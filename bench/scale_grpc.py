@@ -65,7 +65,7 @@ from ringsnap.coordinator.backup.model import (
     new_backup_id,
 )
 from ringsnap.coordinator.model import FreezeWindow
-from ringsnap.coordinator.ports import NodeAgent
+from ringsnap.coordinator.ports import AgentPort
 from ringsnap.logs import configure
 from ringsnap.mountinfo import Mount
 from ringsnap.sandbox.agents import COORDINATOR_IDENTITY, TestPki
@@ -232,7 +232,7 @@ def _raise_file_limit() -> int:
 # -- the coordinator's side -------------------------------------------------------------------------
 
 
-def _targets(agents: dict[str, NodeAgent]) -> list[NodeTarget]:
+def _targets(agents: dict[str, AgentPort]) -> list[NodeTarget]:
     return [
         NodeTarget(
             name, agent, tuple(VolumeTarget(ARRAY, f"{name}-{role}", role) for role in _ROLES)

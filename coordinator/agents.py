@@ -1,4 +1,4 @@
-"""`NodeAgent` over gRPC with mutual TLS: translates between v1 messages and domain types."""
+"""`AgentPort` over gRPC with mutual TLS: translates between v1 messages and domain types."""
 
 from __future__ import annotations
 

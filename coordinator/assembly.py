@@ -18,7 +18,7 @@ from ringsnap.coordinator.canary import CanaryStore, CqlCanaries
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.metrics import CoordinatorMetrics
-from ringsnap.coordinator.ports import ArrayPort, NodeAgent
+from ringsnap.coordinator.ports import AgentPort, ArrayPort
 from ringsnap.coordinator.service import ClusterRuntime, Coordinator
 from ringsnap.coordinator.table_restore.capture import describe_keyspaces
 from ringsnap.coordinator.table_restore.schema import SchemaRow
@@ -101,7 +101,7 @@ async def open_coordinator(
     canaries: list[LazyCqlCanaries] = []
     clusters: dict[str, ClusterRuntime] = {}
     for cluster in config.clusters:
-        cluster_agents: dict[str, NodeAgent] = {}
+        cluster_agents: dict[str, AgentPort] = {}
         for node in cluster.nodes:
             agent = GrpcNodeAgent(node.name, node.agent, tls)
             agents.append(agent)

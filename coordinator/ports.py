@@ -1,7 +1,7 @@
 """What the workflows need from the outside world, as domain types.
 
 The backup and restore workflows import nothing from gRPC, the driver or the database: they talk to
-these protocols. `ringsnap.coordinator.agents` implements `NodeAgent` over gRPC with mutual TLS;
+these protocols. `ringsnap.coordinator.agents` implements `AgentPort` over gRPC with mutual TLS;
 `ringsnap.plugins.middleware.AsyncDriver` is the `ArrayPort` of any driver; tests may fake both.
 """
 
@@ -144,7 +144,7 @@ class RestoredTable:
     replaced_directory: str
 
 
-class NodeAgent(Protocol):
+class AgentPort(Protocol):
     """One node's agent. Every call raises `AgentError` naming the node on failure."""
 
     @property

@@ -47,7 +47,7 @@ from ringsnap.coordinator.model import (
     SnapshotKind,
     Verification,
 )
-from ringsnap.coordinator.ports import ArrayPort, NodeAgent, SSTable
+from ringsnap.coordinator.ports import AgentPort, ArrayPort, SSTable
 from ringsnap.coordinator.proof import CanaryCheck, compare_manifests, verdict
 from ringsnap.coordinator.restore_plan import RestorePlan, RingPort
 from ringsnap.coordinator.restore_s3 import DOWNLOAD, INSTALL, S3Steps, s3_next_step
@@ -237,7 +237,7 @@ class RestoreWorkflow:
 
     def __init__(
         self,
-        agents: Mapping[str, NodeAgent],
+        agents: Mapping[str, AgentPort],
         arrays: Mapping[str, ArrayPort],
         ring: RingPort,
         journal: RestoreJournal,

@@ -27,7 +27,7 @@ from ringsnap.coordinator.model import (
     SnapshotKind,
     VolumeRole,
 )
-from ringsnap.coordinator.ports import ArrayPort, NodeAgent, NodeVolumeFacts
+from ringsnap.coordinator.ports import AgentPort, ArrayPort, NodeVolumeFacts
 from ringsnap.plugins.errors import NotFoundError
 from ringsnap.plugins.types import SnapshotRef
 
@@ -71,7 +71,7 @@ class RestoreRequest:
 @dataclass(frozen=True)
 class NodePlan:
     name: str
-    agent: NodeAgent
+    agent: AgentPort
     host_id: str
     seed: bool
     #: Cassandra answered at plan time: a pre-restore canary can be written and a drain made.
@@ -161,7 +161,7 @@ async def plan_restore(  # noqa: PLR0917 - the plan needs every outside view at 
     restore_id: str,
     request: RestoreRequest,
     backup: Backup,
-    agents: Mapping[str, NodeAgent],
+    agents: Mapping[str, AgentPort],
     seeds: Sequence[str],
     arrays: Mapping[str, ArrayPort],
     ring: RingPort,

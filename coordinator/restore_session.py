@@ -24,7 +24,7 @@ from ringsnap.coordinator.model import (
     SnapshotKind,
     Verification,
 )
-from ringsnap.coordinator.ports import ArrayPort, NodeAgent, SSTable
+from ringsnap.coordinator.ports import AgentPort, ArrayPort, SSTable
 from ringsnap.coordinator.restore import (
     Progress,
     RestoreRefused,
@@ -75,7 +75,7 @@ class RestoreSession:
     config: CoordinatorConfig
     catalog: Catalog
     cluster: ClusterSection
-    agents: dict[str, NodeAgent]
+    agents: dict[str, AgentPort]
     arrays: dict[str, ArrayPort]
     ring: CqlRing
     settings: RestoreSettings

@@ -53,7 +53,7 @@ from ringsnap.coordinator.model import (
     native_cleanups,
 )
 from ringsnap.coordinator.operations import Operation, Operations
-from ringsnap.coordinator.ports import ArrayPort, CanaryWriter, NodeAgent
+from ringsnap.coordinator.ports import AgentPort, ArrayPort, CanaryWriter
 from ringsnap.coordinator.restore_daemon import DaemonRestores, RestoreAwareGuard
 from ringsnap.coordinator.retention import RetentionPlan, apply_policy
 from ringsnap.coordinator.scheduler import (
@@ -92,7 +92,7 @@ class ClusterRuntime:
     """One configured cluster and the live handles to reach it."""
 
     config: ClusterSection
-    agents: dict[str, NodeAgent]
+    agents: dict[str, AgentPort]
     canaries: CanaryWriter | None
 
     def targets(self) -> list[NodeTarget]:

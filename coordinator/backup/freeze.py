@@ -26,7 +26,7 @@ from typing import Any
 from ringsnap.coordinator.backup.model import BackupFailed
 from ringsnap.coordinator.backup.tasks import bounded, raise_failures, to_completion
 from ringsnap.coordinator.model import FreezeWindow
-from ringsnap.coordinator.ports import FreezeReceipt, NodeAgent, ThawReceipt
+from ringsnap.coordinator.ports import AgentPort, FreezeReceipt, ThawReceipt
 from ringsnap.logs import get_logger
 
 log = get_logger(__name__)
@@ -34,7 +34,7 @@ log = get_logger(__name__)
 #: Keeps the leases of the frozen nodes alive until cancelled: (agents, operation id, lease, each
 #: node's `held_until`). Raises BackupFailed when a node's lease can no longer be shown to run.
 Renewer = Callable[
-    [Mapping[str, NodeAgent], str, float, dict[str, float]], Coroutine[Any, Any, None]
+    [Mapping[str, AgentPort], str, float, dict[str, float]], Coroutine[Any, Any, None]
 ]
 #: The shortest wait for a thaw's answer, whatever the lease (an agent's answer crosses a network).
 THAW_WAIT_FLOOR = 1.0
@@ -46,7 +46,7 @@ _FREEZE_ENDED = frozenset({"FAILED_PRECONDITION", "NOT_FOUND"})
 class FreezeBarrier:
     """One freeze of `agents` for operation `operation_id`; `window` is set once they are thawed."""
 
-    agents: Mapping[str, NodeAgent]
+    agents: Mapping[str, AgentPort]
     operation_id: str
     budget: float
     lease: float
@@ -211,7 +211,7 @@ def _ms(seconds: float | None) -> float | None:
 
 
 async def renew_leases(
-    agents: Mapping[str, NodeAgent],
+    agents: Mapping[str, AgentPort],
     operation_id: str,
     lease: float,
     held_until: dict[str, float],
@@ -236,7 +236,7 @@ async def renew_leases(
 
 
 async def _keep_renewed(
-    name: str, agent: NodeAgent, operation_id: str, lease: float, held_until: dict[str, float]
+    name: str, agent: AgentPort, operation_id: str, lease: float, held_until: dict[str, float]
 ) -> None:
     """Renew one node's lease every third of a lease; a failed renewal is retried while the lease
     surely still runs. The agent starts (and restarts) a lease only after it received the request,
@@ -279,7 +279,7 @@ async def _keep_renewed(
 
 
 async def thaw_all(
-    agents: Mapping[str, NodeAgent], operation_id: str, wait: float
+    agents: Mapping[str, AgentPort], operation_id: str, wait: float
 ) -> dict[str, ThawReceipt]:
     """Thaw every node in parallel; each answer awaited `wait` seconds at most. A node missing
     from the receipts did not confirm its thaw (its lease thaws it)."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from ringsnap.coordinator.model import CleanupRequest, FreezeWindow, QuiesceMode, SnapshotKind
-from ringsnap.coordinator.ports import NodeAgent, PhaseClock, SSTable
+from ringsnap.coordinator.ports import AgentPort, PhaseClock, SSTable
 from ringsnap.coordinator.table_restore.schema import SchemaRow
 from ringsnap.errors import RingsnapError
 from ringsnap.plugins.types import SnapshotRef, Volume
@@ -38,7 +38,7 @@ class VolumeTarget:
 @dataclass(frozen=True)
 class NodeTarget:
     name: str
-    agent: NodeAgent
+    agent: AgentPort
     volumes: tuple[VolumeTarget, ...]
 
 

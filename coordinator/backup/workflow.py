@@ -41,7 +41,7 @@ from ringsnap.coordinator.backup.model import (
 from ringsnap.coordinator.backup.plan import arrays_of, plan_backup
 from ringsnap.coordinator.backup.tasks import bounded, raise_failures, to_completion
 from ringsnap.coordinator.model import QuiesceMode, SnapshotKind
-from ringsnap.coordinator.ports import ArrayPort, CanaryWriter, NodeAgent, SSTable
+from ringsnap.coordinator.ports import AgentPort, ArrayPort, CanaryWriter, SSTable
 from ringsnap.coordinator.table_restore.capture import KeyspaceSchemaReader
 from ringsnap.logs import get_logger
 from ringsnap.plugins.types import Volume
@@ -270,7 +270,7 @@ class BackupWorkflow:
 
     async def _renew(
         self,
-        agents: Mapping[str, NodeAgent],
+        agents: Mapping[str, AgentPort],
         operation_id: str,
         lease: float,
         held_until: dict[str, float],
@@ -278,12 +278,12 @@ class BackupWorkflow:
         """The freeze barrier's lease renewer (tests replace it)."""
         await renew_leases(agents, operation_id, lease, held_until)
 
-    def _included_agents(self, run: BackupRun) -> dict[str, NodeAgent]:
+    def _included_agents(self, run: BackupRun) -> dict[str, AgentPort]:
         included = set(run.included)
         return {n.name: n.agent for n in self.nodes if n.name in included}
 
     async def _on_included(
-        self, run: BackupRun, call: Callable[[NodeAgent], Awaitable[object]], what: str
+        self, run: BackupRun, call: Callable[[AgentPort], Awaitable[object]], what: str
     ) -> None:
         agents = self._included_agents(run)
         results = await asyncio.gather(

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from ringsnap.coordinator.model import Backup, SnapshotKind, VolumeRole
-from ringsnap.coordinator.ports import ArrayPort, NodeAgent, SSTable
+from ringsnap.coordinator.ports import AgentPort, ArrayPort, SSTable
 from ringsnap.coordinator.restore_plan import match_volume
 from ringsnap.coordinator.table_restore.model import (
     CloneRecord,
@@ -122,7 +122,7 @@ async def plan_table_restore(  # noqa: PLR0917 - one pass over every outside vie
     backup: Backup,
     schema: KeyspaceSchema | None,
     manifests: Mapping[str, Sequence[SSTable]],
-    agents: Mapping[str, NodeAgent],
+    agents: Mapping[str, AgentPort],
     nodes: Mapping[str, TableNodePort],
     arrays: Mapping[str, ArrayPort],
     cql: TableCqlPort,

@@ -13,7 +13,7 @@ from ringsnap.coordinator.agents import ClientTls, GrpcNodeAgent
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.catalog.listing import MAX_PAGE_SIZE
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
-from ringsnap.coordinator.ports import ArrayPort, NodeAgent, SSTable
+from ringsnap.coordinator.ports import AgentPort, ArrayPort, SSTable
 from ringsnap.coordinator.s3_restore_agents import GrpcS3Restore, S3RestorePort
 from ringsnap.coordinator.s3_restore_plan import NodeExpectation, s3_plan_findings
 from ringsnap.coordinator.table_restore.counts import DrilledCounts, newest_drilled_counts
@@ -56,7 +56,7 @@ class TableRestoreSession:
     config: CoordinatorConfig
     catalog: Catalog
     cluster: ClusterSection
-    agents: dict[str, NodeAgent]
+    agents: dict[str, AgentPort]
     nodes: dict[str, TableNodePort]
     arrays: dict[str, ArrayPort]
     cql: CqlTables

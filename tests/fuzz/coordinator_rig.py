@@ -27,7 +27,7 @@ from ringsnap.coordinator.apitoken import token_path, write_token
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.metrics import CoordinatorMetrics
-from ringsnap.coordinator.ports import NodeAgent
+from ringsnap.coordinator.ports import AgentPort
 from ringsnap.coordinator.server import CoordinatorServer
 from ringsnap.coordinator.service import ClusterRuntime, Coordinator
 from tests.support.fakes import FakeAgent, FakeArray, volumes_of
@@ -91,7 +91,7 @@ async def _start(tmp: Path) -> Harness:
     clusters = {
         section.name: ClusterRuntime(
             section,
-            {n.name: cast(NodeAgent, agents[n.name]) for n in section.nodes},
+            {n.name: cast(AgentPort, agents[n.name]) for n in section.nodes},
             None,
         )
         for section in config.clusters

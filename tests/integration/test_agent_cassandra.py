@@ -37,7 +37,7 @@ SSTABLE_FILE = re.compile(r"[a-z]{2}-[0-9a-z_]+-[a-z]+-.+")
 
 
 @dataclass
-class NodeAgent:
+class AgentUnderTest:
     node: NodeInfo
     agent: BackgroundAgent
     stub: agent_pb2_grpc.AgentServiceStub
@@ -52,9 +52,9 @@ class NodeAgent:
 @pytest.fixture(scope="module")
 def agents(
     sandbox_cluster: SandboxCluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, NodeAgent]]:
+) -> Iterator[dict[str, AgentUnderTest]]:
     pki = TestPki.create(tmp_path_factory.mktemp("pki"))
-    running: dict[str, NodeAgent] = {}
+    running: dict[str, AgentUnderTest] = {}
     try:
         for node in sandbox_cluster.nodes:
             config = agent_config(
@@ -73,7 +73,7 @@ def agents(
             )
             agent = BackgroundAgent(config).start()
             stub = agent_pb2_grpc.AgentServiceStub(pki.channel(agent.address))
-            running[node.name] = NodeAgent(node, agent, stub)
+            running[node.name] = AgentUnderTest(node, agent, stub)
         yield running
     finally:
         for entry in running.values():
@@ -118,7 +118,7 @@ def table_entries(entries: list[types_pb2.ManifestEntry]) -> list[types_pb2.Mani
     return [e for e in entries if e.keyspace == KEYSPACE and e.table == TABLE]
 
 
-def flush_all(agents: dict[str, NodeAgent], **request: object) -> list[float]:
+def flush_all(agents: dict[str, AgentUnderTest], **request: object) -> list[float]:
     with ThreadPoolExecutor(len(agents)) as pool:
         answers = list(
             pool.map(
@@ -136,7 +136,7 @@ def flush_all(agents: dict[str, NodeAgent], **request: object) -> list[float]:
 
 
 def test_node_info_reports_identity_directories_and_filesystems(
-    sandbox_cluster: SandboxCluster, agents: dict[str, NodeAgent]
+    sandbox_cluster: SandboxCluster, agents: dict[str, AgentUnderTest]
 ) -> None:
     host_ids = {
         row.rpc_address: str(row.host_id)
@@ -179,7 +179,7 @@ def test_node_info_reports_identity_directories_and_filesystems(
 
 
 def test_flush_turns_written_rows_into_sstables_on_the_data_filesystem(
-    sandbox_cluster: SandboxCluster, agents: dict[str, NodeAgent], table: str
+    sandbox_cluster: SandboxCluster, agents: dict[str, AgentUnderTest], table: str
 ) -> None:
     flush_all(agents, keyspace=KEYSPACE)  # start from nothing in the memtables
     before = {name: table_entries(a.manifest(keyspaces=[KEYSPACE])) for name, a in agents.items()}
@@ -222,7 +222,7 @@ def independent_listing(data_dir: Path) -> dict[str, int]:
     return found
 
 
-def test_manifest_matches_the_files_on_disk(agents: dict[str, NodeAgent], table: str) -> None:
+def test_manifest_matches_the_files_on_disk(agents: dict[str, AgentUnderTest], table: str) -> None:
     for name, entry in agents.items():
         for _attempt in range(5):  # background compaction of system tables may change files
             manifest = entry.manifest()
@@ -243,7 +243,7 @@ def test_manifest_matches_the_files_on_disk(agents: dict[str, NodeAgent], table:
 
 
 def test_manifest_flags_an_sstable_with_a_removed_component(
-    sandbox_cluster: SandboxCluster, agents: dict[str, NodeAgent], table: str, tmp_path: Path
+    sandbox_cluster: SandboxCluster, agents: dict[str, AgentUnderTest], table: str, tmp_path: Path
 ) -> None:
     entry = agents["node1"]
     write_rows(sandbox_cluster, ROWS, 20)
@@ -285,7 +285,7 @@ def snapshot_files(data_dir: Path, tag: str) -> tuple[set[str], set[str]]:
 
 
 def test_native_snapshot_manifest_lists_exactly_the_snapshots_files(
-    sandbox_cluster: SandboxCluster, agents: dict[str, NodeAgent], table: str
+    sandbox_cluster: SandboxCluster, agents: dict[str, AgentUnderTest], table: str
 ) -> None:
     entry = agents["node2"]
     tag = f"agent-it-{secrets.token_hex(4)}"
@@ -324,7 +324,7 @@ def test_native_snapshot_manifest_lists_exactly_the_snapshots_files(
     assert entry.manifest(snapshot_tag=tag) == []
 
 
-def test_flush_of_an_unknown_keyspace_is_not_found(agents: dict[str, NodeAgent]) -> None:
+def test_flush_of_an_unknown_keyspace_is_not_found(agents: dict[str, AgentUnderTest]) -> None:
     with pytest.raises(grpc.RpcError) as missing:
         agents["node1"].stub.FlushMemtables(
             agent_pb2.FlushMemtablesRequest(keyspace="no_such_keyspace"), timeout=300
@@ -356,7 +356,7 @@ def timed_write(cluster: SandboxCluster, row: int, result: dict[str, float | str
         result["error"] = f"{type(exc).__name__}: {exc}"
 
 
-def freeze_all(agents: dict[str, NodeAgent], operation: str, seconds: float) -> None:
+def freeze_all(agents: dict[str, AgentUnderTest], operation: str, seconds: float) -> None:
     with ThreadPoolExecutor(len(agents)) as pool:
         list(
             pool.map(
@@ -372,7 +372,7 @@ def freeze_all(agents: dict[str, NodeAgent], operation: str, seconds: float) -> 
 
 
 def thaw_all(
-    agents: dict[str, NodeAgent], operation: str
+    agents: dict[str, AgentUnderTest], operation: str
 ) -> list[agent_pb2.ThawFilesystemsResponse]:
     with ThreadPoolExecutor(len(agents)) as pool:
         return list(
@@ -386,7 +386,7 @@ def thaw_all(
 
 
 def test_freeze_stalls_a_cassandra_write_until_thaw(
-    sandbox_cluster: SandboxCluster, agents: dict[str, NodeAgent], table: str
+    sandbox_cluster: SandboxCluster, agents: dict[str, AgentUnderTest], table: str
 ) -> None:
     write_rows(sandbox_cluster, 5000, 5)  # warm up the prepared statement and connections
     operation = f"it-freeze-{secrets.token_hex(3)}"
@@ -407,7 +407,7 @@ def test_freeze_stalls_a_cassandra_write_until_thaw(
 
 
 def test_lease_thaws_a_live_node_whose_coordinator_vanished(
-    sandbox_cluster: SandboxCluster, agents: dict[str, NodeAgent], table: str
+    sandbox_cluster: SandboxCluster, agents: dict[str, AgentUnderTest], table: str
 ) -> None:
     operation = f"it-lease-{secrets.token_hex(3)}"
     freeze_all(agents, operation, 1.0)  # and then nobody thaws
@@ -425,7 +425,7 @@ def test_lease_thaws_a_live_node_whose_coordinator_vanished(
 
 
 def test_stop_and_start_cassandra(
-    sandbox_cluster: SandboxCluster, agents: dict[str, NodeAgent]
+    sandbox_cluster: SandboxCluster, agents: dict[str, AgentUnderTest]
 ) -> None:
     entry = agents["node3"]
     try:

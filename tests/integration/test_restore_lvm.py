@@ -56,7 +56,7 @@ from ringsnap.coordinator.model import (
     Verification,
     VolumeRole,
 )
-from ringsnap.coordinator.ports import NodeAgent, SSTable
+from ringsnap.coordinator.ports import AgentPort, SSTable
 from ringsnap.coordinator.restore import RestoreSettings, RestoreWorkflow, new_restore_id
 from ringsnap.coordinator.restore_plan import RestoreRequest, plan_restore
 from ringsnap.plugins.lvm.config import LvmSettings
@@ -530,11 +530,11 @@ def rig(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Rig]:
 
 
 @asynccontextmanager
-async def coordinator_agents(rig: Rig) -> AsyncIterator[dict[str, NodeAgent]]:
+async def coordinator_agents(rig: Rig) -> AsyncIterator[dict[str, AgentPort]]:
     """The coordinator's own gRPC clients of the agents, over mutual TLS."""
     tls = ClientTls(rig.pki.client.cert_pem, rig.pki.client.key_pem, rig.pki.ca.cert_pem)
     async with AsyncExitStack() as stack:
-        clients: dict[str, NodeAgent] = {}
+        clients: dict[str, AgentPort] = {}
         for name, agent in rig.agents.items():
             client = GrpcNodeAgent(name, agent.address, tls, call_timeout=60)
             stack.push_async_callback(client.close)
@@ -588,7 +588,7 @@ class TakenBackup:
         return next(ref for ref in self.backup.snapshots if ref.array == node.array)
 
 
-async def take_backup(rig: Rig, agents: Mapping[str, NodeAgent]) -> TakenBackup:
+async def take_backup(rig: Rig, agents: Mapping[str, AgentPort]) -> TakenBackup:
     """Write data, canaries and the agents' manifests, then snapshot every node's LVs, frozen."""
     backup_id = f"rs-lvm-{uuid.uuid4().hex[:8]}"
     for node in rig.nodes:
@@ -669,7 +669,7 @@ class MemoryJournal:
 
 
 async def restore(
-    rig: Rig, agents: Mapping[str, NodeAgent], taken: TakenBackup, mode: RestoreMode
+    rig: Rig, agents: Mapping[str, AgentPort], taken: TakenBackup, mode: RestoreMode
 ) -> tuple[RestoreRecord, MemoryJournal]:
     """Plan the whole-ring restore, check the plan found nothing to refuse, run it."""
     arrays = {node.array: node.port for node in rig.nodes}
@@ -736,7 +736,7 @@ def assert_attached_once(rig: Rig, attached: Mapping[Path, str], unattached: Seq
 
 
 async def volumes_as_agents_see_them(
-    agents: Mapping[str, NodeAgent],
+    agents: Mapping[str, AgentPort],
 ) -> list[tuple[str, bool, str]]:
     """(mount point, mounted, released by) of every data and commit-log volume, as the agents
     report them; each must also report Cassandra running again."""

@@ -17,7 +17,7 @@ from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.metrics import CoordinatorMetrics
 from ringsnap.coordinator.model import BackupNode, BackupState, QuiesceMode, SnapshotKind
-from ringsnap.coordinator.ports import NodeAgent, SSTable, SSTableComponent
+from ringsnap.coordinator.ports import AgentPort, SSTable, SSTableComponent
 from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.coordinator.service import ClusterRuntime, Coordinator
 from tests.support.fakes import FakeAgent
@@ -107,7 +107,7 @@ class Rig:
         self.catalog = Catalog(self.config.coordinator.catalog)
         section = self.config.cluster("das")
         runtime = ClusterRuntime(
-            section, {n: cast(NodeAgent, agent) for n, agent in self.agents.items()}, None
+            section, {n: cast(AgentPort, agent) for n, agent in self.agents.items()}, None
         )
         self.coordinator = Coordinator(
             self.config, self.catalog, CoordinatorMetrics(["das"]), {}, {"das": runtime}

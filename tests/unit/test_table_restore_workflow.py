@@ -122,7 +122,7 @@ def _backup(**changes: object) -> Backup:
 
 
 class FakeAgent:
-    """`NodeAgent.volume_state` and the whole `TableNodePort`."""
+    """`AgentPort.volume_state` and the whole `TableNodePort`."""
 
     def __init__(self, name: str, events: Events) -> None:
         self.name = name

@@ -34,7 +34,7 @@ from ringsnap.coordinator.model import (
     QuiesceMode,
     VolumeRole,
 )
-from ringsnap.coordinator.ports import NodeAgent, SSTable, SSTableComponent
+from ringsnap.coordinator.ports import AgentPort, SSTable, SSTableComponent
 from ringsnap.coordinator.server import CoordinatorServer
 from ringsnap.coordinator.service import ClusterRuntime, Coordinator
 from ringsnap.plugins.errors import DriverError
@@ -254,7 +254,7 @@ async def _start(tmp: Path) -> Harness:
     clusters = {
         section.name: ClusterRuntime(
             section,
-            {n.name: cast(NodeAgent, agents[n.name]) for n in section.nodes},
+            {n.name: cast(AgentPort, agents[n.name]) for n in section.nodes},
             None,
         )
         for section in config.clusters

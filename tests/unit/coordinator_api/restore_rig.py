@@ -16,9 +16,9 @@ from typing import Any, cast
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.ports import (
+    AgentPort,
     ArrayPort,
     DiscardedDirectory,
-    NodeAgent,
     NodeVolumeFacts,
     VolumeState,
 )
@@ -170,7 +170,7 @@ class RestoreRig:
                 config,
                 catalog,
                 cluster,
-                {n.name: cast(NodeAgent, self.agents[n.name]) for n in cluster.nodes},
+                {n.name: cast(AgentPort, self.agents[n.name]) for n in cluster.nodes},
                 {ARRAY: cast(ArrayPort, self.array)},
                 cast(CqlRing, self.ring),
                 SETTINGS,
