@@ -49,6 +49,8 @@ def _restoring(request: BackupRequest) -> bool:
 _HOLDERS = (
     (RESTORE_TRIGGER_PREFIX, "being restored by restore {}", "restore {}"),
     ("drill:", "being drilled by drill {}", "drill {}"),
+    # A scheduled drill holds it under its schedule's trigger: "schedule:drill-<backup schedule>".
+    ("schedule:drill-", "being drilled (scheduled by {})", "the drill scheduled by {}"),
     ("export:", "being exported (backup {})", "the export of backup {}"),
 )
 
