@@ -142,7 +142,7 @@ def test_drills_and_backups_of_a_cluster_never_overlap(tmp_path: Path) -> None:
             scheduler.run(BackupRequest("c1", trigger="schedule:drill-hourly", policy="p"))
         )
         await asyncio.wait_for(drilling.wait(), 5)
-        with pytest.raises(ClusterBusyError, match="schedule:drill-hourly"):
+        with pytest.raises(ClusterBusyError, match=r"being drilled \(scheduled by hourly\)"):
             await backups.run(BackupRequest("c1", trigger="schedule:hourly"))
         with pytest.raises(ClusterBusyError):
             guard.acquire(BackupRequest("c1", trigger="restore:rr-1"))
