@@ -63,6 +63,20 @@ def test_the_valid_object_reads() -> None:
         (_with_entry(mtime_ns=-1), "line 2 is not a component entry"),
         (_with_entry(data_crc32="\u0661\u0662\u0663"), "line 2 is not a component entry"),
     ],
+    # Named, not derived from the bodies: a manifest's header carries its creation time, and
+    # parallel workers must collect the same ids.
+    ids=[
+        "truncated-end",
+        "truncated-start",
+        "not-gzip",
+        "not-utf8",
+        "line-too-long",
+        "root-bool",
+        "size-bool",
+        "mtime-too-large",
+        "mtime-negative",
+        "crc-not-ascii-digits",
+    ],
 )
 def test_a_broken_object_is_refused_naming_it(body: bytes, why: str) -> None:
     with pytest.raises(ValidationError, match=why) as refused:
