@@ -2039,3 +2039,108 @@ class CheckS3DownloadResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CheckS3DownloadResponse: _TypeAlias = CheckS3DownloadResponse  # noqa: Y015
+
+@_typing.final
+class CheckS3RoomRequest(_message.Message):
+    """Restore from S3: the plan from the export record (CheckS3Room) and the abort (DiscardS3Download)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    BACKUP_ID_FIELD_NUMBER: _builtins.int
+    NODE_FIELD_NUMBER: _builtins.int
+    EXPECTED_BYTES_FIELD_NUMBER: _builtins.int
+    operation_id: _builtins.str
+    backup_id: _builtins.str
+    node: _builtins.str
+    """The node's name in the bucket's keys (the coordinator's name for it)."""
+    expected_bytes: _builtins.int
+    """Bytes of the node's components as its export recorded them (0: unknown; the manifest object
+    is then read, as CheckS3Download does).
+    """
+    def __init__(
+        self,
+        *,
+        operation_id: _builtins.str = ...,
+        backup_id: _builtins.str = ...,
+        node: _builtins.str = ...,
+        expected_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "expected_bytes", b"expected_bytes", "node", b"node", "operation_id", b"operation_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CheckS3RoomRequest: _TypeAlias = CheckS3RoomRequest  # noqa: Y015
+
+@_typing.final
+class DiscardS3DownloadRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    BACKUP_ID_FIELD_NUMBER: _builtins.int
+    operation_id: _builtins.str
+    backup_id: _builtins.str
+    """The backup the restore downloads (a staging of another backup is refused, untouched)."""
+    def __init__(
+        self,
+        *,
+        operation_id: _builtins.str = ...,
+        backup_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "operation_id", b"operation_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DiscardS3DownloadRequest: _TypeAlias = DiscardS3DownloadRequest  # noqa: Y015
+
+@_typing.final
+class DiscardedStaging(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    FILES_FIELD_NUMBER: _builtins.int
+    BYTES_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    """<data dir>/.ringsnap-s3/<operation_id>/ as removed."""
+    files: _builtins.int
+    bytes: _builtins.int
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        files: _builtins.int = ...,
+        bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "files", b"files", "path", b"path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DiscardedStaging: _TypeAlias = DiscardedStaging  # noqa: Y015
+
+@_typing.final
+class DiscardS3DownloadResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REMOVED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def removed(self) -> _containers.RepeatedCompositeFieldContainer[Global___DiscardedStaging]:
+        """One per staging directory that existed (none: nothing was staged on this node)."""
+
+    def __init__(
+        self,
+        *,
+        removed: _abc.Iterable[Global___DiscardedStaging] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["removed", b"removed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DiscardS3DownloadResponse: _TypeAlias = DiscardS3DownloadResponse  # noqa: Y015

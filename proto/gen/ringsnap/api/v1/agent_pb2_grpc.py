@@ -179,6 +179,16 @@ class AgentServiceStub:
                 request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.CheckS3DownloadRequest.SerializeToString,
                 response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.CheckS3DownloadResponse.FromString,
                 _registered_method=True)
+        self.CheckS3Room = channel.unary_unary(
+                '/ringsnap.api.v1.AgentService/CheckS3Room',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.CheckS3RoomRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.CheckS3DownloadResponse.FromString,
+                _registered_method=True)
+        self.DiscardS3Download = channel.unary_unary(
+                '/ringsnap.api.v1.AgentService/DiscardS3Download',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DiscardS3DownloadRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DiscardS3DownloadResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -420,6 +430,26 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CheckS3Room(self, request, context):
+        """Restore from S3, the plan without reading the manifest object and the abort (ringsnap.agent.
+        s3_staging). CheckS3Room answers as CheckS3Download but, when nothing is staged yet for
+        operation_id (a first plan) and the data directories share one filesystem, counts
+        expected_bytes (the export record's bytes of the node) instead of reading the node's whole
+        manifest object: one HEAD instead of one GET of every component's line. DiscardS3Download
+        removes operation_id's staging (<data dir>/.ringsnap-s3/<operation_id>/ of each data
+        directory, nothing else) to give a restore from S3 up; refused (FAILED_PRECONDITION) while
+        its download runs or once its install began moving files (the restore must then be resumed).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DiscardS3Download(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -567,6 +597,16 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.CheckS3Download,
                     request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.CheckS3DownloadRequest.FromString,
                     response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.CheckS3DownloadResponse.SerializeToString,
+            ),
+            'CheckS3Room': grpc.unary_unary_rpc_method_handler(
+                    servicer.CheckS3Room,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.CheckS3RoomRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.CheckS3DownloadResponse.SerializeToString,
+            ),
+            'DiscardS3Download': grpc.unary_unary_rpc_method_handler(
+                    servicer.DiscardS3Download,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DiscardS3DownloadRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DiscardS3DownloadResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1352,6 +1392,60 @@ class AgentService:
             '/ringsnap.api.v1.AgentService/CheckS3Download',
             ringsnap_dot_api_dot_v1_dot_agent__pb2.CheckS3DownloadRequest.SerializeToString,
             ringsnap_dot_api_dot_v1_dot_agent__pb2.CheckS3DownloadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CheckS3Room(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.AgentService/CheckS3Room',
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.CheckS3RoomRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.CheckS3DownloadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DiscardS3Download(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.AgentService/DiscardS3Download',
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.DiscardS3DownloadRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.DiscardS3DownloadResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -134,6 +134,17 @@ class AgentServiceStub:
     its commit-log list object), and the bytes its download still needs against the free space of
     each data filesystem (files already staged by an earlier run with their size are not counted).
     """
+    CheckS3Room: _grpc.UnaryUnaryMultiCallable[_agent_pb2.CheckS3RoomRequest, _agent_pb2.CheckS3DownloadResponse]
+    """Restore from S3, the plan without reading the manifest object and the abort (ringsnap.agent.
+    s3_staging). CheckS3Room answers as CheckS3Download but, when nothing is staged yet for
+    operation_id (a first plan) and the data directories share one filesystem, counts
+    expected_bytes (the export record's bytes of the node) instead of reading the node's whole
+    manifest object: one HEAD instead of one GET of every component's line. DiscardS3Download
+    removes operation_id's staging (<data dir>/.ringsnap-s3/<operation_id>/ of each data
+    directory, nothing else) to give a restore from S3 up; refused (FAILED_PRECONDITION) while
+    its download runs or once its install began moving files (the restore must then be resumed).
+    """
+    DiscardS3Download: _grpc.UnaryUnaryMultiCallable[_agent_pb2.DiscardS3DownloadRequest, _agent_pb2.DiscardS3DownloadResponse]
 
 @_typing.type_check_only
 class AgentServiceAsyncStub(AgentServiceStub):
@@ -241,6 +252,17 @@ class AgentServiceAsyncStub(AgentServiceStub):
     its commit-log list object), and the bytes its download still needs against the free space of
     each data filesystem (files already staged by an earlier run with their size are not counted).
     """
+    CheckS3Room: _aio.UnaryUnaryMultiCallable[_agent_pb2.CheckS3RoomRequest, _agent_pb2.CheckS3DownloadResponse]  # type: ignore[assignment]
+    """Restore from S3, the plan without reading the manifest object and the abort (ringsnap.agent.
+    s3_staging). CheckS3Room answers as CheckS3Download but, when nothing is staged yet for
+    operation_id (a first plan) and the data directories share one filesystem, counts
+    expected_bytes (the export record's bytes of the node) instead of reading the node's whole
+    manifest object: one HEAD instead of one GET of every component's line. DiscardS3Download
+    removes operation_id's staging (<data dir>/.ringsnap-s3/<operation_id>/ of each data
+    directory, nothing else) to give a restore from S3 up; refused (FAILED_PRECONDITION) while
+    its download runs or once its install began moving files (the restore must then be resumed).
+    """
+    DiscardS3Download: _aio.UnaryUnaryMultiCallable[_agent_pb2.DiscardS3DownloadRequest, _agent_pb2.DiscardS3DownloadResponse]  # type: ignore[assignment]
 
 class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -519,5 +541,28 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         its commit-log list object), and the bytes its download still needs against the free space of
         each data filesystem (files already staged by an earlier run with their size are not counted).
         """
+
+    @_abc_1.abstractmethod
+    def CheckS3Room(
+        self,
+        request: _agent_pb2.CheckS3RoomRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.CheckS3DownloadResponse, _abc.Awaitable[_agent_pb2.CheckS3DownloadResponse]]:
+        """Restore from S3, the plan without reading the manifest object and the abort (ringsnap.agent.
+        s3_staging). CheckS3Room answers as CheckS3Download but, when nothing is staged yet for
+        operation_id (a first plan) and the data directories share one filesystem, counts
+        expected_bytes (the export record's bytes of the node) instead of reading the node's whole
+        manifest object: one HEAD instead of one GET of every component's line. DiscardS3Download
+        removes operation_id's staging (<data dir>/.ringsnap-s3/<operation_id>/ of each data
+        directory, nothing else) to give a restore from S3 up; refused (FAILED_PRECONDITION) while
+        its download runs or once its install began moving files (the restore must then be resumed).
+        """
+
+    @_abc_1.abstractmethod
+    def DiscardS3Download(
+        self,
+        request: _agent_pb2.DiscardS3DownloadRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.DiscardS3DownloadResponse, _abc.Awaitable[_agent_pb2.DiscardS3DownloadResponse]]: ...
 
 def add_AgentServiceServicer_to_server(servicer: AgentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -151,6 +151,8 @@ class _RestoreStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RestoreS
     """A step failed; each node says what it was left in and what to do next."""
     RESTORE_STATE_INTERRUPTED: _RestoreState.ValueType  # 5
     """The coordinator stopped mid-restore; resume it."""
+    RESTORE_STATE_ABORTED: _RestoreState.ValueType  # 6
+    """Given up (a restore from S3, before its install): staging removed, Cassandra as it was."""
 
 class RestoreState(_RestoreState, metaclass=_RestoreStateEnumTypeWrapper): ...
 
@@ -165,6 +167,8 @@ RESTORE_STATE_FAILED: RestoreState.ValueType  # 4
 """A step failed; each node says what it was left in and what to do next."""
 RESTORE_STATE_INTERRUPTED: RestoreState.ValueType  # 5
 """The coordinator stopped mid-restore; resume it."""
+RESTORE_STATE_ABORTED: RestoreState.ValueType  # 6
+"""Given up (a restore from S3, before its install): staging removed, Cassandra as it was."""
 Global___RestoreState: _TypeAlias = RestoreState  # noqa: Y015
 
 class _RestoreStep:
@@ -2217,3 +2221,119 @@ class ListExportsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListExportsResponse: _TypeAlias = ListExportsResponse  # noqa: Y015
+
+@_typing.final
+class AbortRestoreRequest(_message.Message):
+    """Giving up a restore from S3, and the purge of copies on S3."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESTORE_ID_FIELD_NUMBER: _builtins.int
+    CONFIRM_CLUSTER_FIELD_NUMBER: _builtins.int
+    REQUESTED_BY_FIELD_NUMBER: _builtins.int
+    restore_id: _builtins.str
+    confirm_cluster: _builtins.str
+    """The restore's cluster, typed by the operator: anything else is refused."""
+    requested_by: _builtins.str
+    def __init__(
+        self,
+        *,
+        restore_id: _builtins.str = ...,
+        confirm_cluster: _builtins.str = ...,
+        requested_by: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["confirm_cluster", b"confirm_cluster", "requested_by", b"requested_by", "restore_id", b"restore_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AbortRestoreRequest: _TypeAlias = AbortRestoreRequest  # noqa: Y015
+
+@_typing.final
+class PurgeExportsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLUSTER_FIELD_NUMBER: _builtins.int
+    MIN_AGE_SECONDS_FIELD_NUMBER: _builtins.int
+    REQUESTED_BY_FIELD_NUMBER: _builtins.int
+    cluster: _builtins.str
+    min_age_seconds: _builtins.float
+    """Components younger than this are never deleted; unset: 6 hours."""
+    requested_by: _builtins.str
+    def __init__(
+        self,
+        *,
+        cluster: _builtins.str = ...,
+        min_age_seconds: _builtins.float | None = ...,
+        requested_by: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_min_age_seconds", b"_min_age_seconds", "min_age_seconds", b"min_age_seconds"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_age_seconds", b"_min_age_seconds", "cluster", b"cluster", "min_age_seconds", b"min_age_seconds", "requested_by", b"requested_by"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__min_age_seconds: _TypeAlias = _typing.Literal["min_age_seconds"]  # noqa: Y015
+    _WhichOneofArgType__min_age_seconds: _TypeAlias = _typing.Literal["_min_age_seconds", b"_min_age_seconds"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__min_age_seconds) -> _WhichOneofReturnType__min_age_seconds | None: ...
+
+Global___PurgeExportsRequest: _TypeAlias = PurgeExportsRequest  # noqa: Y015
+
+@_typing.final
+class PurgeExportsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DRY_RUN_FIELD_NUMBER: _builtins.int
+    COPIES_REMOVED_FIELD_NUMBER: _builtins.int
+    COPY_OBJECTS_DELETED_FIELD_NUMBER: _builtins.int
+    COPIES_KEPT_FIELD_NUMBER: _builtins.int
+    LISTED_FIELD_NUMBER: _builtins.int
+    REFERENCED_FIELD_NUMBER: _builtins.int
+    DELETED_FIELD_NUMBER: _builtins.int
+    BYTES_DELETED_FIELD_NUMBER: _builtins.int
+    DELETE_REQUESTS_FIELD_NUMBER: _builtins.int
+    TOO_YOUNG_FIELD_NUMBER: _builtins.int
+    FOREIGN_KEYS_FIELD_NUMBER: _builtins.int
+    SECONDS_FIELD_NUMBER: _builtins.int
+    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    dry_run: _builtins.bool
+    copy_objects_deleted: _builtins.int
+    copies_kept: _builtins.int
+    listed: _builtins.int
+    referenced: _builtins.int
+    deleted: _builtins.int
+    bytes_deleted: _builtins.int
+    delete_requests: _builtins.int
+    too_young: _builtins.int
+    seconds: _builtins.float
+    operation_id: _builtins.str
+    """The operation that ran the purge (empty for PlanPurge)."""
+    @_builtins.property
+    def copies_removed(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Backups whose copies were removed (gone from the catalog), and their objects deleted."""
+
+    @_builtins.property
+    def foreign_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        dry_run: _builtins.bool = ...,
+        copies_removed: _abc.Iterable[_builtins.str] | None = ...,
+        copy_objects_deleted: _builtins.int = ...,
+        copies_kept: _builtins.int = ...,
+        listed: _builtins.int = ...,
+        referenced: _builtins.int = ...,
+        deleted: _builtins.int = ...,
+        bytes_deleted: _builtins.int = ...,
+        delete_requests: _builtins.int = ...,
+        too_young: _builtins.int = ...,
+        foreign_keys: _abc.Iterable[_builtins.str] | None = ...,
+        seconds: _builtins.float = ...,
+        operation_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_deleted", b"bytes_deleted", "copies_kept", b"copies_kept", "copies_removed", b"copies_removed", "copy_objects_deleted", b"copy_objects_deleted", "delete_requests", b"delete_requests", "deleted", b"deleted", "dry_run", b"dry_run", "foreign_keys", b"foreign_keys", "listed", b"listed", "operation_id", b"operation_id", "referenced", b"referenced", "seconds", b"seconds", "too_young", b"too_young"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PurgeExportsResponse: _TypeAlias = PurgeExportsResponse  # noqa: Y015

@@ -145,6 +145,21 @@ class CoordinatorServiceStub:
                 request_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListExportsRequest.SerializeToString,
                 response_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListExportsResponse.FromString,
                 _registered_method=True)
+        self.AbortRestore = channel.unary_unary(
+                '/ringsnap.api.v1.CoordinatorService/AbortRestore',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.AbortRestoreRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_types__pb2.Operation.FromString,
+                _registered_method=True)
+        self.PlanPurge = channel.unary_unary(
+                '/ringsnap.api.v1.CoordinatorService/PlanPurge',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.PurgeExportsRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.PurgeExportsResponse.FromString,
+                _registered_method=True)
+        self.PurgeExports = channel.unary_unary(
+                '/ringsnap.api.v1.CoordinatorService/PurgeExports',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.PurgeExportsRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.PurgeExportsResponse.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServiceServicer:
@@ -324,6 +339,36 @@ class CoordinatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AbortRestore(self, request, context):
+        """Giving up a restore from S3 (`ringsnap restore --abort rr-...`, docs/s3.md): an operation
+        (kind RESTORE, holding the cluster as the restore did) asks every node's agent to remove the
+        restore's staging (DiscardS3Download), starts again a node the restore stopped before its
+        install, and records the restore as aborted; a node whose install began is refused with its
+        next step (resume), an unreachable one is kept and named. GetRestore then gives the record.
+        Refused before anything is done: FAILED_PRECONDITION RESTORE_REFUSED (not a restore from S3,
+        finished, or confirm_cluster is not its cluster), ABORTED CLUSTER_BUSY.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PlanPurge(self, request, context):
+        """The purge of a cluster's copies on S3 (`ringsnap export purge`): PlanPurge lists what would be
+        deleted and deletes nothing (a viewer's read); PurgeExports deletes it as an operation (kind
+        EXPORT) holding the cluster, and answers once it ended. Refused: FAILED_PRECONDITION
+        EXPORT_REFUSED (no [s3], unknown cluster, an export of the cluster running or interrupted),
+        ABORTED CLUSTER_BUSY (a backup, restore, drill or export of the cluster runs).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PurgeExports(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -436,6 +481,21 @@ def add_CoordinatorServiceServicer_to_server(servicer, server):
                     servicer.ListExports,
                     request_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListExportsRequest.FromString,
                     response_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListExportsResponse.SerializeToString,
+            ),
+            'AbortRestore': grpc.unary_unary_rpc_method_handler(
+                    servicer.AbortRestore,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.AbortRestoreRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_types__pb2.Operation.SerializeToString,
+            ),
+            'PlanPurge': grpc.unary_unary_rpc_method_handler(
+                    servicer.PlanPurge,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.PurgeExportsRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.PurgeExportsResponse.SerializeToString,
+            ),
+            'PurgeExports': grpc.unary_unary_rpc_method_handler(
+                    servicer.PurgeExports,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.PurgeExportsRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_coordinator__pb2.PurgeExportsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1032,6 +1092,87 @@ class CoordinatorService:
             '/ringsnap.api.v1.CoordinatorService/ListExports',
             ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListExportsRequest.SerializeToString,
             ringsnap_dot_api_dot_v1_dot_coordinator__pb2.ListExportsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AbortRestore(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.CoordinatorService/AbortRestore',
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.AbortRestoreRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_types__pb2.Operation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PlanPurge(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.CoordinatorService/PlanPurge',
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.PurgeExportsRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.PurgeExportsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PurgeExports(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.CoordinatorService/PurgeExports',
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.PurgeExportsRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_coordinator__pb2.PurgeExportsResponse.FromString,
             options,
             channel_credentials,
             insecure,

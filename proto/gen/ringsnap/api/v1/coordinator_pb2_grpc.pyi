@@ -104,6 +104,23 @@ class CoordinatorServiceStub:
     """
     GetExport: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.GetExportRequest, _coordinator_pb2.Export]
     ListExports: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.ListExportsRequest, _coordinator_pb2.ListExportsResponse]
+    AbortRestore: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.AbortRestoreRequest, _types_pb2.Operation]
+    """Giving up a restore from S3 (`ringsnap restore --abort rr-...`, docs/s3.md): an operation
+    (kind RESTORE, holding the cluster as the restore did) asks every node's agent to remove the
+    restore's staging (DiscardS3Download), starts again a node the restore stopped before its
+    install, and records the restore as aborted; a node whose install began is refused with its
+    next step (resume), an unreachable one is kept and named. GetRestore then gives the record.
+    Refused before anything is done: FAILED_PRECONDITION RESTORE_REFUSED (not a restore from S3,
+    finished, or confirm_cluster is not its cluster), ABORTED CLUSTER_BUSY.
+    """
+    PlanPurge: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.PurgeExportsRequest, _coordinator_pb2.PurgeExportsResponse]
+    """The purge of a cluster's copies on S3 (`ringsnap export purge`): PlanPurge lists what would be
+    deleted and deletes nothing (a viewer's read); PurgeExports deletes it as an operation (kind
+    EXPORT) holding the cluster, and answers once it ended. Refused: FAILED_PRECONDITION
+    EXPORT_REFUSED (no [s3], unknown cluster, an export of the cluster running or interrupted),
+    ABORTED CLUSTER_BUSY (a backup, restore, drill or export of the cluster runs).
+    """
+    PurgeExports: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.PurgeExportsRequest, _coordinator_pb2.PurgeExportsResponse]
 
 @_typing.type_check_only
 class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
@@ -180,6 +197,23 @@ class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
     """
     GetExport: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.GetExportRequest, _coordinator_pb2.Export]  # type: ignore[assignment]
     ListExports: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.ListExportsRequest, _coordinator_pb2.ListExportsResponse]  # type: ignore[assignment]
+    AbortRestore: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.AbortRestoreRequest, _types_pb2.Operation]  # type: ignore[assignment]
+    """Giving up a restore from S3 (`ringsnap restore --abort rr-...`, docs/s3.md): an operation
+    (kind RESTORE, holding the cluster as the restore did) asks every node's agent to remove the
+    restore's staging (DiscardS3Download), starts again a node the restore stopped before its
+    install, and records the restore as aborted; a node whose install began is refused with its
+    next step (resume), an unreachable one is kept and named. GetRestore then gives the record.
+    Refused before anything is done: FAILED_PRECONDITION RESTORE_REFUSED (not a restore from S3,
+    finished, or confirm_cluster is not its cluster), ABORTED CLUSTER_BUSY.
+    """
+    PlanPurge: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.PurgeExportsRequest, _coordinator_pb2.PurgeExportsResponse]  # type: ignore[assignment]
+    """The purge of a cluster's copies on S3 (`ringsnap export purge`): PlanPurge lists what would be
+    deleted and deletes nothing (a viewer's read); PurgeExports deletes it as an operation (kind
+    EXPORT) holding the cluster, and answers once it ended. Refused: FAILED_PRECONDITION
+    EXPORT_REFUSED (no [s3], unknown cluster, an export of the cluster running or interrupted),
+    ABORTED CLUSTER_BUSY (a backup, restore, drill or export of the cluster runs).
+    """
+    PurgeExports: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.PurgeExportsRequest, _coordinator_pb2.PurgeExportsResponse]  # type: ignore[assignment]
 
 class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -385,5 +419,40 @@ class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _coordinator_pb2.ListExportsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_coordinator_pb2.ListExportsResponse, _abc.Awaitable[_coordinator_pb2.ListExportsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def AbortRestore(
+        self,
+        request: _coordinator_pb2.AbortRestoreRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_types_pb2.Operation, _abc.Awaitable[_types_pb2.Operation]]:
+        """Giving up a restore from S3 (`ringsnap restore --abort rr-...`, docs/s3.md): an operation
+        (kind RESTORE, holding the cluster as the restore did) asks every node's agent to remove the
+        restore's staging (DiscardS3Download), starts again a node the restore stopped before its
+        install, and records the restore as aborted; a node whose install began is refused with its
+        next step (resume), an unreachable one is kept and named. GetRestore then gives the record.
+        Refused before anything is done: FAILED_PRECONDITION RESTORE_REFUSED (not a restore from S3,
+        finished, or confirm_cluster is not its cluster), ABORTED CLUSTER_BUSY.
+        """
+
+    @_abc_1.abstractmethod
+    def PlanPurge(
+        self,
+        request: _coordinator_pb2.PurgeExportsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_coordinator_pb2.PurgeExportsResponse, _abc.Awaitable[_coordinator_pb2.PurgeExportsResponse]]:
+        """The purge of a cluster's copies on S3 (`ringsnap export purge`): PlanPurge lists what would be
+        deleted and deletes nothing (a viewer's read); PurgeExports deletes it as an operation (kind
+        EXPORT) holding the cluster, and answers once it ended. Refused: FAILED_PRECONDITION
+        EXPORT_REFUSED (no [s3], unknown cluster, an export of the cluster running or interrupted),
+        ABORTED CLUSTER_BUSY (a backup, restore, drill or export of the cluster runs).
+        """
+
+    @_abc_1.abstractmethod
+    def PurgeExports(
+        self,
+        request: _coordinator_pb2.PurgeExportsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_coordinator_pb2.PurgeExportsResponse, _abc.Awaitable[_coordinator_pb2.PurgeExportsResponse]]: ...
 
 def add_CoordinatorServiceServicer_to_server(servicer: CoordinatorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
