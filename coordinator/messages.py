@@ -81,6 +81,7 @@ RESTORE_STATES: dict[RestoreState, pb.RestoreState.ValueType] = {
     RestoreState.FAILED_VERIFICATION: pb.RESTORE_STATE_FAILED_VERIFICATION,
     RestoreState.FAILED: pb.RESTORE_STATE_FAILED,
     RestoreState.INTERRUPTED: pb.RESTORE_STATE_INTERRUPTED,
+    RestoreState.ABORTED: pb.RESTORE_STATE_ABORTED,
 }
 RESTORE_STEPS: dict[RestoreStep, pb.RestoreStep.ValueType] = {
     RestoreStep.PLANNED: pb.RESTORE_STEP_PLANNED,

@@ -333,10 +333,12 @@ class RestoreState(enum.StrEnum):
     FAILED = "failed"
     #: The coordinator stopped mid-restore (killed, or the process ended); resume it.
     INTERRUPTED = "interrupted"
+    #: Given up before its install (a restore from S3): staging removed, Cassandra as it was.
+    ABORTED = "aborted"
 
     @property
     def finished(self) -> bool:
-        return self in (RestoreState.PROVEN, RestoreState.FAILED_VERIFICATION)
+        return self in (RestoreState.PROVEN, RestoreState.FAILED_VERIFICATION, RestoreState.ABORTED)
 
 
 class RestoreStep(enum.StrEnum):

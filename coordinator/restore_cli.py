@@ -224,6 +224,7 @@ def print_report(record: RestoreRecord) -> None:
         RestoreState.FAILED: "bold red",
         RestoreState.INTERRUPTED: "bold yellow",
         RestoreState.RUNNING: "bold yellow",
+        RestoreState.ABORTED: "bold yellow",
     }
     took = ""
     if record.finished_at is not None:
@@ -275,6 +276,7 @@ def exit_code_of(record: RestoreRecord) -> ExitCode:
         RestoreState.FAILED: ExitCode.FAILED,
         RestoreState.INTERRUPTED: ExitCode.INTERRUPTED,
         RestoreState.RUNNING: ExitCode.INTERRUPTED,
+        RestoreState.ABORTED: ExitCode.OK,
     }[record.state]
 
 

@@ -297,6 +297,42 @@ CREATE INDEX restores_by_time ON restores (started_us DESC, id DESC);
 CREATE INDEX restores_open ON restores (state) WHERE state IN ('running', 'failed', 'interrupted');
 """
 
+# Restores from S3 given up (`ringsnap restore --abort rr-...`): the state 'aborted' (staging
+# removed, Cassandra as it was). The table is made again with the new CHECK, as for version 8.
+_V9 = """
+CREATE TABLE restores_v9 (
+    pk           INTEGER PRIMARY KEY,
+    id           TEXT    NOT NULL UNIQUE,
+    cluster      TEXT    NOT NULL,
+    backup_id    TEXT    NOT NULL,
+    mode         TEXT    NOT NULL CHECK (mode IN ('revert', 'clone', 's3')),
+    state        TEXT    NOT NULL
+                 CHECK (state IN ('running', 'proven', 'failed-verification', 'failed',
+                                  'interrupted', 'aborted')),
+    whole_ring   INTEGER NOT NULL CHECK (whole_ring IN (0, 1)),
+    requested_by TEXT    NOT NULL,
+    started_us   INTEGER NOT NULL,
+    finished_us  INTEGER,
+    error        TEXT    NOT NULL DEFAULT '',
+    nodes        TEXT    NOT NULL DEFAULT '[]',
+    warnings     TEXT    NOT NULL DEFAULT '[]',
+    arrays_done  TEXT    NOT NULL DEFAULT '[]',
+    clones       TEXT    NOT NULL DEFAULT '[]',
+    timings      TEXT    NOT NULL DEFAULT '[]'
+);
+INSERT INTO restores_v9 (pk, id, cluster, backup_id, mode, state, whole_ring, requested_by,
+                         started_us, finished_us, error, nodes, warnings, arrays_done, clones,
+                         timings)
+    SELECT pk, id, cluster, backup_id, mode, state, whole_ring, requested_by, started_us,
+           finished_us, error, nodes, warnings, arrays_done, clones, timings
+    FROM restores;
+DROP TABLE restores;
+ALTER TABLE restores_v9 RENAME TO restores;
+CREATE INDEX restores_by_cluster ON restores (cluster, started_us DESC, id DESC);
+CREATE INDEX restores_by_time ON restores (started_us DESC, id DESC);
+CREATE INDEX restores_open ON restores (state) WHERE state IN ('running', 'failed', 'interrupted');
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "backups, nodes, snapshots, manifests, timings, cleanups, operations", _V1),
     Migration(2, "warnings of a backup", _V2),
@@ -306,6 +342,7 @@ MIGRATIONS: list[Migration] = [
     Migration(6, "keyspace schemas of a backup; table restores", _V6),
     Migration(7, "exports to S3", _V7),
     Migration(8, "restores from S3: the mode 's3'", _V8),
+    Migration(9, "restores from S3 given up: the state 'aborted'", _V9),
 ]
 
 
