@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Protocol
 
 import grpc
 
@@ -88,6 +89,45 @@ class ClientTls:
         if self.server_name:
             options.append(("grpc.ssl_target_name_override", self.server_name))
         return grpc.aio.secure_channel(address, self.credentials(), options=options)
+
+
+class CloneToAttach(Protocol):
+    """One clone for an agent to attach and mount (a drill's, a table restore's, an export's)."""
+
+    @property
+    def role(self) -> str: ...
+    @property
+    def array(self) -> str: ...
+    @property
+    def volume(self) -> str: ...
+    @property
+    def serial(self) -> str: ...
+    @property
+    def wwn(self) -> str: ...
+    @property
+    def source_mount_point(self) -> str: ...
+
+
+def clone_volumes_message(
+    purpose_id: str, clones: Sequence[CloneToAttach], *, read_only: bool
+) -> agent_pb2.MountClonesRequest:
+    """The MountClones request for `clones`, built in one place for every client that mounts
+    clones (drill host, table restore, export)."""
+    return agent_pb2.MountClonesRequest(
+        purpose_id=purpose_id,
+        read_only=read_only,
+        volumes=[
+            agent_pb2.CloneVolume(
+                role=c.role,
+                array=c.array,
+                volume=c.volume,
+                serial=c.serial,
+                wwn=c.wwn,
+                source_mount_point=c.source_mount_point,
+            )
+            for c in clones
+        ],
+    )
 
 
 class AgentConnection:

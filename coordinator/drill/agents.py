@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import grpc
-
-from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc
+from ringsnap.api.v1 import agent_pb2
 from ringsnap.coordinator.agents import (
-    AgentError,
+    AgentConnection,
     ClientTls,
+    clone_volumes_message,
     sstable_from_wire,
     volume_from_wire,
 )
@@ -31,50 +30,18 @@ MANIFEST_TIMEOUT_SECONDS = 600.0
 STOP_TIMEOUT_SECONDS = 300.0
 
 
-class GrpcDrillHost:
+class GrpcDrillHost(AgentConnection):
     """The drill host's agent at `address` (host:port)."""
 
     def __init__(self, address: str, tls: ClientTls, *, call_timeout: float = 30.0) -> None:
-        self._address = address
-        self._channel = tls.channel(address)
-        self._stub = agent_pb2_grpc.AgentServiceStub(self._channel)
-        self._timeout = call_timeout
-
-    @property
-    def address(self) -> str:
-        return self._address
-
-    async def close(self) -> None:
-        await self._channel.close()
-
-    def _error(self, call: str, exc: grpc.aio.AioRpcError) -> AgentError:
-        return AgentError(
-            f"drill host ({self._address}): {call}: {exc.code().name}: {exc.details()}",
-            code=exc.code().name,
-        )
+        super().__init__("drill host", address, tls, call_timeout=call_timeout)
 
     async def mount_clones(
         self, purpose_id: str, clones: Sequence[CloneMount], *, read_only: bool
     ) -> tuple[MountedClone, ...]:
-        request = agent_pb2.MountClonesRequest(
-            purpose_id=purpose_id,
-            read_only=read_only,
-            volumes=[
-                agent_pb2.CloneVolume(
-                    role=c.role,
-                    array=c.array,
-                    volume=c.volume,
-                    serial=c.serial,
-                    wwn=c.wwn,
-                    source_mount_point=c.source_mount_point,
-                )
-                for c in clones
-            ],
-        )
-        try:
+        request = clone_volumes_message(purpose_id, clones, read_only=read_only)
+        with self._calling("MountClones"):
             reply = await self._stub.MountClones(request, timeout=MOUNT_TIMEOUT_SECONDS)
-        except grpc.aio.AioRpcError as exc:
-            raise self._error("MountClones", exc) from None
         return tuple(
             MountedClone(
                 role=m.role,
@@ -88,10 +55,8 @@ class GrpcDrillHost:
 
     async def unmount_clones(self, purpose_id: str) -> tuple[str, ...]:
         request = agent_pb2.UnmountClonesRequest(purpose_id=purpose_id)
-        try:
+        with self._calling("UnmountClones"):
             reply = await self._stub.UnmountClones(request, timeout=MOUNT_TIMEOUT_SECONDS)
-        except grpc.aio.AioRpcError as exc:
-            raise self._error("UnmountClones", exc) from None
         return tuple(reply.detached_volumes)
 
     async def start_drill(self, spec: DrillSpec) -> DrillStatus:
@@ -111,39 +76,30 @@ class GrpcDrillHost:
             datacenter=spec.datacenter,
             rack=spec.rack,
         )
-        try:
+        with self._calling("StartDrill"):
             reply = await self._stub.StartDrill(request, timeout=self._timeout)
-        except grpc.aio.AioRpcError as exc:
-            raise self._error("StartDrill", exc) from None
         return _status(reply)
 
     async def get_drill(self, purpose_id: str) -> DrillStatus:
-        try:
-            reply = await self._stub.GetDrill(
-                agent_pb2.DrillRequest(drill_id=purpose_id), timeout=self._timeout
-            )
-        except grpc.aio.AioRpcError as exc:
-            raise self._error("GetDrill", exc) from None
+        request = agent_pb2.DrillRequest(drill_id=purpose_id)
+        with self._calling("GetDrill"):
+            reply = await self._stub.GetDrill(request, timeout=self._timeout)
         return _status(reply)
 
     async def drill_manifest(self, purpose_id: str) -> list[SSTable]:
+        request = agent_pb2.DrillRequest(drill_id=purpose_id)
         sstables: list[SSTable] = []
-        try:
+        with self._calling("GetDrillManifest"):
             async for batch in self._stub.GetDrillManifest(
-                agent_pb2.DrillRequest(drill_id=purpose_id), timeout=MANIFEST_TIMEOUT_SECONDS
+                request, timeout=MANIFEST_TIMEOUT_SECONDS
             ):
                 sstables.extend(sstable_from_wire(entry) for entry in batch.entries)
-        except grpc.aio.AioRpcError as exc:
-            raise self._error("GetDrillManifest", exc) from None
         return sstables
 
     async def stop_drill(self, purpose_id: str) -> DrillStatus:
-        try:
-            reply = await self._stub.StopDrill(
-                agent_pb2.DrillRequest(drill_id=purpose_id), timeout=STOP_TIMEOUT_SECONDS
-            )
-        except grpc.aio.AioRpcError as exc:
-            raise self._error("StopDrill", exc) from None
+        request = agent_pb2.DrillRequest(drill_id=purpose_id)
+        with self._calling("StopDrill"):
+            reply = await self._stub.StopDrill(request, timeout=STOP_TIMEOUT_SECONDS)
         return _status(reply)
 
 
@@ -160,27 +116,20 @@ def _status(reply: agent_pb2.DrillStatus) -> DrillStatus:
     )
 
 
-class GrpcNodeFacts:
+class GrpcNodeFacts(AgentConnection):
     """A production node's agent, asked what a drill of its backup needs (read-only calls)."""
 
     def __init__(self, node: str, address: str, tls: ClientTls) -> None:
+        super().__init__(f"node {node}", address, tls, call_timeout=30.0)
         self.node = node
-        self.address = address
-        self._channel = tls.channel(address)
-        self._stub = agent_pb2_grpc.AgentServiceStub(self._channel)
-
-    async def close(self) -> None:
-        await self._channel.close()
 
     async def drill_facts(self) -> NodeDrillFacts:
-        try:
-            info = await self._stub.GetNodeInfo(agent_pb2.GetNodeInfoRequest(), timeout=30.0)
+        with self._calling("GetNodeInfo"):
+            info = await self._stub.GetNodeInfo(
+                agent_pb2.GetNodeInfoRequest(), timeout=self._timeout
+            )
+        with self._calling("GetVolumeState"):
             state = await self._stub.GetVolumeState(agent_pb2.GetVolumeStateRequest(), timeout=60.0)
-        except grpc.aio.AioRpcError as exc:
-            raise AgentError(
-                f"node {self.node} ({self.address}): {exc.code().name}: {exc.details()}",
-                code=exc.code().name,
-            ) from None
         return NodeDrillFacts(
             cluster_name=info.cluster_name,
             address=info.rpc_address,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ringsnap.api.v1 import agent_pb2
-from ringsnap.coordinator.agents import AgentError, GrpcNodeAgent
+from ringsnap.coordinator.agents import AgentError, GrpcNodeAgent, clone_volumes_message
 from ringsnap.coordinator.export.ports import NodeUpload, UploadProgress
 from ringsnap.coordinator.table_restore.ports import CloneToMount, MountedClone
 
@@ -47,21 +47,7 @@ class GrpcExportNode(GrpcNodeAgent):
     async def mount_clones(
         self, purpose_id: str, volumes: Sequence[CloneToMount], *, read_only: bool
     ) -> list[MountedClone]:
-        request = agent_pb2.MountClonesRequest(
-            purpose_id=purpose_id,
-            read_only=read_only,
-            volumes=[
-                agent_pb2.CloneVolume(
-                    role=v.role,
-                    array=v.array,
-                    volume=v.volume,
-                    serial=v.serial,
-                    wwn=v.wwn,
-                    source_mount_point=v.source_mount_point,
-                )
-                for v in volumes
-            ],
-        )
+        request = clone_volumes_message(purpose_id, volumes, read_only=read_only)
         with self._calling("MountClones"):
             reply = await self._stub.MountClones(request, timeout=CLONES_TIMEOUT_SECONDS)
         return [

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from ringsnap.api.v1 import agent_pb2, types_pb2
-from ringsnap.coordinator.agents import AgentConnection, ClientTls
+from ringsnap.coordinator.agents import AgentConnection, ClientTls, clone_volumes_message
 from ringsnap.coordinator.ports import SSTable
 from ringsnap.coordinator.table_restore.ports import (
     CloneToMount,
@@ -65,21 +65,7 @@ class GrpcTableNode(AgentConnection):
     async def mount_clones(
         self, purpose_id: str, volumes: Sequence[CloneToMount], *, read_only: bool
     ) -> list[MountedClone]:
-        request = agent_pb2.MountClonesRequest(
-            purpose_id=purpose_id,
-            read_only=read_only,
-            volumes=[
-                agent_pb2.CloneVolume(
-                    role=v.role,
-                    array=v.array,
-                    volume=v.volume,
-                    serial=v.serial,
-                    wwn=v.wwn,
-                    source_mount_point=v.source_mount_point,
-                )
-                for v in volumes
-            ],
-        )
+        request = clone_volumes_message(purpose_id, volumes, read_only=read_only)
         with self._calling("MountClones"):
             reply = await self._stub.MountClones(request, timeout=CLONES_TIMEOUT_SECONDS)
         return [
