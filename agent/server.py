@@ -28,6 +28,7 @@ from ringsnap.agent.s3.export import ExportFailed
 from ringsnap.agent.s3.purge import PurgeFailed
 from ringsnap.agent.s3.rpc import S3Exports
 from ringsnap.agent.s3_restore import S3RestoreRpcs
+from ringsnap.agent.s3_staging import S3StagingRpcs
 from ringsnap.agent.snapshot_restore import RestoredTable
 from ringsnap.agent.table_import_rpc import TableImportRpcs
 from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc, types_pb2
@@ -271,6 +272,10 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         self._agent = agent
         self._table_imports = TableImportRpcs(agent)
         self._s3_restores = S3RestoreRpcs(agent)
+        # Staging is never discarded under its own download (its running ones, by operation id).
+        self._s3_staging = S3StagingRpcs(
+            agent, lambda operation: operation in getattr(self._s3_restores, "_running", {})
+        )
         self._s3_exports = S3Exports(lambda: agent.config, lambda: self._clones)
         self._clones_made = clones
         self._drills_made = drills
@@ -517,6 +522,18 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         self, request: agent_pb2.CheckS3DownloadRequest, context: Context
     ) -> agent_pb2.CheckS3DownloadResponse:
         return await self._s3_restores.check(request)
+
+    @unary
+    async def CheckS3Room(
+        self, request: agent_pb2.CheckS3RoomRequest, context: Context
+    ) -> agent_pb2.CheckS3DownloadResponse:
+        return await self._s3_staging.check_room(request)
+
+    @unary
+    async def DiscardS3Download(
+        self, request: agent_pb2.DiscardS3DownloadRequest, context: Context
+    ) -> agent_pb2.DiscardS3DownloadResponse:
+        return await self._s3_staging.discard(request)
 
     # -- export to S3 (ringsnap.agent.s3.rpc) --
 

@@ -1,0 +1,268 @@
+"""A restore from S3's staging on this node, for the plan and for giving the restore up.
+
+- `check_room` answers the plan as CheckS3Download does, but without reading the node's whole
+  manifest object when it need not: on a first plan (nothing staged for the operation) with every
+  data directory on one filesystem, the bytes to download are what the export recorded for the
+  node (the coordinator sends them), and one HEAD tells that the manifest object is there. A
+  resume with a complete download costs a HEAD too; a partial staging, several data filesystems or
+  unknown bytes read the manifest object (`S3Restore.check`), which alone knows what is staged
+  where.
+- `discard` removes `<data dir>/.ringsnap-s3/<operation>/` of each configured data directory, and
+  nothing else: never while the operation's download runs, never once its install began moving
+  files into Cassandra's table directories (its snapshot-restore record exists from then on: the
+  restore must be resumed, not given up).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from ringsnap import logs
+from ringsnap.agent.errors import Conflict
+from ringsnap.agent.node import NodeAgent
+from ringsnap.agent.restore import check_operation_id
+from ringsnap.agent.s3.client import make_client
+from ringsnap.agent.s3.commitlog import read_commitlog_object
+from ringsnap.agent.s3.download_check import DownloadCheck, Room
+from ringsnap.agent.s3.layout import Layout, node_name
+from ringsnap.agent.s3_restore import DOWNLOADED_MARKER, S3Restore
+from ringsnap.api.v1 import agent_pb2
+from ringsnap.errors import ValidationError
+from ringsnap.names import backup_id as valid_backup_id
+
+log = logs.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class Discarded:
+    path: str
+    files: int
+    bytes: int
+
+
+def _missing(exc: Exception) -> bool:
+    code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
+    return code in ("NoSuchKey", "404", "NotFound")
+
+
+def _tree_size(root: Path) -> tuple[int, int]:
+    """(files, bytes) below `root`, symbolic links counted as files and never followed."""
+    files = size = 0
+    for directory, _subdirectories, names in os.walk(root):
+        for name in names:
+            files += 1
+            try:
+                size += os.lstat(os.path.join(directory, name)).st_size
+            except FileNotFoundError:
+                continue
+    return files, size
+
+
+class S3Staging:
+    """The plan's cheap check and the discard of one node (blocking methods: run them in
+    threads). `downloading(operation_id)` says whether that operation's download runs here."""
+
+    def __init__(self, restores: S3Restore, downloading: Callable[[str], bool]) -> None:
+        self.restores = restores
+        self.downloading = downloading
+
+    # -- the plan --------------------------------------------------------------------------------
+
+    def check_room(
+        self, operation_id: str, backup_id: str, node: str, expected_bytes: int
+    ) -> DownloadCheck:
+        valid_backup_id(backup_id)
+        node_name(node)
+        if expected_bytes < 0:
+            raise ValidationError(f"expected_bytes: {expected_bytes} is negative")
+        restores = self.restores
+        roots = restores.staging(operation_id)
+        staged = any(os.path.lexists(root) for root in roots)
+        complete = staged and _marker_backup(roots[0]) == backup_id
+        directories = restores.data_directories
+        one_filesystem = len({os.stat(d).st_dev for d in directories}) <= 1
+        if (staged and not complete) or not expected_bytes or not one_filesystem:
+            return restores.check(operation_id, backup_id, node)
+        settings = restores.settings()
+        client = make_client(settings)
+        layout = Layout(settings.prefix)
+        key = layout.manifest_key(backup_id, node)
+        found, problem = True, ""
+        try:
+            client.head_object(Bucket=settings.bucket, Key=key)
+        except Exception as exc:
+            found = False
+            problem = "no such object" if _missing(exc) else f"it cannot be read: {exc}"
+        commitlog_key = layout.commitlog_manifest_key(backup_id, node)
+        commitlog_found, commitlog_bytes, commitlog_problem = self._commitlog(
+            client, settings.bucket, layout, commitlog_key, backup_id=backup_id, node=node
+        )
+        # A complete download needs nothing more; a first one the whole copy and its commit log.
+        needed = 0 if complete else expected_bytes + commitlog_bytes
+        rooms = tuple(
+            _room(directory, needed if index == 0 else 0)
+            for index, directory in enumerate(directories)
+        )
+        return DownloadCheck(
+            manifest_key=key,
+            manifest_found=found,
+            commitlog_key=commitlog_key,
+            commitlog_found=commitlog_found,
+            commitlog_bytes=commitlog_bytes,
+            rooms=rooms,
+            problem=problem or commitlog_problem,
+            download_complete=complete,
+        )
+
+    @staticmethod
+    def _commitlog(
+        client: Any, bucket: str, layout: Layout, key: str, *, backup_id: str, node: str
+    ) -> tuple[bool, int, str]:
+        """(found, bytes of its segments, why it cannot be used): the list object is small."""
+        try:
+            data: Any = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+        except Exception as exc:
+            if _missing(exc):
+                return False, 0, ""
+            return False, 0, f"the commit-log list object {key!r} cannot be read: {exc}"
+        try:
+            segments = read_commitlog_object(data, layout, name=key, backup_id=backup_id, node=node)
+        except ValidationError as exc:
+            return True, 0, str(exc)
+        return True, sum(s.size_bytes for s in segments), ""
+
+    # -- giving the restore up -------------------------------------------------------------------
+
+    def discard(self, operation_id: str, backup_id: str) -> list[Discarded]:
+        check_operation_id(operation_id)
+        valid_backup_id(backup_id)
+        restores = self.restores
+        if self.downloading(operation_id):
+            raise Conflict(
+                f"the download of operation {operation_id} is running on this node: stop the"
+                " restore first (Ctrl-C, or wait for it to fail), then give it up again; nothing"
+                " was removed"
+            )
+        record = restores.records.load(operation_id)
+        if record is not None:
+            raise Conflict(
+                f"operation {operation_id} began installing on this node ({record.phase}: files"
+                " were moved in Cassandra's table directories); it cannot be given up: resume the"
+                f" restore (ringsnap restore --resume {operation_id}); nothing was removed"
+            )
+        roots = restores.staging(operation_id)
+        marker = _marker_backup(roots[0])
+        if marker and marker != backup_id:
+            raise Conflict(
+                f"{roots[0]} holds a download of backup {marker}, not {backup_id}; nothing was"
+                " removed: inspect it"
+            )
+        for root in roots:
+            if root.is_symlink() or (root.exists() and not root.is_dir()):
+                raise Conflict(
+                    f"{root} is not a directory this agent made (a symbolic link or a file);"
+                    " nothing was removed: inspect it"
+                )
+        removed: list[Discarded] = []
+        for root in roots:
+            if not root.exists():
+                continue
+            files, size = _tree_size(root)
+            shutil.rmtree(root)
+            removed.append(Discarded(str(root), files, size))
+            log.warning(
+                "staging of a restore from S3 removed: the restore is given up",
+                operation_id=operation_id,
+                backup_id=backup_id,
+                path=str(root),
+                files=files,
+                bytes=size,
+            )
+            with contextlib.suppress(OSError):  # .ringsnap-s3 itself, once no other restore uses it
+                root.parent.rmdir()
+        return removed
+
+
+def _marker_backup(first_root: Path) -> str:
+    """The backup whose complete download the staging's marker records ('' for none)."""
+    try:
+        document: Any = json.loads((first_root / DOWNLOADED_MARKER).read_bytes())
+    except (OSError, ValueError):
+        return ""
+    value = document.get("backup_id") if isinstance(document, dict) else None
+    return value if isinstance(value, str) else ""
+
+
+def _room(directory: Path, needed: int) -> Room:
+    stats = os.statvfs(directory)
+    return Room(
+        str(directory), needed, stats.f_bavail * stats.f_frsize, str(os.stat(directory).st_dev)
+    )
+
+
+def check_response(done: DownloadCheck) -> agent_pb2.CheckS3DownloadResponse:
+    return agent_pb2.CheckS3DownloadResponse(
+        manifest_key=done.manifest_key,
+        manifest_found=done.manifest_found,
+        commitlog_key=done.commitlog_key,
+        commitlog_found=done.commitlog_found,
+        commitlog_bytes=done.commitlog_bytes,
+        problem=done.problem,
+        download_complete=done.download_complete,
+        rooms=[
+            agent_pb2.S3DownloadRoom(
+                data_directory=r.data_directory,
+                bytes_needed=r.bytes_needed,
+                free_bytes=r.free_bytes,
+                filesystem=r.filesystem,
+            )
+            for r in done.rooms
+        ],
+    )
+
+
+class S3StagingRpcs:
+    """CheckS3Room and DiscardS3Download for the servicer (which maps errors to statuses)."""
+
+    def __init__(self, agent: NodeAgent, downloading: Callable[[str], bool]) -> None:
+        self._agent = agent
+        self._downloading = downloading
+
+    @cached_property
+    def _staging(self) -> S3Staging:
+        return S3Staging(S3Restore.of(self._agent.config, self._agent.restorer), self._downloading)
+
+    async def check_room(
+        self, request: agent_pb2.CheckS3RoomRequest
+    ) -> agent_pb2.CheckS3DownloadResponse:
+        check_operation_id(request.operation_id)
+        done = await asyncio.to_thread(
+            self._staging.check_room,
+            request.operation_id,
+            request.backup_id,
+            request.node,
+            request.expected_bytes,
+        )
+        return check_response(done)
+
+    async def discard(
+        self, request: agent_pb2.DiscardS3DownloadRequest
+    ) -> agent_pb2.DiscardS3DownloadResponse:
+        removed = await asyncio.to_thread(
+            self._staging.discard, request.operation_id, request.backup_id
+        )
+        return agent_pb2.DiscardS3DownloadResponse(
+            removed=[
+                agent_pb2.DiscardedStaging(path=d.path, files=d.files, bytes=d.bytes)
+                for d in removed
+            ]
+        )
