@@ -90,7 +90,7 @@ class S3Staging:
         complete = staged and _marker_backup(roots[0]) == backup_id
         directories = restores.data_directories
         one_filesystem = len({os.stat(d).st_dev for d in directories}) <= 1
-        if (staged and not complete) or not expected_bytes or not one_filesystem:
+        if not complete and (staged or not expected_bytes or not one_filesystem):
             return restores.check(operation_id, backup_id, node)
         settings = restores.settings()
         client = make_client(settings)

@@ -100,10 +100,17 @@ class S3Steps:
     async def _complete(self, node: RestoreNode) -> bool:
         """Whether the node's staging still holds its complete download (False when unknown)."""
         run = self.run
+        agent = self._agent(node.name)
         try:
-            check = await self._agent(node.name).check_s3_download(
-                run.record.id, run.record.backup_id, node.name
-            )
+            try:
+                # A complete staging is known from its marker alone: no manifest object read.
+                check = await agent.check_s3_room(run.record.id, run.record.backup_id, node.name, 0)
+            except Exception as exc:
+                if getattr(exc, "code", "") != "UNIMPLEMENTED":
+                    raise
+                check = await agent.check_s3_download(
+                    run.record.id, run.record.backup_id, node.name
+                )
         except Exception as exc:
             log.warning(
                 "the node's staging cannot be checked; downloading again (what verifies is kept)",

@@ -122,10 +122,15 @@ class RestoreSession:
         """The bucket holds every node's copy and each data filesystem has room for it."""
         export = await asyncio.to_thread(self.catalog.find_export, plan.backup.id)
         segments = {n.name: n.commitlog_segments for n in export.nodes} if export else {}
+        # What each node's export uploaded or found: its agent then reads no manifest object.
+        sizes = {n.name: n.bytes_total for n in export.nodes if n.exported} if export else {}
         found = await s3_plan_findings(
             plan.restore_id,
             plan.backup.id,
-            [NodeExpectation(n.name, segments.get(n.name, 0)) for n in plan.nodes],
+            [
+                NodeExpectation(n.name, segments.get(n.name, 0), sizes.get(n.name, 0))
+                for n in plan.nodes
+            ],
             self.s3_agents,
         )
         return replace(

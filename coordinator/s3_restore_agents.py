@@ -85,6 +85,15 @@ class S3DownloadCheck:
     download_complete: bool = False
 
 
+@dataclass(frozen=True)
+class DiscardedStaging:
+    """A staging directory of a given-up restore, removed by the node's agent."""
+
+    path: str
+    files: int
+    bytes: int
+
+
 class S3RestorePort(Protocol):
     """One node's agent, for restores from S3. Every call raises `AgentError` naming the node.
 
@@ -111,6 +120,19 @@ class S3RestorePort(Protocol):
     ) -> S3DownloadCheck: ...
 
     async def install_s3_commitlog(self, operation_id: str, backup_id: str, node: str) -> str: ...
+
+    async def check_s3_room(
+        self, operation_id: str, backup_id: str, node: str, expected_bytes: int
+    ) -> S3DownloadCheck:
+        """As `check_s3_download`, counting `expected_bytes` (the export record's) instead of
+        reading the node's manifest object when nothing is staged yet."""
+        ...
+
+    async def discard_s3_download(
+        self, operation_id: str, backup_id: str
+    ) -> tuple[DiscardedStaging, ...]:
+        """Remove the operation's staging on the node (refused once its install began)."""
+        ...
 
 
 class GrpcS3Restore(AgentConnection):
@@ -182,19 +204,28 @@ class GrpcS3Restore(AgentConnection):
         )
         with self._calling("CheckS3Download"):
             reply = await self._stub.CheckS3Download(request, timeout=CHECK_TIMEOUT_SECONDS)
-        return S3DownloadCheck(
-            manifest_key=reply.manifest_key,
-            manifest_found=reply.manifest_found,
-            commitlog_key=reply.commitlog_key,
-            commitlog_found=reply.commitlog_found,
-            commitlog_bytes=reply.commitlog_bytes,
-            rooms=tuple(
-                S3Room(r.data_directory, r.bytes_needed, r.free_bytes, r.filesystem)
-                for r in reply.rooms
-            ),
-            problem=reply.problem,
-            download_complete=reply.download_complete,
+        return check_of(reply)
+
+    async def check_s3_room(
+        self, operation_id: str, backup_id: str, node: str, expected_bytes: int
+    ) -> S3DownloadCheck:
+        request = agent_pb2.CheckS3RoomRequest(
+            operation_id=operation_id,
+            backup_id=backup_id,
+            node=node,
+            expected_bytes=expected_bytes,
         )
+        with self._calling("CheckS3Room"):
+            reply = await self._stub.CheckS3Room(request, timeout=CHECK_TIMEOUT_SECONDS)
+        return check_of(reply)
+
+    async def discard_s3_download(
+        self, operation_id: str, backup_id: str
+    ) -> tuple[DiscardedStaging, ...]:
+        request = agent_pb2.DiscardS3DownloadRequest(operation_id=operation_id, backup_id=backup_id)
+        with self._calling("DiscardS3Download"):
+            reply = await self._stub.DiscardS3Download(request, timeout=INSTALL_TIMEOUT_SECONDS)
+        return tuple(DiscardedStaging(d.path, d.files, d.bytes) for d in reply.removed)
 
     async def install_s3_download(self, operation_id: str, backup_id: str) -> InstalledCopy:
         request = agent_pb2.InstallS3DownloadRequest(operation_id=operation_id, backup_id=backup_id)
@@ -213,3 +244,20 @@ class GrpcS3Restore(AgentConnection):
         with self._calling("InstallS3Download"):
             reply = await self._stub.InstallS3Download(request, timeout=INSTALL_TIMEOUT_SECONDS)
         return reply.commitlog
+
+
+def check_of(reply: agent_pb2.CheckS3DownloadResponse) -> S3DownloadCheck:
+    """The agent's answer to CheckS3Download or CheckS3Room."""
+    return S3DownloadCheck(
+        manifest_key=reply.manifest_key,
+        manifest_found=reply.manifest_found,
+        commitlog_key=reply.commitlog_key,
+        commitlog_found=reply.commitlog_found,
+        commitlog_bytes=reply.commitlog_bytes,
+        rooms=tuple(
+            S3Room(r.data_directory, r.bytes_needed, r.free_bytes, r.filesystem)
+            for r in reply.rooms
+        ),
+        problem=reply.problem,
+        download_complete=reply.download_complete,
+    )

@@ -28,6 +28,9 @@ class NodeExpectation:
     name: str
     #: Commit-log segments copied with the backup (0: none, or not known).
     commitlog_segments: int = 0
+    #: Bytes of the node's components as its export recorded them (0: not known). Known, the
+    #: agent's check needs no read of the node's manifest object on a first plan.
+    bytes_total: int = 0
 
 
 def _gib(size: int) -> str:
@@ -87,6 +90,31 @@ def check_refusals(
     return refusals
 
 
+def _unimplemented(exc: Exception) -> bool:
+    return getattr(exc, "code", "") == "UNIMPLEMENTED"
+
+
+async def _check(
+    agent: S3RestorePort,
+    operation_id: str,
+    backup_id: str,
+    expected: NodeExpectation,
+    *,
+    whole_copy: bool,
+) -> S3DownloadCheck:
+    """CheckS3Room when the export record knows the node's bytes (no manifest object read on a
+    first plan); CheckS3Download otherwise, and from an agent older than CheckS3Room."""
+    if whole_copy and expected.bytes_total > 0:
+        try:
+            return await agent.check_s3_room(
+                operation_id, backup_id, expected.name, expected.bytes_total
+            )
+        except Exception as exc:
+            if not _unimplemented(exc):
+                raise
+    return await agent.check_s3_download(operation_id, backup_id, expected.name)
+
+
 @dataclass(frozen=True)
 class S3PlanFindings:
     refusals: tuple[str, ...] = ()
@@ -112,7 +140,7 @@ async def s3_plan_findings(
             return [f"node {expected.name}: no agent connection for restores from S3"]
         try:
             check = await asyncio.wait_for(
-                agent.check_s3_download(operation_id, backup_id, expected.name), timeout
+                _check(agent, operation_id, backup_id, expected, whole_copy=whole_copy), timeout
             )
         except TimeoutError:
             return [
@@ -120,7 +148,7 @@ async def s3_plan_findings(
                 " check its [s3] endpoint and network, then plan again"
             ]
         except Exception as exc:
-            if getattr(exc, "code", "") == "UNIMPLEMENTED":
+            if _unimplemented(exc):
                 warnings.append(
                     f"node {expected.name}: its agent is older than the plan's bucket check: the"
                     " copy in the bucket and the room for it are not checked before the download"

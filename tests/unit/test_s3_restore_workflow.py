@@ -26,6 +26,7 @@ from ringsnap.coordinator.model import (
 from ringsnap.coordinator.restore import RestoreFailed, RestoreWorkflow
 from ringsnap.coordinator.restore_plan import RestoreRequest
 from ringsnap.coordinator.s3_restore_agents import (
+    DiscardedStaging,
     DownloadProgress,
     InstalledCopy,
     S3DownloadCheck,
@@ -41,7 +42,7 @@ from ringsnap.coordinator.table_restore.model import (
     TableRestoreState,
 )
 from ringsnap.coordinator.table_restore.workflow import TableRestoreWorkflow
-from tests.unit import test_table_restore_workflow as table_world
+from tests.support import table_restore_world as table_world
 from tests.unit.test_restore_workflow import NODES, Events, Rig, _backup, _first, _last
 
 S3 = RestoreRequest("rs-1", mode=RestoreMode.S3)
@@ -62,6 +63,8 @@ class FakeS3Agent:
             rooms=(S3Room("/data", 200, 10 * 2**30, "2049"),),
             download_complete=True,
         )
+        #: What DiscardS3Download removes.
+        self.staged = (DiscardedStaging("/data/.ringsnap-s3/rr-1", 12, 3 * 2**20),)
 
     def _call(self, what: str) -> None:
         self.events.append(f"{self.name}:{what}")
@@ -90,6 +93,19 @@ class FakeS3Agent:
         assert node == self.name
         self._call("check")
         return self.check
+
+    async def check_s3_room(
+        self, operation_id: str, backup_id: str, node: str, expected_bytes: int
+    ) -> S3DownloadCheck:
+        assert node == self.name
+        self._call("check")
+        return self.check
+
+    async def discard_s3_download(
+        self, operation_id: str, backup_id: str
+    ) -> tuple[DiscardedStaging, ...]:
+        self._call("discard-staging")
+        return self.staged
 
     async def install_s3_download(self, operation_id: str, backup_id: str) -> InstalledCopy:
         self._call("install")

@@ -105,6 +105,9 @@ def test_a_complete_download_needs_nothing_and_no_manifest_read(
     done = staging.check_room("rr-1", "b1", "node1", 999)
     assert done.download_complete and done.rooms[0].bytes_needed == 0
     assert MANIFEST_KEY not in gets
+    # A resume's question (is the download still complete?) needs no bytes either.
+    assert staging.check_room("rr-1", "b1", "node1", 0).download_complete
+    assert MANIFEST_KEY not in gets
     other = staging.check_room("rr-1", "b2", "node1", 999)
     assert not other.download_complete, "the staging holds another backup's download"
 

@@ -1,0 +1,70 @@
+"""The plan of a restore from S3 counts the export record's bytes of each node (CheckS3Room: no
+manifest object read by the agent on a first plan), and falls back to CheckS3Download when the
+record does not know them or the agent is older than CheckS3Room."""
+
+from __future__ import annotations
+
+import asyncio
+
+from ringsnap.coordinator.agents import AgentError
+from ringsnap.coordinator.s3_restore_agents import S3DownloadCheck, S3Room
+from ringsnap.coordinator.s3_restore_plan import NodeExpectation, s3_plan_findings
+
+
+class _Agent:
+    def __init__(self, *, room_implemented: bool = True, free: int = 10_000) -> None:
+        self.calls: list[tuple[str, int]] = []
+        self.room_implemented = room_implemented
+        self.free = free
+
+    def _answer(self, needed: int) -> S3DownloadCheck:
+        return S3DownloadCheck(
+            manifest_key="backups/b1/n1.manifest.jsonl.gz",
+            manifest_found=True,
+            commitlog_key="backups/b1/n1.commitlog.jsonl.gz",
+            commitlog_found=False,
+            commitlog_bytes=0,
+            rooms=(S3Room("/d1", needed, self.free, "7"),),
+        )
+
+    async def check_s3_room(
+        self, operation_id: str, backup_id: str, node: str, expected_bytes: int
+    ) -> S3DownloadCheck:
+        if not self.room_implemented:
+            raise AgentError("node n1: CheckS3Room: UNIMPLEMENTED", code="UNIMPLEMENTED")
+        self.calls.append(("room", expected_bytes))
+        return self._answer(expected_bytes)
+
+    async def check_s3_download(
+        self, operation_id: str, backup_id: str, node: str
+    ) -> S3DownloadCheck:
+        self.calls.append(("manifest", 0))
+        return self._answer(500)
+
+
+def _findings(agent: _Agent, expected: NodeExpectation, *, whole_copy: bool = True) -> list[str]:
+    found = asyncio.run(
+        s3_plan_findings("rr-1", "b1", [expected], {"n1": agent}, whole_copy=whole_copy)
+    )
+    return list(found.refusals)
+
+
+def test_the_export_records_bytes_are_checked_without_the_manifest_read() -> None:
+    agent = _Agent(free=10_000)
+    assert _findings(agent, NodeExpectation("n1", bytes_total=9_000)) == []
+    assert agent.calls == [("room", 9_000)]
+    # The record's bytes are what the room is checked against: too big for the filesystem.
+    (refusal,) = _findings(_Agent(free=10_000), NodeExpectation("n1", bytes_total=9_500))
+    assert "needs 9500" in refusal and "node n1" in refusal
+
+
+def test_unknown_bytes_a_table_restore_and_an_older_agent_read_the_manifest() -> None:
+    unknown = _Agent()
+    assert _findings(unknown, NodeExpectation("n1")) == []
+    assert unknown.calls == [("manifest", 0)]
+    table = _Agent()
+    assert _findings(table, NodeExpectation("n1", bytes_total=9_000), whole_copy=False) == []
+    assert table.calls == [("manifest", 0)]
+    older = _Agent(room_implemented=False)
+    assert _findings(older, NodeExpectation("n1", bytes_total=9_000)) == []
+    assert older.calls == [("manifest", 0)]
