@@ -29,7 +29,14 @@ from ringsnap.coordinator.scheduler import (
     Schedule,
 )
 from ringsnap.errors import ConfigError
-from tests.unit.test_drill_workflow import FakeArray, FakeFacts, FakeHost, _node, _ref, _sstables
+from tests.support.drill_fakes import (
+    DrillArray,
+    FakeFacts,
+    FakeHost,
+    drill_node,
+    drill_ref,
+    drill_sstables,
+)
 
 
 def _config(tmp_path: Path, **schedule: object) -> CoordinatorConfig:
@@ -159,7 +166,7 @@ def test_a_scheduled_drill_proves_every_node_of_the_policys_newest_backup(
 ) -> None:
     config = _config(tmp_path, drill_cron="* * * * *")
     events: list[str] = []
-    host, array = FakeHost(events), FakeArray(events)
+    host, array = FakeHost(events), DrillArray(events)
     finished: list[DrillRecord] = []
 
     @contextlib.asynccontextmanager
@@ -178,7 +185,7 @@ def test_a_scheduled_drill_proves_every_node_of_the_policys_newest_backup(
 
     monkeypatch.setattr(schedule, "open_drill_session", session)
     with Catalog(tmp_path / "catalog.db") as catalog:
-        nodes = [_node("n1")]
+        nodes = [drill_node("n1")]
         for backup_id, policy, hours in (("rs-old", "p", 3), ("rs-new", "p", 2), ("rs-x", "q", 1)):
             started = datetime.now(UTC) - timedelta(hours=hours)
             catalog.begin_backup(
@@ -190,8 +197,8 @@ def test_a_scheduled_drill_proves_every_node_of_the_policys_newest_backup(
                 started_at=started,
                 nodes=nodes,
             )
-            catalog.record_snapshot(backup_id, _ref(nodes))
-            catalog.record_manifest(backup_id, "n1", _sstables("n1"))
+            catalog.record_snapshot(backup_id, drill_ref(nodes))
+            catalog.record_manifest(backup_id, "n1", drill_sstables("n1"))
             catalog.complete_backup(backup_id, finished_at=started + timedelta(minutes=1))
         service = schedule.DrillService(config, catalog, finished=finished.append)
         request = BackupRequest("c1", trigger="schedule:drill-hourly", policy="p")

@@ -7,9 +7,9 @@ that cannot be deleted): teardown always runs, each failure is recorded, and no 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,70 +19,31 @@ from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.drill.cleanups import cleanup_clone, delete_clone
 from ringsnap.coordinator.drill.model import DrillState, DrillStep, DrillVerdict, purpose_id
 from ringsnap.coordinator.drill.plan import DrillRequest, DrillSettings, plan_drill
-from ringsnap.coordinator.drill.ports import (
-    CloneMount,
-    DrillSpec,
-    DrillStatus,
-    MountedClone,
-    NodeDrillFacts,
-)
 from ringsnap.coordinator.drill.session import CatalogDrillJournal
 from ringsnap.coordinator.drill.workflow import DrillRefused, DrillWorkflow
 from ringsnap.coordinator.model import (
-    BackupNode,
-    NodeVolume,
     QuiesceMode,
     SnapshotKind,
     Verification,
-    VolumeRole,
 )
-from ringsnap.coordinator.ports import NodeVolumeFacts, SSTable, SSTableComponent
 from ringsnap.plugins.errors import DriverError
-from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume, VolumeSnapshot
+from tests.support.drill_fakes import (
+    T0,
+    DrillArray,
+    FakeFacts,
+    FakeHost,
+    drill_node,
+    drill_ref,
+    drill_sstables,
+)
 
-T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 NODES = ("n1", "n2", "n3")
-
-
-def _node(name: str) -> BackupNode:
-    return BackupNode(
-        name=name,
-        host_id=f"00000000-0000-0000-0000-00000000000{name[-1]}",
-        canary_id=f"backup:rs-1:{name}:0",
-        volumes=tuple(
-            NodeVolume(
-                array="a1",
-                volume=f"{name}_{role.value}",
-                role=role,
-                volume_id=f"id-{name}-{role.value}",
-            )
-            for role in (VolumeRole.DATA, VolumeRole.COMMITLOG)
-        ),
-    )
-
-
-def _sstables(node: str, digest: str = "777") -> list[SSTable]:
-    return [
-        SSTable(
-            data_directory="/var/lib/cassandra/data",
-            keyspace="ks",
-            table="tbl",
-            table_directory="tbl-0a1b",
-            generation=str(g),
-            format="big",
-            version="nb",
-            components=(SSTableComponent("Data.db", f"ks/tbl-0a1b/nb-{g}-big-Data.db", 100 * g),),
-            data_digest_crc32=digest,
-            complete=True,
-        )
-        for g in (1, 2)
-    ]
 
 
 @pytest.fixture
 def catalog(tmp_path: Path) -> Iterator[Catalog]:
     with Catalog(tmp_path / "catalog.db") as opened:
-        nodes = [_node(n) for n in NODES]
+        nodes = [drill_node(n) for n in NODES]
         opened.begin_backup(
             backup_id="rs-1",
             cluster="c1",
@@ -92,165 +53,18 @@ def catalog(tmp_path: Path) -> Iterator[Catalog]:
             started_at=T0,
             nodes=nodes,
         )
-        opened.record_snapshot("rs-1", _ref(nodes))
+        opened.record_snapshot("rs-1", drill_ref(nodes))
         for n in NODES:
-            opened.record_manifest("rs-1", n, _sstables(n))
+            opened.record_manifest("rs-1", n, drill_sstables(n))
         opened.complete_backup("rs-1", finished_at=T0 + timedelta(minutes=1))
         yield opened
-
-
-def _ref(nodes: list[BackupNode]) -> SnapshotRef:
-    return SnapshotRef(
-        array="a1",
-        driver="ontap",
-        group="cg",
-        snapshot_id="snap-1",
-        snapshot_name="rs-1",
-        created_at=T0,
-        members=tuple(
-            VolumeSnapshot(Volume(v.volume, v.volume_id, wwn=f"wwn-{v.volume}"), f"s-{v.volume}")
-            for n in nodes
-            for v in n.volumes
-        ),
-    )
-
-
-class FakeArray:
-    array = "a1"
-    name = "ontap"
-
-    def __init__(self, events: list[str]) -> None:
-        self.events = events
-        self.can_clone = True
-        self.fail_clone: Exception | None = None
-        self.fail_delete: Exception | None = None
-        self.clones: dict[str, Volume] = {}
-
-    def capabilities(self) -> Capabilities:
-        return Capabilities(atomic_group_snapshot=True, clone=self.can_clone)
-
-    async def get_snapshot(self, ref: SnapshotRef) -> SnapshotInfo:
-        return SnapshotInfo(ref)
-
-    async def clone(self, ref: SnapshotRef, suffix: str) -> Sequence[Volume]:
-        self.events.append(f"array:clone:{suffix}")
-        if self.fail_clone is not None:
-            raise self.fail_clone
-        made = [Volume(f"{m.volume.name}_{suffix}", f"c-{m.volume.id}") for m in ref.members]
-        self.clones.update({v.name: v for v in made})
-        return made
-
-    async def delete_clone(self, volume: Volume) -> None:
-        self.events.append(f"array:delete:{volume.name}")
-        if self.fail_delete is not None:
-            raise self.fail_delete
-        self.clones.pop(volume.name, None)
-
-
-class FakeHost:
-    address = "127.0.0.1:7450"
-
-    def __init__(self, events: list[str]) -> None:
-        self.events = events
-        self.fail: dict[str, Exception] = {}
-        self.final = "proven"
-        self.failing_step = ""
-        self.polls_before_end = 2
-        self.manifest: dict[str, list[SSTable]] = {}
-        self.mounted: set[str] = set()
-        self.running: set[str] = set()
-        self.specs: list[DrillSpec] = []
-        self.mount_requests: list[list[CloneMount]] = []
-        self._polls: dict[str, int] = {}
-
-    def _maybe_fail(self, call: str) -> None:
-        if call in self.fail:
-            raise self.fail[call]
-
-    async def mount_clones(
-        self, purpose_id: str, clones: Sequence[CloneMount], *, read_only: bool
-    ) -> tuple[MountedClone, ...]:
-        self.events.append(f"host:mount:{purpose_id}")
-        assert not read_only
-        self.mount_requests.append(list(clones))
-        self.mounted.add(purpose_id)
-        self._maybe_fail("mount")
-        return tuple(
-            MountedClone(c.role, c.volume, "/dev/loop9", f"/state/{c.volume}", c.source_mount_point)
-            for c in clones
-        )
-
-    async def unmount_clones(self, purpose_id: str) -> tuple[str, ...]:
-        self.events.append(f"host:unmount:{purpose_id}")
-        self._maybe_fail("unmount")
-        self.mounted.discard(purpose_id)
-        return ()
-
-    async def start_drill(self, spec: DrillSpec) -> DrillStatus:
-        self.events.append(f"host:start:{spec.purpose_id}")
-        self.specs.append(spec)
-        self._maybe_fail("start")
-        self.running.add(spec.purpose_id)
-        return DrillStatus(spec.purpose_id, "starting", "digests")
-
-    async def get_drill(self, purpose_id: str) -> DrillStatus:
-        self._maybe_fail("get")
-        polls = self._polls[purpose_id] = self._polls.get(purpose_id, 0) + 1
-        if polls < self.polls_before_end:
-            return DrillStatus(purpose_id, "verifying", "canary")
-        self.running.discard(purpose_id)
-        if self.final == "proven":
-            return DrillStatus(
-                purpose_id,
-                "proven",
-                "done",
-                proof=("digests: 2 SSTables recomputed, equal", "canary: present"),
-                bytes_verified=300,
-            )
-        return DrillStatus(purpose_id, self.final, self.failing_step, message="canary row absent")
-
-    async def drill_manifest(self, purpose_id: str) -> list[SSTable]:
-        self.events.append(f"host:manifest:{purpose_id}")
-        node = purpose_id.rsplit("-", 1)[1]
-        return self.manifest.get(node, _sstables(node))
-
-    async def close(self) -> None:
-        return None
-
-    async def stop_drill(self, purpose_id: str) -> DrillStatus:
-        self.events.append(f"host:stop:{purpose_id}")
-        self._maybe_fail("stop")
-        self.running.discard(purpose_id)
-        return DrillStatus(purpose_id, "stopped", "")
-
-
-class FakeFacts:
-    def __init__(self, node: str) -> None:
-        self.node = node
-
-    async def drill_facts(self) -> NodeDrillFacts:
-        return NodeDrillFacts(
-            cluster_name="Sandbox",
-            address=f"127.0.0.{self.node[-1]}",
-            data_directories=(f"/srv/{self.node}/data/data",),
-            commitlog_directory=f"/srv/{self.node}/commitlog/commitlog",
-            num_tokens=16,
-            datacenter="dc1",
-            rack="rack1",
-            volumes=(
-                NodeVolumeFacts(f"/srv/{self.node}/data", "/dev/loop1", "xfs", "u1", ("data",)),
-                NodeVolumeFacts(
-                    f"/srv/{self.node}/commitlog", "/dev/loop2", "xfs", "u2", ("commitlog",)
-                ),
-            ),
-        )
 
 
 class Rig:
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
         self.events: list[str] = []
-        self.array = FakeArray(self.events)
+        self.array = DrillArray(self.events)
         self.host = FakeHost(self.events)
         self.facts = {n: FakeFacts(n) for n in NODES}
         self.settings = DrillSettings(max_parallel=2, poll_seconds=0.0, deadline_seconds=60)
@@ -389,7 +203,7 @@ def test_a_failed_drill_is_not_proven_names_why_and_fails_the_backup(rig: Rig) -
 
 
 def test_a_manifest_differing_from_the_backup_is_not_proven(rig: Rig) -> None:
-    rig.host.manifest["n1"] = _sstables("n1", digest="999")[:1]
+    rig.host.manifest["n1"] = drill_sstables("n1", digest="999")[:1]
     record = rig.drill(nodes=("n1",))
     problem = record.node("n1").problems[0]
     assert record.state is DrillState.NOT_PROVEN

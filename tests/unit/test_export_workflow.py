@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import replace
-from datetime import UTC, datetime
 
 import pytest
 
@@ -28,112 +26,32 @@ from ringsnap.coordinator.export.ports import NodeUpload, UploadProgress
 from ringsnap.coordinator.export.workflow import ExportWorkflow, plan_export
 from ringsnap.coordinator.model import (
     Backup,
-    BackupNode,
     BackupState,
     CleanupRequest,
-    NodeVolume,
-    QuiesceMode,
     SnapshotKind,
-    VolumeRole,
 )
-from ringsnap.coordinator.ports import NodeVolumeFacts, VolumeState
 from ringsnap.coordinator.table_restore.ports import CloneToMount, MountedClone
-from ringsnap.plugins.types import SnapshotRef, Volume, VolumeSnapshot
+from ringsnap.plugins.types import SnapshotRef, Volume
+from tests.support.clone_fakes import BACKUP_ID, CloneArray, CloneNode, Events, cloneable_backup
 
 NODES = ("node1", "node2")
-NOW = datetime(2026, 11, 24, 3, 0, tzinfo=UTC)
-BACKUP_ID = "rs-20261124-030000-abcd"
-Events = list[str]
 
 
-def _backup(**changes: object) -> Backup:
-    nodes = tuple(
-        BackupNode(
-            name=n,
-            host_id=f"host-{n}",
-            volumes=(
-                NodeVolume(array="array1", volume=f"{n}_data", role=VolumeRole.DATA),
-                NodeVolume(array="array1", volume=f"{n}_cl", role=VolumeRole.COMMITLOG),
-            ),
-        )
-        for n in NODES
-    )
-    ref = SnapshotRef(
-        array="array1",
-        driver="fake",
-        group="g",
-        snapshot_id="s1",
-        snapshot_name="rs-1",
-        created_at=NOW,
-        members=tuple(
-            VolumeSnapshot(Volume(f"{n}_{kind}", f"id-{n}-{kind}"), f"snap-{n}-{kind}")
-            for n in NODES
-            for kind in ("data", "cl")
-        ),
-    )
-    backup = Backup(
-        id=BACKUP_ID,
-        cluster="prod",
-        state=BackupState.COMPLETE,
-        quiesce_mode=QuiesceMode.FREEZE,
-        trigger="test",
-        policy="",
-        started_at=NOW,
-        finished_at=NOW,
-        nodes=nodes,
-        snapshots=(ref,),
-    )
-    return replace(backup, **changes)  # type: ignore[arg-type]
+class FakeNode(CloneNode):
+    """A node's agent for exports: the clones it mounts are the backup's data and commit log."""
 
-
-class FakeNode:
     def __init__(self, name: str, events: Events) -> None:
-        self.name = name
-        self.events = events
-        self.fail: dict[str, BaseException] = {}
-        self.before: dict[str, Callable[[], None]] = {}
-        self.mounted: set[str] = set()
+        super().__init__(name, events)
         self.exports: list[tuple[str, str]] = []
-
-    @property
-    def node(self) -> str:
-        return self.name
-
-    def _call(self, what: str) -> None:
-        self.events.append(f"{self.name}:{what}")
-        if what in self.before:
-            self.before.pop(what)()
-        if what in self.fail:
-            raise self.fail.pop(what)
-
-    async def volume_state(self) -> VolumeState:
-        return VolumeState(
-            cassandra_running=True,
-            detail="ok",
-            volumes=(
-                NodeVolumeFacts("/data", "/dev/sdb", "xfs", "u1", ("data",)),
-                NodeVolumeFacts("/commitlog", "/dev/sdc", "xfs", "u2", ("commitlog",)),
-            ),
-        )
 
     async def mount_clones(
         self, purpose: str, volumes: Sequence[CloneToMount], *, read_only: bool
     ) -> list[MountedClone]:
-        assert read_only
         assert {(v.role, v.source_mount_point) for v in volumes} == {
             ("data", "/data"),
             ("commitlog", "/commitlog"),
         }
-        self._call("mount")
-        self.mounted.add(purpose)
-        return [
-            MountedClone(v.role, v.volume, "/dev/x", f"/s/{purpose}/{v.role}", "/") for v in volumes
-        ]
-
-    async def unmount_clones(self, purpose: str) -> list[str]:
-        self._call("unmount")
-        self.mounted.discard(purpose)
-        return ["c"]
+        return await super().mount_clones(purpose, volumes, read_only=read_only)
 
     async def export_to_s3(
         self,
@@ -152,30 +70,6 @@ class FakeNode:
         return NodeUpload(
             f"backups/{backup_id}/{self.name}.manifest", 10, 1000, 4, 400, 2, 64, "", 1
         )
-
-
-class FakeArray:
-    def __init__(self, events: Events) -> None:
-        self.events = events
-        self.fail_clone: BaseException | None = None
-        self.fail_delete = 0
-        self.live: set[str] = set()
-
-    async def clone(self, ref: SnapshotRef, suffix: str) -> Sequence[Volume]:
-        self.events.append("array:clone:" + ",".join(sorted(m.volume.name for m in ref.members)))
-        if self.fail_clone is not None:
-            raise self.fail_clone
-        made = [Volume(f"{m.volume.name}_{suffix}", f"c-{m.volume.id}") for m in ref.members]
-        self.live.update(v.name for v in made)
-        return made
-
-    async def delete_clone(self, volume: Volume) -> None:
-        if self.fail_delete:
-            self.fail_delete -= 1
-            self.events.append(f"array:delete-failed:{volume.name}")
-            raise RuntimeError("array busy")
-        self.events.append(f"array:delete:{volume.name}")
-        self.live.discard(volume.name)
 
 
 class Journal:
@@ -209,9 +103,9 @@ class Journal:
 class Setup:
     def __init__(self, backup: Backup | None = None) -> None:
         self.events: Events = []
-        self.backup = backup or _backup()
+        self.backup = backup or cloneable_backup(NODES)
         self.nodes = {n: FakeNode(n, self.events) for n in NODES}
-        self.array = FakeArray(self.events)
+        self.array = CloneArray(self.events)
         self.journal = Journal()
         self.mirrored: list[str] = []
 
@@ -347,7 +241,7 @@ def test_unmount_failure_never_deletes_a_clone_that_may_be_mounted() -> None:
 
 
 def test_clone_delete_failure_stays_a_pending_cleanup_and_is_retried() -> None:
-    setup = Setup(_backup(nodes=_backup().nodes[:1]))
+    setup = Setup(cloneable_backup(NODES, nodes=cloneable_backup(NODES).nodes[:1]))
     setup.nodes.pop("node2")
     setup.array.fail_delete = 1
     with pytest.raises(ExportFailed, match=r"delete-clones: array array1: clone .* not deleted"):
@@ -407,7 +301,7 @@ def test_coordinator_killed_between_steps_resumes_with_a_teardown_first() -> Non
 
 
 def test_native_backup_exports_from_its_snapshot_tag_without_clones() -> None:
-    backup = _backup(snapshot_kind=SnapshotKind.NATIVE, snapshots=())
+    backup = cloneable_backup(NODES, snapshot_kind=SnapshotKind.NATIVE, snapshots=())
     setup = Setup(backup)
     record = asyncio.run(setup.run())
     assert record.state is ExportState.SUCCEEDED
@@ -418,12 +312,18 @@ def test_native_backup_exports_from_its_snapshot_tag_without_clones() -> None:
 def test_plan_refuses_what_cannot_be_exported() -> None:
     with pytest.raises(ExportRefused, match="is failed"):
         plan_export(
-            _backup(state=BackupState.FAILED), (), None, destination="", configured=list(NODES)
+            cloneable_backup(NODES, state=BackupState.FAILED),
+            (),
+            None,
+            destination="",
+            configured=list(NODES),
         )
     with pytest.raises(ExportRefused, match="no included node node9"):
-        plan_export(_backup(), ("node9",), None, destination="", configured=list(NODES))
+        plan_export(
+            cloneable_backup(NODES), ("node9",), None, destination="", configured=list(NODES)
+        )
     with pytest.raises(ExportRefused, match=r"node node2 .* not in the cluster's configuration"):
-        plan_export(_backup(), (), None, destination="", configured=["node1"])
+        plan_export(cloneable_backup(NODES), (), None, destination="", configured=["node1"])
 
 
 def test_bounded_parallelism_across_nodes() -> None:
@@ -453,7 +353,7 @@ def test_bounded_parallelism_across_nodes() -> None:
 
 
 def test_cancelled_during_the_array_clone_records_and_deletes_what_it_made() -> None:
-    setup = Setup(_backup(nodes=_backup().nodes[:1]))
+    setup = Setup(cloneable_backup(NODES, nodes=cloneable_backup(NODES).nodes[:1]))
     setup.nodes.pop("node2")
     original = setup.array.clone
 

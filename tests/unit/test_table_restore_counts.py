@@ -17,7 +17,7 @@ from ringsnap.coordinator.table_restore.counts import (
 )
 from ringsnap.coordinator.table_restore.model import TableRestoreRequest, TableRestoreState
 from ringsnap.coordinator.table_restore.schema import KeyspaceSchema, SchemaRow
-from tests.unit.test_table_restore_workflow import NODES, SCHEMA, World
+from tests.support.table_restore_world import NODES, SCHEMA, World
 
 T0 = datetime(2026, 11, 24, 2, 0, tzinfo=UTC)
 

@@ -25,7 +25,7 @@ from ringsnap.coordinator.drill.wire import record_of
 from ringsnap.coordinator.model import Verification
 from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.plugins.types import Volume
-from tests.unit.test_drill_workflow import FakeArray, FakeFacts, FakeHost
+from tests.support.drill_fakes import DrillArray, FakeFacts, FakeHost
 
 from .conftest import CLUSTERS, Harness
 from .test_server import reason_of, rpc_error, watch_to_end
@@ -37,7 +37,7 @@ class Fakes:
     def __init__(self) -> None:
         self.events: list[str] = []
         self.host = FakeHost(self.events)
-        self.array = FakeArray(self.events)
+        self.array = DrillArray(self.events)
         self.facts = {n: FakeFacts(n) for n in CLUSTERS["prod"]}
 
 

@@ -31,8 +31,9 @@ from ringsnap.coordinator.table_restore.api import record_of
 from ringsnap.coordinator.table_restore.cli import TableRestoreOptions
 from ringsnap.coordinator.table_restore.model import TableRestoreFailed, TableRestoreState
 from ringsnap.coordinator.table_restore.session import TableRestoreSession
+from tests.support.clone_fakes import CloneArray
 from tests.support.fakes import snapshot_ref, volume
-from tests.unit.test_table_restore_workflow import SCHEMA, FakeAgent, FakeArray, FakeCql, _sstable
+from tests.support.table_restore_world import SCHEMA, FakeAgent, FakeCql, shop_sstable
 
 from .conftest import ARRAY, CLUSTERS, Harness
 from .test_server import reason_of, rpc_error, watch_to_end
@@ -46,7 +47,7 @@ class Fakes:
     def __init__(self) -> None:
         self.events: list[str] = []
         self.agents = {n: FakeAgent(n, self.events) for n in NODES}
-        self.array = FakeArray(self.events)
+        self.array = CloneArray(self.events)
         self.cql = FakeCql(self.events)
         self.held: list[BackupRequest | None] = []
 
@@ -76,7 +77,7 @@ def _seed(catalog: Catalog) -> None:
         BACKUP, snapshot_ref(ARRAY, BACKUP, [volume(n, r) for n in NODES for r in ("data", "cl")])
     )
     for n in NODES:
-        catalog.record_manifest(BACKUP, n, [_sstable()])
+        catalog.record_manifest(BACKUP, n, [shop_sstable()])
     catalog.record_keyspace_schemas(BACKUP, {"shop": SCHEMA.rows})
     catalog.complete_backup(BACKUP, finished_at=STARTED + timedelta(seconds=3), timings={})
 
