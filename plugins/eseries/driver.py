@@ -42,9 +42,10 @@ from ringsnap.plugins.errors import (
     NotFoundError,
     QuotaExceededError,
 )
-from ringsnap.plugins.eseries.client import ApiFailure, EseriesClient, retcode_of
+from ringsnap.plugins.eseries.client import ApiFailure, EseriesClient
 from ringsnap.plugins.eseries.config import EseriesSettings
 from ringsnap.plugins.eseries.groups import ConsistencyGroups, Group
+from ringsnap.plugins.eseries.image_lifecycle import ImageLifecycle
 from ringsnap.plugins.eseries.image_names import (
     ACTIVE,
     DELETING,
@@ -83,6 +84,9 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
         self._system = f"/storage-systems/{settings.system_id}"
         self._groups = ConsistencyGroups(self._client, settings, system=self._system, array=array)
         self._names = ImageNames(self._client)
+        self._images = ImageLifecycle(
+            self._client, settings, self._groups, self._names, array=array
+        )
 
     def capabilities(self) -> Capabilities:
         return Capabilities(
@@ -127,17 +131,17 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
         group = self._groups.ensure(refs)
         names, pending_record = self._names.read(group.ref)
         sequences = self._groups.images(group.ref)
-        self._note_vanished(group, names, sequences)
+        self._images.note_vanished(group, names, sequences)
         for sequence, entry in names.items():
             if entry.name == name and entry.state == ACTIVE and sequence in sequences:
                 return self._ref(group, sequence, name, sequences[sequence], volumes)
         if pending_record is not None and pending_record.get("name") == name:
-            adopted = self._adopt_pending(group, name, pending_record)
+            adopted = self._images.adopt_pending(group, name, pending_record)
             if adopted is not None:
                 return self._ref(group, adopted[0], name, adopted[1], volumes)
         remaining = sorted(sequences)
         if any(entry.state == DELETING for entry in names.values()):
-            remaining = self._sweep(group, sequences, names)
+            remaining = self._images.sweep(group, sequences, names)
         if len(remaining) >= MAX_IMAGES_PER_GROUP:
             raise QuotaExceededError(
                 f"consistency group {group.label} holds {len(remaining)} images, the array's limit"
@@ -168,7 +172,7 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
         # Taking the image may have made the array purge older ones (repository full).
         after = self._groups.images(group.ref)
         names[sequence] = ImageName(self._names.key(group.ref, sequence), name, ACTIVE)
-        self._note_vanished(group, names, after)
+        self._images.note_vanished(group, names, after)
         for warning in self._groups.repository_warnings(group):
             _log.warning("E-Series repository filling", array=self._array, warning=warning)
         return self._ref(group, sequence, name, after.get(sequence, images), volumes)
@@ -228,7 +232,7 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
             self._names.forget(group.ref, sequence)
             return
         self._names.set(group.ref, sequence, ref.snapshot_name, DELETING)
-        remaining = self._sweep(group, sequences)
+        remaining = self._images.sweep(group, sequences)
         if sequence in remaining:
             older = sorted(s for s in remaining if s < sequence)
             _log.info(
@@ -334,102 +338,6 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
             self._client.delete(f"{self._system}/snapshot-volumes/{volume.id}")
         except NotFoundError:
             return
-
-    # Images: adopting, noticing, sweeping
-
-    def _adopt_pending(
-        self, group: Group, name: str, pending: Mapping[str, Any]
-    ) -> tuple[int, list[dict[str, Any]]] | None:
-        """A retried create: find the image an earlier attempt asked for and name it.
-
-        The earlier request may still be on its way (it timed out on our side, not on the
-        array's), so the image is waited for up to `lost_answer_grace_seconds` after that attempt:
-        a second image could not be deleted before every older one, so it is worth the wait.
-        """
-        grace = self._settings.lost_answer_grace_seconds
-        if grace is None:
-            grace = max(2 * self._settings.timeout_seconds, 3.0)
-        until = float(pending.get("at", 0)) + grace
-        while True:
-            sequences = self._groups.images(group.ref)
-            named = set(self._names.of_group(group.ref))
-            candidates = [
-                s for s in sequences if s > int(pending.get("after", 0)) and s not in named
-            ]
-            if len(candidates) == 1 or time.time() >= until:
-                break
-            time.sleep(0.1)
-        if len(candidates) != 1:
-            return None
-        sequence = candidates[0]
-        _log.info(
-            "naming the E-Series image an earlier attempt took",
-            array=self._array,
-            snapshot=name,
-            image=sequence,
-        )
-        self._names.set(group.ref, sequence, name, ACTIVE)
-        self._names.clear_pending(group.ref)
-        return sequence, sequences[sequence]
-
-    def _note_vanished(
-        self, group: Group, names: Mapping[int, ImageName], sequences: Mapping[int, Any]
-    ) -> None:
-        """Named images the array no longer has: purged (repository full) or deleted."""
-        for sequence, entry in names.items():
-            if sequence in sequences or entry.state == PURGED:
-                continue
-            if entry.state == DELETING:
-                self._names.forget(group.ref, sequence)
-                continue
-            _log.warning(
-                "E-Series image purged by the array: its repository filled (policy purgepit)",
-                array=self._array,
-                snapshot=entry.name,
-                group=group.label,
-                image=sequence,
-            )
-            self._names.set(group.ref, sequence, entry.name, PURGED)
-
-    def _sweep(
-        self,
-        group: Group,
-        sequences: Mapping[int, Any],
-        names: Mapping[int, ImageName] | None = None,
-    ) -> list[int]:
-        """Delete images marked deleted while they are the oldest; the sequences that remain."""
-        names = self._names.of_group(group.ref) if names is None else names
-        remaining = sorted(sequences)
-        while remaining:
-            oldest = remaining[0]
-            entry = names.get(oldest)
-            if entry is None or entry.state != DELETING:
-                if entry is None and any(n.state == DELETING for n in names.values()):
-                    _log.warning(
-                        "an image ringsnap did not make holds back deferred deletions",
-                        array=self._array,
-                        group=group.label,
-                        image=oldest,
-                    )
-                break
-            try:
-                self._client.delete(f"{self._groups.path(group.ref)}/snapshots/{oldest}")
-            except NotFoundError:
-                pass
-            except DriverError as exc:
-                if retcode_of(exc) in ("pitHasViews", "pitNotOldest", "rollbackInProgress"):
-                    _log.warning(
-                        "E-Series image cannot be deleted yet",
-                        array=self._array,
-                        group=group.label,
-                        image=oldest,
-                        reason=str(exc),
-                    )
-                    break
-                raise
-            self._names.forget(group.ref, oldest)
-            remaining.pop(0)
-        return remaining
 
     # Values
 

@@ -27,10 +27,8 @@ as its origin needs `-o nouuid`.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
 
 from ringsnap.errors import ValidationError
 from ringsnap.logs import get_logger
@@ -48,15 +46,23 @@ from ringsnap.plugins.lvm.client import Lvm2
 from ringsnap.plugins.lvm.config import LvmSettings
 from ringsnap.plugins.lvm.report import LogicalVolume
 from ringsnap.plugins.lvm.runner import CommandRunner, SubprocessRunner
-from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume, VolumeSnapshot
+from ringsnap.plugins.lvm.snapshot_sets import (
+    SNAPSHOT_TAG,
+    member_name,
+    members_named,
+    origin_id,
+    pool_warnings,
+    snapshot_info,
+    snapshot_ref,
+    volume_of,
+)
+from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume
 
 _log = get_logger(__name__)
 
-SNAPSHOT_TAG = "ringsnap.snapshot"
 CLONE_TAG = "ringsnap.clone"
 #: On a thick clone while its bytes are being copied; a clone carrying it is not usable.
 INCOMPLETE_TAG = "ringsnap.clone-incomplete"
-_MAX_LV_NAME = 127
 
 
 class LvmDriver(ConfiguredDriver[LvmSettings], Revertible, Cloneable):
@@ -114,7 +120,7 @@ class LvmDriver(ConfiguredDriver[LvmSettings], Revertible, Cloneable):
 
     def list_volumes(self) -> Sequence[Volume]:
         return [
-            _volume(lv)
+            volume_of(lv)
             for lv in self._lvm.logical_volumes(self._settings.volume_groups)
             if lv.is_plain_volume
         ]
@@ -126,8 +132,8 @@ class LvmDriver(ConfiguredDriver[LvmSettings], Revertible, Cloneable):
         ids = self._volume_ids(volumes)
         current = self._report(ids)
         origins = [self._origin(current, volume_id) for volume_id in ids]
-        existing = _members_named(current.values(), name)
-        existing_origins = {_origin_id(lv) for lv in existing}
+        existing = members_named(current.values(), name)
+        existing_origins = {origin_id(lv) for lv in existing}
         strangers = existing_origins - set(ids)
         if strangers:
             raise AlreadyExistsError(
@@ -153,7 +159,7 @@ class LvmDriver(ConfiguredDriver[LvmSettings], Revertible, Cloneable):
         tags = [f"{SNAPSHOT_TAG}={name}"]
         try:
             for origin in origins:
-                member = _member_name(origin.name, name)
+                member = member_name(origin.name, name)
                 if origin.is_thin_volume:
                     self._lvm.create_thin_snapshot(
                         origin.vg, origin.name, member, tags, skip_activation=True
@@ -167,7 +173,7 @@ class LvmDriver(ConfiguredDriver[LvmSettings], Revertible, Cloneable):
         except DriverError as exc:
             raise self._undo(made, exc, f"snapshot {name!r}") from exc
         after = self._report(ids)
-        return self._ref(name, _members_named(after.values(), name), after)
+        return self._ref(name, members_named(after.values(), name), after)
 
     def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]:
         ids = set(self._volume_ids(volumes))
@@ -180,14 +186,14 @@ class LvmDriver(ConfiguredDriver[LvmSettings], Revertible, Cloneable):
         infos = [
             self._info(self._ref(name, members, current), members, current, expected=ids)
             for name, members in by_name.items()
-            if ids <= {_origin_id(lv) for lv in members}
+            if ids <= {origin_id(lv) for lv in members}
         ]
         return sorted(infos, key=lambda info: (info.ref.created_at, info.ref.snapshot_name))
 
     def get_snapshot(self, ref: SnapshotRef) -> SnapshotInfo:
         expected = {member.volume.id for member in ref.members}
         current = self._report(expected)
-        members = _members_named(current.values(), ref.snapshot_name)
+        members = members_named(current.values(), ref.snapshot_name)
         if not members:
             raise NotFoundError(f"snapshot {ref.snapshot_name!r} does not exist", array=self._array)
         return self._info(
@@ -197,7 +203,7 @@ class LvmDriver(ConfiguredDriver[LvmSettings], Revertible, Cloneable):
     def delete_snapshot(self, ref: SnapshotRef) -> None:
         expected = {member.volume.id for member in ref.members}
         current = self._report(expected)
-        for lv in _members_named(current.values(), ref.snapshot_name):
+        for lv in members_named(current.values(), ref.snapshot_name):
             self._lvm.remove(lv.vg, lv.name)
 
     # Revert
@@ -216,7 +222,7 @@ class LvmDriver(ConfiguredDriver[LvmSettings], Revertible, Cloneable):
         current = self._report(expected)
         members = self._complete_members(ref, current, expected, action="revert")
         for lv in members:
-            origin = current.get(_origin_id(lv))
+            origin = current.get(origin_id(lv))
             busy = [item.id for item in (lv, origin) if item is not None and item.open]
             if busy:
                 raise DriverError(
@@ -227,12 +233,12 @@ class LvmDriver(ConfiguredDriver[LvmSettings], Revertible, Cloneable):
         merged: list[str] = []
         delayed: list[str] = []
         for lv in members:
-            origin_id = _origin_id(lv)
+            origin_name = origin_id(lv)
             _log.info(
                 "merging LVM snapshot into its origin",
                 array=self._array,
                 snapshot=lv.id,
-                origin=origin_id,
+                origin=origin_name,
             )
             try:
                 printed = self._lvm.merge(
@@ -249,11 +255,11 @@ class LvmDriver(ConfiguredDriver[LvmSettings], Revertible, Cloneable):
                 ) from exc
             if "will occur on next activation" in printed or "Delaying merge" in printed:
                 delayed.append(
-                    f"merge of {lv.id} into {origin_id} waits for the next activation of"
-                    f" {origin_id} (lvchange -an {origin_id}; lvchange -ay {origin_id})"
+                    f"merge of {lv.id} into {origin_name} waits for the next activation of"
+                    f" {origin_name} (lvchange -an {origin_name}; lvchange -ay {origin_name})"
                 )
             else:
-                merged.append(origin_id)
+                merged.append(origin_name)
         if delayed:
             raise DriverError(
                 f"revert of {ref.snapshot_name!r} is not complete",
@@ -273,7 +279,7 @@ class LvmDriver(ConfiguredDriver[LvmSettings], Revertible, Cloneable):
         clones: list[Volume] = []
         try:
             for lv in members:
-                origin = current[_origin_id(lv)]
+                origin = current[origin_id(lv)]
                 clone_name = names.lv_name(f"{origin.name}-{suffix}")
                 present = current.get(f"{lv.vg}/{clone_name}")
                 if present is not None:
@@ -284,7 +290,7 @@ class LvmDriver(ConfiguredDriver[LvmSettings], Revertible, Cloneable):
                             array=self._array,
                         )
                     if INCOMPLETE_TAG not in present.tags:
-                        clones.append(_volume(present))
+                        clones.append(volume_of(present))
                         continue
                     _log.warning(
                         "removing a clone whose copy did not finish",
@@ -394,10 +400,10 @@ class LvmDriver(ConfiguredDriver[LvmSettings], Revertible, Cloneable):
         *,
         action: str,
     ) -> list[LogicalVolume]:
-        members = _members_named(current.values(), ref.snapshot_name)
+        members = members_named(current.values(), ref.snapshot_name)
         if not members:
             raise NotFoundError(f"snapshot {ref.snapshot_name!r} does not exist", array=self._array)
-        missing = expected - {_origin_id(lv) for lv in members}
+        missing = expected - {origin_id(lv) for lv in members}
         if missing:
             raise NotFoundError(
                 f"cannot {action} {ref.snapshot_name!r}: no snapshot of {', '.join(sorted(missing))}",
@@ -411,7 +417,7 @@ class LvmDriver(ConfiguredDriver[LvmSettings], Revertible, Cloneable):
                 array=self._array,
             )
         # In the order of the snapshot's members: callers pair clones with members by position.
-        by_origin = {_origin_id(lv): lv for lv in members}
+        by_origin = {origin_id(lv): lv for lv in members}
         return [by_origin[m.volume.id] for m in ref.members if m.volume.id in by_origin]
 
     def _undo(self, made: Sequence[tuple[str, str]], error: DriverError, what: str) -> DriverError:
@@ -441,33 +447,14 @@ class LvmDriver(ConfiguredDriver[LvmSettings], Revertible, Cloneable):
     def _warn_about_pools(
         self, current: Mapping[str, LogicalVolume], origins: Iterable[LogicalVolume]
     ) -> None:
-        for warning in _pool_warnings(current, origins, self._settings.usage_warn_percent):
+        for warning in pool_warnings(current, origins, self._settings.usage_warn_percent):
             _log.warning("thin pool filling up", array=self._array, warning=warning)
 
     def _ref(
         self, name: str, members: Sequence[LogicalVolume], current: Mapping[str, LogicalVolume]
     ) -> SnapshotRef:
-        ordered = sorted(members, key=_origin_id)
-        times = [lv.created_at for lv in ordered if lv.created_at is not None]
-        kinds = {"thin" if lv.is_thin_volume else "thick" for lv in ordered}
-        return SnapshotRef(
-            array=self._array,
-            driver=self.name,
-            group=",".join(_origin_id(lv) for lv in ordered),
-            snapshot_id=name,
-            snapshot_name=name,
-            created_at=min(times) if times else datetime.now(UTC),
-            members=tuple(
-                VolumeSnapshot(
-                    volume=_volume(current[_origin_id(lv)])
-                    if _origin_id(lv) in current
-                    else Volume(name=_origin_id(lv), id=_origin_id(lv)),
-                    snapshot_id=lv.id,
-                    snapshot_name=lv.name,
-                )
-                for lv in ordered
-            ),
-            attributes=(("kind", "+".join(sorted(kinds))),),
+        return snapshot_ref(
+            array=self._array, driver=self.name, name=name, members=members, current=current
         )
 
     def _info(
@@ -477,78 +464,14 @@ class LvmDriver(ConfiguredDriver[LvmSettings], Revertible, Cloneable):
         current: Mapping[str, LogicalVolume],
         expected: set[str],
     ) -> SnapshotInfo:
-        threshold = self._settings.usage_warn_percent
-        warnings: list[str] = []
-        missing = expected - {_origin_id(lv) for lv in members}
-        if missing:
-            warnings.append(f"incomplete: no snapshot of {', '.join(sorted(missing))}")
-        space = 0
-        thick_only = True
-        for lv in members:
-            if lv.invalid:
-                warnings.append(
-                    f"{lv.id} is invalid: its copy-on-write space filled up; it cannot be"
-                    " reverted to or cloned"
-                )
-            elif (
-                lv.snap_percent is not None
-                and lv.is_thick_snapshot
-                and lv.snap_percent >= threshold
-            ):
-                warnings.append(
-                    f"{lv.id} copy-on-write space {lv.snap_percent:.2f}% used; it becomes"
-                    " invalid at 100%"
-                )
-            if lv.merging:
-                warnings.append(f"{lv.id} is being merged into its origin")
-            if lv.is_thick_snapshot and lv.snap_percent is not None:
-                space += int(lv.size_bytes * lv.snap_percent / 100)
-            else:
-                thick_only = False
-        origins = [current[_origin_id(lv)] for lv in members if _origin_id(lv) in current]
-        warnings.extend(_pool_warnings(current, origins, threshold))
-        for warning in warnings:
+        info = snapshot_info(
+            ref, members, current, expected, warn_percent=self._settings.usage_warn_percent
+        )
+        for warning in info.warnings:
             _log.warning(
                 "LVM snapshot needs attention",
                 array=self._array,
                 snapshot=ref.snapshot_name,
                 warning=warning,
             )
-        return SnapshotInfo(
-            ref=ref, space_bytes=space if thick_only else None, warnings=tuple(warnings)
-        )
-
-
-def _volume(lv: LogicalVolume) -> Volume:
-    return Volume(name=lv.id, id=lv.id, size_bytes=lv.size_bytes)
-
-
-def _origin_id(lv: LogicalVolume) -> str:
-    return f"{lv.vg}/{lv.origin}"
-
-
-def _members_named(lvs: Iterable[LogicalVolume], name: str) -> list[LogicalVolume]:
-    return [lv for lv in lvs if lv.is_snapshot and lv.tag_value(SNAPSHOT_TAG) == name]
-
-
-def _member_name(origin: str, name: str) -> str:
-    candidate = f"{origin}.rs.{name}"
-    if len(candidate) > _MAX_LV_NAME:
-        digest = hashlib.sha256(f"{origin}/{name}".encode()).hexdigest()[:16]
-        candidate = f"{origin[: _MAX_LV_NAME - len(digest) - 4]}.rs.{digest}"
-    return names.lv_name(candidate)
-
-
-def _pool_warnings(
-    current: Mapping[str, LogicalVolume], origins: Iterable[LogicalVolume], threshold: float
-) -> list[str]:
-    warnings = []
-    pools = sorted({f"{lv.vg}/{lv.pool}" for lv in origins if lv.is_thin_volume and lv.pool})
-    for pool_id in pools:
-        pool = current.get(pool_id)
-        if pool is not None and pool.data_percent is not None and pool.data_percent >= threshold:
-            warnings.append(
-                f"thin pool {pool_id} is {pool.data_percent:.2f}% full: a full pool stops writes to"
-                " every thin volume in it"
-            )
-    return warnings
+        return info

@@ -10,76 +10,37 @@ so the client looks the failed job up to recover its code.
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import requests
 from netapp_ontap.error import NetAppRestError
 from netapp_ontap.host_connection import HostConnection
-from netapp_ontap.raw_resource import RawResource
 from netapp_ontap.resource import Resource as NetAppResource
 from netapp_ontap.resources.cluster import Cluster
 from netapp_ontap.resources.consistency_group import ConsistencyGroup
 from netapp_ontap.resources.consistency_group_snapshot import ConsistencyGroupSnapshot
-from netapp_ontap.resources.job import Job
 from netapp_ontap.resources.snapshot import Snapshot
 from netapp_ontap.resources.svm import Svm
 from netapp_ontap.resources.volume import Volume as OntapVolume
 from netapp_ontap.response import NetAppResponse
 
-from ringsnap.plugins.errors import (
-    AlreadyExistsError,
-    ArrayTimeoutError,
-    AuthError,
-    BusyError,
-    ConfigurationError,
-    DriverError,
-    NotFoundError,
-    QuotaExceededError,
-    UnreachableError,
-)
 from ringsnap.plugins.ontap.config import OntapSettings
+from ringsnap.plugins.ontap.error_mapping import ErrorTranslator
+from ringsnap.plugins.ontap.records import (
+    CgRecord,
+    SnapshotRecord,
+    VolumeRecord,
+    cg_snapshot_members,
+    resource_data,
+    snapshot_record,
+    volume_record,
+)
 
 Result = TypeVar("Result")
 Resource = TypeVar("Resource", bound=NetAppResource)
 
-CODE_NOT_FOUND = "4"
-CODE_DUPLICATE = "1"
-CODE_NOT_AUTHORIZED = "6"
-CODE_VOLUME_BUSY = "524486"
-CODE_CG_SNAPSHOT_EXISTS = "53411921"
-_QUOTA_WORDS = ("maximum number", "at most", "limit")
 _CG_SNAPSHOT_FIELDS = "uuid,name,create_time,snapshot_volumes"
-
-
-@dataclass(frozen=True)
-class VolumeRecord:
-    uuid: str
-    name: str
-    svm: str
-    size: int
-    is_flexclone: bool = False
-    parent_volume_uuid: str = ""
-    parent_snapshot_uuid: str = ""
-
-
-@dataclass(frozen=True)
-class SnapshotRecord:
-    uuid: str
-    name: str
-    volume_uuid: str
-    create_time: datetime.datetime
-    size: int
-    comment: str
-
-
-@dataclass(frozen=True)
-class CgRecord:
-    uuid: str
-    name: str
-    volume_uuids: tuple[str, ...]
 
 
 class OntapClient:
@@ -103,6 +64,7 @@ class OntapClient:
         # would pick up proxies and .netrc credentials from the environment: the array is reached
         # with exactly the configured TLS settings and credentials instead.
         self.connection.session.trust_env = False
+        self._errors = ErrorTranslator(array, settings, self.connection)
 
     def close(self) -> None:
         session = getattr(self.connection, "_request_session", None)
@@ -116,107 +78,7 @@ class OntapClient:
         try:
             return function()
         except NetAppRestError as error:
-            raise self.translate(error, doing, job=job) from error
-
-    def translate(self, error: NetAppRestError, doing: str, *, job: str = "") -> DriverError:
-        endpoint = self.settings.endpoint
-        array = self.array
-        cause = getattr(error, "cause", None)
-        if isinstance(cause, requests.exceptions.SSLError):
-            return ConfigurationError(
-                f"TLS verification of {endpoint} failed while {doing}: {_reason(cause)}; set"
-                " ca_file to the CA certificate that signed the array's certificate (and make"
-                " sure the endpoint host name is in it)",
-                array=array,
-            )
-        if isinstance(cause, requests.exceptions.ReadTimeout) or _is_read_timeout(cause):
-            return ArrayTimeoutError(
-                f"{endpoint} did not answer within {self.settings.request_timeout:g}s while"
-                f" {doing}; the array may be overloaded (request_timeout sets the limit)",
-                array=array,
-            )
-        if isinstance(cause, requests.exceptions.ConnectionError):
-            return UnreachableError(
-                f"cannot reach {endpoint} while {doing}: {_reason(cause)}; check the endpoint"
-                " setting and that the management interface is up",
-                array=array,
-            )
-        status = error.status_code
-        if status is not None:
-            body = error.response_body or {}
-            details = body.get("error", {}) if isinstance(body, dict) else {}
-            message = str(details.get("message") or error.response_text or "").strip()
-            code = str(details.get("code", ""))
-            headers = (
-                error.http_err_response.http_response.headers if error.http_err_response else {}
-            )
-            return self._classify(status, code, message, doing, headers.get("Retry-After"))
-        text = str(error)
-        if text.startswith(("Job failed:", "The job to create")):
-            message = text.split(":", 1)[1].strip() if ":" in text else text
-            code = self._failed_job_code(job, message) if job else ""
-            return self._classify(None, code, message, doing, None, from_job=True)
-        if "Polling timed out" in text:
-            return ArrayTimeoutError(
-                f"a job did not finish within job_timeout={self.settings.job_timeout}s while"
-                f" {doing}: {text}",
-                array=array,
-            )
-        return DriverError(f"{doing} failed: {text}", array=array)
-
-    def _classify(
-        self,
-        status: int | None,
-        code: str,
-        message: str,
-        doing: str,
-        retry_after: str | None,
-        *,
-        from_job: bool = False,
-    ) -> DriverError:
-        array = self.array
-        where = "a job" if from_job else f"HTTP {status}"
-        detail = f"{message} ({where}, code {code or 'none'})"
-        if status == 401:
-            return AuthError(
-                f"{self.settings.endpoint} refused the credentials of user"
-                f" {self.settings.username!r} while {doing}; check username and password_file",
-                array=array,
-            )
-        if status == 403 or code == CODE_NOT_AUTHORIZED:
-            return AuthError(
-                f"user {self.settings.username!r} is not allowed to do this ({doing}): {detail};"
-                " give its role the snapshot and volume privileges",
-                array=array,
-            )
-        if code == CODE_NOT_FOUND or status == 404:
-            return NotFoundError(f"{doing}: {detail}", array=array)
-        if code in {CODE_DUPLICATE, CODE_CG_SNAPSHOT_EXISTS}:
-            return AlreadyExistsError(f"{doing}: {detail}", array=array)
-        if code == CODE_VOLUME_BUSY or status in {429, 503}:
-            return BusyError(f"{doing}: {detail}", array=array, retry_after=_seconds(retry_after))
-        if any(word in message.lower() for word in _QUOTA_WORDS):
-            return QuotaExceededError(f"{doing}: {detail}", array=array)
-        retryable = status is not None and status >= 500
-        return DriverError(f"{doing} failed: {detail}", array=array, retryable=retryable)
-
-    def _failed_job_code(self, description: str, message: str) -> str:
-        """Recover the code of a failed job the SDK polled (it keeps only the message)."""
-        try:
-            jobs = list(
-                Job.get_collection(
-                    connection=self.connection,
-                    state="failure",
-                    description=description,
-                    fields="uuid,code,message,end_time",
-                )
-            )
-        except NetAppRestError:
-            return ""
-        for job in reversed(jobs):
-            if getattr(job, "message", None) == message:
-                return str(getattr(job, "code", ""))
-        return ""
+            raise self._errors.translate(error, doing, job=job) from error
 
     # Reads
 
@@ -238,7 +100,7 @@ class OntapClient:
 
         def fetch() -> list[VolumeRecord]:
             return [
-                _volume_record(item)
+                volume_record(item)
                 for item in OntapVolume.get_collection(
                     connection=self.connection,
                     max_records=self.settings.page_size,
@@ -256,7 +118,7 @@ class OntapClient:
 
         def fetch() -> list[SnapshotRecord]:
             return [
-                _snapshot_record(item, volume_uuid)
+                snapshot_record(item, volume_uuid)
                 for item in Snapshot.get_collection(
                     volume_uuid,
                     connection=self.connection,
@@ -275,7 +137,7 @@ class OntapClient:
             Snapshot(volume_uuid, uuid=snapshot_uuid),
             "uuid,name,create_time,size,comment",
         )
-        return _snapshot_record(resource, volume_uuid)
+        return snapshot_record(resource, volume_uuid)
 
     def consistency_groups(self, svm: str, name_pattern: str) -> list[CgRecord]:
         def fetch() -> Iterator[CgRecord]:
@@ -287,7 +149,7 @@ class OntapClient:
             for item in ConsistencyGroup.get_collection(
                 connection=self.connection, raw=True, **query
             ):
-                data = _data(item)
+                data = resource_data(item)
                 volumes = tuple(str(v.get("uuid", "")) for v in data.get("volumes") or [])
                 yield CgRecord(str(data["uuid"]), str(data["name"]), volumes)
 
@@ -396,7 +258,9 @@ class OntapClient:
 
         found = self.call(f"looking up snapshot {name!r} of consistency group {cg_uuid}", fetch)
         return [
-            record for item in found for record in _cg_snapshot_members(_data(item), name, comment)
+            record
+            for item in found
+            for record in cg_snapshot_members(resource_data(item), name, comment)
         ]
 
     def delete_snapshot(self, volume_uuid: str, snapshot_uuid: str) -> None:
@@ -432,7 +296,7 @@ class OntapClient:
             f"POST /api/storage/volumes/{name}",
         )
         self._read(f"reading clone {name!r}", volume, "uuid,name,svm.name,size,clone.is_flexclone")
-        return _volume_record(volume)
+        return volume_record(volume)
 
     def volume(self, volume_uuid: str) -> VolumeRecord:
         volume = self._read(
@@ -441,7 +305,7 @@ class OntapClient:
             "uuid,name,svm.name,size,clone.is_flexclone,clone.parent_volume.uuid,"
             "clone.parent_snapshot.uuid",
         )
-        return _volume_record(volume)
+        return volume_record(volume)
 
     def delete_volume(self, volume_uuid: str) -> None:
         self._write(
@@ -449,93 +313,3 @@ class OntapClient:
             OntapVolume(uuid=volume_uuid),
             f"DELETE /api/storage/volumes/{volume_uuid}",
         )
-
-
-def _data(item: Any) -> dict[str, Any]:
-    """The JSON of a resource: as received for raw collections, serialised for full ones."""
-    if isinstance(item, RawResource):
-        data: dict[str, Any] = item.resource_data
-        return data
-    full: dict[str, Any] = item.to_dict()
-    return full
-
-
-def _lookup(data: dict[str, Any], dotted: str, default: Any = None) -> Any:
-    value: Any = data
-    for part in dotted.split("."):
-        if not isinstance(value, dict) or part not in value:
-            return default
-        value = value[part]
-    return value
-
-
-def _cg_snapshot_members(data: dict[str, Any], name: str, comment: str) -> list[SnapshotRecord]:
-    created = _timestamp(data.get("create_time"))
-    return [
-        SnapshotRecord(
-            uuid=str(_lookup(item, "snapshot.uuid", "")),
-            name=name,
-            volume_uuid=str(_lookup(item, "volume.uuid", "")),
-            create_time=created,
-            size=0,
-            comment=comment,
-        )
-        for item in data.get("snapshot_volumes") or []
-    ]
-
-
-def _volume_record(item: Any) -> VolumeRecord:
-    data = _data(item)
-    return VolumeRecord(
-        uuid=str(data["uuid"]),
-        name=str(data["name"]),
-        svm=str(_lookup(data, "svm.name", "")),
-        size=int(data.get("size") or 0),
-        is_flexclone=bool(_lookup(data, "clone.is_flexclone", False)),
-        parent_volume_uuid=str(_lookup(data, "clone.parent_volume.uuid", "")),
-        parent_snapshot_uuid=str(_lookup(data, "clone.parent_snapshot.uuid", "")),
-    )
-
-
-def _snapshot_record(item: Any, volume_uuid: str) -> SnapshotRecord:
-    data = _data(item)
-    return SnapshotRecord(
-        uuid=str(data["uuid"]),
-        name=str(data["name"]),
-        volume_uuid=volume_uuid,
-        create_time=_timestamp(data.get("create_time")),
-        size=int(data.get("size") or 0),
-        comment=str(data.get("comment") or ""),
-    )
-
-
-def _timestamp(value: Any) -> datetime.datetime:
-    """ONTAP times are ISO 8601 with the cluster's UTC offset."""
-    if isinstance(value, datetime.datetime):
-        return value
-    if isinstance(value, str):
-        return datetime.datetime.fromisoformat(value)
-    return datetime.datetime.fromtimestamp(0, datetime.UTC)
-
-
-def _reason(error: BaseException) -> str:
-    """The innermost useful message of a requests/urllib3 error chain."""
-    text = str(error)
-    for marker in ("certificate verify failed", "Connection refused", "Name or service not known"):
-        if marker in text:
-            return marker
-    return text.split("Caused by", 1)[-1].strip(" ()'\"") if "Caused by" in text else text
-
-
-def _is_read_timeout(error: BaseException | None) -> bool:
-    """urllib3 wraps read timeouts of retried GETs in a ConnectionError."""
-    return error is not None and "Read timed out" in str(error)
-
-
-def _seconds(value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        return None

@@ -32,7 +32,6 @@ decision before it acts.
 from __future__ import annotations
 
 import datetime
-import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
@@ -47,8 +46,10 @@ from ringsnap.plugins.errors import (
     QuotaExceededError,
     UnsupportedError,
 )
-from ringsnap.plugins.ontap.client import OntapClient, SnapshotRecord, VolumeRecord
+from ringsnap.plugins.ontap.client import OntapClient
 from ringsnap.plugins.ontap.config import OntapSettings
+from ringsnap.plugins.ontap.records import SnapshotRecord, VolumeRecord
+from ringsnap.plugins.ontap.temporary_groups import TemporaryGroups
 from ringsnap.plugins.types import (
     Capabilities,
     SnapshotInfo,
@@ -60,9 +61,6 @@ from ringsnap.plugins.types import (
 MAX_VOLUMES_PER_GROUP = 80
 MAX_SNAPSHOTS_PER_VOLUME = 1023
 _SNAPSHOT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}$")
-# PreparedSnapshot.state keys.
-_CG_UUID = "consistency_group_uuid"
-_CG_NAME = "consistency_group_name"
 
 _log = get_logger(__name__)
 
@@ -74,6 +72,7 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
     def __init__(self, array: str, settings: OntapSettings) -> None:
         super().__init__(array, settings)
         self.client = OntapClient(array, settings)
+        self._groups = TemporaryGroups(self.client, settings, array=array, driver=self.name)
 
     def capabilities(self) -> Capabilities:
         return Capabilities(
@@ -110,8 +109,8 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
         try:
             ref = self.describe_group_snapshot(prepared, self.commit_group_snapshot(prepared))
         except DriverError as error:
-            raise error.left_behind(self._release(prepared)) from None
-        leftovers = self._release(prepared)
+            raise error.left_behind(self._groups.release(prepared)) from None
+        leftovers = self._groups.release(prepared)
         if leftovers:
             # The snapshot is good, but the CG would block the next snapshot of these volumes.
             # Retryable: a repeat finds the snapshot and removes the CG.
@@ -136,7 +135,7 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
         existing = self._named(members, name)
         if len(existing) == len(members):
             # A repeat after a failed clean-up: finish the clean-up, then answer as before.
-            self._sweep_temporary_groups(members)
+            self._groups.sweep(members)
             ref = self._ref(name, members, existing)
             return PreparedSnapshot(self.array, self.name, name, tuple(members), existing=ref)
         if existing:
@@ -148,8 +147,8 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
                 array=self.array,
             )
         # Also removes the CG of an earlier attempt of this very call (a timed-out POST).
-        cg_name = self._temporary_group_name(name)
-        self._sweep_temporary_groups(members, also_named=cg_name)
+        cg_name = self._groups.name(name)
+        self._groups.sweep(members, also_named=cg_name)
         try:
             cg_uuid = self.client.create_consistency_group(
                 self._settings.svm, cg_name, [volume.name for volume in members]
@@ -170,7 +169,7 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
             self.name,
             name,
             tuple(members),
-            state=((_CG_UUID, cg_uuid), (_CG_NAME, cg_name)),
+            state=self._groups.state(cg_uuid, cg_name),
         )
 
     def commit_group_snapshot(self, prepared: PreparedSnapshot) -> SnapshotRef:
@@ -178,7 +177,7 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
         the snapshot; its members' uuids are read by `describe_group_snapshot` after the thaw."""
         if prepared.existing is not None:
             return prepared.existing
-        cg_uuid = self._prepared_group(prepared)
+        cg_uuid = self._groups.of(prepared)
         name = prepared.name
         members = list(prepared.volumes)
         try:
@@ -200,7 +199,7 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
         name = ref.snapshot_name
         members = [member.volume for member in ref.members]
         made = self.client.cg_snapshot(
-            self._prepared_group(prepared), name, self._settings.snapshot_comment
+            self._groups.of(prepared), name, self._settings.snapshot_comment
         )
         return self._complete_ref(name, members, {r.volume_uuid: r for r in made})
 
@@ -232,11 +231,11 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
     def finish_group_snapshot(self, prepared: PreparedSnapshot) -> None:
         """Delete the temporary CG; its member snapshots stay, as plain volume snapshots."""
         try:
-            self._delete_group(prepared)
+            self._groups.delete(prepared)
         except DriverError as error:
             # Retryable errors are tried again by the middleware; what remains is swept by the
             # next prepare of these volumes.
-            raise error.left_behind((self._group_label(prepared),)) from None
+            raise error.left_behind((self._groups.label(prepared),)) from None
 
     def abort_group_snapshot(self, prepared: PreparedSnapshot) -> None:
         """The same as finish: a failed CG snapshot made nothing, so only the CG is left."""
@@ -425,59 +424,6 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
                 found[volume.id] = record
         return found
 
-    def _temporary_group_name(self, snapshot_name: str) -> str:
-        digest = hashlib.sha256(snapshot_name.encode()).hexdigest()[:16]
-        return f"{self._settings.cg_prefix}{digest}"
-
-    def _sweep_temporary_groups(self, members: Sequence[Volume], *, also_named: str = "") -> None:
-        """Delete our temporary CGs that hold any of these volumes (left by a failed run), and
-        the one named `also_named` whatever it holds (an earlier attempt whose creation job may
-        not have attached the volumes yet; its name would block this one)."""
-        ids = {volume.id for volume in members}
-        for group in self.client.consistency_groups(
-            self._settings.svm, f"{self._settings.cg_prefix}*"
-        ):
-            if ids & set(group.volume_uuids) or (also_named and group.name == also_named):
-                _log.warning(
-                    "removing a temporary consistency group left by an earlier run",
-                    array=self.array,
-                    consistency_group=group.name,
-                )
-                self.client.delete_consistency_group(group.uuid)
-
-    def _release(self, prepared: PreparedSnapshot) -> tuple[str, ...]:
-        """Remove the temporary CG; what could not be removed, for an error's leftovers."""
-        try:
-            self._delete_group(prepared)
-        except DriverError as error:
-            return (f"{self._group_label(prepared)}: {error}",)
-        return ()
-
-    def _delete_group(self, prepared: PreparedSnapshot) -> None:
-        cg_uuid = prepared.value(_CG_UUID)
-        if not cg_uuid:
-            return
-        try:
-            self.client.delete_consistency_group(cg_uuid)
-        except NotFoundError:
-            return
-
-    def _group_label(self, prepared: PreparedSnapshot) -> str:
-        return (
-            f"temporary consistency group {prepared.value(_CG_NAME)}"
-            f" ({prepared.value(_CG_UUID)}) in SVM {self._settings.svm}"
-        )
-
-    def _prepared_group(self, prepared: PreparedSnapshot) -> str:
-        cg_uuid = prepared.value(_CG_UUID)
-        if prepared.array != self.array or prepared.driver != self.name or not cg_uuid:
-            raise DriverError(
-                f"snapshot {prepared.name!r} was not prepared by this driver for this array"
-                f" (prepared by {prepared.driver!r} for {prepared.array!r})",
-                array=self.array,
-            )
-        return cg_uuid
-
     def _ref(
         self, name: str, members: Sequence[Volume], found: Mapping[str, SnapshotRecord]
     ) -> SnapshotRef:
@@ -489,7 +435,7 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
         return SnapshotRef(
             array=self.array,
             driver=self.name,
-            group=self._temporary_group_name(name),
+            group=self._groups.name(name),
             snapshot_id=name,
             snapshot_name=name,
             created_at=created,

@@ -668,7 +668,7 @@ def test_a_prepare_sweeps_a_group_of_its_own_name_whatever_volumes_it_holds_yet(
     volumes = [v for v in ontap.volumes() if v.name != "vol_c"]
     inner = driver.driver
     assert isinstance(inner, OntapDriver)
-    name = inner._temporary_group_name("again")
+    name = inner._groups.name("again")
     inner.client.create_consistency_group(inner._settings.svm, name, ["vol_c"])
     prepared = driver.prepare_group_snapshot(volumes, "again")
     driver.commit_group_snapshot(prepared)
