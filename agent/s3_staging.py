@@ -34,6 +34,7 @@ from ringsnap.agent.s3.client import make_client
 from ringsnap.agent.s3.commitlog import read_commitlog_object
 from ringsnap.agent.s3.download_check import DownloadCheck, Room
 from ringsnap.agent.s3.layout import Layout, node_name
+from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.agent.s3_restore import DOWNLOADED_MARKER, S3Restore
 from ringsnap.api.v1 import agent_pb2
 from ringsnap.errors import ValidationError
@@ -71,9 +72,16 @@ class S3Staging:
     """The plan's cheap check and the discard of one node (blocking methods: run them in
     threads). `downloading(operation_id)` says whether that operation's download runs here."""
 
-    def __init__(self, restores: S3Restore, downloading: Callable[[str], bool]) -> None:
+    def __init__(
+        self,
+        restores: S3Restore,
+        downloading: Callable[[str], bool],
+        *,
+        client: Callable[[S3Settings], Any] = make_client,
+    ) -> None:
         self.restores = restores
         self.downloading = downloading
+        self.client = client
 
     # -- the plan --------------------------------------------------------------------------------
 
@@ -93,7 +101,7 @@ class S3Staging:
         if not complete and (staged or not expected_bytes or not one_filesystem):
             return restores.check(operation_id, backup_id, node)
         settings = restores.settings()
-        client = make_client(settings)
+        client = self.client(settings)
         layout = Layout(settings.prefix)
         key = layout.manifest_key(backup_id, node)
         found, problem = True, ""

@@ -1,10 +1,12 @@
-"""Benchmark: what the plan's bucket check (CheckS3Download) costs a node of a restore from S3.
+"""Benchmark: what the plan's bucket check costs a node of a restore from S3.
 
-The agent reads the node's whole manifest object (gzip'd JSON lines, one per component) and looks
-at each component's staged file. This times `check_download` over a manifest object of N
+CheckS3Download reads the node's whole manifest object (gzip'd JSON lines, one per component) and
+looks at each component's staged file. This times `check_download` over a manifest object of N
 components served from memory (the store's transfer time is not in it: it is one GET of the
 object, whose size is printed), with nothing staged (a first plan) and with every file staged
-(a plan after an interrupted download), in a temporary directory.
+(a plan after an interrupted download), in a temporary directory. Beside it, CheckS3Room
+(`S3Staging.check_room`), which the plan now asks when the export record knows the node's bytes:
+on a first plan one HEAD of the manifest object, no read of it.
 
     .venv/bin/python -m bench.s3_plan_check [--components N]
 """
@@ -23,6 +25,9 @@ from ringsnap.agent.s3.backup_manifest import ManifestWriter
 from ringsnap.agent.s3.download_check import check_download
 from ringsnap.agent.s3.layout import Layout
 from ringsnap.agent.s3.settings import S3Settings
+from ringsnap.agent.s3_restore import S3Restore
+from ringsnap.agent.s3_staging import S3Staging
+from ringsnap.agent.snapshot_restore import SnapshotRecords
 
 SETTINGS = S3Settings(bucket="bench")
 COMPONENTS = ("Data.db", "Index.db", "Summary.db", "Filter.db", "Statistics.db", "TOC.txt")
@@ -38,6 +43,11 @@ class _MemoryStore:
         if key != self.key:
             raise KeyError(key)
         out.write(self.body)
+
+    def head_object(self, Bucket: str, Key: str) -> Any:
+        if Key != self.key:
+            raise KeyError(Key)
+        return {"ContentLength": len(self.body)}
 
     def get_object(self, Bucket: str, Key: str) -> Any:
         error: Any = Exception("NoSuchKey")
@@ -101,6 +111,20 @@ def main() -> None:
             )
 
         timed("nothing staged")
+        restores = S3Restore(
+            data_directories=[data],
+            commitlog_directory=Path(directory) / "commitlog",
+            s3=SETTINGS,
+            records=SnapshotRecords(Path(directory) / "records"),
+        )
+        room = S3Staging(restores, lambda _operation: False, client=lambda _settings: store)
+        started = time.perf_counter()
+        check = room.check_room("rr-1", "b1", "node1", 100 * options.components)
+        seconds = time.perf_counter() - started
+        print(
+            f"nothing staged, CheckS3Room from the export record's bytes: {seconds * 1000:.1f} ms,"
+            f" {check.rooms[0].bytes_needed} bytes still to download"
+        )
         for relative in paths:
             path = staging / relative
             path.parent.mkdir(parents=True, exist_ok=True)
