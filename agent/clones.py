@@ -200,6 +200,13 @@ def mount_points_for(base: Path, volumes: Sequence[CloneVolume]) -> list[str]:
     return points
 
 
+#: A clone the kernel finds busy is tried again this many times in all, this far apart, before the
+#: unmount is refused (never lazily): a reader that has just ended (an export's transfers winding
+#: down after a cancel) may let go of it a moment later. Each retry is logged.
+UNMOUNT_ATTEMPTS = 3
+UNMOUNT_RETRY_SECONDS = 1.0
+
+
 class CloneMounter:
     """MountClones and UnmountClones for one agent; one call at a time."""
 
@@ -363,7 +370,7 @@ class CloneMounter:
         for index, clone in reversed(list(enumerate(record.clones))):
             if clone.mount_point in mounted:
                 try:
-                    await self.host.umount(clone.mount_point)
+                    await self._umount(purpose_id, clone.mount_point)
                 except (CommandFailed, CommandTimeout) as exc:
                     raise Conflict(
                         f"clone {clone.volume} at {clone.mount_point} cannot be unmounted ({exc});"
@@ -380,6 +387,23 @@ class CloneMounter:
         self.records.remove(purpose_id)
         log.warning("clones detached", purpose_id=purpose_id, volumes=detached)
         return sorted(detached)
+
+    async def _umount(self, purpose_id: str, mount_point: str) -> None:
+        for attempt in range(1, UNMOUNT_ATTEMPTS + 1):
+            try:
+                await self.host.umount(mount_point)
+                return
+            except CommandFailed as exc:
+                if attempt == UNMOUNT_ATTEMPTS:
+                    raise
+                log.warning(
+                    "clone busy: unmount tried again shortly",
+                    purpose_id=purpose_id,
+                    mount_point=mount_point,
+                    attempt=attempt,
+                    error=str(exc)[:300],
+                )
+                await asyncio.sleep(UNMOUNT_RETRY_SECONDS)
 
     async def recover(self, why: str = "left by a previous agent") -> None:
         """Tear down every recorded clone, logged: at start (a previous process left them) and

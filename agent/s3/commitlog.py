@@ -36,6 +36,7 @@ import gzip
 import io
 import json
 import os
+import threading
 import time
 import zlib
 from collections.abc import Iterator
@@ -45,7 +46,7 @@ from typing import IO, Any
 
 from ringsnap.agent.s3.client import S3Client
 from ringsnap.agent.s3.download import PARTIAL_SUFFIX, DownloadRefused
-from ringsnap.agent.s3.export import ExportFailed
+from ringsnap.agent.s3.export import ExportCancelled, ExportFailed
 from ringsnap.agent.s3.layout import SEGMENT_NAME, Layout, node_name
 from ringsnap.agent.s3.progress import Reporter, Tracker
 from ringsnap.agent.s3.settings import S3Settings
@@ -115,12 +116,16 @@ class _Crc32Reader:
     each time from the start: a read from offset 0 starts the CRC again.
     """
 
-    def __init__(self, raw: IO[bytes]) -> None:
+    def __init__(self, raw: IO[bytes], cancel: threading.Event | None = None) -> None:
         self._raw = raw
+        self._cancel = cancel
         self.crc32 = 0
         self.covered = 0
 
     def read(self, size: int = -1) -> bytes:
+        if self._cancel is not None and self._cancel.is_set():
+            # Ends the request at once (a segment takes long at a limited bandwidth).
+            raise ExportCancelled("the export was cancelled by its caller")
         start = self._raw.tell()
         data = self._raw.read(size)
         if start == 0:
@@ -147,9 +152,11 @@ def export_commitlog(
     node: str,
     directory: Path | None,
     progress: Reporter | None = None,
+    cancel: threading.Event | None = None,
 ) -> CommitlogExport:
     """Upload the segments in `directory` (the snapshot's commit-log directory; None: the backup
-    captured none, e.g. a native snapshot) and then the list object."""
+    captured none, e.g. a native snapshot) and then the list object. Once `cancel` is set, the
+    segment being sent stops at its next read and `ExportCancelled` is raised (its file closed)."""
     valid_backup_id(backup_id)
     node_name(node)
     layout = Layout(settings.prefix)
@@ -171,13 +178,22 @@ def export_commitlog(
         assert directory is not None
         key = layout.segment_key(node, backup_id, name)
         path = directory / name
+        if cancel is not None and cancel.is_set():
+            raise ExportCancelled(
+                f"node {node}: the export of backup {backup_id} was cancelled by its caller"
+                " during its commit log; what was uploaded stays (a rerun uploads only what is"
+                " missing)"
+            )
         if present.get(key) == size:
             segments.append(Segment(key, name, size, _file_crc32(path, size, node)))
             tracker.skipped(size)
             continue
         segments.append(
             Segment(
-                key, name, size, _upload(client, settings.bucket, key, path, size=size, node=node)
+                key,
+                name,
+                size,
+                _upload(client, settings.bucket, key, path, size=size, node=node, cancel=cancel),
             )
         )
         tracker.transferred(size)
@@ -205,16 +221,30 @@ def export_commitlog(
     )
 
 
-def _upload(client: S3Client, bucket: str, key: str, path: Path, *, size: int, node: str) -> int:
+def _upload(
+    client: S3Client,
+    bucket: str,
+    key: str,
+    path: Path,
+    *,
+    size: int,
+    node: str,
+    cancel: threading.Event | None = None,
+) -> int:
     try:
         with path.open("rb") as raw:
-            reader = _Crc32Reader(raw)
+            reader = _Crc32Reader(raw, cancel)
             client.put_object(Bucket=bucket, Key=key, Body=reader, ContentLength=size)
     except OSError as exc:
         raise ExportFailed(
             f"node {node}: {path} cannot be read ({exc.strerror}); is the snapshot still mounted?"
         ) from None
     except Exception as exc:
+        if cancel is not None and cancel.is_set():
+            raise ExportCancelled(
+                f"node {node}: the export was cancelled by its caller while {path} was sent;"
+                " what was uploaded stays (a rerun uploads only what is missing)"
+            ) from None
         raise ExportFailed(
             f"node {node}: upload of {path} to {key!r} failed: {exc}; run the export again"
         ) from exc

@@ -20,9 +20,12 @@ The manifest object is written last: the backup counts as exported once it exist
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
+import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -32,6 +35,7 @@ from typing import Any
 
 from s3transfer.manager import TransferConfig, TransferManager
 from s3transfer.subscribers import BaseSubscriber
+from s3transfer.utils import OSUtils
 
 from ringsnap.agent.errors import DomainError
 from ringsnap.agent.manifest import SSTable
@@ -47,10 +51,21 @@ log = get_logger(__name__)
 
 ManifestSource = Callable[[], Iterable[list[SSTable]]]
 _MAX_PARTS = 10_000
+#: How long a cancelled export waits for its transfers in flight to notice (at their next read of
+#: a file) before it closes their files under them: the export's source must be unmountable soon
+#: after its caller went away.
+CANCEL_GRACE_SECONDS = 5.0
+#: How long a wait for a transfer goes without looking at the cancel event (a finished transfer
+#: wakes it at once).
+_CANCEL_POLL_SECONDS = 0.2
 
 
 class ExportFailed(DomainError):
     """The export stopped; the message names the node, the file or key, and what to do."""
+
+
+class ExportCancelled(ExportFailed):
+    """The caller cancelled the export; what was uploaded stays (a rerun skips it)."""
 
 
 @dataclass(frozen=True)
@@ -86,14 +101,67 @@ def transfer_config(settings: S3Settings, largest_file: int = 0) -> TransferConf
 
 
 class _Progress(BaseSubscriber):  # type: ignore[misc]
-    def __init__(self, tracker: Tracker) -> None:
+    """Progress into the tracker. A reporter that raises (a caller gone) must not raise into
+    s3transfer: its file reader calls back while it closes, and an exception there skips the
+    close of the file, which then stays open (keeping a clone busy) until garbage collected. The
+    exception is kept in `failure`, that transfer is cancelled and `stop` (if any) is set."""
+
+    def __init__(self, tracker: Tracker, stop: threading.Event | None = None) -> None:
         self._tracker = tracker
+        self._stop = stop
+        self.failure: BaseException | None = None
+
+    def _report(self, future: Any, call: Callable[[], None]) -> None:
+        try:
+            call()
+        except Exception as exc:
+            if self.failure is None:
+                self.failure = exc
+            if self._stop is not None:
+                self._stop.set()
+            future.cancel()
 
     def on_progress(self, future: Any, bytes_transferred: int, **_: Any) -> None:
-        self._tracker.transferred(bytes_transferred)
+        self._report(future, lambda: self._tracker.transferred(bytes_transferred))
 
     def on_done(self, future: Any, **_: Any) -> None:
-        self._tracker.file_transferred()
+        self._report(future, self._tracker.file_transferred)
+
+
+class _Wake(BaseSubscriber):  # type: ignore[misc]
+    """Sets `event` whenever a transfer ends, so that a loop waiting for one wakes at once."""
+
+    def __init__(self, event: threading.Event) -> None:
+        self._event = event
+
+    def on_done(self, future: Any, **_: Any) -> None:
+        self._event.set()
+
+
+class _TrackedFiles(OSUtils):  # type: ignore[misc]
+    """s3transfer's file opening, remembering every file it opened for one export (weakly), so
+    that the export closes whatever s3transfer left open before it returns: nothing of the export
+    may keep its source (a clone to unmount) busy after it ended."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._files: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def open(self, filename: str, mode: str) -> Any:
+        opened = super().open(filename, mode)
+        with self._lock:
+            self._files.add(opened)
+        return opened
+
+    def close_all(self) -> list[str]:
+        """Close the files still open; their names."""
+        with self._lock:
+            left = [f for f in self._files if not f.closed]
+            self._files = weakref.WeakSet()
+        for opened in left:
+            opened.close()
+        return [str(getattr(f, "name", "?")) for f in left]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +180,14 @@ def export_node(
     data_directories: Sequence[Path | str],
     manifest: ManifestSource,
     progress: Reporter | None = None,
+    cancel: threading.Event | None = None,
 ) -> ExportResult:
-    """Upload what is missing of the node's SSTables, then the backup's manifest object."""
+    """Upload what is missing of the node's SSTables, then the backup's manifest object.
+
+    Once `cancel` is set (or `progress` raised), no file is started, the transfers in flight are
+    cancelled and given CANCEL_GRACE_SECONDS to stop, every file the export opened is closed, and
+    `ExportCancelled` (or what `progress` raised) is raised: what was uploaded stays for a rerun.
+    """
     valid_backup_id(backup_id)
     node_name(node)
     layout = Layout(settings.prefix)
@@ -125,15 +199,32 @@ def export_node(
     listing = _TableListing(client, settings.bucket)
     manifest_key = layout.manifest_key(backup_id, node)
     uploaded_bytes_before = 0
+    stop = cancel or threading.Event()
+    ended = threading.Event()
+    reporting = _Progress(tracker, stop)
+    subscribers = [reporting, _Wake(ended)]
+
+    def check_cancel() -> None:
+        if not stop.is_set():
+            return
+        if reporting.failure is not None:
+            raise reporting.failure
+        raise ExportCancelled(
+            f"node {node}: the export of backup {backup_id} was cancelled by its caller; what"
+            " was uploaded stays (a rerun uploads only what is missing)"
+        )
+
+    files = _TrackedFiles()
     with (
         tempfile.TemporaryFile(prefix="ringsnap-s3-manifest-") as spool,
-        TransferManager(client, transfer_config(settings, largest)) as manager,
+        _closing_leftovers(files, node),
+        TransferManager(client, transfer_config(settings, largest), osutil=files) as manager,
     ):
         writer = ManifestWriter(spool, backup_id=backup_id, node=node)
         window: deque[_Pending] = deque()
-        subscribers = [_Progress(tracker)]
         try:
             for table, component, key in _components(manifest(), layout, node):
+                check_cancel()
                 root = roots[table.data_directory]
                 writer.add(
                     key, root, component.size_bytes, component.mtime_ns, table.data_digest_crc32
@@ -147,12 +238,16 @@ def export_node(
                 future = manager.upload(path, settings.bucket, key, subscribers=subscribers)
                 window.append(_Pending(future, path, key))
                 while len(window) >= settings.files_in_flight:
+                    _wait(window[0], ended, check_cancel)
                     _finish(window.popleft(), node)
             while window:
+                _wait(window[0], ended, check_cancel)
                 _finish(window.popleft(), node)
+            check_cancel()
         except BaseException:
             for pending in window:
                 pending.future.cancel()
+            _wind_down(window, files, node)
             raise
         writer.close()
         spool.seek(0)
@@ -243,6 +338,52 @@ def _unchanged(path: str, size: int, mtime_ns: int, node: str) -> None:
             f"node {node}: {path} changed since the manifest was taken (size {size} ->"
             f" {status.st_size}); export from a snapshot, not from live files"
         )
+
+
+def _wait(pending: _Pending, ended: threading.Event, check_cancel: Callable[[], None]) -> None:
+    """Wait for `pending`'s transfer, but no longer than until the export is cancelled. `ended`
+    is cleared before `done()` is looked at, so that the end of this one is never missed."""
+    while True:
+        ended.clear()
+        if pending.future.done():
+            check_cancel()  # a transfer cancelled by a failed report: say why, not "cancelled"
+            return
+        check_cancel()
+        ended.wait(_CANCEL_POLL_SECONDS)
+
+
+def _wind_down(window: Iterable[_Pending], files: _TrackedFiles, node: str) -> None:
+    """After a cancel or a failure: give the cancelled transfers CANCEL_GRACE_SECONDS to stop
+    (a part stops at its next read of its file), then close their files under them, so that the
+    transfer manager's shutdown does not wait for them and no file of the source stays open."""
+    deadline = time.monotonic() + CANCEL_GRACE_SECONDS
+    for pending in window:
+        while not pending.future.done() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    if any(not pending.future.done() for pending in window):
+        closed = files.close_all()
+        log.warning(
+            "transfers still running after the export stopped: their files closed under them",
+            node=node,
+            files=closed[:20],
+            grace_seconds=CANCEL_GRACE_SECONDS,
+        )
+
+
+@contextlib.contextmanager
+def _closing_leftovers(files: _TrackedFiles, node: str) -> Iterator[None]:
+    """Once the transfer manager is shut down: close every file it opened and left open."""
+    try:
+        yield
+    finally:
+        left = files.close_all()
+        if left:
+            log.warning(
+                "files of the export left open by the transfers: closed",
+                node=node,
+                files=left[:20],
+                count=len(left),
+            )
 
 
 def _finish(pending: _Pending, node: str) -> None:

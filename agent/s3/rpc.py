@@ -4,9 +4,11 @@ streamed to the caller.
 Order of the bucket's writes: the commit-log segments and their list object, then the SSTable
 components, then the SSTable manifest object (last: the node is exported once it exists).
 
-A caller that goes away (a cut RPC, a cancelled coordinator) stops the export: the worker checks a
-flag between files and in every progress report, and the transfers in flight fail. The next export
-of the node waits for the worker to be gone (it is refused meanwhile, naming the running backup).
+A caller that goes away (a cut RPC, a cancelled coordinator) stops the export: the engine checks a
+cancel event between files and while it waits for one, cancels the transfers in flight, gives them a
+few seconds and closes every file they opened, so that the clones it read can be unmounted. An
+UnmountClones of those clones, and the next export of the node, wait for the worker to be gone (a
+bounded wait; the next export is refused meanwhile, naming the running backup).
 """
 
 from __future__ import annotations
@@ -22,9 +24,14 @@ from ringsnap.agent.errors import Conflict
 from ringsnap.agent.manifest import SSTable, manifest
 from ringsnap.agent.s3.client import make_client
 from ringsnap.agent.s3.commitlog import CommitlogExport, export_commitlog
-from ringsnap.agent.s3.export import ExportFailed, ExportResult, export_node
+from ringsnap.agent.s3.export import (
+    CANCEL_GRACE_SECONDS,
+    ExportCancelled,
+    ExportResult,
+    export_node,
+)
 from ringsnap.agent.s3.layout import node_name
-from ringsnap.agent.s3.progress import Progress
+from ringsnap.agent.s3.progress import Progress, Tracker
 from ringsnap.agent.s3.sources import ExportSource, clone_source, native_source
 from ringsnap.api.v1 import agent_pb2
 from ringsnap.errors import ValidationError
@@ -35,12 +42,12 @@ from ringsnap.names import snapshot_tag
 log = get_logger(__name__)
 
 
-#: How long a new export waits for a cancelled one's worker to stop before it is refused.
-CANCELLED_WIND_DOWN_SECONDS = 60.0
-
-
-class ExportCancelled(ExportFailed):
-    """The caller went away; what was uploaded stays (a rerun skips it)."""
+#: How long an unmount of the clones a cancelled export reads, or a new export, waits for its
+#: worker to stop: the engine's grace for the transfers in flight, then their files are closed.
+CANCELLED_WIND_DOWN_SECONDS = CANCEL_GRACE_SECONDS + 10.0
+#: The longest the stream stays silent while the export works: the last progress is sent again.
+#: The coordinator treats a far longer silence as a lost node (coordinator/export/workflow.py).
+HEARTBEAT_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -152,7 +159,13 @@ class S3Exports:
         if cancelled is not None:
             cancelled.set()
         log.warning("stopping the export that reads these clones", purpose_id=purpose_id)
-        await asyncio.to_thread(self._idle.wait, CANCELLED_WIND_DOWN_SECONDS)
+        if not await asyncio.to_thread(self._idle.wait, CANCELLED_WIND_DOWN_SECONDS):
+            log.error(
+                "the export reading these clones did not stop in time; unmounting anyway (a busy"
+                " clone stays mounted and the unmount fails)",
+                purpose_id=purpose_id,
+                seconds=CANCELLED_WIND_DOWN_SECONDS,
+            )
 
     async def export(
         self, message: agent_pb2.ExportToS3Request
@@ -192,12 +205,9 @@ class S3Exports:
 
         def reporter(phase: str) -> Callable[[Progress], None]:
             def report(progress: Progress) -> None:
-                if cancelled.is_set():
-                    raise ExportCancelled(
-                        f"node {request.node}: the export of backup {request.backup_id} was"
-                        " cancelled by its caller"
-                    )
-                send(progress_message(phase, progress))
+                # Called from the transfer threads: never raises (the engine sees the cancel).
+                if not cancelled.is_set():
+                    send(progress_message(phase, progress))
 
             return report
 
@@ -234,6 +244,7 @@ class S3Exports:
                 node=request.node,
                 directory=source.commitlog_directory,
                 progress=reporter("commitlog"),
+                cancel=cancelled,
             )
             try:
                 sstables = export_node(
@@ -244,6 +255,7 @@ class S3Exports:
                     data_directories=roots,
                     manifest=walk_manifest,
                     progress=reporter("sstables"),
+                    cancel=cancelled,
                 )
             finally:
                 # An abandoned walk (a failure, a cut) would hold directories of the clones open
@@ -267,14 +279,24 @@ class S3Exports:
         )
         future = loop.run_in_executor(None, work)
         future.add_done_callback(release)
+        # What the caller saw last, sent again when nothing moved for HEARTBEAT_SECONDS (a long
+        # count, listing or commit-log segment): the caller's silence deadline then means "lost".
+        last = progress_message("starting", Tracker(0, 0, None).snapshot())
         try:
             while not future.done():
                 getter = asyncio.ensure_future(queue.get())
-                await asyncio.wait({getter, future}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(
+                    {getter, future},
+                    timeout=HEARTBEAT_SECONDS,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
                 if getter.done():
-                    yield getter.result()
+                    last = getter.result()
+                    yield last
                 else:
                     getter.cancel()
+                    if not future.done():
+                        yield last
             while not queue.empty():
                 yield queue.get_nowait()
             yield future.result()
