@@ -31,12 +31,18 @@ from ringsnap.coordinator.config import (
     NodeSection,
     RetentionSection,
 )
-from ringsnap.coordinator.drill.cleanups import DrillHosts, cleanup_clone, delete_clone
+from ringsnap.coordinator.drill.cleanups import (
+    DrillHosts,
+    NodeAgentCache,
+    cleanup_clone,
+    delete_clone,
+)
 from ringsnap.coordinator.drill.daemon import start_drill
 from ringsnap.coordinator.drill.plan import DrillRequest
 from ringsnap.coordinator.drill.schedule import DrillService, drill_scheduler, drill_schedules
 from ringsnap.coordinator.drill.session import client_tls, drill_hosts
 from ringsnap.coordinator.export.scheduled import export_scheduled_backup, exports_policy
+from ringsnap.coordinator.export.session import export_node_opener
 from ringsnap.coordinator.metrics import CoordinatorMetrics
 from ringsnap.coordinator.model import (
     Backup,
@@ -131,6 +137,8 @@ class Coordinator:
         self._backup_tasks: set[asyncio.Task[object]] = set()
         # Drill hosts, for the pending cleanups of drill clones (opened on first use).
         self.drill_hosts = DrillHosts(lambda: drill_hosts(config, client_tls(config)))
+        # Nodes' agents, for the pending cleanups of clones a node mounted (exports).
+        self.clone_nodes = NodeAgentCache(export_node_opener(config))
         self.scheduler = BackupScheduler(
             [s.schedule() for s in config.schedules],
             self._scheduled_backup,
@@ -213,6 +221,7 @@ class Coordinator:
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.drill_scheduler.wait_idle()
         await self.drill_hosts.close()
+        await self.clone_nodes.close()
 
     def _track(self, task: asyncio.Task[None]) -> None:
         """A task `stop` must wait for (a restore's clean-up started after its cancellation)."""
@@ -431,7 +440,11 @@ class Coordinator:
                 elif array is None:
                     raise RingsnapError(f"array {cleanup.array!r} is no longer configured")
                 elif (clone := cleanup_clone(cleanup.snapshot_name)) is not None:
-                    await delete_clone(clone, array, self.drill_hosts.get())
+                    if (holder := self.scheduler.guard.running(clone.cluster)) is not None:
+                        # Its drill or export may still be using it: the next round retries.
+                        log.info("clone cleanup deferred", clone=cleanup.name, by=holder.trigger)
+                        continue
+                    await delete_clone(clone, array, self.drill_hosts.get(), self.clone_nodes.get)
                 elif cleanup.ref is not None:
                     await array.delete_snapshot(cleanup.ref)
                 elif not await self._delete_by_name(array, cleanup):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,6 +125,24 @@ def client_tls(config: CoordinatorConfig) -> ClientTls:
         ca=Path(config.tls.ca_file).read_bytes(),
         server_name=config.tls.agent_server_name or "",
     )
+
+
+def export_node_opener(config: CoordinatorConfig) -> Callable[[str, str], GrpcExportNode | None]:
+    """The agent of a configured node (by cluster and node name), for the pending cleanups of the
+    clones it mounted; None for a node the configuration does not have."""
+    tls: list[ClientTls] = []
+
+    def open_node(cluster_name: str, node_name: str) -> GrpcExportNode | None:
+        cluster = next((c for c in config.clusters if c.name == cluster_name), None)
+        nodes = cluster.nodes if cluster is not None else []
+        node = next((n for n in nodes if n.name == node_name), None)
+        if node is None:
+            return None
+        if not tls:
+            tls.append(client_tls(config))
+        return GrpcExportNode(node.name, node.agent, tls[0])
+
+    return open_node
 
 
 @contextlib.asynccontextmanager

@@ -55,6 +55,10 @@ log = get_logger(__name__)
 Progress = Callable[[str, str], None]
 Mirror = Callable[[ExportRecord], Awaitable[None]]
 DEFAULT_PARALLEL_NODES = 2
+#: A node's ExportToS3 stream silent this long (no progress; the agent repeats its last progress
+#: every few seconds while it works, however slowly) is taken for a lost node: its export fails
+#: naming it, and its clones are deleted only once it confirms they are unmounted.
+PROGRESS_SILENCE_SECONDS = 120.0
 _ARRAY_TIMEOUT = 900.0
 _EXPORTABLE = (BackupState.COMPLETE, BackupState.PARTIAL)
 
@@ -149,6 +153,7 @@ class ExportWorkflow:
         parallel_nodes: int = DEFAULT_PARALLEL_NODES,
         progress: Progress | None = None,
         mirror: Mirror | None = None,
+        silence_seconds: float = PROGRESS_SILENCE_SECONDS,
     ) -> None:
         self.backup = backup
         self.nodes = dict(nodes)
@@ -157,6 +162,7 @@ class ExportWorkflow:
         self.parallel_nodes = max(1, parallel_nodes)
         self.progress = progress or _quiet
         self.mirror = mirror
+        self.silence_seconds = silence_seconds
         self.purpose = purpose_id(backup.id)
         self.record: ExportRecord | None = None
 
@@ -363,7 +369,9 @@ class ExportWorkflow:
                 by_volume[c.volume],
                 f"clone of {c.volume} made to export backup {self.backup.id} from node {name}",
                 cluster=self.backup.cluster,
-                purpose_id="",
+                # The node's agent mounts it: a retry unmounts it there before deleting it.
+                purpose_id=self.purpose,
+                node=name,
             )
             for c in wanted
         ]
@@ -404,12 +412,36 @@ class ExportWorkflow:
     async def _upload(
         self, name: str, port: ExportNodePort, *, purpose_id: str = "", snapshot_tag: str = ""
     ) -> NodeUpload:
+        heard = time.monotonic()
+
         def report(progress: UploadProgress) -> None:
+            nonlocal heard
+            heard = time.monotonic()
             self.progress(name, describe_progress(progress))
 
-        upload = await port.export_to_s3(
-            self.backup.id, purpose_id=purpose_id, snapshot_tag=snapshot_tag, progress=report
+        call = asyncio.ensure_future(
+            port.export_to_s3(
+                self.backup.id, purpose_id=purpose_id, snapshot_tag=snapshot_tag, progress=report
+            )
         )
+        try:
+            while not call.done():
+                silent_for = time.monotonic() - heard
+                if silent_for >= self.silence_seconds:
+                    raise _StepFailed(
+                        NodeStep.EXPORT,
+                        f"no progress from node {name} for {self.silence_seconds:g} s (its agent"
+                        " stopped answering, or the network to it is cut): the node is treated as"
+                        " lost; its clones are deleted only once it confirms they are unmounted"
+                        " (else they stay pending cleanups); run the export again once it answers",
+                    )
+                await asyncio.wait({call}, timeout=self.silence_seconds - silent_for)
+        finally:
+            if not call.done():
+                call.cancel()  # cuts the stream: a live agent stops uploading
+                with contextlib.suppress(BaseException):
+                    await call
+        upload = call.result()
         await self._node(name, step=NodeStep.EXPORT)
         return upload
 

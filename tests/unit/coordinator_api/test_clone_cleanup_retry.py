@@ -1,0 +1,207 @@
+"""The daemon's pending-cleanup retry of a clone a node mounted (an export's): one path for every
+clone, unmounting on the agent that mounted it before the array deletes it. Through the real
+coordinator and catalog; the node's agent and the array are fakes that record the order of calls.
+
+- the node answers: UnmountClones there, then the deletion on the array;
+- the node does not answer: the clone is kept (never deleted while it may be mounted), the
+  cleanup stays with its error naming the node, and is retried;
+- nothing is mounted any more (the agent knows no clone of the purpose): the deletion proceeds;
+- a node the configuration no longer has: kept, saying what to do by hand;
+- while the clone's cluster is held (its export or drill may still read the clone): not touched,
+  retried once the cluster is free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from ringsnap.coordinator.agents import AgentError
+from ringsnap.coordinator.drill.cleanups import (
+    NodeAgentCache,
+    cleanup_clone,
+    clone_cleanup,
+)
+from ringsnap.coordinator.export.model import purpose_id
+from ringsnap.coordinator.export.session import export_node_opener
+from ringsnap.coordinator.scheduler import BackupRequest
+from ringsnap.plugins.types import Volume
+from tests.unit.coordinator_api.conftest import Harness
+
+BACKUP = "rs-20261124-030000-abcd"
+PURPOSE = purpose_id(BACKUP)
+CLONE = Volume("n2_data_ex_20261124_030000_abcd_1f2e3d", "c-n2-data")
+
+
+class NodeAgent:
+    """A node's agent: UnmountClones records an event, or raises `fail` (once per call)."""
+
+    def __init__(self, events: list[str], mounted: Sequence[str] = ("n2_data",)) -> None:
+        self.events = events
+        self.mounted = list(mounted)
+        self.fail: Exception | None = None
+
+    async def unmount_clones(self, purpose: str) -> list[str]:
+        self.events.append(f"n2:unmount:{purpose}")
+        if self.fail is not None:
+            raise self.fail
+        detached, self.mounted = self.mounted, []
+        return detached
+
+    async def close(self) -> None:
+        return None
+
+
+def _setup(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, agent: NodeAgent | None, events: list[str]
+) -> list[Volume]:
+    harness.catalog.add_cleanups(
+        BACKUP,
+        [
+            clone_cleanup(
+                "a1",
+                CLONE,
+                f"clone of n2_data made to export backup {BACKUP} from node n2",
+                cluster="prod",
+                purpose_id=PURPOSE,
+                node="n2",
+            )
+        ],
+    )
+    deleted: list[Volume] = []
+
+    async def delete_clone(volume: Volume) -> None:
+        events.append(f"array:delete:{volume.name}")
+        deleted.append(volume)
+
+    monkeypatch.setattr(harness.array, "delete_clone", delete_clone)
+    monkeypatch.setattr(
+        harness.coordinator,
+        "clone_nodes",
+        NodeAgentCache(lambda c, n: agent if (c, n) == ("prod", "n2") else None),
+    )
+    return deleted
+
+
+def test_the_cleanup_record_names_the_node_and_purpose_that_mounted_the_clone() -> None:
+    request = clone_cleanup("a1", CLONE, "r", cluster="prod", purpose_id=PURPOSE, node="n2")
+    parsed = cleanup_clone(request.snapshot_name)
+    assert parsed is not None
+    assert (parsed.cluster, parsed.node, parsed.purpose_id, parsed.volume) == (
+        "prod",
+        "n2",
+        PURPOSE,
+        CLONE,
+    )
+    # A drill's clone (no node): the cluster's drill host, as before.
+    of_drill = clone_cleanup("a1", CLONE, "r", cluster="prod", purpose_id="p")
+    drill = cleanup_clone(of_drill.snapshot_name)
+    assert drill is not None and drill.node == ""
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"name":"c","id":"i","cluster":"prod","purpose":"p","node":7}',
+        '{"name":"c","id":"i","cluster":"prod","purpose":"","node":"n2"}',
+        '{"name":"c","id":"i","cluster":"prod","purpose":"p","node":"n2\\n"}',
+    ],
+)
+def test_an_unreadable_node_in_a_cleanup_is_refused_naming_the_row(body: str) -> None:
+    with pytest.raises(ValueError, match="by hand"):
+        cleanup_clone("clone:" + body)
+
+
+def test_the_retry_unmounts_on_the_node_then_deletes_the_clone(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[str] = []
+    deleted = _setup(harness, monkeypatch, NodeAgent(events), events)
+
+    assert harness.call(harness.coordinator.run_pending_cleanups()) == 0
+
+    assert events == [f"n2:unmount:{PURPOSE}", f"array:delete:{CLONE.name}"]
+    assert deleted == [CLONE]
+    assert harness.catalog.pending_cleanups() == []
+
+
+def test_an_unreachable_node_keeps_the_clone_and_its_cleanup_until_it_answers(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[str] = []
+    agent = NodeAgent(events)
+    agent.fail = AgentError(
+        "node n2 (127.0.0.1:17002): UnmountClones: UNAVAILABLE: connection refused",
+        code="UNAVAILABLE",
+    )
+    deleted = _setup(harness, monkeypatch, agent, events)
+
+    assert harness.call(harness.coordinator.run_pending_cleanups()) == 1
+    assert harness.call(harness.coordinator.run_pending_cleanups()) == 1
+
+    assert deleted == [], "a clone was deleted while it may still be mounted"
+    (pending,) = harness.catalog.pending_cleanups()
+    assert pending.attempts == 2
+    assert "node n2 did not confirm it is unmounted" in pending.last_error
+    assert "UNAVAILABLE" in pending.last_error and "kept" in pending.last_error
+
+    agent.fail = None  # the node is back
+    assert harness.call(harness.coordinator.run_pending_cleanups()) == 0
+    assert deleted == [CLONE]
+    assert events[-2:] == [f"n2:unmount:{PURPOSE}", f"array:delete:{CLONE.name}"]
+
+
+@pytest.mark.parametrize("answer", ["nothing mounted", "no such purpose"])
+def test_a_clone_already_unmounted_is_deleted(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, answer: str
+) -> None:
+    events: list[str] = []
+    agent = NodeAgent(events, mounted=())
+    if answer == "no such purpose":
+        agent.fail = AgentError("UnmountClones: NOT_FOUND: no clones", code="NOT_FOUND")
+    deleted = _setup(harness, monkeypatch, agent, events)
+
+    assert harness.call(harness.coordinator.run_pending_cleanups()) == 0
+
+    assert events == [f"n2:unmount:{PURPOSE}", f"array:delete:{CLONE.name}"]
+    assert deleted == [CLONE]
+
+
+def test_a_node_no_longer_configured_keeps_the_clone(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[str] = []
+    deleted = _setup(harness, monkeypatch, None, events)
+
+    assert harness.call(harness.coordinator.run_pending_cleanups()) == 1
+
+    assert deleted == [] and events == []
+    (pending,) = harness.catalog.pending_cleanups()
+    assert "node n2 of cluster prod mounted it" in pending.last_error
+    assert "by hand" in pending.last_error
+
+
+def test_a_clone_of_a_busy_cluster_is_left_alone_until_the_cluster_is_free(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[str] = []
+    deleted = _setup(harness, monkeypatch, NodeAgent(events), events)
+    guard = harness.coordinator.scheduler.guard
+
+    with guard.hold(BackupRequest(cluster="prod", trigger=f"export:{BACKUP}")):
+        assert harness.call(harness.coordinator.run_pending_cleanups()) == 1
+    assert events == [] and deleted == [], "a clone of a running export was touched"
+    (pending,) = harness.catalog.pending_cleanups()
+    assert pending.attempts == 0
+
+    assert harness.call(harness.coordinator.run_pending_cleanups()) == 0
+    assert events == [f"n2:unmount:{PURPOSE}", f"array:delete:{CLONE.name}"]
+
+
+def test_the_daemon_opens_the_configured_agent_of_the_node(harness: Harness) -> None:
+    opener = export_node_opener(harness.config)
+    agent = opener("prod", "n2")
+    assert agent is not None and agent.address == "127.0.0.1:17002"
+    assert opener("prod", "e1") is None and opener("gone", "n2") is None
+    harness.call(agent.close())
