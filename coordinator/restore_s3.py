@@ -233,7 +233,10 @@ def s3_next_step(record: RestoreRecord, step: RestoreStep, resume: str) -> str:
     """What the operator does for a node of a restore from S3 stopped at `step`."""
     staged = f"<data dir>/.ringsnap-s3/{record.id}/"
     kept = f"the files they replaced are kept in each table's .ringsnap-replaced/{record.id}/"
-    give_up = f"to give the restore up, remove {staged} on the node"
+    give_up = (
+        f"`ringsnap restore --abort {record.id}` gives the restore up (removes {staged} on every"
+        " node)"
+    )
     if step is RestoreStep.PLANNED:
         return (
             f"nothing was changed on this node (a partial download may be in {staged}):"

@@ -51,9 +51,11 @@ from ringsnap.coordinator.export.api import export_message
 from ringsnap.coordinator.export.daemon import start_export
 from ringsnap.coordinator.export.listing import off_array_copies
 from ringsnap.coordinator.export.model import ExportFailed, ExportRefused
+from ringsnap.coordinator.export.purge_daemon import purge_through_daemon
 from ringsnap.coordinator.model import RestoreMode
 from ringsnap.coordinator.operations import Operation
 from ringsnap.coordinator.restore import RestoreFailed, RestoreRefused
+from ringsnap.coordinator.restore_abort import start_abort
 from ringsnap.coordinator.restore_daemon import RestoreNotConfirmed
 from ringsnap.coordinator.restore_plan import RestoreRequest
 from ringsnap.coordinator.scheduler import BackupRequest, ClusterBusyError
@@ -436,6 +438,47 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
             limit=request.limit or DEFAULT_RESTORE_LIMIT,
         )
         return pb.ListExportsResponse(exports=[export_message(r) for r in records])
+
+    @unary
+    async def AbortRestore(
+        self, request: pb.AbortRestoreRequest, context: Context
+    ) -> types_pb2.Operation:
+        requested_by = access.attributed(_printable(request.requested_by or "api", "requested_by"))
+        operation = await start_abort(
+            self._coordinator.config,
+            self._coordinator.catalog,
+            self._coordinator.operations,
+            self._coordinator.scheduler.guard,
+            _restore_id(request.restore_id),
+            request.confirm_cluster,
+            requested_by,
+        )
+        return self._operation(operation)
+
+    @unary
+    async def PlanPurge(
+        self, request: pb.PurgeExportsRequest, context: Context
+    ) -> pb.PurgeExportsResponse:
+        c = self._coordinator
+        return await purge_through_daemon(
+            c.config, c.catalog, c.operations, c.scheduler.guard, request, dry_run=True
+        )
+
+    @unary
+    async def PurgeExports(
+        self, request: pb.PurgeExportsRequest, context: Context
+    ) -> pb.PurgeExportsResponse:
+        requested_by = access.attributed(_printable(request.requested_by or "api", "requested_by"))
+        c = self._coordinator
+        return await purge_through_daemon(
+            c.config,
+            c.catalog,
+            c.operations,
+            c.scheduler.guard,
+            request,
+            dry_run=False,
+            requested_by=requested_by,
+        )
 
     @unary
     async def PlanTableRestore(

@@ -5,6 +5,7 @@ record does not know them or the agent is older than CheckS3Room."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from ringsnap.coordinator.agents import AgentError
 from ringsnap.coordinator.s3_restore_agents import S3DownloadCheck, S3Room
@@ -43,9 +44,8 @@ class _Agent:
 
 
 def _findings(agent: _Agent, expected: NodeExpectation, *, whole_copy: bool = True) -> list[str]:
-    found = asyncio.run(
-        s3_plan_findings("rr-1", "b1", [expected], {"n1": agent}, whole_copy=whole_copy)
-    )
+    agents: dict[str, Any] = {"n1": agent}
+    found = asyncio.run(s3_plan_findings("rr-1", "b1", [expected], agents, whole_copy=whole_copy))
     return list(found.refusals)
 
 

@@ -64,7 +64,9 @@ class FakeS3Agent:
             download_complete=True,
         )
         #: What DiscardS3Download removes.
-        self.staged = (DiscardedStaging("/data/.ringsnap-s3/rr-1", 12, 3 * 2**20),)
+        self.staged: tuple[DiscardedStaging, ...] = (
+            DiscardedStaging("/data/.ringsnap-s3/rr-1", 12, 3 * 2**20),
+        )
 
     def _call(self, what: str) -> None:
         self.events.append(f"{self.name}:{what}")
@@ -192,7 +194,7 @@ def test_a_resume_downloads_again_where_the_staging_was_removed_before_anything_
         asyncio.run(rig.workflow().run(rig.plan(S3), "me"))
     last = rig.journal.saved[-1]
     assert last.node("node1").step is RestoreStep.DOWNLOADED
-    assert "remove <data dir>/.ringsnap-s3/rr-1/" in last.node("node1").next_step
+    assert "`ringsnap restore --abort rr-1` gives the restore up" in last.node("node1").next_step
 
     rig.s3["node3"].fail.clear()
     rig.s3["node1"].check = replace(rig.s3["node1"].check, download_complete=False)

@@ -1,0 +1,141 @@
+"""The purge of a cluster's copies on S3 run by the daemon (the API's PlanPurge and PurgeExports):
+the same `purge_cluster` as `ringsnap export purge` in the CLI's own process.
+
+PlanPurge is the dry run, a viewer's read: it lists what would go and deletes nothing. PurgeExports
+deletes, as an operation of kind export that holds the cluster in the scheduler's guard (no backup,
+restore, drill or export of the cluster meanwhile: an export skips the components it finds in the
+bucket, and the purge could delete them under it), and answers once the operation ended; a caller
+that goes away stops following, not the purge."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+
+from ringsnap.agent.s3.client import make_client
+from ringsnap.agent.s3.layout import Layout
+from ringsnap.agent.s3.purge import DEFAULT_MIN_AGE_SECONDS
+from ringsnap.api.v1 import coordinator_pb2 as pb
+from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.export.model import ExportRefused
+from ringsnap.coordinator.export.retention import ClusterPurge, purge_cluster
+from ringsnap.coordinator.guarded_operation import Prepared, Progress, start_guarded
+from ringsnap.coordinator.model import OperationKind
+from ringsnap.coordinator.operations import Operations
+from ringsnap.coordinator.scheduler import BackupRequest, ClusterGuard
+from ringsnap.logs import get_logger
+
+log = get_logger(__name__)
+
+#: A purge holds its cluster in the guard under this trigger prefix and the cluster's name.
+PURGE_TRIGGER_PREFIX = "purge:"
+
+
+def _min_age(request: pb.PurgeExportsRequest) -> float:
+    if not request.HasField("min_age_seconds"):
+        return DEFAULT_MIN_AGE_SECONDS
+    value = request.min_age_seconds
+    if not math.isfinite(value) or value < 0:
+        raise ExportRefused(f"min_age_seconds {value} must be a finite number, 0 or more")
+    return value
+
+
+def purge_response(result: ClusterPurge, operation_id: str = "") -> pb.PurgeExportsResponse:
+    c = result.components
+    return pb.PurgeExportsResponse(
+        dry_run=c.dry_run,
+        copies_removed=result.copies_removed,
+        copy_objects_deleted=result.copy_objects_deleted,
+        copies_kept=result.copies_kept,
+        listed=c.listed,
+        referenced=c.referenced,
+        deleted=c.deleted,
+        bytes_deleted=c.bytes_deleted,
+        delete_requests=c.delete_requests,
+        too_young=c.too_young,
+        foreign_keys=c.foreign_keys,
+        seconds=c.seconds,
+        operation_id=operation_id,
+    )
+
+
+def purge_verdict(result: ClusterPurge) -> str:
+    c = result.components
+    return (
+        f"purge: {len(result.copies_removed)} copies of deleted backups removed"
+        f" ({result.copy_objects_deleted} objects), {c.deleted} unreferenced components deleted"
+        f" ({c.bytes_deleted} bytes) in {c.delete_requests} requests"
+    )
+
+
+async def purge_through_daemon(
+    config: CoordinatorConfig,
+    catalog: Catalog,
+    operations: Operations,
+    guard: ClusterGuard,
+    request: pb.PurgeExportsRequest,
+    *,
+    dry_run: bool,
+    requested_by: str = "api",
+) -> pb.PurgeExportsResponse:
+    settings = config.s3
+    if settings is None:
+        raise ExportRefused(
+            "the coordinator's configuration has no [s3] section: it says which bucket to purge"
+        )
+    cluster = request.cluster
+    try:
+        section = config.cluster(cluster)
+    except KeyError:
+        raise ExportRefused(
+            f"unknown cluster {cluster!r}: name one of the configuration's"
+        ) from None
+    min_age = _min_age(request)
+
+    def purge() -> ClusterPurge:
+        return purge_cluster(
+            make_client(settings),
+            settings.bucket,
+            Layout(settings.prefix),
+            catalog,
+            cluster,
+            nodes=[n.name for n in section.nodes],
+            dry_run=dry_run,
+            min_age_seconds=min_age,
+        )
+
+    if dry_run:
+        return purge_response(await asyncio.to_thread(purge))
+
+    async def prepare(_stack: contextlib.AsyncExitStack) -> Prepared[ClusterPurge]:
+        async def run(_progress: Progress) -> ClusterPurge:
+            return await asyncio.to_thread(purge)
+
+        return Prepared(run, f"purge of cluster {cluster}'s copies on S3", "")
+
+    hold = BackupRequest(cluster=cluster, trigger=f"{PURGE_TRIGGER_PREFIX}{cluster}")
+    log.warning(
+        "purge of the copies on S3 through the API",
+        cluster=cluster,
+        min_age_seconds=min_age,
+        requested_by=requested_by,
+    )
+    finished: list[ClusterPurge] = []
+
+    def verdict(result: ClusterPurge) -> str:
+        finished.append(result)
+        return purge_verdict(result)
+
+    operation = await start_guarded(
+        operations, guard, hold, OperationKind.EXPORT, prepare, verdict=verdict
+    )
+    if operation.task is not None:
+        # Waiting is not awaiting: a caller that goes away does not cancel the purge.
+        await asyncio.wait({operation.task})
+    if operation.error is not None:
+        raise operation.error
+    if not finished:
+        raise ExportRefused(f"the purge of cluster {cluster} was cancelled; run it again")
+    return purge_response(finished[0], operation.current.operation_id)
