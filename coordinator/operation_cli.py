@@ -13,7 +13,7 @@ import typer
 
 from ringsnap.api.v1 import types_pb2
 from ringsnap.coordinator.client import CliError, Coordinator, ExitCode
-from ringsnap.coordinator.restore_cli import ProgressPrinter
+from ringsnap.coordinator.console import ProgressPrinter
 
 R = TypeVar("R")
 

@@ -7,31 +7,22 @@ and an exit code scripts can use (0 proven, 6 not proven, 3 refused, 4 failed, 1
 
 When the catalog is locked and the coordinator daemon answers, the daemon holds it: the same
 restore then runs in the daemon, through its API (`restore_remote`), with the same plan,
-confirmation, progress, report and exit codes, rendered by the same functions here.
+confirmation, progress, report and exit codes, rendered by the same functions (`restore_report`, `console`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import enum
 import json
 import os
-import sys
-import time
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
-from ringsnap.coordinator import render
 from ringsnap.coordinator.assembly import load_config
 from ringsnap.coordinator.catalog import Catalog, CatalogLockedError
 from ringsnap.coordinator.client import (
@@ -45,239 +36,32 @@ from ringsnap.coordinator.client import (
 )
 from ringsnap.coordinator.commands import operator_name
 from ringsnap.coordinator.config import DEFAULT_CATALOG_PATH, DEFAULT_CONFIG_PATH, CoordinatorConfig
-from ringsnap.coordinator.model import NodeVerdict, RestoreMode, RestoreRecord, RestoreState
+from ringsnap.coordinator.console import (
+    Output,
+    ProgressPrinter,
+    confirm,
+    err,
+    error_exit_code,
+    fail,
+    jsonable,
+)
+from ringsnap.coordinator.model import RestoreMode, RestoreRecord
 from ringsnap.coordinator.restore import RestoreFailed, RestoreRefused
-from ringsnap.coordinator.restore_plan import RestorePlan, RestoreRequest
+from ringsnap.coordinator.restore_plan import RestoreRequest
+from ringsnap.coordinator.restore_report import (
+    exit_code_of,
+    plan_document,
+    print_plan,
+    print_report,
+)
 from ringsnap.coordinator.restore_session import open_restore_session
-from ringsnap.errors import ConfigError, RingsnapError
-
-out = Console(highlight=False, soft_wrap=False)
-err = Console(stderr=True, highlight=False)
-for _console in (out, err):
-    if not _console.is_terminal:  # piped or logged: never cut ids and paths to 80 columns
-        _console.width = 200
-
-
-class Output(enum.StrEnum):
-    TEXT = "text"
-    JSON = "json"
+from ringsnap.errors import RingsnapError
 
 
 def config_path(config: Path | None) -> Path:
     """Where the coordinator's config is (`discover_config`); the system-wide file by default."""
     found, _how = discover_config(config)
     return found or DEFAULT_CONFIG_PATH
-
-
-def _jsonable(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, (tuple, list)):
-        return [_jsonable(v) for v in value]
-    return value
-
-
-# -- what the operator sees -------------------------------------------------------------------------
-
-
-def plan_document(plan: RestorePlan) -> dict[str, Any]:
-    return {
-        "restore_id": plan.restore_id,
-        "backup_id": plan.backup.id,
-        "cluster": plan.backup.cluster,
-        "backup_started_at": plan.backup.started_at.isoformat(),
-        "mode": plan.mode.value,
-        "whole_ring": plan.whole_ring,
-        "nodes": [
-            {
-                "name": node.name,
-                "host_id": node.host_id,
-                "seed": node.seed,
-                "cassandra_running": node.running,
-                "volumes": [_jsonable(v) for v in node.volumes],
-            }
-            for node in plan.nodes
-        ],
-        "snapshots": {a.array: a.ref.snapshot_name for a in plan.arrays},
-        "destroyed": list(plan.destroyed),
-        "lost_backups": list(plan.lost_backups),
-        "warnings": list(plan.warnings),
-        "refusals": list(plan.refusals),
-        "expected_seconds": plan.expected_seconds,
-    }
-
-
-def print_plan(plan: RestorePlan | Mapping[str, Any]) -> None:
-    """The plan for the operator (stderr), from its `plan_document` (what both the in-process and
-    the daemon's plan become)."""
-    doc = plan_document(plan) if isinstance(plan, RestorePlan) else plan
-    nodes = doc["nodes"]
-    started = datetime.fromisoformat(doc["backup_started_at"])
-    scope = "the whole ring" if doc["whole_ring"] else f"{len(nodes)} node(s) alone"
-    err.print(
-        Text.assemble(
-            ("Restore plan ", "bold"),
-            (doc["restore_id"], "bold cyan"),
-            f": backup {doc['backup_id']} of cluster {doc['cluster']} (taken {started:%Y-%m-%d %H:%M:%S} UTC),"
-            f" {doc['mode']} mode, {scope}",
-        )
-    )
-    table = Table(box=None, pad_edge=False)
-    for column in ("node", "host id", "Cassandra", "start", "volume", "mounted at", "snapshot"):
-        # Volumes, mount points and snapshot names are what the operator checks: wrap, never cut.
-        table.add_column(column, overflow="fold")
-    snapshots = doc["snapshots"]
-    # No volumes (a restore from S3, or of native snapshots): the node's row says where from.
-    in_place = "the bucket's copy (S3)" if doc["mode"] == "s3" else "its own snapshot"
-    for node in nodes:
-        for index, volume in enumerate(node["volumes"] or [None]):
-            first = index == 0
-            table.add_row(
-                node["name"] if first else "",
-                node["host_id"][:8] if first else "",
-                ("running" if node["cassandra_running"] else "down") if first else "",
-                ("seed, first" if node["seed"] else "after seeds") if first else "",
-                f"{volume['array']}:{volume['volume']} ({volume['role']})" if volume else "-",
-                volume["mount_point"] if volume else "data directories",
-                snapshots.get(volume["array"], "?") if volume else in_place,
-            )
-    err.print(table)
-    err.print(Text("Destroyed:", style="bold red"))
-    for line in doc["destroyed"]:
-        err.print(f"  - {line}")
-    if doc["lost_backups"]:
-        err.print(f"  - backups whose snapshots go with it: {', '.join(doc['lost_backups'])}")
-    for line in doc["warnings"]:
-        err.print(render.labelled("warning: ", "yellow", line))
-    expected = doc["expected_seconds"]
-    expectation = (
-        f"about {render.duration(expected)} (median of past restores)"
-        if expected is not None
-        else "unknown (no past restore of this cluster)"
-    )
-    err.print(f"Expected duration: {expectation}")
-    for line in doc["refusals"]:
-        err.print(render.labelled("refused: ", "bold red", line))
-
-
-def _interactive() -> bool:
-    return sys.stdin.isatty()
-
-
-def confirm(cluster: str, yes: bool) -> None:
-    """The cluster's name, typed; or --yes. Without a terminal and --yes: exit 2."""
-    if yes:
-        return
-    if not _interactive():
-        raise CliError(
-            "refusing to restore without confirmation: there is no terminal to ask on",
-            ExitCode.USAGE,
-            reason="CONFIRMATION_REQUIRED",
-            hint="review the plan (--dry-run), then run the same command with --yes",
-        )
-    typed = typer.prompt(
-        f"This destroys what the plan lists. Type the cluster's name ({cluster}) to restore",
-        default="",
-        show_default=False,
-        err=True,
-    )
-    if typed.strip() != cluster:
-        raise CliError(
-            f"nothing was done: {typed.strip()!r} is not {cluster!r}",
-            ExitCode.REFUSED,
-            reason="DECLINED",
-        )
-
-
-class ProgressPrinter:
-    """One line per node and step as they happen (to stderr; stdout stays for the report)."""
-
-    def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet
-        self.started = time.monotonic()
-
-    def __call__(self, node: str, step: str, message: str) -> None:
-        if self.quiet:
-            return
-        who = f"{node}: " if node else ""
-        state = f" {message}" if message else " ..."
-        err.print(Text.assemble(self._elapsed(), who, (step, "bold"), state))
-
-    def line(self, text: str) -> None:
-        """A progress line the daemon wrote (`restore_daemon.restore_progress_line`), with its step."""
-        if self.quiet:
-            return
-        err.print(Text.assemble(self._elapsed(), text))
-
-    def _elapsed(self) -> tuple[str, str]:
-        return f"{render.duration(time.monotonic() - self.started):>9}  ", "dim"
-
-
-def print_report(record: RestoreRecord) -> None:
-    styles = {
-        RestoreState.PROVEN: "bold green",
-        RestoreState.FAILED_VERIFICATION: "bold red",
-        RestoreState.FAILED: "bold red",
-        RestoreState.INTERRUPTED: "bold yellow",
-        RestoreState.RUNNING: "bold yellow",
-        RestoreState.ABORTED: "bold yellow",
-    }
-    took = ""
-    if record.finished_at is not None:
-        took = f" in {render.duration((record.finished_at - record.started_at).total_seconds())}"
-    out.print(
-        Text.assemble(
-            ("Restore ", "bold"),
-            (record.id, "bold cyan"),
-            f" of backup {record.backup_id} ({record.mode.value}): ",
-            (record.state.value.upper(), styles[record.state]),
-            took,
-        )
-    )
-    if record.error:
-        out.print(render.labelled("error: ", "bold red", record.error))
-    for node in record.nodes:
-        verdict_style = {
-            NodeVerdict.PROVEN: "green",
-            NodeVerdict.FAILED: "red",
-            NodeVerdict.PENDING: "yellow",
-        }[node.verdict]
-        out.print(
-            Text.assemble(
-                f"  {node.name} ",
-                (node.verdict.value.upper(), f"bold {verdict_style}"),
-                (f"  (last step: {node.step.value})", "dim"),
-            )
-        )
-        for line in node.proof:
-            out.print(f"      {line}")
-        for line in node.unproven:
-            out.print(render.labelled("      not proven: ", "yellow", line))
-        if node.next_step:
-            out.print(render.labelled("      next step: ", "bold", node.next_step))
-    for volume_clone in record.clones:
-        array, original, clone = volume_clone
-        out.print(
-            f"  clone: {array}:{clone} is mounted in place of {original} (kept untouched); name"
-            f" {clone} in the coordinator's config so that backups take the clone"
-        )
-    for line in record.warnings:
-        out.print(render.labelled("  warning: ", "yellow", line))
-
-
-def exit_code_of(record: RestoreRecord) -> ExitCode:
-    return {
-        RestoreState.PROVEN: ExitCode.OK,
-        RestoreState.FAILED_VERIFICATION: ExitCode.NOT_PROVEN,
-        RestoreState.FAILED: ExitCode.FAILED,
-        RestoreState.INTERRUPTED: ExitCode.INTERRUPTED,
-        RestoreState.RUNNING: ExitCode.INTERRUPTED,
-        RestoreState.ABORTED: ExitCode.OK,
-    }[record.state]
 
 
 # -- the command ------------------------------------------------------------------------------------
@@ -314,7 +98,7 @@ def _daemon(config_file: Path) -> Target | None:
 
 def _finish(record: RestoreRecord, as_json: bool) -> None:
     if as_json:
-        typer.echo(json.dumps({"restore": _jsonable(record)}, indent=2))
+        typer.echo(json.dumps({"restore": jsonable(record)}, indent=2))
     else:
         print_report(record)
     raise typer.Exit(int(exit_code_of(record)))
@@ -458,7 +242,7 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
     as_json = output is Output.JSON
     quiet_cql_driver()
     if abort and abort.startswith("rr-"):
-        _fail(_no_abort_of_a_ring_restore(abort), as_json)
+        fail(_no_abort_of_a_ring_restore(abort), as_json)
     if keyspace or abort or (resume or "").startswith("tr-"):
         _table_restore(
             config,
@@ -508,17 +292,17 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
 
                 result = restore_remote.restore(opened, options)
     except CliError as error:
-        _fail(error, as_json)
+        fail(error, as_json)
     except RestoreRefused as error:
-        _fail(CliError(str(error), ExitCode.REFUSED, reason="RESTORE_REFUSED"), as_json)
+        fail(CliError(str(error), ExitCode.REFUSED, reason="RESTORE_REFUSED"), as_json)
     except RestoreFailed as error:
         if error.record is not None:
             # What each node was left in, and the exact next step, matter more than the error.
             if as_json:
-                typer.echo(json.dumps({"restore": _jsonable(error.record)}, indent=2))
+                typer.echo(json.dumps({"restore": jsonable(error.record)}, indent=2))
                 raise typer.Exit(int(ExitCode.FAILED)) from None
             print_report(error.record)
-        _fail(
+        fail(
             CliError(
                 str(error),
                 ExitCode.FAILED,
@@ -534,7 +318,7 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
         )
         raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
     except RingsnapError as error:
-        _fail(CliError(str(error), _exit_code_of(error)), as_json)
+        fail(CliError(str(error), error_exit_code(error)), as_json)
     if isinstance(result, dict):
         if as_json:
             typer.echo(json.dumps({"plan": result}, indent=2))
@@ -630,42 +414,12 @@ def _table_restore(  # noqa: PLR0917 - the options of the command line
             daemon = opened
             table_restore_main(lambda: remote.table_restore(daemon, options), options)
     except CliError as error:
-        _fail(error, as_json)
+        fail(error, as_json)
     except KeyboardInterrupt:
         err.print("interrupted: the table restore's record says where each node stands")
         raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
     except RingsnapError as error:
-        _fail(CliError(str(error), _exit_code_of(error)), as_json)
-
-
-def _exit_code_of(error: RingsnapError) -> ExitCode:
-    """The table's code for an error of ours: a bad config is a usage error (2), as for every verb."""
-    if isinstance(error, ConfigError):
-        return ExitCode.USAGE
-    known = {int(code) for code in ExitCode}
-    return ExitCode(error.exit_code) if error.exit_code in known else ExitCode.ERROR
-
-
-def _fail(error: CliError, as_json: bool, *, resumable: bool = False) -> None:
-    if as_json:
-        typer.echo(
-            json.dumps(
-                {
-                    "error": {
-                        "message": str(error),
-                        "reason": error.reason,
-                        "hint": error.hint,
-                        "exit_code": int(error.exit_code),
-                    }
-                },
-                indent=2,
-            )
-        )
-    else:
-        err.print(render.labelled("error: ", "bold red", str(error)))
-        if error.hint:
-            err.print(render.labelled("what to do: ", "bold", error.hint))
-    raise typer.Exit(int(error.exit_code))
+        fail(CliError(str(error), error_exit_code(error)), as_json)
 
 
 def open_restores_lines(config: Path | None) -> Iterator[str]:

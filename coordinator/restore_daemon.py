@@ -18,8 +18,9 @@ from ringsnap.coordinator.catalog import BackupStateError, Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.model import OperationKind, RestoreRecord
 from ringsnap.coordinator.operations import Operation, Operations
-from ringsnap.coordinator.restore import Progress, RestoreRefused, new_restore_id
+from ringsnap.coordinator.restore import Progress, RestoreRefused
 from ringsnap.coordinator.restore_plan import RestorePlan, RestoreRequest
+from ringsnap.coordinator.restore_record import new_restore_id
 from ringsnap.coordinator.restore_session import RestoreSession, open_restore_session
 from ringsnap.coordinator.scheduler import BackupRequest, ClusterBusyError, ClusterGuard
 from ringsnap.logs import get_logger
@@ -52,6 +53,7 @@ _HOLDERS = (
     # A scheduled drill holds it under its schedule's trigger: "schedule:drill-<backup schedule>".
     ("schedule:drill-", "being drilled (scheduled by {})", "the drill scheduled by {}"),
     ("export:", "being exported (backup {})", "the export of backup {}"),
+    ("purge:", "having its copies on S3 purged", "the purge of cluster {}'s copies on S3"),
 )
 
 

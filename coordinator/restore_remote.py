@@ -1,7 +1,7 @@
 """`ringsnap restore` through the coordinator daemon, when the daemon holds the catalog.
 
 The same command as in the CLI's own process (`restore_cli`), with the daemon doing the work:
-PlanRestore, the plan printed by `restore_cli.print_plan`, the typed confirmation, StartRestore
+PlanRestore, the plan printed by `restore_report.print_plan`, the typed confirmation, StartRestore
 (with the cluster's name and the id of the plan shown), the operation followed with one progress
 line per change, GetRestore, and the report and exit code of `restore_cli`. Its results and errors
 are those of `restore_cli._restore` (a record, a plan's document, RestoreRefused, RestoreFailed,
@@ -19,7 +19,7 @@ from typing import Any
 from ringsnap import wire
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
-from ringsnap.coordinator import messages, operation_cli, restore_cli
+from ringsnap.coordinator import console, messages, operation_cli, restore_cli, restore_report
 from ringsnap.coordinator.client import (
     LONG_CALL_TIMEOUT,
     CliError,
@@ -37,7 +37,7 @@ _OWN_PHASES = frozenset({"", "plan", "record"})
 
 
 def plan_document(message: pb.RestorePlan) -> dict[str, Any]:
-    """The daemon's plan as `restore_cli.plan_document` makes it of a plan made in-process."""
+    """The daemon's plan as `restore_report.plan_document` makes it of a plan made in-process."""
     return {
         "restore_id": message.restore_id,
         "backup_id": message.backup_id,
@@ -51,9 +51,7 @@ def plan_document(message: pb.RestorePlan) -> dict[str, Any]:
                 "host_id": node.host_id,
                 "seed": node.seed,
                 "cassandra_running": node.cassandra_running,
-                "volumes": [
-                    restore_cli._jsonable(messages.restore_volume_of(v)) for v in node.volumes
-                ],
+                "volumes": [console.jsonable(messages.restore_volume_of(v)) for v in node.volumes],
             }
             for node in message.nodes
         ],
@@ -74,7 +72,7 @@ def restore(target: Target, options: restore_cli.RestoreOptions) -> RestoreRecor
     """The restore, run by the daemon at `target`: its final record, or the plan's document when
     it ends at the plan (dry run, or a refusal with --output json)."""
     if not options.as_json:
-        restore_cli.err.print(
+        console.err.print(
             f"the coordinator daemon at {target.address} holds the catalog: the restore runs in"
             " the daemon",
             style="dim",
@@ -105,12 +103,12 @@ def restore(target: Target, options: restore_cli.RestoreOptions) -> RestoreRecor
             refusals = document["refusals"]
             if options.as_json and (options.dry_run or refusals):
                 return document
-            restore_cli.print_plan(document)
+            restore_report.print_plan(document)
             if refusals:
                 raise RestoreRefused("the plan refused: " + "; ".join(refusals))
             if options.dry_run:
                 return document
-            restore_cli.confirm(plan.cluster, options.yes)
+            console.confirm(plan.cluster, options.yes)
             request = pb.StartRestoreRequest(
                 backup_id=options.backup_id,
                 nodes=options.nodes,
@@ -123,12 +121,12 @@ def restore(target: Target, options: restore_cli.RestoreOptions) -> RestoreRecor
         operation = client.call(client.stub.StartRestore, request, LONG_CALL_TIMEOUT)
         restore_id = options.resume or request.restore_id
         if not options.as_json:
-            restore_cli.err.print(
+            console.err.print(
                 f"restore {restore_id} started in the coordinator (operation"
                 f" {operation.operation_id}); Ctrl-C stops following, not the restore",
                 style="dim",
             )
-        final = _follow(client, operation, restore_id, restore_cli.ProgressPrinter(options.as_json))
+        final = _follow(client, operation, restore_id, console.ProgressPrinter(options.as_json))
         return _outcome(client, final, restore_id)
 
 
@@ -141,7 +139,7 @@ def _follow(
     client: Coordinator,
     operation: types_pb2.Operation,
     restore_id: str,
-    printer: restore_cli.ProgressPrinter,
+    printer: console.ProgressPrinter,
 ) -> types_pb2.Operation:
     """Watch the operation to its end, printing each new progress line of the workflow."""
     return operation_cli.follow(

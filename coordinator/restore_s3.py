@@ -27,7 +27,8 @@ from ringsnap.coordinator.s3_restore_agents import DownloadProgress, S3RestorePo
 from ringsnap.logs import get_logger
 
 if TYPE_CHECKING:
-    from ringsnap.coordinator.restore import RestoreRun, RestoreWorkflow
+    from ringsnap.coordinator.restore import RestoreWorkflow
+    from ringsnap.coordinator.restore_record import RestoreRun
 
 log = get_logger(__name__)
 

@@ -30,7 +30,6 @@ from ringsnap.coordinator.restore import (
     RestoreRefused,
     RestoreSettings,
     RestoreWorkflow,
-    new_restore_id,
 )
 from ringsnap.coordinator.restore_plan import (
     RestorePlan,
@@ -39,6 +38,7 @@ from ringsnap.coordinator.restore_plan import (
     narrowed,
     plan_restore,
 )
+from ringsnap.coordinator.restore_record import new_restore_id
 from ringsnap.coordinator.ring import CqlRing
 from ringsnap.coordinator.s3_restore_agents import GrpcS3Restore, S3RestorePort
 from ringsnap.coordinator.s3_restore_plan import NodeExpectation, s3_plan_findings

@@ -102,8 +102,9 @@ def restore_and_prove(
     table: str,
 ) -> RestoreRecord:
     """`ringsnap restore BACKUP --yes`, in this process: plan, progress, per-node verdicts."""
-    from ringsnap.coordinator.restore_cli import ProgressPrinter, print_plan, print_report
+    from ringsnap.coordinator.console import ProgressPrinter
     from ringsnap.coordinator.restore_plan import RestoreRequest
+    from ringsnap.coordinator.restore_report import print_plan, print_report
     from ringsnap.coordinator.restore_session import open_restore_session
 
     async def run() -> RestoreRecord:

@@ -24,23 +24,21 @@ from ringsnap.coordinator.catalog import Catalog, CatalogLockedError
 from ringsnap.coordinator.client import CliError, ExitCode, Target
 from ringsnap.coordinator.commands import operator_name
 from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.console import (
+    Output,
+    ProgressPrinter,
+    err,
+    error_exit_code,
+    fail,
+    jsonable,
+    out,
+)
 from ringsnap.coordinator.drill.model import DrillRecord, DrillState, DrillVerdict
 from ringsnap.coordinator.drill.plan import DrillPlan, DrillRequest
 from ringsnap.coordinator.drill.session import open_drill_session
 from ringsnap.coordinator.drill.workflow import DrillRefused
 from ringsnap.coordinator.operation_cli import ends_at_plan, finish
-from ringsnap.coordinator.restore_cli import (
-    Output,
-    ProgressPrinter,
-    _daemon,
-    _exit_code_of,
-    _fail,
-    _jsonable,
-    config_path,
-    err,
-    out,
-    quiet_cql_driver,
-)
+from ringsnap.coordinator.restore_cli import _daemon, config_path, quiet_cql_driver
 from ringsnap.errors import RingsnapError
 
 EXIT_CODES = {
@@ -307,19 +305,19 @@ def drill_command(  # noqa: PLR0917 - typer maps parameters to the command line
 
             result = remote.drill(opened, request, as_json=as_json)
     except CliError as error:
-        _fail(error, as_json)
+        fail(error, as_json)
     except DrillRefused as error:
-        _fail(CliError(str(error), ExitCode.REFUSED, reason="DRILL_REFUSED"), as_json)
+        fail(CliError(str(error), ExitCode.REFUSED, reason="DRILL_REFUSED"), as_json)
     except KeyboardInterrupt:
         err.print("interrupted: what the drill made was torn down; its record says how far it got")
         raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
     except RingsnapError as error:
-        _fail(CliError(str(error), _exit_code_of(error)), as_json)
+        fail(CliError(str(error), error_exit_code(error)), as_json)
     finish(
         result,
         as_json=as_json,
         key="drill",
-        document=_jsonable,
+        document=jsonable,
         report=print_report,
         exit_code=lambda record: EXIT_CODES[record.state],
     )

@@ -15,12 +15,12 @@ from ringsnap.coordinator.client import (
     Target,
     reason_exit_code,
 )
+from ringsnap.coordinator.console import ProgressPrinter, err
 from ringsnap.coordinator.drill.model import DrillRecord, new_drill_id
 from ringsnap.coordinator.drill.plan import DrillRequest
 from ringsnap.coordinator.drill.wire import record_of
 from ringsnap.coordinator.drill.workflow import DrillRefused
 from ringsnap.coordinator.operation_cli import follow
-from ringsnap.coordinator.restore_cli import ProgressPrinter, err
 
 #: Operation phases that are not the workflow's progress lines (the drill's plan line is shown).
 _OWN_PHASES = frozenset({"", "record"})

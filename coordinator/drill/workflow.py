@@ -47,7 +47,7 @@ from ringsnap.coordinator.drill.ports import (
     DrillSpec,
     DrillStatus,
 )
-from ringsnap.coordinator.model import Verification
+from ringsnap.coordinator.drill.verdict import drill_outcome, mark_backup
 from ringsnap.coordinator.ports import ArrayPort
 from ringsnap.coordinator.proof import compare_manifests
 from ringsnap.errors import RingsnapError
@@ -430,52 +430,11 @@ class DrillWorkflow:
     # -- the verdict ---------------------------------------------------------------------------
 
     async def _finish(self, run: _Run, errors: list[str]) -> DrillRecord:
-        nodes = run.record.nodes
-        if errors or any(n.verdict is DrillVerdict.FAILED for n in nodes):
-            state = DrillState.FAILED
-        elif any(n.verdict is not DrillVerdict.PROVEN for n in nodes):
-            state = DrillState.NOT_PROVEN
-        else:
-            state = DrillState.PROVEN
-        problems = [f"node {n.name}: {p}" for n in nodes for p in n.problems]
-        left = [f"node {n.name}: {t}" for n in nodes for t in n.teardown]
-        error = "; ".join([*errors, *problems])
-        warnings = run.record.warnings
-        if left:
-            warnings = (
-                *warnings,
-                "teardown incomplete (clones not deleted stay pending cleanups, retried by the"
-                " coordinator): " + "; ".join(left),
-            )
+        state, error, warnings = drill_outcome(run.record, errors)
         await run.update(state=state, error=error, warnings=warnings, finished_at=datetime.now(UTC))
-        await self._mark_backup(run.record)
+        await mark_backup(self.journal, run.record)
         log.warning("drill finished", drill_id=run.record.id, state=state.value, error=error)
         return run.record
-
-    async def _mark_backup(self, record: DrillRecord) -> None:
-        not_proven = [n for n in record.nodes if n.verdict is DrillVerdict.NOT_PROVEN]
-        if not_proven:
-            detail = f"drill {record.id}: not proven on " + "; ".join(
-                f"{n.name} ({'; '.join(n.problems)})" for n in not_proven
-            )
-            await self.journal.mark_verified(
-                record.backup_id, Verification.FAILED, detail, record.id
-            )
-            return
-        if not any(n.verdict is DrillVerdict.PROVEN for n in record.nodes):
-            return
-        proven = await self.journal.proven_nodes(record.backup_id)
-        wanted = await self.journal.backup_nodes(record.backup_id)
-        missing = [n for n in wanted if n not in proven]
-        if missing:
-            return
-        by = sorted({proven[n] for n in wanted})
-        detail = (
-            f"drill {record.id}: every node proven"
-            if by == [record.id]
-            else f"drills {', '.join(by)}: every node proven"
-        )
-        await self.journal.mark_verified(record.backup_id, Verification.PROVEN, detail, record.id)
 
 
 class _NotProven(Exception):

@@ -24,19 +24,11 @@ from ringsnap.coordinator.assembly import load_config
 from ringsnap.coordinator.catalog import Catalog, CatalogLockedError
 from ringsnap.coordinator.client import CliError, ExitCode, Target
 from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.console import Output, err, error_exit_code, fail, jsonable, out
 from ringsnap.coordinator.export.model import ExportFailed, ExportRecord, ExportRefused
 from ringsnap.coordinator.export.retention import ClusterPurge, purge_cluster
 from ringsnap.coordinator.export.session import open_export_session
-from ringsnap.coordinator.restore_cli import (
-    Output,
-    _daemon,
-    _exit_code_of,
-    _fail,
-    _jsonable,
-    config_path,
-    err,
-    out,
-)
+from ringsnap.coordinator.restore_cli import _daemon, config_path
 from ringsnap.errors import RingsnapError
 
 PURGE = "purge"
@@ -169,7 +161,7 @@ def purge_document(result: ClusterPurge) -> dict[str, Any]:
         "copies_removed": result.copies_removed,
         "copy_objects_deleted": result.copy_objects_deleted,
         "copies_kept": result.copies_kept,
-        "components": _jsonable(result.components),
+        "components": jsonable(result.components),
     }
 
 
@@ -228,7 +220,7 @@ def export_command(  # noqa: PLR0917 - typer maps parameters to the command line
 
             record = remote.export(opened, backup, chosen, parallel, as_json=as_json)
             if as_json:
-                typer.echo(json.dumps({"export": _jsonable(record)}, indent=2))
+                typer.echo(json.dumps({"export": jsonable(record)}, indent=2))
             else:
                 print_report(record)
             raise typer.Exit(int(ExitCode.OK))
@@ -257,20 +249,20 @@ def export_command(  # noqa: PLR0917 - typer maps parameters to the command line
             raise typer.Exit(int(ExitCode.OK))
         record = asyncio.run(_export(loaded, catalog, backup, options))
     except CliError as error:
-        _fail(error, as_json)
+        fail(error, as_json)
     except ExportRefused as error:
-        _fail(CliError(str(error), ExitCode.REFUSED, reason="EXPORT_REFUSED"), as_json)
+        fail(CliError(str(error), ExitCode.REFUSED, reason="EXPORT_REFUSED"), as_json)
     except ExportFailed as error:
         if error.record is not None and not as_json:
             print_report(error.record)
-        _fail(CliError(str(error), ExitCode.FAILED, reason="EXPORT_FAILED"), as_json)
+        fail(CliError(str(error), ExitCode.FAILED, reason="EXPORT_FAILED"), as_json)
     except KeyboardInterrupt:
         err.print("interrupted: run the export again to resume (its record says how far it got)")
         raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
     except RingsnapError as error:
-        _fail(CliError(str(error), _exit_code_of(error)), as_json)
+        fail(CliError(str(error), error_exit_code(error)), as_json)
     if as_json:
-        typer.echo(json.dumps({"export": _jsonable(record)}, indent=2))
+        typer.echo(json.dumps({"export": jsonable(record)}, indent=2))
     else:
         print_report(record)
     raise typer.Exit(int(ExitCode.OK))

@@ -16,6 +16,7 @@ from ringsnap.coordinator.client import (
     Target,
     reason_exit_code,
 )
+from ringsnap.coordinator.console import ProgressPrinter, err
 from ringsnap.coordinator.export.model import (
     ExportClone,
     ExportFailed,
@@ -26,7 +27,6 @@ from ringsnap.coordinator.export.model import (
     NodeStep,
 )
 from ringsnap.coordinator.operation_cli import follow
-from ringsnap.coordinator.restore_cli import ProgressPrinter, err
 from ringsnap.wire import moment
 
 

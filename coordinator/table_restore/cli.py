@@ -20,8 +20,8 @@ from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.client import CliError, ExitCode
 from ringsnap.coordinator.commands import operator_name
 from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.console import ProgressPrinter, confirm, err, out
 from ringsnap.coordinator.operation_cli import ends_at_plan, finish
-from ringsnap.coordinator.restore_cli import ProgressPrinter, confirm, err, out
 from ringsnap.coordinator.table_restore.counts import NOT_COMPARED
 from ringsnap.coordinator.table_restore.documents import plan_document, record_document
 from ringsnap.coordinator.table_restore.model import (

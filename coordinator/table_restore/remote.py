@@ -22,8 +22,8 @@ from ringsnap.coordinator.client import (
     reason_exit_code,
 )
 from ringsnap.coordinator.commands import operator_name
+from ringsnap.coordinator.console import ProgressPrinter, confirm, err
 from ringsnap.coordinator.operation_cli import ends_at_plan, follow
-from ringsnap.coordinator.restore_cli import ProgressPrinter, confirm, err
 from ringsnap.coordinator.table_restore.api import plan_document_of, record_of, request_fields
 from ringsnap.coordinator.table_restore.cli import TableRestoreOptions, print_plan, request_of
 from ringsnap.coordinator.table_restore.model import (

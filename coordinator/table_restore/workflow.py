@@ -26,11 +26,9 @@ from ringsnap.coordinator.model import Backup
 from ringsnap.coordinator.ports import ArrayPort, SSTable
 from ringsnap.coordinator.restore_plan import narrowed
 from ringsnap.coordinator.s3_restore_agents import S3RestorePort
-from ringsnap.coordinator.table_restore.counts import DrilledCounts, compare_counts
+from ringsnap.coordinator.table_restore.counts import DrilledCounts
 from ringsnap.coordinator.table_restore.from_s3 import stage_from_s3
 from ringsnap.coordinator.table_restore.model import (
-    NodeProgress,
-    NodeTables,
     Step,
     TableRestoreFailed,
     TableRestoreRecord,
@@ -42,6 +40,7 @@ from ringsnap.coordinator.table_restore.model import (
 from ringsnap.coordinator.table_restore.plan import table_sstables
 from ringsnap.coordinator.table_restore.ports import CloneToMount, TableCqlPort, TableNodePort
 from ringsnap.coordinator.table_restore.schema import KeyspaceSchema
+from ringsnap.coordinator.table_restore.verification import verify_restore
 from ringsnap.logs import get_logger
 from ringsnap.plugins.types import Volume
 
@@ -442,64 +441,10 @@ class TableRestoreWorkflow:
         raise KeyError(table)
 
     async def _verify(self) -> None:
-        lines: list[str] = []
-        for node in self._record.nodes:
-            for tables in node.tables:
-                lines.append(verify_node_table(node, tables, self._target(tables.table)))
-        warnings = list(self._record.warnings)
-        for target in self._record.targets:
-            # Information, not the check: a full count of a large table may time out.
-            host = self._record.nodes[0].host_id if self._record.nodes else ""
-            try:
-                rows = await self.cql.count_rows(target.keyspace, target.table, host)
-            except Exception as exc:
-                warnings.append(
-                    f"{target.name}: its rows were not counted after the import ({exc})"
-                )
-                continue
-            lines.append(f"ok: {target.name} answers {rows} rows at CL=ALL after the import")
-        lines += await self._compare_counts(warnings)
-        await self._save(verification=tuple(lines), warnings=tuple(warnings))
+        lines, warnings = await verify_restore(self._record, self.cql, self.journal)
+        await self._save(verification=lines, warnings=warnings)
         for node in self._record.nodes:
             await self._node(node.name, step=Step.VERIFY)
-
-    async def _compare_counts(self, warnings: list[str]) -> list[str]:
-        """Per node and table: the rows over the node's primary ranges on the live ring (CL=ALL)
-        against the newest proven drill's count of the same ranges in the snapshot."""
-        record = self._record
-        drilled = await self.journal.drilled_counts(record.backup_id)
-        lines: list[str] = []
-        for node in record.nodes:
-            for target in record.targets:
-                source = f"{target.source_keyspace}.{target.source_table}"
-                try:
-                    rows = await self.cql.count_primary_rows(
-                        target.keyspace, target.table, node.host_id
-                    )
-                except Exception as exc:
-                    lines.append(
-                        f"FAILED: node {node.name}: {target.name}: its rows over the node's"
-                        f" primary ranges could not be counted ({exc})"
-                    )
-                    continue
-                lines.append(
-                    compare_counts(
-                        node.name,
-                        source,
-                        target.name,
-                        rows,
-                        drilled.get(node.name),
-                        record.backup_id,
-                        record.cluster,
-                    )
-                )
-        if not drilled:
-            warnings.append(
-                f"backup {record.backup_id} was never proven by a drill that counted rows: the"
-                f" restored rows could not be compared with the backup's (`ringsnap drill"
-                f" {record.backup_id} --cluster {record.cluster} --ring` records the counts)"
-            )
-        return lines
 
     async def _remove_staging(self) -> None:
         async def one(name: str, port: TableNodePort) -> None:
@@ -530,23 +475,3 @@ class TableRestoreWorkflow:
     async def _drop_staging(self, name: str, port: TableNodePort) -> None:
         files, size = await port.remove_staging(self._record.id)
         self.progress(name, "abort", f"staging removed ({files} files, {size} bytes)")
-
-
-def verify_node_table(node: NodeProgress, tables: NodeTables, target: TableTarget) -> str:
-    """One node's check of one table: every SSTable of the backup staged (sizes and CRC32) and
-    imported, no directory failed."""
-    where = f"node {node.name}: {target.name}"
-    if tables.staged_sstables != tables.sstables:
-        return f"FAILED: {where}: {tables.staged_sstables} of {tables.sstables} SSTables staged"
-    if tables.failed_directories:
-        return f"FAILED: {where}: import failed for {', '.join(tables.failed_directories)}"
-    if tables.imported_sstables != tables.staged_sstables:
-        return (
-            f"FAILED: {where}: {tables.imported_sstables} of {tables.staged_sstables} SSTables"
-            " imported"
-        )
-    return (
-        f"ok: {where}: all {tables.sstables} SSTables of the backup ({tables.bytes} bytes)"
-        f" staged with sizes and Data.db CRC32 checked ({tables.bytes_verified} bytes) and"
-        " imported"
-    )

@@ -57,8 +57,9 @@ from ringsnap.coordinator.model import (
     VolumeRole,
 )
 from ringsnap.coordinator.ports import AgentPort, SSTable
-from ringsnap.coordinator.restore import RestoreSettings, RestoreWorkflow, new_restore_id
+from ringsnap.coordinator.restore import RestoreSettings, RestoreWorkflow
 from ringsnap.coordinator.restore_plan import RestoreRequest, plan_restore
+from ringsnap.coordinator.restore_record import new_restore_id
 from ringsnap.plugins.lvm.config import LvmSettings
 from ringsnap.plugins.lvm.driver import LvmDriver
 from ringsnap.plugins.lvm.runner import CommandResult, CommandRunner, SubprocessRunner

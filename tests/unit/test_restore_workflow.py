@@ -42,9 +42,9 @@ from ringsnap.coordinator.restore import (
     RestoreFailed,
     RestoreRefused,
     RestoreWorkflow,
-    next_step_for,
 )
 from ringsnap.coordinator.restore_plan import RestoreRequest, plan_restore
+from ringsnap.coordinator.restore_record import next_step_for
 from ringsnap.plugins.errors import DriverError, NotFoundError
 from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume, VolumeSnapshot
 

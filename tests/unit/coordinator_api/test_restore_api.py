@@ -15,7 +15,7 @@ import pytest
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
-from ringsnap.coordinator import messages, restore_cli, restore_remote
+from ringsnap.coordinator import messages, restore_remote, restore_report
 from ringsnap.coordinator.catalog import RestoreNotFoundError
 from ringsnap.coordinator.client import REASON_EXIT_CODES, ExitCode
 from ringsnap.coordinator.model import (
@@ -105,7 +105,7 @@ def test_the_plan_document_is_the_same_in_process_and_through_the_api(
     plan = harness.call(harness.coordinator.restores.plan_restore(RestoreRequest("rs-1")))
     plan = dataclasses.replace(plan, lost_backups=("rs-0",), expected_seconds=93.25)
     through_api = pb.RestorePlan.FromString(messages.restore_plan(plan).SerializeToString())
-    document = restore_cli.plan_document(plan)
+    document = restore_report.plan_document(plan)
     assert restore_remote.plan_document(through_api) == document
     assert document["nodes"][2]["cassandra_running"] is False
     assert "array a1: snapshot rs-0 is deleted" in document["destroyed"]

@@ -22,7 +22,7 @@ import typer
 from typer.testing import CliRunner, Result
 
 from ringsnap.config import validate
-from ringsnap.coordinator import restore_cli
+from ringsnap.coordinator import console, restore_cli
 from ringsnap.coordinator.apitoken import TOKEN_FILE_ENV
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.client import ADDRESS_ENV, CONFIG_ENV, ExitCode
@@ -194,7 +194,7 @@ def test_confirmation_through_the_daemon(
     assert "no terminal to ask on" in flat(result.stderr)
     assert "Restore plan rr-" in result.stderr, "the plan is printed first"
 
-    monkeypatch.setattr(restore_cli, "_interactive", lambda: True)
+    monkeypatch.setattr(console, "_interactive", lambda: True)
     result = run(app, "rs-1", "--config", str(full_config), input="edge\n")
     assert result.exit_code == ExitCode.REFUSED, result.output
     assert "nothing was done: 'edge' is not 'prod'" in flat(result.stderr)

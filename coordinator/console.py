@@ -1,0 +1,128 @@
+"""What every operator command of `ringsnap` shares on the terminal: the consoles (progress and
+errors on stderr, reports on stdout), the output format, domain values as JSON, the typed
+confirmation, progress lines, and an error's exit."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import sys
+import time
+from datetime import datetime
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from ringsnap.coordinator import render
+from ringsnap.coordinator.client import CliError, ExitCode
+from ringsnap.errors import ConfigError, RingsnapError
+
+out = Console(highlight=False, soft_wrap=False)
+err = Console(stderr=True, highlight=False)
+for _console in (out, err):
+    if not _console.is_terminal:  # piped or logged: never cut ids and paths to 80 columns
+        _console.width = 200
+
+
+class Output(enum.StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
+
+def jsonable(value: Any) -> Any:
+    """A domain value (dataclasses, datetimes, enums, sequences) as JSON-ready data."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (tuple, list)):
+        return [jsonable(v) for v in value]
+    return value
+
+
+def _interactive() -> bool:
+    return sys.stdin.isatty()
+
+
+def confirm(cluster: str, yes: bool) -> None:
+    """The cluster's name, typed; or --yes. Without a terminal and --yes: exit 2."""
+    if yes:
+        return
+    if not _interactive():
+        raise CliError(
+            "refusing to restore without confirmation: there is no terminal to ask on",
+            ExitCode.USAGE,
+            reason="CONFIRMATION_REQUIRED",
+            hint="review the plan (--dry-run), then run the same command with --yes",
+        )
+    typed = typer.prompt(
+        f"This destroys what the plan lists. Type the cluster's name ({cluster}) to restore",
+        default="",
+        show_default=False,
+        err=True,
+    )
+    if typed.strip() != cluster:
+        raise CliError(
+            f"nothing was done: {typed.strip()!r} is not {cluster!r}",
+            ExitCode.REFUSED,
+            reason="DECLINED",
+        )
+
+
+class ProgressPrinter:
+    """One line per node and step as they happen (to stderr; stdout stays for the report)."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.started = time.monotonic()
+
+    def __call__(self, node: str, step: str, message: str) -> None:
+        if self.quiet:
+            return
+        who = f"{node}: " if node else ""
+        state = f" {message}" if message else " ..."
+        err.print(Text.assemble(self._elapsed(), who, (step, "bold"), state))
+
+    def line(self, text: str) -> None:
+        """A progress line the daemon wrote (`restore_daemon.restore_progress_line`), with its step."""
+        if self.quiet:
+            return
+        err.print(Text.assemble(self._elapsed(), text))
+
+    def _elapsed(self) -> tuple[str, str]:
+        return f"{render.duration(time.monotonic() - self.started):>9}  ", "dim"
+
+
+def error_exit_code(error: RingsnapError) -> ExitCode:
+    """The table's code for an error of ours: a bad config is a usage error (2), as for every verb."""
+    if isinstance(error, ConfigError):
+        return ExitCode.USAGE
+    known = {int(code) for code in ExitCode}
+    return ExitCode(error.exit_code) if error.exit_code in known else ExitCode.ERROR
+
+
+def fail(error: CliError, as_json: bool, *, resumable: bool = False) -> None:
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "error": {
+                        "message": str(error),
+                        "reason": error.reason,
+                        "hint": error.hint,
+                        "exit_code": int(error.exit_code),
+                    }
+                },
+                indent=2,
+            )
+        )
+    else:
+        err.print(render.labelled("error: ", "bold red", str(error)))
+        if error.hint:
+            err.print(render.labelled("what to do: ", "bold", error.hint))
+    raise typer.Exit(int(error.exit_code))
