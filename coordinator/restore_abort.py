@@ -55,6 +55,7 @@ async def abort_in_session(
         progress=progress,
         agent_timeout=session.settings.agent_timeout,
         start_timeout=session.settings.start_timeout,
+        seeds=session.cluster.seeds,
     ).run(requested_by)
 
 

@@ -20,7 +20,7 @@ that staging and nothing else):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -102,6 +102,7 @@ class S3RestoreAbort:
         agent_timeout: float = 600.0,
         start_timeout: float = 600.0,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        seeds: Sequence[str] = (),
     ) -> None:
         self.record = record
         self.s3_agents = s3_agents
@@ -111,6 +112,7 @@ class S3RestoreAbort:
         self.agent_timeout = agent_timeout
         self.start_timeout = start_timeout
         self.now = now
+        self.seeds = set(seeds)
         self.outcomes: dict[str, _Outcome] = {n.name: _Outcome() for n in record.nodes}
 
     async def run(self, requested_by: str) -> RestoreRecord:
@@ -140,9 +142,11 @@ class S3RestoreAbort:
                     )
         else:
             await asyncio.gather(*(self._discard(n) for n in others))
-            await asyncio.gather(
-                *(self._start_again(n) for n in stopped if self.outcomes[n.name].discarded)
-            )
+            again = [n for n in stopped if self.outcomes[n.name].discarded]
+            # Seeds first, as the restore starts a ring: the others then join them.
+            seeds = [n for n in again if n.name in self.seeds]
+            await asyncio.gather(*(self._start_again(n, gossip=True) for n in seeds))
+            await asyncio.gather(*(self._start_again(n) for n in again if n not in seeds))
         return await self._record(installing, requested_by)
 
     async def _discard(self, node: RestoreNode) -> None:
@@ -199,7 +203,7 @@ class S3RestoreAbort:
         )
         self.progress(node.name, ABORT, line.partition(": ")[2])
 
-    async def _start_again(self, node: RestoreNode) -> None:
+    async def _start_again(self, node: RestoreNode, *, gossip: bool = False) -> None:
         """Cassandra's files were never touched on this node: it runs again as before."""
         outcome = self.outcomes[node.name]
         if not node.was_running:
@@ -213,7 +217,9 @@ class S3RestoreAbort:
             return
         try:
             await asyncio.wait_for(
-                self.agents[node.name].start_cassandra(wait_seconds=self.start_timeout),
+                self.agents[node.name].start_cassandra(
+                    wait_seconds=self.start_timeout, until_gossip=gossip
+                ),
                 self.start_timeout + 60,
             )
         except Exception as exc:

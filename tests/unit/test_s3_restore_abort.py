@@ -38,7 +38,7 @@ def _at(record: RestoreRecord, **steps: RestoreStep) -> RestoreRecord:
     )
 
 
-def _abort(rig: S3Rig, record: RestoreRecord) -> RestoreRecord:
+def _abort(rig: S3Rig, record: RestoreRecord, seeds: tuple[str, ...] = ()) -> RestoreRecord:
     lines: list[tuple[str, str, str]] = []
     done = asyncio.run(
         S3RestoreAbort(
@@ -47,6 +47,7 @@ def _abort(rig: S3Rig, record: RestoreRecord) -> RestoreRecord:
             agents=rig.agents,
             save=rig.journal.save,
             progress=lambda *line: lines.append(line),
+            seeds=seeds,
         ).run("operator")
     )
     assert rig.journal.saved[-1] == done, "the outcome is what was saved"
@@ -106,6 +107,15 @@ def test_nodes_stopped_before_their_install_start_again_as_they_were() -> None:
     assert rig.events.index("node1:start") > rig.events.index("node3:discard-staging")
     assert any(w.startswith("node node1: Cassandra started again") for w in done.warnings)
     assert any("node node2: Cassandra left stopped, as it was" in w for w in done.warnings)
+
+
+def test_a_whole_ring_stopped_before_its_install_starts_its_seeds_first() -> None:
+    rig = S3Rig()
+    stopped = dict.fromkeys(NODES, RestoreStep.STOPPED)
+    done = _abort(rig, _at(_failed_download(rig), **stopped), seeds=("node2",))
+    assert done.state is RestoreState.ABORTED
+    seed = rig.events.index("node2:start:gossip")
+    assert seed < rig.events.index("node1:start") and seed < rig.events.index("node3:start")
 
 
 def test_an_install_begun_refuses_the_abort_and_touches_no_other_node() -> None:
