@@ -22,25 +22,22 @@ components, into the table-restore staging that `ImportStagedTable` imports from
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import json
 import os
 import shutil
 import threading
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from ringsnap import logs
-from ringsnap.agent.clones import CLONES_DIRECTORY
 from ringsnap.agent.config import AgentConfig
 from ringsnap.agent.durable import fsync_directory, write_durably
 from ringsnap.agent.errors import Conflict
-from ringsnap.agent.node import NodeAgent
-from ringsnap.agent.restore import VolumeRestorer, check_operation_id
+from ringsnap.agent.restore import VolumeRestorer
+from ringsnap.agent.restore_model import check_operation_id
 from ringsnap.agent.s3.backup_manifest import Entry
 from ringsnap.agent.s3.client import make_client
 from ringsnap.agent.s3.download import DownloadCancelled, DownloadResult, download_node
@@ -58,9 +55,15 @@ from ringsnap.agent.snapshot_restore import (
     SnapshotRecords,
     move_aside,
 )
-from ringsnap.agent.table_import import TableImporter, restore_id
-from ringsnap.api.v1 import agent_pb2
-from ringsnap.errors import ValidationError
+from ringsnap.agent.staged_files import (
+    entry_names,
+    make_directory,
+    owner_of,
+    place_staged,
+    remove_empty_tree,
+    remove_empty_tree_but,
+    table_directories,
+)
 from ringsnap.names import backup_id as valid_backup_id
 from ringsnap.names import keyspace_name, table_name
 
@@ -72,8 +75,6 @@ DOWNLOADED_MARKER = ".downloaded.json"
 COMMITLOG_STAGING = ".commitlog"
 NO_COMMITLOG = "no commit-log copy in the bucket"
 _PARTIAL = ".ringsnap-partial"
-#: How long a new download waits for a cancelled one of the same operation to stop.
-CANCELLED_WIND_DOWN_SECONDS = 60.0
 
 
 def tag_of(backup_id: str) -> str:
@@ -94,87 +95,6 @@ class CommitlogInstalled:
     segments: int
     bytes: int
     detail: str
-
-
-def _owner(path: Path) -> tuple[int, int]:
-    stats = path.stat()
-    return stats.st_uid, stats.st_gid
-
-
-def _make_directory(path: Path, owner: tuple[int, int]) -> None:
-    """Create `path` and its missing parents, owned as the data directory is (Cassandra writes
-    there once it starts)."""
-    missing: list[Path] = []
-    current = path
-    while not current.exists():
-        missing.append(current)
-        current = current.parent
-    for directory in reversed(missing):
-        directory.mkdir(mode=0o755)
-        os.chown(directory, *owner)
-
-
-def _names(path: Path, *, directories: bool) -> list[str]:
-    try:
-        with os.scandir(path) as entries:
-            return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False) == directories)
-    except FileNotFoundError:
-        return []
-
-
-def _table_directories(root: Path) -> list[tuple[str, str]]:
-    """(keyspace, table directory) below a data directory or a staging directory."""
-    found: list[tuple[str, str]] = []
-    for keyspace in _names(root, directories=True):
-        if keyspace.startswith(".") or keyspace == "lost+found":
-            continue  # ringsnap's own staging, and anything that is not a keyspace
-        try:
-            keyspace_name(keyspace)
-        except ValidationError:
-            continue
-        for table in _names(root / keyspace, directories=True):
-            if not table.startswith("."):
-                found.append((keyspace, table))
-    return found
-
-
-def place_staged(staged: Path, table: Path, owner: tuple[int, int]) -> int:
-    """Rename every file of `staged` (and of its `.<index>` directories) into `table`; returns how
-    many were moved. A file already moved is no longer staged; anything in the way is refused."""
-    moved = 0
-    pairs = [(staged, table)] + [
-        (staged / name, table / name)
-        for name in _names(staged, directories=True)
-        if name.startswith(".")
-    ]
-    for source, target in pairs:
-        names = _names(source, directories=False)
-        if not names:
-            continue
-        _make_directory(target, owner)
-        for name in names:
-            if os.path.lexists(target / name):
-                raise Conflict(
-                    f"{target / name} is in the way of the downloaded {source / name}: it was not"
-                    " moved aside; inspect both"
-                )
-            os.rename(source / name, target / name)
-            os.chown(target / name, *owner, follow_symlinks=False)
-            moved += 1
-        fsync_directory(target)
-    return moved
-
-
-def _remove_empty_tree(root: Path) -> None:
-    """Remove the directories of an emptied staging tree; a file left in it keeps it (logged)."""
-    for directory, _subdirectories, files in os.walk(root, topdown=False):
-        if files:
-            log.warning("staging directory not empty, kept", path=directory, files=len(files))
-            continue
-        try:
-            os.rmdir(directory)
-        except OSError as exc:
-            log.warning("staging directory kept", path=directory, error=str(exc))
 
 
 class S3Restore:
@@ -404,7 +324,7 @@ class S3Restore:
         record = replace(record, phase=DONE, tables=self._place(record, roots))
         records.save(record)
         for root in roots:
-            _remove_empty_tree_but(root, keep={COMMITLOG_STAGING})
+            remove_empty_tree_but(root, keep={COMMITLOG_STAGING})
         log.warning(
             "backup from S3 installed; the replaced files are KEPT in each table's"
             f" {REPLACED_DIRECTORY}/{operation_id}/ (remove them once the restore is proven)",
@@ -422,7 +342,7 @@ class S3Restore:
         backup holds no file of (created after it, or empty then)."""
         tables: list[RestoredTable] = []
         for data, root in zip(self.data_directories, roots, strict=True):
-            found = set(_table_directories(data)) | set(_table_directories(root))
+            found = set(table_directories(data)) | set(table_directories(root))
             tables.extend(
                 RestoredTable(str(data), keyspace, table, restored=True)
                 for keyspace, table in sorted(found)
@@ -432,8 +352,8 @@ class S3Restore:
     def _move(self, record: SnapshotRecord) -> tuple[RestoredTable, ...]:
         done: list[RestoredTable] = []
         for table in record.tables:
-            owner = _owner(Path(table.data_directory))
-            _make_directory(table.path, owner)
+            owner = owner_of(Path(table.data_directory))
+            make_directory(table.path, owner)
             replaced = table.path / REPLACED_DIRECTORY / record.operation_id
             moved = move_aside(table.path, replaced)
             if moved:
@@ -453,7 +373,7 @@ class S3Restore:
         done: list[RestoredTable] = []
         for table in record.tables:
             staged = staging[table.data_directory] / table.keyspace / table.table_directory
-            owner = _owner(Path(table.data_directory))
+            owner = owner_of(Path(table.data_directory))
             placed = place_staged(staged, table.path, owner)
             done.append(replace(table, files_linked=table.files_linked + placed))
         return tuple(done)
@@ -471,14 +391,14 @@ class S3Restore:
         marker = self._marker(operation_id) or {}
         staged = root / COMMITLOG_STAGING
         # Segments only: a partial file a killed download left is not one.
-        names = [n for n in _names(staged, directories=False) if n.startswith("CommitLog-")]
+        names = [n for n in entry_names(staged, directories=False) if n.startswith("CommitLog-")]
         if not names:
             detail = str(marker.get("commitlog") or f"{NO_COMMITLOG}: none staged")
             log.warning("no commit log installed", operation_id=operation_id, detail=detail)
             self._finish(root)
             return CommitlogInstalled(0, 0, detail)
         target = self.commitlog_directory
-        owner = _owner(target)
+        owner = owner_of(target)
         size = 0
         for name in names:
             partial = target / f".{name}{_PARTIAL}"
@@ -496,221 +416,4 @@ class S3Restore:
         """The staging of an installed restore is no longer needed (its files were moved)."""
         shutil.rmtree(root / COMMITLOG_STAGING, ignore_errors=True)
         (root / DOWNLOADED_MARKER).unlink(missing_ok=True)
-        _remove_empty_tree(root)
-
-
-def _remove_empty_tree_but(root: Path, keep: set[str]) -> None:
-    """Remove the emptied table directories of a staging tree, but what `keep` names at its top."""
-    for name in _names(root, directories=True):
-        if name not in keep:
-            _remove_empty_tree(root / name)
-
-
-# -- RPCs ---------------------------------------------------------------------------------------
-
-
-def progress_message(progress: Progress) -> agent_pb2.DownloadFromS3Response:
-    eta = progress.eta_seconds
-    return agent_pb2.DownloadFromS3Response(
-        progress=agent_pb2.S3DownloadProgress(
-            files_total=progress.files_total,
-            bytes_total=progress.bytes_total,
-            files_done=progress.files_done,
-            bytes_done=progress.bytes_done,
-            bytes_downloaded=progress.bytes_transferred,
-            elapsed_seconds=progress.elapsed_seconds,
-            rate_bytes_per_second=progress.rate_bytes_per_second,
-            eta_seconds=-1.0 if eta is None else eta,
-        )
-    )
-
-
-def result_message(staged: StagedDownload) -> agent_pb2.DownloadFromS3Response:
-    result = staged.result
-    return agent_pb2.DownloadFromS3Response(
-        result=agent_pb2.S3DownloadResult(
-            components=result.components,
-            bytes_total=result.bytes_total,
-            files_downloaded=result.files_downloaded,
-            bytes_downloaded=result.bytes_downloaded,
-            files_kept=result.files_kept,
-            seconds=result.seconds,
-            staging_directories=list(staged.staging_directories),
-            commitlog=staged.commitlog,
-        )
-    )
-
-
-class S3RestoreRpcs:
-    """DownloadFromS3 and InstallS3Download for the servicer (which maps errors to statuses)."""
-
-    def __init__(self, agent: NodeAgent) -> None:
-        self._agent = agent
-        #: Per operation: the cancel event and the thread of its download still running. A rerun
-        #: waits for a cancelled one to stop (two threads must never write one staging).
-        self._running: dict[str, tuple[threading.Event, asyncio.Future[StagedDownload]]] = {}
-
-    async def _wait_for_previous(self, operation_id: str) -> None:
-        """Returns once no download of `operation_id` runs (the caller registers its own before
-        its next await); a running one that was not cancelled is refused."""
-        while (previous := self._running.get(operation_id)) is not None:
-            cancel, work = previous
-            if not cancel.is_set():
-                raise Conflict(
-                    f"a download for operation {operation_id} is already running on this node;"
-                    " wait for it to end (or cancel it), then ask again"
-                )
-            done, _ = await asyncio.wait({work}, timeout=CANCELLED_WIND_DOWN_SECONDS)
-            if not done:
-                raise Conflict(
-                    f"the cancelled download for operation {operation_id} has not stopped within"
-                    f" {CANCELLED_WIND_DOWN_SECONDS:g} s; ask again in a minute"
-                )
-            self._forget(operation_id, work)  # its done callback may not have run yet
-
-    @cached_property
-    def _restores(self) -> S3Restore:
-        return S3Restore.of(self._agent.config, self._agent.restorer)
-
-    def _table_staging(self, operation_id: str, keyspace: str, table: str) -> Path:
-        config = self._agent.config
-        importer = TableImporter(
-            config.cassandra, config.volumes.state_directory / CLONES_DIRECTORY
-        )
-        return importer.table_directory(operation_id, keyspace, table)
-
-    async def download(
-        self, request: agent_pb2.DownloadFromS3Request
-    ) -> AsyncGenerator[agent_pb2.DownloadFromS3Response, None]:
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Progress] = asyncio.Queue()
-
-        def report(progress: Progress) -> None:  # from the transfer threads
-            loop.call_soon_threadsafe(queue.put_nowait, progress)
-
-        if bool(request.keyspace) != bool(request.table):
-            raise ValidationError("a table download from S3 needs both keyspace and table")
-        check_operation_id(request.operation_id)
-        await self._wait_for_previous(request.operation_id)
-        cancel = threading.Event()
-        if request.keyspace:
-            try:
-                restore_id(request.operation_id)
-            except ValidationError as exc:
-                # The table restore's id rule speaks of a "restore id": name the field.
-                raise ValidationError(f"operation_id: {exc}") from None
-            staging = self._table_staging(
-                request.operation_id,
-                request.target_keyspace or request.keyspace,
-                request.target_table or request.table,
-            )
-            work = asyncio.ensure_future(
-                asyncio.to_thread(
-                    lambda: self._restores.download_table(
-                        request.operation_id,
-                        request.backup_id,
-                        request.node,
-                        keyspace=request.keyspace,
-                        table=request.table,
-                        staging=staging,
-                        progress=report,
-                        cancel=cancel,
-                    )
-                )
-            )
-        else:
-            work = asyncio.ensure_future(
-                asyncio.to_thread(
-                    self._restores.download,
-                    request.operation_id,
-                    request.backup_id,
-                    request.node,
-                    report,
-                    cancel,
-                )
-            )
-        self._running[request.operation_id] = (cancel, work)
-        work.add_done_callback(lambda _: self._forget(request.operation_id, work))
-        try:
-            while not work.done():
-                getter = asyncio.ensure_future(queue.get())
-                await asyncio.wait({work, getter}, return_when=asyncio.FIRST_COMPLETED)
-                if getter.done():
-                    yield progress_message(getter.result())
-                else:
-                    getter.cancel()
-            while not queue.empty():  # reported just before the end
-                yield progress_message(queue.get_nowait())
-            yield result_message(work.result())
-        finally:
-            if not work.done():
-                # The caller went away (a cancelled restore, a stopping coordinator): the thread
-                # stops at its next file or part; what verified stays for a rerun.
-                cancel.set()
-                log.warning(
-                    "download from S3 cancelled by its caller; stopping it",
-                    operation_id=request.operation_id,
-                    backup_id=request.backup_id,
-                    node=request.node,
-                )
-
-    def _forget(self, operation_id: str, work: asyncio.Future[StagedDownload]) -> None:
-        if self._running.get(operation_id, (None, None))[1] is work:
-            del self._running[operation_id]
-
-    async def check(
-        self, request: agent_pb2.CheckS3DownloadRequest
-    ) -> agent_pb2.CheckS3DownloadResponse:
-        check_operation_id(request.operation_id)
-        done = await asyncio.to_thread(
-            self._restores.check, request.operation_id, request.backup_id, request.node
-        )
-        return agent_pb2.CheckS3DownloadResponse(
-            manifest_key=done.manifest_key,
-            manifest_found=done.manifest_found,
-            commitlog_key=done.commitlog_key,
-            commitlog_found=done.commitlog_found,
-            commitlog_bytes=done.commitlog_bytes,
-            problem=done.problem,
-            download_complete=done.download_complete,
-            rooms=[
-                agent_pb2.S3DownloadRoom(
-                    data_directory=r.data_directory,
-                    bytes_needed=r.bytes_needed,
-                    free_bytes=r.free_bytes,
-                    filesystem=r.filesystem,
-                )
-                for r in done.rooms
-            ],
-        )
-
-    async def install(
-        self, request: agent_pb2.InstallS3DownloadRequest
-    ) -> agent_pb2.InstallS3DownloadResponse:
-        restores, restorer = self._restores, self._agent.restorer
-        if request.commitlog:
-            done = await restorer.while_stopped(
-                "install the commit log from S3",
-                lambda: restores.install_commitlog(request.operation_id, request.backup_id),
-            )
-            return agent_pb2.InstallS3DownloadResponse(
-                commitlog_segments=done.segments, commitlog_bytes=done.bytes, commitlog=done.detail
-            )
-        tables = await restorer.while_stopped(
-            f"install backup {request.backup_id} from S3",
-            lambda: restores.install(request.operation_id, request.backup_id),
-        )
-        return agent_pb2.InstallS3DownloadResponse(
-            tables=[
-                agent_pb2.RestoredTable(
-                    data_directory=t.data_directory,
-                    keyspace=t.keyspace,
-                    table_directory=t.table_directory,
-                    restored=t.restored,
-                    files_moved=t.files_moved,
-                    files_linked=t.files_linked,
-                    replaced_directory=t.replaced_directory,
-                )
-                for t in tables
-            ]
-        )
+        remove_empty_tree(root)

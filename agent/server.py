@@ -7,8 +7,7 @@ INVALID_ARGUMENT before anything on the node changes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from functools import partial
 
 import grpc
@@ -22,12 +21,13 @@ from ringsnap.agent.drill.host import DrillHost, TooManyDrills
 from ringsnap.agent.drill.model import DrillRequest, DrillStatus
 from ringsnap.agent.freeze import FreezeResult, ThawResult
 from ringsnap.agent.node import NodeAgent, NodeInfo
-from ringsnap.agent.restore import DiscardedDirectory, VolumeFacts, VolumeState
+from ringsnap.agent.restore_model import DiscardedDirectory, VolumeFacts, VolumeState
+from ringsnap.agent.rpc_delegation import Delegated, DelegatedStream, Request, Response
 from ringsnap.agent.s3.download import DownloadCancelled, DownloadRefused
 from ringsnap.agent.s3.export import ExportFailed
 from ringsnap.agent.s3.purge import PurgeFailed
 from ringsnap.agent.s3.rpc import S3Exports
-from ringsnap.agent.s3_restore import S3RestoreRpcs
+from ringsnap.agent.s3_restore_rpc import S3RestoreRpcs
 from ringsnap.agent.s3_staging import S3StagingRpcs
 from ringsnap.agent.snapshot_restore import RestoredTable
 from ringsnap.agent.table_import_rpc import TableImportRpcs
@@ -259,6 +259,18 @@ def drill_request(request: agent_pb2.StartDrillRequest) -> DrillRequest:
     )
 
 
+def delegated(
+    component: Callable[[AgentServicer], Callable[[Request], Awaitable[Response]]],
+) -> Delegated[AgentServicer, Request, Response]:
+    return Delegated(component, STATUSES)
+
+
+def delegated_stream(
+    component: Callable[[AgentServicer], Callable[[Request], AsyncGenerator[Response, None]]],
+) -> DelegatedStream[AgentServicer, Request, Response]:
+    return DelegatedStream(component, STATUSES)
+
+
 # -- the servicer ----------------------------------------------------------------------------------
 
 
@@ -470,85 +482,19 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         async for message in _stream_manifest(batches, context, "GetDrillManifest"):
             yield message
 
-    # -- table-level restores (ringsnap.agent.table_import) --
+    # -- handed whole to a component: table-level restores (ringsnap.agent.table_import_rpc),
+    # restores from S3 (ringsnap.agent.s3_restore_rpc, .s3_staging), export (ringsnap.agent.s3.rpc)
 
-    @unary
-    async def GetStagingSpace(
-        self, request: agent_pb2.GetStagingSpaceRequest, context: Context
-    ) -> agent_pb2.StagingSpace:
-        return await self._table_imports.get_staging_space(request)
-
-    @unary
-    async def StageTable(
-        self, request: agent_pb2.StageTableRequest, context: Context
-    ) -> agent_pb2.StageTableResponse:
-        return await self._table_imports.stage_table(request)
-
-    @unary
-    async def ImportStagedTable(
-        self, request: agent_pb2.ImportStagedTableRequest, context: Context
-    ) -> agent_pb2.ImportStagedTableResponse:
-        return await self._table_imports.import_staged_table(request)
-
-    @unary
-    async def RemoveStaging(
-        self, request: agent_pb2.RemoveStagingRequest, context: Context
-    ) -> agent_pb2.RemoveStagingResponse:
-        return await self._table_imports.remove_staging(request)
-
-    # -- restores from S3 (ringsnap.agent.s3_restore) --
-
-    async def DownloadFromS3(
-        self, request: agent_pb2.DownloadFromS3Request, context: Context
-    ) -> AsyncIterator[agent_pb2.DownloadFromS3Response]:
-        try:
-            # aclosing: a caller that goes away closes the download's stream, which stops it.
-            async with contextlib.aclosing(self._s3_restores.download(request)) as stream:
-                async for message in stream:
-                    yield message
-        except (asyncio.CancelledError, grpc.aio.AbortError):
-            raise
-        except Exception as exc:
-            await STATUSES.abort(context, exc, "DownloadFromS3")
-
-    @unary
-    async def InstallS3Download(
-        self, request: agent_pb2.InstallS3DownloadRequest, context: Context
-    ) -> agent_pb2.InstallS3DownloadResponse:
-        return await self._s3_restores.install(request)
-
-    @unary
-    async def CheckS3Download(
-        self, request: agent_pb2.CheckS3DownloadRequest, context: Context
-    ) -> agent_pb2.CheckS3DownloadResponse:
-        return await self._s3_restores.check(request)
-
-    @unary
-    async def CheckS3Room(
-        self, request: agent_pb2.CheckS3RoomRequest, context: Context
-    ) -> agent_pb2.CheckS3DownloadResponse:
-        return await self._s3_staging.check_room(request)
-
-    @unary
-    async def DiscardS3Download(
-        self, request: agent_pb2.DiscardS3DownloadRequest, context: Context
-    ) -> agent_pb2.DiscardS3DownloadResponse:
-        return await self._s3_staging.discard(request)
-
-    # -- export to S3 (ringsnap.agent.s3.rpc) --
-
-    async def ExportToS3(
-        self, request: agent_pb2.ExportToS3Request, context: Context
-    ) -> AsyncIterator[agent_pb2.ExportToS3Response]:
-        try:
-            # Closed at once when the caller goes away: that is what stops the uploads.
-            async with contextlib.aclosing(self._s3_exports.export(request)) as stream:
-                async for message in stream:
-                    yield message
-        except (asyncio.CancelledError, grpc.aio.AbortError):
-            raise
-        except Exception as exc:
-            await STATUSES.abort(context, exc, "ExportToS3")
+    GetStagingSpace = delegated(lambda servicer: servicer._table_imports.get_staging_space)
+    StageTable = delegated(lambda servicer: servicer._table_imports.stage_table)
+    ImportStagedTable = delegated(lambda servicer: servicer._table_imports.import_staged_table)
+    RemoveStaging = delegated(lambda servicer: servicer._table_imports.remove_staging)
+    DownloadFromS3 = delegated_stream(lambda servicer: servicer._s3_restores.download)
+    InstallS3Download = delegated(lambda servicer: servicer._s3_restores.install)
+    CheckS3Download = delegated(lambda servicer: servicer._s3_restores.check)
+    CheckS3Room = delegated(lambda servicer: servicer._s3_staging.check_room)
+    DiscardS3Download = delegated(lambda servicer: servicer._s3_staging.discard)
+    ExportToS3 = delegated_stream(lambda servicer: servicer._s3_exports.export)
 
 
 async def _stream_manifest(

@@ -16,7 +16,8 @@ import pytest
 
 from ringsnap.agent.errors import Conflict, NotFound
 from ringsnap.agent.mounts import Holder
-from ringsnap.agent.restore import CassandraStatus, VolumeRestorer
+from ringsnap.agent.restore import VolumeRestorer
+from ringsnap.agent.restore_model import CassandraStatus
 from ringsnap.agent.server import restored_message
 from ringsnap.agent.snapshot_restore import DONE, LINKING, MOVING, REPLACED_DIRECTORY, plan
 from ringsnap.errors import ValidationError

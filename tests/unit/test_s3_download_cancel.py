@@ -24,7 +24,8 @@ from ringsnap.agent.s3.client import make_client
 from ringsnap.agent.s3.download import PARTIAL_SUFFIX, DownloadCancelled, download_node
 from ringsnap.agent.s3.export import export_node
 from ringsnap.agent.s3.settings import S3Settings
-from ringsnap.agent.s3_restore import S3Restore, S3RestoreRpcs
+from ringsnap.agent.s3_restore import S3Restore
+from ringsnap.agent.s3_restore_rpc import S3RestoreRpcs
 from ringsnap.agent.snapshot_restore import SnapshotRecords
 from ringsnap.api.v1 import agent_pb2
 from ringsnap.sandbox.sstables import table_directory, write_sstable

@@ -15,7 +15,7 @@ from typing import Any, cast
 
 import pytest
 
-from ringsnap.agent import s3_restore
+from ringsnap.agent import s3_restore, s3_restore_rpc, staged_files
 from ringsnap.agent.errors import Conflict
 from ringsnap.agent.s3.download import DownloadResult
 from ringsnap.agent.s3.progress import Progress
@@ -126,7 +126,7 @@ def test_an_install_interrupted_while_placing_finishes_on_repeat(
 ) -> None:
     _stage(node)
     _write(node.staging("rr-1")[0] / "ks" / "u-123" / "nb-3-big-Data.db", b"second table")
-    real = s3_restore.place_staged
+    real = staged_files.place_staged
     calls: list[Path] = []
 
     def crash_on_second(staged: Path, table: Path, owner: tuple[int, int]) -> int:
@@ -156,7 +156,7 @@ def test_a_file_in_the_way_of_a_staged_one_is_refused_not_overwritten(tmp_path: 
     _write(staged / "nb-2-big-Data.db", b"backup")
     _write(table / "nb-2-big-Data.db", b"someone else's")
     with pytest.raises(Conflict, match="is in the way"):
-        s3_restore.place_staged(staged, table, (os.getuid(), os.getgid()))
+        staged_files.place_staged(staged, table, (os.getuid(), os.getgid()))
     assert (table / "nb-2-big-Data.db").read_bytes() == b"someone else's"
 
 
@@ -216,7 +216,7 @@ class _SlowRestore:
 
 
 def test_download_from_s3_streams_progress_then_one_result() -> None:
-    rpcs = s3_restore.S3RestoreRpcs(cast(Any, None))
+    rpcs = s3_restore_rpc.S3RestoreRpcs(cast(Any, None))
     rpcs.__dict__["_restores"] = _SlowRestore()
     request = agent_pb2.DownloadFromS3Request(operation_id="rr-1", backup_id="rs-1", node="node1")
 
@@ -234,7 +234,7 @@ def test_download_from_s3_streams_progress_then_one_result() -> None:
 
 
 def test_a_table_download_needs_both_keyspace_and_table() -> None:
-    rpcs = s3_restore.S3RestoreRpcs(cast(Any, None))
+    rpcs = s3_restore_rpc.S3RestoreRpcs(cast(Any, None))
     request = agent_pb2.DownloadFromS3Request(operation_id="tr-1", backup_id="rs-1", keyspace="k")
 
     async def collect() -> None:

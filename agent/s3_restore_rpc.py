@@ -1,0 +1,234 @@
+"""DownloadFromS3, CheckS3Download and InstallS3Download on the node: the download in a worker
+thread with its progress streamed, one download per operation at a time (a rerun waits for a
+cancelled one to stop), the install under the restorer's stopped-Cassandra checks."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncGenerator
+from functools import cached_property
+from pathlib import Path
+
+from ringsnap import logs
+from ringsnap.agent.clones import CLONES_DIRECTORY
+from ringsnap.agent.errors import Conflict
+from ringsnap.agent.node import NodeAgent
+from ringsnap.agent.restore_model import check_operation_id
+from ringsnap.agent.s3.progress import Progress
+from ringsnap.agent.s3_restore import S3Restore, StagedDownload
+from ringsnap.agent.table_import import TableImporter, restore_id
+from ringsnap.api.v1 import agent_pb2
+from ringsnap.errors import ValidationError
+
+log = logs.get_logger(__name__)
+
+#: How long a new download waits for a cancelled one of the same operation to stop.
+CANCELLED_WIND_DOWN_SECONDS = 60.0
+
+
+def progress_message(progress: Progress) -> agent_pb2.DownloadFromS3Response:
+    eta = progress.eta_seconds
+    return agent_pb2.DownloadFromS3Response(
+        progress=agent_pb2.S3DownloadProgress(
+            files_total=progress.files_total,
+            bytes_total=progress.bytes_total,
+            files_done=progress.files_done,
+            bytes_done=progress.bytes_done,
+            bytes_downloaded=progress.bytes_transferred,
+            elapsed_seconds=progress.elapsed_seconds,
+            rate_bytes_per_second=progress.rate_bytes_per_second,
+            eta_seconds=-1.0 if eta is None else eta,
+        )
+    )
+
+
+def result_message(staged: StagedDownload) -> agent_pb2.DownloadFromS3Response:
+    result = staged.result
+    return agent_pb2.DownloadFromS3Response(
+        result=agent_pb2.S3DownloadResult(
+            components=result.components,
+            bytes_total=result.bytes_total,
+            files_downloaded=result.files_downloaded,
+            bytes_downloaded=result.bytes_downloaded,
+            files_kept=result.files_kept,
+            seconds=result.seconds,
+            staging_directories=list(staged.staging_directories),
+            commitlog=staged.commitlog,
+        )
+    )
+
+
+class S3RestoreRpcs:
+    """DownloadFromS3 and InstallS3Download for the servicer (which maps errors to statuses)."""
+
+    def __init__(self, agent: NodeAgent) -> None:
+        self._agent = agent
+        #: Per operation: the cancel event and the thread of its download still running. A rerun
+        #: waits for a cancelled one to stop (two threads must never write one staging).
+        self._running: dict[str, tuple[threading.Event, asyncio.Future[StagedDownload]]] = {}
+
+    async def _wait_for_previous(self, operation_id: str) -> None:
+        """Returns once no download of `operation_id` runs (the caller registers its own before
+        its next await); a running one that was not cancelled is refused."""
+        while (previous := self._running.get(operation_id)) is not None:
+            cancel, work = previous
+            if not cancel.is_set():
+                raise Conflict(
+                    f"a download for operation {operation_id} is already running on this node;"
+                    " wait for it to end (or cancel it), then ask again"
+                )
+            done, _ = await asyncio.wait({work}, timeout=CANCELLED_WIND_DOWN_SECONDS)
+            if not done:
+                raise Conflict(
+                    f"the cancelled download for operation {operation_id} has not stopped within"
+                    f" {CANCELLED_WIND_DOWN_SECONDS:g} s; ask again in a minute"
+                )
+            self._forget(operation_id, work)  # its done callback may not have run yet
+
+    @cached_property
+    def _restores(self) -> S3Restore:
+        return S3Restore.of(self._agent.config, self._agent.restorer)
+
+    def _table_staging(self, operation_id: str, keyspace: str, table: str) -> Path:
+        config = self._agent.config
+        importer = TableImporter(
+            config.cassandra, config.volumes.state_directory / CLONES_DIRECTORY
+        )
+        return importer.table_directory(operation_id, keyspace, table)
+
+    async def download(
+        self, request: agent_pb2.DownloadFromS3Request
+    ) -> AsyncGenerator[agent_pb2.DownloadFromS3Response, None]:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Progress] = asyncio.Queue()
+
+        def report(progress: Progress) -> None:  # from the transfer threads
+            loop.call_soon_threadsafe(queue.put_nowait, progress)
+
+        if bool(request.keyspace) != bool(request.table):
+            raise ValidationError("a table download from S3 needs both keyspace and table")
+        check_operation_id(request.operation_id)
+        await self._wait_for_previous(request.operation_id)
+        cancel = threading.Event()
+        if request.keyspace:
+            try:
+                restore_id(request.operation_id)
+            except ValidationError as exc:
+                # The table restore's id rule speaks of a "restore id": name the field.
+                raise ValidationError(f"operation_id: {exc}") from None
+            staging = self._table_staging(
+                request.operation_id,
+                request.target_keyspace or request.keyspace,
+                request.target_table or request.table,
+            )
+            work = asyncio.ensure_future(
+                asyncio.to_thread(
+                    lambda: self._restores.download_table(
+                        request.operation_id,
+                        request.backup_id,
+                        request.node,
+                        keyspace=request.keyspace,
+                        table=request.table,
+                        staging=staging,
+                        progress=report,
+                        cancel=cancel,
+                    )
+                )
+            )
+        else:
+            work = asyncio.ensure_future(
+                asyncio.to_thread(
+                    self._restores.download,
+                    request.operation_id,
+                    request.backup_id,
+                    request.node,
+                    report,
+                    cancel,
+                )
+            )
+        self._running[request.operation_id] = (cancel, work)
+        work.add_done_callback(lambda _: self._forget(request.operation_id, work))
+        try:
+            while not work.done():
+                getter = asyncio.ensure_future(queue.get())
+                await asyncio.wait({work, getter}, return_when=asyncio.FIRST_COMPLETED)
+                if getter.done():
+                    yield progress_message(getter.result())
+                else:
+                    getter.cancel()
+            while not queue.empty():  # reported just before the end
+                yield progress_message(queue.get_nowait())
+            yield result_message(work.result())
+        finally:
+            if not work.done():
+                # The caller went away (a cancelled restore, a stopping coordinator): the thread
+                # stops at its next file or part; what verified stays for a rerun.
+                cancel.set()
+                log.warning(
+                    "download from S3 cancelled by its caller; stopping it",
+                    operation_id=request.operation_id,
+                    backup_id=request.backup_id,
+                    node=request.node,
+                )
+
+    def _forget(self, operation_id: str, work: asyncio.Future[StagedDownload]) -> None:
+        if self._running.get(operation_id, (None, None))[1] is work:
+            del self._running[operation_id]
+
+    async def check(
+        self, request: agent_pb2.CheckS3DownloadRequest
+    ) -> agent_pb2.CheckS3DownloadResponse:
+        check_operation_id(request.operation_id)
+        done = await asyncio.to_thread(
+            self._restores.check, request.operation_id, request.backup_id, request.node
+        )
+        return agent_pb2.CheckS3DownloadResponse(
+            manifest_key=done.manifest_key,
+            manifest_found=done.manifest_found,
+            commitlog_key=done.commitlog_key,
+            commitlog_found=done.commitlog_found,
+            commitlog_bytes=done.commitlog_bytes,
+            problem=done.problem,
+            download_complete=done.download_complete,
+            rooms=[
+                agent_pb2.S3DownloadRoom(
+                    data_directory=r.data_directory,
+                    bytes_needed=r.bytes_needed,
+                    free_bytes=r.free_bytes,
+                    filesystem=r.filesystem,
+                )
+                for r in done.rooms
+            ],
+        )
+
+    async def install(
+        self, request: agent_pb2.InstallS3DownloadRequest
+    ) -> agent_pb2.InstallS3DownloadResponse:
+        restores, restorer = self._restores, self._agent.restorer
+        if request.commitlog:
+            done = await restorer.while_stopped(
+                "install the commit log from S3",
+                lambda: restores.install_commitlog(request.operation_id, request.backup_id),
+            )
+            return agent_pb2.InstallS3DownloadResponse(
+                commitlog_segments=done.segments, commitlog_bytes=done.bytes, commitlog=done.detail
+            )
+        tables = await restorer.while_stopped(
+            f"install backup {request.backup_id} from S3",
+            lambda: restores.install(request.operation_id, request.backup_id),
+        )
+        return agent_pb2.InstallS3DownloadResponse(
+            tables=[
+                agent_pb2.RestoredTable(
+                    data_directory=t.data_directory,
+                    keyspace=t.keyspace,
+                    table_directory=t.table_directory,
+                    restored=t.restored,
+                    files_moved=t.files_moved,
+                    files_linked=t.files_linked,
+                    replaced_directory=t.replaced_directory,
+                )
+                for t in tables
+            ]
+        )

@@ -1,0 +1,183 @@
+"""Attaching a released volume again: the attach hook (which may name the device to mount), the
+checks that it is the released filesystem (UUID before and after the mount), the mount, and a
+refused device handed to the detach hook so that nothing stays attached."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import replace
+
+from ringsnap import logs
+from ringsnap.agent import volumes
+from ringsnap.agent.config import VolumesSection
+from ringsnap.agent.errors import CommandFailed, CommandTimeout, Conflict
+from ringsnap.agent.mounts import Host
+from ringsnap.agent.restore_model import ATTACHED, ReleasedVolume, now, on_top
+from ringsnap.agent.volume_hooks import run_hook
+
+log = logs.get_logger(__name__)
+
+
+class VolumeAttacher:
+    """Attaches one released volume at a time; the caller holds the restore lock."""
+
+    def __init__(self, host: Host, settings: VolumesSection) -> None:
+        self.host = host
+        self.settings = settings
+
+    async def attach_one(
+        self, operation_id: str, volume: ReleasedVolume, volume_name: str
+    ) -> ReleasedVolume:
+        point = volume.mount_point
+        current = on_top(await asyncio.to_thread(self.host.entries)).get(point)
+        if current is not None:
+            uuid = await self._uuid_of(current.source)
+            if uuid != volume.fs_uuid:
+                raise Conflict(
+                    f"another filesystem is mounted at {point} ({current.source}, UUID"
+                    f" {uuid or 'none'}), not the one released (UUID {volume.fs_uuid});"
+                    " unmount it first"
+                )
+            log.info("already attached", operation_id=operation_id, mount_point=point)
+            return replace(
+                volume,
+                state=ATTACHED,
+                attached_device=current.source,
+                attached_at=volume.attached_at or now(),
+                volume_name=volume.volume_name or volume_name,
+            )
+        device = volume.device
+        from_hook = hooked = False
+        if self.settings.attach_command:
+            result = await run_hook(
+                self.settings,
+                "attach_command",
+                self.settings.attach_command,
+                operation_id,
+                volume,
+                volume_name=volume_name,
+            )
+            hooked = True
+            lines = result.stdout.rstrip().splitlines()
+            named = lines[-1].strip() if lines else ""
+            if named:
+                if not named.startswith("/") or "\x00" in named:
+                    raise CommandFailed(
+                        f"[volumes] attach_command printed {named[:200]!r} as the device to mount;"
+                        " its last line must be the device's absolute path (or nothing)"
+                    )
+                device, from_hook = os.path.normpath(named), True
+        number = self.host.block_device_number(device)
+        if number is None:
+            if from_hook:
+                raise CommandFailed(
+                    f"[volumes] attach_command named {device} as the device to mount for {point},"
+                    " but it is not a block device"
+                )
+            raise Conflict(
+                f"the recorded device {device} of {point} is not there; attach the volume"
+                " ([volumes] attach_command does it when configured) and retry"
+            )
+        busy = await asyncio.to_thread(self.host.busy_reason, device)
+        if busy:
+            raise Conflict(f"{device} cannot be mounted at {point}: {busy}")
+        uuid = await self._uuid_of(device)
+        if uuid != volume.fs_uuid:
+            message = (
+                f"{device} holds filesystem UUID {uuid or 'none'}, but {point} held"
+                f" {volume.fs_uuid} when operation {operation_id!r} released it: not the restored"
+                f" volume (attached {volume_name}); nothing was mounted"
+            )
+            if hooked:
+                message += await self._detach_refused(operation_id, volume, device, volume_name)
+            raise Conflict(message)
+        if not await asyncio.to_thread(self.host.is_directory, point):
+            raise Conflict(f"the mount point {point} is not a directory any more; create it first")
+        log.warning(
+            "mounting for a restore",
+            operation_id=operation_id,
+            mount_point=point,
+            device=device,
+            volume=volume_name,
+        )
+        await self.host.mount(device, point, volume.fs_type, volume.options)
+        mounted = on_top(await asyncio.to_thread(self.host.entries)).get(point)
+        mounted_uuid = await self._uuid_of(mounted.source) if mounted is not None else ""
+        if mounted is None or mounted.device_number != number or mounted_uuid != volume.fs_uuid:
+            if mounted is not None:
+                await self.host.umount(point)
+            message = (
+                f"what got mounted at {point} ({mounted.source if mounted else 'nothing'}, UUID"
+                f" {mounted_uuid or 'none'}) is not the released filesystem (UUID"
+                f" {volume.fs_uuid}); it was unmounted again"
+            )
+            if hooked:
+                message += await self._detach_refused(operation_id, volume, device, volume_name)
+            raise Conflict(message)
+        log.warning(
+            "attached after a restore",
+            operation_id=operation_id,
+            mount_point=point,
+            device=device,
+            volume=volume_name,
+            fs_uuid=volume.fs_uuid,
+        )
+        return replace(
+            volume,
+            state=ATTACHED,
+            attached_device=device,
+            attached_at=now(),
+            volume_name=volume_name,
+        )
+
+    async def _detach_refused(
+        self, operation_id: str, volume: ReleasedVolume, device: str, volume_name: str
+    ) -> str:
+        """Hand a device the attach hook attached, and the UUID check refused, to the detach hook,
+        so that nothing stays attached; returns what to add to the error message.
+
+        The hook sees RINGSNAP_DEVICE = that device, RINGSNAP_SERIAL/WWN as its own identity
+        (a clone's differ from the recorded ones) and RINGSNAP_VOLUME = the volume attached."""
+        if not self.settings.detach_command:
+            return (
+                f"; [volumes] detach_command is not configured, so {device} stays attached:"
+                " detach it by hand"
+            )
+        number = self.host.block_device_number(device)
+        identity = (
+            await asyncio.to_thread(self.host.identity, os.major(number), os.minor(number))
+            if number is not None
+            else volumes.DeviceIdentity()
+        )
+        attached = replace(volume, device=device, serial=identity.serial, wwn=identity.wwn)
+        log.warning(
+            "detaching a device the attach hook attached but the check refused",
+            operation_id=operation_id,
+            mount_point=volume.mount_point,
+            device=device,
+            volume=volume_name,
+        )
+        try:
+            await run_hook(
+                self.settings,
+                "detach_command",
+                self.settings.detach_command,
+                operation_id,
+                attached,
+                volume_name=volume_name,
+            )
+        except (CommandFailed, CommandTimeout) as exc:
+            log.error(
+                "the detach hook failed for a refused device",
+                operation_id=operation_id,
+                device=device,
+                error=str(exc)[:500],
+            )
+            return f"; detaching {device} failed too ({exc}): detach it by hand"
+        return f"; {device} was handed to [volumes] detach_command"
+
+    async def _uuid_of(self, device: str) -> str:
+        if self.host.block_device_number(device) is None:
+            return ""
+        return await self.host.fs_uuid(device)
