@@ -5,7 +5,10 @@ Same node, same data, same S3 server:
 - one sandbox Cassandra node (its data directory on a loop-mounted LUN of the host), a table
   written by the driver with incompressible 1 MiB blobs (compression and compaction off), flushed
   after every 256 MiB: 8 SSTables of real Cassandra data, 2 GiB by default;
-- one S3Proxy (filesystem backend) on 127.0.0.1, a bucket per tool;
+- one S3Proxy on 127.0.0.1, a bucket per tool, with its `filesystem-nio2` backend (objects as
+  plain files, like the `filesystem` one the tests use, which also lists every directory on a key's
+  path as an object without an ETag: medusa's differential reads each listed object's ETag and
+  failed on it with KeyError 'ETag'; S3 lists no directories, and neither does nio2);
 - medusa (its own virtualenv, `bench.medusa_venv`), `storage_provider = s3_compatible`,
   `concurrent_transfers = 4`, `transfer_max_bandwidth` unset (unlimited); ringsnap's engine
   (`python -m ringsnap.agent.s3`) with its default settings.
@@ -13,14 +16,18 @@ Same node, same data, same S3 server:
 What is timed, each as its own process:
 
 - backup: medusa `backup-node --mode differential` (the first run uploads everything: medusa's
-  way of taking the full copy that later differentials build on; it takes the snapshot itself).
-  ringsnap: `nodetool snapshot` + the export of that snapshot (both in the figure);
+  way of taking the full copy that later differentials build on; it takes the snapshot itself,
+  with nodetool). ringsnap: the snapshot as its agent takes it with `[cassandra] jolokia_url`
+  (Jolokia's `takeSnapshot` inside Cassandra's JVM) + the export of that snapshot, both in the
+  figure; what a nodetool snapshot costs instead (a JVM started for it) is printed beside;
 - differential after +10 % new data (one more flushed SSTable): the same again;
 - the restore's download: medusa `download` of the differential backup, ringsnap `download` of its
   export, each into an empty directory on the node's data filesystem (the download step of an
   in-place restore: medusa's `restore-node` downloads the same way before it stops the node);
 - peak RSS: sampled every 50 ms over the process tree (medusa runs a nodetool JVM as a child),
   the Python process alone shown beside it;
+- CPU seconds of each step: the tool's process tree (user + system, from its rusage) and
+  S3Proxy's JVM (from /proc): on 2 cores they share the CPU, so the split says who is the limit;
 - purge: ringsnap's DeleteObjects purge of unreferenced objects (objects/s).
 
     sudo flock /tmp/ringsnap-cassandra.lock .venv/bin/python -m bench.s3_vs_medusa [--sstables 8] [--sstable-mib 256]
@@ -29,9 +36,11 @@ What is timed, each as its own process:
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -45,6 +54,7 @@ from typing import Any
 
 from bench.medusa_venv import ensure_medusa
 from bench.s3_export import bench_purge, settings_file
+from ringsnap.agent.jolokia import Jolokia
 from ringsnap.agent.s3.client import make_client
 from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.config import load
@@ -65,6 +75,46 @@ class Run:
     tree_peak_rss: int
     own_peak_rss: int
     stdout: str
+    #: CPU seconds (user + system) of the tool's process tree, and of S3Proxy meanwhile.
+    cpu_seconds: float = 0.0
+    s3proxy_cpu_seconds: float = 0.0
+
+
+class S3ProxyCpu:
+    """CPU seconds used so far by the S3Proxy JVM serving `properties` (found in /proc: the
+    container shares the host's view of processes); 0 before `attach`."""
+
+    def __init__(self) -> None:
+        self.pid: int | None = None
+
+    def attach(self, properties: Path) -> None:
+        self.pid = _pid_of(str(properties))
+
+    def seconds(self) -> float:
+        if self.pid is None:
+            return 0.0
+        with open(f"/proc/{self.pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _pid_of(argument: str) -> int:
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError), open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                words = cmdline.read().split(b"\0")
+                if words and words[0].endswith(b"java") and argument.encode() in words:
+                    return int(entry)
+    raise SystemExit(f"no S3Proxy JVM found serving {argument}")
+
+
+#: Attached once S3Proxy runs: every step's CPU is split between the tool and the store.
+S3PROXY = S3ProxyCpu()
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 class _TreeSampler(threading.Thread):
@@ -122,6 +172,8 @@ STEP_TIMEOUT = 600.0
 
 
 def run_measured(argv: list[str], env: dict[str, str] | None = None) -> Run:
+    cpu_before = _children_cpu()
+    s3proxy_before = S3PROXY.seconds()
     started = time.perf_counter()
     process = subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
@@ -139,10 +191,13 @@ def run_measured(argv: list[str], env: dict[str, str] | None = None) -> Run:
             f"{' '.join(argv[:4])} ... did not finish in {STEP_TIMEOUT:.0f} s; stopped:\n{err[-3000:]}"
         ) from None
     seconds = time.perf_counter() - started
+    s3proxy_cpu = S3PROXY.seconds() - s3proxy_before
     sampler.stop()
     if process.returncode != 0:
         raise SystemExit(f"{' '.join(argv[:4])} ... failed ({process.returncode}):\n{err[-3000:]}")
-    return Run(seconds, sampler.tree_peak, sampler.own_peak, out)
+    # The tree's CPU: the tool and every child it waited for (medusa's nodetool JVM).
+    cpu = _children_cpu() - cpu_before
+    return Run(seconds, sampler.tree_peak, sampler.own_peak, out, cpu, s3proxy_cpu)
 
 
 # ----------------------------------------------------------------------------- the data
@@ -279,13 +334,32 @@ def ringsnap(action: str, settings: Path, backup: str, *args: str) -> tuple[Run,
     return run, json.loads(run.stdout.strip().splitlines()[-1])["result"]
 
 
-def ringsnap_backup(
-    cluster: SandboxCluster, node: NodeInfo, settings: Path, backup: str
-) -> tuple[float, Run, dict[str, Any]]:
-    """(seconds of `nodetool snapshot`, the export run, its result)."""
+def jolokia_snapshot(node: NodeInfo, tag: str) -> float:
+    """Seconds of the snapshot as the agent takes it with `jolokia_url` set (no JVM started)."""
+
+    async def take() -> float:
+        jolokia = Jolokia(node.jolokia_url, timeout=120)
+        try:
+            started = time.perf_counter()
+            await jolokia.snapshot(tag, [KEYSPACE])
+            return time.perf_counter() - started
+        finally:
+            await jolokia.aclose()
+
+    return asyncio.run(take())
+
+
+def nodetool_snapshot(cluster: SandboxCluster, tag: str) -> float:
     started = time.perf_counter()
-    cluster.nodetool(NODE, "snapshot", "-t", backup)
-    snapshot = time.perf_counter() - started
+    cluster.nodetool(NODE, "snapshot", "-t", tag, KEYSPACE)
+    return time.perf_counter() - started
+
+
+def ringsnap_backup(
+    node: NodeInfo, settings: Path, backup: str
+) -> tuple[float, Run, dict[str, Any]]:
+    """(seconds of the snapshot, the export run, its result)."""
+    snapshot = jolokia_snapshot(node, backup)
     run, result = ringsnap("export", settings, backup, "--tag", backup, str(node.data_dir))
     return snapshot, run, result
 
@@ -301,6 +375,15 @@ class Row:
     ringsnap_seconds: float
     ringsnap: Run
 
+    load: str = ""
+
+    HEADER = (
+        "| step | data | medusa | ringsnap | ratio (throughput)"
+        " | CPU s medusa + S3Proxy | CPU s ringsnap + S3Proxy"
+        " | peak RSS medusa (python / tree) | peak RSS ringsnap | load before |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    )
+
     def line(self) -> str:
         m_rate = self.size / MIB / self.medusa.seconds
         r_rate = self.size / MIB / self.ringsnap_seconds
@@ -309,14 +392,20 @@ class Row:
             f" | {self.medusa.seconds:.1f} s ({m_rate:.0f} MiB/s)"
             f" | {self.ringsnap_seconds:.1f} s ({r_rate:.0f} MiB/s)"
             f" | {self.medusa.seconds / self.ringsnap_seconds:.2f}x"
+            f" | {self.medusa.cpu_seconds:.1f} + {self.medusa.s3proxy_cpu_seconds:.1f}"
+            f" | {self.ringsnap.cpu_seconds:.1f} + {self.ringsnap.s3proxy_cpu_seconds:.1f}"
             f" | {self.medusa.own_peak_rss / MIB:.0f} / {self.medusa.tree_peak_rss / MIB:.0f} MiB"
-            f" | {self.ringsnap.own_peak_rss / MIB:.0f} MiB |"
+            f" | {self.ringsnap.own_peak_rss / MIB:.0f} MiB | {self.load} |"
         )
 
 
 def load_line() -> str:
     one, five, fifteen = os.getloadavg()
     return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} CPUs"
+
+
+def load_now() -> str:
+    return f"{os.getloadavg()[0]:.1f}"
 
 
 def main() -> None:
@@ -333,7 +422,7 @@ def main() -> None:
     data_lun = 4 * GiB + 3 * args.sstables * args.sstable_mib * MIB
     try:
         with (
-            running_s3proxy(work / "s3proxy") as server,
+            running_s3proxy(work / "s3proxy", backend="filesystem-nio2") as server,
             SandboxCluster(
                 f"bench-medusa-{os.getpid() % 10000}",
                 nodes=1,
@@ -353,6 +442,7 @@ def _compare(
     server: S3Server,
     cluster: SandboxCluster,
 ) -> None:
+    S3PROXY.attach(work / "s3proxy" / "s3proxy.properties")
     node = cluster.node(NODE)
     client = make_client(load(settings_file(work, server, "bench-purge"), S3Settings))
     for bucket in ("medusa", "ringsnap"):
@@ -374,19 +464,24 @@ def _compare(
     rows_table: list[Row] = []
 
     print(load_line(), "before the full backups")
+    load_before = load_now()
     m_full = medusa(
         medusa_bin, config, "backup-node", "--backup-name", "full", "--mode", "differential"
     )
-    snap, r_full, result = ringsnap_backup(cluster, node, settings, "full")
+    snap, r_full, result = ringsnap_backup(node, settings, "full")
     node_bytes = result["bytes_total"]
-    rows_table.append(Row("backup (full)", node_bytes, m_full, snap + r_full.seconds, r_full))
+    rows_table.append(
+        Row("backup (full)", node_bytes, m_full, snap + r_full.seconds, r_full, load_before)
+    )
     print(rows_table[-1].line(), flush=True)
-    print(f"  ringsnap: nodetool snapshot {snap:.1f} s + export {r_full.seconds:.1f} s;"
-          f" {result['files_uploaded']} files uploaded")  # fmt: skip
+    print(f"  ringsnap: snapshot (Jolokia) {snap:.2f} s + export {r_full.seconds:.1f} s;"
+          f" {result['files_uploaded']} files uploaded; the same snapshot by nodetool:"
+          f" {nodetool_snapshot(cluster, 'full-nodetool'):.1f} s")  # fmt: skip
 
     extra_rows = max(1, rows * args.sstables // 10)
     write_sstable(cluster, args.sstables * rows, extra_rows)
     print(load_line(), f"before the differentials (+{extra_rows} MiB in one SSTable)")
+    load_before = load_now()
     restored = "diff"
     try:
         m_diff: Run | None = medusa(
@@ -397,18 +492,19 @@ def _compare(
         # returned. The rest is still compared, on the full backup.
         print(f"  medusa's differential backup failed: {failed}", flush=True)
         m_diff, restored = None, "full"
-    snap, r_diff, result = ringsnap_backup(cluster, node, settings, "diff")
+    snap, r_diff, result = ringsnap_backup(node, settings, "diff")
     if m_diff is not None:
         rows_table.append(
             Row("differential (+10 %): new data", result["bytes_uploaded"], m_diff,
-                snap + r_diff.seconds, r_diff)
+                snap + r_diff.seconds, r_diff, load_before)
         )  # fmt: skip
         print(rows_table[-1].line(), flush=True)
-    print(f"  ringsnap: nodetool snapshot {snap:.1f} s + export {r_diff.seconds:.1f} s;"
+    print(f"  ringsnap: snapshot (Jolokia) {snap:.2f} s + export {r_diff.seconds:.1f} s;"
           f" {result['files_uploaded']} files, {result['bytes_uploaded'] / MIB:,.0f} MiB uploaded")  # fmt: skip
     cluster.nodetool(NODE, "clearsnapshot", "--all")
 
     print(load_line(), "before the downloads")
+    load_before = load_now()
     medusa_dest = node.data_dir.parent / "restore-medusa"
     ringsnap_dest = node.data_dir.parent / "restore-ringsnap"
     for dest in (medusa_dest, ringsnap_dest):
@@ -423,13 +519,13 @@ def _compare(
     print(
         f"  downloaded: medusa {m_bytes / MIB:,.0f} MiB, ringsnap {r_bytes / MIB:,.0f} MiB (verified)"
     )
-    rows_table.append(Row("restore's download", r_bytes, m_down, r_down.seconds, r_down))
+    rows_table.append(
+        Row("restore's download", r_bytes, m_down, r_down.seconds, r_down, load_before)
+    )
     print(rows_table[-1].line(), flush=True)
 
     print()
-    print("| step | data | medusa | ringsnap | ringsnap/medusa throughput"
-          " | medusa peak RSS (python / tree) | ringsnap peak RSS |")  # fmt: skip
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print(Row.HEADER)
     for row in rows_table:
         print(row.line())
     print(load_line(), "after")

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from ringsnap.logs import get_logger
 from ringsnap.sandbox.engine import ensure_engine
@@ -136,28 +137,40 @@ def free_port() -> int:
         return port
 
 
-def _properties(port: int, access: str, secret: str, data: Path) -> str:
-    return "\n".join(
-        (
-            f"s3proxy.endpoint=http://127.0.0.1:{port}",
-            "s3proxy.authorization=aws-v2-or-v4",
-            f"s3proxy.identity={access}",
-            f"s3proxy.credential={secret}",
-            "jclouds.provider=filesystem",
-            f"jclouds.filesystem.basedir={data}",
-            "",
-        )
-    )
+#: S3Proxy's storage backends that keep objects as plain files under `<basedir>/<bucket>/<key>`.
+#: `filesystem` (jclouds) also lists every directory on a key's path as an object of its own,
+#: without an ETag (S3 has no directories): clients that read each listed object's ETag fail on
+#: it (cassandra-medusa: KeyError 'ETag'). `filesystem-nio2`, which S3Proxy names as the
+#: successor of the deprecated `filesystem`, lists only objects.
+Backend = Literal["filesystem", "filesystem-nio2"]
+
+
+def _properties(
+    port: int, access: str, secret: str, data: Path, backend: Backend = "filesystem"
+) -> str:
+    lines = [
+        f"s3proxy.endpoint=http://127.0.0.1:{port}",
+        "s3proxy.authorization=aws-v2-or-v4",
+        f"s3proxy.identity={access}",
+        f"s3proxy.credential={secret}",
+        f"jclouds.provider={backend}",
+        f"jclouds.filesystem.basedir={data}",
+    ]
+    if backend == "filesystem-nio2":
+        # Required by S3Proxy's start-up check for this backend, unused by it (the client's keys
+        # are s3proxy.identity/credential).
+        lines += ["jclouds.identity=local", "jclouds.credential=local"]
+    return "\n".join((*lines, ""))
 
 
 @contextmanager
 def running_s3proxy(
-    directory: Path | None = None, *, start_timeout: float = 120
+    directory: Path | None = None, *, start_timeout: float = 120, backend: Backend = "filesystem"
 ) -> Iterator[S3Server]:
     """Start S3Proxy on 127.0.0.1 (host network, free port); remove the container on exit.
 
     `directory` holds its objects and its configuration (a new temporary directory, removed on
-    exit, when None).
+    exit, when None). `backend`: see `Backend`.
     """
     from testcontainers.core.config import testcontainers_config
     from testcontainers.core.container import DockerContainer
@@ -174,7 +187,7 @@ def running_s3proxy(
         port = free_port()
         access, secret = f"ringsnap{secrets.token_hex(6)}", secrets.token_urlsafe(24)
         properties = root / "s3proxy.properties"
-        properties.write_text(_properties(port, access, secret, data))
+        properties.write_text(_properties(port, access, secret, data, backend))
         properties.chmod(0o600)
         container = (
             DockerContainer(tag)

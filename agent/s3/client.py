@@ -32,7 +32,10 @@ def make_client(settings: S3Settings) -> S3Client:
     flexible = settings.checksums == "flexible"
     config = Config(
         region_name=settings.region,
-        s3={"addressing_style": settings.addressing_style},
+        s3={
+            "addressing_style": settings.addressing_style,
+            "payload_signing_enabled": settings.sign_payload,
+        },
         request_checksum_calculation="when_supported" if flexible else "when_required",
         response_checksum_validation="when_supported" if flexible else "when_required",
         connect_timeout=settings.connect_timeout_seconds,

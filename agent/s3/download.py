@@ -2,9 +2,11 @@
 
 Every file is written to a temporary name in its final directory, checked (size of every
 component; the CRC32 of Data.db against the SSTable's Digest.crc32; Digest.crc32 itself against the
-digest its key carries) and only then renamed into place, with the mtime it had on the node (so a
-later export of the restored node finds the same keys). A file that does not verify is deleted and
-the download stops, naming the key: nothing unverified is ever at a final path.
+digest its key carries; a file received in order from its first byte, one GET below the multipart
+threshold, has its CRC32 taken as it is written, else it is read back) and only then renamed into
+place, with the mtime it had on the node (so a later export of the restored node finds the same
+keys). A file that does not verify is deleted and the download stops, naming the key: nothing
+unverified is ever at a final path.
 
 Resumable: a file already at its final path with the right size (and digest, for Data.db and
 Digest.crc32) is kept. The manifest object is copied to a temporary file first and read as a stream:
@@ -86,7 +88,7 @@ class _Pending:
     target: Path
     #: The open partial file s3transfer writes into (its own temporary names would be left behind
     #: by a killed run; this one is truncated by the next).
-    out: IO[bytes]
+    out: _PartialFile
 
 
 def download_node(
@@ -180,7 +182,7 @@ def download_node(
                         continue
                     target.parent.mkdir(parents=True, exist_ok=True)
                     partial = target.with_name(f".{target.name}{PARTIAL_SUFFIX}")
-                    out = _open_partial(partial)
+                    out = _PartialFile(_open_partial(partial))
                     future = manager.download(
                         settings.bucket, entry.key, out, subscribers=subscribers
                     )
@@ -230,7 +232,7 @@ def _finish(pending: _Pending) -> None:
             pending.future.result()
         finally:
             pending.out.close()
-        problem = _problem(pending.partial, entry)
+        problem = _problem(pending.partial, entry, pending.out.crc32_if_whole(entry.size_bytes))
     except Exception as exc:
         pending.partial.unlink(missing_ok=True)
         raise DownloadRefused(
@@ -253,14 +255,56 @@ def _open_partial(path: Path) -> IO[bytes]:
     return os.fdopen(fd, "wb")
 
 
-def _problem(path: Path, entry: Entry) -> str:
-    """Why the file at `path` is not the component `entry` describes ('' when it is)."""
+class _PartialFile:
+    """The partial file s3transfer writes into, taking the CRC32 of what is written for as long as
+    it comes in order from the first byte (the one GET of a file below the multipart threshold):
+    Data.db is then verified without reading it back. Ranged GETs of a larger file arrive out of
+    order, and a retried GET writes its range again: the file is then read back instead."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self._raw = raw
+        self._position = 0
+        self._in_order = 0  # bytes from the start covered by `_crc`
+        self._crc = 0
+        self._sequential = True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        self._position = self._raw.seek(offset, whence)
+        return self._position
+
+    def tell(self) -> int:
+        return self._position
+
+    def write(self, data: bytes) -> int:
+        if self._sequential and self._position == self._in_order:
+            self._crc = zlib.crc32(data, self._crc)
+            self._in_order += len(data)
+        else:
+            self._sequential = False
+        written = self._raw.write(data)  # a buffered file: all of it
+        self._position += written
+        return written
+
+    def close(self) -> None:
+        self._raw.close()
+
+    def crc32_if_whole(self, size: int) -> int | None:
+        """The CRC32 of the file's `size` bytes when every byte was written once, in order."""
+        return self._crc if self._sequential and self._in_order == size else None
+
+
+def _problem(path: Path, entry: Entry, written_crc32: int | None = None) -> str:
+    """Why the file at `path` is not the component `entry` describes ('' when it is).
+    `written_crc32`: the CRC32 of the file as it was written, when known (else it is read)."""
     size = path.stat().st_size
     if size != entry.size_bytes:
         return f"size {size}, expected {entry.size_bytes}"
     component = entry.parsed.component
     if component == "Data.db":
-        crc = _crc32(path)
+        crc = _crc32(path) if written_crc32 is None else written_crc32
         if str(crc) != entry.data_crc32:
             return f"CRC32 {crc}, Digest.crc32 says {entry.data_crc32}"
     elif component == "Digest.crc32":

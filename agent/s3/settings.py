@@ -32,6 +32,12 @@ class S3Settings(Section):
     region: str = "us-east-1"
     addressing_style: Literal["auto", "virtual", "path"] = "path"
     checksums: Checksums = "md5"
+    #: SigV4 over plain http signs a SHA-256 of every body by default (botocore); the body is
+    #: already bound to the signature by its checksum header (Content-MD5, or the flexible
+    #: checksum), so ringsnap sends `UNSIGNED-PAYLOAD` as botocore does over https. That saves a
+    #: hash of every byte on both sides, and a store that checks a signed body may hold it whole in
+    #: memory first (S3Proxy: up to 128 MiB a request, refusing more). True: sign every body.
+    sign_payload: bool = False
     #: A path, or `credential:NAME` for a systemd credential; both or neither (then boto3's own
     #: chain: environment, instance profile).
     access_key_id_file: SecretFile | None = None
@@ -39,8 +45,11 @@ class S3Settings(Section):
     #: A CA bundle for a store with a private CA (None: the system's).
     ca_file: str | None = None
     #: Files at least this large go up in parts of `part_size_bytes` (S3: 5 MiB to 5 GiB, at most
-    #: 10,000 parts; the part size grows when a file would need more).
-    multipart_threshold_bytes: int = Field(default=64 * MIB, ge=5 * MIB)
+    #: 10,000 parts; the part size grows when a file would need more). Smaller files go in one
+    #: request each, streamed from the file: a node's many files in flight already keep
+    #: `concurrency` requests busy, and stores that keep objects as files (S3Proxy's filesystem
+    #: backends, NAS gateways) copy every byte of a multipart object once more to join its parts.
+    multipart_threshold_bytes: int = Field(default=512 * MIB, ge=5 * MIB, le=5 * 1024 * MIB)
     part_size_bytes: int = Field(default=64 * MIB, ge=5 * MIB, le=5 * 1024 * MIB)
     #: Parallel transfers (parts and files) of one node.
     concurrency: int = Field(default=8, ge=1, le=64)

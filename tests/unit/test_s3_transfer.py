@@ -5,13 +5,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from botocore.awsrequest import AWSRequest
+from botocore.awsrequest import AWSRequest, AWSResponse
 
 from ringsnap.agent.manifest import manifest
-from ringsnap.agent.s3.client import _content_md5_only
+from ringsnap.agent.s3.client import _content_md5_only, make_client
 from ringsnap.agent.s3.export import ExportFailed, export_node, transfer_config
 from ringsnap.agent.s3.progress import Progress, Tracker
 from ringsnap.agent.s3.settings import S3Settings
@@ -83,3 +84,52 @@ def test_an_incomplete_sstable_refuses_the_export_before_any_request(tmp_path: P
             data_directories=[tmp_path],
             manifest=lambda: manifest([tmp_path], cache=None),
         )
+
+
+class _EmptyBody:
+    def stream(self, **_: object) -> Iterator[bytes]:
+        yield b""
+
+
+def _sent_put(settings: S3Settings, body: bytes) -> AWSRequest:
+    """The PutObject request the client would send (captured before it leaves the process)."""
+    client = make_client(settings)
+    sent: list[AWSRequest] = []
+
+    def capture(request: AWSRequest, **_: object) -> AWSResponse:
+        sent.append(request)
+        return AWSResponse(request.url, 200, {"ETag": '"x"'}, _EmptyBody())
+
+    client.meta.events.register("before-send.s3.PutObject", capture)
+    client.put_object(Bucket="ringsnap-copies", Key="k", Body=io.BytesIO(body))
+    return sent[0]
+
+
+def _plain_http(*, sign_payload: bool = False) -> S3Settings:
+    return S3Settings(
+        bucket="ringsnap-copies", endpoint_url="http://127.0.0.1:9", sign_payload=sign_payload
+    )
+
+
+def test_bodies_are_not_hashed_into_the_signature_over_plain_http(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Content-MD5 is a signed header, so the body stays bound to the signature; a SHA-256 of
+    every body would cost both sides a pass over it (and S3Proxy would buffer the body whole)."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    body = b"sstable bytes" * 1000
+    request = _sent_put(_plain_http(), body)
+    assert request.headers["X-Amz-Content-SHA256"] == b"UNSIGNED-PAYLOAD"
+    assert request.headers["Content-MD5"] == base64.b64encode(hashlib.md5(body).digest())
+    assert b"content-md5" in request.headers["Authorization"], "Content-MD5 is signed"
+
+    signed = _sent_put(_plain_http(sign_payload=True), body)
+    assert signed.headers["X-Amz-Content-SHA256"] == hashlib.sha256(body).hexdigest().encode()
+
+
+def test_files_below_512_mib_go_in_one_request_each() -> None:
+    settings = S3Settings(bucket="ringsnap-copies")
+    assert transfer_config(settings, 4 * 1024 * MIB).multipart_threshold == 512 * MIB
+    with pytest.raises(ValueError, match="multipart_threshold_bytes"):
+        S3Settings(bucket="ringsnap-copies", multipart_threshold_bytes=6 * 1024 * MIB)
