@@ -282,25 +282,28 @@ class S3Exports:
         # What the caller saw last, sent again when nothing moved for HEARTBEAT_SECONDS (a long
         # count, listing or commit-log segment): the caller's silence deadline then means "lost".
         last = progress_message("starting", Tracker(0, 0, None).snapshot())
+        getter: asyncio.Future[agent_pb2.ExportToS3Response] | None = None
         try:
             while not future.done():
-                getter = asyncio.ensure_future(queue.get())
+                getter = getter or asyncio.ensure_future(queue.get())
                 await asyncio.wait(
                     {getter, future},
                     timeout=HEARTBEAT_SECONDS,
                     return_when=asyncio.FIRST_COMPLETED,
                 )
                 if getter.done():
-                    last = getter.result()
+                    last, getter = getter.result(), None
                     yield last
-                else:
-                    getter.cancel()
-                    if not future.done():
-                        yield last
+                elif not future.done():
+                    yield last
+            if getter is not None and getter.done():
+                yield getter.result()
             while not queue.empty():
                 yield queue.get_nowait()
             yield future.result()
         finally:
+            if getter is not None and not getter.done():
+                getter.cancel()  # not left pending on the agent's loop (a caller gone)
             if not future.done():
                 cancelled.set()
                 log.warning(
