@@ -7,11 +7,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Protocol
 
 import grpc
 
 from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc, types_pb2
+from ringsnap.coordinator.clone_mounts import CloneToMount
 from ringsnap.coordinator.ports import (
     DiscardedDirectory,
     FilesystemFacts,
@@ -91,25 +91,8 @@ class ClientTls:
         return grpc.aio.secure_channel(address, self.credentials(), options=options)
 
 
-class CloneToAttach(Protocol):
-    """One clone for an agent to attach and mount (a drill's, a table restore's, an export's)."""
-
-    @property
-    def role(self) -> str: ...
-    @property
-    def array(self) -> str: ...
-    @property
-    def volume(self) -> str: ...
-    @property
-    def serial(self) -> str: ...
-    @property
-    def wwn(self) -> str: ...
-    @property
-    def source_mount_point(self) -> str: ...
-
-
 def clone_volumes_message(
-    purpose_id: str, clones: Sequence[CloneToAttach], *, read_only: bool
+    purpose_id: str, clones: Sequence[CloneToMount], *, read_only: bool
 ) -> agent_pb2.MountClonesRequest:
     """The MountClones request for `clones`, built in one place for every client that mounts
     clones (drill host, table restore, export)."""

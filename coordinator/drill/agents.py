@@ -13,13 +13,8 @@ from ringsnap.coordinator.agents import (
     sstable_from_wire,
     volume_from_wire,
 )
-from ringsnap.coordinator.drill.ports import (
-    CloneMount,
-    DrillSpec,
-    DrillStatus,
-    MountedClone,
-    NodeDrillFacts,
-)
+from ringsnap.coordinator.clone_mounts import CloneToMount, MountedClone
+from ringsnap.coordinator.drill.ports import DrillSpec, DrillStatus, NodeDrillFacts
 from ringsnap.coordinator.ports import SSTable
 from ringsnap.wire import duration, seconds
 
@@ -37,7 +32,7 @@ class GrpcDrillHost(AgentConnection):
         super().__init__("drill host", address, tls, call_timeout=call_timeout)
 
     async def mount_clones(
-        self, purpose_id: str, clones: Sequence[CloneMount], *, read_only: bool
+        self, purpose_id: str, clones: Sequence[CloneToMount], *, read_only: bool
     ) -> tuple[MountedClone, ...]:
         request = clone_volumes_message(purpose_id, clones, read_only=read_only)
         with self._calling("MountClones"):

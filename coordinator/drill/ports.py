@@ -9,32 +9,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from ringsnap.coordinator.clone_mounts import CloneToMount, MountedClone
 from ringsnap.coordinator.drill.model import DrillRecord
 from ringsnap.coordinator.model import Verification
 from ringsnap.coordinator.ports import NodeVolumeFacts, SSTable
 from ringsnap.plugins.types import Volume
-
-
-@dataclass(frozen=True)
-class CloneMount:
-    """One clone for the drill host to attach and mount (MountClones' CloneVolume)."""
-
-    role: str
-    array: str
-    volume: str
-    serial: str = ""
-    wwn: str = ""
-    #: The production mount point the backed-up volume stood at.
-    source_mount_point: str = ""
-
-
-@dataclass(frozen=True)
-class MountedClone:
-    role: str
-    volume: str
-    device: str
-    mount_point: str
-    source_mount_point: str
 
 
 @dataclass(frozen=True)
@@ -86,7 +65,7 @@ class DrillHost(Protocol):
     def address(self) -> str: ...
 
     async def mount_clones(
-        self, purpose_id: str, clones: Sequence[CloneMount], *, read_only: bool
+        self, purpose_id: str, clones: Sequence[CloneToMount], *, read_only: bool
     ) -> tuple[MountedClone, ...]: ...
 
     async def unmount_clones(self, purpose_id: str) -> tuple[str, ...]: ...

@@ -31,6 +31,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TypeVar
 
+from ringsnap.coordinator.clone_mounts import CloneToMount
 from ringsnap.coordinator.drill.model import (
     DrillClone,
     DrillNode,
@@ -40,13 +41,7 @@ from ringsnap.coordinator.drill.model import (
     DrillVerdict,
 )
 from ringsnap.coordinator.drill.plan import DrillPlan, DrillSettings, NodeDrillPlan
-from ringsnap.coordinator.drill.ports import (
-    CloneMount,
-    DrillHost,
-    DrillJournal,
-    DrillSpec,
-    DrillStatus,
-)
+from ringsnap.coordinator.drill.ports import DrillHost, DrillJournal, DrillSpec, DrillStatus
 from ringsnap.coordinator.drill.verdict import drill_outcome, mark_backup
 from ringsnap.coordinator.ports import ArrayPort
 from ringsnap.coordinator.proof import compare_manifests
@@ -444,10 +439,10 @@ class _NotProven(Exception):
         self.bytes_verified = bytes_verified
 
 
-def _mounts(node: NodeDrillPlan, clones: list[DrillClone]) -> list[CloneMount]:
+def _mounts(node: NodeDrillPlan, clones: list[DrillClone]) -> list[CloneToMount]:
     points = {(v.array, v.volume): v.source_mount_point for v in node.volumes}
     return [
-        CloneMount(
+        CloneToMount(
             role=c.role,
             array=c.array,
             volume=c.name,

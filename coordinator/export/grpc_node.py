@@ -6,8 +6,8 @@ from collections.abc import Callable, Sequence
 
 from ringsnap.api.v1 import agent_pb2
 from ringsnap.coordinator.agents import AgentError, GrpcNodeAgent, clone_volumes_message
+from ringsnap.coordinator.clone_mounts import CloneToMount, MountedClone
 from ringsnap.coordinator.export.ports import NodeUpload, UploadProgress
-from ringsnap.coordinator.table_restore.ports import CloneToMount, MountedClone
 
 #: An attach hook per clone; an upload of a whole node may take hours (no deadline: the stream
 #: reports progress, and the coordinator cancels it when it stops).

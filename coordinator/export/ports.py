@@ -7,10 +7,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from ringsnap.coordinator.clone_mounts import CloneToMount, MountedClone
 from ringsnap.coordinator.export.model import ExportRecord
 from ringsnap.coordinator.model import CleanupRequest
 from ringsnap.coordinator.ports import VolumeState
-from ringsnap.coordinator.table_restore.ports import CloneToMount, MountedClone
 
 
 @dataclass(frozen=True)

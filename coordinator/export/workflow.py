@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from ringsnap.coordinator.clone_mounts import CloneToMount
 from ringsnap.coordinator.drill.cleanups import clone_cleanup
 from ringsnap.coordinator.export.model import (
     ExportClone,
@@ -45,7 +46,6 @@ from ringsnap.coordinator.export.ports import (
 from ringsnap.coordinator.model import Backup, BackupState, SnapshotKind, VolumeRole
 from ringsnap.coordinator.ports import ArrayPort
 from ringsnap.coordinator.restore_plan import match_volume, narrowed
-from ringsnap.coordinator.table_restore.ports import CloneToMount
 from ringsnap.logs import get_logger
 from ringsnap.plugins.types import SnapshotRef, Volume
 

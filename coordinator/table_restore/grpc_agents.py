@@ -7,14 +7,9 @@ from typing import TypeVar
 
 from ringsnap.api.v1 import agent_pb2, types_pb2
 from ringsnap.coordinator.agents import AgentConnection, ClientTls, clone_volumes_message
+from ringsnap.coordinator.clone_mounts import CloneToMount, MountedClone
 from ringsnap.coordinator.ports import SSTable
-from ringsnap.coordinator.table_restore.ports import (
-    CloneToMount,
-    ImportedTable,
-    MountedClone,
-    StagedTable,
-    StagingSpace,
-)
+from ringsnap.coordinator.table_restore.ports import ImportedTable, StagedTable, StagingSpace
 from ringsnap.wire import seconds
 
 #: Staging copies a table's bytes; an import verifies every SSTable; a clone attach runs hooks.

@@ -7,28 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from ringsnap.coordinator.clone_mounts import CloneToMount, MountedClone
 from ringsnap.coordinator.ports import SSTable
-
-
-@dataclass(frozen=True)
-class CloneToMount:
-    """One clone for MountClones: as the attach hook is given it, and what it stands for."""
-
-    role: str
-    array: str
-    volume: str
-    serial: str = ""
-    wwn: str = ""
-    source_mount_point: str = ""
-
-
-@dataclass(frozen=True)
-class MountedClone:
-    role: str
-    volume: str
-    device: str
-    mount_point: str
-    source_mount_point: str
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Protocol, TypeVar
 
+from ringsnap.coordinator.clone_mounts import CloneToMount
 from ringsnap.coordinator.model import Backup
 from ringsnap.coordinator.ports import ArrayPort, SSTable
 from ringsnap.coordinator.restore_plan import narrowed
@@ -38,7 +39,7 @@ from ringsnap.coordinator.table_restore.model import (
     step_index,
 )
 from ringsnap.coordinator.table_restore.plan import table_sstables
-from ringsnap.coordinator.table_restore.ports import CloneToMount, TableCqlPort, TableNodePort
+from ringsnap.coordinator.table_restore.ports import TableCqlPort, TableNodePort
 from ringsnap.coordinator.table_restore.schema import KeyspaceSchema
 from ringsnap.coordinator.table_restore.verification import verify_restore
 from ringsnap.logs import get_logger

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from ringsnap.coordinator.clone_mounts import CloneToMount, MountedClone
 from ringsnap.coordinator.model import (
     Backup,
     BackupNode,
@@ -21,7 +22,6 @@ from ringsnap.coordinator.model import (
     VolumeRole,
 )
 from ringsnap.coordinator.ports import NodeVolumeFacts, VolumeState
-from ringsnap.coordinator.table_restore.ports import CloneToMount, MountedClone
 from ringsnap.plugins.types import Capabilities, SnapshotRef, Volume, VolumeSnapshot
 
 NOW = datetime(2026, 11, 24, 3, 0, tzinfo=UTC)

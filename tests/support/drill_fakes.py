@@ -8,13 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from ringsnap.coordinator.drill.ports import (
-    CloneMount,
-    DrillSpec,
-    DrillStatus,
-    MountedClone,
-    NodeDrillFacts,
-)
+from ringsnap.coordinator.clone_mounts import CloneToMount, MountedClone
+from ringsnap.coordinator.drill.ports import DrillSpec, DrillStatus, NodeDrillFacts
 from ringsnap.coordinator.model import BackupNode, NodeVolume, VolumeRole
 from ringsnap.coordinator.ports import NodeVolumeFacts, SSTable, SSTableComponent
 from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume, VolumeSnapshot
@@ -120,7 +115,7 @@ class FakeHost:
         self.mounted: set[str] = set()
         self.running: set[str] = set()
         self.specs: list[DrillSpec] = []
-        self.mount_requests: list[list[CloneMount]] = []
+        self.mount_requests: list[list[CloneToMount]] = []
         self._polls: dict[str, int] = {}
 
     def _maybe_fail(self, call: str) -> None:
@@ -128,7 +123,7 @@ class FakeHost:
             raise self.fail[call]
 
     async def mount_clones(
-        self, purpose_id: str, clones: Sequence[CloneMount], *, read_only: bool
+        self, purpose_id: str, clones: Sequence[CloneToMount], *, read_only: bool
     ) -> tuple[MountedClone, ...]:
         self.events.append(f"host:mount:{purpose_id}")
         assert not read_only

@@ -23,11 +23,11 @@ from ringsnap.agent.server import AgentServicer
 from ringsnap.agent.tls import server_credentials
 from ringsnap.api.v1 import agent_pb2_grpc
 from ringsnap.coordinator.agents import AgentError, ClientTls
+from ringsnap.coordinator.clone_mounts import CloneToMount
 from ringsnap.coordinator.drill.agents import GrpcDrillHost
-from ringsnap.coordinator.drill.ports import CloneMount, DrillSpec
+from ringsnap.coordinator.drill.ports import DrillSpec
 from ringsnap.coordinator.export.grpc_node import GrpcExportNode
 from ringsnap.coordinator.table_restore.grpc_agents import GrpcTableNode
-from ringsnap.coordinator.table_restore.ports import CloneToMount
 from ringsnap.plugins.testing.pki import TestCA
 
 REFUSAL = "the clone's serial is attached elsewhere"
@@ -130,7 +130,7 @@ def test_the_three_clients_send_the_same_mount_clones_request(tmp_path: Path) ->
             try:
                 return [
                     await host.mount_clones(
-                        "dr-1", [CloneMount(*w) for w in WANTED], read_only=False
+                        "dr-1", [CloneToMount(*w) for w in WANTED], read_only=False
                     ),
                     await table.mount_clones(
                         "tr-1", [CloneToMount(*w) for w in WANTED], read_only=True

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from ringsnap.agent.errors import Conflict
+from ringsnap.coordinator.clone_mounts import CloneToMount, MountedClone
 from ringsnap.coordinator.export.model import (
     ExportFailed,
     ExportRecord,
@@ -30,7 +31,6 @@ from ringsnap.coordinator.model import (
     CleanupRequest,
     SnapshotKind,
 )
-from ringsnap.coordinator.table_restore.ports import CloneToMount, MountedClone
 from ringsnap.plugins.types import SnapshotRef, Volume
 from tests.support.clone_fakes import BACKUP_ID, CloneArray, CloneNode, Events, cloneable_backup
 
