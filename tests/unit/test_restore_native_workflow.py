@@ -29,15 +29,15 @@ from ringsnap.coordinator.ports import RestoredTable, SSTable
 from ringsnap.coordinator.restore import RestoreFailed, RestoreRefused, RestoreSettings
 from ringsnap.coordinator.restore_plan import RestoreRequest
 from ringsnap.coordinator.restore_session import RestoreSession
-from tests.unit.test_restore_workflow import (
+from tests.support.restore_world import (
     NODES,
     Events,
     FakeAgent,
     Rig,
-    _backup,
-    _first,
-    _last,
-    _sstable,
+    first_index,
+    last_index,
+    restore_backup,
+    restore_sstable,
 )
 
 
@@ -51,7 +51,7 @@ class NativeAgent(FakeAgent):
     async def manifest(self, snapshot_tag: str = "") -> list[SSTable]:
         if snapshot_tag:
             self._call(f"manifest:{snapshot_tag}")
-            return [_sstable("1")] if snapshot_tag in self.tags else []
+            return [restore_sstable("1")] if snapshot_tag in self.tags else []
         return await super().manifest()
 
     async def restore_snapshot(self, operation_id: str, tag: str) -> tuple[RestoredTable, ...]:
@@ -65,7 +65,7 @@ class NativeAgent(FakeAgent):
 
 
 def native_backup(backup_id: str = "rs-1") -> Backup:
-    array = _backup(backup_id=backup_id)
+    array = restore_backup(backup_id=backup_id)
     return replace(
         array,
         snapshot_kind=SnapshotKind.NATIVE,
@@ -93,9 +93,9 @@ def test_each_node_restores_its_own_snapshot_between_the_stop_and_the_discard() 
     record = asyncio.run(rig.workflow().run(plan, "me"))
 
     events = rig.events
-    assert _last(events, ":stop") < _first(events, ":restore_snapshot")
-    assert _last(events, ":restore_snapshot") < _first(events, ":discard:hints=True")
-    assert _last(events, ":discard:hints=True") < _first(events, ":manifest")
+    assert last_index(events, ":stop") < first_index(events, ":restore_snapshot")
+    assert last_index(events, ":restore_snapshot") < first_index(events, ":discard:hints=True")
+    assert last_index(events, ":discard:hints=True") < first_index(events, ":manifest")
     assert events.index("node2:start:gossip") < events.index("node1:start")
     assert "node1:discard:hints=True" in events
     assert not any(("release" in e or "attach" in e or e.startswith("array:")) for e in events)
@@ -228,5 +228,5 @@ def _record_native_backup(catalog: Catalog) -> None:
         snapshot_kind=SnapshotKind.NATIVE,
     )
     for node in backup.nodes:
-        catalog.record_manifest(backup.id, node.name, [_sstable("1")])
+        catalog.record_manifest(backup.id, node.name, [restore_sstable("1")])
     catalog.complete_backup(backup.id)

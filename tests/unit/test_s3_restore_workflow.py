@@ -43,7 +43,7 @@ from ringsnap.coordinator.table_restore.model import (
 )
 from ringsnap.coordinator.table_restore.workflow import TableRestoreWorkflow
 from tests.support import table_restore_world as table_world
-from tests.unit.test_restore_workflow import NODES, Events, Rig, _backup, _first, _last
+from tests.support.restore_world import NODES, Events, Rig, first_index, last_index, restore_backup
 
 S3 = RestoreRequest("rs-1", mode=RestoreMode.S3)
 
@@ -139,7 +139,7 @@ class S3Rig(Rig):
 def test_every_node_downloads_before_anything_stops_and_the_array_is_never_asked() -> None:
     rig = S3Rig()
     rig.array.missing = True  # the array's snapshots are gone: the plan does not care
-    lost = replace(_backup(), lost_reason="array destroyed")
+    lost = replace(restore_backup(), lost_reason="array destroyed")
     plan = rig.plan(S3, lost)
     assert not plan.refused, plan.refusals
     assert plan.arrays == () and all(n.volumes == () for n in plan.nodes)
@@ -148,13 +148,13 @@ def test_every_node_downloads_before_anything_stops_and_the_array_is_never_asked
     record = asyncio.run(rig.workflow().run(plan, "me"))
 
     events = rig.events
-    assert _last(events, ":download") < _first(events, "ring:pre-restore canary")
-    assert _last(events, ":download") < _first(events, ":stop")
-    assert _last(events, ":stop") < _first(events, ":install")
-    assert _last(events, ":install") < _first(events, ":discard:hints=True")
+    assert last_index(events, ":download") < first_index(events, "ring:pre-restore canary")
+    assert last_index(events, ":download") < first_index(events, ":stop")
+    assert last_index(events, ":stop") < first_index(events, ":install")
+    assert last_index(events, ":install") < first_index(events, ":discard:hints=True")
     for node in NODES:
         assert events.index(f"{node}:discard:hints=True") < events.index(f"{node}:commitlog")
-    assert _last(events, ":commitlog") < _first(events, ":manifest")
+    assert last_index(events, ":commitlog") < first_index(events, ":manifest")
     assert events.index("node2:start:gossip") < events.index("node1:start")
     assert not any("release" in e or "attach" in e or e.startswith("array:") for e in events)
     assert record.state is RestoreState.PROVEN and record.mode is RestoreMode.S3
@@ -205,7 +205,7 @@ def test_a_resume_downloads_again_where_the_staging_was_removed_before_anything_
     assert sorted(e for e in rig.events if e.endswith(":check")) == ["node1:check", "node2:check"]
     downloads = sorted(e for e in rig.events if e.endswith(":download"))
     assert downloads == ["node1:download", "node3:download"]
-    assert _last(rig.events, ":download") < _first(rig.events, ":stop")
+    assert last_index(rig.events, ":download") < first_index(rig.events, ":stop")
 
 
 def test_an_install_failing_on_one_node_says_where_each_node_stands_and_resume_finishes() -> None:
