@@ -3,7 +3,8 @@
 Three sources of truth, strongest first:
 - the real lvm2 binary on a loop device holding `rsvg.vgmeta` (reports work without device-mapper);
 - outputs captured from it (`fixtures/lvm2-2.03.16/captured.json`, made by `capture.py`);
-- the command emulator, whose report must equal the captured one byte for byte.
+- the command emulator, whose report must equal the captured one byte for byte
+  (tests/plugins/simulators/test_lvm2_emulator.py).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,143 +31,10 @@ from ringsnap.plugins.lvm.client import Lvm2
 from ringsnap.plugins.lvm.config import LvmSettings
 from ringsnap.plugins.lvm.driver import LvmDriver
 from ringsnap.plugins.lvm.report import LV_FIELDS, parse_lvs
-from ringsnap.plugins.lvm.runner import CommandResult, SubprocessRunner
-from ringsnap.plugins.simulators.lvm2 import EXTENT, Lvm2Emulator
+from ringsnap.plugins.lvm.runner import SubprocessRunner
+from ringsnap.plugins.simulators.lvm2 import Lvm2Emulator
 from ringsnap.plugins.types import Volume
-
-FIXTURES = Path(__file__).parent / "fixtures" / "lvm2-2.03.16"
-CAPTURED: dict[str, dict[str, Any]] = json.loads((FIXTURES / "captured.json").read_text())
-T0, T1, T2 = 1795301675, 1795302000, 1795305600
-
-
-class Replay:
-    """A runner answering each command line with the captured result for it."""
-
-    def __init__(self, *names: str) -> None:
-        self.results = {tuple(CAPTURED[name]["driver_argv"]): CAPTURED[name] for name in names}
-        self.calls: list[tuple[str, ...]] = []
-
-    def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
-        self.calls.append(tuple(argv))
-        captured = self.results.get(tuple(argv))
-        if captured is None:
-            raise AssertionError(f"no capture for {list(argv)}")
-        return CommandResult(
-            tuple(argv), captured["returncode"], captured["stdout"], captured["stderr"]
-        )
-
-
-def fixture_emulator() -> Lvm2Emulator:
-    """The emulator holding exactly what `rsvg.vgmeta` holds, on a host without device-mapper."""
-    emulator = Lvm2Emulator(device_mapper=False)
-    emulator.add_vg("rsvg", 63 * EXTENT)
-    add = emulator.add_record
-    add(
-        "rsvg",
-        "data",
-        "linear",
-        64 << 20,
-        created=T0,
-        lv_uuid="dW82Jg-HBkK-JlhM-Xi95-8LbD-zv5d-n73Ltj",
-        extents=16,
-    )
-    add(
-        "rsvg",
-        "commitlog",
-        "linear",
-        32 << 20,
-        created=T0,
-        lv_uuid="XzH3YV-00Bc-1uo1-oyCi-u7i1-CN2w-iuvsX6",
-        extents=8,
-    )
-    add(
-        "rsvg",
-        "data.rs.s0",
-        "snapshot",
-        8 << 20,
-        created=T1,
-        lv_uuid="TYffRp-fFYg-72Fh-xweQ-8rT1-8CYG-VOQpCQ",
-        origin="data",
-        tags=["ringsnap.snapshot=s0"],
-        extents=2,
-    )
-    add(
-        "rsvg",
-        "data.rs.s1",
-        "snapshot",
-        16 << 20,
-        created=T2,
-        lv_uuid="Bb1Sn1-1111-1111-1111-1111-1111-111111",
-        origin="data",
-        tags=["ringsnap.snapshot=s1"],
-        extents=4,
-    )
-    add(
-        "rsvg",
-        "commitlog.rs.s1",
-        "snapshot",
-        8 << 20,
-        created=T2,
-        lv_uuid="rRvCVG-tN1D-sAeo-Af6o-pTdE-7jke-zyIFkM",
-        origin="commitlog",
-        tags=["ringsnap.snapshot=s1"],
-        merging=True,
-        extents=2,
-    )
-    add(
-        "rsvg",
-        "pool",
-        "thin-pool",
-        32 << 20,
-        created=T0,
-        lv_uuid="4DJo2c-fuB1-kqHu-4eAp-b6E2-qcAi-HGSXOr",
-        extents=10,
-    )
-    add(
-        "rsvg",
-        "thindata",
-        "thin",
-        128 << 20,
-        created=T0,
-        lv_uuid="ejQonz-UWfI-JVYb-pTSh-c9cz-V7yq-NtoZT8",
-        pool="pool",
-    )
-    add(
-        "rsvg",
-        "thindata.rs.s0",
-        "thin",
-        128 << 20,
-        created=T1,
-        lv_uuid="DBQ5vQ-bi5e-qSe9-4dHy-iV53-mbnv-rcQYcr",
-        origin="thindata",
-        pool="pool",
-        tags=["ringsnap.snapshot=s0"],
-        skip=True,
-    )
-    add(
-        "rsvg",
-        "thindata.rs.s1",
-        "thin",
-        128 << 20,
-        created=T2,
-        lv_uuid="Ee4Sn4-4444-4444-4444-4444-4444-444444",
-        origin="thindata",
-        pool="pool",
-        tags=["ringsnap.snapshot=s1"],
-        skip=True,
-    )
-    add(
-        "rsvg",
-        "thindata-drill",
-        "thin",
-        128 << 20,
-        created=T2,
-        lv_uuid="Ff5Cl5-5555-5555-5555-5555-5555-555555",
-        origin="thindata.rs.s0",
-        pool="pool",
-        tags=["ringsnap.clone=s0"],
-    )
-    return emulator
+from tests.plugins.lvm2_captures import CAPTURED, FIXTURES, Replay
 
 
 def lvm2_host(runner: Any, **settings: Any) -> LvmDriver:
@@ -204,55 +72,6 @@ def test_parse_captured_report() -> None:
     assert volumes["pool"].is_thin_pool and not volumes["pool"].is_plain_volume
     hidden = {lv.name for lv in parse_lvs(CAPTURED["lvs_report_all"]["stdout"]) if lv.hidden}
     assert hidden == {"[commitlog.rs.s1]", "[lvol0_pmspare]", "[pool_tdata]", "[pool_tmeta]"}
-
-
-@pytest.mark.parametrize(
-    "name", ["version", "lvs_report", "vgs_check", "lvs_missing_vg", "vgs_missing_vg"]
-)
-def test_emulator_prints_what_lvm2_printed(name: str) -> None:
-    captured = CAPTURED[name]
-    result = fixture_emulator().run(captured["driver_argv"], timeout=5)
-    assert (result.returncode, result.stdout, result.stderr) == (
-        captured["returncode"],
-        captured["stdout"],
-        captured["stderr"],
-    )
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        "lvcreate_thick_no_dm",
-        "lvcreate_thin_no_dm",
-        "lvcreate_linear_no_dm",
-        "lvchange_activate_no_dm",
-        "lvs_missing_vg",
-    ],
-)
-def test_emulator_fails_exactly_like_lvm2_without_device_mapper(name: str) -> None:
-    captured = CAPTURED[name]
-    result = fixture_emulator().run(captured["driver_argv"], timeout=5)
-    assert (result.returncode, result.stdout, result.stderr) == (
-        captured["returncode"],
-        captured["stdout"],
-        captured["stderr"],
-    )
-
-
-@pytest.mark.parametrize(
-    "name",
-    ["lvremove_missing", "lvconvert_merge_missing", "lvcreate_exists", "lvchange_addtag"],
-)
-def test_emulator_answers_like_lvm2_in_its_no_activation_mode(name: str) -> None:
-    captured = CAPTURED[name]
-    result = fixture_emulator().run(captured["driver_argv"], timeout=5)
-    assert (result.returncode, result.stdout) == (captured["returncode"], captured["stdout"])
-    # lvm2 run with activation=0 prints its own warning where the emulator prints the kernel's
-    # complaint; the error itself must be the same line.
-    expected = [
-        line for line in captured["stderr"].splitlines() if "Activation disabled" not in line
-    ]
-    assert result.stderr.splitlines()[-len(expected) or len(result.stderr) :] == expected
 
 
 # The driver on captured outputs

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +21,17 @@ from ringsnap.plugins.errors import (
     QuotaExceededError,
     UnsupportedError,
 )
-from ringsnap.plugins.middleware import FAST_RETRY, WrappedDriver
+from ringsnap.plugins.middleware import FAST_RETRY
 from ringsnap.plugins.ontap.driver import OntapDriver
 from ringsnap.plugins.registry import open_driver
 from ringsnap.plugins.simulators.faults import Fault
-from ringsnap.plugins.simulators.lunpool import LunPool, temporary_xfs_pool
+from ringsnap.plugins.simulators.lunpool import LunPool
 from ringsnap.plugins.simulators.ontap import OntapSimulator
-from ringsnap.plugins.simulators.server import AdvancingClock, SimulatorServer, serving
+from ringsnap.plugins.simulators.server import SimulatorServer, serving
 from ringsnap.plugins.simulators.tls import make_test_ca
-from ringsnap.plugins.testing import mounts
 from ringsnap.plugins.testing.conformance import DriverConformance, FaultCase, Harness
-from ringsnap.plugins.types import Volume
+from tests.plugins.ontap_env import PASSWORD, VOLUMES, OntapEnv
+from tests.plugins.ontap_env import ontap as ontap  # noqa: PLC0414 - the fixture
 
 CG_SNAPSHOTS = r"^/api/application/consistency-groups/[^/]+/snapshots$"
 
@@ -181,83 +180,8 @@ class TestOntap(DriverConformance):
         ]
 
 
-# ONTAP-only behaviour, over plain HTTP (allow_insecure_http) against the same simulator.
-
-VOLUMES = ("vol_a", "vol_b", "vol_c")
-PASSWORD = "s3cret"
-
-
-@dataclass
-class OntapEnv:
-    pool: LunPool
-    simulator: OntapSimulator
-    server: SimulatorServer
-    workdir: Path
-
-    def table(self, **overrides: Any) -> dict[str, Any]:
-        password_file = self.workdir / "password"
-        password_file.write_text(PASSWORD)
-        table: dict[str, Any] = {
-            "driver": "ontap",
-            "endpoint": self.server.url,
-            "allow_insecure_http": True,
-            "svm": "svm0",
-            "username": "admin",
-            "password_file": str(password_file),
-            "request_timeout": 10,
-            "return_timeout": 5,
-        }
-        table.update(overrides)
-        return table
-
-    def driver(self, **overrides: Any) -> WrappedDriver:
-        return open_driver("fas1", self.table(**overrides), "ringsnap.toml", retry=FAST_RETRY)
-
-    def rest(self, method: str, path: str, **kwargs: Any) -> requests.Response:
-        return requests.request(
-            method, self.server.url + path, auth=("admin", PASSWORD), timeout=10, **kwargs
-        )
-
-    def volumes(self) -> list[Volume]:
-        by_name = {v.name: v for v in self.driver().list_volumes()}
-        return [by_name[name] for name in VOLUMES]
-
-
-@pytest.fixture
-def ontap(tmp_path: Path) -> Iterator[OntapEnv]:
-    missing = mounts.missing_preconditions()
-    if missing:
-        pytest.skip("missing precondition: " + "; ".join(missing))
-    with temporary_xfs_pool(tmp_path, size_bytes=1 << 30) as pool:
-        for name in VOLUMES:
-            pool.create_lun(name, 16 << 20)
-        simulator = OntapSimulator(
-            pool,
-            username="admin",
-            password=PASSWORD,
-            clock=AdvancingClock(),
-            readonly_users={"viewer": "view-only"},
-        )
-        with serving(simulator) as server:
-            yield OntapEnv(pool, simulator, server, tmp_path)
-
-
-def test_error_envelope_and_codes(ontap: OntapEnv) -> None:
-    missing = ontap.rest("GET", "/api/storage/volumes/00000000-0000-0000-0000-000000000000")
-    assert missing.status_code == 404
-    assert missing.json() == {
-        "error": {
-            "message": 'Volume "00000000-0000-0000-0000-000000000000" does not exist.',
-            "code": "4",
-            "target": "uuid",
-        }
-    }
-    unknown = ontap.rest("GET", "/api/storage/volumes?colour=red")
-    assert unknown.status_code == 400
-    assert unknown.json()["error"]["code"] == "262179"
-    anonymous = requests.get(ontap.server.url + "/api/storage/volumes", timeout=5)
-    assert anonymous.status_code == 401
-    assert "Basic" in anonymous.headers["WWW-Authenticate"]
+# ONTAP-only behaviour, over plain HTTP (allow_insecure_http) against the same simulator
+# (`ontap_env`); the simulator's own REST behaviour: tests/plugins/simulators/test_ontap_api.py.
 
 
 def test_volumes_are_paged_with_next_links(ontap: OntapEnv) -> None:
@@ -271,46 +195,6 @@ def test_volumes_are_paged_with_next_links(ontap: OntapEnv) -> None:
     assert names == sorted(VOLUMES)
     # The driver follows the links through the SDK.
     assert [v.name for v in ontap.driver(page_size=1).list_volumes()] == sorted(VOLUMES)
-
-
-def test_snapshot_post_is_a_job_unless_return_timeout_covers_it(ontap: OntapEnv) -> None:
-    volume = ontap.volumes()[0]
-    path = f"/api/storage/volumes/{volume.id}/snapshots"
-    ontap.simulator.job_seconds = 0.3
-    accepted = ontap.rest("POST", path, json={"name": "s1"})
-    assert accepted.status_code == 202
-    assert accepted.headers["Location"] == f"{path}/?name=s1"
-    job_href = accepted.json()["job"]["_links"]["self"]["href"]
-    assert ontap.rest("GET", job_href).json()["state"] in {"queued", "running"}
-    done = ontap.rest("POST", path, params={"return_timeout": 5}, json={"name": "s2"})
-    assert done.status_code == 201
-    assert ontap.rest("GET", done.json()["job"]["_links"]["self"]["href"]).json()["state"] == (
-        "success"
-    )
-    listed = ontap.rest("GET", path, params={"fields": "name,create_time,size,state"}).json()
-    record = listed["records"][-1]
-    assert record["state"] == "valid"
-    assert record["size"] == 16 << 20
-    assert record["create_time"].endswith("-04:00")  # ISO 8601 with the cluster's offset
-
-
-def test_jobs_vanish_300_seconds_after_they_end(ontap: OntapEnv) -> None:
-    volume = ontap.volumes()[0]
-    posted = ontap.rest(
-        "POST",
-        f"/api/storage/volumes/{volume.id}/snapshots",
-        params={"return_timeout": 5},
-        json={"name": "s1"},
-    )
-    job_href = posted.json()["job"]["_links"]["self"]["href"]
-    clock = ontap.simulator.clock
-    assert isinstance(clock, AdvancingClock)
-    clock.advance(295)
-    assert ontap.rest("GET", job_href).status_code == 200
-    clock.advance(10)
-    gone = ontap.rest("GET", job_href)
-    assert gone.status_code == 404
-    assert gone.json()["error"]["code"] == "4"
 
 
 @pytest.mark.slow
@@ -437,48 +321,6 @@ def test_delete_clone_refuses_an_original_volume(ontap: OntapEnv) -> None:
     with pytest.raises(UnsupportedError):
         driver.delete_clone(ontap.volumes()[0])
     assert ontap.pool.has_lun("vol_a")
-
-
-def test_two_phase_consistency_group_snapshot(ontap: OntapEnv) -> None:
-    body = {
-        "svm": {"name": "svm0"},
-        "name": "two_phase",
-        "volumes": [{"name": n, "provisioning_options": {"action": "add"}} for n in VOLUMES],
-    }
-    ontap.rest(
-        "POST", "/api/application/consistency-groups", params={"return_timeout": 5}, json=body
-    )
-    groups = ontap.rest("GET", "/api/application/consistency-groups", params={"name": "two_phase"})
-    cg = groups.json()["records"][0]["uuid"]
-    path = f"/api/application/consistency-groups/{cg}/snapshots"
-    started = ontap.rest(
-        "POST",
-        path,
-        params={"action": "start", "action_timeout": 5, "return_timeout": 5},
-        json={"name": "fenced"},
-    )
-    assert started.status_code == 201
-    record = ontap.rest("GET", path, params={"name": "fenced", "fields": "*"}).json()["records"][0]
-    assert record["write_fence"] is True
-    committed = ontap.rest(
-        "PATCH", f"{path}/{record['uuid']}", params={"action": "commit", "return_timeout": 5}
-    )
-    assert committed.status_code == 200
-    ontap.rest(
-        "POST",
-        path,
-        params={"action": "start", "action_timeout": 2, "return_timeout": 5},
-        json={"name": "late"},
-    )
-    late = ontap.rest("GET", path, params={"name": "late"}).json()["records"][0]
-    clock = ontap.simulator.clock
-    assert isinstance(clock, AdvancingClock)
-    clock.advance(3)
-    expired = ontap.rest(
-        "PATCH", f"{path}/{late['uuid']}", params={"action": "commit", "return_timeout": 5}
-    )
-    assert expired.status_code == 404
-    assert ontap.simulator.snapshot_names("vol_a") == ["fenced"]
 
 
 def test_read_only_account_gets_an_auth_error_naming_the_fix(ontap: OntapEnv) -> None:
