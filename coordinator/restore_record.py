@@ -24,7 +24,7 @@ from ringsnap.coordinator.restore_s3 import s3_next_step
 
 
 class RestoreJournal(Protocol):
-    """Where the restore keeps its record (the catalog, through `CatalogJournal`)."""
+    """Where the restore keeps its record (the catalog, through `CatalogRestoreJournal`)."""
 
     async def save(self, record: RestoreRecord) -> None: ...
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ringsnap.coordinator.agents import ClientTls, GrpcNodeAgent
 from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.catalog_journal import CatalogJournalBase
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.model import (
     Backup,
@@ -22,9 +23,8 @@ from ringsnap.coordinator.model import (
     RestoreRecord,
     RestoreState,
     SnapshotKind,
-    Verification,
 )
-from ringsnap.coordinator.ports import AgentPort, ArrayPort, SSTable
+from ringsnap.coordinator.ports import AgentPort, ArrayPort
 from ringsnap.coordinator.restore import (
     Progress,
     RestoreRefused,
@@ -47,22 +47,11 @@ from ringsnap.plugins.registry import open_driver
 from ringsnap.plugins.types import SnapshotRef
 
 
-class CatalogJournal:
+class CatalogRestoreJournal(CatalogJournalBase):
     """`RestoreJournal` over the catalog (every call off the event loop)."""
-
-    def __init__(self, catalog: Catalog) -> None:
-        self.catalog = catalog
 
     async def save(self, record: RestoreRecord) -> None:
         await asyncio.to_thread(self.catalog.save_restore, record)
-
-    async def manifest(self, backup_id: str, node: str) -> Iterable[SSTable]:
-        return await asyncio.to_thread(lambda: list(self.catalog.iter_manifest(backup_id, node)))
-
-    async def mark_verified(
-        self, backup_id: str, result: Verification, detail: str, by: str
-    ) -> None:
-        await asyncio.to_thread(self.catalog.mark_verified, backup_id, result, detail, by=by)
 
     async def mark_snapshots_lost(self, backup_ids: Sequence[str], reason: str) -> None:
         await asyncio.to_thread(self.catalog.mark_snapshots_lost, list(backup_ids), reason)
@@ -88,7 +77,7 @@ class RestoreSession:
             self.agents,
             self.arrays,
             self.ring,
-            CatalogJournal(self.catalog),
+            CatalogRestoreJournal(self.catalog),
             seeds=self.cluster.seeds,
             settings=self.settings,
             s3_agents=self.s3_agents,

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from ringsnap.coordinator.agents import ClientTls
 from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.catalog_journal import CatalogJournalBase
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.drill.agents import GrpcDrillHost, GrpcNodeFacts
 from ringsnap.coordinator.drill.cleanups import clone_cleanup
@@ -27,29 +28,18 @@ from ringsnap.coordinator.drill.model import (
 )
 from ringsnap.coordinator.drill.plan import DrillPlan, DrillRequest, DrillSettings, plan_drill
 from ringsnap.coordinator.drill.workflow import DrillRefused, DrillWorkflow, Progress, quiet
-from ringsnap.coordinator.model import Backup, BackupState, Verification
-from ringsnap.coordinator.ports import ArrayPort, SSTable
+from ringsnap.coordinator.model import Backup, BackupState
+from ringsnap.coordinator.ports import ArrayPort
 from ringsnap.plugins.middleware import AsyncDriver
 from ringsnap.plugins.registry import open_driver
 from ringsnap.plugins.types import Volume
 
 
-class CatalogDrillJournal:
+class CatalogDrillJournal(CatalogJournalBase):
     """`DrillJournal` over the catalog (every call off the event loop)."""
-
-    def __init__(self, catalog: Catalog) -> None:
-        self.catalog = catalog
 
     async def save(self, record: DrillRecord) -> None:
         await asyncio.to_thread(self.catalog.save_drill, record)
-
-    async def manifest(self, backup_id: str, node: str) -> Iterable[SSTable]:
-        return await asyncio.to_thread(lambda: list(self.catalog.iter_manifest(backup_id, node)))
-
-    async def mark_verified(
-        self, backup_id: str, result: Verification, detail: str, by: str
-    ) -> None:
-        await asyncio.to_thread(self.catalog.mark_verified, backup_id, result, detail, by=by)
 
     async def proven_nodes(self, backup_id: str) -> dict[str, str]:
         return await asyncio.to_thread(proven_nodes, self.catalog, backup_id)

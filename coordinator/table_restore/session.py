@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ringsnap.coordinator.agents import ClientTls, GrpcNodeAgent
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.catalog.listing import MAX_PAGE_SIZE
+from ringsnap.coordinator.catalog_journal import CatalogJournalBase
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.ports import AgentPort, ArrayPort, SSTable
 from ringsnap.coordinator.s3_restore_agents import GrpcS3Restore, S3RestorePort
@@ -32,17 +33,11 @@ from ringsnap.plugins.middleware import AsyncDriver
 from ringsnap.plugins.registry import open_driver
 
 
-class CatalogTableJournal:
+class CatalogTableJournal(CatalogJournalBase):
     """`TableRestoreJournal` over the catalog (every call off the event loop)."""
-
-    def __init__(self, catalog: Catalog) -> None:
-        self.catalog = catalog
 
     async def save(self, record: TableRestoreRecord) -> None:
         await asyncio.to_thread(self.catalog.save_table_restore, record)
-
-    async def manifest(self, backup_id: str, node: str) -> Iterable[SSTable]:
-        return await asyncio.to_thread(lambda: list(self.catalog.iter_manifest(backup_id, node)))
 
     async def drilled_counts(self, backup_id: str) -> Mapping[str, DrilledCounts]:
         drills = await asyncio.to_thread(
