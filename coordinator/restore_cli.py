@@ -221,8 +221,10 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
     abort: str = typer.Option(
         None,
         "--abort",
-        metavar="TABLE_RESTORE_ID",
-        help="Give a failed table restore up: its clones and staging are removed.",
+        metavar="RESTORE_ID",
+        help="Give a failed table restore (tr-...) up: its clones and staging are removed; or a"
+        " restore from S3 (rr-...) not installed yet: each node's download is removed and the"
+        " nodes it stopped start again.",
     ),
 ) -> None:
     """Restore a backup from its array snapshots and prove it, node by node.
@@ -242,7 +244,9 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
     as_json = output is Output.JSON
     quiet_cql_driver()
     if abort and abort.startswith("rr-"):
-        fail(_no_abort_of_a_ring_restore(abort), as_json)
+        from ringsnap.coordinator.restore_abort_cli import abort_ring_restore
+
+        abort_ring_restore(config, abort, yes, as_json)
     if keyspace or abort or (resume or "").startswith("tr-"):
         _table_restore(
             config,
@@ -341,19 +345,6 @@ def _mode_with_source(mode: RestoreMode, source: str) -> RestoreMode:
             reason="INVALID_ARGUMENT",
         )
     return RestoreMode.S3 if source else mode
-
-
-def _no_abort_of_a_ring_restore(restore_id: str) -> CliError:
-    """`--abort` gives table restores up; a whole-ring restore is resumed, or given up by hand."""
-    return CliError(
-        f"--abort gives up a table restore (tr-...); {restore_id} is a restore of nodes, which"
-        " has no --abort",
-        ExitCode.USAGE,
-        reason="INVALID_ARGUMENT",
-        hint=f"`ringsnap restore --resume {restore_id}` goes on with it; `ringsnap status` says for"
-        " each node what giving it up takes (a restore from S3 whose nodes were not stopped yet:"
-        f" remove <data dir>/.ringsnap-s3/{restore_id}/ on each node)",
-    )
 
 
 def _table_restore(  # noqa: PLR0917 - the options of the command line

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.text import Text
@@ -22,7 +23,7 @@ from ringsnap.agent.s3.layout import Layout
 from ringsnap.coordinator import render
 from ringsnap.coordinator.assembly import load_config
 from ringsnap.coordinator.catalog import Catalog, CatalogLockedError
-from ringsnap.coordinator.client import CliError, ExitCode, Target
+from ringsnap.coordinator.client import REMOTE_ENV, CliError, ExitCode, Target, resolve_target
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.console import Output, err, error_exit_code, fail, jsonable, out
 from ringsnap.coordinator.export.model import ExportFailed, ExportRecord, ExportRefused
@@ -165,6 +166,42 @@ def purge_document(result: ClusterPurge) -> dict[str, Any]:
     }
 
 
+def print_purge(purged: ClusterPurge, as_json: bool) -> NoReturn:
+    """The purge's document (JSON) or its two lines, then exit 0."""
+    if as_json:
+        typer.echo(json.dumps({"purge": purge_document(purged)}, indent=2))
+    else:
+        c = purged.components
+        verb = "would delete" if c.dry_run else "deleted"
+        out.print(
+            f"copies removed (backup gone from the catalog): "
+            f"{', '.join(purged.copies_removed) or 'none'}"
+            f" ({purged.copy_objects_deleted} objects); copies kept: {purged.copies_kept}"
+        )
+        out.print(
+            f"components: {c.listed} listed, {c.referenced} referenced, {verb} {c.deleted}"
+            f" ({c.bytes_deleted} bytes) in {c.delete_requests} requests,"
+            f" {c.too_young} too young, {len(c.foreign_keys)} not ours"
+        )
+    raise typer.Exit(int(ExitCode.OK))
+
+
+def _purge_through(target: Target, cluster: str, options: dict[str, Any], as_json: bool) -> None:
+    """The purge by the daemon at `target` (PlanPurge for a dry run, else PurgeExports)."""
+    from ringsnap.coordinator.export import purge_remote
+
+    if not cluster:
+        raise CliError("purge needs --cluster", ExitCode.USAGE, reason="INVALID_ARGUMENT")
+    purged = purge_remote.purge(
+        target,
+        cluster,
+        dry_run=options["dry_run"],
+        min_age_seconds=options["min_age"],
+        as_json=as_json,
+    )
+    print_purge(purged, as_json)
+
+
 def export_command(  # noqa: PLR0917 - typer maps parameters to the command line
     backup: str = typer.Argument(..., help="The backup to export, or `purge`."),
     cluster: str = typer.Option("", "--cluster", help="The cluster (required for purge)."),
@@ -206,16 +243,14 @@ def export_command(  # noqa: PLR0917 - typer maps parameters to the command line
         "quiet": as_json,
     }
     try:
+        if backup == PURGE and config is None and os.environ.get(REMOTE_ENV):
+            # An operator on another host: the daemon purges, reached by its remote listener.
+            _purge_through(resolve_target(None, None), cluster, options, as_json)
         loaded = load_config(config_path(config))
         opened = _open_catalog(loaded, config_path(config))
         if not isinstance(opened, Catalog):
             if backup == PURGE:
-                raise CliError(
-                    "a purge runs in this process, and the coordinator daemon holds the catalog",
-                    ExitCode.REFUSED,
-                    reason="CATALOG_LOCKED",
-                    hint="run it while the daemon is stopped",
-                )
+                _purge_through(opened, cluster, options, as_json)
             from ringsnap.coordinator.export import remote
 
             record = remote.export(opened, backup, chosen, parallel, as_json=as_json)
@@ -229,24 +264,7 @@ def export_command(  # noqa: PLR0917 - typer maps parameters to the command line
             if not cluster:
                 catalog.close()
                 raise CliError("purge needs --cluster", ExitCode.USAGE, reason="INVALID_ARGUMENT")
-            purged = _purge(loaded, catalog, cluster, options)
-            document = purge_document(purged)
-            if as_json:
-                typer.echo(json.dumps({"purge": document}, indent=2))
-            else:
-                c = purged.components
-                verb = "would delete" if dry_run else "deleted"
-                out.print(
-                    f"copies removed (backup gone from the catalog): "
-                    f"{', '.join(purged.copies_removed) or 'none'}"
-                    f" ({purged.copy_objects_deleted} objects); copies kept: {purged.copies_kept}"
-                )
-                out.print(
-                    f"components: {c.listed} listed, {c.referenced} referenced, {verb} {c.deleted}"
-                    f" ({c.bytes_deleted} bytes) in {c.delete_requests} requests,"
-                    f" {c.too_young} too young, {len(c.foreign_keys)} not ours"
-                )
-            raise typer.Exit(int(ExitCode.OK))
+            print_purge(_purge(loaded, catalog, cluster, options), as_json)
         record = asyncio.run(_export(loaded, catalog, backup, options))
     except CliError as error:
         fail(error, as_json)

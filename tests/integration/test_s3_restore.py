@@ -33,8 +33,15 @@ from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.export.model import ExportState
 from ringsnap.coordinator.export.rebuild_cli import rebuild_command
 from ringsnap.coordinator.export.session import open_export_session
-from ringsnap.coordinator.model import Backup, RestoreMode, RestoreRecord, RestoreStep
+from ringsnap.coordinator.model import (
+    Backup,
+    RestoreMode,
+    RestoreRecord,
+    RestoreState,
+    RestoreStep,
+)
 from ringsnap.coordinator.restore import RestoreFailed
+from ringsnap.coordinator.restore_abort import abort_in_session
 from ringsnap.coordinator.restore_plan import RestoreRequest
 from ringsnap.coordinator.restore_session import open_restore_session
 from ringsnap.coordinator.table_restore.model import (
@@ -152,6 +159,14 @@ def _restore_from_s3(config: CoordinatorConfig, backup_id: str) -> RestoreRecord
     return asyncio.run(run())
 
 
+def _abort(config: CoordinatorConfig, restore_id: str) -> RestoreRecord:
+    async def run() -> RestoreRecord:
+        async with open_restore_session(config, CLUSTER_NAME) as session:
+            return await abort_in_session(session, restore_id, "test", lambda *_: None)
+
+    return asyncio.run(run())
+
+
 def _table_restore_from_s3(config: CoordinatorConfig, backup_id: str) -> TableRestoreRecord:
     async def run() -> TableRestoreRecord:
         catalog = Catalog(config.coordinator.catalog)
@@ -256,11 +271,20 @@ def test_ring_restored_from_s3_with_the_array_lost_and_a_corrupt_object_refused(
     assert all(n.step.order < RestoreStep.STOPPED.order for n in record.nodes), record.nodes
     # Cassandra was never stopped on any node.
     assert started == {n.name: _started_at(sandbox_cluster, n.name) for n in sandbox_cluster.nodes}
-    # What verified stays staged for a resume; giving this restore up, the operator removes it.
+    # What verified stays staged for a resume; the operator gives this restore up instead
+    # (`ringsnap restore --abort`): each node's agent removes its staging, nothing else.
     for node in sandbox_cluster.nodes:
         staging = node.data_dir / STAGING_DIRECTORY / record.id
         assert staging.is_dir() and (node.name == "node2" or any(staging.rglob("*-Data.db")))
-        shutil.rmtree(staging)
+    aborted = _abort(config, record.id)
+    assert aborted.state is RestoreState.ABORTED, (aborted.error, aborted.nodes)
+    for node in sandbox_cluster.nodes:
+        assert not (node.data_dir / STAGING_DIRECTORY / record.id).exists(), node.name
+        assert any(
+            line.startswith(f"node {node.name}: removed {node.data_dir}")
+            for line in aborted.warnings
+        ), aborted.warnings
+    assert started == {n.name: _started_at(sandbox_cluster, n.name) for n in sandbox_cluster.nodes}
 
     # The object repaired, the ring comes back from the bucket alone.
     path.write_bytes(original)

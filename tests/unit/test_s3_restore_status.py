@@ -5,18 +5,14 @@ restore from S3 says so too."""
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import typer
-from typer.testing import CliRunner
 
 from ringsnap.coordinator.catalog import Catalog
-from ringsnap.coordinator.client import ExitCode
 from ringsnap.coordinator.restore import RestoreFailed
-from ringsnap.coordinator.restore_cli import open_restores_lines, restore_command
+from ringsnap.coordinator.restore_cli import open_restores_lines
 from ringsnap.coordinator.table_restore.model import Step, TableRestoreState
 from tests.unit.test_s3_restore_workflow import S3, S3Rig
 from tests.unit.test_table_restore_cli import RECORD
@@ -51,14 +47,3 @@ def test_status_shows_an_s3_restore_left_half_way_with_each_nodes_next_step(
     assert "(last step: restored)" in by_node["node1"]
     assert "install the backup's commit log" in by_node["node1"]
     assert lines[4].startswith(f"table restore {RECORD.id} of backup rs-1 (prod) from S3: failed")
-
-
-def test_abort_of_a_ring_restore_says_what_to_do_instead() -> None:
-    app = typer.Typer()
-    app.command()(restore_command)
-    result = CliRunner().invoke(app, ["--abort", "rr-20261124-050000-abcd", "--output", "json"])
-    assert result.exit_code == ExitCode.USAGE, result.output
-    error = json.loads(result.output)["error"]
-    assert "rr-20261124-050000-abcd is a restore of nodes" in error["message"]
-    assert "ringsnap restore --resume rr-20261124-050000-abcd" in error["hint"]
-    assert ".ringsnap-s3/rr-20261124-050000-abcd/" in error["hint"]
