@@ -172,6 +172,10 @@ class S3RestoreRpcs:
                     node=request.node,
                 )
 
+    def downloading(self, operation_id: str) -> bool:
+        """Whether a download of `operation_id` runs here (its staging is never discarded then)."""
+        return operation_id in self._running
+
     def _forget(self, operation_id: str, work: asyncio.Future[StagedDownload]) -> None:
         if self._running.get(operation_id, (None, None))[1] is work:
             del self._running[operation_id]

@@ -10,6 +10,7 @@ moto's S3 filled by the real export and a real staging made by the real download
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +24,7 @@ from ringsnap.agent.s3_restore import STAGING_DIRECTORY, S3Restore
 from ringsnap.agent.s3_staging import S3Staging
 from ringsnap.agent.snapshot_restore import MOVING, SnapshotRecord, SnapshotRecords
 from ringsnap.errors import ValidationError
-from tests.unit.test_s3_download_cancel import SETTINGS, bucket
+from tests.unit.test_s3_download_cancel import REQUEST, SETTINGS, _slow_rpcs, bucket
 
 __all__ = ["bucket"]  # the fixture, shared
 
@@ -176,3 +177,26 @@ def test_discard_refuses_another_backups_staging_a_link_and_a_bad_id(
         staging.discard("../data", "b1")
     with pytest.raises(ValidationError):
         staging.discard("rr-1", "../b1")
+
+
+def test_the_agents_discard_is_refused_under_a_running_download_and_then_removes_it(
+    bucket: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The servicer's wiring: DiscardS3Download asks the download RPCs whether the operation's
+    download runs (a real, slowed download against moto)."""
+    rpcs, restores, _gets = _slow_rpcs(tmp_path, monkeypatch)
+    staging = S3Staging(restores, rpcs.downloading)
+
+    async def go() -> None:
+        stream = rpcs.download(REQUEST)
+        assert (await anext(stream)).HasField("progress")
+        with pytest.raises(Conflict, match="download of operation rr-1 is running"):
+            staging.discard("rr-1", "b1")
+        await stream.aclose()
+        work = rpcs._running["rr-1"][1]
+        await asyncio.wait({work}, timeout=10)
+
+    asyncio.run(go())
+    assert not rpcs.downloading("rr-1")
+    (removed,) = staging.discard("rr-1", "b1")
+    assert removed.files >= 1 and not restores.staging("rr-1")[0].exists()
