@@ -358,11 +358,11 @@ class Coordinator:
             run.backup_id,
             timings=run.clock.phases,
             freeze_window=run.window,
-            warnings=[*run.array_leftovers, *run.warnings],
+            warnings=[*run.array_warnings, *run.warnings],
         )
 
     def _record_failure(self, run: BackupRun, error: BaseException) -> None:
-        cleanups = list(run.leftovers)
+        cleanups = list(run.pending_cleanups)
         # Snapshots the workflow took but the catalog refused (e.g. incomplete) are still held.
         cleanups += [
             CleanupRequest(array=ref.array, reason=f"backup failed: {error}", ref=ref)
@@ -385,7 +385,7 @@ class Coordinator:
             cleanups=cleanups,
             timings=run.clock.phases,
             freeze_window=run.window,
-            warnings=run.array_leftovers,
+            warnings=run.array_warnings,
         )
 
     async def start_drill(self, request: DrillRequest, *, drill_id: str = "") -> Operation:

@@ -123,7 +123,7 @@ class ArrayDriver(ABC):
     def finish_group_snapshot(self, prepared: PreparedSnapshot) -> None:  # noqa: B027
         """After a commit (good or failed) and the thaw: remove what prepare set up.
 
-        The snapshot is kept. A failure raises a DriverError whose `leftovers` say what remains;
+        The snapshot is kept. A failure raises a DriverError whose `left_on_array` says what remains;
         the snapshot is still good. Removing what is gone already succeeds.
         """
 

@@ -18,24 +18,24 @@ class DriverError(Exception):
         *,
         array: str = "",
         retryable: bool | None = None,
-        leftovers: tuple[str, ...] = (),
+        left_on_array: tuple[str, ...] = (),
     ) -> None:
         self.array = array
         if retryable is not None:
             self.retryable = retryable
         #: Objects a failed operation could not clean up, each saying what and where; the
         #: caller must report them (empty when nothing was left behind).
-        self.leftovers = leftovers
+        self.left_on_array = left_on_array
         text = f"array {array!r}: {message}" if array else message
-        if leftovers:
-            text += "; left behind: " + ", ".join(leftovers)
+        if left_on_array:
+            text += "; left behind: " + ", ".join(left_on_array)
         super().__init__(text)
 
-    def left_behind(self, leftovers: tuple[str, ...]) -> DriverError:
+    def left_behind(self, left: tuple[str, ...]) -> DriverError:
         """Record what a failed operation could not clean up; keeps the type and retryability."""
-        if leftovers:
-            self.leftovers = (*self.leftovers, *leftovers)
-            self.args = (f"{self.args[0]}; left behind: {', '.join(leftovers)}", *self.args[1:])
+        if left:
+            self.left_on_array = (*self.left_on_array, *left)
+            self.args = (f"{self.args[0]}; left behind: {', '.join(left)}", *self.args[1:])
         return self
 
     def explain(self, more: str) -> DriverError:
@@ -77,11 +77,11 @@ class BusyError(DriverError):
         *,
         array: str = "",
         retry_after: float | None = None,
-        leftovers: tuple[str, ...] = (),
+        left_on_array: tuple[str, ...] = (),
     ) -> None:
         #: Seconds the array asked us to wait (`Retry-After`); the middleware honours it.
         self.retry_after = retry_after
-        super().__init__(message, array=array, leftovers=leftovers)
+        super().__init__(message, array=array, left_on_array=left_on_array)
 
 
 class QuotaExceededError(DriverError):

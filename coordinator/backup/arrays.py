@@ -255,7 +255,7 @@ class ArrayRun:
         try:
             await self.arrays[ref.array].delete_snapshot(ref)
         except Exception as exc:  # recorded, and retried by the cleanup
-            self.run.leftovers.append(
+            self.run.pending_cleanups.append(
                 CleanupRequest(array=ref.array, reason=f"{failed}: {exc}", ref=ref)
             )
             return False
@@ -274,10 +274,10 @@ class ArrayRun:
                 else:
                     await port.abort_group_snapshot(prepared)
             except Exception as exc:  # the snapshot (if any) is unaffected; the driver sweeps
-                left = list(getattr(exc, "leftovers", ()))
+                left = list(getattr(exc, "left_on_array", ()))
                 # One sentence with the array's answer and what it kept, for the catalog.
                 said = str(exc) if isinstance(exc, DriverError) else f"array {array}: {exc}"
-                self.run.array_leftovers.append(f"{step} of the prepared snapshot failed: {said}")
+                self.run.array_warnings.append(f"{step} of the prepared snapshot failed: {said}")
                 log.warning(
                     f"{step} of a prepared snapshot failed; the driver removes what is left before"
                     " its next snapshot of these volumes",
@@ -294,12 +294,12 @@ class ArrayRun:
 
     def _warn(self, array: str, warning: str) -> None:
         """Logged, and kept with the run's warnings (the record shows them)."""
-        self.run.array_leftovers.append(warning)
+        self.run.array_warnings.append(warning)
         log.warning(warning, backup_id=self.run.backup_id, array=array)
 
     def _leave_name(self, array: str, reason: str) -> None:
         """The cleanup looks for a snapshot of the run's name on `array`."""
-        self.run.leftovers.append(
+        self.run.pending_cleanups.append(
             CleanupRequest(array=array, reason=reason, snapshot_name=self.run.backup_id)
         )
 
@@ -350,8 +350,8 @@ class ArrayRun:
         task.add_done_callback(ended)
 
     def _report_left_behind(self, array: str, step: str, error: BaseException) -> None:
-        """What a failed driver call says it left on the array (`DriverError.leftovers`)."""
-        left = tuple(getattr(error, "leftovers", ()))
+        """What a failed driver call says it left on the array (`DriverError.left_on_array`)."""
+        left = tuple(getattr(error, "left_on_array", ()))
         if left:
             self._warn(
                 array,

@@ -84,10 +84,10 @@ class BackupRun:
     clock: PhaseClock = field(default_factory=PhaseClock)
     window: FreezeWindow | None = None
     #: Snapshots a failed run could not delete, with the reason; the catalog keeps them for cleanup.
-    leftovers: list[CleanupRequest] = field(default_factory=list)
+    pending_cleanups: list[CleanupRequest] = field(default_factory=list)
     #: Set-up objects (e.g. temporary consistency groups) a finish or abort could not remove; the
     #: driver sweeps them before its next snapshot of the same volumes. Never fails a run.
-    array_leftovers: list[str] = field(default_factory=list)
+    array_warnings: list[str] = field(default_factory=list)
     #: Nodes asked for a native snapshot tagged with the backup id (it may exist even where the
     #: call failed): a failed run leaves a cleanup for each.
     native_snapshots: list[str] = field(default_factory=list)

@@ -224,7 +224,7 @@ class FlashArrayDriver(ConfiguredDriver[FlashArraySettings], Revertible, Cloneab
             f"cloning {member.snapshot_name} to {target} failed: {error}{undone}",
             array=self._array,
             retryable=error.retryable,
-            leftovers=tuple(f"volume {name} (a clone; delete it)" for name in left),
+            left_on_array=tuple(f"volume {name} (a clone; delete it)" for name in left),
         )
 
     def delete_clone(self, volume: Volume) -> None:
@@ -313,20 +313,20 @@ class FlashArrayDriver(ConfiguredDriver[FlashArraySettings], Revertible, Cloneab
         name = self._pg_snapshot_name(ref)
         covered = {m.volume.name for m in ref.members}
         self._complete_groups.discard(ref.group)
-        leftovers: tuple[str, ...] = ()
+        left: tuple[str, ...] = ()
         try:
             self._destroy_and_eradicate("protection-group-snapshots", name)
             outcome = "it was deleted"
         except DriverError as exc:
             outcome = f"deleting it failed ({exc})"
-            leftovers = (f"protection-group snapshot {name} (delete it on the array)",)
+            left = (f"protection-group snapshot {name} (delete it on the array)",)
         raise DriverError(
             f"snapshot {name} covers {', '.join(sorted(covered)) or 'no volume'} instead of"
             f" {', '.join(by_name)} (protection group {ref.group} was changed on the array);"
             f" {outcome}; try again",
             array=self._array,
             retryable=True,
-            leftovers=leftovers,
+            left_on_array=left,
         )
 
     def _pgroup_snapshot(self, ref: SnapshotRef) -> dict[str, Any] | None:

@@ -249,7 +249,7 @@ class LvmDriver(ConfiguredDriver[LvmSettings], Revertible, Cloneable):
                     f"reverting {ref.snapshot_name!r} stopped at {lv.id}: {exc}",
                     array=self._array,
                     retryable=False,
-                    leftovers=tuple(
+                    left_on_array=tuple(
                         f"{item} already reverted (snapshot consumed)" for item in merged
                     ),
                 ) from exc
@@ -264,7 +264,7 @@ class LvmDriver(ConfiguredDriver[LvmSettings], Revertible, Cloneable):
             raise DriverError(
                 f"revert of {ref.snapshot_name!r} is not complete",
                 array=self._array,
-                leftovers=tuple(delayed),
+                left_on_array=tuple(delayed),
             )
 
     # Clones
@@ -422,14 +422,14 @@ class LvmDriver(ConfiguredDriver[LvmSettings], Revertible, Cloneable):
 
     def _undo(self, made: Sequence[tuple[str, str]], error: DriverError, what: str) -> DriverError:
         """Remove what a failed call made; the error names anything that could not be removed."""
-        leftovers: list[str] = []
+        left: list[str] = []
         removed: list[str] = []
         for vg, lv in reversed(made):
             try:
                 self._lvm.remove(vg, lv)
                 removed.append(f"{vg}/{lv}")
             except DriverError as exc:
-                leftovers.append(f"{vg}/{lv} (remove failed: {exc})")
+                left.append(f"{vg}/{lv} (remove failed: {exc})")
         if removed:
             _log.warning(
                 "removed partial LVM objects after a failure",
@@ -438,9 +438,7 @@ class LvmDriver(ConfiguredDriver[LvmSettings], Revertible, Cloneable):
                 removed=removed,
             )
         detail = str(error).removeprefix(f"array {self._array!r}: ")
-        replacement = type(error)(
-            f"{what}: {detail}", array=self._array, leftovers=tuple(leftovers)
-        )
+        replacement = type(error)(f"{what}: {detail}", array=self._array, left_on_array=tuple(left))
         replacement.retryable = error.retryable
         return replacement
 

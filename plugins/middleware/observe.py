@@ -49,7 +49,7 @@ class Observed(WrappedDriver):
         except Exception as error:
             failure = {"error_type": type(error).__name__, "error": str(error)}
             if isinstance(error, DriverError):
-                failure |= {"retryable": error.retryable, "leftovers": list(error.leftovers)}
+                failure |= {"retryable": error.retryable, "leftovers": list(error.left_on_array)}
             else:
                 outcome = "bug"  # a driver let a foreign exception escape: never retried
             raise

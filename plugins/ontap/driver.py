@@ -110,8 +110,8 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
             ref = self.describe_group_snapshot(prepared, self.commit_group_snapshot(prepared))
         except DriverError as error:
             raise error.left_behind(self._groups.release(prepared)) from None
-        leftovers = self._groups.release(prepared)
-        if leftovers:
+        left = self._groups.release(prepared)
+        if left:
             # The snapshot is good, but the CG would block the next snapshot of these volumes.
             # Retryable: a repeat finds the snapshot and removes the CG.
             raise DriverError(
@@ -119,7 +119,7 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
                 " removed; repeating the call removes it",
                 array=self.array,
                 retryable=True,
-                leftovers=leftovers,
+                left_on_array=left,
             )
         return ref
 
@@ -393,15 +393,15 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
             return
 
     def _undo_clones(self, made: list[VolumeRecord]) -> tuple[str, ...]:
-        leftovers: list[str] = []
+        left: list[str] = []
         for record in made:
             try:
                 self.client.delete_volume(record.uuid)
             except NotFoundError:
                 continue
             except DriverError as error:
-                leftovers.append(f"FlexClone volume {record.name} ({record.uuid}): {error}")
-        return tuple(leftovers)
+                left.append(f"FlexClone volume {record.name} ({record.uuid}): {error}")
+        return tuple(left)
 
     # Helpers
 

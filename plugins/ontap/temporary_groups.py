@@ -56,7 +56,7 @@ class TemporaryGroups:
                 self._client.delete_consistency_group(group.uuid)
 
     def release(self, prepared: PreparedSnapshot) -> tuple[str, ...]:
-        """Remove the temporary CG; what could not be removed, for an error's leftovers."""
+        """Remove the temporary CG; what could not be removed, for an error's `left_on_array`."""
         try:
             self.delete(prepared)
         except DriverError as error:

@@ -65,7 +65,7 @@ the error class expected (None: success), whether it must be retryable, the oper
 ("create", "delete", "revert", "clone"), how often the faults must have fired, and how long to
 let a hung request settle. After every failing case the suite checks that nothing was left behind
 unreported: no new snapshot images in the pool, no snapshot of that name in `list_snapshots`,
-nothing from `vendor_leftovers` -- unless the error's `leftovers` names what was left.
+nothing from `vendor_leftovers` -- unless the error's `left_on_array` names what was left.
 
 Fixtures a subclass's own tests can use: `lun_pool`, `harness` (a `Harness`: pool, server, table,
 managed driver, volumes, faults), `fast_harness` (requests time out after hang_request_timeout).
@@ -346,7 +346,7 @@ class DriverConformance(RevertAndCloneConformance):
         harness.faults.clear()
         assert harness.array in str(caught.value)
         harness.driver.abort_group_snapshot(prepared)
-        if not caught.value.leftovers:
+        if not caught.value.left_on_array:
             self.assert_nothing_left(harness, images_before, name)
 
     def test_injected_fault(self, fast_harness: Harness, fault_case: FaultCase) -> None:
@@ -389,9 +389,9 @@ class DriverConformance(RevertAndCloneConformance):
                 self.assert_complete(harness, refs[0], name)
                 assert harness.pool.snapshot_count() == images_before + len(harness.volumes)
                 assert not self.vendor_leftovers(harness)
-            elif not caught.leftovers:
+            elif not caught.left_on_array:
                 self.assert_nothing_left(harness, images_before, name)
-        elif fault_case.operation == "clone" and caught is not None and not caught.leftovers:
+        elif fault_case.operation == "clone" and caught is not None and not caught.left_on_array:
             assert set(harness.pool.list_luns()) == luns_before, (
                 "a failed clone left volumes behind unreported"
             )

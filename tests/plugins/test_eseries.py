@@ -176,7 +176,7 @@ class TestEseries(DriverConformance):
         )
         with pytest.raises(DriverError) as caught:
             harness.driver.create_group_snapshot(harness.volumes, "half")
-        assert caught.value.leftovers and "0 of 3 members" in caught.value.leftovers[0]
+        assert caught.value.left_on_array and "0 of 3 members" in caught.value.left_on_array[0]
         harness.faults.clear()
         ref = harness.driver.create_group_snapshot(harness.volumes, "half")
         assert len(ref.members) == 3 and simulator(harness).group_count() == 1

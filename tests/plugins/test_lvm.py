@@ -421,7 +421,7 @@ def test_failed_member_removes_the_ones_made(emulated: Backend) -> None:
     )
     with pytest.raises(QuotaExceededError, match="insufficient free space") as caught:
         emulated.driver.create_group_snapshot(emulated.volumes, "s2")
-    assert not caught.value.leftovers and ARRAY in str(caught.value)
+    assert not caught.value.left_on_array and ARRAY in str(caught.value)
     assert emulator.names(VG) == before
 
 
@@ -433,7 +433,7 @@ def test_cleanup_failure_is_reported_as_leftover(emulated: Backend) -> None:
     )
     with pytest.raises(DriverError) as caught:
         emulated.driver.create_group_snapshot(emulated.volumes, "s3")
-    assert caught.value.leftovers and "rsvg/commitlog.rs.s3" in caught.value.leftovers[0]
+    assert caught.value.left_on_array and "rsvg/commitlog.rs.s3" in caught.value.left_on_array[0]
 
 
 def test_incomplete_set_from_an_earlier_attempt_is_taken_again(emulated: Backend) -> None:
@@ -477,7 +477,7 @@ def test_delayed_merge_is_reported_not_hidden(emulated: Backend) -> None:
     )
     with pytest.raises(DriverError, match="not complete") as caught:
         emulated.driver.revert(ref)
-    assert any("next activation" in item for item in caught.value.leftovers)
+    assert any("next activation" in item for item in caught.value.left_on_array)
 
 
 def test_thin_merge_leaves_a_plain_volume(emulated: Backend) -> None:

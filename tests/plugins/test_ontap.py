@@ -553,7 +553,10 @@ def test_finish_that_cannot_remove_the_group_names_it_and_keeps_the_snapshot(
     )
     with pytest.raises(DriverError) as caught:
         driver.finish_group_snapshot(prepared)
-    assert caught.value.leftovers and "temporary consistency group" in caught.value.leftovers[0]
+    assert (
+        caught.value.left_on_array
+        and "temporary consistency group" in caught.value.left_on_array[0]
+    )
     assert driver.get_snapshot(ref).ref == ref
 
 
@@ -588,7 +591,7 @@ def test_a_prepare_whose_group_answer_is_lost_names_the_group_it_may_leave(
     with pytest.raises(DriverError) as caught:
         raw.prepare_group_snapshot(volumes, "unanswered")
     assert caught.value.retryable
-    (left,) = caught.value.leftovers
+    (left,) = caught.value.left_on_array
     (group,) = ontap.simulator.consistency_group_names()
     assert f"temporary consistency group {group} in SVM svm0" in left
     # The next prepare of these volumes removes it.

@@ -146,11 +146,11 @@ def test_the_failed_runs_record_says_where_its_late_snapshot_went(
     with pytest.raises(BackupFailed, match="still running after the freeze budget"):
         asyncio.run(workflow.run(settings, trigger="test", backup_id="rs-late", on_start=keep))
     (run,) = runs
-    assert run.array_leftovers == [
+    assert run.array_warnings == [
         f"array a1: the snapshot call that outlived the freeze budget {said}"
     ]
     assert array.snapshots == {}
-    assert [c.snapshot_name for c in run.leftovers] == (["rs-late"] if error else [])
+    assert [c.snapshot_name for c in run.pending_cleanups] == (["rs-late"] if error else [])
 
 
 def test_a_lease_that_ran_out_only_after_the_snapshot_answered_does_not_fail_the_run() -> None:

@@ -211,7 +211,7 @@ def test_a_failed_description_keeps_the_snapshot_as_committed_with_a_warning() -
     run = asyncio.run(workflow.run(BackupSettings(), trigger="test"))
     assert [ref.snapshot_name for ref in run.snapshots] == [run.backup_id]
     assert run.snapshots[0].attribute("described") == ""
-    assert any("reading its description after the thaw failed" in w for w in run.array_leftovers)
+    assert any("reading its description after the thaw failed" in w for w in run.array_warnings)
     assert "finish a1" in events and "delete a1" not in events
 
 
@@ -264,15 +264,15 @@ def test_a_failure_after_the_commit_finishes_and_deletes_the_snapshot() -> None:
 def test_a_finish_that_fails_keeps_the_backup_and_reports_the_leftover() -> None:
     workflow, _, ports, _ = cluster()
     ports["a1"].errors["finish"] = DriverError(
-        "HTTP 500", array="a1", leftovers=("temporary consistency group g1",)
+        "HTTP 500", array="a1", left_on_array=("temporary consistency group g1",)
     )
     run = asyncio.run(workflow.run(BackupSettings(), trigger="test"))
     assert len(run.snapshots) == 1
-    assert run.array_leftovers == [
+    assert run.array_warnings == [
         "finish of the prepared snapshot failed: array 'a1': HTTP 500;"
         " left behind: temporary consistency group g1"
     ]
-    assert run.leftovers == []
+    assert run.pending_cleanups == []
 
 
 def test_an_overrunning_commit_is_finished_and_deleted_after_it_ends() -> None:
@@ -306,7 +306,7 @@ def test_cancelled_during_the_commit_thaws_finishes_the_done_and_leaves_the_runn
     # it, and its snapshot is left for cleanup by name.
     assert events.index("finish a2") < events.index("delete a2")
     assert "abort a1" not in events and "finish a1" not in events
-    (leftover,) = run.leftovers
+    (leftover,) = run.pending_cleanups
     assert leftover.array == "a1" and leftover.snapshot_name == run.backup_id
 
 
@@ -414,7 +414,7 @@ def test_a_commit_that_failed_may_still_have_made_its_snapshot_so_it_is_left_for
     ports["a1"].errors["commit"] = ArrayTimeoutError("did not answer within 10s", array="a1")
     run, error = _run_and_keep(workflow, BackupSettings())
     assert "did not answer" in str(error)
-    (leftover,) = run.leftovers
+    (leftover,) = run.pending_cleanups
     assert (leftover.array, leftover.snapshot_name, leftover.ref) == ("a1", run.backup_id, None)
     assert "may have made it" in leftover.reason
 
@@ -425,7 +425,7 @@ def test_a_straggling_commit_that_fails_late_is_left_for_cleanup_by_name() -> No
     ports["a1"].errors["commit"] = ArrayTimeoutError("did not answer within 10s", array="a1")
     settings = BackupSettings(freeze_budget=0.2, lease=0.5, straggler_grace=5)
     run, _ = _run_and_keep(workflow, settings)
-    (leftover,) = run.leftovers
+    (leftover,) = run.pending_cleanups
     assert (leftover.array, leftover.snapshot_name) == ("a1", run.backup_id)
     assert events.index("thaw n1") < events.index("abort a1")
     assert not any(a.frozen for a in agents)
@@ -441,7 +441,7 @@ def test_a_prepare_that_outlives_its_timeout_is_aborted_once_it_ends() -> None:
     # a2's prepare set up its group after the run stopped waiting: removed, not leaked.
     assert "abort a1" in events and "abort a2" in events
     assert ports["a1"].prepared == set() and ports["a2"].prepared == set()
-    assert run.array_leftovers == []
+    assert run.array_warnings == []
 
 
 def test_a_prepare_that_never_ends_is_reported_with_the_run() -> None:
@@ -449,7 +449,7 @@ def test_a_prepare_that_never_ends_is_reported_with_the_run() -> None:
     ports["a1"].delays["prepare"] = 0.5
     settings = BackupSettings(agent_timeout=0.05, straggler_grace=0.05)
     run, _ = _run_and_keep(workflow, settings)
-    (warning,) = run.array_leftovers
+    (warning,) = run.array_warnings
     assert warning.startswith("array a1: no answer while preparing the snapshot")
 
 
@@ -460,7 +460,7 @@ def test_cancelled_while_a_prepare_runs_reports_what_it_may_leave() -> None:
         workflow, lambda: "prepare a2" in events and bool(ports["a1"].prepared), linger=0.4
     )
     assert "abort a1" in events
-    (warning,) = run.array_leftovers
+    (warning,) = run.array_warnings
     assert warning.startswith("array a2: the run was cancelled while preparing the snapshot")
 
 
@@ -469,7 +469,7 @@ def test_a_commit_abandoned_under_cancellation_reports_its_set_up() -> None:
     ports["a1"].gate = asyncio.Event()  # never opened: a1's commit hangs
     run = _cancel_when(workflow, lambda: "commit a2" in events and "commit-waits a1" in events)
     assert "abort a1" not in events and not any(a.frozen for a in agents)
-    (warning,) = run.array_leftovers
+    (warning,) = run.array_warnings
     assert warning.startswith("array a1: cancelled while its snapshot call was running")
     assert "group g1" in warning
 
@@ -480,9 +480,9 @@ def test_a_commit_that_never_returns_reports_its_set_up() -> None:
     settings = BackupSettings(freeze_budget=0.2, lease=0.5, straggler_grace=0.1)
     run, _ = _run_and_keep(workflow, settings)
     assert "abort a1" not in events and "finish a1" not in events
-    (leftover,) = run.leftovers
+    (leftover,) = run.pending_cleanups
     assert leftover.snapshot_name == run.backup_id
-    warning, late = run.array_leftovers
+    warning, late = run.array_warnings
     assert warning.startswith("array a1: its snapshot call never returned")
     # The record says where the snapshot the call may still make goes.
     assert late.startswith("array a1: the snapshot call that outlived the freeze budget did not")
@@ -508,16 +508,16 @@ def test_a_freeze_that_used_the_whole_budget_starts_no_snapshot() -> None:
     assert "freeze budget" in str(error)
     assert "commit a1" not in events
     assert events.index("thaw n1") < events.index("abort a1")
-    assert not any(a.frozen for a in agents) and run.leftovers == []
+    assert not any(a.frozen for a in agents) and run.pending_cleanups == []
 
 
 def test_a_failed_prepare_that_may_have_left_set_up_reports_it() -> None:
     workflow, _, ports, _ = cluster(("a1", "a2"))
     ports["a2"].errors["prepare"] = ArrayTimeoutError(
-        "did not answer within 10s", array="a2", leftovers=("temporary consistency group g2",)
+        "did not answer within 10s", array="a2", left_on_array=("temporary consistency group g2",)
     )
     run, _ = _run_and_keep(workflow, BackupSettings())
-    (warning,) = run.array_leftovers
+    (warning,) = run.array_warnings
     assert warning.startswith("array a2: preparing the snapshot failed and may have left")
     assert "temporary consistency group g2" in warning
 
@@ -573,7 +573,7 @@ def test_a_snapshot_of_that_name_taken_before_the_freeze_is_never_this_backup() 
     run, error = _run_and_keep(workflow, BackupSettings())
     assert "exists already" in str(error)
     assert not any(e.startswith(("freeze", "commit", "delete")) for e in events)
-    assert run.snapshots == [] and run.leftovers == []
+    assert run.snapshots == [] and run.pending_cleanups == []
     assert run.backup_id in port.snapshots  # not this run's to delete
 
 
@@ -584,7 +584,7 @@ def test_a_run_cancelled_again_while_it_cleans_up_finishes_the_clean_up_first() 
     ports["a1"].errors["commit"] = DriverError("HTTP 500", array="a1")
     ports["a1"].delays["abort"] = 0.5
     ports["a1"].errors["abort"] = DriverError(
-        "HTTP 500", array="a1", leftovers=("temporary consistency group g1",)
+        "HTTP 500", array="a1", left_on_array=("temporary consistency group g1",)
     )
     runs: list[BackupRun] = []
 
@@ -603,6 +603,6 @@ def test_a_run_cancelled_again_while_it_cleans_up_finishes_the_clean_up_first() 
             await task
 
     asyncio.run(main())
-    (warning,) = runs[0].array_leftovers
+    (warning,) = runs[0].array_warnings
     assert "temporary consistency group g1" in warning
     assert not any(a.frozen for a in agents)

@@ -150,7 +150,7 @@ def test_logs_carry_array_driver_op_and_duration() -> None:
 
 
 def test_failures_are_logged_with_leftovers() -> None:
-    error = DriverError("half made", array="a1", leftovers=("cg tmp1",))
+    error = DriverError("half made", array="a1", left_on_array=("cg tmp1",))
     wrapped, _ = managed(ScriptedDriver([error]))
     with capture_logs() as logs, pytest.raises(DriverError):
         wrapped.create_group_snapshot(VOLUMES, "s1")
