@@ -183,7 +183,7 @@ def main() -> None:
     configure(json=True, level="error")
 
     with (
-        SandboxCluster(args.instance, nodes=3) as cluster,
+        SandboxCluster(args.instance, nodes=3, jit="full") as cluster,
         tempfile.TemporaryDirectory(prefix="ringsnap-bench-") as scratch,
         running_stack(cluster, Path(scratch), vendor=args.array, agent_processes=True) as stack,
         Floor(targets_of(cluster.nodes), cluster.pool_dir / ".floor") as floor,

@@ -210,7 +210,7 @@ def main() -> None:
     configure(json=False, level="warning")
     with (
         tempfile.TemporaryDirectory(prefix="ringsnap-bench-drill-") as tmp,
-        SandboxCluster(args.instance, nodes=3) as cluster,
+        SandboxCluster(args.instance, nodes=3, jit="full") as cluster,
         running_stack(cluster, Path(tmp) / "stack", drill_host=True) as stack,
     ):
         session = cluster.session()

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ringsnap.logs import get_logger
 from ringsnap.sandbox import instance as instances
@@ -119,6 +119,7 @@ class SandboxCluster:
         start_timeout: float = 300,
         lun_sizes: dict[str, int] | None = None,
         report: Reporter | None = None,
+        jit: Literal["quick", "full"] = "quick",
     ) -> None:
         instances.validate_instance_name(instance)
         if not 1 <= nodes <= instances.MAX_NODES:
@@ -128,6 +129,10 @@ class SandboxCluster:
         self.heap = heap
         self.num_tokens = num_tokens
         self.start_timeout = start_timeout
+        # quick (C1 only) halves the CPU a node needs to start (about 5 s instead of 10 here):
+        # sandbox nodes restart often and serve little. Benchmarks of Cassandra under load ask
+        # for full.
+        self.jit = jit
         self.lun_sizes = dict(lun_sizes or DEFAULT_LUN_SIZES)
         self.cluster_name = f"ringsnap-{instance}"
         self.image_tag = ""
@@ -259,6 +264,7 @@ class SandboxCluster:
             "CASSANDRA_AUTO_BOOTSTRAP": "false",
             "CASSANDRA_NATIVE_PORT": str(NATIVE_PORT),
             "CASSANDRA_JOLOKIA_PORT": str(JOLOKIA_PORT),
+            "CASSANDRA_JIT": self.jit,
         }
 
     def _run_container(self, node: NodeInfo) -> None:

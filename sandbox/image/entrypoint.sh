@@ -18,6 +18,9 @@ set -eu
 : "${CASSANDRA_ENDPOINT_SNITCH:=SimpleSnitch}"
 # Empty: no Jolokia. Else Jolokia (JMX over HTTP) listens on the node's address at this port.
 : "${CASSANDRA_JOLOKIA_PORT:=}"
+# quick: the JIT's first tier only (C1): about half the CPU to start a node, for test and
+# playground nodes that start often and serve little. full: the JVM's default, for benchmarks.
+: "${CASSANDRA_JIT:=full}"
 
 die() {
     echo "entrypoint: $*" >&2
@@ -67,6 +70,11 @@ if [ -n "$CASSANDRA_JOLOKIA_PORT" ]; then
     check_number CASSANDRA_JOLOKIA_PORT
     JOLOKIA_FLAG="-javaagent:/opt/jolokia/jolokia-agent.jar=host=${CASSANDRA_LISTEN_ADDRESS},port=${CASSANDRA_JOLOKIA_PORT},discoveryEnabled=false"
 fi
+case "$CASSANDRA_JIT" in
+    quick) JIT_FLAG="-XX:TieredStopAtLevel=1" ;;
+    full) JIT_FLAG="" ;;
+    *) die "CASSANDRA_JIT must be quick or full: '$CASSANDRA_JIT'" ;;
+esac
 case "$CASSANDRA_AUTO_BOOTSTRAP" in
     true|false) ;;
     *) die "CASSANDRA_AUTO_BOOTSTRAP must be true or false: '$CASSANDRA_AUTO_BOOTSTRAP'" ;;
@@ -117,7 +125,7 @@ echo "entrypoint: starting Cassandra on ${CASSANDRA_LISTEN_ADDRESS}, JMX 127.0.0
 # shellcheck disable=SC2086  # the flags are one word each
 exec java \
     "-Xms${CASSANDRA_HEAP}" "-Xmx${CASSANDRA_HEAP}" -XX:+UseG1GC -XX:+ExitOnOutOfMemoryError \
-    $JVM17_FLAGS $JOLOKIA_FLAG \
+    $JVM17_FLAGS $JOLOKIA_FLAG $JIT_FLAG \
     -Djava.net.preferIPv4Stack=true \
     "-Dcassandra.config=file://${CASSANDRA_CONF_DIR}/cassandra.yaml" \
     "-Dcassandra.jmx.local.port=${CASSANDRA_JMX_PORT}" \

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 from cassandra import ConsistencyLevel
 from cassandra.cluster import Cluster
+from cassandra.concurrent import execute_concurrent_with_args
 from cassandra.policies import WhiteListRoundRobinPolicy
 from cassandra.query import SimpleStatement
 
@@ -237,8 +238,10 @@ def test_truncated_and_dropped_tables_come_back_live_under_load(
     for table in ("truncated", "dropped"):
         insert = session.prepare(f"INSERT INTO {KEYSPACE}.{table} (id, v) VALUES (?, ?)")
         insert.consistency_level = ConsistencyLevel.ALL
-        for i in range(ROWS):
-            session.execute(insert, (i, f"{table}-{i}"))
+        # Raises on the first write that fails: every row is acknowledged by all three replicas.
+        execute_concurrent_with_args(
+            session, insert, [(i, f"{table}-{i}") for i in range(ROWS)], concurrency=32
+        )
     dropped_id = str(
         session.execute(
             "SELECT id FROM system_schema.tables WHERE keyspace_name = %s AND table_name = %s",

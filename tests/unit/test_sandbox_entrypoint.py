@@ -88,6 +88,7 @@ def test_refuses_to_start_without_a_required_setting(missing: str) -> None:
         ("CASSANDRA_JMX_PORT", "7199x"),
         ("CASSANDRA_JOLOKIA_PORT", "8778,host=0.0.0.0"),
         ("CASSANDRA_AUTO_BOOTSTRAP", "yes"),
+        ("CASSANDRA_JIT", "-XX:+UnlockDiagnosticVMOptions"),
     ],
 )
 def test_refuses_values_that_could_break_the_yaml(name: str, value: str) -> None:
