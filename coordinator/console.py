@@ -10,7 +10,7 @@ import json
 import sys
 import time
 from datetime import datetime
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -106,7 +106,7 @@ def error_exit_code(error: RingsnapError) -> ExitCode:
     return ExitCode(error.exit_code) if error.exit_code in known else ExitCode.ERROR
 
 
-def fail(error: CliError, as_json: bool, *, resumable: bool = False) -> None:
+def fail(error: CliError, as_json: bool, *, resumable: bool = False) -> NoReturn:
     if as_json:
         typer.echo(
             json.dumps(
