@@ -64,7 +64,7 @@ from ringsnap.coordinator.backup.model import (
     BackupRun,
     new_backup_id,
 )
-from ringsnap.coordinator.model import FreezeWindow
+from ringsnap.coordinator.model import FreezeWindow, VolumeRole
 from ringsnap.coordinator.ports import AgentPort
 from ringsnap.logs import configure
 from ringsnap.mountinfo import Mount
@@ -74,7 +74,7 @@ from tests.support.fakes import FakeArray, volumes_of
 ARRAY = "sim"
 #: A major device number no real device here uses: the agents' fake filesystems.
 _FAKE_MAJOR = 4000
-_ROLES = ("data", "cl")
+_ROLES = {"data": VolumeRole.DATA, "cl": VolumeRole.COMMITLOG}
 
 
 # -- the agents' side (worker processes) ----------------------------------------------------------
@@ -235,7 +235,9 @@ def _raise_file_limit() -> int:
 def _targets(agents: dict[str, AgentPort]) -> list[NodeTarget]:
     return [
         NodeTarget(
-            name, agent, tuple(VolumeTarget(ARRAY, f"{name}-{role}", role) for role in _ROLES)
+            name,
+            agent,
+            tuple(VolumeTarget(ARRAY, f"{name}-{suffix}", role) for suffix, role in _ROLES.items()),
         )
         for name, agent in agents.items()
     ]

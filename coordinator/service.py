@@ -106,7 +106,7 @@ class ClusterRuntime:
             NodeTarget(
                 node.name,
                 self.agents[node.name],
-                tuple(VolumeTarget(v.array, v.volume, v.role.value) for v in node.volumes),
+                tuple(VolumeTarget(v.array, v.volume, v.role) for v in node.volumes),
             )
             for node in self.config.nodes
         ]

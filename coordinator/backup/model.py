@@ -7,7 +7,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from ringsnap.coordinator.model import CleanupRequest, FreezeWindow, QuiesceMode, SnapshotKind
+from ringsnap.coordinator.model import (
+    CleanupRequest,
+    FreezeWindow,
+    QuiesceMode,
+    SnapshotKind,
+    VolumeRole,
+)
 from ringsnap.coordinator.ports import AgentPort, PhaseClock, SSTable
 from ringsnap.coordinator.table_restore.schema import SchemaRow
 from ringsnap.errors import RingsnapError
@@ -32,7 +38,7 @@ class VolumeTarget:
 
     array: str
     volume: str
-    role: str
+    role: VolumeRole
 
 
 @dataclass(frozen=True)

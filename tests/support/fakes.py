@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ringsnap.coordinator.backup import NodeTarget, VolumeTarget
+from ringsnap.coordinator.model import VolumeRole
 from ringsnap.coordinator.ports import (
     DiscardedDirectory,
     FreezeReceipt,
@@ -35,6 +36,8 @@ from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volu
 MOUNTS = ("/data", "/commitlog")
 #: The roles of every fake node's volumes, in order: volume `<node>-<role>` on its array.
 ROLES = ("data", "cl")
+#: What each of `ROLES` (the suffix of a fake volume's name) holds.
+ROLE_OF = {"data": VolumeRole.DATA, "cl": VolumeRole.COMMITLOG}
 
 
 def volume(node: str, role: str) -> Volume:
@@ -326,7 +329,7 @@ def node_targets(agents: Sequence[FakeAgent], arrays: Sequence[str] = ("a1",)) -
             agent.node,
             agent,
             tuple(
-                VolumeTarget(arrays[i % len(arrays)], f"{agent.node}-{role}", role)
+                VolumeTarget(arrays[i % len(arrays)], f"{agent.node}-{role}", ROLE_OF[role])
                 for role in ROLES
             ),
         )

@@ -22,7 +22,7 @@ from ringsnap.coordinator.backup import (
     NodeTarget,
     VolumeTarget,
 )
-from ringsnap.coordinator.model import QuiesceMode
+from ringsnap.coordinator.model import QuiesceMode, VolumeRole
 from ringsnap.coordinator.ports import ArrayPort, FreezeReceipt
 from ringsnap.plugins.api import PreparedSnapshot
 from ringsnap.plugins.errors import ArrayTimeoutError, DriverError
@@ -500,7 +500,10 @@ def test_a_freeze_that_used_the_whole_budget_starts_no_snapshot() -> None:
     events: list[str] = []
     agents = [SlowFreezeAgent("n1", events), FakeAgent("n2", events)]
     port = StagedArray("a1", events, agents)
-    nodes = [NodeTarget(a.node, a, (VolumeTarget("a1", f"{a.node}-data", "data"),)) for a in agents]
+    nodes = [
+        NodeTarget(a.node, a, (VolumeTarget("a1", f"{a.node}-data", VolumeRole.DATA),))
+        for a in agents
+    ]
     workflow = BackupWorkflow("c", nodes, {"a1": port}, None)
     settings = BackupSettings(freeze_budget=0.2, lease=1.0)
     run, error = _run_and_keep(workflow, settings)
