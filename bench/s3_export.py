@@ -9,7 +9,10 @@ own:
 - a second export of the same data (nothing to upload: the cost of deciding), and the two ways
   of deciding: one listing of the table's prefix against a HEAD per component;
 - download + verification throughput of the large set into an empty directory, and its peak RSS;
-- purge: objects deleted per second (DeleteObjects, 1,000 keys a request).
+- purge: objects deleted per second (DeleteObjects, 1,000 keys a request);
+- for each step, the CPU seconds of ringsnap and of S3Proxy (who is the limit on a small machine).
+
+ringsnap runs with the environment of the agent's systemd unit (`MALLOC_ARENA_MAX=2`).
 
     sudo .venv/bin/python -m bench.s3_export [--sstables 8] [--sstable-mib 256] [--purge-objects 5000]
 """
@@ -17,6 +20,7 @@ own:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -55,10 +59,50 @@ def settings_file(directory: Path, server: S3Server, bucket: str) -> Path:
     return path
 
 
+class S3ProxyCpu:
+    """CPU seconds used so far by the S3Proxy JVM serving `properties` (found in /proc: the
+    container shares the host's view of processes); 0 before `attach`."""
+
+    def __init__(self) -> None:
+        self.pid: int | None = None
+
+    def attach(self, properties: Path) -> None:
+        self.pid = _pid_of(str(properties))
+
+    def seconds(self) -> float:
+        if self.pid is None:
+            return 0.0
+        with open(f"/proc/{self.pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _pid_of(argument: str) -> int:
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError), open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                words = cmdline.read().split(b"\0")
+                if words and words[0].endswith(b"java") and argument.encode() in words:
+                    return int(entry)
+    raise SystemExit(f"no S3Proxy JVM found serving {argument}")
+
+
+#: Attached once S3Proxy runs.
+S3PROXY = S3ProxyCpu()
+
+#: The environment the agent's systemd unit gives it (two malloc arenas: see the unit).
+AGENT_ENV = {"MALLOC_ARENA_MAX": "2"}
+
+
 def run_measured(argv: list[str]) -> tuple[dict[str, Any], float, int]:
-    """(the command's result line, wall seconds, peak RSS in bytes) of one process."""
+    """(the command's result line, wall seconds, peak RSS in bytes) of one process; its CPU
+    seconds and S3Proxy's meanwhile are printed."""
+    s3proxy_before = S3PROXY.seconds()
     started = time.perf_counter()
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, **AGENT_ENV),
+    )  # fmt: skip
     _, status, usage = os.wait4(process.pid, 0)
     wall = time.perf_counter() - started
     assert process.stdout is not None and process.stderr is not None
@@ -67,6 +111,11 @@ def run_measured(argv: list[str]) -> tuple[dict[str, Any], float, int]:
     if process.returncode != 0:
         raise SystemExit(f"{' '.join(argv[:5])} failed:\n{err[-2000:]}")
     result = json.loads(out.strip().splitlines()[-1])["result"]
+    print(
+        f"  CPU: ringsnap {usage.ru_utime:.1f} s user + {usage.ru_stime:.1f} s system,"
+        f" S3Proxy {S3PROXY.seconds() - s3proxy_before:.1f} s;"
+        f" load average {os.getloadavg()[0]:.1f}"
+    )
     return result, wall, usage.ru_maxrss * 1024
 
 
@@ -99,6 +148,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="ringsnap-bench-s3-", dir=args.dir))
     try:
         with running_s3proxy(work / "s3proxy") as server:
+            S3PROXY.attach(work / "s3proxy" / "s3proxy.properties")
             client = make_client(load(settings_file(work, server, "bench-purge"), S3Settings))
             print(f"S3Proxy at {server.endpoint_url}, objects in {server.data_dir}")
             print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")

@@ -28,7 +28,11 @@ What is timed, each as its own process:
   the Python process alone shown beside it;
 - CPU seconds of each step: the tool's process tree (user + system, from its rusage) and
   S3Proxy's JVM (from /proc): on 2 cores they share the CPU, so the split says who is the limit;
-- purge: ringsnap's DeleteObjects purge of unreferenced objects (objects/s).
+- purge: ringsnap's DeleteObjects purge of unreferenced objects (objects/s), on an S3Proxy of its
+  own with the default `filesystem` backend (nio2's listing skips objects while others are
+  deleted).
+
+ringsnap runs with the environment of the agent's systemd unit (`MALLOC_ARENA_MAX=2`).
 
     sudo flock /tmp/ringsnap-cassandra.lock .venv/bin/python -m bench.s3_vs_medusa [--sstables 8] [--sstable-mib 256]
 """
@@ -53,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.medusa_venv import ensure_medusa
-from bench.s3_export import bench_purge, settings_file
+from bench.s3_export import AGENT_ENV, S3ProxyCpu, bench_purge, settings_file
 from ringsnap.agent.jolokia import Jolokia
 from ringsnap.agent.s3.client import make_client
 from ringsnap.agent.s3.settings import S3Settings
@@ -78,34 +82,6 @@ class Run:
     #: CPU seconds (user + system) of the tool's process tree, and of S3Proxy meanwhile.
     cpu_seconds: float = 0.0
     s3proxy_cpu_seconds: float = 0.0
-
-
-class S3ProxyCpu:
-    """CPU seconds used so far by the S3Proxy JVM serving `properties` (found in /proc: the
-    container shares the host's view of processes); 0 before `attach`."""
-
-    def __init__(self) -> None:
-        self.pid: int | None = None
-
-    def attach(self, properties: Path) -> None:
-        self.pid = _pid_of(str(properties))
-
-    def seconds(self) -> float:
-        if self.pid is None:
-            return 0.0
-        with open(f"/proc/{self.pid}/stat", encoding="ascii") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _pid_of(argument: str) -> int:
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError), open(f"/proc/{entry}/cmdline", "rb") as cmdline:
-                words = cmdline.read().split(b"\0")
-                if words and words[0].endswith(b"java") and argument.encode() in words:
-                    return int(entry)
-    raise SystemExit(f"no S3Proxy JVM found serving {argument}")
 
 
 #: Attached once S3Proxy runs: every step's CPU is split between the tool and the store.
@@ -329,7 +305,8 @@ def medusa(medusa_bin: Path, config: Path, *args: str) -> Run:
 def ringsnap(action: str, settings: Path, backup: str, *args: str) -> tuple[Run, dict[str, Any]]:
     run = run_measured(
         [sys.executable, "-m", "ringsnap.agent.s3", action, "--settings", str(settings),
-         "--backup", backup, "--node", NODE, *args]
+         "--backup", backup, "--node", NODE, *args],
+        env=dict(os.environ, **AGENT_ENV),
     )  # fmt: skip
     return run, json.loads(run.stdout.strip().splitlines()[-1])["result"]
 
@@ -431,6 +408,11 @@ def main() -> None:
             ) as cluster,
         ):
             _compare(args, medusa_bin, work, server, cluster)
+        # On S3Proxy's default backend: its nio2 backend's listing skips objects when the keys
+        # listed before are deleted meanwhile (which a purge does; S3 does not skip).
+        with running_s3proxy(work / "s3proxy-purge") as server:
+            bench_purge(make_client(load(settings_file(work, server, "bench-purge"), S3Settings)),
+                        args.purge_objects)  # fmt: skip
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -529,7 +511,6 @@ def _compare(
     for row in rows_table:
         print(row.line())
     print(load_line(), "after")
-    bench_purge(client, args.purge_objects)
 
 
 if __name__ == "__main__":
