@@ -22,6 +22,7 @@ import grpc.aio
 from ringsnap.rpcerrors import Context, ErrorStatuses
 
 Owner = TypeVar("Owner")
+Component = TypeVar("Component")
 Request = TypeVar("Request")
 Response = TypeVar("Response")
 _Request_contra = TypeVar("_Request_contra", contravariant=True)
@@ -38,20 +39,24 @@ class StreamHandler(Protocol[_Request_contra, _Response_co]):
     ) -> AsyncIterator[_Response_co]: ...
 
 
-class Delegated(Generic[Owner, Request, Response]):
-    """A unary RPC answered by `component(servicer)(request)`."""
+class _Delegation(Generic[Component]):
+    """What both kinds hold: the component's method for a servicer, the error table, and the
+    RPC's name (the attribute's)."""
 
-    def __init__(
-        self,
-        component: Callable[[Owner], Callable[[Request], Awaitable[Response]]],
-        statuses: ErrorStatuses,
-    ) -> None:
+    def __init__(self, component: Component, statuses: ErrorStatuses) -> None:
         self._component = component
         self._statuses = statuses
         self.rpc = ""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.rpc = name
+
+
+class Delegated(
+    _Delegation[Callable[[Owner], Callable[[Request], Awaitable[Response]]]],
+    Generic[Owner, Request, Response],
+):
+    """A unary RPC answered by `component(servicer)(request)`."""
 
     def __get__(
         self, servicer: Owner, owner: type | None = None
@@ -70,20 +75,11 @@ class Delegated(Generic[Owner, Request, Response]):
         return call
 
 
-class DelegatedStream(Generic[Owner, Request, Response]):
+class DelegatedStream(
+    _Delegation[Callable[[Owner], Callable[[Request], AsyncGenerator[Response, None]]]],
+    Generic[Owner, Request, Response],
+):
     """A server-streaming RPC answered by the messages of `component(servicer)(request)`."""
-
-    def __init__(
-        self,
-        component: Callable[[Owner], Callable[[Request], AsyncGenerator[Response, None]]],
-        statuses: ErrorStatuses,
-    ) -> None:
-        self._component = component
-        self._statuses = statuses
-        self.rpc = ""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.rpc = name
 
     def __get__(
         self, servicer: Owner, owner: type | None = None

@@ -14,6 +14,7 @@ from ringsnap import logs
 from ringsnap.agent.clones import CLONES_DIRECTORY
 from ringsnap.agent.errors import Conflict
 from ringsnap.agent.node import NodeAgent
+from ringsnap.agent.restore_messages import restored_table_messages
 from ringsnap.agent.restore_model import check_operation_id
 from ringsnap.agent.s3.progress import Progress
 from ringsnap.agent.s3_restore import S3Restore, StagedDownload
@@ -222,17 +223,4 @@ class S3RestoreRpcs:
             f"install backup {request.backup_id} from S3",
             lambda: restores.install(request.operation_id, request.backup_id),
         )
-        return agent_pb2.InstallS3DownloadResponse(
-            tables=[
-                agent_pb2.RestoredTable(
-                    data_directory=t.data_directory,
-                    keyspace=t.keyspace,
-                    table_directory=t.table_directory,
-                    restored=t.restored,
-                    files_moved=t.files_moved,
-                    files_linked=t.files_linked,
-                    replaced_directory=t.replaced_directory,
-                )
-                for t in tables
-            ]
-        )
+        return agent_pb2.InstallS3DownloadResponse(tables=restored_table_messages(tables))

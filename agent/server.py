@@ -21,6 +21,7 @@ from ringsnap.agent.drill.host import DrillHost, TooManyDrills
 from ringsnap.agent.drill.model import DrillRequest, DrillStatus
 from ringsnap.agent.freeze import FreezeResult, ThawResult
 from ringsnap.agent.node import NodeAgent, NodeInfo
+from ringsnap.agent.restore_messages import restored_table_messages
 from ringsnap.agent.restore_model import DiscardedDirectory, VolumeFacts, VolumeState
 from ringsnap.agent.rpc_delegation import Delegated, DelegatedStream, Request, Response
 from ringsnap.agent.s3.download import DownloadCancelled, DownloadRefused
@@ -170,20 +171,7 @@ def discarded_message(
 
 
 def restored_message(tables: Sequence[RestoredTable]) -> agent_pb2.RestoreSnapshotResponse:
-    return agent_pb2.RestoreSnapshotResponse(
-        tables=[
-            agent_pb2.RestoredTable(
-                data_directory=table.data_directory,
-                keyspace=table.keyspace,
-                table_directory=table.table_directory,
-                restored=table.restored,
-                files_moved=table.files_moved,
-                files_linked=table.files_linked,
-                replaced_directory=table.replaced_directory,
-            )
-            for table in tables
-        ]
-    )
+    return agent_pb2.RestoreSnapshotResponse(tables=restored_table_messages(tables))
 
 
 def manifest_batch_message(batch: Sequence[manifest.SSTable]) -> agent_pb2.GetManifestResponse:
