@@ -3,7 +3,9 @@
 Runs in this process, from the coordinator's config and catalog: each node's agent uploads its
 SSTables and commit-log segments of the backup (from read-only clones of the array snapshot, or
 its native snapshot); progress per node (bytes, files, rate, ETA) on stderr; a report per node;
-exit codes: 0 exported, 4 failed (run it again: it resumes), 3 refused, 130 interrupted.
+exit codes: 0 exported, 4 failed (run it again: it resumes), 3 refused, 130 interrupted. While the
+daemon holds the catalog, both go through it (`remote`, `purge_remote`); a purge also from a
+bastion (`$RINGSNAP_REMOTE`).
 """
 
 from __future__ import annotations
@@ -229,6 +231,8 @@ def export_command(  # noqa: PLR0917 - typer maps parameters to the command line
 
     `ringsnap export purge --cluster C [--dry-run]`: removes the copies of backups no longer in
     the catalog, then every component object no kept copy references (1,000 keys a request).
+    Through the daemon while it holds the catalog (a dry run is a viewer's read; a purge holds
+    the cluster as an export does).
 
     Exit codes: 0 done, 4 failed, 3 refused, 130 interrupted.
     """
