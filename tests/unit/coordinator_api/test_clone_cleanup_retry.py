@@ -76,11 +76,9 @@ def _setup(
         deleted.append(volume)
 
     monkeypatch.setattr(harness.array, "delete_clone", delete_clone)
-    monkeypatch.setattr(
-        harness.coordinator,
-        "clone_nodes",
-        NodeAgentCache(lambda c, n: agent if (c, n) == ("prod", "n2") else None),
-    )
+    # The daemon's own cache, opening the fake instead of dialling the configured address.
+    cache: NodeAgentCache = harness.coordinator.clone_nodes
+    monkeypatch.setattr(cache, "_open", lambda c, n: agent if (c, n) == ("prod", "n2") else None)
     return deleted
 
 
