@@ -56,7 +56,7 @@ from ringsnap.agent.freeze import FreezeManager
 from ringsnap.agent.nodetool import ClusterFacts, NodeIdentity
 from ringsnap.config import validate
 from ringsnap.coordinator.agents import ClientTls, GrpcNodeAgent
-from ringsnap.coordinator.backup import BackupSettings, BackupWorkflow, NodeTarget, VolumeTarget
+from ringsnap.coordinator.backup import BackupSettings, BackupWorkflow, NodeTarget
 from ringsnap.coordinator.backup.freeze import FreezeBarrier, renew_leases
 from ringsnap.coordinator.backup.model import (
     BackupFailed,
@@ -64,7 +64,7 @@ from ringsnap.coordinator.backup.model import (
     BackupRun,
     new_backup_id,
 )
-from ringsnap.coordinator.model import FreezeWindow, VolumeRole
+from ringsnap.coordinator.model import FreezeWindow, NodeVolume, VolumeRole
 from ringsnap.coordinator.ports import AgentPort
 from ringsnap.logs import configure
 from ringsnap.mountinfo import Mount
@@ -237,7 +237,10 @@ def _targets(agents: dict[str, AgentPort]) -> list[NodeTarget]:
         NodeTarget(
             name,
             agent,
-            tuple(VolumeTarget(ARRAY, f"{name}-{suffix}", role) for suffix, role in _ROLES.items()),
+            tuple(
+                NodeVolume(array=ARRAY, volume=f"{name}-{suffix}", role=role)
+                for suffix, role in _ROLES.items()
+            ),
         )
         for name, agent in agents.items()
     ]

@@ -21,7 +21,6 @@ from ringsnap.coordinator.backup import (
     BackupWorkflow,
     NodeOutcome,
     NodeTarget,
-    VolumeTarget,
     new_backup_id,
 )
 from ringsnap.coordinator.catalog import Catalog
@@ -106,7 +105,9 @@ class ClusterRuntime:
             NodeTarget(
                 node.name,
                 self.agents[node.name],
-                tuple(VolumeTarget(v.array, v.volume, v.role) for v in node.volumes),
+                tuple(
+                    NodeVolume(array=v.array, volume=v.volume, role=v.role) for v in node.volumes
+                ),
             )
             for node in self.config.nodes
         ]

@@ -16,7 +16,6 @@ from ringsnap.coordinator.backup.model import (
     NodeOutcome,
     NodeTarget,
     Progress,
-    VolumeTarget,
     new_backup_id,
 )
 from ringsnap.coordinator.backup.workflow import BackupWorkflow
@@ -30,6 +29,5 @@ __all__ = [
     "NodeOutcome",
     "NodeTarget",
     "Progress",
-    "VolumeTarget",
     "new_backup_id",
 ]

@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 from ringsnap.coordinator.model import (
     CleanupRequest,
     FreezeWindow,
+    NodeVolume,
     QuiesceMode,
     SnapshotKind,
-    VolumeRole,
 )
 from ringsnap.coordinator.ports import AgentPort, PhaseClock, SSTable
 from ringsnap.coordinator.table_restore.schema import SchemaRow
@@ -33,19 +33,11 @@ class BackupFailed(RingsnapError):
 
 
 @dataclass(frozen=True)
-class VolumeTarget:
-    """One of a node's volumes, as configured: which array, which volume, what it holds."""
-
-    array: str
-    volume: str
-    role: VolumeRole
-
-
-@dataclass(frozen=True)
 class NodeTarget:
     name: str
     agent: AgentPort
-    volumes: tuple[VolumeTarget, ...]
+    #: The node's volumes as configured (array, volume, role); the plan resolves their ids.
+    volumes: tuple[NodeVolume, ...]
 
 
 @dataclass(frozen=True)

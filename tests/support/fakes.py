@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ringsnap.coordinator.backup import NodeTarget, VolumeTarget
-from ringsnap.coordinator.model import VolumeRole
+from ringsnap.coordinator.backup import NodeTarget
+from ringsnap.coordinator.model import NodeVolume, VolumeRole
 from ringsnap.coordinator.ports import (
     DiscardedDirectory,
     FreezeReceipt,
@@ -329,7 +329,11 @@ def node_targets(agents: Sequence[FakeAgent], arrays: Sequence[str] = ("a1",)) -
             agent.node,
             agent,
             tuple(
-                VolumeTarget(arrays[i % len(arrays)], f"{agent.node}-{role}", ROLE_OF[role])
+                NodeVolume(
+                    array=arrays[i % len(arrays)],
+                    volume=f"{agent.node}-{role}",
+                    role=ROLE_OF[role],
+                )
                 for role in ROLES
             ),
         )

@@ -20,9 +20,8 @@ from ringsnap.coordinator.backup import (
     BackupSettings,
     BackupWorkflow,
     NodeTarget,
-    VolumeTarget,
 )
-from ringsnap.coordinator.model import QuiesceMode, VolumeRole
+from ringsnap.coordinator.model import NodeVolume, QuiesceMode, VolumeRole
 from ringsnap.coordinator.ports import ArrayPort, FreezeReceipt
 from ringsnap.plugins.api import PreparedSnapshot
 from ringsnap.plugins.errors import ArrayTimeoutError, DriverError
@@ -501,7 +500,9 @@ def test_a_freeze_that_used_the_whole_budget_starts_no_snapshot() -> None:
     agents = [SlowFreezeAgent("n1", events), FakeAgent("n2", events)]
     port = StagedArray("a1", events, agents)
     nodes = [
-        NodeTarget(a.node, a, (VolumeTarget("a1", f"{a.node}-data", VolumeRole.DATA),))
+        NodeTarget(
+            a.node, a, (NodeVolume(array="a1", volume=f"{a.node}-data", role=VolumeRole.DATA),)
+        )
         for a in agents
     ]
     workflow = BackupWorkflow("c", nodes, {"a1": port}, None)
