@@ -13,13 +13,7 @@ from tests.plugins.lvm2_captures import CAPTURED, fixture_emulator
     "name", ["version", "lvs_report", "vgs_check", "lvs_missing_vg", "vgs_missing_vg"]
 )
 def test_emulator_prints_what_lvm2_printed(name: str) -> None:
-    captured = CAPTURED[name]
-    result = fixture_emulator().run(captured["driver_argv"], timeout=5)
-    assert (result.returncode, result.stdout, result.stderr) == (
-        captured["returncode"],
-        captured["stdout"],
-        captured["stderr"],
-    )
+    _assert_answers_as_captured(name)
 
 
 @pytest.mark.parametrize(
@@ -33,13 +27,7 @@ def test_emulator_prints_what_lvm2_printed(name: str) -> None:
     ],
 )
 def test_emulator_fails_exactly_like_lvm2_without_device_mapper(name: str) -> None:
-    captured = CAPTURED[name]
-    result = fixture_emulator().run(captured["driver_argv"], timeout=5)
-    assert (result.returncode, result.stdout, result.stderr) == (
-        captured["returncode"],
-        captured["stdout"],
-        captured["stderr"],
-    )
+    _assert_answers_as_captured(name)
 
 
 @pytest.mark.parametrize(
@@ -56,3 +44,14 @@ def test_emulator_answers_like_lvm2_in_its_no_activation_mode(name: str) -> None
         line for line in captured["stderr"].splitlines() if "Activation disabled" not in line
     ]
     assert result.stderr.splitlines()[-len(expected) or len(result.stderr) :] == expected
+
+
+def _assert_answers_as_captured(name: str) -> None:
+    """The emulator's exit code, output and errors are lvm2's, to the byte."""
+    captured = CAPTURED[name]
+    result = fixture_emulator().run(captured["driver_argv"], timeout=5)
+    assert (result.returncode, result.stdout, result.stderr) == (
+        captured["returncode"],
+        captured["stdout"],
+        captured["stderr"],
+    )
