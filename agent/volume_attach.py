@@ -83,15 +83,15 @@ class VolumeAttacher:
         if busy:
             raise Conflict(f"{device} cannot be mounted at {point}: {busy}")
         uuid = await self._uuid_of(device)
+        # A device the attach hook attached and a check refuses goes to the detach hook.
+        refused = (operation_id, volume, device, volume_name) if hooked else None
         if uuid != volume.fs_uuid:
-            message = (
+            raise await self._refusal(
                 f"{device} holds filesystem UUID {uuid or 'none'}, but {point} held"
                 f" {volume.fs_uuid} when operation {operation_id!r} released it: not the restored"
-                f" volume (attached {volume_name}); nothing was mounted"
+                f" volume (attached {volume_name}); nothing was mounted",
+                refused,
             )
-            if hooked:
-                message += await self._detach_refused(operation_id, volume, device, volume_name)
-            raise Conflict(message)
         if not await asyncio.to_thread(self.host.is_directory, point):
             raise Conflict(f"the mount point {point} is not a directory any more; create it first")
         log.warning(
@@ -107,14 +107,12 @@ class VolumeAttacher:
         if mounted is None or mounted.device_number != number or mounted_uuid != volume.fs_uuid:
             if mounted is not None:
                 await self.host.umount(point)
-            message = (
+            raise await self._refusal(
                 f"what got mounted at {point} ({mounted.source if mounted else 'nothing'}, UUID"
                 f" {mounted_uuid or 'none'}) is not the released filesystem (UUID"
-                f" {volume.fs_uuid}); it was unmounted again"
+                f" {volume.fs_uuid}); it was unmounted again",
+                refused,
             )
-            if hooked:
-                message += await self._detach_refused(operation_id, volume, device, volume_name)
-            raise Conflict(message)
         log.warning(
             "attached after a restore",
             operation_id=operation_id,
@@ -130,6 +128,15 @@ class VolumeAttacher:
             attached_at=now(),
             volume_name=volume_name,
         )
+
+    async def _refusal(
+        self, message: str, refused: tuple[str, ReleasedVolume, str, str] | None
+    ) -> Conflict:
+        """The Conflict of a refused attach; `refused` (operation, volume, device, volume name),
+        when the attach hook attached the device, hands it to the detach hook first."""
+        if refused is not None:
+            message += await self._detach_refused(*refused)
+        return Conflict(message)
 
     async def _detach_refused(
         self, operation_id: str, volume: ReleasedVolume, device: str, volume_name: str
