@@ -445,13 +445,23 @@ def snapshot_suffix(name: str) -> str:
 
 
 def clone_name(volume: str, suffix: str) -> str:
+    """The clone of `volume` for `suffix`, a valid volume name: FlashArray names allow letters,
+    digits and '-' up to 63 characters, while callers' suffixes may hold '_' (the names other
+    arrays take). A name that does not fit as it is keeps as much of the volume's name as fits and
+    a hash of the whole, so two clones never share a name and a retry finds the same one."""
     name = f"{volume}-{suffix}"
-    if not _NAME.fullmatch(name):
+    if _NAME.fullmatch(name):
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    tail = re.sub(r"[^A-Za-z0-9-]", "-", suffix).strip("-")
+    room = _MAX_NAME - len(tail) - len(digest) - 2
+    if room < 1:
         raise UnsupportedError(
-            f"clone name {name!r} is not a valid FlashArray volume name (1-63 letters, digits or"
-            " '-'); use a shorter clone suffix without other characters"
+            f"clone suffix {suffix!r} leaves no room for the volume's name in a FlashArray volume"
+            f" name (at most {_MAX_NAME} characters); use a shorter clone suffix"
         )
-    return name
+    head = re.sub(r"[^A-Za-z0-9-]", "-", volume)[:room].strip("-") or "v"
+    return "-".join(part for part in (head, tail, digest) if part)
 
 
 def _volume_set(volumes: Sequence[Volume], array: str) -> dict[str, Volume]:

@@ -15,6 +15,8 @@ from ringsnap.plugins.testing import mounts
 from ringsnap.plugins.testing.harness import Harness
 from ringsnap.plugins.types import SnapshotRef, Volume
 
+CLONE_SUFFIX = "rr_20261124_155107_98fa"
+
 
 class RevertAndCloneConformance:
     @contextlib.contextmanager
@@ -69,9 +71,11 @@ class RevertAndCloneConformance:
                 )
             for index, mountpoint in enumerate(mountpoints):
                 mounts.write_marker(mountpoint, "after", f"clone-after-{index}".encode())
-            clones = harness.driver.clone(ref, "mkclone")
+            # Shaped like the suffixes restores, drills and exports pass ('_' as ONTAP needs):
+            # each driver makes a valid name of its own from it.
+            clones = harness.driver.clone(ref, CLONE_SUFFIX)
             assert len(clones) == len(harness.volumes)
-            again = harness.driver.clone(ref, "mkclone")
+            again = harness.driver.clone(ref, CLONE_SUFFIX)
             assert sorted(v.id for v in again) == sorted(v.id for v in clones), (
                 "repeating clone() must return the clones made the first time"
             )

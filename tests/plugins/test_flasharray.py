@@ -16,9 +16,15 @@ from typing import Any
 import pytest
 
 from ringsnap.errors import ConfigError
-from ringsnap.plugins.errors import AlreadyExistsError, AuthError, BusyError, NotFoundError
+from ringsnap.plugins.errors import (
+    AlreadyExistsError,
+    AuthError,
+    BusyError,
+    NotFoundError,
+    UnsupportedError,
+)
 from ringsnap.plugins.flasharray.client import FlashArrayClient, RejectedError
-from ringsnap.plugins.flasharray.driver import FlashArrayDriver, snapshot_suffix
+from ringsnap.plugins.flasharray.driver import FlashArrayDriver, clone_name, snapshot_suffix
 from ringsnap.plugins.middleware import FAST_RETRY, wrap
 from ringsnap.plugins.registry import build_driver
 from ringsnap.plugins.simulators.faults import Fault
@@ -363,6 +369,21 @@ def test_snapshot_suffix_keeps_valid_names_and_maps_others_injectively() -> None
     for name in ("a_b", "x" * 62 + "_y", "_lead"):
         suffix = snapshot_suffix(name)
         assert re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?", suffix), suffix
+
+
+def test_clone_names_are_valid_distinct_and_stable_whatever_the_suffix() -> None:
+    valid = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+    assert clone_name("node1-data", "mkclone") == "node1-data-mkclone"
+    names = set()
+    for volume in ("node1-data", "prod-cassandra-dc1-rack2-node12-commitlog-" + "x" * 30):
+        for suffix in ("rr_20261124_155107_98fa", "rr-20261124-155107-98fa", "rsx_0a1b2c3d_ffee01"):
+            name = clone_name(volume, suffix)
+            assert valid.fullmatch(name), name
+            assert name == clone_name(volume, suffix)
+            names.add(name)
+    assert len(names) == 6
+    with pytest.raises(UnsupportedError):
+        clone_name("node1-data", "s" * 60)
 
 
 def test_settings_reject_plain_http_and_bad_prefix(tmp_path: Path) -> None:
