@@ -17,7 +17,7 @@ from ringsnap.coordinator.agents import AgentError
 from ringsnap.coordinator.model import RestoreMode, RestoreRecord, RestoreState, RestoreStep
 from ringsnap.coordinator.restore import RestoreFailed, RestoreRefused
 from ringsnap.coordinator.s3_restore_abort import S3RestoreAbort
-from tests.unit.test_restore_workflow import NODES
+from tests.support.restore_world import NODES
 from tests.unit.test_s3_restore_workflow import S3, S3Rig
 
 
