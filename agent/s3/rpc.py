@@ -264,10 +264,20 @@ class S3Exports:
                     walk.close()
             return result_message(sstables, commitlog, source.commitlog_note, loop.time() - started)
 
-        def release(_: object) -> None:
+        def release(done: asyncio.Future[agent_pb2.ExportToS3Response]) -> None:
             with self._lock:
                 self._running = None
                 self._idle.set()
+            # Retrieved here too: once its caller is gone, nobody else will ("never retrieved").
+            error = None if done.cancelled() else done.exception()
+            if isinstance(error, ExportCancelled):
+                log.info("export to S3 stopped after its cancel", backup=request.backup_id)
+            elif error is not None and cancelled.is_set():
+                log.warning(
+                    "export to S3 failed after its caller went away",
+                    backup=request.backup_id,
+                    error=str(error)[:500],
+                )
 
         log.info(
             "export to S3 starts",
