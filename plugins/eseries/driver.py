@@ -26,6 +26,8 @@ watches the running rollback instead of starting another). Clones are linked, re
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -56,6 +58,9 @@ from ringsnap.plugins.eseries.image_names import (
 from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume, VolumeSnapshot
 
 _log = get_logger(__name__)
+#: What an E-Series label allows: letters, digits, '_' and '-', at most 30 characters.
+_MAX_LABEL = 30
+_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,29}")
 
 MAX_IMAGES_PER_GROUP = 32
 MAX_MEMBERS_PER_GROUP = 64
@@ -281,11 +286,7 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
     # Clones
 
     def clone(self, ref: SnapshotRef, suffix: str) -> Sequence[Volume]:
-        suffix = self._snapshot_name(suffix)
-        if len(suffix) > 30:
-            raise DriverError(
-                f"clone suffix {suffix!r} is longer than 30 characters", array=self._array
-            )
+        suffix = clone_label(suffix)
         group = self._groups.of(ref)
         sequence = int(ref.snapshot_id)
         views = [
@@ -407,3 +408,18 @@ def _space(images: Iterable[Mapping[str, Any]]) -> int | None:
         return sum(int(image["repositoryCapacityUtilization"]) for image in images)
     except (KeyError, ValueError):
         return None
+
+
+def clone_label(suffix: str) -> str:
+    """The label of the clone (group view) for `suffix`, valid on E-Series: callers' suffixes may
+    be longer than 30 characters (a drill's holds the drill id and the node's name) or hold other
+    characters. A suffix that does not fit as it is keeps what fits and a hash of the whole, so two
+    suffixes never share a label and a retry finds the same clone."""
+    if _LABEL.fullmatch(suffix):
+        return suffix
+    if not suffix:
+        raise DriverError("the clone suffix is empty")
+    digest = hashlib.sha256(suffix.encode()).hexdigest()[:8]
+    head = re.sub(r"[^A-Za-z0-9_-]", "_", suffix)[: _MAX_LABEL - len(digest) - 1]
+    head = head.lstrip("_-").rstrip("_-")
+    return f"{head}_{digest}" if head else digest

@@ -332,6 +332,23 @@ class TestEseries(DriverConformance):
         with pytest.raises(NotFoundError):
             client.get("/storage-systems/1/consistency-groups/nope")
 
+    def test_clone_of_a_drill_suffix_gets_a_valid_label(self, harness: Harness) -> None:
+        # A drill's suffix is its purpose id (drill id and node name) with '_': 39 characters for
+        # node 'cassandra-dc1-07', past the 30 an E-Series label holds. It is cloned all the same,
+        # under a label the array accepts, and a retry finds the same clone.
+        drill_suffix = "dr_20261124_155107_98fa_cassandra_dc1_07"
+        other_node = "dr_20261124_155107_98fa_cassandra_dc1_08"
+        ref = harness.driver.create_group_snapshot(harness.volumes, "drill")
+        clones = full(harness).clone(ref, drill_suffix)
+        assert len(clones) == len(harness.volumes)
+        again = full(harness).clone(ref, drill_suffix)
+        assert sorted(c.id for c in again) == sorted(c.id for c in clones)
+        labels = {v.label for v in simulator(harness)._group_views.values()}
+        assert len(labels) == 1 and all(len(label) <= 30 for label in labels)
+        # Another node of the same drill: the same first 30 characters, another clone.
+        others = full(harness).clone(ref, other_node)
+        assert not {c.id for c in others} & {c.id for c in clones}
+
     def test_images_per_group_limit(self, harness: Harness) -> None:
         for index in range(MAX_IMAGES_PER_GROUP):
             harness.driver.create_group_snapshot(harness.volumes, f"l{index}")
