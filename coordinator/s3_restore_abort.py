@@ -11,7 +11,10 @@ that staging and nothing else):
    abort stops there (nothing else is removed; the restore must be resumed);
 3. every other node's staging;
 4. Cassandra started again on each node the restore stopped before its install (one that was
-   already down at plan time stays down, as it was), logged;
+   already down at plan time stays down, as it was), logged; a node recorded at its canary, the
+   step before the stop, is asked whether Cassandra runs (a stop whose answer was lost, e.g. a
+   drain past the agent timeout, stopped it without the record saying so) and started again if
+   it was running at plan time;
 5. the record: `aborted` once every node is done, with per node what was removed; otherwise it
    stays failed, each node kept (unreachable, not started) named with its exact next step, and
    the same command finishes it.
@@ -143,6 +146,11 @@ class S3RestoreAbort:
         else:
             await asyncio.gather(*(self._discard(n) for n in others))
             again = [n for n in stopped if self.outcomes[n.name].discarded]
+            # The stop comes right after the canary: a stop whose answer was lost left the node
+            # recorded at its canary with Cassandra down. Ask, rather than leave it stopped.
+            maybe = [n for n in others if n.step is Step.CANARY and n.was_running]
+            found = await asyncio.gather(*(self._found_stopped(n) for n in maybe))
+            again += [n for n, down in zip(maybe, found, strict=True) if down]
             # Seeds first, as the restore starts a ring: the others then join them.
             seeds = [n for n in again if n.name in self.seeds]
             await asyncio.gather(*(self._start_again(n, gossip=True) for n in seeds))
@@ -202,6 +210,39 @@ class S3RestoreAbort:
             "staging of a restore from S3 removed", node=node.name, restore_id=self.record.id
         )
         self.progress(node.name, ABORT, line.partition(": ")[2])
+
+    async def _found_stopped(self, node: RestoreNode) -> bool:
+        """Whether Cassandra is down on `node`, recorded before its stop while it was running at
+        plan time (then it is started again); not knowing keeps the node for the next abort."""
+        outcome = self.outcomes[node.name]
+        if not outcome.discarded:
+            return False
+        try:
+            state = await asyncio.wait_for(
+                self.agents[node.name].volume_state(), self.agent_timeout
+            )
+        except Exception as exc:
+            error = str(exc) or type(exc).__name__
+            outcome.done = False
+            outcome.next_step = (
+                f"its agent could not say whether Cassandra runs ({error}); the restore may have"
+                " stopped it (its stop comes right after the canary): check the node, start"
+                f" Cassandra if it is down, then `ringsnap restore --abort {self.record.id}` again"
+            )
+            log.error("Cassandra's state not known", node=node.name, error=error)
+            self.progress(node.name, ABORT, f"Cassandra's state not known: {error}")
+            return False
+        if state.cassandra_running:
+            return False
+        outcome.done = False
+        log.warning(
+            "Cassandra found stopped on a node recorded before its stop (the restore's stop"
+            " answer was lost): it is started again",
+            node=node.name,
+            restore_id=self.record.id,
+            detail=state.detail,
+        )
+        return True
 
     async def _start_again(self, node: RestoreNode, *, gossip: bool = False) -> None:
         """Cassandra's files were never touched on this node: it runs again as before."""

@@ -109,6 +109,40 @@ def test_nodes_stopped_before_their_install_start_again_as_they_were() -> None:
     assert any("node node2: Cassandra left stopped, as it was" in w for w in done.warnings)
 
 
+def test_a_node_stopped_before_its_record_said_so_starts_again() -> None:
+    # The restore's stop answered too late (a drain past the agent timeout): node1 is recorded at
+    # its canary with Cassandra down. The abort asks and starts it again; node3 still runs.
+    rig = S3Rig()
+    record = _at(_failed_download(rig), node1=RestoreStep.CANARY, node3=RestoreStep.CANARY)
+    rig.agents["node1"].running = False
+
+    done = _abort(rig, record)
+
+    assert done.state is RestoreState.ABORTED
+    assert _started(rig) == ["node1"]
+    assert rig.events.index("node1:start") > rig.events.index("node1:volume_state")
+    assert any(w.startswith("node node1: Cassandra started again") for w in done.warnings)
+
+
+def test_a_node_whose_cassandra_state_is_unknown_is_kept_for_the_next_abort() -> None:
+    rig = S3Rig()
+    record = _at(_failed_download(rig), node1=RestoreStep.CANARY)
+    rig.agents["node1"].fail["volume_state"] = AgentError(
+        "node node1: GetVolumeState: UNAVAILABLE: connection reset", code="UNAVAILABLE"
+    )
+
+    partial = _abort(rig, record)
+
+    assert partial.state is RestoreState.FAILED and "node node1" in partial.error
+    node1 = partial.node("node1")
+    assert node1.step is RestoreStep.CANARY
+    assert "could not say whether Cassandra runs" in node1.next_step
+    assert "--abort rr-1" in node1.next_step and _started(rig) == []
+
+    rig.agents["node1"].fail.clear()
+    assert _abort(rig, partial).state is RestoreState.ABORTED
+
+
 def test_a_whole_ring_stopped_before_its_install_starts_its_seeds_first() -> None:
     rig = S3Rig()
     stopped = dict.fromkeys(NODES, RestoreStep.STOPPED)
