@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
@@ -19,25 +19,16 @@ from ringsnap.coordinator.backup import (
     BackupRun,
     BackupSettings,
     BackupWorkflow,
-    NodeOutcome,
     NodeTarget,
     new_backup_id,
 )
+from ringsnap.coordinator.backup_nodes import arrays_of, planned_nodes, recorded_node
 from ringsnap.coordinator.catalog import Catalog
-from ringsnap.coordinator.config import (
-    ClusterSection,
-    CoordinatorConfig,
-    NodeSection,
-    RetentionSection,
-)
-from ringsnap.coordinator.drill.cleanups import (
-    DrillHosts,
-    NodeAgentCache,
-    cleanup_clone,
-    delete_clone,
-)
+from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig, RetentionSection
+from ringsnap.coordinator.drill.cleanups import CloneHolder, DrillHosts, NodeAgentCache
 from ringsnap.coordinator.drill.daemon import start_drill
 from ringsnap.coordinator.drill.plan import DrillRequest
+from ringsnap.coordinator.drill.ports import DrillHost
 from ringsnap.coordinator.drill.schedule import DrillService, drill_scheduler, drill_schedules
 from ringsnap.coordinator.drill.session import client_tls, drill_hosts
 from ringsnap.coordinator.export.scheduled import export_scheduled_backup, exports_policy
@@ -45,19 +36,17 @@ from ringsnap.coordinator.export.session import export_node_opener
 from ringsnap.coordinator.metrics import CoordinatorMetrics
 from ringsnap.coordinator.model import (
     Backup,
-    BackupNode,
     BackupState,
     CleanupRequest,
     NodeVolume,
-    PendingCleanup,
     QuiesceMode,
     SnapshotKind,
     Verification,
-    native_cleanup_node,
     native_cleanup_target,
     native_cleanups,
 )
 from ringsnap.coordinator.operations import Operation, Operations
+from ringsnap.coordinator.pending_cleanups import PendingCleanups
 from ringsnap.coordinator.ports import AgentPort, ArrayPort, CanaryWriter
 from ringsnap.coordinator.restore_daemon import DaemonRestores, RestoreAwareGuard
 from ringsnap.coordinator.retention import RetentionPlan, apply_policy
@@ -73,13 +62,10 @@ from ringsnap.coordinator.table_restore.model import TableRestoreRequest
 from ringsnap.coordinator.table_restore.plan import TableRestorePlan
 from ringsnap.errors import RingsnapError
 from ringsnap.logs import get_logger
-from ringsnap.plugins.types import Volume
 
 log = get_logger(__name__)
 
 
-#: How long a snapshot known only by name is looked for before the cleanup lets it go.
-NAME_CLEANUP_GRACE = timedelta(minutes=15)
 #: How often the daemon retries pending cleanups.
 CLEANUP_INTERVAL_SECONDS = 300.0
 
@@ -147,6 +133,16 @@ class Coordinator:
             on_skip=self._skipped,
             misfire_grace=timedelta(seconds=config.coordinator.misfire_grace_seconds),
             last_run=self._last_run,
+        )
+        self.cleanups = PendingCleanups(
+            catalog,
+            arrays,
+            self.scheduler.guard,
+            drill_hosts=self._drill_hosts,
+            clone_holders=self._clone_holder,
+            node_agent=self._node_agent,
+            volume_names=self._volume_names,
+            now=now,
         )
         self.restores = DaemonRestores(
             config,
@@ -239,6 +235,28 @@ class Coordinator:
                 f"unknown cluster {name!r}; configured: {', '.join(sorted(self.clusters))}"
             ) from None
 
+    # The pending cleanups' lookups, made at each run (`drill_hosts` and `clone_nodes` may be
+    # replaced after the start; tests do).
+
+    def _drill_hosts(self) -> Mapping[str, DrillHost]:
+        return self.drill_hosts.get()
+
+    def _clone_holder(self, cluster: str, node: str) -> CloneHolder | None:
+        return self.clone_nodes.get(cluster, node)
+
+    def _node_agent(self, cluster: str, node: str) -> AgentPort | None:
+        runtime = self.clusters.get(cluster)
+        return runtime.agents.get(node) if runtime is not None else None
+
+    def _volume_names(self, array: str) -> set[str]:
+        return {
+            v.volume
+            for runtime in self.clusters.values()
+            for node in runtime.config.nodes
+            for v in node.volumes
+            if v.array == array
+        }
+
     def start_backup(self, request: BackupRequest) -> Operation:
         """Start a backup as an operation; the per-cluster guard refuses a second one at once."""
         self.cluster(request.cluster)
@@ -288,7 +306,7 @@ class Coordinator:
         workflow = BackupWorkflow(
             cluster.name,
             runtime.targets(),
-            {name: self.arrays[name] for name in _arrays_of(cluster)},
+            {name: self.arrays[name] for name in arrays_of(cluster)},
             runtime.canaries,
             progress=progress,
             schemas=runtime.canaries
@@ -310,7 +328,7 @@ class Coordinator:
                 trigger=request.trigger,
                 policy=request.policy,
                 started_at=run.started_at,
-                nodes=_planned_nodes(cluster),
+                nodes=planned_nodes(cluster),
                 snapshot_kind=cluster.snapshots,
             )
 
@@ -348,7 +366,7 @@ class Coordinator:
 
     def _record(self, run: BackupRun) -> Backup:
         cluster = self.cluster(run.cluster).config
-        nodes = [_recorded_node(node, run.nodes[node.name]) for node in cluster.nodes]
+        nodes = [recorded_node(node, run.nodes[node.name]) for node in cluster.nodes]
         self.catalog.record_nodes(run.backup_id, nodes)
         for ref in run.snapshots:
             self.catalog.record_snapshot(run.backup_id, ref)
@@ -423,92 +441,14 @@ class Coordinator:
 
     async def delete_backup(self, backup_id: str, reason: str) -> None:
         cleanups = await asyncio.to_thread(self.catalog.delete_backup, backup_id, reason=reason)
-        await self._run_cleanups(cleanups)
+        await self.cleanups.run(cleanups)
 
     async def run_pending_cleanups(self) -> int:
         pending = await asyncio.to_thread(self.catalog.pending_cleanups)
-        await self._run_cleanups(pending)
+        await self.cleanups.run(pending)
         left = await asyncio.to_thread(self.catalog.pending_cleanups)
         self.metrics.set_pending_cleanups(len(left))
         return len(left)
-
-    async def _run_cleanups(self, cleanups: Sequence[PendingCleanup]) -> None:
-        for cleanup in cleanups:
-            array = self.arrays.get(cleanup.array)
-            try:
-                if (node := native_cleanup_node(cleanup.array)) is not None:
-                    await self._clear_native_snapshot(*node, cleanup.name)
-                elif array is None:
-                    raise RingsnapError(f"array {cleanup.array!r} is no longer configured")
-                elif (clone := cleanup_clone(cleanup.snapshot_name)) is not None:
-                    if (holder := self.scheduler.guard.running(clone.cluster)) is not None:
-                        # Its drill or export may still be using it: the next round retries.
-                        log.info("clone cleanup deferred", clone=cleanup.name, by=holder.trigger)
-                        continue
-                    await delete_clone(clone, array, self.drill_hosts.get(), self.clone_nodes.get)
-                elif cleanup.ref is not None:
-                    await array.delete_snapshot(cleanup.ref)
-                elif not await self._delete_by_name(array, cleanup):
-                    continue
-            except Exception as exc:
-                log.warning(
-                    "cleanup failed; will retry",
-                    array=cleanup.array,
-                    snapshot=cleanup.name,
-                    error=str(exc),
-                )
-                await asyncio.to_thread(self.catalog.cleanup_failed, cleanup.id, str(exc))
-                continue
-            log.info(
-                "snapshot deleted",
-                array=cleanup.array,
-                snapshot=cleanup.name,
-                reason=cleanup.reason,
-            )
-            await asyncio.to_thread(self.catalog.cleanup_done, cleanup.id)
-
-    async def _clear_native_snapshot(self, cluster: str, node: str, tag: str) -> None:
-        runtime = self.clusters.get(cluster)
-        agent = runtime.agents.get(node) if runtime is not None else None
-        if agent is None:
-            raise RingsnapError(
-                f"node {node} of cluster {cluster} is no longer configured; clear its native"
-                f" snapshot by hand (nodetool clearsnapshot -t {tag})"
-            )
-        await agent.clear_snapshot(tag)
-
-    async def _delete_by_name(self, array: ArrayPort, cleanup: PendingCleanup) -> bool:
-        """Delete a snapshot known only by name; False while it may still appear.
-
-        A call that never answered (a killed coordinator, a hung array) can still make its snapshot
-        later, so a name not found yet stays pending for NAME_CLEANUP_GRACE before it is let go.
-        """
-        volumes = await self._configured_volumes(cleanup.array)
-        found = [
-            i.ref
-            for i in await array.list_snapshots(volumes)
-            if i.ref.snapshot_name == cleanup.snapshot_name
-        ]
-        for ref in found:
-            await array.delete_snapshot(ref)
-        if found or self._now() - cleanup.created_at >= NAME_CLEANUP_GRACE:
-            return True
-        await asyncio.to_thread(
-            self.catalog.cleanup_failed,
-            cleanup.id,
-            "not on the array yet; a call still in flight may make it, so it is looked for again",
-        )
-        return False
-
-    async def _configured_volumes(self, array: str) -> list[Volume]:
-        wanted = {
-            v.volume
-            for runtime in self.clusters.values()
-            for node in runtime.config.nodes
-            for v in node.volumes
-            if v.array == array
-        }
-        return [v for v in await self.arrays[array].list_volumes() if v.name in wanted]
 
     def policy(self, name: str) -> RetentionSection:
         try:
@@ -586,41 +526,3 @@ class Coordinator:
 
     def _skipped(self, skip: Skip) -> None:
         self.metrics.backup_skipped(skip.request.cluster, skip.kind)
-
-
-def _arrays_of(cluster: ClusterSection) -> set[str]:
-    return {v.array for node in cluster.nodes for v in node.volumes}
-
-
-def _planned_nodes(cluster: ClusterSection) -> list[BackupNode]:
-    return [
-        BackupNode(
-            name=node.name,
-            volumes=tuple(
-                NodeVolume(array=v.array, volume=v.volume, role=v.role) for v in node.volumes
-            ),
-        )
-        for node in cluster.nodes
-    ]
-
-
-def _recorded_node(node: NodeSection, outcome: NodeOutcome) -> BackupNode:
-    """The node as configured, with what the run learned (ids, canary, exclusion)."""
-    resolved = dict(zip((v.volume for v in node.volumes), outcome.volumes, strict=False))
-    return BackupNode(
-        name=node.name,
-        host_id=outcome.host_id,
-        canary_id=outcome.canary_id,
-        excluded_reason=outcome.excluded_reason,
-        volumes=tuple(
-            NodeVolume(
-                array=v.array,
-                volume=v.volume,
-                role=v.role,
-                volume_id=resolved[v.volume].id if v.volume in resolved else "",
-                size_bytes=resolved[v.volume].size_bytes if v.volume in resolved else 0,
-                wwn=resolved[v.volume].wwn if v.volume in resolved else "",
-            )
-            for v in node.volumes
-        ),
-    )
