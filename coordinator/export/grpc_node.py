@@ -9,8 +9,9 @@ from ringsnap.coordinator.agents import AgentError, GrpcNodeAgent, clone_volumes
 from ringsnap.coordinator.clone_mounts import CloneToMount, MountedClone
 from ringsnap.coordinator.export.ports import NodeUpload, UploadProgress
 
-#: An attach hook per clone; an upload of a whole node may take hours (no deadline: the stream
-#: reports progress, and the coordinator cancels it when it stops).
+#: An attach hook per clone. An upload of a whole node may take hours: its stream has no overall
+#: deadline but one on silence (the workflow's PROGRESS_SILENCE_SECONDS; the agent repeats its last
+#: progress while it works), and the coordinator cancels it when it stops.
 CLONES_TIMEOUT_SECONDS = 900.0
 
 
