@@ -74,8 +74,14 @@ def next_step_for(record: RestoreRecord, node: RestoreNode, *, native: bool = Fa
     step = node.step
     if record.mode is RestoreMode.S3:
         return s3_next_step(record, step, resume)
-    if step in (RestoreStep.PLANNED, RestoreStep.CANARY):
+    if step is RestoreStep.PLANNED:
         return "nothing was changed on this node"
+    if step is RestoreStep.CANARY:
+        return (
+            "its pre-restore canary is written and nothing else was changed, unless the stop was"
+            " sent and its answer lost: then Cassandra is STOPPED (check it on the node);"
+            f" {resume} to go on"
+        )
     if native:
         return _native_next_step(record, step, resume)
     if step is RestoreStep.STOPPED:

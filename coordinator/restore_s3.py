@@ -243,10 +243,16 @@ def s3_next_step(record: RestoreRecord, step: RestoreStep, resume: str) -> str:
             f"nothing was changed on this node (a partial download may be in {staged}):"
             f" {resume} to go on (what verified is kept); {give_up}"
         )
-    if step in (RestoreStep.DOWNLOADED, RestoreStep.CANARY):
+    if step is RestoreStep.DOWNLOADED:
         return (
             f"nothing was changed on this node; its copy is downloaded and verified in {staged}:"
             f" {resume} to go on; {give_up}"
+        )
+    if step is RestoreStep.CANARY:
+        return (
+            f"its copy is downloaded and verified in {staged} and its pre-restore canary written;"
+            " Cassandra may have been STOPPED if the stop was sent and its answer lost (check it"
+            f" on the node): {resume} to go on; {give_up} (and starts Cassandra again if stopped)"
         )
     if step is RestoreStep.STOPPED:
         return (
