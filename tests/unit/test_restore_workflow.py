@@ -245,9 +245,7 @@ def test_next_steps_say_what_state_each_node_is_in() -> None:
     assert "nothing was changed" in next_step_for(record, replace(node, step=RestoreStep.PLANNED))
     # A stop whose answer was lost leaves the node at the canary step with Cassandra down.
     at_canary = next_step_for(record, replace(node, step=RestoreStep.CANARY))
-    assert (
-        "may have been" not in at_canary and "STOPPED" in at_canary and "--resume rr-9" in at_canary
-    )
+    assert "STOPPED" in at_canary and "--resume rr-9" in at_canary
     assert "not verified" in next_step_for(record, replace(node, step=RestoreStep.STARTED))
     assert next_step_for(record, replace(node, step=RestoreStep.VERIFIED)) == ""
 
