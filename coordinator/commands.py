@@ -9,144 +9,40 @@ do, never a traceback, and exits with a documented code (`EXIT_CODES_HELP`).
 from __future__ import annotations
 
 import contextlib
-import enum
 import getpass
-import json
 import os
 import sys
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
 
-import click
 import typer
-from rich.console import Console, RenderableType
-from rich.live import Live
-from rich.spinner import Spinner
-from rich.table import Table
+from rich.console import RenderableType
 from rich.text import Text
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
 from ringsnap.coordinator import render
+from ringsnap.coordinator.cli_session import (
+    CONFIG,
+    COORDINATOR,
+    OUTPUT,
+    YES,
+    follow,
+    session,
+)
 from ringsnap.coordinator.client import (
     EXIT_CODE_TABLE,
     CliError,
     Coordinator,
     ExitCode,
     reason_exit_code,
-    resolve_target,
 )
+from ringsnap.coordinator.console import Output, err, out
 
 #: The exit code table as `--help` shows it (typer keeps single newlines in rich mode).
 EXIT_CODES_HELP = "[bold]Exit codes[/bold]\n\n" + "\n".join(
     f"{int(code):<4} {text}" for code, text in EXIT_CODE_TABLE
 )
-
-out = Console(highlight=False, soft_wrap=False)
-err = Console(stderr=True, highlight=False)
-
-
-class Output(enum.StrEnum):
-    TEXT = "text"
-    JSON = "json"
-
-
-CONFIG = typer.Option(
-    None,
-    "--config",
-    "-c",
-    help="The coordinator's configuration file: its \\[coordinator] table gives the API address and"
-    " where the API token is. Default: $RINGSNAP_CONFIG, else /etc/ringsnap/coordinator.toml if it"
-    " exists.",
-    dir_okay=False,
-)
-COORDINATOR = typer.Option(
-    None,
-    "--coordinator",
-    help="HOST:PORT of the coordinator API (default: \\[coordinator] listen of --config, else"
-    " 127.0.0.1:7444; or $RINGSNAP_COORDINATOR).",
-    metavar="HOST:PORT",
-)
-OUTPUT = typer.Option(Output.TEXT, "--output", "-o", help="text for people, json for scripts.")
-YES = typer.Option(
-    False, "--yes", "-y", help="Do not ask for confirmation (needed without a terminal)."
-)
-
-
-@dataclass
-class Session:
-    """One command's connection settings and output format."""
-
-    config: Path | None
-    coordinator: str | None
-    output: Output
-    _client: Coordinator | None = field(default=None, init=False)
-
-    @property
-    def json(self) -> bool:
-        return self.output is Output.JSON
-
-    def client(self) -> Coordinator:
-        if self._client is None:
-            self._client = Coordinator(resolve_target(self.config, self.coordinator))
-        return self._client
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-
-    def emit(self, document: dict[str, Any]) -> None:
-        typer.echo(json.dumps(document, indent=2, sort_keys=False))
-
-    def fail(self, error: CliError) -> NoReturn:
-        if self.json:
-            self.emit(
-                {
-                    "error": {
-                        "message": str(error),
-                        "reason": error.reason,
-                        "hint": error.hint,
-                        "exit_code": int(error.exit_code),
-                    }
-                }
-            )
-        else:
-            err.print(render.labelled("error: ", "bold red", str(error)))
-            if error.hint:
-                err.print(render.labelled("what to do: ", "bold", error.hint))
-        raise typer.Exit(int(error.exit_code))
-
-
-@contextlib.contextmanager
-def session(config: Path | None, coordinator: str | None, output: Output) -> Iterator[Session]:
-    """Run a command body: CliError -> message + exit code; Ctrl-C -> 130; never a traceback."""
-    current = Session(config, coordinator, output)
-    for console in (out, err):
-        if not console.is_terminal:  # piped or captured: never truncate ids to 80 columns
-            console.width = 200
-    try:
-        yield current
-    except CliError as error:
-        current.fail(error)
-    except KeyboardInterrupt:
-        err.print("interrupted")
-        raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
-    except (typer.Exit, typer.Abort, click.exceptions.Exit, click.ClickException, click.Abort):
-        raise
-    except Exception as exc:  # a bug: say so in one line, never with a traceback
-        current.fail(
-            CliError(
-                f"internal error in ringsnap: {type(exc).__name__}: {exc}",
-                ExitCode.ERROR,
-                reason="INTERNAL",
-                hint="report it with the command line; nothing else was attempted",
-            )
-        )
-    finally:
-        current.close()
 
 
 def operator_name() -> str:
@@ -178,53 +74,6 @@ def _confirm(question: str, yes: bool, what: str) -> None:
         raise CliError(
             f"nothing was done: you declined to {what}", ExitCode.REFUSED, reason="DECLINED"
         )
-
-
-# -- following an operation ------------------------------------------------------------------------
-
-
-class _ProgressView:
-    """The live line: spinner, what runs, its phase, the time since it started."""
-
-    def __init__(self, title: str, started: float) -> None:
-        self.title = title
-        self.phase = "starting"
-        self.message = ""
-        self._started = started
-        self._spinner = Spinner("dots", style="cyan")
-
-    def __rich__(self) -> RenderableType:
-        grid = Table.grid(padding=(0, 1))
-        line = Text(f"{self.title} ", no_wrap=True, overflow="ellipsis")
-        line.append(self.phase, style="bold")
-        line.append(f"  {render.duration(time.monotonic() - self._started)}", style="dim")
-        if self.message:
-            line.append(f"  {self.message}", style="dim")
-        grid.add_row(self._spinner, line)
-        return grid
-
-
-def follow(session: Session, operation: types_pb2.Operation, title: str) -> types_pb2.Operation:
-    """Watch `operation` to its end; in text mode, show the phase and the time as they change."""
-    final = operation
-    client = session.client()
-    started = time.monotonic()
-    if session.json or not err.is_terminal:
-        for update in client.watch(operation.operation_id):
-            if not session.json and update.phase and update.phase != final.phase:
-                err.print(f"{render.duration(time.monotonic() - started):>9}  {update.phase}")
-            final = update
-        return final
-    view = _ProgressView(title, started)
-    with Live(view, console=err, refresh_per_second=8, transient=True):
-        for update in client.watch(operation.operation_id):
-            if update.phase and update.phase != view.phase:
-                elapsed = render.duration(time.monotonic() - started)
-                err.print(render.labelled(f"{elapsed:>9}  ", "dim", update.phase))
-                view.phase = update.phase
-            view.message = update.message
-            final = update
-    return final
 
 
 # -- backup ----------------------------------------------------------------------------------------
