@@ -32,13 +32,13 @@ from bench.catalog import ref_for
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import coordinator_pb2_grpc
 from ringsnap.config import validate
+from ringsnap.coordinator.api_server import CoordinatorServer
 from ringsnap.coordinator.apitoken import token_path, write_token
 from ringsnap.coordinator.catalog import Catalog, codec
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.metrics import CoordinatorMetrics
 from ringsnap.coordinator.model import BackupNode, NodeVolume, VolumeRole
 from ringsnap.coordinator.ports import AgentPort
-from ringsnap.coordinator.server import CoordinatorServer
 from ringsnap.coordinator.service import ClusterRuntime, Coordinator
 from ringsnap.logs import configure
 from tests.support.fakes import FakeAgent, FakeArray, volumes_of

@@ -1,151 +1,44 @@
 """The coordinator's gRPC service: messages to `Coordinator` calls and back, nothing more.
 
-Domain errors become status codes in one place (`ERRORS`; an agent's own answer passes through by
-`AGENT_STATUSES`), each with a stable reason word in a `google.rpc.ErrorInfo` (domain
-`ringsnap.coordinator`) so that clients need not parse messages; an operation that fails carries
-the same word in `error_reason`. Anything unexpected is INTERNAL and
-logged with its traceback; the caller is told where to look, not the traceback.
-
-Access: loopback only (gRPC local credentials refuse any other peer, whatever the bind address)
-and a bearer token that only root and the coordinator's group can read (`apitoken`). The standard
-health service (`grpc.health.v1.Health`) answers without a token, for probes.
+Domain errors become status codes and reason words in one place (`api_errors`); the listeners, who
+may call, and the health service are `api_server`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
-import ipaddress
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
-
-import grpc
-import grpc.aio
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_health.v1._async import HealthServicer
+from collections.abc import AsyncIterator, Sequence
 
 from ringsnap import names
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import coordinator_pb2_grpc, types_pb2
 from ringsnap.coordinator import access, control, messages
-from ringsnap.coordinator.agents import AgentError
-from ringsnap.coordinator.backup import BackupFailed, BackupRefused
-from ringsnap.coordinator.canary import CanaryError
-from ringsnap.coordinator.catalog import (
-    BackupNotFoundError,
-    BackupStateError,
-    CatalogError,
-    CatalogLockedError,
-    InvalidPageTokenError,
-    OperationNotFoundError,
-    RestoreNotFoundError,
-)
-from ringsnap.coordinator.catalog.drills import DrillNotFoundError
-from ringsnap.coordinator.catalog.exports import ExportNotFoundError
-from ringsnap.coordinator.config import RemoteSection
+from ringsnap.coordinator.api_errors import STATUSES, NotSupportedError, error_reason, unary
 from ringsnap.coordinator.drill.wire import drill_id_of, drill_message, drill_request
-from ringsnap.coordinator.drill.workflow import DrillRefused
 from ringsnap.coordinator.export.api import export_message
 from ringsnap.coordinator.export.daemon import start_export
 from ringsnap.coordinator.export.listing import off_array_copies
-from ringsnap.coordinator.export.model import ExportFailed, ExportRefused
 from ringsnap.coordinator.export.purge_daemon import purge_through_daemon
 from ringsnap.coordinator.model import RestoreMode
 from ringsnap.coordinator.operations import Operation
-from ringsnap.coordinator.restore import RestoreFailed, RestoreRefused
 from ringsnap.coordinator.restore_abort import start_abort
-from ringsnap.coordinator.restore_daemon import RestoreNotConfirmed
 from ringsnap.coordinator.restore_plan import RestoreRequest
-from ringsnap.coordinator.scheduler import BackupRequest, ClusterBusyError
-from ringsnap.coordinator.service import Coordinator, UnknownClusterError, UnknownPolicyError
+from ringsnap.coordinator.scheduler import BackupRequest
+from ringsnap.coordinator.service import Coordinator
 from ringsnap.coordinator.table_restore import api as table_restore_api
 from ringsnap.coordinator.table_restore.api import table_restore_message
-from ringsnap.coordinator.table_restore.model import TableRestoreFailed, TableRestoreRefused
-from ringsnap.errors import RingsnapError, ValidationError
-from ringsnap.grpcauth import guarded, server_credentials
+from ringsnap.errors import ValidationError
 from ringsnap.logs import get_logger
-from ringsnap.malformed import MalformedRequestInterceptor
-from ringsnap.plugins.errors import DriverError
-from ringsnap.rpcerrors import Context, ErrorStatuses
+from ringsnap.rpcerrors import Context
 
 log = get_logger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["CoordinatorService"].full_name
-ERROR_DOMAIN = "ringsnap.coordinator"
-HEALTH_METHODS = "/grpc.health.v1.Health/"
 #: ListBackups in the FULL view: at most this many backups a page (each holds its whole ring).
 FULL_VIEW_PAGE_SIZE = 20
 #: ListRestores without a limit.
 DEFAULT_RESTORE_LIMIT = 50
 _MAX_TRIGGER = 200
-
-
-class NotSupportedError(RingsnapError):
-    """The API has the call or field, the coordinator does not do it (yet)."""
-
-
-#: The one place where errors become status codes and reasons (most specific class first).
-ERRORS: tuple[tuple[type[BaseException], grpc.StatusCode, str], ...] = (
-    (ValidationError, grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT"),
-    (InvalidPageTokenError, grpc.StatusCode.INVALID_ARGUMENT, "INVALID_PAGE_TOKEN"),
-    (BackupNotFoundError, grpc.StatusCode.NOT_FOUND, "BACKUP_NOT_FOUND"),
-    (OperationNotFoundError, grpc.StatusCode.NOT_FOUND, "OPERATION_NOT_FOUND"),
-    (RestoreNotFoundError, grpc.StatusCode.NOT_FOUND, "RESTORE_NOT_FOUND"),
-    (DrillNotFoundError, grpc.StatusCode.NOT_FOUND, "DRILL_NOT_FOUND"),
-    (UnknownClusterError, grpc.StatusCode.NOT_FOUND, "UNKNOWN_CLUSTER"),
-    (UnknownPolicyError, grpc.StatusCode.NOT_FOUND, "UNKNOWN_POLICY"),
-    (ClusterBusyError, grpc.StatusCode.ABORTED, "CLUSTER_BUSY"),
-    (BackupRefused, grpc.StatusCode.FAILED_PRECONDITION, "BACKUP_REFUSED"),
-    (BackupStateError, grpc.StatusCode.FAILED_PRECONDITION, "BACKUP_STATE"),
-    (BackupFailed, grpc.StatusCode.UNAVAILABLE, "BACKUP_FAILED"),
-    (RestoreNotConfirmed, grpc.StatusCode.FAILED_PRECONDITION, "RESTORE_NOT_CONFIRMED"),
-    (RestoreRefused, grpc.StatusCode.FAILED_PRECONDITION, "RESTORE_REFUSED"),
-    (RestoreFailed, grpc.StatusCode.UNAVAILABLE, "RESTORE_FAILED"),
-    (DrillRefused, grpc.StatusCode.FAILED_PRECONDITION, "DRILL_REFUSED"),
-    (TableRestoreRefused, grpc.StatusCode.FAILED_PRECONDITION, "RESTORE_REFUSED"),
-    (TableRestoreFailed, grpc.StatusCode.UNAVAILABLE, "RESTORE_FAILED"),
-    (ExportNotFoundError, grpc.StatusCode.NOT_FOUND, "EXPORT_NOT_FOUND"),
-    (ExportRefused, grpc.StatusCode.FAILED_PRECONDITION, "EXPORT_REFUSED"),
-    (ExportFailed, grpc.StatusCode.UNAVAILABLE, "EXPORT_FAILED"),
-    (AgentError, grpc.StatusCode.UNAVAILABLE, "AGENT_FAILED"),
-    (CanaryError, grpc.StatusCode.UNAVAILABLE, "CANARY_FAILED"),
-    (DriverError, grpc.StatusCode.UNAVAILABLE, "ARRAY_FAILED"),
-    (CatalogLockedError, grpc.StatusCode.UNAVAILABLE, "CATALOG_LOCKED"),
-    (NotSupportedError, grpc.StatusCode.UNIMPLEMENTED, "NOT_SUPPORTED"),
-    (CatalogError, grpc.StatusCode.FAILED_PRECONDITION, "CATALOG_REFUSED"),
-    # Every other error of ours says what to do: the caller's request cannot be served as is.
-    (RingsnapError, grpc.StatusCode.FAILED_PRECONDITION, "FAILED_PRECONDITION"),
-)
-#: An agent's answer about the request passes through, by `AgentError.code` (its message names the
-#: node and the call); anything else from an agent (unreachable, a command or hook that failed, a
-#: timeout) is AGENT_FAILED above.
-AGENT_STATUSES: dict[str, tuple[grpc.StatusCode, str]] = {
-    "FAILED_PRECONDITION": (grpc.StatusCode.FAILED_PRECONDITION, "AGENT_REFUSED"),
-    "INVALID_ARGUMENT": (grpc.StatusCode.INVALID_ARGUMENT, "AGENT_INVALID_ARGUMENT"),
-    "NOT_FOUND": (grpc.StatusCode.NOT_FOUND, "AGENT_NOT_FOUND"),
-}
-
-
-def _agent_status(error: BaseException) -> tuple[grpc.StatusCode, str] | None:
-    return AGENT_STATUSES.get(error.code) if isinstance(error, AgentError) else None
-
-
-STATUSES = ErrorStatuses(
-    ERRORS,
-    internal="internal error in the coordinator ({kind}); its log has the details"
-    " (journalctl -u ringsnap-coordinator)",
-    domain=ERROR_DOMAIN,
-    refine=_agent_status,
-    log=log,
-)
-classify = STATUSES.classify
-unary = STATUSES.unary
-
-
-def error_reason(operation: Operation) -> str:
-    return classify(operation.error)[1] if operation.error is not None else ""
 
 
 def _required(value: str, field: str) -> str:
@@ -524,210 +417,3 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     @unary
     async def GetStatus(self, request: pb.GetStatusRequest, context: Context) -> pb.Status:
         return messages.status(await control.coordinator_status(self._coordinator))
-
-
-# -- access ----------------------------------------------------------------------------------------
-
-
-def loopback_problem(listen: str) -> str | None:
-    """Why `listen` (HOST:PORT) is not a loopback address, or None if it is."""
-    host = listen.rpartition(":")[0].strip("[]")
-    if host == "localhost":
-        return None
-    try:
-        if ipaddress.ip_address(host).is_loopback:
-            return None
-    except ValueError:
-        pass
-    return (
-        f"{listen} is not a loopback address: this listener serves the `ringsnap` CLI on this"
-        " host only; use 127.0.0.1:PORT or [::1]:PORT, and [remote] (mutual TLS, an allow-list"
-        " of client identities with roles) for operators on other hosts"
-    )
-
-
-class TokenInterceptor(grpc.aio.ServerInterceptor):
-    """Refuses every call but health checks unless it carries `authorization: Bearer <token>`."""
-
-    def __init__(self, token: str, where: str) -> None:
-        self._expected = f"Bearer {token}".encode()
-        self._where = where
-
-    def _authorized(self, metadata: Any) -> bool:
-        for key, value in metadata or ():
-            if key == "authorization":
-                presented = value.encode() if isinstance(value, str) else bytes(value)
-                return hmac.compare_digest(presented, self._expected)
-        return False
-
-    async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        handler = await continuation(handler_call_details)
-        method = handler_call_details.method
-        if handler is None or method.startswith(HEALTH_METHODS):
-            return handler
-        if self._authorized(handler_call_details.invocation_metadata):
-            return guarded(handler, _log_local_call, method)
-        log.warning("refused: missing or wrong API token", method=method)
-        return _denied(
-            handler,
-            f"missing or wrong API token; `ringsnap` reads it from {self._where}, readable by"
-            " root and the coordinator's group (ringsnap)",
-        )
-
-
-async def _log_local_call(_context: Context, method: str, request: Any) -> None:
-    access.log_call(method, request, "local (API token)")
-
-
-def _denied(
-    original: grpc.RpcMethodHandler[Any, Any], message: str
-) -> grpc.RpcMethodHandler[Any, Any]:
-    # The stubs type handler behaviours as synchronous; under grpc.aio they are coroutines.
-    handler: Any = original
-    kwargs: dict[str, Any] = {
-        "request_deserializer": handler.request_deserializer,
-        "response_serializer": handler.response_serializer,
-    }
-
-    async def deny(request: Any, context: Context) -> Any:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
-
-    async def deny_stream(request: Any, context: Context) -> AsyncIterator[Any]:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
-        yield None  # never reached; makes this an async generator
-
-    if handler.unary_stream is not None:
-        return grpc.unary_stream_rpc_method_handler(deny_stream, **kwargs)
-    if handler.stream_unary is not None:
-        return grpc.stream_unary_rpc_method_handler(deny, **kwargs)
-    if handler.stream_stream is not None:
-        return grpc.stream_stream_rpc_method_handler(deny_stream, **kwargs)
-    return grpc.unary_unary_rpc_method_handler(deny, **kwargs)
-
-
-# -- the server ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RemoteListener:
-    """The mutual-TLS listener for operators on other hosts: address, PEMs and allow-list."""
-
-    listen: str
-    cert: bytes
-    key: bytes
-    ca: bytes
-    clients: Mapping[str, access.Role]
-
-    @classmethod
-    def from_config(cls, section: RemoteSection) -> RemoteListener:
-        return cls(
-            listen=section.listen,
-            cert=Path(section.cert_file).read_bytes(),
-            key=section.key_file.get_secret_value().encode(),
-            ca=Path(section.ca_file).read_bytes(),
-            clients={client.identity: client.role for client in section.clients},
-        )
-
-
-class CoordinatorServer:
-    """The API of a started `Coordinator` on `listen` (loopback), with the health service.
-
-    server = CoordinatorServer(coordinator, "127.0.0.1:7444", token, token_file)
-    port = await server.start()
-    ...
-    await server.stop(grace=5)   # health says NOT_SERVING first; in-flight calls get `grace`
-    """
-
-    def __init__(
-        self,
-        coordinator: Coordinator,
-        listen: str,
-        token: str,
-        where: str,
-        remote: RemoteListener | None = None,
-    ) -> None:
-        problem = loopback_problem(listen)
-        if problem is not None:
-            raise ValidationError(problem)
-        self.coordinator = coordinator
-        self.listen = listen
-        self.remote = remote
-        self.health = HealthServicer()
-        self.port: int | None = None
-        self.remote_port: int | None = None
-        self._token = token
-        self._where = where
-        self._servers: list[grpc.aio.Server] = []
-
-    async def start(self) -> int:
-        servicer = CoordinatorServicer(self.coordinator)
-        try:
-            self.port = await self._serve(
-                servicer,
-                TokenInterceptor(self._token, self._where),
-                self.listen,
-                grpc.local_server_credentials(grpc.LocalConnectionType.LOCAL_TCP),
-            )
-            if self.remote is not None:
-                self.remote_port = await self._serve(
-                    servicer,
-                    access.RemoteAccessInterceptor(self.remote.clients),
-                    self.remote.listen,
-                    server_credentials(self.remote.cert, self.remote.key, self.remote.ca),
-                )
-        except BaseException:
-            await self.stop(grace=0)
-            raise
-        for service in ("", SERVICE_NAME):
-            await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
-        log.info(
-            "coordinator API serving",
-            listen=self.listen,
-            port=self.port,
-            remote=self.remote.listen if self.remote is not None else "off",
-            remote_port=self.remote_port,
-        )
-        return self.port
-
-    async def _serve(
-        self,
-        servicer: CoordinatorServicer,
-        interceptor: grpc.aio.ServerInterceptor,
-        listen: str,
-        credentials: grpc.ServerCredentials,
-    ) -> int:
-        server = grpc.aio.server(
-            interceptors=[interceptor, MalformedRequestInterceptor()],
-            options=[
-                ("grpc.max_receive_message_length", 1024 * 1024),
-                ("grpc.so_reuseport", 0),
-            ],
-        )
-        coordinator_pb2_grpc.add_CoordinatorServiceServicer_to_server(servicer, server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        try:
-            port = server.add_secure_port(listen, credentials)
-        except RuntimeError as exc:
-            raise RingsnapError(f"cannot listen on {listen}: {exc}") from None
-        if port == 0:
-            raise RingsnapError(f"cannot listen on {listen} (address in use?)")
-        await server.start()
-        self._servers.append(server)
-        return port
-
-    async def enter_shutdown(self) -> None:
-        """Tell health checks the service is going away (before the coordinator stops)."""
-        await self.health.enter_graceful_shutdown()
-
-    async def stop(self, grace: float = 5.0) -> None:
-        await self.enter_shutdown()
-        servers, self._servers = self._servers, []
-        if servers:
-            await asyncio.gather(*(server.stop(grace) for server in servers))
-            log.info("coordinator API stopped")

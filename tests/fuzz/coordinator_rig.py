@@ -23,12 +23,12 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ringsnap.config import validate
+from ringsnap.coordinator.api_server import CoordinatorServer
 from ringsnap.coordinator.apitoken import token_path, write_token
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.metrics import CoordinatorMetrics
 from ringsnap.coordinator.ports import AgentPort
-from ringsnap.coordinator.server import CoordinatorServer
 from ringsnap.coordinator.service import ClusterRuntime, Coordinator
 from tests.support.fakes import FakeAgent, FakeArray, volumes_of
 from tests.unit.coordinator_api.conftest import (

@@ -23,6 +23,7 @@ import structlog
 
 from ringsnap.api.v1 import coordinator_pb2_grpc
 from ringsnap.config import validate
+from ringsnap.coordinator.api_server import CoordinatorServer
 from ringsnap.coordinator.apitoken import token_path, write_token
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
@@ -35,7 +36,6 @@ from ringsnap.coordinator.model import (
     VolumeRole,
 )
 from ringsnap.coordinator.ports import AgentPort, SSTable, SSTableComponent
-from ringsnap.coordinator.server import CoordinatorServer
 from ringsnap.coordinator.service import ClusterRuntime, Coordinator
 from ringsnap.plugins.errors import DriverError
 from tests.support.fakes import FakeAgent, FakeArray, snapshot_ref, volume, volumes_of

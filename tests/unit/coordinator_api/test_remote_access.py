@@ -20,8 +20,8 @@ from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import coordinator_pb2_grpc
 from ringsnap.coordinator import access, commands
 from ringsnap.coordinator.access import Role
+from ringsnap.coordinator.api_server import CoordinatorServer, RemoteListener
 from ringsnap.coordinator.client import ADDRESS_ENV, REMOTE_ENV, ExitCode
-from ringsnap.coordinator.server import CoordinatorServer, RemoteListener
 from ringsnap.plugins.testing.pki import TestCA
 
 from .conftest import Harness

@@ -16,6 +16,7 @@ import pytest
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
 from ringsnap.coordinator import messages, restore_remote, restore_report
+from ringsnap.coordinator.api_errors import classify
 from ringsnap.coordinator.catalog import RestoreNotFoundError
 from ringsnap.coordinator.client import REASON_EXIT_CODES, ExitCode
 from ringsnap.coordinator.model import (
@@ -33,7 +34,6 @@ from ringsnap.coordinator.model import (
 from ringsnap.coordinator.restore import RestoreFailed, RestoreRefused
 from ringsnap.coordinator.restore_daemon import RestoreNotConfirmed, restore_progress_line
 from ringsnap.coordinator.restore_plan import RestoreRequest
-from ringsnap.coordinator.server import classify
 from ringsnap.plugins.errors import DriverError
 
 from .conftest import Harness

@@ -19,6 +19,8 @@ from grpc_status import rpc_status
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
 from ringsnap.coordinator.agents import AgentError
+from ringsnap.coordinator.api_errors import ERROR_DOMAIN, classify
+from ringsnap.coordinator.api_server import loopback_problem
 from ringsnap.coordinator.backup import BackupFailed, BackupRefused
 from ringsnap.coordinator.catalog import (
     BackupNotFoundError,
@@ -27,7 +29,6 @@ from ringsnap.coordinator.catalog import (
 )
 from ringsnap.coordinator.model import BackupState
 from ringsnap.coordinator.scheduler import BackupRequest, ClusterBusyError
-from ringsnap.coordinator.server import ERROR_DOMAIN, classify, loopback_problem
 from ringsnap.coordinator.service import UnknownClusterError, UnknownPolicyError
 from ringsnap.errors import RingsnapError, ValidationError
 from ringsnap.plugins.errors import DriverError
