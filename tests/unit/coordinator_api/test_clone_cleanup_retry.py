@@ -199,7 +199,12 @@ def test_a_clone_of_a_busy_cluster_is_left_alone_until_the_cluster_is_free(
 
 def test_the_daemon_opens_the_configured_agent_of_the_node(harness: Harness) -> None:
     opener = export_node_opener(harness.config)
-    agent = opener("prod", "n2")
-    assert agent is not None and agent.address == "127.0.0.1:17002"
-    assert opener("prod", "e1") is None and opener("gone", "n2") is None
-    harness.call(agent.close())
+
+    async def open_them() -> None:
+        # In the daemon's event loop, as the daemon opens them (a gRPC aio channel needs one).
+        agent = opener("prod", "n2")
+        assert agent is not None and agent.address == "127.0.0.1:17002"
+        assert opener("prod", "e1") is None and opener("gone", "n2") is None
+        await agent.close()
+
+    harness.call(open_them())
