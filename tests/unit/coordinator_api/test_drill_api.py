@@ -4,7 +4,9 @@ GetDrill and ListDrills read the catalog's records, and refusals carry their rea
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import threading
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -28,7 +30,7 @@ from ringsnap.plugins.types import Volume
 from tests.support.drill_fakes import DrillArray, FakeFacts, FakeHost
 
 from .conftest import CLUSTERS, Harness
-from .test_server import reason_of, rpc_error, watch_to_end
+from .test_server import reason_of, rpc_error
 
 RECENT = datetime.now(UTC) - timedelta(hours=2)
 
@@ -74,15 +76,27 @@ def test_a_ring_drill_through_the_api_is_proven_recorded_and_held_the_cluster(
 ) -> None:
     held: list[BackupRequest | None] = []
     original = fakes.host.get_drill
+    watching = threading.Event()
 
     async def get_drill(purpose_id: str) -> Any:
         held.append(harness.coordinator.scheduler.guard.running("prod"))
+        # The drill goes on once the test's watch is attached (at most 10 s): no node's progress
+        # line goes out before anyone listens.
+        for _ in range(1000):
+            if watching.is_set():
+                break
+            await asyncio.sleep(0.01)
         return await original(purpose_id)
 
     fakes.host.get_drill = get_drill  # type: ignore[method-assign]
     operation = _start(harness, ring=True, drill_id="dr-20261124-090000-00aa", backup_id="rs-1")
     assert operation.kind == types_pb2.OPERATION_KIND_DRILL
-    updates = watch_to_end(harness, operation.operation_id)
+    stream = harness.stub().WatchOperation(
+        pb.WatchOperationRequest(operation_id=operation.operation_id), timeout=30
+    )
+    first = next(stream)
+    watching.set()
+    updates = [first, *stream]
     assert updates[-1].state == types_pb2.OPERATION_STATE_SUCCEEDED, updates[-1]
     assert updates[-1].message == "drill dr-20261124-090000-00aa: proven"
     assert any(u.message.startswith("n2: ") for u in updates)

@@ -8,8 +8,10 @@ The proof on a real ring and a real daemon is tests/integration/test_table_resto
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import threading
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -36,7 +38,7 @@ from tests.support.fakes import snapshot_ref, volume
 from tests.support.table_restore_world import SCHEMA, FakeAgent, FakeCql, shop_sstable
 
 from .conftest import ARRAY, CLUSTERS, Harness
-from .test_server import reason_of, rpc_error, watch_to_end
+from .test_server import reason_of, rpc_error
 
 NODES = CLUSTERS["prod"]
 BACKUP = "rs-20261124-030000-abcd"
@@ -50,6 +52,9 @@ class Fakes:
         self.array = CloneArray(self.events)
         self.cql = FakeCql(self.events)
         self.held: list[BackupRequest | None] = []
+        #: Cleared by a test that watches a run: the array's first step waits until it is set.
+        self.go = threading.Event()
+        self.go.set()
 
 
 def _seed(catalog: Catalog) -> None:
@@ -93,6 +98,18 @@ def fakes(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> Fakes:
         return await original(restore_id, keyspace, table)
 
     made.agents["n2"].import_staged_table = import_staged_table  # type: ignore[method-assign]
+    original_clone = made.array.clone
+
+    async def clone(ref: Any, suffix: str) -> Any:
+        # A test that watches the run opens its watch first: the array's first step waits for it
+        # (at most 10 s), so no progress line goes out before anyone listens.
+        for _ in range(1000):
+            if made.go.is_set():
+                break
+            await asyncio.sleep(0.01)
+        return await original_clone(ref, suffix)
+
+    made.array.clone = clone  # type: ignore[method-assign]
 
     @contextlib.asynccontextmanager
     async def session(
@@ -166,6 +183,7 @@ def test_bad_names_are_invalid_arguments(harness: Harness, fakes: Fakes) -> None
 def test_a_run_through_the_api_holds_the_cluster_and_records_the_restore(
     harness: Harness, fakes: Fakes
 ) -> None:
+    fakes.go.clear()
     operation = harness.stub().StartTableRestore(
         pb.StartTableRestoreRequest(
             **_request(),
@@ -176,7 +194,12 @@ def test_a_run_through_the_api_holds_the_cluster_and_records_the_restore(
         timeout=30,
     )
     assert operation.kind == types_pb2.OPERATION_KIND_RESTORE
-    updates = watch_to_end(harness, operation.operation_id)
+    stream = harness.stub().WatchOperation(
+        pb.WatchOperationRequest(operation_id=operation.operation_id), timeout=30
+    )
+    first = next(stream)  # the watch is attached: the run may go on
+    fakes.go.set()
+    updates = [first, *stream]
     assert updates[-1].state == types_pb2.OPERATION_STATE_SUCCEEDED, updates[-1]
     assert updates[-1].message == "table restore tr-20261124-050000-00aa: succeeded"
     assert any(u.message.startswith("n2: import") for u in updates)
