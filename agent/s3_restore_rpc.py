@@ -18,6 +18,7 @@ from ringsnap.agent.restore_messages import restored_table_messages
 from ringsnap.agent.restore_model import check_operation_id
 from ringsnap.agent.s3.progress import Progress
 from ringsnap.agent.s3_restore import S3Restore, StagedDownload
+from ringsnap.agent.s3_staging import check_response
 from ringsnap.agent.table_import import TableImporter, restore_id
 from ringsnap.api.v1 import agent_pb2
 from ringsnap.errors import ValidationError
@@ -188,24 +189,7 @@ class S3RestoreRpcs:
         done = await asyncio.to_thread(
             self._restores.check, request.operation_id, request.backup_id, request.node
         )
-        return agent_pb2.CheckS3DownloadResponse(
-            manifest_key=done.manifest_key,
-            manifest_found=done.manifest_found,
-            commitlog_key=done.commitlog_key,
-            commitlog_found=done.commitlog_found,
-            commitlog_bytes=done.commitlog_bytes,
-            problem=done.problem,
-            download_complete=done.download_complete,
-            rooms=[
-                agent_pb2.S3DownloadRoom(
-                    data_directory=r.data_directory,
-                    bytes_needed=r.bytes_needed,
-                    free_bytes=r.free_bytes,
-                    filesystem=r.filesystem,
-                )
-                for r in done.rooms
-            ],
-        )
+        return check_response(done)
 
     async def install(
         self, request: agent_pb2.InstallS3DownloadRequest
