@@ -3,7 +3,9 @@ types for the drill host, table restores and exports."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 
 @dataclass(frozen=True)
@@ -28,3 +30,14 @@ class MountedClone:
     device: str
     mount_point: str
     source_mount_point: str
+
+
+class CloneMounter(Protocol):
+    """An agent that mounts clones for a purpose (a drill, a table restore, an export) and takes
+    them down again. Every call raises `AgentError` naming who was called."""
+
+    async def mount_clones(
+        self, purpose_id: str, clones: Sequence[CloneToMount], *, read_only: bool
+    ) -> Sequence[MountedClone]: ...
+
+    async def unmount_clones(self, purpose_id: str) -> Sequence[str]: ...

@@ -3,56 +3,28 @@ production agents' read-only facts (`NodeFactsPort`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from ringsnap.api.v1 import agent_pb2
 from ringsnap.coordinator.agents import (
     AgentConnection,
     ClientTls,
-    clone_volumes_message,
     sstable_from_wire,
     volume_from_wire,
 )
-from ringsnap.coordinator.clone_mounts import CloneToMount, MountedClone
+from ringsnap.coordinator.clone_client import CloneMountingConnection
 from ringsnap.coordinator.drill.ports import DrillSpec, DrillStatus, NodeDrillFacts
 from ringsnap.coordinator.ports import SSTable
 from ringsnap.wire import duration, seconds
 
-#: Attaching and mounting clones runs the attach hook per volume; unmounting, the detach hook.
-MOUNT_TIMEOUT_SECONDS = 900.0
 #: The manifest of a node's clones lists every SSTable; stopping a drill stops Cassandra.
 MANIFEST_TIMEOUT_SECONDS = 600.0
 STOP_TIMEOUT_SECONDS = 300.0
 
 
-class GrpcDrillHost(AgentConnection):
+class GrpcDrillHost(CloneMountingConnection):
     """The drill host's agent at `address` (host:port)."""
 
     def __init__(self, address: str, tls: ClientTls, *, call_timeout: float = 30.0) -> None:
         super().__init__("drill host", address, tls, call_timeout=call_timeout)
-
-    async def mount_clones(
-        self, purpose_id: str, clones: Sequence[CloneToMount], *, read_only: bool
-    ) -> tuple[MountedClone, ...]:
-        request = clone_volumes_message(purpose_id, clones, read_only=read_only)
-        with self._calling("MountClones"):
-            reply = await self._stub.MountClones(request, timeout=MOUNT_TIMEOUT_SECONDS)
-        return tuple(
-            MountedClone(
-                role=m.role,
-                volume=m.volume,
-                device=m.device,
-                mount_point=m.mount_point,
-                source_mount_point=m.source_mount_point,
-            )
-            for m in reply.mounts
-        )
-
-    async def unmount_clones(self, purpose_id: str) -> tuple[str, ...]:
-        request = agent_pb2.UnmountClonesRequest(purpose_id=purpose_id)
-        with self._calling("UnmountClones"):
-            reply = await self._stub.UnmountClones(request, timeout=MOUNT_TIMEOUT_SECONDS)
-        return tuple(reply.detached_volumes)
 
     async def start_drill(self, spec: DrillSpec) -> DrillStatus:
         request = agent_pb2.StartDrillRequest(

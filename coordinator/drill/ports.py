@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ringsnap.coordinator.clone_mounts import CloneToMount, MountedClone
+from ringsnap.coordinator.clone_mounts import CloneMounter
 from ringsnap.coordinator.drill.model import DrillRecord
 from ringsnap.coordinator.model import Verification
 from ringsnap.coordinator.ports import NodeVolumeFacts, SSTable
@@ -58,17 +58,11 @@ class DrillStatus:
         return self.state in FINISHED_STATES
 
 
-class DrillHost(Protocol):
+class DrillHost(CloneMounter, Protocol):
     """The drill host's agent. Every call raises (an `AgentError` naming the host) on failure."""
 
     @property
     def address(self) -> str: ...
-
-    async def mount_clones(
-        self, purpose_id: str, clones: Sequence[CloneToMount], *, read_only: bool
-    ) -> tuple[MountedClone, ...]: ...
-
-    async def unmount_clones(self, purpose_id: str) -> tuple[str, ...]: ...
 
     async def start_drill(self, spec: DrillSpec) -> DrillStatus: ...
 

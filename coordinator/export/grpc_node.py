@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from ringsnap.api.v1 import agent_pb2
-from ringsnap.coordinator.agents import AgentError, GrpcNodeAgent, clone_volumes_message
-from ringsnap.coordinator.clone_mounts import CloneToMount, MountedClone
+from ringsnap.coordinator.agents import AgentError, GrpcNodeAgent
+from ringsnap.coordinator.clone_client import CloneMountingConnection
 from ringsnap.coordinator.export.ports import NodeUpload, UploadProgress
 
-#: An attach hook per clone. An upload of a whole node may take hours: its stream has no overall
-#: deadline but one on silence (the workflow's PROGRESS_SILENCE_SECONDS; the agent repeats its last
-#: progress while it works), and the coordinator cancels it when it stops.
-CLONES_TIMEOUT_SECONDS = 900.0
+#: An upload of a whole node may take hours: its stream has no overall deadline but one on silence
+#: (the workflow's PROGRESS_SILENCE_SECONDS; the agent repeats its last progress while it works),
+#: and the coordinator cancels it when it stops.
 
 
 def upload_progress(message: agent_pb2.S3ExportProgress) -> UploadProgress:
@@ -42,27 +41,8 @@ def node_upload(message: agent_pb2.S3ExportResult) -> NodeUpload:
     )
 
 
-class GrpcExportNode(GrpcNodeAgent):
+class GrpcExportNode(GrpcNodeAgent, CloneMountingConnection):
     """One node's agent at `address`, for exports (volume state, clones, ExportToS3)."""
-
-    async def mount_clones(
-        self, purpose_id: str, volumes: Sequence[CloneToMount], *, read_only: bool
-    ) -> list[MountedClone]:
-        request = clone_volumes_message(purpose_id, volumes, read_only=read_only)
-        with self._calling("MountClones"):
-            reply = await self._stub.MountClones(request, timeout=CLONES_TIMEOUT_SECONDS)
-        return [
-            MountedClone(m.role, m.volume, m.device, m.mount_point, m.source_mount_point)
-            for m in reply.mounts
-        ]
-
-    async def unmount_clones(self, purpose_id: str) -> list[str]:
-        with self._calling("UnmountClones"):
-            reply = await self._stub.UnmountClones(
-                agent_pb2.UnmountClonesRequest(purpose_id=purpose_id),
-                timeout=CLONES_TIMEOUT_SECONDS,
-            )
-        return list(reply.detached_volumes)
 
     async def export_to_s3(
         self,

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ringsnap.coordinator.clone_mounts import CloneToMount, MountedClone
+from ringsnap.coordinator.clone_mounts import CloneMounter
 from ringsnap.coordinator.export.model import ExportRecord
 from ringsnap.coordinator.model import CleanupRequest
 from ringsnap.coordinator.ports import VolumeState
@@ -43,19 +43,13 @@ class NodeUpload:
     seconds: float
 
 
-class ExportNodePort(Protocol):
+class ExportNodePort(CloneMounter, Protocol):
     """One node's agent. Every call raises `AgentError` naming the node."""
 
     @property
     def node(self) -> str: ...
 
     async def volume_state(self) -> VolumeState: ...
-
-    async def mount_clones(
-        self, purpose_id: str, volumes: Sequence[CloneToMount], *, read_only: bool
-    ) -> list[MountedClone]: ...
-
-    async def unmount_clones(self, purpose_id: str) -> list[str]: ...
 
     async def export_to_s3(
         self,

@@ -6,16 +6,15 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from ringsnap.api.v1 import agent_pb2, types_pb2
-from ringsnap.coordinator.agents import AgentConnection, ClientTls, clone_volumes_message
-from ringsnap.coordinator.clone_mounts import CloneToMount, MountedClone
+from ringsnap.coordinator.agents import ClientTls
+from ringsnap.coordinator.clone_client import CloneMountingConnection
 from ringsnap.coordinator.ports import SSTable
 from ringsnap.coordinator.table_restore.ports import ImportedTable, StagedTable, StagingSpace
 from ringsnap.wire import seconds
 
-#: Staging copies a table's bytes; an import verifies every SSTable; a clone attach runs hooks.
+#: Staging copies a table's bytes; an import verifies every SSTable.
 STAGE_TIMEOUT_SECONDS = 3600.0
 IMPORT_TIMEOUT_SECONDS = 3600.0
-CLONES_TIMEOUT_SECONDS = 900.0
 
 T = TypeVar("T")
 
@@ -39,7 +38,7 @@ def manifest_entry(sstable: SSTable) -> types_pb2.ManifestEntry:
     )
 
 
-class GrpcTableNode(AgentConnection):
+class GrpcTableNode(CloneMountingConnection):
     """One node's agent at `address` (host:port), for table restores."""
 
     def __init__(self, node: str, address: str, tls: ClientTls, *, call_timeout: float = 60.0):
@@ -56,25 +55,6 @@ class GrpcTableNode(AgentConnection):
                 agent_pb2.GetStagingSpaceRequest(restore_id=restore_id), timeout=self._timeout
             )
         return StagingSpace(reply.staging_directory, reply.free_bytes, reply.staged_bytes)
-
-    async def mount_clones(
-        self, purpose_id: str, volumes: Sequence[CloneToMount], *, read_only: bool
-    ) -> list[MountedClone]:
-        request = clone_volumes_message(purpose_id, volumes, read_only=read_only)
-        with self._calling("MountClones"):
-            reply = await self._stub.MountClones(request, timeout=CLONES_TIMEOUT_SECONDS)
-        return [
-            MountedClone(m.role, m.volume, m.device, m.mount_point, m.source_mount_point)
-            for m in reply.mounts
-        ]
-
-    async def unmount_clones(self, purpose_id: str) -> list[str]:
-        with self._calling("UnmountClones"):
-            reply = await self._stub.UnmountClones(
-                agent_pb2.UnmountClonesRequest(purpose_id=purpose_id),
-                timeout=CLONES_TIMEOUT_SECONDS,
-            )
-        return list(reply.detached_volumes)
 
     async def stage_table(
         self,

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ringsnap.coordinator.clone_mounts import CloneToMount, MountedClone
+from ringsnap.coordinator.clone_mounts import CloneMounter
 from ringsnap.coordinator.ports import SSTable
 
 
@@ -35,19 +35,13 @@ class ImportedTable:
     method: str
 
 
-class TableNodePort(Protocol):
+class TableNodePort(CloneMounter, Protocol):
     """One node's agent, for a table restore. Every call raises `AgentError` naming the node."""
 
     @property
     def node(self) -> str: ...
 
     async def staging_space(self, restore_id: str) -> StagingSpace: ...
-
-    async def mount_clones(
-        self, purpose_id: str, volumes: Sequence[CloneToMount], *, read_only: bool
-    ) -> list[MountedClone]: ...
-
-    async def unmount_clones(self, purpose_id: str) -> list[str]: ...
 
     async def stage_table(
         self,
