@@ -139,6 +139,8 @@ class CloneRecord:
     wwn: str = ""
     #: The production mount point it stands for.
     source_mount_point: str = ""
+    #: The catalog's pending cleanup of this clone (0: none recorded, as in records before them).
+    cleanup_id: int = 0
     deleted: bool = False
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -14,6 +14,7 @@ from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.catalog.listing import MAX_PAGE_SIZE
 from ringsnap.coordinator.catalog_journal import CatalogJournalBase
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
+from ringsnap.coordinator.drill.cleanups import clone_cleanup
 from ringsnap.coordinator.ports import AgentPort, ArrayPort, SSTable
 from ringsnap.coordinator.s3_restore_agents import GrpcS3Restore, S3RestorePort
 from ringsnap.coordinator.s3_restore_plan import NodeExpectation, s3_plan_findings
@@ -21,6 +22,7 @@ from ringsnap.coordinator.table_restore.counts import DrilledCounts, newest_dril
 from ringsnap.coordinator.table_restore.cql import CqlTables
 from ringsnap.coordinator.table_restore.grpc_agents import GrpcTableNode
 from ringsnap.coordinator.table_restore.model import (
+    CloneRecord,
     TableRestoreRecord,
     TableRestoreRefused,
     TableRestoreRequest,
@@ -31,6 +33,7 @@ from ringsnap.coordinator.table_restore.ports import TableNodePort
 from ringsnap.coordinator.table_restore.workflow import Progress, TableRestoreWorkflow
 from ringsnap.plugins.middleware import AsyncDriver
 from ringsnap.plugins.registry import open_driver
+from ringsnap.plugins.types import Volume
 
 
 class CatalogTableJournal(CatalogJournalBase):
@@ -44,6 +47,36 @@ class CatalogTableJournal(CatalogJournalBase):
             self.catalog.list_drills, backup_id=backup_id, limit=MAX_PAGE_SIZE
         )
         return newest_drilled_counts(drills)
+
+    async def clones_made(
+        self, record: TableRestoreRecord, clones: Sequence[CloneRecord]
+    ) -> list[int]:
+        requests = [
+            clone_cleanup(
+                clone.array,
+                Volume(clone.clone, clone.clone_id),
+                f"clone of {clone.volume} made by table restore {record.id} of backup"
+                f" {record.backup_id} for node {clone.node}",
+                cluster=record.cluster,
+                # The node's agent mounts it under the restore's id: a retry unmounts it there.
+                purpose_id=record.id,
+                node=clone.node,
+            )
+            for clone in clones
+        ]
+        made = await asyncio.to_thread(self.catalog.add_cleanups, record.backup_id, requests)
+        ids = {c.snapshot_name: c.id for c in made}
+        return [ids[r.snapshot_name] for r in requests]
+
+    async def cleanup_pending(self, cleanup_id: int) -> bool:
+        pending = await asyncio.to_thread(self.catalog.pending_cleanups)
+        return any(c.id == cleanup_id for c in pending)
+
+    async def cleanup_done(self, cleanup_id: int) -> None:
+        await asyncio.to_thread(self.catalog.cleanup_done, cleanup_id)
+
+    async def cleanup_failed(self, cleanup_id: int, error: str) -> None:
+        await asyncio.to_thread(self.catalog.cleanup_failed, cleanup_id, error)
 
 
 @dataclass

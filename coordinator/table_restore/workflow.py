@@ -7,9 +7,11 @@ Safety, in one place:
 - the record is saved after every step, with each node's last step: a failed run says the exact
   next step and `resume` goes on from there (staging again skips what is there and right; a node
   that imported is never imported again);
-- clones never outlive a run: a run that fails before they are deleted unmounts and deletes them at
-  once; one the array would not delete stays in the record (`deleted = false`), and a resume or an
-  abort deletes it first;
+- clones never outlive a run: each is a pending cleanup of the catalog from the moment the array
+  made it (a coordinator killed mid-run leaves nothing only the record knows: the daemon's
+  retries unmount it on its node and delete it); a run that fails before they are deleted
+  unmounts and deletes them at once; one the array would not delete stays in the record
+  (`deleted = false`) and pending, and a resume or an abort deletes it first;
 - the staging is removed only after every import succeeded, or on an explicit `abort`.
 """
 
@@ -30,6 +32,7 @@ from ringsnap.coordinator.s3_restore_agents import S3RestorePort
 from ringsnap.coordinator.table_restore.counts import DrilledCounts
 from ringsnap.coordinator.table_restore.from_s3 import stage_from_s3
 from ringsnap.coordinator.table_restore.model import (
+    CloneRecord,
     Step,
     TableRestoreFailed,
     TableRestoreRecord,
@@ -61,6 +64,19 @@ class TableRestoreJournal(Protocol):
     async def drilled_counts(self, backup_id: str) -> Mapping[str, DrilledCounts]:
         """Node → the newest proven drill's row counts of the backup (nodes never drilled absent)."""
         ...
+
+    async def clones_made(
+        self, record: TableRestoreRecord, clones: Sequence[CloneRecord]
+    ) -> list[int]:
+        """Record each clone as a pending cleanup (unmounted on its node under the restore's id,
+        then deleted); their ids, in order."""
+        ...
+
+    async def cleanup_pending(self, cleanup_id: int) -> bool: ...
+
+    async def cleanup_done(self, cleanup_id: int) -> None: ...
+
+    async def cleanup_failed(self, cleanup_id: int, error: str) -> None: ...
 
 
 def _quiet(node: str, step: str, message: str) -> None:
@@ -199,7 +215,8 @@ class TableRestoreWorkflow:
         await self._save(
             step=Step.PLANNED,
             clones=tuple(
-                replace(c, clone="", clone_id="", deleted=False) for c in self._record.clones
+                replace(c, clone="", clone_id="", cleanup_id=0, deleted=False)
+                for c in self._record.clones
             ),
             nodes=tuple(
                 replace(n, step=min(n.step, Step.STAGE, key=step_index)) for n in self._record.nodes
@@ -251,13 +268,23 @@ class TableRestoreWorkflow:
                 failures.append(f"array {array}: clone failed: {result}")
             else:
                 made.update({(array, name): volume for name, volume in result.items()})
-        clones = tuple(
-            replace(c, clone=made[(c.array, c.volume)].name, clone_id=made[(c.array, c.volume)].id)
-            if (c.array, c.volume) in made
-            else c
+        named = {
+            (c.array, c.volume): replace(
+                c, clone=made[(c.array, c.volume)].name, clone_id=made[(c.array, c.volume)].id
+            )
             for c in self._record.clones
+            if (c.array, c.volume) in made
+        }
+        # Pending cleanups before anything uses them: a coordinator killed from here on leaves
+        # them to the daemon's retries, not only to this record.
+        ids = await self.journal.clones_made(self._record, list(named.values()))
+        recorded = {
+            key: replace(clone, cleanup_id=cleanup_id)
+            for (key, clone), cleanup_id in zip(named.items(), ids, strict=True)
+        }
+        await self._save(
+            clones=tuple(recorded.get((c.array, c.volume), c) for c in self._record.clones)
         )
-        await self._save(clones=clones)
         if failures:
             raise TableRestoreFailed("; ".join(failures))
 
@@ -345,6 +372,10 @@ class TableRestoreWorkflow:
         for clone in self._record.clones:
             if not clone.clone or clone.deleted:
                 continue
+            if clone.cleanup_id and not await self.journal.cleanup_pending(clone.cleanup_id):
+                # The coordinator's pending-cleanup retries deleted it meanwhile.
+                await self._clone_deleted(clone)
+                continue
             try:
                 await asyncio.wait_for(
                     self.arrays[clone.array].delete_clone(Volume(clone.clone, clone.clone_id)),
@@ -352,15 +383,22 @@ class TableRestoreWorkflow:
                 )
             except Exception as exc:
                 failures.append(f"array {clone.array}: clone {clone.clone} not deleted: {exc}")
+                if clone.cleanup_id:
+                    await self.journal.cleanup_failed(clone.cleanup_id, str(exc))
                 continue
+            if clone.cleanup_id:
+                await self.journal.cleanup_done(clone.cleanup_id)
             self.progress("", "delete-clones", f"{clone.array}:{clone.clone}")
-            await self._save(
-                clones=tuple(
-                    replace(c, deleted=True) if c == clone else c for c in self._record.clones
-                )
-            )
+            await self._clone_deleted(clone)
         if failures:
-            raise TableRestoreFailed("; ".join(failures))
+            raise TableRestoreFailed(
+                "; ".join(failures) + " (they stay pending cleanups, retried by the coordinator)"
+            )
+
+    async def _clone_deleted(self, clone: CloneRecord) -> None:
+        await self._save(
+            clones=tuple(replace(c, deleted=True) if c == clone else c for c in self._record.clones)
+        )
 
     async def _recreate_schema(self) -> None:
         ran: list[str] = list(self._record.schema_statements)

@@ -10,7 +10,11 @@ from dataclasses import replace
 
 from ringsnap.coordinator.ports import SSTable, SSTableComponent
 from ringsnap.coordinator.table_restore.counts import DrilledCounts
-from ringsnap.coordinator.table_restore.model import TableRestoreRecord, TableRestoreRequest
+from ringsnap.coordinator.table_restore.model import (
+    CloneRecord,
+    TableRestoreRecord,
+    TableRestoreRequest,
+)
 from ringsnap.coordinator.table_restore.plan import TableRestorePlan, plan_table_restore
 from ringsnap.coordinator.table_restore.ports import (
     ImportedTable,
@@ -134,6 +138,10 @@ class Journal:
     def __init__(self, manifest: dict[str, list[SSTable]]) -> None:
         self.saved: list[TableRestoreRecord] = []
         self.manifests = manifest
+        #: The catalog's pending cleanups of clones: id -> "node:array:clone".
+        self.pending_cleanups: dict[int, str] = {}
+        self.cleanup_errors: dict[int, str] = {}
+        self.next_cleanup_id = 0
         #: Every node drilled, with the rows the fake ring answers by default.
         self.drilled: dict[str, DrilledCounts] = {
             n: DrilledCounts("dr-20261124-020000-0001", {"shop.orders": 1000}) for n in NODES
@@ -147,6 +155,27 @@ class Journal:
 
     async def drilled_counts(self, backup_id: str) -> Mapping[str, DrilledCounts]:
         return self.drilled
+
+    async def clones_made(
+        self, record: TableRestoreRecord, clones: Sequence[CloneRecord]
+    ) -> list[int]:
+        ids = []
+        for clone in clones:
+            self.next_cleanup_id += 1
+            self.pending_cleanups[self.next_cleanup_id] = (
+                f"{clone.node}:{clone.array}:{clone.clone}"
+            )
+            ids.append(self.next_cleanup_id)
+        return ids
+
+    async def cleanup_pending(self, cleanup_id: int) -> bool:
+        return cleanup_id in self.pending_cleanups
+
+    async def cleanup_done(self, cleanup_id: int) -> None:
+        self.pending_cleanups.pop(cleanup_id)
+
+    async def cleanup_failed(self, cleanup_id: int, error: str) -> None:
+        self.cleanup_errors[cleanup_id] = error
 
 
 class World:

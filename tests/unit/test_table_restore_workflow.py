@@ -278,3 +278,43 @@ def test_a_table_created_by_someone_else_meanwhile_stops_the_run_before_any_impo
     with pytest.raises(TableRestoreFailed, match="was created again"):
         world.run(plan.record)
     assert not any(":import:" in e for e in world.events)
+
+
+def test_every_clone_is_a_pending_cleanup_from_its_making_until_its_deletion() -> None:
+    world = World()
+    record = world.run(world.plan().record)
+
+    assert record.state is TableRestoreState.SUCCEEDED, record.error
+    cloned = next(r for r in world.journal.saved if any(c.clone for c in r.clones))
+    # The first record that names the clones already carries their cleanups.
+    assert all(c.cleanup_id for c in cloned.clones)
+    assert world.journal.next_cleanup_id == 3
+    assert world.journal.pending_cleanups == {}, "a deleted clone is still a pending cleanup"
+
+
+def test_a_clone_left_after_a_failure_stays_pending_and_one_the_daemon_deleted_is_not_deleted_again() -> (
+    None
+):
+    world = World()
+    world.agents["node1"].fail["mount"] = RuntimeError("attach hook failed")
+    world.array.fail_delete = 2  # the failure's clean-up cannot delete two of them
+
+    with pytest.raises(TableRestoreFailed) as failed:
+        world.run(world.plan().record)
+
+    record = failed.value.record
+    assert record is not None
+    left = [c for c in record.clones if c.clone and not c.deleted]
+    assert sorted(world.journal.pending_cleanups) == sorted(c.cleanup_id for c in left)
+    assert all("array busy" in world.journal.cleanup_errors[c.cleanup_id] for c in left)
+
+    # The daemon's retry deleted one of them before the operator resumed.
+    by_daemon = left[0]
+    world.journal.pending_cleanups.pop(by_daemon.cleanup_id)
+    world.events.clear()
+    done = world.run(record)
+
+    assert done.state is TableRestoreState.SUCCEEDED
+    assert f"array:delete:{by_daemon.clone}" not in world.events
+    assert f"array:delete:{left[1].clone}" in world.events
+    assert all(c.deleted for c in done.clones)
