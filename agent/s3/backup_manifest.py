@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
+from ringsnap.agent.s3.framed_lines import body_records
 from ringsnap.agent.s3.layout import ComponentKey, Layout
 from ringsnap.errors import ValidationError
 
@@ -82,37 +83,22 @@ def read_entries(
         return ValidationError(f"manifest object {name!r}: {why}; refused")
 
     count = total = 0
-    header_seen = ended = False
+
+    def closing_matches(record: dict[str, Any]) -> bool:
+        return (record.get("components"), record.get("bytes")) == (count, total)
+
     with gzip.GzipFile(fileobj=source, mode="rb") as unzipped:
-        for number, raw in _lines(unzipped, refuse):
-            try:
-                record = json.loads(raw)
-            except ValueError:
-                raise refuse(f"line {number} is not JSON") from None
-            if not isinstance(record, dict):
-                raise refuse(f"line {number} is not an object")
-            if ended:
-                raise refuse(f"line {number} follows the closing line")
-            if not header_seen:
-                if (record.get("format"), record.get("backup_id"), record.get("node")) != (
-                    FORMAT,
-                    backup_id,
-                    node,
-                ):
-                    raise refuse(f"header does not name {FORMAT}, backup {backup_id}, node {node}")
-                header_seen = True
-                continue
-            if record.get("end") is True:
-                if (record.get("components"), record.get("bytes")) != (count, total):
-                    raise refuse("the closing line does not match the entries")
-                ended = True
-                continue
+        records = body_records(
+            _lines(unzipped, refuse),
+            refuse,
+            header=(FORMAT, backup_id, node),
+            closing_matches=closing_matches,
+        )
+        for number, record in records:
             entry = _entry(record, layout, node, roots, refuse=refuse, number=number)
             count += 1
             total += entry.size_bytes
             yield entry
-    if not ended:
-        raise refuse("no closing line (truncated)")
 
 
 def _lines(unzipped: gzip.GzipFile, refuse: Any) -> Iterator[tuple[int, str]]:

@@ -47,6 +47,7 @@ from typing import IO, Any
 from ringsnap.agent.s3.client import S3Client
 from ringsnap.agent.s3.download import PARTIAL_SUFFIX, DownloadRefused
 from ringsnap.agent.s3.export import ExportCancelled, ExportFailed
+from ringsnap.agent.s3.framed_lines import body_records
 from ringsnap.agent.s3.layout import SEGMENT_NAME, Layout, node_name
 from ringsnap.agent.s3.progress import Reporter, Tracker
 from ringsnap.agent.s3.settings import S3Settings
@@ -308,36 +309,21 @@ def read_commitlog_object(
     if not complete:
         raise refuse("not gzip'd UTF-8 text (truncated or followed by other bytes)")
     segments: list[Segment] = []
-    header_seen = ended = False
-    for number, raw in enumerate(io.StringIO(text), start=1):
-        try:
-            record = json.loads(raw)
-        except ValueError:
-            raise refuse(f"line {number} is not JSON") from None
-        if not isinstance(record, dict):
-            raise refuse(f"line {number} is not an object")
-        if ended:
-            raise refuse(f"line {number} follows the closing line")
-        if not header_seen:
-            if (record.get("format"), record.get("backup_id"), record.get("node")) != (
-                FORMAT,
-                backup_id,
-                node,
-            ):
-                raise refuse(f"header does not name {FORMAT}, backup {backup_id}, node {node}")
-            header_seen = True
-            continue
-        if record.get("end") is True:
-            expected = (len(segments), sum(s.size_bytes for s in segments))
-            if (record.get("segments"), record.get("bytes")) != expected:
-                raise refuse("the closing line does not match the entries")
-            ended = True
-            continue
+
+    def closing_matches(record: dict[str, Any]) -> bool:
+        expected = (len(segments), sum(s.size_bytes for s in segments))
+        return (record.get("segments"), record.get("bytes")) == expected
+
+    records = body_records(
+        enumerate(io.StringIO(text), start=1),
+        refuse,
+        header=(FORMAT, backup_id, node),
+        closing_matches=closing_matches,
+    )
+    for number, record in records:
         segments.append(
             _segment(record, layout, backup_id=backup_id, node=node, refuse=refuse, number=number)
         )
-    if not ended:
-        raise refuse("no closing line (truncated)")
     if len({s.name for s in segments}) != len(segments):
         raise refuse("a segment is listed twice")
     return segments
