@@ -11,12 +11,14 @@ import collections
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+from hypothesis import given
 
-from tests.fuzz.protofuzz import Answer, Rpc, field_words
+from tests.fuzz.protofuzz import Answer, Rpc, field_words, fuzz_settings, requests
 
 REFUSALS = frozenset(
     {
@@ -90,3 +92,19 @@ class Tally:
                     "codes": dict(counter),
                 }
                 out.write(json.dumps(row) + "\n")
+
+
+def fuzz_rpc(rpc: Rpc, check_case: Callable[[bytes], None], tally: Tally) -> None:
+    """Hypothesis' hostile requests of `rpc`, each through `check_case` (which asserts), timed in
+    the tally whether they pass or not."""
+    started = time.monotonic()
+
+    @fuzz_settings()
+    @given(payload=requests(rpc))
+    def case(payload: bytes) -> None:
+        check_case(payload)
+
+    try:
+        case()
+    finally:
+        tally.timed(rpc, started)

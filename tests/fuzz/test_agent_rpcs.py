@@ -11,18 +11,17 @@ land) against the real agent server over mTLS, with hostile requests:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
+from functools import partial
 
 import grpc
 import pytest
-from hypothesis import given
 
 from ringsnap.agent.server import AgentServicer
 from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc
 from tests.fuzz.agent_rig import AgentRig, running_agent, tree
-from tests.fuzz.oracle import Tally, problems_with
-from tests.fuzz.protofuzz import Rpc, call, fuzz_settings, requests, rpcs
+from tests.fuzz.oracle import Tally, fuzz_rpc, problems_with
+from tests.fuzz.protofuzz import Rpc, call, rpcs
 
 SERVICE = agent_pb2.DESCRIPTOR.services_by_name["AgentService"]
 RPCS = rpcs(SERVICE)
@@ -79,17 +78,7 @@ def check_case(
 def test_a_hostile_request_is_refused_precisely_and_changes_nothing(
     rig: AgentRig, rpc: Rpc
 ) -> None:
-    started = time.monotonic()
-
-    @fuzz_settings()
-    @given(payload=requests(rpc))
-    def case(payload: bytes) -> None:
-        check_case(rig, rpc, payload)
-
-    try:
-        case()
-    finally:
-        TALLY.timed(rpc, started)
+    fuzz_rpc(rpc, partial(check_case, rig, rpc), TALLY)
 
 
 def test_every_rpc_of_the_service_is_fuzzed() -> None:

@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from functools import partial
 
 import grpc
 import pytest
-from hypothesis import given
 
 from ringsnap.api.v1 import coordinator_pb2, coordinator_pb2_grpc
 from ringsnap.coordinator.server import CoordinatorServicer
 from tests.fuzz.coordinator_rig import CoordinatorRig, State, running_coordinator
-from tests.fuzz.oracle import Tally, problems_with
-from tests.fuzz.protofuzz import Rpc, call, fuzz_settings, requests, rpcs
+from tests.fuzz.oracle import Tally, fuzz_rpc, problems_with
+from tests.fuzz.protofuzz import Rpc, call, rpcs
 
 SERVICE = coordinator_pb2.DESCRIPTOR.services_by_name["CoordinatorService"]
 RPCS = rpcs(SERVICE)
@@ -59,17 +59,7 @@ def check_case(rig: CoordinatorRig, rpc: Rpc, payload: bytes, before: State | No
 def test_a_hostile_request_is_refused_precisely_and_changes_nothing(
     rig: CoordinatorRig, rpc: Rpc
 ) -> None:
-    started = time.monotonic()
-
-    @fuzz_settings()
-    @given(payload=requests(rpc))
-    def case(payload: bytes) -> None:
-        check_case(rig, rpc, payload)
-
-    try:
-        case()
-    finally:
-        TALLY.timed(rpc, started)
+    fuzz_rpc(rpc, partial(check_case, rig, rpc), TALLY)
 
 
 def test_every_rpc_of_the_service_is_fuzzed() -> None:
