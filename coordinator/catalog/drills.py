@@ -7,22 +7,18 @@ The per-node records, clones and warnings are JSON columns, validated when read:
 hand into something unreadable shows up in the drill's warnings, it never fails a read.
 """
 
-# S608: every query is assembled from constant fragments and "?" placeholders; values are bound.
-# ruff: noqa: S608
-
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TypeVar
 
 from ringsnap.coordinator.catalog.codec import CodecError
-from ringsnap.coordinator.catalog.columns import EPOCH, from_us, now, placeholders, to_us
+from ringsnap.coordinator.catalog.columns import EPOCH, from_us, now, to_us
 from ringsnap.coordinator.catalog.database import Database
 from ringsnap.coordinator.catalog.errors import CatalogError
 from ringsnap.coordinator.catalog.listing import MAX_PAGE_SIZE
-from ringsnap.coordinator.catalog.records import save_owned
+from ringsnap.coordinator.catalog.records import JsonColumns, RecordRows
 from ringsnap.coordinator.catalog.restore_codec import (
     decode_sentences,
     dumps,
@@ -40,9 +36,6 @@ from ringsnap.coordinator.drill.model import (
     DrillStep,
     DrillVerdict,
 )
-from ringsnap.logs import get_logger
-
-log = get_logger(__name__)
 
 _FIELDS = (
     "id",
@@ -58,8 +51,6 @@ _FIELDS = (
     "clones",
     "warnings",
 )
-_COLUMNS = ", ".join(_FIELDS)
-_QUOTED = 200
 #: The catalog migration that made the drills table.
 _DRILLS_VERSION = 5
 
@@ -82,32 +73,26 @@ class DrillStore(Database):
         # A catalog opened with fewer migrations (tests of older versions) has no drills table.
         if not self._exclusive or self.schema_version < _DRILLS_VERSION:
             return
-        found = conn.execute(
-            "UPDATE drills SET state = 'interrupted', finished_us = ?,"
-            " error = 'the coordinator stopped during the drill'"
-            " WHERE state = 'running' RETURNING id",
+        self._drills_interrupted_at_open = _ROWS.mark_interrupted(
+            conn,
+            ", finished_us = ?, error = 'the coordinator stopped during the drill'",
             (to_us(now()),),
-        ).fetchall()
-        self._drills_interrupted_at_open = frozenset(row["id"] for row in found)
-        if found:
-            log.warning(
-                "drills interrupted by a previous coordinator",
-                drill_ids=sorted(self._drills_interrupted_at_open),
-            )
+        )
 
     def save_drill(self, record: DrillRecord) -> None:
         """Insert the drill, or replace the whole record of the same id, in one transaction. An id
         already used by a drill of another cluster or backup is refused."""
         if not DRILL_ID.fullmatch(record.id):
             raise ValueError(f"invalid drill id {record.id!r} (expected dr-YYYYMMDD-HHMMSS-xxxx)")
-        for value, what in (
-            (record.cluster, "its cluster"),
-            (record.backup_id, "its backup"),
-            (record.trigger, "its trigger"),
-            (record.requested_by, "who asked for it"),
-        ):
-            if not value:
-                raise ValueError(f"drill {record.id}: the record needs {what}")
+        _ROWS.require(
+            record.id,
+            (
+                (record.cluster, "its cluster"),
+                (record.backup_id, "its backup"),
+                (record.trigger, "its trigger"),
+                (record.requested_by, "who asked for it"),
+            ),
+        )
         names = [n.name for n in record.nodes]
         if len(set(names)) != len(names) or not all(names):
             raise ValueError(f"drill {record.id}: a node is unnamed or listed twice")
@@ -131,16 +116,11 @@ class DrillStore(Database):
             dumps(list(record.warnings)),
         )
         with self._tx(write=True) as conn:
-            save_owned(conn, table="drills", kind="drill", fields=_FIELDS, values=values)
+            _ROWS.save(conn, values)
 
     def get_drill(self, drill_id: str) -> DrillRecord:
         with self._tx(write=False) as conn:
-            row = conn.execute(
-                f"SELECT {_COLUMNS} FROM drills WHERE id = ?", (drill_id,)
-            ).fetchone()
-        if row is None:
-            raise DrillNotFoundError(drill_id)
-        return _record(row)
+            return _ROWS.get(conn, drill_id)
 
     def list_drills(
         self, cluster: str | None = None, *, backup_id: str | None = None, limit: int = 50
@@ -156,14 +136,8 @@ class DrillStore(Database):
         if backup_id:
             where.append("backup_id = ?")
             params.append(backup_id)
-        query = (
-            f"SELECT {_COLUMNS} FROM drills"
-            + (f" WHERE {' AND '.join(where)}" if where else "")
-            + " ORDER BY started_us DESC, id DESC LIMIT ?"
-        )
         with self._tx(write=False) as conn:
-            rows = conn.execute(query, [*params, min(limit, MAX_PAGE_SIZE)]).fetchall()
-        return [_record(row) for row in rows]
+            return _ROWS.newest(conn, where, params, limit=min(limit, MAX_PAGE_SIZE))
 
     def latest_drill(self, cluster: str) -> DrillRecord | None:
         found = self.list_drills(cluster, limit=1)
@@ -176,12 +150,7 @@ class DrillStore(Database):
         if not ids:
             return []
         with self._tx(write=False) as conn:
-            rows = conn.execute(
-                f"SELECT {_COLUMNS} FROM drills WHERE id IN ({placeholders(len(ids))})"
-                " ORDER BY started_us, id",
-                ids,
-            ).fetchall()
-        return [_record(row) for row in rows]
+            return _ROWS.of_ids(conn, ids)
 
 
 # -- the JSON columns ------------------------------------------------------------------------------
@@ -329,21 +298,11 @@ def decode_clones(stored: object) -> tuple[tuple[str, DrillClone], ...]:
 
 
 def _record(row: sqlite3.Row) -> DrillRecord:
-    problems: list[str] = []
-
-    def column(name: str, decode: Callable[[object], tuple[T, ...]]) -> tuple[T, ...]:
-        try:
-            return decode(row[name])
-        except CodecError as exc:
-            quoted = repr(row[name])
-            if len(quoted) > _QUOTED:
-                quoted = quoted[:_QUOTED] + "..."
-            problems.append(f"unreadable {name} in the catalog ({exc}): {quoted}")
-            return ()
-
-    nodes = column("nodes", decode_nodes)
-    clones = column("clones", decode_clones)
-    warnings = column("warnings", decode_sentences)
+    columns = JsonColumns(row)
+    problems = columns.problems
+    nodes = columns.read("nodes", decode_nodes)
+    clones = columns.read("clones", decode_clones)
+    warnings = columns.read("warnings", decode_sentences)
     by_node: dict[str, list[DrillClone]] = {}
     for node_name, clone in clones:
         by_node.setdefault(node_name, []).append(clone)
@@ -363,3 +322,6 @@ def _record(row: sqlite3.Row) -> DrillRecord:
         nodes=tuple(replace(n, clones=tuple(by_node.get(n.name, ()))) for n in nodes),
         warnings=(*warnings, *problems),
     )
+
+
+_ROWS = RecordRows("drills", "drill", _FIELDS, _record, DrillNotFoundError)

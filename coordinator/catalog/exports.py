@@ -6,12 +6,11 @@ and skipped, errors), one JSON document saved after every step so that a failed 
 
 from __future__ import annotations
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 
-from ringsnap.coordinator.catalog.columns import to_us
 from ringsnap.coordinator.catalog.database import Database
+from ringsnap.coordinator.catalog.documents import document_columns, newest_keys, read_document
 from ringsnap.coordinator.catalog.errors import CatalogError
-from ringsnap.coordinator.catalog.listing import MAX_PAGE_SIZE
 from ringsnap.coordinator.export.model import ExportRecord
 from ringsnap.names import backup_id as valid_backup_id
 
@@ -28,14 +27,7 @@ class ExportStore(Database):
     def save_export(self, record: ExportRecord) -> None:
         """Insert the backup's export record, or replace it (one per backup: the newest run)."""
         valid_backup_id(record.backup_id)
-        values = (
-            record.backup_id,
-            record.cluster,
-            record.state.value,
-            to_us(record.started_at),
-            to_us(record.finished_at) if record.finished_at is not None else None,
-            _RECORD.dump_json(record).decode(),
-        )
+        values = (record.backup_id, record.cluster, *document_columns(record, _RECORD))
         with self._tx(write=True) as conn:
             saved = conn.execute(
                 "INSERT INTO exports (backup_id, cluster, state, started_us, finished_us, document)"
@@ -57,13 +49,7 @@ class ExportStore(Database):
             ).fetchone()
         if row is None:
             return None
-        try:
-            return _RECORD.validate_json(row["document"])
-        except ValidationError as exc:
-            raise CatalogError(
-                f"export of backup {backup_id}: its record is unreadable ({exc.error_count()}"
-                f" problems, first: {exc.errors()[0]['msg']})"
-            ) from None
+        return read_document(_RECORD, row["document"], f"export of backup {backup_id}")
 
     def get_export(self, backup_id: str) -> ExportRecord:
         record = self.find_export(backup_id)
@@ -73,18 +59,8 @@ class ExportStore(Database):
 
     def list_exports(self, cluster: str | None = None, *, limit: int = 50) -> list[ExportRecord]:
         """The newest `limit` (at most MAX_PAGE_SIZE) export records, of `cluster` or all."""
-        if limit < 1:
-            raise ValueError("limit must be 1 or more")
-        where = "WHERE cluster = ?" if cluster else ""
-        params: tuple[object, ...] = (cluster,) if cluster else ()
         with self._tx(write=False) as conn:
-            ids = [
-                row["backup_id"]
-                for row in conn.execute(
-                    f"SELECT backup_id FROM exports {where} ORDER BY started_us DESC LIMIT ?",
-                    (*params, min(limit, MAX_PAGE_SIZE)),
-                )
-            ]
+            ids = newest_keys(conn, "exports", "backup_id", cluster, limit)
         return [self.get_export(i) for i in ids]
 
     def exported_backups(self, backup_ids: list[str]) -> set[str]:

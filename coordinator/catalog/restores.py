@@ -6,27 +6,19 @@ The per-node records and other lists are JSON columns (see `restore_codec`). A c
 into something unreadable is shown as a warning of its restore, never failing a read of the others.
 """
 
-# S608: every query is assembled from constant fragments and "?" placeholders; values are bound.
-# ruff: noqa: S608
-
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from ringsnap import names
 from ringsnap.coordinator.catalog import restore_codec as rcodec
-from ringsnap.coordinator.catalog.codec import CodecError
 from ringsnap.coordinator.catalog.columns import EPOCH, from_us, placeholders, to_us
 from ringsnap.coordinator.catalog.database import Database
 from ringsnap.coordinator.catalog.errors import RestoreNotFoundError
 from ringsnap.coordinator.catalog.listing import MAX_PAGE_SIZE
-from ringsnap.coordinator.catalog.records import save_owned
+from ringsnap.coordinator.catalog.records import JsonColumns, RecordRows
 from ringsnap.coordinator.model import RestoreMode, RestoreRecord, RestoreState
-from ringsnap.logs import get_logger
-
-log = get_logger(__name__)
 
 _FIELDS = (
     "id",
@@ -45,13 +37,8 @@ _FIELDS = (
     "clones",
     "timings",
 )
-_COLUMNS = ", ".join(_FIELDS)
 #: Not finished: such a restore may have left nodes stopped.
 OPEN_STATES = (RestoreState.RUNNING, RestoreState.FAILED, RestoreState.INTERRUPTED)
-#: How much of an unreadable column a warning quotes.
-_QUOTED = 200
-
-T = TypeVar("T")
 
 
 class RestoreStore(Database):
@@ -61,16 +48,7 @@ class RestoreStore(Database):
         super()._opened(conn)
         if not self._exclusive:
             return
-        # This coordinator owns the catalog: nothing it has not started yet can be running.
-        found = conn.execute(
-            "UPDATE restores SET state = 'interrupted' WHERE state = 'running' RETURNING id"
-        ).fetchall()
-        self._interrupted_at_open = frozenset(row["id"] for row in found)
-        if found:
-            log.warning(
-                "restores interrupted by a previous coordinator",
-                restore_ids=sorted(self._interrupted_at_open),
-            )
+        self._interrupted_at_open = _ROWS.mark_interrupted(conn)
 
     def save_restore(self, record: RestoreRecord) -> None:
         """Insert the restore, or replace the whole record of the same id, in one transaction.
@@ -78,13 +56,14 @@ class RestoreStore(Database):
         An id already used by a restore of another cluster or backup is refused.
         """
         names.snapshot_tag(record.id)
-        for value, what in (
-            (record.cluster, "its cluster"),
-            (record.backup_id, "its backup"),
-            (record.requested_by, "who asked for it"),
-        ):
-            if not value:
-                raise ValueError(f"restore {record.id}: the record needs {what}")
+        _ROWS.require(
+            record.id,
+            (
+                (record.cluster, "its cluster"),
+                (record.backup_id, "its backup"),
+                (record.requested_by, "who asked for it"),
+            ),
+        )
         seen: set[str] = set()
         for node in record.nodes:
             if not node.name or node.name in seen:
@@ -108,23 +87,19 @@ class RestoreStore(Database):
             rcodec.encode_timings(record.timings),
         )
         with self._tx(write=True) as conn:
-            save_owned(conn, table="restores", kind="restore", fields=_FIELDS, values=values)
+            _ROWS.save(conn, values)
 
     def get_restore(self, restore_id: str) -> RestoreRecord:
         with self._tx(write=False) as conn:
-            row = conn.execute(
-                f"SELECT {_COLUMNS} FROM restores WHERE id = ?", (restore_id,)
-            ).fetchone()
-        if row is None:
-            raise RestoreNotFoundError(restore_id)
-        return _record(row)
+            return _ROWS.get(conn, restore_id)
 
     def list_restores(self, cluster: str | None = None, *, limit: int = 50) -> list[RestoreRecord]:
         """The newest `limit` restores (at most MAX_PAGE_SIZE), of `cluster` or all, newest first."""
         if limit < 1:
             raise ValueError("limit must be 1 or more")
         where, params = _of_cluster(cluster)
-        return self._select(where, [*params, min(limit, MAX_PAGE_SIZE)], limited=True)
+        with self._tx(write=False) as conn:
+            return _ROWS.newest(conn, where, params, limit=min(limit, MAX_PAGE_SIZE))
 
     def open_restores(self, cluster: str | None = None) -> list[RestoreRecord]:
         """Restores not finished (running, failed or interrupted), newest first: they may have left
@@ -132,7 +107,8 @@ class RestoreStore(Database):
         where, params = _of_cluster(cluster)
         states = [state.value for state in OPEN_STATES]
         where.append(f"state IN ({placeholders(len(states))})")
-        return self._select(where, [*params, *states])
+        with self._tx(write=False) as conn:
+            return _ROWS.newest(conn, where, [*params, *states])
 
     def interrupted_restores(self) -> list[RestoreRecord]:
         """The restores that were running when this coordinator opened the catalog, marked
@@ -140,28 +116,10 @@ class RestoreStore(Database):
         self._require_owner("interrupted restores")
         if not self._interrupted_at_open:
             return []
-        ids = sorted(self._interrupted_at_open)
         with self._tx(write=False) as conn:
-            rows = conn.execute(
-                f"SELECT {_COLUMNS} FROM restores"
-                f" WHERE id IN ({placeholders(len(ids))}) AND state = 'interrupted'"
-                " ORDER BY started_us, id",
-                ids,
-            ).fetchall()
-        return [_record(row) for row in rows]
-
-    def _select(
-        self, where: list[str], params: list[Any], *, limited: bool = False
-    ) -> list[RestoreRecord]:
-        query = (
-            f"SELECT {_COLUMNS} FROM restores"
-            + (f" WHERE {' AND '.join(where)}" if where else "")
-            + " ORDER BY started_us DESC, id DESC"
-            + (" LIMIT ?" if limited else "")
-        )
-        with self._tx(write=False) as conn:
-            rows = conn.execute(query, params).fetchall()
-        return [_record(row) for row in rows]
+            return _ROWS.of_ids(
+                conn, sorted(self._interrupted_at_open), also="state = 'interrupted'"
+            )
 
 
 def _of_cluster(cluster: str | None) -> tuple[list[str], list[Any]]:
@@ -169,23 +127,12 @@ def _of_cluster(cluster: str | None) -> tuple[list[str], list[Any]]:
 
 
 def _record(row: sqlite3.Row) -> RestoreRecord:
-    problems: list[str] = []
-
-    def column(name: str, decode: Callable[[object], tuple[T, ...]]) -> tuple[T, ...]:
-        try:
-            return decode(row[name])
-        except CodecError as exc:
-            quoted = repr(row[name])
-            if len(quoted) > _QUOTED:
-                quoted = quoted[:_QUOTED] + "..."
-            problems.append(f"unreadable {name.replace('_', ' ')} in the catalog ({exc}): {quoted}")
-            return ()
-
-    nodes = column("nodes", rcodec.decode_nodes)
-    warnings = column("warnings", rcodec.decode_sentences)
-    arrays_done = column("arrays_done", rcodec.decode_pairs)
-    clones = column("clones", rcodec.decode_triples)
-    timings = column("timings", rcodec.decode_timings)
+    columns = JsonColumns(row)
+    nodes = columns.read("nodes", rcodec.decode_nodes)
+    warnings = columns.read("warnings", rcodec.decode_sentences)
+    arrays_done = columns.read("arrays_done", rcodec.decode_pairs)
+    clones = columns.read("clones", rcodec.decode_triples)
+    timings = columns.read("timings", rcodec.decode_timings)
     return RestoreRecord(
         id=row["id"],
         cluster=row["cluster"],
@@ -198,8 +145,11 @@ def _record(row: sqlite3.Row) -> RestoreRecord:
         state=RestoreState(row["state"]),
         finished_at=from_us(row["finished_us"]),
         error=row["error"],
-        warnings=(*warnings, *problems),
+        warnings=(*warnings, *columns.problems),
         arrays_done=arrays_done,
         clones=clones,
         timings=timings,
     )
+
+
+_ROWS = RecordRows("restores", "restore", _FIELDS, _record, RestoreNotFoundError)
