@@ -474,6 +474,11 @@ class SandboxCluster:
                     f" see `docker logs {node.container_name}`"
                 )
 
+    def wait_for_session(self, *, timeout: float = 120) -> None:
+        """Wait until the open driver session sees every node up again: after a restore restarted
+        the ring, the nodes answer CQL before the session has reconnected to them."""
+        self._wait_for_driver({n.address for n in self._nodes}, time.monotonic() + timeout, timeout)
+
     def _wait_for_driver(self, addresses: set[str], deadline: float, timeout: float) -> None:
         """An open driver session reconnects by itself; wait until it sees `addresses` up."""
         driver = self._driver

@@ -122,6 +122,7 @@ def restore_and_prove(
     record = asyncio.run(run())
     print_report(record)
     cluster.refresh()
+    cluster.wait_for_session()  # the restore restarted the ring: the session reconnects first
     good, junk = _count(cluster.session(), keyspace, table)
     out.print(
         f"after the restore, read at consistency ALL: {good} good rows, {junk} junk rows"

@@ -168,6 +168,9 @@ def coordinator_data(
                 "name": CLUSTER_NAME,
                 "contact_points": cluster.addresses,
                 "nodes": nodes,
+                # Every sandbox node is in Cassandra's seed list: a restore starts them together
+                # (one seed started alone waits out its shadow round for the others, ~30 s).
+                "seeds": [node.name for node in cluster.nodes],
                 **cluster_settings,
             }
         ],

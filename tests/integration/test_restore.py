@@ -135,6 +135,7 @@ class AckedWriter:
 
 def _ids_at_all(cluster: SandboxCluster) -> set[int]:
     session = cluster.session()
+    cluster.wait_for_session()  # a restore restarted the ring: the session reconnects first
     statement = SimpleStatement(
         f"SELECT id FROM {KEYSPACE}.rows", consistency_level=ConsistencyLevel.ALL, fetch_size=5000
     )
