@@ -95,18 +95,20 @@ class ProcessAgent:
         self._process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> ProcessAgent:
-        self._process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "ringsnap.agent.main",
-                "serve",
-                "--config",
-                str(self._config_file),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        # Its journal beside its config: read when a test fails, searched by the secrets check.
+        with self._config_file.with_suffix(".log").open("ab") as log:
+            self._process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "ringsnap.agent.main",
+                    "serve",
+                    "--config",
+                    str(self._config_file),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         host, port = self.address.split(":")
         deadline = time.monotonic() + 60
         while True:

@@ -13,7 +13,10 @@ sandbox simulators' login.
 What is searched (`LeakCheck`, one per test): pytest's captured stdout/stderr (structlog's console
 and JSON lines go there) and log records of the setup and call phases, every Python logging record
 at any level, the output of every typer/click CliRunner invocation, the failure message of the test,
-and the files handed to `LeakCheck.watch` (the sandbox's service logs, a test's coordinator log).
+the output of ringsnap's own commands that a test runs as processes and reads back
+(`subprocess.run(..., capture_output=True)`, `Popen.communicate`), and the files handed to
+`LeakCheck.watch` (the sandbox's service logs, the logs of the agents and coordinators a test starts
+as processes under its tmp_path).
 """
 
 from __future__ import annotations
@@ -221,6 +224,7 @@ def install_sources() -> None:
     _wrap_test_pki()
     _wrap_api_token()
     _wrap_cli_runner()
+    _wrap_subprocess()
     register("sandbox-secret", "the array simulators' password (sandbox)")
 
 
@@ -302,3 +306,27 @@ def _wrap_cli_runner() -> None:
         return result
 
     CliRunner.invoke = invoke  # type: ignore[method-assign]
+
+
+def _wrap_subprocess() -> None:
+    """The output a test reads back from one of ringsnap's own commands run as a process
+    (`subprocess.run(..., capture_output=True)` or `Popen.communicate`): its CLI output too."""
+    import subprocess
+
+    original = subprocess.Popen.communicate
+
+    @functools.wraps(original)
+    def communicate(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> Any:
+        out, err = original(self, *args, **kwargs)
+        argv = (
+            [str(a) for a in self.args] if isinstance(self.args, list | tuple) else [str(self.args)]
+        )
+        if any("ringsnap" in a for a in argv):
+            command = " ".join(argv)
+            for stream, text in (("output", out), ("error output", err)):
+                if text:
+                    decoded = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+                    _to_active(f"the {stream} of the process `{command}`", decoded)
+        return out, err
+
+    subprocess.Popen.communicate = communicate  # type: ignore[method-assign]

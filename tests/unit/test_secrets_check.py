@@ -139,3 +139,19 @@ def test_the_fixture_fails_a_test_that_prints_a_registered_secret(
             "*the Jolokia password appeared in log record of ringsnap.agent.jolokia (INFO)*",
         ]
     )
+
+
+def test_the_output_of_a_ringsnap_process_a_test_reads_is_searched() -> None:
+    import subprocess
+    import sys
+
+    secrets.install_sources()  # idempotent: the wrapped communicate of the whole session
+    echo = [sys.executable, "-c", "import sys; print(sys.argv[-1])"]
+    check = secrets.LeakCheck(_registry())
+    with secrets.active(check):
+        subprocess.run([*echo, "ringsnap-agent", PASSWORD], capture_output=True, check=True)
+        # Another program's plumbing is not ringsnap's output: not searched.
+        subprocess.run([*echo, "other", PASSWORD], capture_output=True, check=True)
+    (leak,) = check.leaks()
+    assert leak.what == "the ONTAP password"
+    assert leak.where.startswith("the output of the process `") and "ringsnap-agent" in leak.where
