@@ -34,8 +34,9 @@ from ringsnap.coordinator.model import CleanupRequest
 from tests.support.clone_fakes import BACKUP_ID, CloneArray, CloneNode, Events, cloneable_backup
 
 NODES = ("node1", "node2")
-#: Short, so that the test runs in about a second; the ratios are what matters.
-SILENCE = 0.3
+#: Short, so that the tests run in seconds; the ratios are what matters, and they leave a loaded
+#: machine (CI's parallel workers) most of the deadline as slack.
+SILENCE = 1.0
 
 
 class ExportingNode(CloneNode):
@@ -130,7 +131,7 @@ def test_a_silent_node_is_treated_as_lost_and_its_clones_stay_pending_cleanups()
     assert record.node("node1").exported and not record.node("node1").error
     lost = record.node("node2")
     assert not lost.exported
-    assert "export: no progress from node node2 for 0.3 s" in lost.error, lost.error
+    assert f"export: no progress from node node2 for {SILENCE:g} s" in lost.error, lost.error
     assert "treated as lost" in lost.error
     assert "unmount: node2: UNAVAILABLE" in lost.error, "the teardown's failure is said too"
     assert nodes["node2"].cut, "the silent stream was not cut"
@@ -147,8 +148,8 @@ def test_a_silent_node_is_treated_as_lost_and_its_clones_stay_pending_cleanups()
 
 def test_a_slow_node_that_keeps_reporting_is_not_cut() -> None:
     events: Events = []
-    # Reports a third of the deadline apart, for three deadlines in all.
-    nodes = {n: ExportingNode(n, events, reports=9, every=SILENCE / 3) for n in NODES}
+    # Reports a tenth of the deadline apart, for three deadlines in all.
+    nodes = {n: ExportingNode(n, events, reports=30, every=SILENCE / 10) for n in NODES}
     journal, array = Journal(), CloneArray(events)
 
     record = _run(nodes, journal, array)
