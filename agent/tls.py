@@ -8,27 +8,27 @@ common name and subject alternative names with the allow-list, before the handle
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import grpc
 import grpc.aio
 
 from ringsnap import logs
-from ringsnap.grpcauth import Context, client_identities, guarded, server_credentials
+from ringsnap.grpcauth import CheckingInterceptor, Context, client_identities, server_credentials
 
 __all__ = ["AllowListInterceptor", "server_credentials"]
 
 log = logs.get_logger(__name__)
 
 
-class AllowListInterceptor(grpc.aio.ServerInterceptor):
+class AllowListInterceptor(CheckingInterceptor):
     """Refuses every call whose client certificate names no allow-listed identity."""
 
     def __init__(self, allowed: Iterable[str]) -> None:
         self._allowed = frozenset(allowed)
 
-    async def _check(self, context: Context, method: str, _request: Any) -> None:
+    async def check(self, context: Context, method: str, request: Any) -> None:
         security, names = client_identities(context)
         if security != "ssl" or not names:
             log.warning(
@@ -44,15 +44,3 @@ class AllowListInterceptor(grpc.aio.ServerInterceptor):
                 grpc.StatusCode.PERMISSION_DENIED,
                 f"client identity {', '.join(names)} is not on this agent's allow-list",
             )
-
-    async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
-        return guarded(handler, self._check, handler_call_details.method)

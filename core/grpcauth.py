@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 import grpc.aio
@@ -17,6 +17,10 @@ Context = grpc.aio.ServicerContext[Any, Any]
 #: Runs before the handler: (context, full method name, the request or None for a request stream).
 #: It aborts the call to refuse it.
 Check = Callable[[Context, str, Any], Awaitable[None]]
+#: What a server interceptor is handed to find the handler of a call, and what it answers.
+#: (Strings: grpc's classes are generic only in its type stubs.)
+MethodHandler: TypeAlias = "grpc.RpcMethodHandler[Any, Any] | None"
+Continuation: TypeAlias = "Callable[[grpc.HandlerCallDetails], Awaitable[MethodHandler]]"
 
 
 def server_credentials(cert_pem: bytes, key_pem: bytes, ca_pem: bytes) -> grpc.ServerCredentials:
@@ -36,6 +40,21 @@ def client_identities(context: Context) -> tuple[str, list[str]]:
             if text and text not in names:
                 names.append(text)
     return security, names
+
+
+class CheckingInterceptor(grpc.aio.ServerInterceptor):
+    """Runs the subclass's `check` (which aborts to refuse) before every handler of the server."""
+
+    async def check(self, context: Context, method: str, request: Any) -> None:
+        raise NotImplementedError
+
+    async def intercept_service(
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
+    ) -> MethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        return guarded(handler, self.check, handler_call_details.method)
 
 
 def guarded(

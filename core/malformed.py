@@ -18,6 +18,7 @@ import grpc.aio
 from google.protobuf.message import DecodeError
 
 from ringsnap import logs
+from ringsnap.grpcauth import Continuation, MethodHandler
 
 log = logs.get_logger(__name__)
 
@@ -51,12 +52,8 @@ def _message_name(deserialize: Callable[[bytes], Any]) -> str:
 
 class MalformedRequestInterceptor(grpc.aio.ServerInterceptor):
     async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
+    ) -> MethodHandler:
         handler = await continuation(handler_call_details)
         if handler is None or handler.request_deserializer is None or handler.request_streaming:
             return handler
