@@ -53,7 +53,7 @@ from ringsnap.agent.snapshot_restore import (
     RestoredTable,
     SnapshotRecord,
     SnapshotRecords,
-    move_aside,
+    table_moved_aside,
 )
 from ringsnap.agent.staged_files import (
     entry_names,
@@ -354,18 +354,7 @@ class S3Restore:
         for table in record.tables:
             owner = owner_of(Path(table.data_directory))
             make_directory(table.path, owner)
-            replaced = table.path / REPLACED_DIRECTORY / record.operation_id
-            moved = move_aside(table.path, replaced)
-            if moved:
-                log.warning(
-                    "live files of the table moved aside and KEPT (never deleted: the data as it"
-                    " was before the restore; remove them once the restore is proven)",
-                    operation_id=record.operation_id,
-                    table=str(table.path),
-                    kept_in=str(replaced),
-                    files=moved,
-                )
-            done.append(replace(table, files_moved=moved, replaced_directory=str(replaced)))
+            done.append(table_moved_aside(table, record.operation_id))
         return tuple(done)
 
     def _place(self, record: SnapshotRecord, roots: Sequence[Path]) -> tuple[RestoredTable, ...]:

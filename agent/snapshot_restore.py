@@ -240,6 +240,23 @@ def move_aside(table: Path, replaced: Path) -> int:
     return sum(len(_files(directory)) for directory, _ in _pairs(replaced, replaced))
 
 
+def table_moved_aside(table: RestoredTable, operation_id: str) -> RestoredTable:
+    """`table` once its live files are moved aside into `REPLACED_DIRECTORY/<operation_id>` (the
+    move is logged when it moved any: those files are kept, never deleted)."""
+    replaced = table.path / REPLACED_DIRECTORY / operation_id
+    moved = move_aside(table.path, replaced)
+    if moved:
+        log.warning(
+            "live files of the table moved aside and KEPT (never deleted: the data as it was"
+            " before the restore, for a rollback; remove them once the restore is proven)",
+            operation_id=operation_id,
+            table=str(table.path),
+            kept_in=str(replaced),
+            files=moved,
+        )
+    return replace(table, files_moved=moved, replaced_directory=str(replaced))
+
+
 def link_snapshot(table: Path, snapshot: Path) -> int:
     """Hard-link every file of `snapshot` (and of its index directories) into `table`; returns how
     many. A file already linked is the snapshot's own inode; anything else there is refused."""
@@ -324,17 +341,7 @@ class SnapshotRestorer:
             if not table.restored:
                 done.append(table)
                 continue
-            replaced = table.path / REPLACED_DIRECTORY / record.operation_id
-            moved = move_aside(table.path, replaced)
-            log.warning(
-                "live files of the table moved aside and KEPT (never deleted: the data as it was"
-                " before the restore, for a rollback; remove them once the restore is proven)",
-                operation_id=record.operation_id,
-                table=str(table.path),
-                kept_in=str(replaced),
-                files=moved,
-            )
-            done.append(replace(table, files_moved=moved, replaced_directory=str(replaced)))
+            done.append(table_moved_aside(table, record.operation_id))
         return tuple(done)
 
     def _link(self, record: SnapshotRecord) -> tuple[RestoredTable, ...]:
