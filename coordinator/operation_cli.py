@@ -12,8 +12,8 @@ from typing import Any, NoReturn, TypeVar
 import typer
 
 from ringsnap.api.v1 import types_pb2
-from ringsnap.coordinator.client import CliError, Coordinator, ExitCode
-from ringsnap.coordinator.console import ProgressPrinter
+from ringsnap.coordinator.client import CliError, Coordinator, ExitCode, Target, reason_exit_code
+from ringsnap.coordinator.console import ProgressPrinter, err
 
 R = TypeVar("R")
 
@@ -79,6 +79,39 @@ def follow(
             hint=lost_hint or hint,
         ) from None
     return final
+
+
+def say_the_daemon_runs(target: Target, what: str, *, as_json: bool) -> None:
+    """Tell the operator (not a JSON reader) that `what` runs in the daemon holding the catalog."""
+    if not as_json:
+        err.print(
+            f"the coordinator daemon at {target.address} holds the catalog: {what} runs in the"
+            " daemon",
+            style="dim",
+        )
+
+
+def raise_refusal_or_error(
+    final: types_pb2.Operation,
+    *,
+    refused_reason: str,
+    refused: Callable[[str], Exception],
+    failed_reason: str,
+) -> None:
+    """For a failed operation: its refusal raised as `refused`, and an error of another kind than
+    the workflow's own failure (`failed_reason`, or INTERNAL) raised as the CliError of its reason.
+    The workflow's own failure returns: its record says more."""
+    if final.state != types_pb2.OPERATION_STATE_FAILED or not final.error_reason:
+        return
+    message = final.message or "; ".join(final.errors) or "no reason given"
+    if final.error_reason == refused_reason:
+        raise refused(message)
+    if final.error_reason not in {failed_reason, "INTERNAL"}:
+        raise CliError(
+            message,
+            reason_exit_code(final.error_reason, ExitCode.FAILED),
+            reason=final.error_reason,
+        )
 
 
 def finish(

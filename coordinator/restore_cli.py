@@ -24,13 +24,12 @@ from typing import Annotated, Any
 import typer
 
 from ringsnap.coordinator.assembly import load_config
-from ringsnap.coordinator.catalog import Catalog, CatalogLockedError
+from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.client import (
     REMOTE_ENV,
     CliError,
     ExitCode,
     Target,
-    answers,
     discover_config,
     resolve_target,
 )
@@ -45,6 +44,7 @@ from ringsnap.coordinator.console import (
     fail,
     jsonable,
 )
+from ringsnap.coordinator.local_catalog import OutputOption, catalog_or_daemon
 from ringsnap.coordinator.model import RestoreMode, RestoreRecord
 from ringsnap.coordinator.restore import RestoreFailed, RestoreRefused
 from ringsnap.coordinator.restore_plan import RestoreRequest
@@ -70,30 +70,14 @@ def config_path(config: Path | None) -> Path:
 def _open_catalog(config: CoordinatorConfig, config_file: Path) -> Catalog | Target:
     """The catalog, opened exclusively; or, when it is locked and the coordinator daemon answers
     (the daemon holds it), the daemon to restore through."""
-    try:
-        return Catalog(config.coordinator.catalog)
-    except CatalogLockedError:
-        daemon = _daemon(config_file)
-        if daemon is not None:
-            return daemon
-        raise CliError(
-            f"the catalog {config.coordinator.catalog} is held by another process, most likely"
-            " the coordinator daemon (or another restore)",
-            ExitCode.REFUSED,
-            reason="CATALOG_LOCKED",
-            hint="restores run in this process so that they work while the daemon is down; stop"
-            " it for the restore (`systemctl stop ringsnap-coordinator`: no scheduled backup can"
-            " then freeze the ring being restored) and start it again afterwards",
-        ) from None
-
-
-def _daemon(config_file: Path) -> Target | None:
-    """The coordinator of `config_file` if its health service answers, else None."""
-    try:
-        target = resolve_target(config_file, None)
-    except CliError:
-        return None
-    return target if answers(target) else None
+    return catalog_or_daemon(
+        config,
+        config_file,
+        held="is held by another process, most likely the coordinator daemon (or another restore)",
+        hint="restores run in this process so that they work while the daemon is down; stop"
+        " it for the restore (`systemctl stop ringsnap-coordinator`: no scheduled backup can"
+        " then freeze the ring being restored) and start it again afterwards",
+    )
 
 
 def _finish(record: RestoreRecord, as_json: bool) -> None:
@@ -205,7 +189,7 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
             " config.",
         ),
     ] = None,
-    output: Annotated[Output, typer.Option("--output", "-o", help="text or json.")] = Output.TEXT,
+    output: OutputOption = Output.TEXT,
     keyspace: str = typer.Option(
         "",
         "--keyspace",

@@ -71,12 +71,7 @@ def plan_document(message: pb.RestorePlan) -> dict[str, Any]:
 def restore(target: Target, options: restore_cli.RestoreOptions) -> RestoreRecord | dict[str, Any]:
     """The restore, run by the daemon at `target`: its final record, or the plan's document when
     it ends at the plan (dry run, or a refusal with --output json)."""
-    if not options.as_json:
-        console.err.print(
-            f"the coordinator daemon at {target.address} holds the catalog: the restore runs in"
-            " the daemon",
-            style="dim",
-        )
+    operation_cli.say_the_daemon_runs(target, "the restore", as_json=options.as_json)
     with Coordinator(target) as client:
         if options.resume:
             record = _get(client, options.resume)

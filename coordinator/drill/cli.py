@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -20,7 +20,7 @@ from rich.text import Text
 
 from ringsnap.coordinator import render
 from ringsnap.coordinator.assembly import load_config
-from ringsnap.coordinator.catalog import Catalog, CatalogLockedError
+from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.client import CliError, ExitCode, Target
 from ringsnap.coordinator.commands import operator_name
 from ringsnap.coordinator.config import CoordinatorConfig
@@ -37,8 +37,9 @@ from ringsnap.coordinator.drill.model import DrillRecord, DrillState, DrillVerdi
 from ringsnap.coordinator.drill.plan import DrillPlan, DrillRequest
 from ringsnap.coordinator.drill.session import open_drill_session
 from ringsnap.coordinator.drill.workflow import DrillRefused
+from ringsnap.coordinator.local_catalog import ConfigOption, OutputOption, catalog_or_daemon
 from ringsnap.coordinator.operation_cli import ends_at_plan, finish
-from ringsnap.coordinator.restore_cli import _daemon, config_path, quiet_cql_driver
+from ringsnap.coordinator.restore_cli import config_path, quiet_cql_driver
 from ringsnap.errors import RingsnapError
 
 EXIT_CODES = {
@@ -206,19 +207,11 @@ async def _drill(
 def _open_catalog(config: CoordinatorConfig, config_file: Path) -> Catalog | Target:
     """The catalog, opened exclusively; or, when the coordinator daemon holds it and answers, the
     daemon to drill through."""
-    try:
-        return Catalog(config.coordinator.catalog)
-    except CatalogLockedError:
-        daemon = _daemon(config_file)
-        if daemon is not None:
-            return daemon
-        raise CliError(
-            f"the catalog {config.coordinator.catalog} is held by another process that is not an"
-            " answering coordinator daemon",
-            ExitCode.REFUSED,
-            reason="CATALOG_LOCKED",
-            hint="wait for it to end (a restore or another drill run from the command line)",
-        ) from None
+    return catalog_or_daemon(
+        config,
+        config_file,
+        hint="wait for it to end (a restore or another drill run from the command line)",
+    )
 
 
 def drill_command(  # noqa: PLR0917 - typer maps parameters to the command line
@@ -238,11 +231,8 @@ def drill_command(  # noqa: PLR0917 - typer maps parameters to the command line
     yes: bool = typer.Option(
         False, "--yes", "-y", help="Accepted for scripts: a drill asks no confirmation."
     ),
-    config: Annotated[
-        Path | None,
-        typer.Option("--config", "-c", dir_okay=False, help="The coordinator's config."),
-    ] = None,
-    output: Annotated[Output, typer.Option("--output", "-o", help="text or json.")] = Output.TEXT,
+    config: ConfigOption = None,
+    output: OutputOption = Output.TEXT,
 ) -> None:
     """Prove a backup restorable without touching production.
 

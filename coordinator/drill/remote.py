@@ -6,21 +6,17 @@ drill goes on in the daemon (and tears down what it made)."""
 from __future__ import annotations
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
-from ringsnap.api.v1 import types_pb2
 from ringsnap.coordinator.client import (
     LONG_CALL_TIMEOUT,
-    CliError,
     Coordinator,
-    ExitCode,
     Target,
-    reason_exit_code,
 )
-from ringsnap.coordinator.console import ProgressPrinter, err
+from ringsnap.coordinator.console import ProgressPrinter
 from ringsnap.coordinator.drill.model import DrillRecord, new_drill_id
 from ringsnap.coordinator.drill.plan import DrillRequest
 from ringsnap.coordinator.drill.wire import record_of
 from ringsnap.coordinator.drill.workflow import DrillRefused
-from ringsnap.coordinator.operation_cli import follow
+from ringsnap.coordinator.operation_cli import follow, raise_refusal_or_error, say_the_daemon_runs
 
 #: Operation phases that are not the workflow's progress lines (the drill's plan line is shown).
 _OWN_PHASES = frozenset({"", "record"})
@@ -28,12 +24,7 @@ _OWN_PHASES = frozenset({"", "record"})
 
 def drill(target: Target, request: DrillRequest, *, as_json: bool) -> DrillRecord:
     drill_id = new_drill_id()
-    if not as_json:
-        err.print(
-            f"the coordinator daemon at {target.address} holds the catalog: drill {drill_id} runs"
-            " in the daemon",
-            style="dim",
-        )
+    say_the_daemon_runs(target, f"drill {drill_id}", as_json=as_json)
     with Coordinator(target) as client:
         operation = client.call(
             client.stub.StartDrill,
@@ -56,15 +47,11 @@ def drill(target: Target, request: DrillRequest, *, as_json: bool) -> DrillRecor
             hint=f"`ringsnap status` shows the last drill; its record: drill {drill_id}",
             own_phases=_OWN_PHASES,
         )
-        if final.state == types_pb2.OPERATION_STATE_FAILED and final.error_reason:
-            message = final.message or "; ".join(final.errors) or "no reason given"
-            if final.error_reason == "DRILL_REFUSED":
-                raise DrillRefused(message)
-            if final.error_reason not in {"DRILL_FAILED", "INTERNAL"}:
-                raise CliError(
-                    message,
-                    reason_exit_code(final.error_reason, ExitCode.FAILED),
-                    reason=final.error_reason,
-                )
+        raise_refusal_or_error(
+            final,
+            refused_reason="DRILL_REFUSED",
+            refused=DrillRefused,
+            failed_reason="DRILL_FAILED",
+        )
         found = client.call(client.stub.GetDrill, pb.GetRestoreDrillRequest(drill_id=drill_id))
         return record_of(found)

@@ -15,7 +15,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Any, NoReturn
 
 import typer
 from rich.text import Text
@@ -24,14 +24,15 @@ from ringsnap.agent.s3.client import make_client
 from ringsnap.agent.s3.layout import Layout
 from ringsnap.coordinator import render
 from ringsnap.coordinator.assembly import load_config
-from ringsnap.coordinator.catalog import Catalog, CatalogLockedError
+from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.client import REMOTE_ENV, CliError, ExitCode, Target, resolve_target
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.console import Output, err, error_exit_code, fail, jsonable, out
 from ringsnap.coordinator.export.model import ExportFailed, ExportRecord, ExportRefused
 from ringsnap.coordinator.export.retention import ClusterPurge, purge_cluster
 from ringsnap.coordinator.export.session import open_export_session
-from ringsnap.coordinator.restore_cli import _daemon, config_path
+from ringsnap.coordinator.local_catalog import ConfigOption, OutputOption, catalog_or_daemon
+from ringsnap.coordinator.restore_cli import config_path
 from ringsnap.errors import RingsnapError
 
 PURGE = "purge"
@@ -94,19 +95,7 @@ def print_report(record: ExportRecord) -> None:
 
 def _open_catalog(config: CoordinatorConfig, config_file: Path) -> Catalog | Target:
     """The catalog, opened exclusively; or, when the daemon holds it and answers, the daemon."""
-    try:
-        return Catalog(config.coordinator.catalog)
-    except CatalogLockedError:
-        daemon = _daemon(config_file)
-        if daemon is not None:
-            return daemon
-        raise CliError(
-            f"the catalog {config.coordinator.catalog} is held by another process that is not an"
-            " answering coordinator daemon",
-            ExitCode.REFUSED,
-            reason="CATALOG_LOCKED",
-            hint="wait for the other command to end",
-        ) from None
+    return catalog_or_daemon(config, config_file, hint="wait for the other command to end")
 
 
 def _cluster_of(config: CoordinatorConfig, catalog: Catalog, backup: str, cluster: str) -> str:
@@ -216,11 +205,8 @@ def export_command(  # noqa: PLR0917 - typer maps parameters to the command line
         min=0,
         help="purge: never delete a component younger than this many seconds.",
     ),
-    config: Annotated[
-        Path | None,
-        typer.Option("--config", "-c", dir_okay=False, help="The coordinator's config."),
-    ] = None,
-    output: Annotated[Output, typer.Option("--output", "-o", help="text or json.")] = Output.TEXT,
+    config: ConfigOption = None,
+    output: OutputOption = Output.TEXT,
 ) -> None:
     """Copy a backup to S3 (each node uploads its own files), or purge the bucket.
 

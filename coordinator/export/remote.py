@@ -7,16 +7,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
-from ringsnap.api.v1 import types_pb2
 from ringsnap.coordinator.client import (
     LONG_CALL_TIMEOUT,
-    CliError,
     Coordinator,
-    ExitCode,
     Target,
-    reason_exit_code,
 )
-from ringsnap.coordinator.console import ProgressPrinter, err
+from ringsnap.coordinator.console import ProgressPrinter
 from ringsnap.coordinator.export.model import (
     ExportClone,
     ExportFailed,
@@ -26,7 +22,7 @@ from ringsnap.coordinator.export.model import (
     NodeExport,
     NodeStep,
 )
-from ringsnap.coordinator.operation_cli import follow
+from ringsnap.coordinator.operation_cli import follow, raise_refusal_or_error, say_the_daemon_runs
 from ringsnap.wire import moment
 
 
@@ -68,12 +64,7 @@ def record_of(message: pb.Export) -> ExportRecord:
 def export(
     target: Target, backup_id: str, nodes: Sequence[str], parallel: int, *, as_json: bool
 ) -> ExportRecord:
-    if not as_json:
-        err.print(
-            f"the coordinator daemon at {target.address} holds the catalog: the export runs in"
-            " the daemon",
-            style="dim",
-        )
+    say_the_daemon_runs(target, "the export", as_json=as_json)
     with Coordinator(target) as client:
         operation = client.call(
             client.stub.StartExport,
@@ -88,16 +79,12 @@ def export(
             hint=f"its record: ringsnap export {backup_id} once it ended, or GetExport",
             own_phases=frozenset({"", "done"}),
         )
-        if final.state == types_pb2.OPERATION_STATE_FAILED and final.error_reason:
-            message = final.message or "; ".join(final.errors) or "no reason given"
-            if final.error_reason == "EXPORT_REFUSED":
-                raise ExportRefused(message)
-            if final.error_reason not in {"EXPORT_FAILED", "INTERNAL"}:
-                raise CliError(
-                    message,
-                    reason_exit_code(final.error_reason, ExitCode.FAILED),
-                    reason=final.error_reason,
-                )
+        raise_refusal_or_error(
+            final,
+            refused_reason="EXPORT_REFUSED",
+            refused=ExportRefused,
+            failed_reason="EXPORT_FAILED",
+        )
         record = record_of(
             client.call(client.stub.GetExport, pb.GetExportRequest(backup_id=backup_id))
         )
