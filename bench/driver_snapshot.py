@@ -6,16 +6,19 @@ pool per driver, formats `--volumes` LUNs of 64 MiB as ext4, builds the driver t
 registry (middleware included, as the coordinator would) and times `--runs` group snapshots of
 all the volumes, after one warm-up call (sessions, protection and consistency groups) reported
 apart. Then it times `--runs` more snapshots taken in steps, the way the backup takes them around
-a freeze (`ringsnap.plugins.api`): prepare, commit, finish. The commit is all the array work done
-while a cluster's filesystems are frozen; "commit/create" compares it with the one-call snapshot.
+a freeze (`ringsnap.plugins.api`): prepare, commit, describe and finish. The commit is all the array
+work done while a cluster's filesystems are frozen; "commit/create" compares it with the one-call
+snapshot; describe and finish (after the thaw) are timed together as "finish".
 Needs root and loop devices.
 
 What one timed call is, per driver:
 - ontap: a temporary consistency group created, snapshotted and deleted (netapp-ontap SDK);
-- flasharray: one protection-group snapshot and one listing of its member snapshots;
+- flasharray: one protection-group snapshot and one listing of its member snapshots (staged,
+  the listing comes after the thaw);
 - eseries: a consistency-group snapshot with its bookkeeping: the image's name written to the
   key-value store (and a pending marker around the request), a check for purged images, and a
-  repository-utilisation check (FIEMAP of every image in the simulator).
+  repository-utilisation check (FIEMAP of every image in the simulator). Staged, only the image
+  POST is in the commit.
 
     .venv/bin/python -m bench.driver_snapshot [--runs 20] [--volumes 3] [--drivers ontap,flasharray]
 """
@@ -116,7 +119,7 @@ class Result:
             f"  min {commit[0]:7.1f}  p90 {p90:7.1f}  max {commit[-1]:7.1f}"
             f"  commit/create {med(commit) / self.median_ms:4.2f}"
             f"  (prepare median {med(self.prepare_ms):.1f} ms, finish median"
-            f" {med(self.finish_ms):.1f} ms, outside the freeze)"
+            f" {med(self.finish_ms):.1f} ms (describe + finish), outside the freeze)"
         )
 
     def line(self) -> str:
@@ -159,15 +162,19 @@ def measure(driver_name: str, *, runs: int = 20, volume_count: int = 3) -> Resul
                         driver.create_group_snapshot(volumes, f"bench-{run}")
                         cpu.append((time.thread_time() - cpu_started) * 1000)
                         timings.append((time.perf_counter() - started) * 1000)
+                    # Oldest first, untimed: E-Series keeps at most 32 images per group.
+                    for info in driver.list_snapshots(volumes):
+                        driver.delete_snapshot(info.ref)
                     steps: dict[str, list[float]] = {"prepare": [], "commit": [], "finish": []}
                     for run in range(runs):
                         started = time.perf_counter()
                         prepared = driver.prepare_group_snapshot(volumes, f"bench-staged-{run}")
                         steps["prepare"].append((time.perf_counter() - started) * 1000)
                         started = time.perf_counter()
-                        driver.commit_group_snapshot(prepared)
+                        ref = driver.commit_group_snapshot(prepared)
                         steps["commit"].append((time.perf_counter() - started) * 1000)
                         started = time.perf_counter()
+                        driver.describe_group_snapshot(prepared, ref)
                         driver.finish_group_snapshot(prepared)
                         steps["finish"].append((time.perf_counter() - started) * 1000)
                 finally:

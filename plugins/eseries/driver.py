@@ -5,7 +5,8 @@ set (`<prefix>_<hash of the sorted volume refs>`, completed idempotently) and sn
 one image per member that all share one `pitSequenceNumber`. Images have no names, so the driver
 keeps each name in the web services' key-value store (`ringsnap.<cg ref>.<sequence>`); before
 taking an image it records the name as pending, so a retry after a lost answer adopts the image
-instead of taking a second one.
+instead of taking a second one. Under a freeze only the image POST is sent; the group, the names
+and the limits are handled before it and the name written after the thaw (`eseries/staged.py`).
 
 Deleting: E-Series deletes images oldest first only. An operator (and the retention policy)
 expects "delete this snapshot" to work on any snapshot, so a newer image is marked deleted at
@@ -36,7 +37,7 @@ from typing import Any
 from ringsnap.errors import ValidationError
 from ringsnap.logs import get_logger
 from ringsnap.names import snapshot_tag
-from ringsnap.plugins.api import Cloneable, ConfiguredDriver, Revertible
+from ringsnap.plugins.api import Cloneable, ConfiguredDriver, PreparedSnapshot, Revertible
 from ringsnap.plugins.errors import (
     AlreadyExistsError,
     ArrayTimeoutError,
@@ -44,7 +45,7 @@ from ringsnap.plugins.errors import (
     NotFoundError,
     QuotaExceededError,
 )
-from ringsnap.plugins.eseries.client import ApiFailure, EseriesClient
+from ringsnap.plugins.eseries.client import EseriesClient
 from ringsnap.plugins.eseries.config import EseriesSettings
 from ringsnap.plugins.eseries.groups import ConsistencyGroups, Group
 from ringsnap.plugins.eseries.image_lifecycle import ImageLifecycle
@@ -52,9 +53,9 @@ from ringsnap.plugins.eseries.image_names import (
     ACTIVE,
     DELETING,
     PURGED,
-    ImageName,
     ImageNames,
 )
+from ringsnap.plugins.eseries.staged import MAX_IMAGES_PER_GROUP, StagedSnapshots
 from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume, VolumeSnapshot
 
 _log = get_logger(__name__)
@@ -62,7 +63,6 @@ _log = get_logger(__name__)
 _MAX_LABEL = 30
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,29}")
 
-MAX_IMAGES_PER_GROUP = 32
 MAX_MEMBERS_PER_GROUP = 64
 
 
@@ -91,6 +91,15 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
         self._names = ImageNames(self._client)
         self._images = ImageLifecycle(
             self._client, settings, self._groups, self._names, array=array
+        )
+        self._staged = StagedSnapshots(
+            self._client,
+            self._groups,
+            self._names,
+            self._images,
+            array=array,
+            driver=self.name,
+            make_ref=self._ref,
         )
 
     def capabilities(self) -> Capabilities:
@@ -131,56 +140,33 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
     # Snapshots
 
     def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
-        name = self._snapshot_name(name)
-        refs = self._volume_refs(volumes)
-        group = self._groups.ensure(refs)
-        names, pending_record = self._names.read(group.ref)
-        sequences = self._groups.images(group.ref)
-        self._images.note_vanished(group, names, sequences)
-        for sequence, entry in names.items():
-            if entry.name == name and entry.state == ACTIVE and sequence in sequences:
-                return self._ref(group, sequence, name, sequences[sequence], volumes)
-        if pending_record is not None and pending_record.get("name") == name:
-            adopted = self._images.adopt_pending(group, name, pending_record)
-            if adopted is not None:
-                return self._ref(group, adopted[0], name, adopted[1], volumes)
-        remaining = sorted(sequences)
-        if any(entry.state == DELETING for entry in names.values()):
-            remaining = self._images.sweep(group, sequences, names)
-        if len(remaining) >= MAX_IMAGES_PER_GROUP:
-            raise QuotaExceededError(
-                f"consistency group {group.label} holds {len(remaining)} images, the array's limit"
-                f" per group ({MAX_IMAGES_PER_GROUP}); delete older snapshots first (E-Series"
-                " deletes oldest first)",
-                array=self._array,
-            )
-        self._names.mark_pending(group.ref, name, max(remaining, default=0))
+        prepared = self.prepare_group_snapshot(volumes, name)
         try:
-            images = self._client.post(f"{self._groups.path(group.ref)}/snapshots")
-        except DriverError as exc:
-            if isinstance(exc.__cause__, ApiFailure):
-                # The array answered: no image is on its way, a retry must not wait for one.
-                with contextlib.suppress(DriverError):
-                    self._names.clear_pending(group.ref)
+            ref = self.commit_group_snapshot(prepared)
+        except DriverError:
+            # Names an image a lost answer made anyway; keeps the pending record while the
+            # image may still come, so that a repeat adopts it.
+            with contextlib.suppress(DriverError):
+                self.abort_group_snapshot(prepared)
             raise
-        sequence = int(images[0]["pitSequenceNumber"])
-        try:
-            self._names.set(group.ref, sequence, name, ACTIVE)
-            self._names.clear_pending(group.ref)
-        except DriverError as exc:
-            raise exc.left_behind(
-                (
-                    f"image {sequence} of consistency group {group.label} is not named yet;"
-                    f" repeating the snapshot named {name!r} adopts it",
-                )
-            ) from exc
-        # Taking the image may have made the array purge older ones (repository full).
-        after = self._groups.images(group.ref)
-        names[sequence] = ImageName(self._names.key(group.ref, sequence), name, ACTIVE)
-        self._images.note_vanished(group, names, after)
-        for warning in self._groups.repository_warnings(group):
-            _log.warning("E-Series repository filling", array=self._array, warning=warning)
-        return self._ref(group, sequence, name, after.get(sequence, images), volumes)
+        return self.describe_group_snapshot(prepared, ref)
+
+    def prepare_group_snapshot(self, volumes: Sequence[Volume], name: str) -> PreparedSnapshot:
+        """The group, its images' names, sweeps and limits, the pending record: before the
+        freeze (`ringsnap.plugins.eseries.staged`)."""
+        name = self._snapshot_name(name)
+        return self._staged.prepare(volumes, self._volume_refs(volumes), name)
+
+    def commit_group_snapshot(self, prepared: PreparedSnapshot) -> SnapshotRef:
+        """The image POST alone; its answer holds every member's image."""
+        return self._staged.commit(prepared)
+
+    def describe_group_snapshot(self, prepared: PreparedSnapshot, ref: SnapshotRef) -> SnapshotRef:
+        """After the thaw: the image's name, purges noticed, repository warnings."""
+        return self._staged.describe(prepared, ref)
+
+    def abort_group_snapshot(self, prepared: PreparedSnapshot) -> None:
+        self._staged.abort(prepared)
 
     def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]:
         refs = set(self._volume_refs(volumes))

@@ -34,31 +34,46 @@ class ImageLifecycle:
         self._names = names
         self._array = array
 
-    def adopt_pending(
-        self, group: Group, name: str, pending: Mapping[str, Any]
-    ) -> tuple[int, list[dict[str, Any]]] | None:
-        """A retried create: find the image an earlier attempt asked for and name it.
-
-        The earlier request may still be on its way (it timed out on our side, not on the
-        array's), so the image is waited for up to `lost_answer_grace_seconds` after that attempt:
-        a second image could not be deleted before every older one, so it is worth the wait.
-        """
+    def grace(self) -> float:
+        """How long after a snapshot request its image may still appear (a lost answer)."""
         grace = self._settings.lost_answer_grace_seconds
         if grace is None:
             grace = max(2 * self._settings.timeout_seconds, 3.0)
-        until = float(pending.get("at", 0)) + grace
+        return grace
+
+    def wait_for_image(
+        self, cg: str, after: int, *, until: float, named: frozenset[int] = frozenset()
+    ) -> tuple[int, list[dict[str, Any]]] | None:
+        """The one image newer than `after` and not in `named`, waited for until `until` (Unix
+        time): None when there is none by then, or more than one (not ours to pick)."""
         while True:
-            sequences = self._groups.images(group.ref)
-            named = set(self._names.of_group(group.ref))
-            candidates = [
-                s for s in sequences if s > int(pending.get("after", 0)) and s not in named
-            ]
-            if len(candidates) == 1 or time.time() >= until:
-                break
+            sequences = self._groups.images(cg)
+            candidates = [s for s in sequences if s > after and s not in named]
+            if len(candidates) == 1:
+                return candidates[0], sequences[candidates[0]]
+            if len(candidates) > 1 or time.time() >= until:
+                return None
             time.sleep(0.1)
-        if len(candidates) != 1:
+
+    def adopt_pending(
+        self, group: Group, name: str, pending: Mapping[str, Any], *, wait: bool = True
+    ) -> tuple[int, list[dict[str, Any]]] | None:
+        """A create whose answer was lost (or whose image was never named): find the image it
+        asked for and name it `name`.
+
+        The earlier request may still be on its way (it timed out on our side, not on the
+        array's), so with `wait` the image is waited for up to the lost-answer grace after that
+        attempt: a second image could not be deleted before every older one, so it is worth the
+        wait. Without it, only what the array holds now is looked at.
+        """
+        until = float(pending.get("at", 0)) + self.grace() if wait else 0.0
+        named = frozenset(self._names.of_group(group.ref))
+        found = self.wait_for_image(
+            group.ref, int(pending.get("after", 0)), until=until, named=named
+        )
+        if found is None:
             return None
-        sequence = candidates[0]
+        sequence = found[0]
         _log.info(
             "naming the E-Series image an earlier attempt took",
             array=self._array,
@@ -67,7 +82,7 @@ class ImageLifecycle:
         )
         self._names.set(group.ref, sequence, name, ACTIVE)
         self._names.clear_pending(group.ref)
-        return sequence, sequences[sequence]
+        return found
 
     def note_vanished(
         self, group: Group, names: Mapping[int, ImageName], sequences: Mapping[int, Any]

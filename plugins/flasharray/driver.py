@@ -13,13 +13,14 @@ is never lost track of.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ringsnap.plugins.api import Cloneable, ConfiguredDriver, Revertible
+from ringsnap.logs import get_logger
+from ringsnap.plugins.api import Cloneable, ConfiguredDriver, PreparedSnapshot, Revertible
 from ringsnap.plugins.errors import (
     AlreadyExistsError,
     DriverError,
@@ -28,13 +29,16 @@ from ringsnap.plugins.errors import (
 )
 from ringsnap.plugins.flasharray.client import FlashArrayClient, RejectedError
 from ringsnap.plugins.flasharray.config import FlashArraySettings
+from ringsnap.plugins.flasharray.names import clone_name, snapshot_suffix
 from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume, VolumeSnapshot
 
-_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
-_MAX_NAME = 63
 # Purity prefixes a volume's serial with Pure's IEEE OUI to form the LUN's NAA identifier.
 _WWN_PREFIX = "624a9370"
+_log = get_logger(__name__)
 _PGROUP_SNAPSHOT = "pgroup_snapshot"
+# What prepare hands commit: the protection group and the snapshot suffix.
+_PGROUP = "pgroup"
+_SUFFIX = "suffix"
 
 
 class FlashArrayDriver(ConfiguredDriver[FlashArraySettings], Revertible, Cloneable):
@@ -84,19 +88,45 @@ class FlashArrayDriver(ConfiguredDriver[FlashArraySettings], Revertible, Cloneab
     # -- group snapshots ---------------------------------------------------------------------
 
     def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
+        prepared = self.prepare_group_snapshot(volumes, name)
+        ref = self.describe_group_snapshot(prepared, self.commit_group_snapshot(prepared))
+        by_name = _volume_set(volumes, self._array)
+        if {m.volume.name for m in ref.members} != set(by_name):
+            self._discard_mismatched(ref, by_name)
+        return ref
+
+    def prepare_group_snapshot(self, volumes: Sequence[Volume], name: str) -> PreparedSnapshot:
+        """Before the freeze: the protection group of exactly these volumes, and a snapshot of
+        that name if one exists already (a repeat)."""
         by_name = _volume_set(volumes, self._array)
         group = self._pgroup_name(by_name)
         suffix = snapshot_suffix(name)
         self._ensure_pgroup(group, by_name)
+        existing = None
+        if self._lookup("protection-group-snapshots", f"{group}.{suffix}") is not None:
+            existing = self._existing(group, suffix, by_name)
+        state = ((_PGROUP, group), (_SUFFIX, suffix))
+        return PreparedSnapshot(
+            self._array, self.name, name, tuple(by_name.values()), state, existing
+        )
+
+    def commit_group_snapshot(self, prepared: PreparedSnapshot) -> SnapshotRef:
+        """The protection-group snapshot POST alone. Its answer names the snapshot but not its
+        member snapshots (named `<pg snapshot>.<volume>`), read after the thaw by describe."""
+        if prepared.existing is not None:
+            return prepared.existing
+        by_name = {volume.name: volume for volume in prepared.volumes}
+        group, suffix = prepared.value(_PGROUP), prepared.value(_SUFFIX)
         try:
             items = self._client.post(
                 "protection-group-snapshots", {"source_names": group}, {"suffix": suffix}
             )["items"]
         except RejectedError as exc:
             if exc.mentions("already"):
+                # A repeat: an earlier attempt's answer was lost, but the array took it.
                 return self._existing(group, suffix, by_name)
             if exc.mentions("does not exist"):
-                # The group vanished behind our back: make it again, once.
+                # The group vanished behind our back since prepare: make it again, once.
                 self._complete_groups.discard(group)
                 self._ensure_pgroup(group, by_name)
                 items = self._client.post(
@@ -104,10 +134,31 @@ class FlashArrayDriver(ConfiguredDriver[FlashArraySettings], Revertible, Cloneab
                 )["items"]
             else:
                 raise
-        ref = self._ref(items[0], by_name)
-        if {m.volume.name for m in ref.members} != set(by_name):
-            self._discard_mismatched(ref, by_name)
-        return ref
+        return self._unread_ref(items[0], by_name)
+
+    def describe_group_snapshot(self, prepared: PreparedSnapshot, ref: SnapshotRef) -> SnapshotRef:
+        """After the thaw: the member snapshots as the array has them. A snapshot that covers
+        other volumes than prepared (the group was changed on the array meanwhile) is described
+        as it is, so that the backup is not recorded as covering what it does not."""
+        if all(member.snapshot_id for member in ref.members):
+            return ref
+        name = self._pg_snapshot_name(ref)
+        members = self._member_snapshots(
+            self._client.items("volume-snapshots", {"filter": f"name='{name}.*'"})
+        ).get(name, [])
+        item = {"name": name, "id": ref.snapshot_id, "created": _millis(ref.created_at)}
+        described = self._ref_from(item, {v.name: v for v in prepared.volumes}, members)
+        covered = {m.volume.name for m in described.members}
+        wanted = {v.name for v in prepared.volumes}
+        if covered != wanted:
+            _log.error(
+                "FlashArray snapshot covers other volumes than requested",
+                array=self._array,
+                snapshot=name,
+                missing=sorted(wanted - covered),
+                extra=sorted(covered - wanted),
+            )
+        return described
 
     def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]:
         by_name = _volume_set(volumes, self._array)
@@ -362,6 +413,15 @@ class FlashArrayDriver(ConfiguredDriver[FlashArraySettings], Revertible, Cloneab
         )
         return self._ref_from(item, by_name, members.get(name, []))
 
+    def _unread_ref(self, item: Mapping[str, Any], by_name: Mapping[str, Volume]) -> SnapshotRef:
+        """`item`'s ref with the member snapshots by name only (their ids are read later)."""
+        name = str(item["name"])
+        ref = self._ref_from(item, by_name, [])
+        members = tuple(
+            VolumeSnapshot(volume, "", f"{name}.{volume.name}") for volume in by_name.values()
+        )
+        return dataclasses.replace(ref, members=members)
+
     def _ref_from(
         self,
         item: Mapping[str, Any],
@@ -431,39 +491,6 @@ class FlashArrayDriver(ConfiguredDriver[FlashArraySettings], Revertible, Cloneab
         return left
 
 
-def snapshot_suffix(name: str) -> str:
-    """The protection-group snapshot suffix for a ringsnap snapshot name.
-
-    Suffixes allow letters, digits and '-'; a name with '_' gets them replaced and a short hash of
-    the original appended, so two names never share a suffix.
-    """
-    if _NAME.fullmatch(name):
-        return name
-    cleaned = re.sub(r"[^A-Za-z0-9-]", "-", name).strip("-") or "s"
-    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-    return f"{cleaned[: _MAX_NAME - 9].rstrip('-')}-{digest}"
-
-
-def clone_name(volume: str, suffix: str) -> str:
-    """The clone of `volume` for `suffix`, a valid volume name: FlashArray names allow letters,
-    digits and '-' up to 63 characters, while callers' suffixes may hold '_' (the names other
-    arrays take). A name that does not fit as it is keeps as much of the volume's name as fits and
-    a hash of the whole, so two clones never share a name and a retry finds the same one."""
-    name = f"{volume}-{suffix}"
-    if _NAME.fullmatch(name):
-        return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-    tail = re.sub(r"[^A-Za-z0-9-]", "-", suffix).strip("-")
-    room = _MAX_NAME - len(tail) - len(digest) - 2
-    if room < 1:
-        raise UnsupportedError(
-            f"clone suffix {suffix!r} leaves no room for the volume's name in a FlashArray volume"
-            f" name (at most {_MAX_NAME} characters); use a shorter clone suffix"
-        )
-    head = re.sub(r"[^A-Za-z0-9-]", "-", volume)[:room].strip("-") or "v"
-    return "-".join(part for part in (head, tail, digest) if part)
-
-
 def _volume_set(volumes: Sequence[Volume], array: str) -> dict[str, Volume]:
     by_name = {v.name: v for v in volumes}
     if not by_name:
@@ -499,3 +526,7 @@ def _info(ref: SnapshotRef, item: Mapping[str, Any]) -> SnapshotInfo:
         space_bytes=int(snapshots) if snapshots is not None else None,
         warnings=tuple(warnings),
     )
+
+
+def _millis(moment: datetime) -> int:
+    return round(moment.timestamp() * 1000)

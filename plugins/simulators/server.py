@@ -13,6 +13,7 @@ Admin endpoints (no auth; loopback only), under `/_sim/`:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import re
@@ -322,6 +323,9 @@ class SimulatorServer:
         self.app = app
         self.faults = FaultPlan()
         app.faults = self.faults
+        #: The API requests received, oldest first, as (method, path), faulted ones included:
+        #: tests count what one driver step sends. Bounded, for simulators left running by hand.
+        self.requests: collections.deque[tuple[str, str]] = collections.deque(maxlen=100_000)
         self.tls = tls
         self.ssl_context: ssl.SSLContext | None = None
         if tls is not None:
@@ -393,6 +397,7 @@ class SimulatorServer:
     def respond(self, request: Request) -> Response:
         if request.path.startswith(ADMIN_PREFIX):
             return self._admin(request)
+        self.requests.append((request.method, request.path))
         fault = self.faults.take(request.method, request.path, kinds=BASE_KINDS)
         if fault is not None:
             _log.info(

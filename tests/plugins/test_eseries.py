@@ -8,6 +8,7 @@ its limits.
 
 from __future__ import annotations
 
+import re
 import ssl
 import time
 from collections.abc import Iterator, Sequence
@@ -190,6 +191,101 @@ class TestEseries(DriverConformance):
         # A second snapshot of the same volumes reuses the group.
         harness.driver.create_group_snapshot(harness.volumes, "cg2")
         assert simulator(harness).group_count() == 1
+
+    # -- the snapshot split around a freeze: only the image POST while frozen ------------
+
+    def test_commit_sends_only_the_image_post(self, harness: Harness) -> None:
+        driver, app = harness.driver, simulator(harness)
+        requests = harness.server.requests
+        prepared = driver.prepare_group_snapshot(harness.volumes, "frozen")
+        mark = len(requests)
+        partial = driver.commit_group_snapshot(prepared)
+        during = list(requests)[mark:]
+        assert len(during) == 1 and during[0][0] == "POST", during
+        assert re.search(SNAPSHOTS, during[0][1]), during
+        # The POST's answer holds every member's image: the ref is complete but for the name,
+        # which the array does not keep.
+        assert sorted(m.volume.id for m in partial.members) == sorted(v.id for v in harness.volumes)
+        assert all(m.snapshot_id for m in partial.members)
+        assert self.vendor_leftovers(harness), "named before the thaw"
+
+        mark = len(requests)
+        ref = driver.describe_group_snapshot(prepared, partial)
+        after = list(requests)[mark:]
+        assert ("PUT", f"/devmgr/v2/key-values/ringsnap.{ref.group}.{ref.snapshot_id}") in after
+        assert not any(path.endswith("/snapshots") and m == "POST" for m, path in after)
+        assert ref.snapshot_id == partial.snapshot_id and ref.members == partial.members
+        assert not self.vendor_leftovers(harness)
+        assert [i.ref.snapshot_name for i in driver.list_snapshots(harness.volumes)] == ["frozen"]
+        assert not any(key.endswith(".pending") for key in app.state()["key_values"])
+        driver.finish_group_snapshot(prepared)
+
+    def test_a_repeated_commit_adopts_the_image_of_the_lost_answer(
+        self, fast_harness: Harness
+    ) -> None:
+        """The retrying middleware repeats a commit whose answer was lost; the array had taken
+        the image: the repeat returns it instead of taking a second one."""
+        harness = fast_harness
+        images_before = harness.pool.snapshot_count()
+        prepared = harness.driver.prepare_group_snapshot(harness.volumes, "lost")
+        harness.faults.add(
+            Fault(
+                "hang",
+                method="POST",
+                path=SNAPSHOTS,
+                seconds=self.hang_seconds,
+                then="proceed",
+                count=1,
+            )
+        )
+        partial = harness.driver.commit_group_snapshot(prepared)
+        ref = harness.driver.describe_group_snapshot(prepared, partial)
+        assert harness.pool.snapshot_count() == images_before + len(harness.volumes)
+        assert simulator(harness).state()["images"] == [(ref.group, int(ref.snapshot_id))]
+        assert not self.vendor_leftovers(harness)
+
+    def test_abort_names_an_image_a_lost_answer_made_so_the_cleanup_finds_it(
+        self, fast_harness: Harness
+    ) -> None:
+        harness = fast_harness
+        raw = harness.driver.driver  # no retries: the run's commit gave up on the lost answer
+        prepared = raw.prepare_group_snapshot(harness.volumes, "gave-up")
+        harness.faults.add(
+            Fault(
+                "hang",
+                method="POST",
+                path=SNAPSHOTS,
+                seconds=self.hang_seconds,
+                then="proceed",
+                count=1,
+            )
+        )
+        with pytest.raises(ArrayTimeoutError):
+            raw.commit_group_snapshot(prepared)
+        raw.abort_group_snapshot(prepared)  # before the array took it: the record stays
+        assert any(k.endswith(".pending") for k in simulator(harness).state()["key_values"])
+        time.sleep(self.hang_seconds + 0.5)
+        raw.abort_group_snapshot(prepared)  # the abort repeated later names it
+        found = [i.ref for i in raw.list_snapshots(harness.volumes)]
+        assert [r.snapshot_name for r in found] == ["gave-up"]
+        assert not self.vendor_leftovers(harness)
+        raw.delete_snapshot(found[0])
+        assert simulator(harness).state()["images"] == []
+
+    def test_an_image_never_named_is_named_by_the_next_prepare(self, harness: Harness) -> None:
+        """A coordinator that died between the commit and the thaw left an unnamed image: the
+        next snapshot of these volumes names it, so that the clean-up by name finds it."""
+        driver = harness.driver
+        orphan = driver.commit_group_snapshot(
+            driver.prepare_group_snapshot(harness.volumes, "orphan")
+        )
+        assert self.vendor_leftovers(harness)
+        prepared = driver.prepare_group_snapshot(harness.volumes, "next")
+        assert not self.vendor_leftovers(harness)
+        names = {i.ref.snapshot_name: i.ref for i in driver.list_snapshots(harness.volumes)}
+        assert names["orphan"].snapshot_id == orphan.snapshot_id
+        ref = driver.describe_group_snapshot(prepared, driver.commit_group_snapshot(prepared))
+        assert ref.snapshot_name == "next" and ref.snapshot_id != orphan.snapshot_id
 
     def test_delete_newer_image_is_deferred_until_older_ones_go(self, harness: Harness) -> None:
         refs = [harness.driver.create_group_snapshot(harness.volumes, f"d{i}") for i in range(3)]

@@ -20,11 +20,13 @@ from ringsnap.plugins.errors import (
     AlreadyExistsError,
     AuthError,
     BusyError,
+    DriverError,
     NotFoundError,
     UnsupportedError,
 )
 from ringsnap.plugins.flasharray.client import FlashArrayClient, RejectedError
-from ringsnap.plugins.flasharray.driver import FlashArrayDriver, clone_name, snapshot_suffix
+from ringsnap.plugins.flasharray.driver import FlashArrayDriver
+from ringsnap.plugins.flasharray.names import clone_name, snapshot_suffix
 from ringsnap.plugins.middleware import FAST_RETRY, wrap
 from ringsnap.plugins.registry import build_driver
 from ringsnap.plugins.simulators.faults import Fault
@@ -159,6 +161,66 @@ class TestFlashArray(DriverConformance):
                 settle=self.hang_seconds + 0.5,
             ),
         ]
+
+    # -- the snapshot split around a freeze: only the snapshot POST while frozen -------------
+
+    def test_commit_sends_only_the_snapshot_post(self, harness: Harness) -> None:
+        driver, requests = harness.driver, harness.server.requests
+        prepared = driver.prepare_group_snapshot(harness.volumes, "frozen")
+        mark = len(requests)
+        partial = driver.commit_group_snapshot(prepared)
+        during = list(requests)[mark:]
+        assert len(during) == 1 and during[0][0] == "POST", during
+        assert re.search(SNAPSHOT_ROUTE, during[0][1]), during
+        # Members by name only: their ids are read after the thaw.
+        assert sorted(m.volume.name for m in partial.members) == sorted(self.volume_names)
+        assert not any(m.snapshot_id for m in partial.members)
+
+        mark = len(requests)
+        ref = driver.describe_group_snapshot(prepared, partial)
+        reads = list(requests)[mark:]
+        assert reads and all(method == "GET" for method, _ in reads), reads
+        assert all(m.snapshot_id for m in ref.members)
+        assert [m.snapshot_name for m in ref.members] == [m.snapshot_name for m in partial.members]
+        assert (ref.snapshot_id, ref.created_at) == (partial.snapshot_id, partial.created_at)
+        driver.finish_group_snapshot(prepared)
+        assert driver.get_snapshot(ref).ref == ref
+        # A snapshot whose member ids were never read is usable by name.
+        assert driver.get_snapshot(partial).ref == ref
+
+    def test_a_repeated_prepare_finds_the_snapshot_and_commit_sends_nothing(
+        self, harness: Harness
+    ) -> None:
+        driver, requests = harness.driver, harness.server.requests
+        first = driver.create_group_snapshot(harness.volumes, "again")
+        prepared = driver.prepare_group_snapshot(harness.volumes, "again")
+        mark = len(requests)
+        ref = driver.commit_group_snapshot(prepared)
+        assert list(requests)[mark:] == []
+        assert ref == first
+
+    def test_a_group_changed_between_prepare_and_commit_is_described_as_it_is(
+        self, harness: Harness
+    ) -> None:
+        """Someone removed a volume from the protection group on the array after prepare: the
+        description says which volumes the snapshot holds, so the backup cannot be recorded as
+        covering the missing one (the catalog refuses it and the run deletes the snapshot)."""
+        driver = harness.driver
+        prepared = driver.prepare_group_snapshot(harness.volumes, "changed")
+        group = prepared.value("pgroup")
+        dropped = self.volume_names[0]
+        self._client(harness).delete(
+            "protection-groups/volumes", {"group_names": group, "member_names": dropped}
+        )
+        ref = driver.describe_group_snapshot(prepared, driver.commit_group_snapshot(prepared))
+        assert sorted(m.volume.name for m in ref.members) == sorted(self.volume_names[1:])
+        driver.delete_snapshot(ref)
+        # The one-call snapshot deletes such a snapshot and tries again (retryable): the retry
+        # repairs the group first.
+        with pytest.raises(DriverError, match="try again"):
+            driver.driver.create_group_snapshot(harness.volumes, "changed-again")
+        again = driver.create_group_snapshot(harness.volumes, "changed-again")
+        assert sorted(m.volume.name for m in again.members) == sorted(self.volume_names)
 
     # -- sessions ----------------------------------------------------------------------------
 
