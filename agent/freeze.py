@@ -280,16 +280,28 @@ class FreezeManager:
             sync_first=sync_first,
         )
 
-        async def freeze_one(point: str) -> tuple[float, FrozenFilesystem]:
-            # Each filesystem as soon as its own syncfs is done (a failed one is not frozen).
-            sync_seconds = await syncs[point] if point in syncs else 0.0
-            return await loop.run_in_executor(self._pool, _freeze_one, point, sync_seconds)
-
-        outcomes = await asyncio.gather(
-            *(freeze_one(point) for point in wanted), return_exceptions=True
-        )
-        failures: list[tuple[str, BaseException]] = []
-        for point, outcome in zip(wanted, outcomes, strict=True):
+        # Every syncfs is done before the first FIFREEZE: a filesystem frozen as soon as its own
+        # syncfs returned (the small commit log's, first) would stall Cassandra's writes while
+        # the others still write back. A failed syncfs freezes nothing.
+        synced = await asyncio.gather(*syncs.values(), return_exceptions=True)
+        sync_seconds = dict(zip(syncs, synced, strict=True))
+        failures: list[tuple[str, BaseException]] = [
+            (point, error)
+            for point, error in sync_seconds.items()
+            if isinstance(error, BaseException)
+        ]
+        outcomes: list[tuple[float, FrozenFilesystem] | BaseException] = []
+        if not failures:
+            outcomes = await asyncio.gather(
+                *(
+                    loop.run_in_executor(
+                        self._pool, _freeze_one, point, _seconds(sync_seconds.get(point, 0.0))
+                    )
+                    for point in wanted
+                ),
+                return_exceptions=True,
+            )
+        for point, outcome in zip(wanted, outcomes, strict=False):
             if isinstance(outcome, BaseException):
                 failures.append((point, outcome))
             else:
@@ -553,3 +565,7 @@ def _checked_mount_point(value: str) -> str:
     if ".." in value.split("/"):
         raise ValidationError(f"mount point {value!r} must not contain '..'")
     return os.path.normpath(value)
+
+
+def _seconds(outcome: float | BaseException) -> float:
+    return outcome if isinstance(outcome, float) else 0.0
