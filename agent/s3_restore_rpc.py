@@ -30,17 +30,9 @@ CANCELLED_WIND_DOWN_SECONDS = 60.0
 
 
 def progress_message(progress: Progress) -> agent_pb2.DownloadFromS3Response:
-    eta = progress.eta_seconds
     return agent_pb2.DownloadFromS3Response(
         progress=agent_pb2.S3DownloadProgress(
-            files_total=progress.files_total,
-            bytes_total=progress.bytes_total,
-            files_done=progress.files_done,
-            bytes_done=progress.bytes_done,
-            bytes_downloaded=progress.bytes_transferred,
-            elapsed_seconds=progress.elapsed_seconds,
-            rate_bytes_per_second=progress.rate_bytes_per_second,
-            eta_seconds=-1.0 if eta is None else eta,
+            bytes_downloaded=progress.bytes_transferred, **progress.message_fields()
         )
     )
 

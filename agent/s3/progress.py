@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +30,20 @@ class Progress:
         """Seconds left at the current rate (None before anything moved)."""
         rate = self.rate_bytes_per_second
         return (self.bytes_total - self.bytes_done) / rate if rate > 0 else None
+
+    def message_fields(self) -> dict[str, Any]:
+        """The fields a download's and an export's progress messages share (an ETA not known
+        yet is -1 on the wire)."""
+        eta = self.eta_seconds
+        return {
+            "files_total": self.files_total,
+            "bytes_total": self.bytes_total,
+            "files_done": self.files_done,
+            "bytes_done": self.bytes_done,
+            "elapsed_seconds": self.elapsed_seconds,
+            "rate_bytes_per_second": self.rate_bytes_per_second,
+            "eta_seconds": -1.0 if eta is None else eta,
+        }
 
 
 Reporter = Callable[[Progress], None]

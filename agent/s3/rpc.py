@@ -72,19 +72,12 @@ class ExportRequest:
 
 
 def progress_message(phase: str, progress: Progress) -> agent_pb2.ExportToS3Response:
-    eta = progress.eta_seconds
     return agent_pb2.ExportToS3Response(
         progress=agent_pb2.S3ExportProgress(
             phase=phase,
-            files_total=progress.files_total,
-            bytes_total=progress.bytes_total,
-            files_done=progress.files_done,
-            bytes_done=progress.bytes_done,
             files_uploaded=progress.files_transferred,
             bytes_uploaded=progress.bytes_transferred,
-            elapsed_seconds=progress.elapsed_seconds,
-            rate_bytes_per_second=progress.rate_bytes_per_second,
-            eta_seconds=-1.0 if eta is None else eta,
+            **progress.message_fields(),
         )
     )
 
