@@ -7,7 +7,6 @@ and fsyncs a file in it stalls until the thaw.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -34,6 +33,7 @@ from ringsnap.sandbox.agents import (
     write_config,
 )
 from ringsnap.sandbox.loopfs import LoopFilesystem, loop_filesystem, unavailable_reason
+from tests.support.write_probe import write_and_fsync
 
 pytestmark = pytest.mark.integration
 
@@ -124,13 +124,7 @@ class Writer:
         threading.Thread(target=self._write, daemon=True).start()
 
     def _write(self) -> None:
-        path = self.directory / f"probe-{time.monotonic_ns()}"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, b"probe")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_and_fsync(self.directory / f"probe-{time.monotonic_ns()}")
         self.finished = time.monotonic()
         self.done.set()
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from ringsnap.plugins.registry import open_driver
 from ringsnap.plugins.simulators.faults import Fault
 from ringsnap.sandbox.cluster import SandboxCluster
 from ringsnap.sandbox.stack import ARRAY_NAME, CLUSTER_NAME, running_stack
+from tests.support.write_probe import write_and_fsync
 
 pytestmark = pytest.mark.integration
 
@@ -48,12 +48,7 @@ asyncio.run(main())
 def _write_probe(mount_point: Path, done: dict[str, float], started: float) -> None:
     """Write and fsync a file: blocks while the filesystem is frozen."""
     path = mount_point / ".ringsnap-thaw-probe"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, b"probe")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_and_fsync(path)
     path.unlink()
     done[str(mount_point)] = time.monotonic() - started
 

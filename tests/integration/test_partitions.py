@@ -37,7 +37,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +59,7 @@ from ringsnap.sandbox.agents import TestPki, config_data, write_config
 from ringsnap.sandbox.sstables import table_directory, write_sstable
 from tests.support import netns, secrets
 from tests.support.secrets import LeakCheck
+from tests.support.write_probe import write_and_fsync
 
 pytestmark = pytest.mark.integration
 
@@ -132,12 +133,7 @@ class Ring:
         node1's filesystems are written from inside its namespace."""
         if node != CUT_NODE:
             path = mount / ".partition-probe"
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                os.write(fd, b"probe")
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            write_and_fsync(path)
             path.unlink()
             return time.monotonic()
         with self._writer_lock:
@@ -346,6 +342,32 @@ async def reachable(coordinator: Coordinator) -> None:
                 await asyncio.sleep(0.2)
 
 
+async def _repeated(
+    ring: Ring, catalog: str, one_run: Callable[[Coordinator], Awaitable[None]]
+) -> None:
+    """`RUNS` runs of a scenario, one coordinator (and catalog) for them all."""
+    async with coordinator_for(ring, ring.workdir / catalog) as coordinator:
+        for _ in range(RUNS):
+            await one_run(coordinator)
+
+
+def _request(backup_id: str) -> BackupRequest:
+    return BackupRequest(CLUSTER, trigger="test:partition", backup_id=backup_id)
+
+
+async def _backup_held_at_the_array(
+    ring: Ring, coordinator: Coordinator, backup_id: str, *, healed: netns.Namespace
+) -> tuple[asyncio.Task[Any], float]:
+    """A backup started once the `healed` link (the one the scenario cuts) carries calls again
+    and every agent answers, whose commit the array holds: its task, and when the array got the
+    commit."""
+    healed.heal()
+    await reachable(coordinator)
+    _reset_barrier(ring, hold=True)
+    backup = asyncio.create_task(coordinator.backup(_request(backup_id)))
+    return backup, await _received(ring, backup)
+
+
 def _reset_barrier(ring: Ring, *, hold: bool) -> None:
     for name in ("received", "release", "hold"):
         (ring.barrier / name).unlink(missing_ok=True)
@@ -431,22 +453,11 @@ def test_agent_cut_off_while_the_array_holds_the_snapshot_call(
     details: list[str] = []
     backup_prefix = "rs-cut-agent-"
 
-    async def scenario() -> None:
-        async with coordinator_for(ring, ring.workdir / "catalog-cut-agent.db") as coordinator:
-            for _ in range(RUNS):
-                await one_run(coordinator)
-
     async def one_run(coordinator: Coordinator) -> None:
-        ring.agent_ns.heal()
-        await reachable(coordinator)
-        _reset_barrier(ring, hold=True)
         backup_id = backup_prefix + uuid.uuid4().hex[:8]
-        backup = asyncio.create_task(
-            coordinator.backup(
-                BackupRequest(CLUSTER, trigger="test:partition", backup_id=backup_id)
-            )
+        backup, received = await _backup_held_at_the_array(
+            ring, coordinator, backup_id, healed=ring.agent_ns
         )
-        received = await _received(ring, backup)
         await asyncio.to_thread(ring.agent_ns.cut)
         cut = time.monotonic()
         writers = _writers(ring)
@@ -495,7 +506,7 @@ def test_agent_cut_off_while_the_array_holds_the_snapshot_call(
             counts["records"] += 1
 
     try:
-        asyncio.run(scenario())
+        asyncio.run(_repeated(ring, "catalog-cut-agent.db", one_run))
     finally:
         _reset_barrier(ring, hold=False)
         ring.agent_ns.heal()
@@ -525,22 +536,11 @@ def test_array_cut_off_mid_call(ring: Ring, secret_check: LeakCheck) -> None:
     details: list[str] = []
     backup_prefix = "rs-cut-array-"
 
-    async def scenario() -> None:
-        async with coordinator_for(ring, ring.workdir / "catalog-cut-array.db") as coordinator:
-            for _ in range(RUNS):
-                await one_run(coordinator)
-
     async def one_run(coordinator: Coordinator) -> None:
-        ring.array_ns.heal()
-        await reachable(coordinator)
-        _reset_barrier(ring, hold=True)
         backup_id = backup_prefix + uuid.uuid4().hex[:8]
-        backup = asyncio.create_task(
-            coordinator.backup(
-                BackupRequest(CLUSTER, trigger="test:partition", backup_id=backup_id)
-            )
+        backup, received = await _backup_held_at_the_array(
+            ring, coordinator, backup_id, healed=ring.array_ns
         )
-        received = await _received(ring, backup)
         await asyncio.to_thread(ring.array_ns.cut)
         writers = _writers(ring)
         await asyncio.sleep(0.3)
@@ -589,7 +589,7 @@ def test_array_cut_off_mid_call(ring: Ring, secret_check: LeakCheck) -> None:
         )
 
     try:
-        asyncio.run(scenario())
+        asyncio.run(_repeated(ring, "catalog-cut-array.db", one_run))
     finally:
         _reset_barrier(ring, hold=False)
         ring.array_ns.heal()
@@ -646,9 +646,7 @@ def test_degraded_link_to_one_agent(ring: Ring, secret_check: LeakCheck, link: s
     async def one_run(coordinator: Coordinator) -> None:
         backup_id = backup_prefix + uuid.uuid4().hex[:8]
         try:
-            await coordinator.backup(
-                BackupRequest(CLUSTER, trigger="test:partition", backup_id=backup_id)
-            )
+            await coordinator.backup(_request(backup_id))
             counts["succeeded"] += 1
         except BackupFailed as exc:
             counts["failed"] += 1
