@@ -1,8 +1,8 @@
 """The floor of a freeze window: what the kernel and the storage alone need for one ring snapshot.
 
-No gRPC, no coordinator, no agent: every LUN's filesystem is synced and frozen in parallel threads
-(syncfs then FIFREEZE, as an agent does with `sync_first`), every LUN image is reflinked one after
-the other (what the simulators' `LunPool.snapshot_group` does for one group snapshot), then every
+No gRPC, no coordinator, no agent: every LUN's filesystem is synced, then frozen, in parallel
+threads (on each node every syncfs returns before its first FIFREEZE, as its agent does with
+`sync_first`), every LUN image is reflinked one after the other (what the simulators' `LunPool.snapshot_group` does for one group snapshot), then every
 filesystem is thawed in parallel. The window is timed like ringsnap's: from the first freeze
 started to the last thaw returned, on one monotonic clock.
 
@@ -33,11 +33,15 @@ class FloorTarget:
 
     mount_point: str
     image: Path
+    #: The node whose filesystem it is: each node syncs all its filesystems before it freezes one.
+    node: str = ""
 
 
 def targets_of(nodes: Iterable[NodeInfo]) -> list[FloorTarget]:
     return [
-        FloorTarget(str(lun.mount_point), lun.image_path) for node in nodes for lun in node.luns
+        FloorTarget(str(lun.mount_point), lun.image_path, node.name)
+        for node in nodes
+        for lun in node.luns
     ]
 
 
@@ -60,10 +64,14 @@ class Floor:
         self.scratch = scratch
         self.scratch.mkdir(exist_ok=True)
         self._pool = ThreadPoolExecutor(len(targets), thread_name_prefix="floor")
+        # One thread per node, waiting for its filesystems' work in `_pool`.
+        nodes = len({target.node for target in targets})
+        self._nodes = ThreadPoolExecutor(nodes, thread_name_prefix="floor-node")
         self._taken = 0
 
     def close(self) -> None:
         self._pool.shutdown()
+        self._nodes.shutdown()
         with contextlib.suppress(OSError):
             self.scratch.rmdir()
 
@@ -100,11 +108,18 @@ class Floor:
 
     @contextlib.contextmanager
     def _frozen(self, points: Sequence[str]) -> Iterator[None]:
-        outcomes = list(self._pool.map(_sync_and_freeze, points))
+        by_node: dict[str, list[str]] = {}
+        for target in self.targets:
+            by_node.setdefault(target.node, []).append(target.mount_point)
+        outcomes = dict(
+            pair
+            for pairs in self._nodes.map(self._sync_then_freeze, by_node.values())
+            for pair in pairs
+        )
         # Only what this call froze is thawed: a filesystem someone else froze (EBUSY) is theirs.
-        frozen = [point for point, error in zip(points, outcomes, strict=True) if error is None]
+        frozen = [point for point in points if point in outcomes and outcomes[point] is None]
         try:
-            failed = [error for error in outcomes if error is not None]
+            failed = [error for error in outcomes.values() if error is not None]
             if failed:
                 raise failed[0]
             yield
@@ -113,10 +128,25 @@ class Floor:
             if errors:
                 raise errors[0]
 
+    def _sync_then_freeze(self, points: Sequence[str]) -> list[tuple[str, OSError | None]]:
+        """One node, as its agent does: every syncfs returns before the first FIFREEZE; a failed
+        syncfs freezes nothing."""
+        synced = list(self._pool.map(_sync, points))
+        if any(error is not None for error in synced):
+            return [(point, error) for point, error in zip(points, synced, strict=True) if error]
+        return list(zip(points, self._pool.map(_freeze, points), strict=True))
 
-def _sync_and_freeze(mount_point: str) -> OSError | None:
+
+def _sync(mount_point: str) -> OSError | None:
     try:
         fsfreeze.syncfs(mount_point)
+    except OSError as exc:
+        return exc
+    return None
+
+
+def _freeze(mount_point: str) -> OSError | None:
+    try:
         fsfreeze.freeze(mount_point)
     except OSError as exc:
         return exc

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,33 @@ def test_a_failed_copy_still_thaws_and_removes_what_was_copied(
         floor.take()
     assert kernel.frozen == set()
     assert not (tmp_path / ".floor").exists()
+
+
+def test_each_node_syncs_every_filesystem_before_it_freezes_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As an agent does: the commit log is not frozen while the node's data filesystem still
+    writes back (its syncfs is slow here); another node does not wait for it."""
+    kernel = Kernel()
+    _fake_kernel(monkeypatch, kernel)
+    slow = threading.Event()
+
+    def syncfs(point: str) -> float:
+        if point == "/mnt/n1-data":
+            slow.wait(0.3)
+        kernel.calls.append(f"synced {point}")
+        return 0.0
+
+    monkeypatch.setattr(fsfreeze, "syncfs", syncfs)
+    monkeypatch.setattr(bench.floor, "reflink", shutil.copyfile)
+    targets = []
+    for name in ("n1-data", "n1-commitlog", "n2-data", "n2-commitlog"):
+        image = tmp_path / f"{name}.img"
+        image.write_bytes(b"x" * 64)
+        targets.append(FloorTarget(f"/mnt/{name}", image, name.split("-")[0]))
+    with Floor(targets, tmp_path / ".floor") as floor:
+        floor.take()
+    calls = kernel.calls
+    assert calls.index("freeze /mnt/n1-commitlog") > calls.index("synced /mnt/n1-data")
+    assert calls.index("freeze /mnt/n2-commitlog") < calls.index("synced /mnt/n1-data")
+    assert kernel.frozen == set()
