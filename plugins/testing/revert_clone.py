@@ -32,18 +32,27 @@ class RevertAndCloneConformance:
             for mountpoint in mountpoints:
                 mounts.unmount(mountpoint)
 
+    @contextlib.contextmanager
+    def _marked_snapshot(
+        self, harness: Harness, marker_prefix: str, snapshot: str
+    ) -> Iterator[tuple[SnapshotRef, list[dict[str, bytes]], list[Path]]]:
+        """The volumes mounted live, a `before` marker written on each, then a group snapshot of
+        them taken frozen: (the snapshot, each volume's markers in it, the mount points)."""
+        with self._mounted_volumes(harness, "live") as mountpoints:
+            expected: list[dict[str, bytes]] = []
+            for index, mountpoint in enumerate(mountpoints):
+                mounts.write_marker(mountpoint, "before", f"{marker_prefix}before-{index}".encode())
+                expected.append(mounts.read_markers(mountpoint))
+            with mounts.frozen(mountpoints):
+                ref = harness.driver.create_group_snapshot(
+                    harness.volumes, harness.snapshot_name(snapshot)
+                )
+            yield ref, expected, mountpoints
+
     def test_marker_revert(self, harness: Harness) -> None:
         if not harness.driver.revertible:
             pytest.skip("precondition: the driver does not implement Revertible")
-        with self._mounted_volumes(harness, "live") as mountpoints:
-            expected_before: list[dict[str, bytes]] = []
-            for index, mountpoint in enumerate(mountpoints):
-                mounts.write_marker(mountpoint, "before", f"before-{index}".encode())
-                expected_before.append(mounts.read_markers(mountpoint))
-            with mounts.frozen(mountpoints):
-                ref = harness.driver.create_group_snapshot(
-                    harness.volumes, harness.snapshot_name("mk")
-                )
+        with self._marked_snapshot(harness, "", "mk") as (ref, expected_before, mountpoints):
             for index, mountpoint in enumerate(mountpoints):
                 mounts.write_marker(mountpoint, "after", f"after-{index}".encode())
                 mounts.write_marker(mountpoint, "before", b"overwritten after the snapshot")
@@ -60,15 +69,7 @@ class RevertAndCloneConformance:
     def test_marker_clone(self, harness: Harness) -> None:
         if not harness.driver.cloneable:
             pytest.skip("precondition: the driver does not implement Cloneable")
-        with self._mounted_volumes(harness, "live") as mountpoints:
-            expected: list[dict[str, bytes]] = []
-            for index, mountpoint in enumerate(mountpoints):
-                mounts.write_marker(mountpoint, "before", f"clone-before-{index}".encode())
-                expected.append(mounts.read_markers(mountpoint))
-            with mounts.frozen(mountpoints):
-                ref = harness.driver.create_group_snapshot(
-                    harness.volumes, harness.snapshot_name("mkc")
-                )
+        with self._marked_snapshot(harness, "clone-", "mkc") as (ref, expected, mountpoints):
             for index, mountpoint in enumerate(mountpoints):
                 mounts.write_marker(mountpoint, "after", f"clone-after-{index}".encode())
             # Shaped like the suffixes restores, drills and exports pass ('_' as ONTAP needs):
