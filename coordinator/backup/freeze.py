@@ -32,9 +32,11 @@ from ringsnap.logs import get_logger
 log = get_logger(__name__)
 
 #: Keeps the leases of the frozen nodes alive until cancelled: (agents, operation id, lease, each
-#: node's `held_until`). Raises BackupFailed when a node's lease can no longer be shown to run.
+#: node's `held_until`, each node's event set when its freeze answered: its renewals start then).
+#: Raises BackupFailed when a node's lease can no longer be shown to run.
 Renewer = Callable[
-    [Mapping[str, AgentPort], str, float, dict[str, float]], Coroutine[Any, Any, None]
+    [Mapping[str, AgentPort], str, float, dict[str, float], Mapping[str, asyncio.Event]],
+    Coroutine[Any, Any, None],
 ]
 #: The shortest wait for a thaw's answer, whatever the lease (an agent's answer crosses a network).
 THAW_WAIT_FLOOR = 1.0
@@ -72,60 +74,69 @@ class FreezeBarrier:
         work_ended: float | None = None
         # The work's own failure, reported after what the thaw says of the nodes.
         work_error: BackupFailed | None = None
+        # Set when a node's freeze answered: its renewals start then, not once every node froze
+        # (a freeze phase longer than a lease would let the first nodes' leases run out).
+        frozen = {name: asyncio.Event() for name in self.agents}
+        renewer = asyncio.create_task(
+            self.renew(self.agents, self.operation_id, self.lease, held_until, frozen)
+        )
         try:
-            results = await asyncio.gather(
-                *(
-                    bounded("freeze budget", a.freeze(self.operation_id, self.lease), self.budget)
-                    for a in self.agents.values()
-                ),
-                return_exceptions=True,
-            )
-            freezes.update(
-                (name, result)
-                for name, result in zip(self.agents, results, strict=True)
-                if not isinstance(result, BaseException)
-            )
-            raise_failures([f"node {n}" for n in self.agents], "freeze", results)
-            frozen_at = time.monotonic()
-            on_frozen()
-            remaining = self.budget - (frozen_at - started)
-            if remaining <= 0:
-                # A snapshot call started now would run on after the thaw: not a frozen image.
-                raise BackupFailed(
-                    f"freezing took {frozen_at - started:.2f} s, the whole freeze budget"
-                    f" ({self.budget:g} s); no snapshot was started. Check the nodes'"
-                    " disks and load, or raise freeze_budget_seconds below the write timeout"
-                )
-            renewer = asyncio.create_task(
-                self.renew(self.agents, self.operation_id, self.lease, held_until)
-            )
-            work_started = time.monotonic()
-            working = asyncio.ensure_future(work(remaining))
             try:
-                await asyncio.wait([working, renewer], return_when=asyncio.FIRST_COMPLETED)
-                if not working.done() and (lost := _failure(renewer)) is not None:
-                    # That node may thaw (or has) before the snapshot: the run has failed. The
-                    # others stall their clients' writes for nothing: thaw them now, not when the
-                    # array answers; the array call ends (or overruns) as usual and is discarded.
+                freezing = asyncio.ensure_future(self._freeze_all(held_until, frozen, freezes))
+                await asyncio.wait([freezing, renewer], return_when=asyncio.FIRST_COMPLETED)
+                if not freezing.done() and (lost := _failure(renewer)) is not None:
+                    # A node that froze is lost while others still freeze: the run has failed;
+                    # the frozen nodes are thawed now, and a freeze that lands after the thaw is
+                    # undone by its own lease.
                     log.warning(
-                        "a frozen node is lost; thawing every node now",
+                        "a frozen node is lost while freezing; thawing every node now",
                         backup_id=self.operation_id,
                         error=str(lost),
                     )
-                    thaw_started = time.monotonic()
-                    thawing = asyncio.ensure_future(
-                        thaw_all(self.agents, self.operation_id, self._thaw_wait)
+                    freezing.cancel()
+                    await asyncio.wait([freezing])
+                    raise lost
+                results = await freezing
+                raise_failures([f"node {n}" for n in self.agents], "freeze", results)
+                frozen_at = time.monotonic()
+                on_frozen()
+                remaining = self.budget - (frozen_at - started)
+                if remaining <= 0:
+                    # A snapshot call started now would run on after the thaw: not a frozen image.
+                    raise BackupFailed(
+                        f"freezing took {frozen_at - started:.2f} s, the whole freeze budget"
+                        f" ({self.budget:g} s); no snapshot was started. Check the nodes'"
+                        " disks and load, or raise freeze_budget_seconds below the write timeout"
                     )
+                work_started = time.monotonic()
+                working = asyncio.ensure_future(work(remaining))
                 try:
-                    await working
-                    work_ended = time.monotonic()
-                except BackupFailed as exc:
-                    work_error = exc
+                    await asyncio.wait([working, renewer], return_when=asyncio.FIRST_COMPLETED)
+                    if not working.done() and (lost := _failure(renewer)) is not None:
+                        # That node may thaw (or has) before the snapshot: the run has failed.
+                        # The others stall their clients' writes for nothing: thaw them now, not
+                        # when the array answers; the array call ends (or overruns) as usual and
+                        # is discarded.
+                        log.warning(
+                            "a frozen node is lost; thawing every node now",
+                            backup_id=self.operation_id,
+                            error=str(lost),
+                        )
+                        thaw_started = time.monotonic()
+                        thawing = asyncio.ensure_future(
+                            thaw_all(self.agents, self.operation_id, self._thaw_wait)
+                        )
+                    try:
+                        await working
+                        work_ended = time.monotonic()
+                    except BackupFailed as exc:
+                        work_error = exc
+                finally:
+                    array_call = (thaw_started or time.monotonic()) - work_started
+                    if not working.done():  # this run was cancelled while waiting
+                        working.cancel()
+                        await asyncio.wait([working])
             finally:
-                array_call = (thaw_started or time.monotonic()) - work_started
-                if not working.done():  # this run was cancelled while waiting
-                    working.cancel()
-                    await asyncio.wait([working])
                 renewer.cancel()
                 # `wait`, not `await renewer` under suppress(CancelledError): that would also
                 # swallow a cancellation of this run arriving meanwhile.
@@ -194,6 +205,32 @@ class FreezeBarrier:
         if problems:
             raise BackupFailed("; ".join(problems)) from work_error
 
+    async def _freeze_all(
+        self,
+        held_until: dict[str, float],
+        frozen: Mapping[str, asyncio.Event],
+        freezes: dict[str, FreezeReceipt],
+    ) -> list[FreezeReceipt | BaseException]:
+        """Every node's freeze in parallel, each bounded by the budget; a node's event is set (its
+        renewals start) and its receipt kept as soon as it answers. Each node's lease is counted
+        from when its own request was sent: with many nodes the sends spread over the event
+        loop's turns, and the first node's send time would cut the last ones' leases short."""
+
+        async def freeze(name: str, agent: AgentPort) -> FreezeReceipt:
+            held_until[name] = time.monotonic() + self.lease
+            receipt = await agent.freeze(self.operation_id, self.lease)
+            freezes[name] = receipt
+            frozen[name].set()
+            return receipt
+
+        return await asyncio.gather(
+            *(
+                bounded("freeze budget", freeze(name, agent), self.budget)
+                for name, agent in self.agents.items()
+            ),
+            return_exceptions=True,
+        )
+
     @property
     def _thaw_wait(self) -> float:
         return max(self.lease, THAW_WAIT_FLOOR)
@@ -215,12 +252,18 @@ async def renew_leases(
     operation_id: str,
     lease: float,
     held_until: dict[str, float],
+    frozen: Mapping[str, asyncio.Event],
 ) -> None:
-    """Keep every node's freeze alive while the array call runs, each node on its own, until
-    cancelled; `held_until[node]` (monotonic) is moved on with every confirmed renewal. Raises
-    BackupFailed naming the nodes whose lease can no longer be shown to run."""
+    """Keep every node's freeze alive from its freeze's answer (`frozen[node]` set) until
+    cancelled, each node on its own; `held_until[node]` (monotonic) is moved on with every
+    confirmed renewal. Raises BackupFailed naming the nodes whose lease can no longer be shown to
+    run."""
     tasks = [
-        asyncio.create_task(_keep_renewed(name, agent, operation_id, lease, held_until))
+        asyncio.create_task(
+            _keep_renewed(
+                name, agent, operation_id, lease, held_until=held_until, frozen=frozen[name]
+            )
+        )
         for name, agent in agents.items()
     ]
     if not tasks:
@@ -236,13 +279,20 @@ async def renew_leases(
 
 
 async def _keep_renewed(
-    name: str, agent: AgentPort, operation_id: str, lease: float, held_until: dict[str, float]
+    name: str,
+    agent: AgentPort,
+    operation_id: str,
+    lease: float,
+    *,
+    held_until: dict[str, float],
+    frozen: asyncio.Event,
 ) -> None:
-    """Renew one node's lease every third of a lease; a failed renewal is retried while the lease
-    surely still runs. The agent starts (and restarts) a lease only after it received the request,
-    so a lease runs at least until a lease after the confirmed request was sent; past that, the
-    node may have thawed by itself (or is about to), and a snapshot cannot be shown to hold it
-    frozen."""
+    """Once the node's freeze answered (`frozen`), renew its lease every third of a lease; a
+    failed renewal is retried while the lease surely still runs. The agent starts (and restarts) a
+    lease only after it received the request, so a lease runs at least until a lease after the
+    confirmed request was sent; past that, the node may have thawed by itself (or is about to),
+    and a snapshot cannot be shown to hold it frozen."""
+    await frozen.wait()
     valid_until = held_until[name]
     error: BaseException | str = "no renewal was due yet"
     retry, delay = False, 0.0
@@ -260,7 +310,11 @@ async def _keep_renewed(
                 " network between the coordinator and this node's agent"
             )
         try:
-            await asyncio.wait_for(agent.renew(operation_id, lease), left)
+            # `timeout`, not `wait_for`: on 3.11 `wait_for` swallows a cancellation that comes as
+            # the renewal answers, and this task would go on renewing after the barrier ended it
+            # (a lost node then failed the run only when the array answered).
+            async with asyncio.timeout(left):
+                await agent.renew(operation_id, lease)
         except TimeoutError:
             error, retry, delay = f"no answer within {left:.2f} s", True, 0.0
         except Exception as exc:

@@ -67,8 +67,11 @@ def raise_failures(subjects: Sequence[str], what: str, results: Sequence[object]
 
 
 async def bounded(what: str, awaitable: Awaitable[T], timeout: float) -> T:
+    """`awaitable`'s result, or BackupFailed after `timeout` s. `asyncio.timeout`, not
+    `wait_for`: on 3.11 `wait_for` swallows a cancellation that arrives as the answer does."""
     try:
-        return await asyncio.wait_for(awaitable, timeout)
+        async with asyncio.timeout(timeout):
+            return await awaitable
     except TimeoutError:
         raise BackupFailed(f"{what}: no answer within {timeout:g} s") from None
 

@@ -274,9 +274,10 @@ class BackupWorkflow:
         operation_id: str,
         lease: float,
         held_until: dict[str, float],
+        frozen: Mapping[str, asyncio.Event],
     ) -> None:
         """The freeze barrier's lease renewer (tests replace it)."""
-        await renew_leases(agents, operation_id, lease, held_until)
+        await renew_leases(agents, operation_id, lease, held_until, frozen)
 
     def _included_agents(self, run: BackupRun) -> dict[str, AgentPort]:
         included = set(run.included)

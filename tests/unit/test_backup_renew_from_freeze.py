@@ -1,0 +1,113 @@
+"""Each node's lease is renewed from its own freeze's answer, and counted from its own request's
+sending: a slow node (or a long fan-out over many nodes) no longer holds up the others' renewals
+until every node answered, which failed every run whose freeze phase outlasted a lease."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from datetime import datetime
+
+import pytest
+
+from ringsnap.coordinator.agents import AgentError
+from ringsnap.coordinator.backup import BackupFailed, BackupSettings
+from ringsnap.coordinator.backup.freeze import FreezeBarrier, renew_leases
+from ringsnap.coordinator.ports import AgentPort, FreezeReceipt
+from tests.support.fakes import FakeAgent
+from tests.unit.test_backup_lost_node import cluster
+
+
+class _TimedAgent(FakeAgent):
+    """Remembers when each freeze and renewal reached it, and can block the event loop (the CPU a
+    client spends on a call) before its freeze is on its way."""
+
+    def __init__(self, node: str, events: list[str], *, block: float = 0.0) -> None:
+        super().__init__(node, events)
+        self.block = block
+        self.freeze_entered = 0.0
+        self.renewed_at: list[float] = []
+
+    async def freeze(self, operation_id: str, lease_seconds: float) -> FreezeReceipt:
+        self.freeze_entered = time.monotonic()
+        time.sleep(self.block)
+        return await super().freeze(operation_id, lease_seconds)
+
+    async def renew(self, operation_id: str, lease_seconds: float) -> datetime:
+        self.renewed_at.append(time.monotonic())
+        return await super().renew(operation_id, lease_seconds)
+
+
+def test_a_node_is_renewed_while_a_slower_node_still_freezes() -> None:
+    workflow, agents, array, events = cluster()
+    fast = _TimedAgent("n1", events)
+    workflow.nodes[0] = type(workflow.nodes[0])("n1", fast, workflow.nodes[0].volumes)
+    array.agents = [fast, *agents[1:]]
+    slow = agents[1]
+    slow.freeze_seconds = 0.45  # answers within its lease, after the fast node's first renewal
+    settings = BackupSettings(lease=0.6, freeze_budget=1.5)
+
+    run = asyncio.run(workflow.run(settings, trigger="test"))
+
+    assert run.snapshots and array.frozen_during_snapshot == [True]
+    assert run.window is not None and run.window.freezing is not None
+    frozen_at = fast.freeze_entered + run.window.freezing
+    # Renewed a third of a lease after its own freeze, not once the slow node had answered.
+    assert fast.renewed_at and fast.renewed_at[0] < frozen_at - 0.1, (fast.renewed_at, frozen_at)
+    assert not any(e.startswith("lease-thaw") for e in events)
+
+
+def test_each_nodes_lease_counts_from_its_own_request() -> None:
+    """The first node's call blocks the loop (as 1,000 stub calls do) before the second is sent;
+    the second's lease is counted from its own sending, never from before it (unsafe) nor from
+    the first node's (too short)."""
+    events: list[str] = []
+    first = _TimedAgent("n1", events, block=0.2)
+    second = _TimedAgent("n2", events)
+    seen: dict[str, float] = {}
+
+    async def renew_and_note(
+        agents: Mapping[str, AgentPort],
+        operation_id: str,
+        lease: float,
+        held_until: dict[str, float],
+        frozen: Mapping[str, asyncio.Event],
+    ) -> None:
+        await asyncio.gather(*(event.wait() for event in frozen.values()))
+        seen.update(held_until)
+        await renew_leases(agents, operation_id, lease, held_until, frozen)
+
+    barrier = FreezeBarrier(
+        {"n1": first, "n2": second},
+        "rs-test",
+        budget=1.5,
+        lease=0.5,
+        renew=renew_and_note,
+    )
+
+    async def hold() -> None:
+        await barrier.hold(lambda _left: asyncio.sleep(0.01), on_frozen=lambda: None)
+
+    asyncio.run(hold())
+    for agent in (first, second):
+        assert seen[agent.node] <= agent.freeze_entered + 0.5  # never past what the agent holds
+    assert seen["n2"] - seen["n1"] >= 0.19, seen
+
+
+def test_a_node_lost_while_others_still_freeze_fails_the_run_and_thaws_at_once() -> None:
+    workflow, agents, array, _ = cluster()
+
+    async def refused(operation_id: str, lease_seconds: float) -> datetime:
+        raise AgentError("node n1 (x): RenewLease: NOT_FOUND: no such freeze", code="NOT_FOUND")
+
+    agents[0].renew = refused  # type: ignore[method-assign]
+    agents[2].freeze_seconds = 3.0  # still freezing when n1's first renewal is refused
+    started = time.monotonic()
+    with pytest.raises(BackupFailed, match="node n1: its freeze has ended"):
+        asyncio.run(workflow.run(BackupSettings(lease=0.6, freeze_budget=4.0), trigger="test"))
+    # Failed at n1's first renewal (a third of a lease), not when n3's freeze answered.
+    assert time.monotonic() - started < agents[2].freeze_seconds
+    assert array.frozen_during_snapshot == []  # no snapshot call was made
+    assert not agents[0].frozen and not agents[1].frozen
+    assert array.snapshots == {}
