@@ -34,114 +34,32 @@ class Replay:
         )
 
 
+#: The logical volumes of the captured volume group `rsvg`, as `rsvg.vgmeta` holds them:
+#: (name, segment type, size, created, LV uuid, the rest of `Lvm2Emulator.add_record`'s fields).
+CAPTURED_LVS: tuple[tuple[str, str, int, int, str, dict[str, Any]], ...] = (
+    ("data", "linear", 64 << 20, T0, "dW82Jg-HBkK-JlhM-Xi95-8LbD-zv5d-n73Ltj", {"extents": 16}),
+    ("commitlog", "linear", 32 << 20, T0, "XzH3YV-00Bc-1uo1-oyCi-u7i1-CN2w-iuvsX6", {"extents": 8}),
+    ("data.rs.s0", "snapshot", 8 << 20, T1, "TYffRp-fFYg-72Fh-xweQ-8rT1-8CYG-VOQpCQ",
+     {"origin": "data", "tags": ["ringsnap.snapshot=s0"], "extents": 2}),
+    ("data.rs.s1", "snapshot", 16 << 20, T2, "Bb1Sn1-1111-1111-1111-1111-1111-111111",
+     {"origin": "data", "tags": ["ringsnap.snapshot=s1"], "extents": 4}),
+    ("commitlog.rs.s1", "snapshot", 8 << 20, T2, "rRvCVG-tN1D-sAeo-Af6o-pTdE-7jke-zyIFkM",
+     {"origin": "commitlog", "tags": ["ringsnap.snapshot=s1"], "merging": True, "extents": 2}),
+    ("pool", "thin-pool", 32 << 20, T0, "4DJo2c-fuB1-kqHu-4eAp-b6E2-qcAi-HGSXOr", {"extents": 10}),
+    ("thindata", "thin", 128 << 20, T0, "ejQonz-UWfI-JVYb-pTSh-c9cz-V7yq-NtoZT8", {"pool": "pool"}),
+    ("thindata.rs.s0", "thin", 128 << 20, T1, "DBQ5vQ-bi5e-qSe9-4dHy-iV53-mbnv-rcQYcr",
+     {"origin": "thindata", "pool": "pool", "tags": ["ringsnap.snapshot=s0"], "skip": True}),
+    ("thindata.rs.s1", "thin", 128 << 20, T2, "Ee4Sn4-4444-4444-4444-4444-4444-444444",
+     {"origin": "thindata", "pool": "pool", "tags": ["ringsnap.snapshot=s1"], "skip": True}),
+    ("thindata-drill", "thin", 128 << 20, T2, "Ff5Cl5-5555-5555-5555-5555-5555-555555",
+     {"origin": "thindata.rs.s0", "pool": "pool", "tags": ["ringsnap.clone=s0"]}),
+)  # fmt: skip
+
+
 def fixture_emulator() -> Lvm2Emulator:
     """The emulator holding exactly what `rsvg.vgmeta` holds, on a host without device-mapper."""
     emulator = Lvm2Emulator(device_mapper=False)
     emulator.add_vg("rsvg", 63 * EXTENT)
-    add = emulator.add_record
-    add(
-        "rsvg",
-        "data",
-        "linear",
-        64 << 20,
-        created=T0,
-        lv_uuid="dW82Jg-HBkK-JlhM-Xi95-8LbD-zv5d-n73Ltj",
-        extents=16,
-    )
-    add(
-        "rsvg",
-        "commitlog",
-        "linear",
-        32 << 20,
-        created=T0,
-        lv_uuid="XzH3YV-00Bc-1uo1-oyCi-u7i1-CN2w-iuvsX6",
-        extents=8,
-    )
-    add(
-        "rsvg",
-        "data.rs.s0",
-        "snapshot",
-        8 << 20,
-        created=T1,
-        lv_uuid="TYffRp-fFYg-72Fh-xweQ-8rT1-8CYG-VOQpCQ",
-        origin="data",
-        tags=["ringsnap.snapshot=s0"],
-        extents=2,
-    )
-    add(
-        "rsvg",
-        "data.rs.s1",
-        "snapshot",
-        16 << 20,
-        created=T2,
-        lv_uuid="Bb1Sn1-1111-1111-1111-1111-1111-111111",
-        origin="data",
-        tags=["ringsnap.snapshot=s1"],
-        extents=4,
-    )
-    add(
-        "rsvg",
-        "commitlog.rs.s1",
-        "snapshot",
-        8 << 20,
-        created=T2,
-        lv_uuid="rRvCVG-tN1D-sAeo-Af6o-pTdE-7jke-zyIFkM",
-        origin="commitlog",
-        tags=["ringsnap.snapshot=s1"],
-        merging=True,
-        extents=2,
-    )
-    add(
-        "rsvg",
-        "pool",
-        "thin-pool",
-        32 << 20,
-        created=T0,
-        lv_uuid="4DJo2c-fuB1-kqHu-4eAp-b6E2-qcAi-HGSXOr",
-        extents=10,
-    )
-    add(
-        "rsvg",
-        "thindata",
-        "thin",
-        128 << 20,
-        created=T0,
-        lv_uuid="ejQonz-UWfI-JVYb-pTSh-c9cz-V7yq-NtoZT8",
-        pool="pool",
-    )
-    add(
-        "rsvg",
-        "thindata.rs.s0",
-        "thin",
-        128 << 20,
-        created=T1,
-        lv_uuid="DBQ5vQ-bi5e-qSe9-4dHy-iV53-mbnv-rcQYcr",
-        origin="thindata",
-        pool="pool",
-        tags=["ringsnap.snapshot=s0"],
-        skip=True,
-    )
-    add(
-        "rsvg",
-        "thindata.rs.s1",
-        "thin",
-        128 << 20,
-        created=T2,
-        lv_uuid="Ee4Sn4-4444-4444-4444-4444-4444-444444",
-        origin="thindata",
-        pool="pool",
-        tags=["ringsnap.snapshot=s1"],
-        skip=True,
-    )
-    add(
-        "rsvg",
-        "thindata-drill",
-        "thin",
-        128 << 20,
-        created=T2,
-        lv_uuid="Ff5Cl5-5555-5555-5555-5555-5555-555555",
-        origin="thindata.rs.s0",
-        pool="pool",
-        tags=["ringsnap.clone=s0"],
-    )
+    for name, segtype, size, created, lv_uuid, rest in CAPTURED_LVS:
+        emulator.add_record("rsvg", name, segtype, size, created=created, lv_uuid=lv_uuid, **rest)
     return emulator
