@@ -271,15 +271,24 @@ def _unmount_all(points: Sequence[Path]) -> None:
         mounts.unmount(point)
 
 
+def _marked_snapshot(
+    backend: Backend, points: Sequence[Path], marker_prefix: str, name: str
+) -> tuple[SnapshotRef, list[dict[str, bytes]]]:
+    """A `before` marker written on each mounted volume, then a group snapshot of them taken
+    frozen: the snapshot and each volume's markers in it."""
+    expected = []
+    for index, point in enumerate(points):
+        mounts.write_marker(point, "before", f"{marker_prefix}{index}".encode())
+        expected.append(mounts.read_markers(point))
+    with mounts.frozen(points):
+        ref = backend.driver.create_group_snapshot(backend.volumes, backend.name(name))
+    return ref, expected
+
+
 def test_marker_revert(backend: Backend, tmp_path: Path) -> None:
     points = _mount_all(backend, tmp_path / "live", backend.volumes)
     try:
-        expected = []
-        for index, point in enumerate(points):
-            mounts.write_marker(point, "before", f"before-{index}".encode())
-            expected.append(mounts.read_markers(point))
-        with mounts.frozen(points):
-            ref = backend.driver.create_group_snapshot(backend.volumes, backend.name("mk"))
+        ref, expected = _marked_snapshot(backend, points, "before-", "mk")
         for point in points:
             mounts.write_marker(point, "after", b"after")
             mounts.write_marker(point, "before", b"overwritten after the snapshot")
@@ -305,12 +314,7 @@ def test_marker_revert(backend: Backend, tmp_path: Path) -> None:
 def test_marker_clone(backend: Backend, tmp_path: Path) -> None:
     points = _mount_all(backend, tmp_path / "live", backend.volumes)
     try:
-        expected = []
-        for index, point in enumerate(points):
-            mounts.write_marker(point, "before", f"clone-{index}".encode())
-            expected.append(mounts.read_markers(point))
-        with mounts.frozen(points):
-            ref = backend.driver.create_group_snapshot(backend.volumes, backend.name("mkc"))
+        ref, expected = _marked_snapshot(backend, points, "clone-", "mkc")
         for point in points:
             mounts.write_marker(point, "after", b"after")
         clones = backend.driver.clone(ref, "drill")
