@@ -87,18 +87,21 @@ class StagedSnapshots:
             if entry.name == name and entry.state == ACTIVE and sequence in sequences:
                 return self._existing(group, sequence, name, sequences[sequence], volumes)
         if pending is not None:
-            same = pending.get("name") == name
-            # Same name: an earlier attempt of this very snapshot, worth waiting for. Another
-            # name: a snapshot taken but never named (its run ended between commit and thaw).
-            adopted = self._images.adopt_pending(
-                group, str(pending.get("name")), pending, wait=same
-            )
+            pending_name = str(pending.get("name"))
+            same = pending_name == name
+            # Same name, after a POST of this driver whose answer was lost: an earlier attempt
+            # of this very snapshot, worth waiting for. Otherwise only an image already there
+            # is named (e.g. a snapshot whose run ended between commit and thaw); a repeated
+            # prepare whose record's answer was lost finds none, and does not wait.
+            posted = (group.ref, name) in self._posted
+            adopted = self._images.adopt_pending(group, pending_name, pending, wait=same and posted)
             if adopted is not None:
                 sequences[adopted[0]] = adopted[1]
                 names[adopted[0]] = ImageName(
-                    self._names.key(group.ref, adopted[0]), str(pending.get("name")), ACTIVE
+                    self._names.key(group.ref, adopted[0]), pending_name, ACTIVE
                 )
                 if same:
+                    self._posted.pop((group.ref, name), None)
                     return self._existing(group, adopted[0], name, adopted[1], volumes)
         remaining = sorted(sequences)
         if any(entry.state == DELETING for entry in names.values()):

@@ -272,6 +272,21 @@ class TestEseries(DriverConformance):
         raw.delete_snapshot(found[0])
         assert simulator(harness).state()["images"] == []
 
+    def test_a_repeated_prepare_does_not_wait_for_an_image_never_asked_for(
+        self, harness: Harness
+    ) -> None:
+        """A prepare repeated (its pending record's answer was lost) finds its own record: no
+        image was requested, so it looks once instead of polling through the lost-answer grace."""
+        driver, requests = harness.driver, harness.server.requests
+        driver.prepare_group_snapshot(harness.volumes, "twice")
+        mark = len(requests)
+        again = driver.prepare_group_snapshot(harness.volumes, "twice")
+        listings = [p for m, p in list(requests)[mark:] if m == "GET" and p.endswith("/snapshots")]
+        assert len(listings) <= 2, listings
+        assert again.existing is None
+        ref = driver.describe_group_snapshot(again, driver.commit_group_snapshot(again))
+        assert [i.ref for i in driver.list_snapshots(harness.volumes)] == [ref]
+
     def test_an_image_never_named_is_named_by_the_next_prepare(self, harness: Harness) -> None:
         """A coordinator that died between the commit and the thaw left an unnamed image: the
         next snapshot of these volumes names it, so that the clean-up by name finds it."""
