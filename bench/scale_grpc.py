@@ -359,13 +359,13 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f}"
 
 
-def _line(label: str, samples: Sequence[Sample]) -> str:
-    def fig(name: str, values: list[float]) -> str:
+def _line(label: str, samples: Sequence[Sample], agents: int) -> str:
+    def fig(name: str, values: list[float], unit: float = 1.0) -> str:
         if not values:
             return f"{name}=-"
         if len(values) == 1:
-            return f"{name}={_ms(values[0])}"
-        return f"{name}={_ms(statistics.median(values))}/{_ms(max(values))}"
+            return f"{name}={_ms(values[0] * unit)}"
+        return f"{name}={_ms(statistics.median(values) * unit)}/{_ms(max(values) * unit)}"
 
     windows = [s.window for s in samples if s.window is not None]
     failed = [s.error for s in samples if s.error]
@@ -381,6 +381,8 @@ def _line(label: str, samples: Sequence[Sample]) -> str:
                 fig("agents_thaw", [w.slowest_thaw for w in windows]),
                 fig("overhead", [w.overhead for w in windows]),
                 fig("coordinator_cpu", [s.cpu for s in samples]),
+                # The coordinator's own CPU per agent, in microseconds (x1000 of `_ms`).
+                fig("coordinator_cpu_us_per_agent", [s.cpu for s in samples], 1000 / agents),
                 fig("agents_cpu", [s.agents_cpu for s in samples]),
             )
         )
@@ -456,9 +458,9 @@ async def _sizes(
             f"agents={size} runs={args.runs} array_ms={args.array_ms:g} lease_s={args.lease:g}"
             f" load_average={load[0]:.2f},{load[1]:.2f},{load[2]:.2f}"
         )
-        print(_line("cold", [cold]))
-        print(_line("first", samples[:1]))
-        print(_line("warm", samples[1:]), flush=True)
+        print(_line("cold", [cold], size))
+        print(_line("first", samples[:1], size))
+        print(_line("warm", samples[1:], size), flush=True)
         if size == max(sizes):
             fds, rss = _fds_and_rss()
             print(

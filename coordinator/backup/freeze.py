@@ -64,7 +64,7 @@ class FreezeBarrier:
         started = time.monotonic()
         frozen_at: float | None = None
         array_call = 0.0
-        # Started early when a node is lost while the work runs; else in the `finally`.
+        # Started as soon as a node is lost while the work runs; else as the renewer is stopped.
         thawing: asyncio.Future[dict[str, ThawReceipt]] | None = None
         thaw_started = 0.0
         lost: BaseException | None = None
@@ -138,6 +138,13 @@ class FreezeBarrier:
                         await asyncio.wait([working])
             finally:
                 renewer.cancel()
+                if thawing is None:
+                    # Now, not once the renewer has wound down a task per node: a renewal that
+                    # lands after the thaw is refused by the agent and changes nothing.
+                    thaw_started = time.monotonic()
+                    thawing = asyncio.ensure_future(
+                        thaw_all(self.agents, self.operation_id, self._thaw_wait)
+                    )
                 # `wait`, not `await renewer` under suppress(CancelledError): that would also
                 # swallow a cancellation of this run arriving meanwhile.
                 await asyncio.wait([renewer])

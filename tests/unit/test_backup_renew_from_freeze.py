@@ -111,3 +111,23 @@ def test_a_node_lost_while_others_still_freeze_fails_the_run_and_thaws_at_once()
     assert array.frozen_during_snapshot == []  # no snapshot call was made
     assert not agents[0].frozen and not agents[1].frozen
     assert array.snapshots == {}
+
+
+def test_the_thaw_does_not_wait_for_the_renewer_to_wind_down() -> None:
+    """Stopping the renewer ends a task per node (1,000 at scale): the thaw goes out meanwhile."""
+    workflow, agents, array, events = cluster()
+
+    async def slow_to_stop(*_: object) -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.3)
+            events.append("renewer-stopped")
+            raise
+
+    workflow._renew = slow_to_stop  # type: ignore[method-assign,assignment]
+    run = asyncio.run(workflow.run(BackupSettings(lease=0.6, freeze_budget=1.5), trigger="test"))
+
+    assert run.snapshots and array.frozen_during_snapshot == [True]
+    stopped = events.index("renewer-stopped")
+    assert all(events.index(f"thaw {a.node}") < stopped for a in agents), events
