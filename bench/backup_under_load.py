@@ -14,7 +14,8 @@ same cluster and load:
 - client write errors and p99/max write latency during the backups, during the floors, and during
   the same time without either (baseline), with the ratio of backups to baseline; the client
   writes from a process of its own (`bench.load_process`), so that the coordinator's CPU work in
-  this process never shows up as write latency;
+  this process never shows up as write latency; the slowest writes during the backups, each with
+  how long it overlapped a freeze window (a stall by the freeze overlaps it by about its latency);
 - the load average of the machine at the end of the round.
 
     .venv/bin/python -m bench.backup_under_load [--backups 20] [--rate 200] [--array ontap]
@@ -90,14 +91,50 @@ def _tap_windows(coordinator: Coordinator, windows: dict[str, FreezeWindow]) -> 
     coordinator.catalog.complete_backup = complete_backup  # type: ignore[method-assign]
 
 
+def _tap_freezes(coordinator: Coordinator, spans: dict[str, list[float]]) -> None:
+    """Each backup's freeze on the machine's monotonic clock: [first freeze request sent, last
+    thaw answered], to set the slowest client writes beside it."""
+    for runtime in coordinator.clusters.values():
+        for agent in runtime.agents.values():
+            freeze, thaw = agent.freeze, agent.thaw
+
+            async def timed_freeze(operation_id: str, lease: float, freeze: Any = freeze) -> Any:
+                span = spans.setdefault(operation_id, [time.monotonic(), 0.0])
+                span[0] = min(span[0], time.monotonic())
+                return await freeze(operation_id, lease)
+
+            async def timed_thaw(operation_id: str, thaw: Any = thaw) -> Any:
+                try:
+                    return await thaw(operation_id)
+                finally:
+                    span = spans.setdefault(operation_id, [time.monotonic(), 0.0])
+                    span[1] = max(span[1], time.monotonic())
+
+            agent.freeze = timed_freeze  # type: ignore[method-assign,assignment]
+            agent.thaw = timed_thaw  # type: ignore[method-assign]
+
+
+def _slowest_line(load: WriteLoadProcess, spans: list[list[float]], count: int = 5) -> str:
+    """The slowest writes, each with the time it overlapped a freeze (first freeze sent to last
+    thaw answered): a write stalled by the freeze overlaps one by about its latency."""
+    parts = []
+    for start, latency in load.slowest_writes(count):
+        end = start + latency
+        overlap = sum(max(0.0, min(end, b) - max(start, a)) for a, b in spans)
+        parts.append(f"{latency * 1000:.0f} ({overlap * 1000:.0f} frozen)")
+    return "  slowest writes with backups, ms (of which in a freeze window): " + ", ".join(parts)
+
+
 def _round(args: argparse.Namespace, number: int, config: Any, floor: Floor) -> None:
     backups: list[Backup] = []
     failures: list[str] = []
     windows: dict[str, FreezeWindow] = {}
+    spans: dict[str, list[float]] = {}
 
     async def back_to_back() -> None:
         async with open_coordinator(config, source="<bench>") as coordinator:
             _tap_windows(coordinator, windows)
+            _tap_freezes(coordinator, spans)
             for _ in range(args.backups):
                 request = BackupRequest(CLUSTER_NAME, trigger="bench")
                 try:
@@ -161,6 +198,7 @@ def _round(args: argparse.Namespace, number: int, config: Any, floor: Floor) -> 
             f" p95 {_p95(totals) / _p95(floor_totals):.2f}x"
         )
     print(_load_line("  writes with backups   ", during.report, busy))
+    print(_slowest_line(during, [span for span in spans.values() if span[1]]))
     print(_load_line("  writes with floors    ", floored.report, floor_busy))
     print(_load_line("  writes without either ", baseline.report, busy))
     base_p99 = baseline.report.percentile(0.99) or 1e-9
