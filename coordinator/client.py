@@ -338,7 +338,22 @@ class Coordinator:
         try:
             return method(request, timeout=timeout)
         except grpc.RpcError as error:
+            call: Any = error
+            if call.code() is grpc.StatusCode.DEADLINE_EXCEEDED and not _reason(error):
+                raise self._no_answer(timeout) from None
             raise self.translate(error) from None
+
+    def _no_answer(self, timeout: float) -> CliError:
+        """Connected, asked, and no answer in time: unlike an unreachable daemon, what was asked
+        (a purge, a backup) may still be running there, and asking again may repeat it."""
+        return CliError(
+            f"the coordinator at {self.target.address} did not answer within {timeout:g} s; what"
+            " was asked may still be running there",
+            ExitCode.UNREACHABLE,
+            reason="UNREACHABLE",
+            hint="`ringsnap status` shows what the coordinator runs: wait for it to end before"
+            " asking again",
+        )
 
     def stream(self, method: Callable[..., Any], request: Any) -> Iterator[Any]:
         try:
