@@ -1,6 +1,7 @@
 """The real coordinator (workflow, scheduler, retention, catalog in SQLite) behind its real gRPC
 server with the token check and health service, its agents and array the fakes of our own ports
-(`tests.support.fakes`), with a few complete and failed backups in the catalog.
+(`tests.support.fakes`), with a few complete and failed backups in the catalog: the coordinator
+API tests' harness, started the same way.
 
 `state()` is everything a hostile request must leave as it was: every row of the catalog, what
 each fake agent and the array were asked to do, and the operations the coordinator runs.
@@ -17,28 +18,13 @@ from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from ringsnap.config import validate
-from ringsnap.coordinator.api_server import CoordinatorServer
-from ringsnap.coordinator.apitoken import token_path, write_token
-from ringsnap.coordinator.catalog import Catalog
-from ringsnap.coordinator.config import CoordinatorConfig
-from ringsnap.coordinator.metrics import CoordinatorMetrics
-from ringsnap.coordinator.ports import AgentPort
-from ringsnap.coordinator.service import ClusterRuntime, Coordinator
-from tests.support.fakes import FakeAgent, FakeArray, volumes_of
-from tests.unit.coordinator_api.conftest import (
-    ALL_NODES,
-    ARRAY,
-    CLUSTERS,
-    MANIFEST,
-    Harness,
-    config_data,
-)
+from tests.unit.coordinator_api.conftest import Harness
+from tests.unit.coordinator_api.conftest import _start as start_harness
 
 T = TypeVar("T")
 T0 = datetime(2026, 10, 1, 3, 0, tzinfo=UTC)
@@ -83,30 +69,6 @@ def _catalog_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
-async def _start(tmp: Path) -> Harness:
-    config = validate(config_data(tmp), CoordinatorConfig, source="<fuzz config>")
-    catalog = Catalog(config.coordinator.catalog)
-    array = FakeArray(ARRAY, volumes_of(ALL_NODES))
-    agents = {n: FakeAgent(n, leases=False, manifest=MANIFEST) for n in ALL_NODES}
-    clusters = {
-        section.name: ClusterRuntime(
-            section,
-            {n.name: cast(AgentPort, agents[n.name]) for n in section.nodes},
-            None,
-        )
-        for section in config.clusters
-    }
-    metrics = CoordinatorMetrics(CLUSTERS)
-    coordinator = Coordinator(config, catalog, metrics, {ARRAY: array}, clusters)
-    await coordinator.start()
-    token_file = token_path(config.coordinator.catalog)
-    token = write_token(token_file)
-    server = CoordinatorServer(coordinator, config.coordinator.listen, token, str(token_file))
-    await server.start()
-    loop = asyncio.get_running_loop()
-    return Harness(tmp, config, loop, coordinator, server, agents, array, token, token_file)
-
-
 def _call(loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, T]) -> T:
     return asyncio.run_coroutine_threadsafe(coroutine, loop).result(30)
 
@@ -117,7 +79,7 @@ def running_coordinator(tmp: Path) -> Iterator[CoordinatorRig]:
     thread = threading.Thread(target=loop.run_forever, name="fuzz-coordinator", daemon=True)
     thread.start()
     try:
-        harness = _call(loop, _start(tmp))
+        harness = _call(loop, start_harness(tmp))
         try:
             for day in range(3):
                 harness.seed_backup(f"rs-seed-{day}", T0 + timedelta(days=day), policy="daily")
