@@ -15,8 +15,9 @@ that staging and nothing else):
    step before the stop, is asked whether Cassandra runs (a stop whose answer was lost, e.g. a
    drain past the agent timeout, stopped it without the record saying so) and started again if
    it was running at plan time;
-5. the record: `aborted` once every node is done, with per node what was removed; otherwise it
-   stays failed, each node kept (unreachable, not started) named with its exact next step, and
+5. the record, saved after each node's staging is removed and each start (an interrupted abort
+   leaves a record that says which nodes are back as before): `aborted` once every node is done,
+   with per node what was removed; otherwise it stays failed, each node kept (unreachable, not started) named with its exact next step, and
    the same command finishes it.
 """
 
@@ -117,6 +118,7 @@ class S3RestoreAbort:
         self.now = now
         self.seeds = set(seeds)
         self.outcomes: dict[str, _Outcome] = {n.name: _Outcome() for n in record.nodes}
+        self._saving = asyncio.Lock()
 
     async def run(self, requested_by: str) -> RestoreRecord:
         record = self.record
@@ -210,6 +212,7 @@ class S3RestoreAbort:
             "staging of a restore from S3 removed", node=node.name, restore_id=self.record.id
         )
         self.progress(node.name, ABORT, line.partition(": ")[2])
+        await self._checkpoint()
 
     async def _found_stopped(self, node: RestoreNode) -> bool:
         """Whether Cassandra is down on `node`, recorded before its stop while it was running at
@@ -281,15 +284,29 @@ class S3RestoreAbort:
         self.progress(node.name, ABORT, "Cassandra started again")
         outcome.started = outcome.done = True
         outcome.lines.append(line)
+        await self._checkpoint()
 
-    async def _record(self, installing: list[str], requested_by: str) -> RestoreRecord:
+    def _nodes_and_lines(self) -> tuple[tuple[RestoreNode, ...], tuple[str, ...]]:
         record = self.record
         # A node done is as before the restore (nothing staged, Cassandra as it was): planned.
         nodes = tuple(
             replace(n, step=Step.PLANNED, next_step="") if self._done(n) else n
             for n in record.nodes
         )
-        lines = tuple(line for n in record.nodes for line in self.outcomes[n.name].lines)
+        return nodes, tuple(line for n in record.nodes for line in self.outcomes[n.name].lines)
+
+    async def _checkpoint(self) -> None:
+        """Save what is done so far (the state unchanged): an abort interrupted from here on
+        leaves a record that says which nodes are back as before, and a rerun asks the rest."""
+        async with self._saving:  # built and saved in turn: a later save never loses a step
+            nodes, lines = self._nodes_and_lines()
+            await self.save(
+                replace(self.record, nodes=nodes, warnings=(*self.record.warnings, *lines))
+            )
+
+    async def _record(self, installing: list[str], requested_by: str) -> RestoreRecord:
+        record = self.record
+        nodes, lines = self._nodes_and_lines()
         if all(self._done(n) for n in record.nodes):
             final = replace(
                 record,
@@ -323,7 +340,8 @@ class S3RestoreAbort:
                 error=error,
                 warnings=(*record.warnings, *lines),
             )
-        await self.save(final)
+        async with self._saving:
+            await self.save(final)
         log.warning(
             "restore from S3 given up" if final.state is RestoreState.ABORTED else final.error,
             restore_id=record.id,

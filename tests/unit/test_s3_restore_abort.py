@@ -18,7 +18,7 @@ from ringsnap.coordinator.model import RestoreMode, RestoreRecord, RestoreState,
 from ringsnap.coordinator.restore import RestoreFailed, RestoreRefused
 from ringsnap.coordinator.s3_restore_abort import S3RestoreAbort
 from tests.support.restore_world import NODES
-from tests.unit.test_s3_restore_workflow import S3, S3Rig
+from tests.support.s3_restore_fakes import S3, S3Rig
 
 
 def _failed_download(rig: S3Rig) -> RestoreRecord:
@@ -234,3 +234,39 @@ def test_what_cannot_be_given_up_is_refused_before_anything(
     with pytest.raises(RestoreRefused, match=re.escape(words)):
         _abort(rig, record)
     assert rig.events == []
+
+
+def test_an_abort_interrupted_part_way_leaves_a_record_of_what_it_did() -> None:
+    # The operator's abort is killed while node1's Cassandra starts again: the record must say
+    # that node2 and node3 are back as before, and keep node1 for the next abort.
+    rig = S3Rig()
+    record = _at(_failed_download(rig), node1=RestoreStep.STOPPED)
+
+    async def hangs(**_: Any) -> None:
+        await asyncio.Event().wait()
+
+    rig.agents["node1"].start_cassandra = hangs
+    abort = S3RestoreAbort(
+        record, s3_agents=rig.s3, agents=rig.agents, save=rig.journal.save, progress=print
+    )
+
+    async def interrupted() -> None:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(abort.run("operator"), 1.0)
+
+    asyncio.run(interrupted())
+
+    saved = rig.journal.saved[-1]
+    assert (saved.state, saved.finished_at, saved.error) == (
+        record.state,
+        record.finished_at,
+        record.error,
+    )
+    steps = {n.name: n.step for n in saved.nodes}
+    assert steps == {
+        "node1": RestoreStep.STOPPED,
+        "node2": RestoreStep.PLANNED,
+        "node3": RestoreStep.PLANNED,
+    }
+    assert "node node2: removed /data/.ringsnap-s3/rr-1 (12 files, 3.0 MiB)" in saved.warnings
+    assert any(w.startswith("node node1: removed") for w in saved.warnings)
