@@ -7,7 +7,8 @@ same cluster and load:
 - the freeze window of each backup and its parts on the coordinator's clock (freezing: first
   freeze sent to the last answer; array call; thawing), the agents' own figures beside them (the
   slowest node's freeze and thaw, each a span of its parallel ioctls), and the coordination
-  overhead = window - (agents' slowest freeze + array call + agents' slowest thaw);
+  overhead = window - (agents' slowest freeze + array call + agents' slowest thaw); and the
+  longest any filesystem stayed frozen, as the agents report it (what a write may stall);
 - the floor (`bench.floor`): syncfs + FIFREEZE of every LUN's filesystem in parallel threads, a
   reflink of every LUN image, FITHAW in parallel; as many as there were backups, spaced as the
   backups were, under the same load; and the ratio of ringsnap's window to it (median and p95);
@@ -91,7 +92,9 @@ def _tap_windows(coordinator: Coordinator, windows: dict[str, FreezeWindow]) -> 
     coordinator.catalog.complete_backup = complete_backup  # type: ignore[method-assign]
 
 
-def _tap_freezes(coordinator: Coordinator, spans: dict[str, list[float]]) -> None:
+def _tap_freezes(
+    coordinator: Coordinator, spans: dict[str, list[float]], frozen_for: dict[str, list[float]]
+) -> None:
     """Each backup's freeze on the machine's monotonic clock: [first freeze request sent, last
     thaw answered], to set the slowest client writes beside it."""
     for runtime in coordinator.clusters.values():
@@ -104,11 +107,17 @@ def _tap_freezes(coordinator: Coordinator, spans: dict[str, list[float]]) -> Non
                 return await freeze(operation_id, lease)
 
             async def timed_thaw(operation_id: str, thaw: Any = thaw) -> Any:
+                receipt = None
                 try:
-                    return await thaw(operation_id)
+                    receipt = await thaw(operation_id)
+                    return receipt
                 finally:
                     span = spans.setdefault(operation_id, [time.monotonic(), 0.0])
                     span[1] = max(span[1], time.monotonic())
+                    # The longest any filesystem of the node stayed frozen (agent's clock): what
+                    # a write to it may have stalled.
+                    frozen = getattr(receipt, "frozen_for_seconds", 0.0)
+                    frozen_for.setdefault(operation_id, []).append(frozen)
 
             agent.freeze = timed_freeze  # type: ignore[method-assign,assignment]
             agent.thaw = timed_thaw  # type: ignore[method-assign]
@@ -130,11 +139,12 @@ def _round(args: argparse.Namespace, number: int, config: Any, floor: Floor) -> 
     failures: list[str] = []
     windows: dict[str, FreezeWindow] = {}
     spans: dict[str, list[float]] = {}
+    frozen_for: dict[str, list[float]] = {}
 
     async def back_to_back() -> None:
         async with open_coordinator(config, source="<bench>") as coordinator:
             _tap_windows(coordinator, windows)
-            _tap_freezes(coordinator, spans)
+            _tap_freezes(coordinator, spans, frozen_for)
             for _ in range(args.backups):
                 request = BackupRequest(CLUSTER_NAME, trigger="bench")
                 try:
@@ -184,6 +194,7 @@ def _round(args: argparse.Namespace, number: int, config: Any, floor: Floor) -> 
         ("agents_freeze", [w.slowest_freeze for w in measured]),
         ("agents_thaw", [w.slowest_thaw for w in measured]),
         ("overhead", [w.overhead for w in measured]),
+        ("agents_frozen", [max(values) for values in frozen_for.values() if values]),
         ("floor", [f.window for f in floors]),
         ("floor_freezing", [f.freezing for f in floors]),
         ("floor_reflinks", [f.snapshot for f in floors]),
