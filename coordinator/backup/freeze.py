@@ -80,9 +80,9 @@ class FreezeBarrier:
         renewer = asyncio.create_task(
             self.renew(self.agents, self.operation_id, self.lease, held_until, frozen)
         )
+        freezing = asyncio.ensure_future(self._freeze_all(held_until, frozen, freezes))
         try:
             try:
-                freezing = asyncio.ensure_future(self._freeze_all(held_until, frozen, freezes))
                 await asyncio.wait([freezing, renewer], return_when=asyncio.FIRST_COMPLETED)
                 if not freezing.done() and (lost := _failure(renewer)) is not None:
                     # A node that froze is lost while others still freeze: the run has failed;
@@ -93,8 +93,6 @@ class FreezeBarrier:
                         backup_id=self.operation_id,
                         error=str(lost),
                     )
-                    freezing.cancel()
-                    await asyncio.wait([freezing])
                     raise lost
                 results = await freezing
                 raise_failures([f"node {n}" for n in self.agents], "freeze", results)
@@ -138,6 +136,11 @@ class FreezeBarrier:
                         await asyncio.wait([working])
             finally:
                 renewer.cancel()
+                if not freezing.done():  # lost while freezing, or this run was cancelled
+                    # Given up before the thaw goes out; a freeze that lands anyway is undone by
+                    # its lease.
+                    freezing.cancel()
+                    await asyncio.wait([freezing])
                 if thawing is None:
                     # Now, not once the renewer has wound down a task per node: a renewal that
                     # lands after the thaw is refused by the agent and changes nothing.

@@ -131,3 +131,23 @@ def test_the_thaw_does_not_wait_for_the_renewer_to_wind_down() -> None:
     assert run.snapshots and array.frozen_during_snapshot == [True]
     stopped = events.index("renewer-stopped")
     assert all(events.index(f"thaw {a.node}") < stopped for a in agents), events
+
+
+def test_a_run_cancelled_while_freezing_gives_up_the_freezes_still_on_their_way() -> None:
+    workflow, agents, _array, events = cluster()
+    agents[2].freeze_seconds = 1.0
+
+    async def cancel_while_freezing() -> None:
+        run = asyncio.ensure_future(workflow.run(BackupSettings(lease=0.6), trigger="test"))
+        while "freeze n1" not in events:
+            await asyncio.sleep(0.005)
+        run.cancel()
+        await asyncio.wait([run])
+        assert run.cancelled()
+        # Past when n3's freeze would have landed: it was given up, not left running.
+        await asyncio.sleep(agents[2].freeze_seconds + 0.2)
+
+    asyncio.run(cancel_while_freezing())
+    assert "freeze n3" not in events, events
+    assert not any(a.frozen for a in agents)
+    assert {f"thaw {a.node}" for a in agents} <= set(events)
