@@ -14,11 +14,9 @@ import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
-from ringsnap.agent.manifest import manifest
 from ringsnap.agent.s3.client import make_client
-from ringsnap.agent.s3.download import DownloadResult, download_node
-from ringsnap.agent.s3.export import ExportResult, export_node
 from ringsnap.agent.s3.progress import Progress
 from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.config import load
@@ -45,9 +43,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = load(args.settings, S3Settings)
         client = make_client(settings)
+        # Each action imports only its own engine: a process started for one download (by hand,
+        # or by the benchmark that times it) does not load the export's.
+        result: Any
         if args.action == "export":
+            from ringsnap.agent.manifest import manifest
+            from ringsnap.agent.s3.export import export_node
+
             roots = args.directories
-            result: ExportResult | DownloadResult = export_node(
+            result = export_node(
                 client,
                 settings,
                 backup_id=args.backup,
@@ -57,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
                 progress=_print_progress,
             )
         else:
+            from ringsnap.agent.s3.download import download_node
+
             result = download_node(
                 client,
                 settings,

@@ -2,20 +2,23 @@
 
 Every file is written to a temporary name in its final directory, checked (size of every
 component; the CRC32 of Data.db against the SSTable's Digest.crc32; Digest.crc32 itself against the
-digest its key carries; a file received in order from its first byte, one GET below the multipart
-threshold, has its CRC32 taken as it is written, else it is read back) and only then renamed into
-place, with the mtime it had on the node (so a later export of the restored node finds the same
-keys). A file that does not verify is deleted and the download stops, naming the key: nothing
-unverified is ever at a final path.
+digest its key carries) and only then renamed into place, with the mtime it had on the node (so a
+later export of the restored node finds the same keys). A file that does not verify is deleted and
+the download stops, naming the key: nothing unverified is ever at a final path.
+
+The bytes come through `fetch.Fetcher`: one GET per file below the multipart threshold, ranged GETs
+of `part_size_bytes` above it, `concurrency` threads each reading into its own buffer and writing
+at the bytes' offset. Every GET takes the CRC32 of what it writes, in order; a file's CRC32 is
+joined from its parts' (`crc.crc32_of_parts`), so Data.db is verified without reading it back.
 
 Resumable: a file already at its final path with the right size (and digest, for Data.db and
 Digest.crc32) is kept. The manifest object is copied to a temporary file first and read as a stream:
-memory does not grow with the node's size.
+memory does not grow with the node's size (`files_in_flight` files are handed to the threads ahead
+of completion, one buffer of `fetch.CHUNK` per thread).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 import threading
@@ -23,20 +26,20 @@ import time
 import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from s3transfer.manager import TransferManager
-from s3transfer.subscribers import BaseSubscriber
-
 from ringsnap.agent.errors import DomainError
 from ringsnap.agent.s3.backup_manifest import Entry, read_entries
 from ringsnap.agent.s3.client import S3Client
-from ringsnap.agent.s3.export import _Progress, transfer_config
+from ringsnap.agent.s3.crc import crc32_of_parts
+from ringsnap.agent.s3.fetch import Fetcher, ObjectCorrupt, Span, read_object, spans
 from ringsnap.agent.s3.layout import Layout, node_name
 from ringsnap.agent.s3.progress import Reporter, Tracker
 from ringsnap.agent.s3.settings import S3Settings
+from ringsnap.agent.s3.throttle import Throttle
 from ringsnap.errors import ValidationError
 from ringsnap.logs import get_logger
 from ringsnap.names import backup_id as valid_backup_id
@@ -55,19 +58,9 @@ class DownloadCancelled(DomainError):
     """The caller cancelled the download; what verified is kept for a rerun."""
 
 
-#: How long a wait for a transfer goes without looking at the cancel event (a finished transfer
-#: wakes it at once).
+#: How long a wait for a file goes without looking at the cancel event (a finished GET wakes it at
+#: once).
 _CANCEL_POLL_SECONDS = 0.2
-
-
-class _Wake(BaseSubscriber):  # type: ignore[misc]
-    """Sets `event` whenever a transfer ends, so that the loop waiting for one wakes at once."""
-
-    def __init__(self, event: threading.Event) -> None:
-        self._event = event
-
-    def on_done(self, future: Any, **_: Any) -> None:
-        self._event.set()
 
 
 @dataclass(frozen=True)
@@ -82,13 +75,26 @@ class DownloadResult:
 
 @dataclass(frozen=True, slots=True)
 class _Pending:
-    future: Any
+    """A file being fetched: its GETs (one per span) and their writers, all on `out`."""
+
     entry: Entry
     partial: Path
     target: Path
-    #: The open partial file s3transfer writes into (its own temporary names would be left behind
-    #: by a killed run; this one is truncated by the next).
-    out: _PartialFile
+    out: IO[bytes]
+    parts: tuple[tuple[Span, _PartialFile, Future[None]], ...]
+
+    def done(self) -> bool:
+        return all(future.done() for _, _, future in self.parts)
+
+    def crc32(self) -> int | None:
+        """The file's CRC32 joined from its GETs' (None if one was not written once in order)."""
+        found: list[tuple[int, int]] = []
+        for span, writer, _ in self.parts:
+            crc = writer.crc32_if_whole(span.length)
+            if crc is None:
+                return None
+            found.append((crc, span.length))
+        return crc32_of_parts(found)
 
 
 def download_node(
@@ -108,9 +114,9 @@ def download_node(
     `place` chooses another file for a (validated) entry, or None to leave it out (a table restore
     fetches one table into its staging); by default `<destination of its root>/<its path>`.
 
-    Once `cancel` is set, no file is started and the transfers in flight are cancelled (the
-    transfer manager shuts down cancelling them): `DownloadCancelled` is raised with only verified
-    files at final paths and no partial file left, so a rerun goes on from there.
+    Once `cancel` is set, no file is started and the GETs in flight stop at their next chunk:
+    `DownloadCancelled` is raised with only verified files at final paths and no partial file left,
+    so a rerun goes on from there.
     """
     stop = cancel or threading.Event()
 
@@ -128,7 +134,7 @@ def download_node(
     started = time.monotonic()
     with tempfile.TemporaryFile(prefix="ringsnap-s3-manifest-") as spool:
         try:
-            client.download_fileobj(settings.bucket, key, spool)
+            read_object(client, settings.bucket, key, spool)
         except Exception as exc:
             raise DownloadRefused(
                 f"backup {backup_id} node {node}: manifest object {key!r} cannot be read ({exc});"
@@ -147,22 +153,30 @@ def download_node(
             )
 
         # First pass: validate the whole object (every key) and count, before writing anything.
-        components = total = largest = 0
+        components = total = 0
         try:
             for entry in entries():
                 if target_of(entry) is None:
                     continue
                 components += 1
                 total += entry.size_bytes
-                largest = max(largest, entry.size_bytes)
         except ValidationError as exc:
             raise DownloadRefused(f"backup {backup_id} node {node}: {exc}") from None
         tracker = Tracker(components, total, progress)
+        halt = threading.Event()  # set when this download stops early: the GETs give up
+        fetcher = Fetcher(
+            client,
+            settings.bucket,
+            attempts=settings.max_attempts,
+            halts=(halt, stop),
+            on_bytes=tracker.transferred,
+            throttle=Throttle(settings.max_bandwidth_bytes)
+            if settings.max_bandwidth_bytes
+            else None,
+        )
         kept = 0
         window: deque[_Pending] = deque()
-        with TransferManager(client, transfer_config(settings, largest)) as manager:
-            ended = threading.Event()
-            subscribers = [_Progress(tracker), _Wake(ended)]
+        with ThreadPoolExecutor(settings.concurrency, thread_name_prefix="s3-get") as pool:
             try:
                 for entry in entries():
                     check_cancel()
@@ -170,7 +184,7 @@ def download_node(
                     if target is None:
                         continue
                     if any(pending.target == target for pending in window):
-                        # Two transfers into one partial file would mix their bytes, and a
+                        # Two downloads into one partial file would mix their bytes, and a
                         # component checked by its size alone could pass. Export never lists a
                         # key twice.
                         raise DownloadRefused(
@@ -180,25 +194,23 @@ def download_node(
                         tracker.skipped(entry.size_bytes)
                         kept += 1
                         continue
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    partial = target.with_name(f".{target.name}{PARTIAL_SUFFIX}")
-                    out = _PartialFile(_open_partial(partial))
-                    future = manager.download(
-                        settings.bucket, entry.key, out, subscribers=subscribers
-                    )
-                    window.append(_Pending(future, entry, partial, target, out))
-                    while len(window) >= settings.files_in_flight:
-                        _wait(window[0], ended, check_cancel)
-                        _finish(window.popleft())
+                    window.append(_start(pool, fetcher, settings, entry, target))
+                    # Files are finished in order; the ones already fetched at the head go now.
+                    while window and (len(window) >= settings.files_in_flight or window[0].done()):
+                        _wait(window[0], check_cancel)
+                        _finish(window[0], tracker, halt)
+                        window.popleft()
                 while window:
-                    _wait(window[0], ended, check_cancel)
-                    _finish(window.popleft())
+                    _wait(window[0], check_cancel)
+                    _finish(window[0], tracker, halt)
+                    window.popleft()
             except BaseException:
+                halt.set()
                 for pending in window:
-                    pending.future.cancel()
+                    for _, _, future in pending.parts:
+                        future.cancel()
                 for pending in window:
-                    with contextlib.suppress(Exception):  # abandoned: only the cleanup matters
-                        pending.future.result()
+                    wait([future for _, _, future in pending.parts])
                     pending.out.close()
                     pending.partial.unlink(missing_ok=True)
                 raise
@@ -213,26 +225,64 @@ def download_node(
     )
 
 
-def _wait(pending: _Pending, ended: threading.Event, check_cancel: Callable[[], None]) -> None:
-    """Wait for `pending`'s transfer, but no longer than until the download is cancelled.
-    `ended` is set by every transfer that ends; it is cleared before `done()` is looked at, so
-    that the end of this one is never missed."""
+def _start(
+    pool: ThreadPoolExecutor, fetcher: Fetcher, settings: S3Settings, entry: Entry, target: Path
+) -> _Pending:
+    """Create `target`'s partial file and hand its GETs to the threads."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}{PARTIAL_SUFFIX}")
+    out = _open_partial(partial)
+    parts = []
+    try:
+        for span in spans(
+            entry.key,
+            entry.size_bytes,
+            settings.multipart_threshold_bytes,
+            settings.part_size_bytes,
+        ):
+            writer = _PartialFile(out, start=span.start)
+            parts.append((span, writer, pool.submit(fetcher.fetch, span, writer.write)))
+    except BaseException:
+        for _, _, future in parts:
+            future.cancel()
+        wait([future for _, _, future in parts])
+        out.close()
+        partial.unlink(missing_ok=True)
+        raise
+    return _Pending(entry, partial, target, out, tuple(parts))
+
+
+def _wait(pending: _Pending, check_cancel: Callable[[], None]) -> None:
+    """Wait for `pending`'s GETs (until one fails), but no longer than until the download is
+    cancelled."""
+    futures = [future for _, _, future in pending.parts]
     while True:
-        ended.clear()
-        if pending.future.done():
-            return
         check_cancel()
-        ended.wait(_CANCEL_POLL_SECONDS)
+        done, running = wait(futures, timeout=_CANCEL_POLL_SECONDS, return_when=FIRST_EXCEPTION)
+        # A GET that gave up because of the cancel is the cancel, not a failure of the file.
+        check_cancel()
+        if not running or any(future.exception() is not None for future in done):
+            return
 
 
-def _finish(pending: _Pending) -> None:
+def _finish(pending: _Pending, tracker: Tracker, halt: threading.Event) -> None:
+    """Verify `pending`'s file and rename it into place, or refuse it naming its key (then `halt`
+    is set: the other GETs stop)."""
     entry = pending.entry
+    futures = [future for _, _, future in pending.parts]
     try:
         try:
-            pending.future.result()
+            if any(future.exception() is not None for future in futures if future.done()):
+                # The file's other GETs still write into it: stop them before its file closes.
+                halt.set()
+                wait(futures)
+            for future in futures:
+                future.result()
         finally:
             pending.out.close()
-        problem = _problem(pending.partial, entry, pending.out.crc32_if_whole(entry.size_bytes))
+        problem = _problem(pending.partial, entry, pending.crc32())
+    except ObjectCorrupt as exc:
+        problem = str(exc)
     except Exception as exc:
         pending.partial.unlink(missing_ok=True)
         raise DownloadRefused(
@@ -248,23 +298,26 @@ def _finish(pending: _Pending) -> None:
         )
     os.utime(pending.partial, ns=(entry.mtime_ns, entry.mtime_ns))
     os.rename(pending.partial, pending.target)
+    tracker.file_transferred()
 
 
 def _open_partial(path: Path) -> IO[bytes]:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    return os.fdopen(fd, "wb")
+    return os.fdopen(fd, "wb", buffering=0)
 
 
 class _PartialFile:
-    """The partial file s3transfer writes into, taking the CRC32 of what is written for as long as
-    it comes in order from the first byte (the one GET of a file below the multipart threshold):
-    Data.db is then verified without reading it back. Ranged GETs of a larger file arrive out of
-    order, and a retried GET writes its range again: the file is then read back instead."""
+    """One GET's writer into the partial file `raw` (shared by the GETs of a file's parts): it
+    writes at its own position with `pwrite` and takes the CRC32 of what it writes for as long as it
+    comes in order from `start`, each byte once. A writer sent back (seek) to bytes it wrote
+    already knows no CRC32: the file is then read back instead."""
 
-    def __init__(self, raw: IO[bytes]) -> None:
+    def __init__(self, raw: IO[bytes], start: int = 0) -> None:
         self._raw = raw
-        self._position = 0
-        self._in_order = 0  # bytes from the start covered by `_crc`
+        self._fd = raw.fileno()
+        self._start = start
+        self._position = start
+        self._in_order = 0  # bytes from `start` covered by `_crc`
         self._crc = 0
         self._sequential = True
 
@@ -272,27 +325,32 @@ class _PartialFile:
         return True
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        self._position = self._raw.seek(offset, whence)
-        return self._position
+        if whence != os.SEEK_SET:
+            raise ValueError("only absolute positions")
+        self._position = offset
+        return offset
 
     def tell(self) -> int:
         return self._position
 
-    def write(self, data: bytes) -> int:
-        if self._sequential and self._position == self._in_order:
+    def write(self, data: bytes | memoryview) -> int:
+        if self._sequential and self._position == self._start + self._in_order:
             self._crc = zlib.crc32(data, self._crc)
             self._in_order += len(data)
         else:
             self._sequential = False
-        written = self._raw.write(data)  # a buffered file: all of it
-        self._position += written
-        return written
+        view = memoryview(data)
+        while view:  # a regular file may take fewer bytes than asked (rarely)
+            written = os.pwrite(self._fd, view, self._position)
+            self._position += written
+            view = view[written:]
+        return len(data)
 
     def close(self) -> None:
         self._raw.close()
 
     def crc32_if_whole(self, size: int) -> int | None:
-        """The CRC32 of the file's `size` bytes when every byte was written once, in order."""
+        """The CRC32 of the `size` bytes from `start` when each was written once, in order."""
         return self._crc if self._sequential and self._in_order == size else None
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from ringsnap.agent.s3.backup_manifest import read_entries
 from ringsnap.agent.s3.client import S3Client
 from ringsnap.agent.s3.commitlog import read_commitlog_object
+from ringsnap.agent.s3.fetch import read_object
 from ringsnap.agent.s3.layout import Layout, node_name
 from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.errors import ValidationError
@@ -84,7 +85,7 @@ def check_download(
     found, problem = True, ""
     with tempfile.TemporaryFile(prefix="ringsnap-s3-manifest-") as spool:
         try:
-            client.download_fileobj(settings.bucket, key, spool)
+            read_object(client, settings.bucket, key, spool)
         except Exception as exc:
             found = False
             problem = "no such object" if _missing(exc) else f"it cannot be read: {exc}"
