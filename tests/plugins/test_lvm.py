@@ -11,6 +11,7 @@ Everything goes through the registry's entry point and the retry/timing/log midd
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import uuid
 from collections.abc import Iterator, Sequence
@@ -86,13 +87,21 @@ def device_mapper_error() -> str | None:
         return f"/dev/mapper/control cannot be opened ({exc.strerror})"
 
 
-def _emulated(tmp_path: Path, filesystem: str = "ext4", size: int = LV_SIZE) -> Iterator[Backend]:
+@contextlib.contextmanager
+def _emulated_vg(tmp_path: Path) -> Iterator[Lvm2Emulator]:
+    """The emulator with the volume group `VG`, its LV images in a reflink pool (skipped where
+    loop devices cannot be made)."""
     missing = mounts.missing_preconditions()
     if missing:
         pytest.skip("missing precondition: " + "; ".join(missing))
     with temporary_xfs_pool(tmp_path, size_bytes=1 << 30) as pool:
         emulator = Lvm2Emulator(pool.root / "lvm")
         emulator.add_vg(VG, 2 << 30)
+        yield emulator
+
+
+def _emulated(tmp_path: Path, filesystem: str = "ext4", size: int = LV_SIZE) -> Iterator[Backend]:
+    with _emulated_vg(tmp_path) as emulator:
         thick = emulator.add_linear(VG, THICK, size)
         emulator.add_thin_pool(VG, "pool", 256 << 20)
         thin = emulator.add_thin(VG, THIN, size, "pool")
@@ -496,12 +505,7 @@ def test_thin_merge_leaves_a_plain_volume(emulated: Backend) -> None:
 def test_clones_come_back_in_the_order_of_the_members(tmp_path: Path) -> None:
     """`lvs` lists `cassandra-commitlog.rs.*` before `cassandra.rs.*` ('-' sorts before '.'); the
     restore pairs clones with members by position, so the driver must keep the members' order."""
-    missing = mounts.missing_preconditions()
-    if missing:
-        pytest.skip("missing precondition: " + "; ".join(missing))
-    with temporary_xfs_pool(tmp_path, size_bytes=1 << 30) as pool:
-        emulator = Lvm2Emulator(pool.root / "lvm")
-        emulator.add_vg(VG, 2 << 30)
+    with _emulated_vg(tmp_path) as emulator:
         for name in ("cassandra", "cassandra-commitlog"):
             emulator.add_linear(VG, name, LV_SIZE)
         driver = wrap(LvmDriver(ARRAY, LvmSettings(volume_groups=[VG]), runner=emulator))
