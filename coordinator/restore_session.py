@@ -11,11 +11,11 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
-from ringsnap.coordinator.agents import ClientTls, GrpcNodeAgent
+from ringsnap.coordinator.agents import GrpcNodeAgent
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.catalog_journal import CatalogJournalBase
+from ringsnap.coordinator.cluster_clients import client_tls, close_all, cluster_arrays
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.model import (
     Backup,
@@ -42,8 +42,6 @@ from ringsnap.coordinator.restore_record import new_restore_id
 from ringsnap.coordinator.ring import CqlRing
 from ringsnap.coordinator.s3_restore_agents import GrpcS3Restore, S3RestorePort
 from ringsnap.coordinator.s3_restore_plan import NodeExpectation, s3_plan_findings
-from ringsnap.plugins.middleware import AsyncDriver
-from ringsnap.plugins.registry import open_driver
 from ringsnap.plugins.types import SnapshotRef
 
 
@@ -196,21 +194,11 @@ async def open_restore_session(
     """Agents, arrays and the ring of one cluster, and the catalog (opened here, exclusively,
     unless given)."""
     cluster = config.cluster(cluster_name)
-    tls = ClientTls(
-        cert=Path(config.tls.cert_file).read_bytes(),
-        key=config.tls.key_file.get_secret_value().encode(),
-        ca=Path(config.tls.ca_file).read_bytes(),
-        server_name=config.tls.agent_server_name or "",
-    )
+    tls = client_tls(config)
     own_catalog = catalog is None
     if catalog is None:
         catalog = await asyncio.to_thread(Catalog, config.coordinator.catalog)
-    used_arrays = {v.array for node in cluster.nodes for v in node.volumes}
-    arrays: dict[str, ArrayPort] = {
-        name: AsyncDriver(open_driver(name, config.arrays[name].table(), "<config>"))
-        for name in sorted(used_arrays)
-        if name in config.arrays
-    }
+    arrays = cluster_arrays(config, cluster)
     agents = {node.name: GrpcNodeAgent(node.name, node.agent, tls) for node in cluster.nodes}
     s3_agents = {node.name: GrpcS3Restore(node.name, node.agent, tls) for node in cluster.nodes}
     ring = CqlRing(cluster)
@@ -227,11 +215,6 @@ async def open_restore_session(
         )
     finally:
         await ring.close()
-        for agent in agents.values():
-            await agent.close()
-        for s3_agent in s3_agents.values():
-            await s3_agent.close()
-        for array in arrays.values():
-            await array.close()
+        await close_all(agents.values(), s3_agents.values(), arrays.values())
         if own_catalog:
             await asyncio.to_thread(catalog.close)

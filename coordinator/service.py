@@ -24,13 +24,14 @@ from ringsnap.coordinator.backup import (
 )
 from ringsnap.coordinator.backup_nodes import arrays_of, planned_nodes, recorded_node
 from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.cluster_clients import client_tls
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig, RetentionSection
 from ringsnap.coordinator.drill.cleanups import CloneHolder, DrillHosts, NodeAgentCache
 from ringsnap.coordinator.drill.daemon import start_drill
 from ringsnap.coordinator.drill.plan import DrillRequest
 from ringsnap.coordinator.drill.ports import DrillHost
 from ringsnap.coordinator.drill.schedule import DrillService, drill_scheduler, drill_schedules
-from ringsnap.coordinator.drill.session import client_tls, drill_hosts
+from ringsnap.coordinator.drill.session import drill_hosts
 from ringsnap.coordinator.export.scheduled import export_scheduled_backup, exports_policy
 from ringsnap.coordinator.export.session import export_node_opener
 from ringsnap.coordinator.metrics import CoordinatorMetrics

@@ -11,11 +11,11 @@ import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 
 from ringsnap.coordinator.agents import ClientTls
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.catalog_journal import CatalogJournalBase
+from ringsnap.coordinator.cluster_clients import client_tls, close_all, cluster_arrays
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.drill.agents import GrpcDrillHost, GrpcNodeFacts
 from ringsnap.coordinator.drill.cleanups import clone_cleanup
@@ -30,8 +30,6 @@ from ringsnap.coordinator.drill.plan import DrillPlan, DrillRequest, DrillSettin
 from ringsnap.coordinator.drill.workflow import DrillRefused, DrillWorkflow, Progress, quiet
 from ringsnap.coordinator.model import Backup, BackupState
 from ringsnap.coordinator.ports import ArrayPort
-from ringsnap.plugins.middleware import AsyncDriver
-from ringsnap.plugins.registry import open_driver
 from ringsnap.plugins.types import Volume
 
 
@@ -162,15 +160,6 @@ class DrillSession:
         return await workflow.run(plan, request.trigger, request.requested_by)
 
 
-def client_tls(config: CoordinatorConfig) -> ClientTls:
-    return ClientTls(
-        cert=Path(config.tls.cert_file).read_bytes(),
-        key=config.tls.key_file.get_secret_value().encode(),
-        ca=Path(config.tls.ca_file).read_bytes(),
-        server_name=config.tls.agent_server_name or "",
-    )
-
-
 def drill_hosts(config: CoordinatorConfig, tls: ClientTls) -> dict[str, GrpcDrillHost]:
     """The drill host of every cluster that has one, by cluster name (for the pending cleanups)."""
     return {
@@ -185,23 +174,13 @@ async def open_drill_session(
     """The drill host, the production agents and the arrays of one cluster."""
     cluster = config.cluster(cluster_name)
     tls = client_tls(config)
-    used = {v.array for node in cluster.nodes for v in node.volumes}
-    arrays: dict[str, ArrayPort] = {
-        name: AsyncDriver(open_driver(name, config.arrays[name].table(), "<config>"))
-        for name in sorted(used)
-        if name in config.arrays
-    }
+    arrays = cluster_arrays(config, cluster)
     facts = {node.name: GrpcNodeFacts(node.name, node.agent, tls) for node in cluster.nodes}
     host = GrpcDrillHost(cluster.drill.agent, tls) if cluster.drill is not None else None
     try:
         yield DrillSession(config, catalog, cluster, host, facts, arrays, settings_of(cluster))
     finally:
-        if host is not None:
-            await host.close()
-        for port in facts.values():
-            await port.close()
-        for array in arrays.values():
-            await array.close()
+        await close_all([host] if host is not None else [], facts.values(), arrays.values())
 
 
 __all__ = ["CatalogDrillJournal", "DrillSession", "open_drill_session", "purpose_id"]

@@ -7,13 +7,13 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from ringsnap.agent.s3.client import make_client
 from ringsnap.agent.s3.layout import Layout
 from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.coordinator.agents import ClientTls
 from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.cluster_clients import client_tls, close_all, cluster_arrays
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.export.grpc_node import GrpcExportNode
 from ringsnap.coordinator.export.mirror import write_mirror
@@ -27,8 +27,6 @@ from ringsnap.coordinator.export.workflow import (
 )
 from ringsnap.coordinator.model import CleanupRequest
 from ringsnap.coordinator.ports import ArrayPort
-from ringsnap.plugins.middleware import AsyncDriver
-from ringsnap.plugins.registry import open_driver
 
 
 class CatalogExportJournal:
@@ -118,15 +116,6 @@ class ExportSession:
         return await workflow.run(record, nodes)
 
 
-def client_tls(config: CoordinatorConfig) -> ClientTls:
-    return ClientTls(
-        cert=Path(config.tls.cert_file).read_bytes(),
-        key=config.tls.key_file.get_secret_value().encode(),
-        ca=Path(config.tls.ca_file).read_bytes(),
-        server_name=config.tls.agent_server_name or "",
-    )
-
-
 def export_node_opener(config: CoordinatorConfig) -> Callable[[str, str], GrpcExportNode | None]:
     """The agent of a configured node (by cluster and node name), for the pending cleanups of the
     clones it mounted; None for a node the configuration does not have."""
@@ -151,17 +140,9 @@ async def open_export_session(
 ) -> AsyncIterator[ExportSession]:
     cluster = config.cluster(cluster_name)
     tls = client_tls(config)
-    used_arrays = {v.array for node in cluster.nodes for v in node.volumes}
-    arrays: dict[str, ArrayPort] = {
-        name: AsyncDriver(open_driver(name, config.arrays[name].table(), "<config>"))
-        for name in sorted(used_arrays)
-        if name in config.arrays
-    }
+    arrays = cluster_arrays(config, cluster)
     nodes = {node.name: GrpcExportNode(node.name, node.agent, tls) for node in cluster.nodes}
     try:
         yield ExportSession(config, catalog, cluster, dict(nodes), arrays)
     finally:
-        for node in nodes.values():
-            await node.close()
-        for array in arrays.values():
-            await array.close()
+        await close_all(nodes.values(), arrays.values())

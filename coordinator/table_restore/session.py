@@ -7,12 +7,12 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
-from ringsnap.coordinator.agents import ClientTls, GrpcNodeAgent
+from ringsnap.coordinator.agents import GrpcNodeAgent
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.catalog.listing import MAX_PAGE_SIZE
 from ringsnap.coordinator.catalog_journal import CatalogJournalBase
+from ringsnap.coordinator.cluster_clients import client_tls, close_all, cluster_arrays
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.drill.cleanups import clone_cleanup
 from ringsnap.coordinator.ports import AgentPort, ArrayPort, SSTable
@@ -31,8 +31,6 @@ from ringsnap.coordinator.table_restore.model import (
 from ringsnap.coordinator.table_restore.plan import TableRestorePlan, plan_table_restore
 from ringsnap.coordinator.table_restore.ports import TableNodePort
 from ringsnap.coordinator.table_restore.workflow import Progress, TableRestoreWorkflow
-from ringsnap.plugins.middleware import AsyncDriver
-from ringsnap.plugins.registry import open_driver
 from ringsnap.plugins.types import Volume
 
 
@@ -181,18 +179,8 @@ async def open_table_restore_session(
     config: CoordinatorConfig, cluster_name: str, *, catalog: Catalog
 ) -> AsyncIterator[TableRestoreSession]:
     cluster = config.cluster(cluster_name)
-    tls = ClientTls(
-        cert=Path(config.tls.cert_file).read_bytes(),
-        key=config.tls.key_file.get_secret_value().encode(),
-        ca=Path(config.tls.ca_file).read_bytes(),
-        server_name=config.tls.agent_server_name or "",
-    )
-    used_arrays = {v.array for node in cluster.nodes for v in node.volumes}
-    arrays: dict[str, ArrayPort] = {
-        name: AsyncDriver(open_driver(name, config.arrays[name].table(), "<config>"))
-        for name in sorted(used_arrays)
-        if name in config.arrays
-    }
+    tls = client_tls(config)
+    arrays = cluster_arrays(config, cluster)
     agents = {node.name: GrpcNodeAgent(node.name, node.agent, tls) for node in cluster.nodes}
     nodes = {node.name: GrpcTableNode(node.name, node.agent, tls) for node in cluster.nodes}
     s3_agents = {node.name: GrpcS3Restore(node.name, node.agent, tls) for node in cluster.nodes}
@@ -202,12 +190,4 @@ async def open_table_restore_session(
             config, catalog, cluster, dict(agents), dict(nodes), arrays, cql, dict(s3_agents)
         )
     finally:
-        for s3_agent in s3_agents.values():
-            await s3_agent.close()
-        await cql.close()
-        for agent in agents.values():
-            await agent.close()
-        for node in nodes.values():
-            await node.close()
-        for array in arrays.values():
-            await array.close()
+        await close_all(s3_agents.values(), [cql], agents.values(), nodes.values(), arrays.values())
