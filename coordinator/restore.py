@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
+from ringsnap.coordinator.gathering import failures_of
 from ringsnap.coordinator.model import (
     NodeVerdict,
     PhaseTiming,
@@ -258,17 +259,23 @@ class RestoreWorkflow:
             await run.step_done(node.name, step, time.monotonic() - started)
             self.progress(node.name, step.value, "done")
 
-        results = await asyncio.gather(*(one(n) for n in nodes), return_exceptions=True)
-        failures = [
-            f"node {node.name}: {step.value}: {result}"
-            for node, result in zip(nodes, results, strict=True)
-            if isinstance(result, BaseException)
-        ]
-        for result in results:
-            if isinstance(result, BaseException) and not isinstance(result, Exception):
-                raise result
+        failures = await failures_of(nodes, one)
         if failures:
-            raise RestoreFailed("; ".join(failures))
+            raise RestoreFailed(
+                "; ".join(f"node {node.name}: {step.value}: {error}" for node, error in failures)
+            )
+
+    async def _on_pending(
+        self,
+        run: RestoreRun,
+        step: RestoreStep,
+        work: Callable[[RestoreNode], Awaitable[object]],
+        timeout: float | None = None,
+    ) -> None:
+        """`_on_nodes` on the nodes not past `step` yet, each bounded by `timeout` (default: the
+        agent timeout)."""
+        limit = self.settings.agent_timeout if timeout is None else timeout
+        await self._on_nodes(run, step, run.pending(step), work, limit)
 
     async def _canary(self, run: RestoreRun) -> None:
         nodes = run.pending(RestoreStep.CANARY)
@@ -292,26 +299,14 @@ class RestoreWorkflow:
             drained = await self.agents[node.name].stop_cassandra(drain=node.was_running)
             log.warning("Cassandra stopped for the restore", node=node.name, drained=drained)
 
-        await self._on_nodes(
-            run,
-            RestoreStep.STOPPED,
-            run.pending(RestoreStep.STOPPED),
-            stop,
-            self.settings.agent_timeout,
-        )
+        await self._on_pending(run, RestoreStep.STOPPED, stop)
 
     async def _release(self, run: RestoreRun) -> None:
         async def release(node: RestoreNode) -> None:
             points = [v.mount_point for v in node.volumes]
             await self.agents[node.name].release_volumes(run.record.id, points)
 
-        await self._on_nodes(
-            run,
-            RestoreStep.RELEASED,
-            run.pending(RestoreStep.RELEASED),
-            release,
-            self.settings.agent_timeout,
-        )
+        await self._on_pending(run, RestoreStep.RELEASED, release)
 
     async def _restore_arrays(
         self, run: RestoreRun, snapshots: Mapping[str, SnapshotRef], lost: Sequence[str]
@@ -338,14 +333,9 @@ class RestoreWorkflow:
                 arrays_done=(*run.record.arrays_done, (array, f"cloned:{suffix}")),
             )
 
-        results = await asyncio.gather(*(one(a) for a in todo), return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException) and not isinstance(result, Exception):
-                raise result
         failures = [
-            f"array {array}: {mode.value} failed: {result}"
-            for array, result in zip(todo, results, strict=True)
-            if isinstance(result, BaseException)
+            f"array {array}: {mode.value} failed: {error}"
+            for array, error in await failures_of(todo, one)
         ]
         reverted = [a for a, _ in run.record.arrays_done]
         if failures:
@@ -370,13 +360,7 @@ class RestoreWorkflow:
             pairs = [(v.mount_point, v.attached_volume or v.volume) for v in node.volumes]
             await self.agents[node.name].attach_volumes(run.record.id, pairs)
 
-        await self._on_nodes(
-            run,
-            RestoreStep.ATTACHED,
-            run.pending(RestoreStep.ATTACHED),
-            attach,
-            self.settings.agent_timeout,
-        )
+        await self._on_pending(run, RestoreStep.ATTACHED, attach)
 
     async def _restore_snapshots(self, run: RestoreRun) -> None:
         tag = run.record.backup_id
@@ -403,35 +387,29 @@ class RestoreWorkflow:
                     tables=untouched,
                 )
 
-        await self._on_nodes(
-            run,
-            RestoreStep.RESTORED,
-            run.pending(RestoreStep.RESTORED),
-            restore,
-            self.settings.agent_timeout,
-        )
+        await self._on_pending(run, RestoreStep.RESTORED, restore)
 
     async def _discard(self, run: RestoreRun) -> None:
-        hints = run.record.whole_ring
-
         async def discard(node: RestoreNode) -> None:
-            cleared = await self.agents[node.name].discard_replay_state(run.record.id, hints=hints)
-            for directory in cleared:
-                log.warning(
-                    "replay state outside the restored volumes discarded",
-                    node=node.name,
-                    path=directory.path,
-                    kind=directory.kind,
-                    files=directory.files,
-                )
+            await self._discard_replay_state(
+                run, node, "replay state outside the restored volumes discarded"
+            )
 
-        await self._on_nodes(
-            run,
-            RestoreStep.CLEARED,
-            run.pending(RestoreStep.CLEARED),
-            discard,
-            self.settings.agent_timeout,
-        )
+        await self._on_pending(run, RestoreStep.CLEARED, discard)
+
+    async def _discard_replay_state(self, run: RestoreRun, node: RestoreNode, said: str) -> None:
+        """The node's commit log, saved caches (and hints for a whole ring) go: each directory
+        emptied is logged with `said`."""
+        agent = self.agents[node.name]
+        cleared = await agent.discard_replay_state(run.record.id, hints=run.record.whole_ring)
+        for directory in cleared:
+            log.warning(
+                said,
+                node=node.name,
+                path=directory.path,
+                kind=directory.kind,
+                files=directory.files,
+            )
 
     async def _check_manifests(self, run: RestoreRun) -> None:
         async def check(node: RestoreNode) -> None:
@@ -440,13 +418,7 @@ class RestoreWorkflow:
             result = compare_manifests(recorded, found)
             await run.node_update(node.name, proof=(result.describe(),), manifest_ok=result.ok)
 
-        await self._on_nodes(
-            run,
-            RestoreStep.CHECKED,
-            run.pending(RestoreStep.CHECKED),
-            check,
-            self.settings.agent_timeout,
-        )
+        await self._on_pending(run, RestoreStep.CHECKED, check)
 
     async def _start(self, run: RestoreRun) -> None:
         pending = run.pending(RestoreStep.STARTED)
@@ -499,13 +471,7 @@ class RestoreWorkflow:
                 verdict=NodeVerdict.PROVEN if result.proven else NodeVerdict.FAILED,
             )
 
-        await self._on_nodes(
-            run,
-            RestoreStep.VERIFIED,
-            run.pending(RestoreStep.VERIFIED),
-            check,
-            self.settings.agent_timeout,
-        )
+        await self._on_pending(run, RestoreStep.VERIFIED, check)
 
     async def _record(self, run: RestoreRun) -> RestoreRecord:
         failed = [n.name for n in run.record.nodes if n.verdict is not NodeVerdict.PROVEN]

@@ -22,8 +22,9 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from ringsnap.coordinator.gathering import failures_of
 from ringsnap.coordinator.model import RestoreNode, RestoreRecord, RestoreStep
-from ringsnap.coordinator.s3_restore_agents import DownloadProgress, S3RestorePort
+from ringsnap.coordinator.s3_restore_agents import DownloadProgress, S3Download, S3RestorePort
 from ringsnap.logs import get_logger
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ class S3Steps:
                 workflow.progress(node.name, DOWNLOAD, progress.describe())
 
         staged = await self._agent(node.name).download_from_s3(
-            run.record.id, run.record.backup_id, node.name, report
+            S3Download(run.record.id, run.record.backup_id, node.name), report
         )
         log.info(
             "node's copy downloaded from S3 and verified",
@@ -121,6 +122,11 @@ class S3Steps:
             return False
         return check.download_complete
 
+    async def _incomplete(self, nodes: list[RestoreNode]) -> list[RestoreNode]:
+        """Those of `nodes` whose staging does not hold their complete download (now)."""
+        found = await asyncio.gather(*(self._complete(n) for n in nodes))
+        return [n for n, ok in zip(nodes, found, strict=True) if not ok]
+
     async def _staging_gone(self) -> list[RestoreNode]:
         """Nodes recorded as downloaded but not stopped yet whose staging is no longer complete
         (removed by hand to give the restore up, then resumed after all): downloaded again
@@ -130,8 +136,7 @@ class S3Steps:
             for n in self.run.record.nodes
             if n.step in (RestoreStep.DOWNLOADED, RestoreStep.CANARY)
         ]
-        found = await asyncio.gather(*(self._complete(n) for n in waiting))
-        gone = [n for n, ok in zip(waiting, found, strict=True) if not ok]
+        gone = await self._incomplete(waiting)
         for node in gone:
             self.workflow.progress(
                 node.name, DOWNLOAD, "its staging is no longer complete: downloading again"
@@ -156,25 +161,19 @@ class S3Steps:
                 kept_in=f"<table dir>/.ringsnap-replaced/{run.record.id}",
             )
 
-        await self.workflow._on_nodes(
-            run,
-            RestoreStep.RESTORED,
-            run.pending(RestoreStep.RESTORED),
-            install,
-            self.workflow.settings.agent_timeout,
-        )
+        await self.workflow._on_pending(run, RestoreStep.RESTORED, install)
 
     async def _download_again_where_stopped(self) -> None:
         """A node a previous run left stopped before its install, whose staging was removed since:
         downloaded again (no running Cassandra needed) without going back in the record. An
         install that had begun needs no staging marker, and refuses any file in its way."""
-        stopped = [
-            n
-            for n in self.run.pending(RestoreStep.RESTORED)
-            if n.name in self.stopped_before and n.step is RestoreStep.STOPPED
-        ]
-        found = await asyncio.gather(*(self._complete(n) for n in stopped))
-        gone = [n for n, ok in zip(stopped, found, strict=True) if not ok]
+        gone = await self._incomplete(
+            [
+                n
+                for n in self.run.pending(RestoreStep.RESTORED)
+                if n.name in self.stopped_before and n.step is RestoreStep.STOPPED
+            ]
+        )
         timeout = self.workflow.settings.download_timeout
 
         async def again(node: RestoreNode) -> None:
@@ -186,48 +185,23 @@ class S3Steps:
             except TimeoutError:
                 raise TimeoutError(f"no answer within {timeout:g} s") from None
 
-        results = await asyncio.gather(*(again(n) for n in gone), return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException) and not isinstance(result, Exception):
-                raise result
-        failures = [
-            f"node {node.name}: {DOWNLOAD}: {result}"
-            for node, result in zip(gone, results, strict=True)
-            if isinstance(result, Exception)
-        ]
-        if failures:
-            raise RuntimeError("; ".join(failures))  # the workflow records it as the failure
+        failures = await failures_of(gone, again)
+        if failures:  # the workflow records it as the failure
+            raise RuntimeError("; ".join(f"node {n.name}: {DOWNLOAD}: {e}" for n, e in failures))
 
     async def discard(self) -> None:
         """The replay state goes (as after a native snapshot restore), then the backup's own
         commit log comes in: one step per node, so a resume repeats both in order."""
         run, workflow = self.run, self.workflow
-        hints = run.record.whole_ring
 
         async def discard(node: RestoreNode) -> None:
-            cleared = await workflow.agents[node.name].discard_replay_state(
-                run.record.id, hints=hints
-            )
-            for directory in cleared:
-                log.warning(
-                    "replay state discarded",
-                    node=node.name,
-                    path=directory.path,
-                    kind=directory.kind,
-                    files=directory.files,
-                )
+            await workflow._discard_replay_state(run, node, "replay state discarded")
             detail = await self._agent(node.name).install_s3_commitlog(
                 run.record.id, run.record.backup_id, node.name
             )
             workflow.progress(node.name, "commit log", detail)
 
-        await workflow._on_nodes(
-            run,
-            RestoreStep.CLEARED,
-            run.pending(RestoreStep.CLEARED),
-            discard,
-            workflow.settings.agent_timeout,
-        )
+        await workflow._on_pending(run, RestoreStep.CLEARED, discard)
 
 
 def s3_next_step(record: RestoreRecord, step: RestoreStep, resume: str) -> str:
