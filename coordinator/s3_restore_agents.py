@@ -21,6 +21,22 @@ CHECK_TIMEOUT_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
+class S3Download:
+    """What a node's agent downloads: its copy of `backup_id`, for the restore `operation_id`.
+
+    With `keyspace` and `table`, only that table, into the staging of the table restore
+    `operation_id` for `target` (keyspace, table; default: the same).
+    """
+
+    operation_id: str
+    backup_id: str
+    node: str
+    keyspace: str = ""
+    table: str = ""
+    target: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True)
 class DownloadProgress:
     files_total: int
     bytes_total: int
@@ -95,22 +111,10 @@ class DiscardedStaging:
 
 
 class S3RestorePort(Protocol):
-    """One node's agent, for restores from S3. Every call raises `AgentError` naming the node.
-
-    With `keyspace` and `table`, `download_from_s3` fetches only that table, into the staging of
-    the table restore `operation_id` for `target` (keyspace, table; default: the same).
-    """
+    """One node's agent, for restores from S3. Every call raises `AgentError` naming the node."""
 
     async def download_from_s3(
-        self,
-        operation_id: str,
-        backup_id: str,
-        node: str,
-        progress: Callable[[DownloadProgress], None],
-        *,
-        keyspace: str = "",
-        table: str = "",
-        target: tuple[str, str] | None = None,
+        self, download: S3Download, progress: Callable[[DownloadProgress], None]
     ) -> StagedCopy: ...
 
     async def install_s3_download(self, operation_id: str, backup_id: str) -> InstalledCopy: ...
@@ -142,22 +146,15 @@ class GrpcS3Restore(AgentConnection):
         super().__init__(f"node {node}", address, tls, call_timeout=call_timeout)
 
     async def download_from_s3(
-        self,
-        operation_id: str,
-        backup_id: str,
-        node: str,
-        progress: Callable[[DownloadProgress], None],
-        *,
-        keyspace: str = "",
-        table: str = "",
-        target: tuple[str, str] | None = None,
+        self, download: S3Download, progress: Callable[[DownloadProgress], None]
     ) -> StagedCopy:
+        target = download.target
         request = agent_pb2.DownloadFromS3Request(
-            operation_id=operation_id,
-            backup_id=backup_id,
-            node=node,
-            keyspace=keyspace,
-            table=table,
+            operation_id=download.operation_id,
+            backup_id=download.backup_id,
+            node=download.node,
+            keyspace=download.keyspace,
+            table=download.table,
             target_keyspace=target[0] if target else "",
             target_table=target[1] if target else "",
         )
@@ -183,7 +180,8 @@ class GrpcS3Restore(AgentConnection):
                     result = message.result
         if result is None:
             raise ConnectionError(
-                f"node {node}: DownloadFromS3 ended without a result; run the restore again"
+                f"node {download.node}: DownloadFromS3 ended without a result; run the restore"
+                " again"
             )
         return StagedCopy(
             components=result.components,

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from ringsnap.coordinator.s3_restore_agents import DownloadProgress, S3RestorePort
+from ringsnap.coordinator.s3_restore_agents import DownloadProgress, S3Download, S3RestorePort
 from ringsnap.coordinator.table_restore.model import Step, TableRestoreFailed
 from ringsnap.coordinator.table_restore.plan import table_sstables
 
@@ -51,15 +51,15 @@ async def stage_from_s3(
                 raise TableRestoreFailed("; ".join(problems))
             if not found:
                 continue
-            staged = await agent.download_from_s3(
+            download = S3Download(
                 record.id,
                 record.backup_id,
                 name,
-                reporter(name, target.name),
                 keyspace=target.source_keyspace,
                 table=target.source_table,
                 target=(target.keyspace, target.table),
             )
+            staged = await agent.download_from_s3(download, reporter(name, target.name))
             expected = sum(len(s.components) for s in found)
             if staged.components != expected:
                 raise TableRestoreFailed(

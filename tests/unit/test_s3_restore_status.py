@@ -14,7 +14,7 @@ from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.restore import RestoreFailed
 from ringsnap.coordinator.restore_cli import open_restores_lines
 from ringsnap.coordinator.table_restore.model import Step, TableRestoreState
-from tests.unit.test_s3_restore_workflow import S3, S3Rig
+from tests.support.s3_restore_fakes import S3, S3Rig
 from tests.unit.test_table_restore_cli import RECORD
 
 

@@ -8,7 +8,6 @@ tests/integration/test_s3_restore.py."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -23,16 +22,8 @@ from ringsnap.coordinator.model import (
     RestoreStep,
     Verification,
 )
-from ringsnap.coordinator.restore import RestoreFailed, RestoreWorkflow
+from ringsnap.coordinator.restore import RestoreFailed
 from ringsnap.coordinator.restore_plan import RestoreRequest
-from ringsnap.coordinator.s3_restore_agents import (
-    DiscardedStaging,
-    DownloadProgress,
-    InstalledCopy,
-    S3DownloadCheck,
-    S3Room,
-    StagedCopy,
-)
 from ringsnap.coordinator.table_restore.model import (
     Step as TableStep,
 )
@@ -43,97 +34,8 @@ from ringsnap.coordinator.table_restore.model import (
 )
 from ringsnap.coordinator.table_restore.workflow import TableRestoreWorkflow
 from tests.support import table_restore_world as table_world
-from tests.support.restore_world import NODES, Events, Rig, first_index, last_index, restore_backup
-
-S3 = RestoreRequest("rs-1", mode=RestoreMode.S3)
-
-
-class FakeS3Agent:
-    def __init__(self, name: str, events: Events) -> None:
-        self.name = name
-        self.events = events
-        self.fail: dict[str, Exception] = {}
-        #: What CheckS3Download answers (the plan's check): the copy is there and fits.
-        self.check = S3DownloadCheck(
-            manifest_key=f"backups/rs-1/{name}.jsonl.gz",
-            manifest_found=True,
-            commitlog_key=f"backups/rs-1/{name}.commitlog.jsonl.gz",
-            commitlog_found=True,
-            commitlog_bytes=100,
-            rooms=(S3Room("/data", 200, 10 * 2**30, "2049"),),
-            download_complete=True,
-        )
-        #: What DiscardS3Download removes.
-        self.staged: tuple[DiscardedStaging, ...] = (
-            DiscardedStaging("/data/.ringsnap-s3/rr-1", 12, 3 * 2**20),
-        )
-
-    def _call(self, what: str) -> None:
-        self.events.append(f"{self.name}:{what}")
-        if what in self.fail:
-            raise self.fail[what]
-
-    async def download_from_s3(
-        self,
-        operation_id: str,
-        backup_id: str,
-        node: str,
-        progress: Callable[[DownloadProgress], None],
-        *,
-        keyspace: str = "",
-        table: str = "",
-        target: tuple[str, str] | None = None,
-    ) -> StagedCopy:
-        assert node == self.name
-        progress(DownloadProgress(2, 200, 1, 100, 100, 50.0, 2.0))
-        self._call("download")
-        return StagedCopy(2, 200, 2, 200, 0, 4.0, ("/data/.ringsnap-s3/rr-1",), "none")
-
-    async def check_s3_download(
-        self, operation_id: str, backup_id: str, node: str
-    ) -> S3DownloadCheck:
-        assert node == self.name
-        self._call("check")
-        return self.check
-
-    async def check_s3_room(
-        self, operation_id: str, backup_id: str, node: str, expected_bytes: int
-    ) -> S3DownloadCheck:
-        assert node == self.name
-        self._call("check")
-        return self.check
-
-    async def discard_s3_download(
-        self, operation_id: str, backup_id: str
-    ) -> tuple[DiscardedStaging, ...]:
-        self._call("discard-staging")
-        return self.staged
-
-    async def install_s3_download(self, operation_id: str, backup_id: str) -> InstalledCopy:
-        self._call("install")
-        return InstalledCopy(tables=3, files_placed=2, files_kept_aside=5)
-
-    async def install_s3_commitlog(self, operation_id: str, backup_id: str, node: str) -> str:
-        self._call("commitlog")
-        return "2 commit-log segments installed"
-
-
-class S3Rig(Rig):
-    def __init__(self) -> None:
-        super().__init__()
-        self.s3 = {n: FakeS3Agent(n, self.events) for n in NODES}
-        self.lines: list[tuple[str, str, str]] = []
-
-    def workflow(self) -> RestoreWorkflow:
-        return RestoreWorkflow(
-            self.agents,
-            {"array1": self.array},
-            self.ring,
-            self.journal,
-            seeds=["node2"],
-            s3_agents=self.s3,
-            progress=lambda *line: self.lines.append(line),
-        )
+from tests.support.restore_world import NODES, first_index, last_index, restore_backup
+from tests.support.s3_restore_fakes import S3, S3Rig, TableS3Agent
 
 
 def test_every_node_downloads_before_anything_stops_and_the_array_is_never_asked() -> None:
@@ -281,30 +183,6 @@ def test_one_node_alone_from_s3_keeps_the_others_running() -> None:
 
 
 # -- a table from S3 into the live ring (the table restore's staging filled from the bucket) ------
-
-
-class TableS3Agent(FakeS3Agent):
-    """Downloads into the staging the node's (fake) table-restore agent imports from."""
-
-    def __init__(self, node: table_world.FakeAgent, components: int) -> None:
-        super().__init__(node.name, node.events)  # type: ignore[arg-type]
-        self.staging = node.staged
-        self.components = components
-
-    async def download_from_s3(
-        self,
-        operation_id: str,
-        backup_id: str,
-        node: str,
-        progress: Callable[[DownloadProgress], None],
-        *,
-        keyspace: str = "",
-        table: str = "",
-        target: tuple[str, str] | None = None,
-    ) -> StagedCopy:
-        self._call(f"download:{keyspace}.{table}->{'.'.join(target or ())}")
-        self.staging[(target or (keyspace, table))[1]] = 1
-        return StagedCopy(self.components, 1010, 1010, 1010, 0, 1.0, ("/stage",), "")
 
 
 def _table_world(components: int = 2) -> tuple[table_world.World, dict[str, TableS3Agent]]:
