@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -30,8 +29,8 @@ from ringsnap.coordinator.export.workflow import (
     ExportWorkflow,
     plan_export,
 )
-from ringsnap.coordinator.model import CleanupRequest
-from tests.support.clone_fakes import BACKUP_ID, CloneArray, CloneNode, Events, cloneable_backup
+from tests.support.clone_fakes import BACKUP_ID, CloneArray, Events, cloneable_backup
+from tests.support.export_fakes import ExportJournal, ExportNode, Progress
 
 NODES = ("node1", "node2")
 #: Short, so that the tests run in seconds; the ratios are what matters, and they leave a loaded
@@ -39,7 +38,7 @@ NODES = ("node1", "node2")
 SILENCE = 1.0
 
 
-class ExportingNode(CloneNode):
+class ExportingNode(ExportNode):
     """A node whose upload reports `reports` times, `every` seconds apart, then ends; `lost` makes
     it go silent (an agent gone, a cut network): the call then never returns on its own."""
 
@@ -49,19 +48,13 @@ class ExportingNode(CloneNode):
         self.lost = False
         self.cut = False
 
-    async def export_to_s3(
-        self,
-        backup_id: str,
-        *,
-        purpose_id: str = "",
-        snapshot_tag: str = "",
-        progress: Callable[[UploadProgress], None] | None = None,
+    async def upload(
+        self, backup_id: str, purpose_id: str, snapshot_tag: str, progress: Progress
     ) -> NodeUpload:
         self._call("export")
         try:
             for done in range(self.reports):
-                if progress is not None:
-                    progress(UploadProgress("sstables", 10, 1000, done, done, done, 1.0, None))
+                progress(UploadProgress("sstables", 10, 1000, done, done, done, 1.0, None))
                 await asyncio.sleep(self.every)
             if self.lost:
                 await asyncio.Event().wait()
@@ -77,32 +70,9 @@ class ExportingNode(CloneNode):
         return await super().unmount_clones(purpose_id)
 
 
-class Journal:
-    def __init__(self) -> None:
-        self.saved: list[ExportRecord] = []
-        self.cleanups: dict[int, CleanupRequest] = {}
-        self.failed: dict[int, str] = {}
-
-    async def save(self, record: ExportRecord) -> None:
-        self.saved.append(record)
-
-    async def add_cleanups(self, backup_id: str, requests: Sequence[CleanupRequest]) -> list[int]:
-        start = len(self.cleanups) + len(self.failed) + 1
-        ids = list(range(start, start + len(requests)))
-        self.cleanups.update(zip(ids, requests, strict=True))
-        return ids
-
-    async def cleanup_pending(self, cleanup_id: int) -> bool:
-        return cleanup_id in self.cleanups
-
-    async def cleanup_done(self, cleanup_id: int) -> None:
-        del self.cleanups[cleanup_id]
-
-    async def cleanup_failed(self, cleanup_id: int, error: str) -> None:
-        self.failed[cleanup_id] = error
-
-
-def _run(nodes: dict[str, ExportingNode], journal: Journal, array: CloneArray) -> ExportRecord:
+def _run(
+    nodes: dict[str, ExportingNode], journal: ExportJournal, array: CloneArray
+) -> ExportRecord:
     backup = cloneable_backup(NODES)
     workflow = ExportWorkflow(
         backup,
@@ -124,7 +94,7 @@ def test_a_silent_node_is_treated_as_lost_and_its_clones_stay_pending_cleanups()
     events: Events = []
     nodes = {n: ExportingNode(n, events) for n in NODES}
     nodes["node2"].lost = True
-    journal, array = Journal(), CloneArray(events)
+    journal, array = ExportJournal(), CloneArray(events)
 
     record = _run(nodes, journal, array)
 
@@ -150,7 +120,7 @@ def test_a_slow_node_that_keeps_reporting_is_not_cut() -> None:
     events: Events = []
     # Reports a tenth of the deadline apart, for three deadlines in all.
     nodes = {n: ExportingNode(n, events, reports=30, every=SILENCE / 10) for n in NODES}
-    journal, array = Journal(), CloneArray(events)
+    journal, array = ExportJournal(), CloneArray(events)
 
     record = _run(nodes, journal, array)
 

@@ -9,7 +9,7 @@ The proof that exports work is tests/integration/test_s3_copy.py (real ring, S3 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import pytest
 
@@ -28,16 +28,16 @@ from ringsnap.coordinator.export.workflow import ExportWorkflow, plan_export
 from ringsnap.coordinator.model import (
     Backup,
     BackupState,
-    CleanupRequest,
     SnapshotKind,
 )
 from ringsnap.plugins.types import SnapshotRef, Volume
-from tests.support.clone_fakes import BACKUP_ID, CloneArray, CloneNode, Events, cloneable_backup
+from tests.support.clone_fakes import BACKUP_ID, CloneArray, Events, cloneable_backup
+from tests.support.export_fakes import ExportJournal, ExportNode, Progress
 
 NODES = ("node1", "node2")
 
 
-class FakeNode(CloneNode):
+class FakeNode(ExportNode):
     """A node's agent for exports: the clones it mounts are the backup's data and commit log."""
 
     def __init__(self, name: str, events: Events) -> None:
@@ -53,51 +53,17 @@ class FakeNode(CloneNode):
         }
         return await super().mount_clones(purpose, volumes, read_only=read_only)
 
-    async def export_to_s3(
-        self,
-        backup_id: str,
-        *,
-        purpose_id: str = "",
-        snapshot_tag: str = "",
-        progress: Callable[[UploadProgress], None] | None = None,
+    async def upload(
+        self, backup_id: str, purpose_id: str, snapshot_tag: str, progress: Progress
     ) -> NodeUpload:
         if purpose_id:
             assert purpose_id in self.mounted, "export from clones that are not mounted"
         self.exports.append((purpose_id, snapshot_tag))
-        if progress is not None:
-            progress(UploadProgress("sstables", 10, 1000, 5, 500, 500, 100.0, 5.0))
+        progress(UploadProgress("sstables", 10, 1000, 5, 500, 500, 100.0, 5.0))
         self._call("export")
         return NodeUpload(
             f"backups/{backup_id}/{self.name}.manifest", 10, 1000, 4, 400, 2, 64, "", 1
         )
-
-
-class Journal:
-    def __init__(self) -> None:
-        self.saved: list[ExportRecord] = []
-        self.cleanups: dict[int, CleanupRequest] = {}
-        self.failed: dict[int, str] = {}
-        self.next_id = 1
-
-    async def save(self, record: ExportRecord) -> None:
-        self.saved.append(record)
-
-    async def add_cleanups(self, backup_id: str, requests: Sequence[CleanupRequest]) -> list[int]:
-        ids = []
-        for request in requests:
-            self.cleanups[self.next_id] = request
-            ids.append(self.next_id)
-            self.next_id += 1
-        return ids
-
-    async def cleanup_pending(self, cleanup_id: int) -> bool:
-        return cleanup_id in self.cleanups
-
-    async def cleanup_done(self, cleanup_id: int) -> None:
-        del self.cleanups[cleanup_id]
-
-    async def cleanup_failed(self, cleanup_id: int, error: str) -> None:
-        self.failed[cleanup_id] = error
 
 
 class Setup:
@@ -106,7 +72,7 @@ class Setup:
         self.backup = backup or cloneable_backup(NODES)
         self.nodes = {n: FakeNode(n, self.events) for n in NODES}
         self.array = CloneArray(self.events)
-        self.journal = Journal()
+        self.journal = ExportJournal()
         self.mirrored: list[str] = []
 
     def workflow(self) -> ExportWorkflow:
