@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from ringsnap.coordinator.catalog import Catalog
@@ -25,12 +26,16 @@ from ringsnap.coordinator.ports import (
 from ringsnap.coordinator.restore import RestoreSettings
 from ringsnap.coordinator.restore_session import RestoreSession
 from ringsnap.coordinator.ring import CqlRing
+from ringsnap.coordinator.s3_restore_agents import S3RestorePort
 from ringsnap.plugins.types import Capabilities, SnapshotRef, Volume
 from tests.support.fakes import FakeAgent, FakeArray, volumes_of
+from tests.support.s3_restore_fakes import FakeS3Agent
 
 from .conftest import ALL_NODES, ARRAY, MANIFEST, Harness
 
 SETTINGS = RestoreSettings(agent_timeout=10, start_timeout=10, ring_timeout=10, array_timeout=10)
+#: When the backup the restores are of (rs-1) began.
+RECENT = datetime.now(UTC) - timedelta(hours=2)
 
 
 class RestoringAgent(FakeAgent):
@@ -151,6 +156,8 @@ class RestoreRig:
         self.closed: list[str] = []
         #: The catalog each session was given.
         self.catalogs: list[Catalog] = []
+        #: The nodes' agents for restores from S3 (`S3Rig`).
+        self.s3: Mapping[str, S3RestorePort] = {}
 
     @contextlib.asynccontextmanager
     async def open_session(
@@ -174,6 +181,7 @@ class RestoreRig:
                 {ARRAY: cast(ArrayPort, self.array)},
                 cast(CqlRing, self.ring),
                 SETTINGS,
+                dict(self.s3),
             )
         finally:
             self.closed.append(cluster_name)
@@ -206,5 +214,25 @@ def install(harness: Harness, monkeypatch: Any) -> RestoreRig:
     from ringsnap.coordinator import restore_daemon
 
     rig = RestoreRig(harness)
+    monkeypatch.setattr(restore_daemon, "open_restore_session", rig.open_session)
+    return rig
+
+
+class S3Rig(RestoreRig):
+    """The rig whose nodes also restore from S3 (`FakeS3Agent`, recording in the rig's events)."""
+
+    def __init__(self, harness: Harness) -> None:
+        super().__init__(harness)
+        self.s3: dict[str, FakeS3Agent] = {
+            n: FakeS3Agent(n, cast(Any, self.events)) for n in ALL_NODES
+        }
+
+
+def install_s3(harness: Harness, monkeypatch: Any) -> S3Rig:
+    """An `S3Rig` opening the daemon's restore sessions, with the backup rs-1 in the catalog."""
+    from ringsnap.coordinator import restore_daemon
+
+    harness.seed_backup("rs-1", RECENT)
+    rig = S3Rig(harness)
     monkeypatch.setattr(restore_daemon, "open_restore_session", rig.open_session)
     return rig

@@ -37,10 +37,8 @@ from ringsnap.coordinator.restore_plan import RestoreRequest
 from ringsnap.plugins.errors import DriverError
 
 from .conftest import Harness
-from .restore_rig import RestoreRig, install
+from .restore_rig import RECENT, RestoreRig, install
 from .test_server import reason_of, rpc_error, watch_to_end
-
-RECENT = datetime.now(UTC) - timedelta(hours=2)
 
 
 @pytest.fixture

@@ -50,11 +50,11 @@ from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.sandbox.sstables import table_directory, write_sstable
 
 from .conftest import Harness, config_data
+from .restore_rig import S3Rig, install_s3
 from .test_restore_cli import full_config, write_config
-from .test_s3_restore_api import S3Rig, rig
 from .test_server import reason_of, rpc_error, watch_to_end
 
-__all__ = ["full_config", "rig"]  # fixtures, shared
+__all__ = ["full_config"]  # a fixture, shared
 
 RESTORE_ID = "rr-20261124-050000-abcd"
 SERVICE = "/ringsnap.api.v1.CoordinatorService/"
@@ -79,6 +79,11 @@ def _failed_restore() -> RestoreRecord:
         state=RestoreState.FAILED,
         error="node n3: downloaded: S3 endpoint unreachable",
     )
+
+
+@pytest.fixture
+def rig(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> S3Rig:
+    return install_s3(harness, monkeypatch)
 
 
 @pytest.fixture

@@ -5,57 +5,23 @@ its restore sessions real sessions on fakes of the agents (`restore_rig`) and of
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from dataclasses import replace
-from typing import Any, cast
 
 import pytest
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
-from ringsnap.coordinator.catalog import Catalog
-from ringsnap.coordinator.config import CoordinatorConfig
-from ringsnap.coordinator.restore import RestoreSettings
-from ringsnap.coordinator.restore_session import RestoreSession
-from ringsnap.coordinator.s3_restore_agents import S3RestorePort, S3Room
-from tests.unit.test_s3_restore_workflow import FakeS3Agent
+from ringsnap.coordinator.s3_restore_agents import S3Room
 
-from .conftest import ALL_NODES, Harness
-from .restore_rig import RestoreRig, install
-from .test_restore_api import RECENT, start
+from .conftest import Harness
+from .restore_rig import S3Rig, install_s3
+from .test_restore_api import start
 from .test_server import watch_to_end
-
-
-class S3Rig(RestoreRig):
-    def __init__(self, harness: Harness) -> None:
-        super().__init__(harness)
-        self.s3 = {n: FakeS3Agent(n, cast(Any, self.events)) for n in ALL_NODES}
-
-    @contextlib.asynccontextmanager
-    async def open_session(
-        self,
-        config: CoordinatorConfig,
-        cluster_name: str,
-        *,
-        catalog: Catalog | None = None,
-        settings: RestoreSettings | None = None,
-    ) -> AsyncIterator[RestoreSession]:
-        async with super().open_session(
-            config, cluster_name, catalog=catalog, settings=settings
-        ) as session:
-            yield replace(session, s3_agents=cast(dict[str, S3RestorePort], dict(self.s3)))
 
 
 @pytest.fixture
 def rig(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> S3Rig:
-    from ringsnap.coordinator import restore_daemon
-
-    harness.seed_backup("rs-1", RECENT)
-    install(harness, monkeypatch)
-    s3_rig = S3Rig(harness)
-    monkeypatch.setattr(restore_daemon, "open_restore_session", s3_rig.open_session)
-    return s3_rig
+    return install_s3(harness, monkeypatch)
 
 
 def test_the_daemon_restores_from_s3_downloading_everywhere_before_any_stop(

@@ -7,8 +7,6 @@ with their S3 downloads (`TableS3Agent`)."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
@@ -17,43 +15,26 @@ import pytest
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
-from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.client import Target
-from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.s3_restore_agents import S3Room
 from ringsnap.coordinator.table_restore import daemon, remote
 from ringsnap.coordinator.table_restore.api import record_of
 from ringsnap.coordinator.table_restore.model import TableRestoreFailed, TableRestoreState
-from ringsnap.coordinator.table_restore.session import TableRestoreSession
-from tests.unit.test_s3_restore_workflow import TableS3Agent
+from tests.support.s3_restore_fakes import TableS3Agent
 
-from .conftest import ARRAY, Harness
+from .conftest import Harness
+from .table_restore_rig import BACKUP, NODES, Fakes, options, request, seed
 from .test_server import rpc_error, watch_to_end
-from .test_table_restore_api import BACKUP, NODES, Fakes, _options, _request, _seed
 
 
 @pytest.fixture
 def fakes(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> tuple[Fakes, dict[str, Any]]:
-    _seed(harness.catalog)
+    seed(harness.catalog)
     made = Fakes()
     s3 = {n: TableS3Agent(made.agents[n], components=2) for n in NODES}
 
-    @contextlib.asynccontextmanager
-    async def session(
-        config: CoordinatorConfig, cluster: str, *, catalog: Catalog
-    ) -> AsyncIterator[TableRestoreSession]:
-        yield TableRestoreSession(
-            config,
-            catalog,
-            config.cluster(cluster),
-            dict(made.agents),  # type: ignore[arg-type]
-            dict(made.agents),
-            {ARRAY: made.array},  # type: ignore[dict-item]
-            made.cql,  # type: ignore[arg-type]
-            dict(s3),
-        )
-
-    monkeypatch.setattr(daemon, "open_table_restore_session", session)
+    made.s3 = s3
+    monkeypatch.setattr(daemon, "open_table_restore_session", made.open_session)
     return made, s3
 
 
@@ -65,14 +46,14 @@ def test_a_table_restore_from_s3_through_the_api_stages_from_the_bucket_and_neve
 ) -> None:
     made, _ = fakes
     stub = harness.stub()
-    plan = stub.PlanTableRestore(pb.PlanTableRestoreRequest(**_request(**S3_SOURCE)), timeout=30)
+    plan = stub.PlanTableRestore(pb.PlanTableRestoreRequest(**request(**S3_SOURCE)), timeout=30)
     assert list(plan.refusals) == []
     assert plan.table_restore.source == pb.TABLE_RESTORE_SOURCE_S3
     assert sorted(made.events) == [f"{n}:check" for n in NODES]  # the bucket asked, nothing else
 
     operation = stub.StartTableRestore(
         pb.StartTableRestoreRequest(
-            **_request(**S3_SOURCE),
+            **request(**S3_SOURCE),
             confirm_cluster="prod",
             table_restore_id=plan.table_restore.table_restore_id,
         ),
@@ -92,10 +73,10 @@ def test_a_table_restore_from_s3_through_the_api_stages_from_the_bucket_and_neve
 def test_without_the_source_the_api_plans_from_the_array_and_a_bad_source_is_invalid(
     harness: Harness, fakes: tuple[Fakes, dict[str, Any]]
 ) -> None:
-    plan = harness.stub().PlanTableRestore(pb.PlanTableRestoreRequest(**_request()), timeout=30)
+    plan = harness.stub().PlanTableRestore(pb.PlanTableRestoreRequest(**request()), timeout=30)
     assert plan.table_restore.source == pb.TABLE_RESTORE_SOURCE_ARRAY
     error = rpc_error(
-        harness.stub().PlanTableRestore, pb.PlanTableRestoreRequest(**_request(source=7))
+        harness.stub().PlanTableRestore, pb.PlanTableRestoreRequest(**request(source=7))
     )
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "source 7" in (error.details() or "")
@@ -106,19 +87,19 @@ def test_the_cli_from_a_bastion_restores_from_s3_and_resumes_on_s3(
 ) -> None:
     made, s3 = fakes
     target = Target(harness.address, harness.token_file, "test")
-    dry = remote.table_restore(target, _options(dry_run=True, from_s3=True))
+    dry = remote.table_restore(target, options(dry_run=True, from_s3=True))
     assert isinstance(dry, dict) and dry["refusals"] == []
     assert all(e.endswith(":check") for e in made.events)
 
     s3["n3"].fail["download:shop.orders->shop.orders"] = ConnectionError("S3 endpoint unreachable")
     with pytest.raises(TableRestoreFailed) as failed:
-        remote.table_restore(target, _options(from_s3=True))
+        remote.table_restore(target, options(from_s3=True))
     record = failed.value.record
     assert record is not None and record.state is TableRestoreState.FAILED
     assert "S3 endpoint unreachable" in record.error
 
     del s3["n3"].fail["download:shop.orders->shop.orders"]
-    resumed = remote.table_restore(target, _options(backup_id=None, resume=record.id))
+    resumed = remote.table_restore(target, options(backup_id=None, resume=record.id))
     assert not isinstance(resumed, dict) and resumed.state is TableRestoreState.SUCCEEDED
     assert resumed.from_s3
     assert made.events.count("n3:download:shop.orders->shop.orders") == 2
@@ -134,7 +115,7 @@ def test_a_table_restore_from_s3_is_refused_when_a_nodes_copy_is_not_in_the_buck
     s3["n3"].check = replace(s3["n3"].check, rooms=(S3Room("/data", 2**40, 1, "7"),))
 
     plan = harness.stub().PlanTableRestore(
-        pb.PlanTableRestoreRequest(**_request(**S3_SOURCE)), timeout=30
+        pb.PlanTableRestoreRequest(**request(**S3_SOURCE)), timeout=30
     )
 
     (refusal,) = plan.refusals
@@ -143,5 +124,5 @@ def test_a_table_restore_from_s3_is_refused_when_a_nodes_copy_is_not_in_the_buck
     assert not any(":download:" in e for e in made.events)
     # From the array, the bucket is not asked.
     made.events.clear()
-    harness.stub().PlanTableRestore(pb.PlanTableRestoreRequest(**_request()), timeout=30)
+    harness.stub().PlanTableRestore(pb.PlanTableRestoreRequest(**request()), timeout=30)
     assert not any(e.endswith(":check") for e in made.events)

@@ -9,11 +9,7 @@ The proof on a real ring and a real daemon is tests/integration/test_table_resto
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import threading
-from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import grpc
@@ -23,73 +19,19 @@ import typer
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
 from ringsnap.coordinator import access
-from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.client import Target
-from ringsnap.coordinator.config import CoordinatorConfig
-from ringsnap.coordinator.model import BackupNode, NodeVolume, QuiesceMode, VolumeRole
-from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.coordinator.table_restore import daemon, remote
 from ringsnap.coordinator.table_restore.api import record_of
-from ringsnap.coordinator.table_restore.cli import TableRestoreOptions
 from ringsnap.coordinator.table_restore.model import TableRestoreFailed, TableRestoreState
-from ringsnap.coordinator.table_restore.session import TableRestoreSession
-from tests.support.clone_fakes import CloneArray
-from tests.support.fakes import snapshot_ref, volume
-from tests.support.table_restore_world import SCHEMA, FakeAgent, FakeCql, shop_sstable
 
-from .conftest import ARRAY, CLUSTERS, Harness
+from .conftest import Harness
+from .table_restore_rig import BACKUP, NODES, Fakes, options, request, seed
 from .test_server import reason_of, rpc_error
-
-NODES = CLUSTERS["prod"]
-BACKUP = "rs-20261124-030000-abcd"
-STARTED = datetime.now(UTC) - timedelta(hours=1)
-
-
-class Fakes:
-    def __init__(self) -> None:
-        self.events: list[str] = []
-        self.agents = {n: FakeAgent(n, self.events) for n in NODES}
-        self.array = CloneArray(self.events)
-        self.cql = FakeCql(self.events)
-        self.held: list[BackupRequest | None] = []
-        #: Cleared by a test that watches a run: the array's first step waits until it is set.
-        self.go = threading.Event()
-        self.go.set()
-
-
-def _seed(catalog: Catalog) -> None:
-    """A complete backup of `prod` whose manifests hold shop.orders, with shop's schema."""
-    catalog.begin_backup(
-        backup_id=BACKUP,
-        cluster="prod",
-        quiesce_mode=QuiesceMode.FREEZE,
-        trigger="test",
-        policy="",
-        started_at=STARTED,
-        nodes=[
-            BackupNode(
-                name=n,
-                host_id=f"host-{n}",
-                volumes=(
-                    NodeVolume(array=ARRAY, volume=f"{n}-data", role=VolumeRole.DATA),
-                    NodeVolume(array=ARRAY, volume=f"{n}-cl", role=VolumeRole.COMMITLOG),
-                ),
-            )
-            for n in NODES
-        ],
-    )
-    catalog.record_snapshot(
-        BACKUP, snapshot_ref(ARRAY, BACKUP, [volume(n, r) for n in NODES for r in ("data", "cl")])
-    )
-    for n in NODES:
-        catalog.record_manifest(BACKUP, n, [shop_sstable()])
-    catalog.record_keyspace_schemas(BACKUP, {"shop": SCHEMA.rows})
-    catalog.complete_backup(BACKUP, finished_at=STARTED + timedelta(seconds=3), timings={})
 
 
 @pytest.fixture
 def fakes(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> Fakes:
-    _seed(harness.catalog)
+    seed(harness.catalog)
     made = Fakes()
     original = made.agents["n2"].import_staged_table
 
@@ -111,32 +53,14 @@ def fakes(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> Fakes:
 
     made.array.clone = clone  # type: ignore[method-assign]
 
-    @contextlib.asynccontextmanager
-    async def session(
-        config: CoordinatorConfig, cluster: str, *, catalog: Catalog
-    ) -> AsyncIterator[TableRestoreSession]:
-        yield TableRestoreSession(
-            config,
-            catalog,
-            config.cluster(cluster),
-            dict(made.agents),  # type: ignore[arg-type]
-            dict(made.agents),
-            {ARRAY: made.array},  # type: ignore[dict-item]
-            made.cql,  # type: ignore[arg-type]
-        )
-
-    monkeypatch.setattr(daemon, "open_table_restore_session", session)
+    monkeypatch.setattr(daemon, "open_table_restore_session", made.open_session)
     return made
-
-
-def _request(**fields: Any) -> dict[str, Any]:
-    return {"backup_id": BACKUP, "keyspace": "shop", "tables": ["orders"], **fields}
 
 
 def test_a_plan_through_the_api_changes_nothing_and_carries_the_clis_document(
     harness: Harness, fakes: Fakes
 ) -> None:
-    plan = harness.stub().PlanTableRestore(pb.PlanTableRestoreRequest(**_request()), timeout=30)
+    plan = harness.stub().PlanTableRestore(pb.PlanTableRestoreRequest(**request()), timeout=30)
     assert list(plan.refusals) == []
     assert plan.table_restore.cluster == "prod"
     assert [(t.table, t.action) for t in plan.table_restore.targets] == [("orders", "exists")]
@@ -152,7 +76,7 @@ def test_an_unconfirmed_cluster_or_a_refused_plan_is_refused_before_anything_is_
 ) -> None:
     error = rpc_error(
         harness.stub().StartTableRestore,
-        pb.StartTableRestoreRequest(**_request(), confirm_cluster="edge"),
+        pb.StartTableRestoreRequest(**request(), confirm_cluster="edge"),
     )
     assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert reason_of(error) == "RESTORE_REFUSED"
@@ -161,7 +85,7 @@ def test_an_unconfirmed_cluster_or_a_refused_plan_is_refused_before_anything_is_
     fakes.cql.views["shop.orders"] = ("orders_by_note",)
     error = rpc_error(
         harness.stub().StartTableRestore,
-        pb.StartTableRestoreRequest(**_request(), confirm_cluster="prod"),
+        pb.StartTableRestoreRequest(**request(), confirm_cluster="prod"),
     )
     assert reason_of(error) == "RESTORE_REFUSED"
     assert "materialized view shop.orders_by_note" in (error.details() or "")
@@ -171,10 +95,10 @@ def test_an_unconfirmed_cluster_or_a_refused_plan_is_refused_before_anything_is_
 
 def test_bad_names_are_invalid_arguments(harness: Harness, fakes: Fakes) -> None:
     for fields in (
-        _request(keyspace="shop; DROP"),
-        _request(as_keyspace="shop"),
+        request(keyspace="shop; DROP"),
+        request(as_keyspace="shop"),
         {"resume_id": "../x", "confirm_cluster": "prod"},
-        {**_request(), "abort_id": "tr-20261124-030000-abcd"},
+        {**request(), "abort_id": "tr-20261124-030000-abcd"},
     ):
         error = rpc_error(harness.stub().StartTableRestore, pb.StartTableRestoreRequest(**fields))
         assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, fields
@@ -186,7 +110,7 @@ def test_a_run_through_the_api_holds_the_cluster_and_records_the_restore(
     fakes.go.clear()
     operation = harness.stub().StartTableRestore(
         pb.StartTableRestoreRequest(
-            **_request(),
+            **request(),
             confirm_cluster="prod",
             table_restore_id="tr-20261124-050000-00aa",
             requested_by="alice",
@@ -218,38 +142,22 @@ def test_a_run_through_the_api_holds_the_cluster_and_records_the_restore(
     assert record_of(found).verification == record.verification
 
 
-def _options(**fields: Any) -> TableRestoreOptions:
-    values: dict[str, Any] = {
-        "backup_id": BACKUP,
-        "keyspace": "shop",
-        "tables": ("orders",),
-        "target": None,
-        "dry_run": False,
-        "yes": True,
-        "resume": None,
-        "abort": None,
-        "as_json": True,
-    }
-    values.update(fields)
-    return TableRestoreOptions(**values)
-
-
 def test_the_cli_through_the_daemon_plans_runs_and_resumes_a_failed_restore(
     harness: Harness, fakes: Fakes
 ) -> None:
     target = Target(harness.address, harness.token_file, "test")
-    dry = remote.table_restore(target, _options(dry_run=True))
+    dry = remote.table_restore(target, options(dry_run=True))
     assert isinstance(dry, dict) and dry["refusals"] == [] and fakes.events == []
 
     fakes.agents["n3"].fail["import:shop.orders"] = RuntimeError("nodetool import: disk full")
     with pytest.raises(TableRestoreFailed) as failed:
-        remote.table_restore(target, _options())
+        remote.table_restore(target, options())
     record = failed.value.record
     assert record is not None and record.state is TableRestoreState.FAILED
     assert "disk full" in record.error and record.next_action.startswith("import")
     assert harness.coordinator.scheduler.guard.running("prod") is None
 
-    resumed = remote.table_restore(target, _options(backup_id=None, resume=record.id))
+    resumed = remote.table_restore(target, options(backup_id=None, resume=record.id))
     assert not isinstance(resumed, dict)
     assert resumed.id == record.id and resumed.state is TableRestoreState.SUCCEEDED
     # The resume imported only where it had failed.
@@ -261,10 +169,10 @@ def test_the_cli_through_the_daemon_plans_runs_and_resumes_a_failed_restore(
 
 def test_a_plan_is_a_viewers_read_and_a_start_resume_or_abort_an_operators_call() -> None:
     service = "/ringsnap.api.v1.CoordinatorService/"
-    plan = pb.PlanTableRestoreRequest(**_request())
+    plan = pb.PlanTableRestoreRequest(**request())
     assert access.required_role(service + "PlanTableRestore", plan) is access.Role.VIEWER
     for start in (
-        pb.StartTableRestoreRequest(**_request(), confirm_cluster="prod"),
+        pb.StartTableRestoreRequest(**request(), confirm_cluster="prod"),
         pb.StartTableRestoreRequest(resume_id="tr-20261124-050000-00aa"),
         pb.StartTableRestoreRequest(abort_id="tr-20261124-050000-00aa"),
     ):
