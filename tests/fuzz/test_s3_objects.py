@@ -270,16 +270,7 @@ def hostile_manifests(draw: st.DrawFn, records: list[dict[str, Any]]) -> Case:
         # then refused at the first missing object, naming it.
         many: list[dict[str, Any]] = []
         for generation in range(1000, 21000):
-            key = LAYOUT.component_key(
-                node=NODE,
-                keyspace="shop",
-                table_directory=TABLE,
-                file_prefix=f"nb-{generation}-big-",
-                data_crc32=_CRC,
-                component="Index.db",
-                size_bytes=10,
-                mtime_ns=0,
-            )
+            key = _component(generation, node=NODE, keyspace="shop", size=10)
             many.append({"key": key, "root": 0, "size": 10, "mtime_ns": 0, "data_crc32": _CRC})
         return Case(_gzip([header, *many, _closed(many)]), names=many[0]["key"])
     if kind == "forged-object":
@@ -292,16 +283,7 @@ def hostile_manifests(draw: st.DrawFn, records: list[dict[str, Any]]) -> Case:
             body = b"987654321"
             size = len(body)
         generation = draw(st.integers(500, 999))
-        key = LAYOUT.component_key(
-            node=NODE,
-            keyspace="shop",
-            table_directory=TABLE,
-            file_prefix=f"nb-{generation}-big-",
-            data_crc32=_CRC,
-            component=component,
-            size_bytes=size,
-            mtime_ns=0,
-        )
+        key = _component(generation, component, node=NODE, keyspace="shop", size=size)
         forged = {"key": key, "root": 0, "size": size, "mtime_ns": 0, "data_crc32": _CRC}
         entries.insert(draw(st.integers(0, len(entries))), forged)
         # Only Data.db and Digest.crc32 carry a digest: another component is checked by its size.
@@ -426,15 +408,23 @@ FOREIGN_SUFFIXES = st.sampled_from(
 )
 
 
-def _component(generation: int, component: str = "Index.db") -> str:
+def _component(
+    generation: int,
+    component: str = "Index.db",
+    *,
+    node: str = "pnode",
+    keyspace: str = "ks",
+    size: int = 1,
+) -> str:
+    """The key of one component of SSTable `generation` of the fuzzed table."""
     return LAYOUT.component_key(
-        node="pnode",
-        keyspace="ks",
+        node=node,
+        keyspace=keyspace,
         table_directory=TABLE,
         file_prefix=f"nb-{generation}-big-",
         data_crc32=_CRC,
         component=component,
-        size_bytes=1,
+        size_bytes=size,
         mtime_ns=0,
     )
 
