@@ -13,6 +13,7 @@ from ringsnap.agent.s3.layout import Layout
 from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.coordinator.agents import ClientTls
 from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.catalog_journal import CatalogCleanups
 from ringsnap.coordinator.cluster_clients import client_tls, close_all, cluster_arrays
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.export.grpc_node import GrpcExportNode
@@ -25,33 +26,14 @@ from ringsnap.coordinator.export.workflow import (
     Progress,
     plan_export,
 )
-from ringsnap.coordinator.model import CleanupRequest
 from ringsnap.coordinator.ports import ArrayPort
 
 
-class CatalogExportJournal:
+class CatalogExportJournal(CatalogCleanups):
     """`ExportJournal` over the catalog (every call off the event loop)."""
-
-    def __init__(self, catalog: Catalog) -> None:
-        self.catalog = catalog
 
     async def save(self, record: ExportRecord) -> None:
         await asyncio.to_thread(self.catalog.save_export, record)
-
-    async def add_cleanups(self, backup_id: str, requests: Sequence[CleanupRequest]) -> list[int]:
-        made = await asyncio.to_thread(self.catalog.add_cleanups, backup_id, requests)
-        ids = {c.snapshot_name: c.id for c in made}
-        return [ids[r.snapshot_name] for r in requests]
-
-    async def cleanup_pending(self, cleanup_id: int) -> bool:
-        pending = await asyncio.to_thread(self.catalog.pending_cleanups)
-        return any(c.id == cleanup_id for c in pending)
-
-    async def cleanup_done(self, cleanup_id: int) -> None:
-        await asyncio.to_thread(self.catalog.cleanup_done, cleanup_id)
-
-    async def cleanup_failed(self, cleanup_id: int, error: str) -> None:
-        await asyncio.to_thread(self.catalog.cleanup_failed, cleanup_id, error)
 
 
 def destination(settings: S3Settings | None) -> str:

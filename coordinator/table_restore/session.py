@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from ringsnap.coordinator.agents import GrpcNodeAgent
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.catalog.listing import MAX_PAGE_SIZE
-from ringsnap.coordinator.catalog_journal import CatalogJournalBase
+from ringsnap.coordinator.catalog_journal import CatalogCleanups, CatalogJournalBase
 from ringsnap.coordinator.cluster_clients import client_tls, close_all, cluster_arrays
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.drill.cleanups import clone_cleanup
@@ -34,7 +34,7 @@ from ringsnap.coordinator.table_restore.workflow import Progress, TableRestoreWo
 from ringsnap.plugins.types import Volume
 
 
-class CatalogTableJournal(CatalogJournalBase):
+class CatalogTableJournal(CatalogJournalBase, CatalogCleanups):
     """`TableRestoreJournal` over the catalog (every call off the event loop)."""
 
     async def save(self, record: TableRestoreRecord) -> None:
@@ -62,19 +62,7 @@ class CatalogTableJournal(CatalogJournalBase):
             )
             for clone in clones
         ]
-        made = await asyncio.to_thread(self.catalog.add_cleanups, record.backup_id, requests)
-        ids = {c.snapshot_name: c.id for c in made}
-        return [ids[r.snapshot_name] for r in requests]
-
-    async def cleanup_pending(self, cleanup_id: int) -> bool:
-        pending = await asyncio.to_thread(self.catalog.pending_cleanups)
-        return any(c.id == cleanup_id for c in pending)
-
-    async def cleanup_done(self, cleanup_id: int) -> None:
-        await asyncio.to_thread(self.catalog.cleanup_done, cleanup_id)
-
-    async def cleanup_failed(self, cleanup_id: int, error: str) -> None:
-        await asyncio.to_thread(self.catalog.cleanup_failed, cleanup_id, error)
+        return await self.add_cleanups(record.backup_id, requests)
 
 
 @dataclass
