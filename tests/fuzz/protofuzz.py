@@ -36,6 +36,18 @@ def examples_per_rpc() -> int:
     return int(value)
 
 
+def derandomized(max_examples: int) -> settings:
+    """Hypothesis settings of a fuzzer whose cases are the same every run: no deadline, no example
+    database, no health checks."""
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=list(HealthCheck),
+    )
+
+
 def fuzz_settings() -> settings:
     """Hypothesis settings of one RPC's run: CI's run is the same every time (derandomized); a
     full run (RINGSNAP_FUZZ_EXAMPLES set) draws new cases each time."""

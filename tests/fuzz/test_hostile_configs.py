@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from ringsnap.agent import main as agent_main
@@ -25,6 +25,7 @@ from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.errors import ConfigError
 from ringsnap.sandbox.agents import TestPki, config_data
 from ringsnap.sandbox.services import toml_document
+from tests.fuzz.protofuzz import derandomized
 from tests.unit.coordinator_api.conftest import config_data as coordinator_data
 
 Path_ = tuple[str | int, ...]
@@ -137,13 +138,7 @@ def coordinator_base(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]
     return coordinator_data(tmp_path_factory.mktemp("coordinator-config"))
 
 
-CASES = settings(
-    max_examples=150,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    suppress_health_check=list(HealthCheck),
-)
+CASES = derandomized(150)
 
 
 @pytest.mark.parametrize(

@@ -12,11 +12,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from ringsnap.agent.manifest import manifest
 from ringsnap.names import relative_path
+from tests.fuzz.protofuzz import derandomized
 
 TABLE = Path("shop") / "orders-1b255f4def2540a6a6e6b2c1a2b3c4d5"
 PREFIX = "nb-1-big-"
@@ -66,13 +67,7 @@ EXTRA_NAMES = st.lists(
     unique=True,
 )
 
-CASES = settings(
-    max_examples=120,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    suppress_health_check=list(HealthCheck),
-)
+CASES = derandomized(120)
 
 
 def _write(path: Path, data: bytes) -> None:
