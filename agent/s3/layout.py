@@ -128,12 +128,13 @@ class Layout:
         self.parse_component_key(key)  # what is written must read back
         return key
 
+    def _area_prefix(self, area: str, backup: str) -> str:
+        """`<prefix><area>/`, or one backup's folder in it."""
+        below = f"{self.prefix}{area}/"
+        return f"{below}{valid_backup_id(backup)}/" if backup else below
+
     def backups_prefix(self, backup: str = "") -> str:
-        return (
-            f"{self.prefix}backups/{valid_backup_id(backup)}/"
-            if backup
-            else f"{self.prefix}backups/"
-        )
+        return self._area_prefix("backups", backup)
 
     def manifest_key(self, backup: str, node: str) -> str:
         return f"{self.backups_prefix(backup)}{node_name(node)}{MANIFEST_SUFFIX}"
@@ -159,11 +160,7 @@ class Layout:
         return name
 
     def catalog_prefix(self, backup: str = "") -> str:
-        return (
-            f"{self.prefix}catalog/{valid_backup_id(backup)}/"
-            if backup
-            else f"{self.prefix}catalog/"
-        )
+        return self._area_prefix("catalog", backup)
 
     def catalog_key(self, backup: str, name: str) -> str:
         if not CATALOG_OBJECT.fullmatch(name):
