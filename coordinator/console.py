@@ -9,11 +9,13 @@ import enum
 import json
 import sys
 import time
+from collections.abc import Collection
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 import typer
 from rich.console import Console
+from rich.table import Table
 from rich.text import Text
 
 from ringsnap.coordinator import render
@@ -126,3 +128,68 @@ def fail(error: CliError, as_json: bool, *, resumable: bool = False) -> NoReturn
         if error.hint:
             err.print(render.labelled("what to do: ", "bold", error.hint))
     raise typer.Exit(int(error.exit_code))
+
+
+class Reported(Protocol):
+    """An operation's record, as the first line of its report shows it."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def state(self) -> enum.Enum: ...
+
+    @property
+    def started_at(self) -> datetime: ...
+
+    @property
+    def finished_at(self) -> datetime | None: ...
+
+
+def print_title(
+    kind: str,
+    record: Reported,
+    about: str,
+    *,
+    good: Collection[enum.Enum],
+    bad: Collection[enum.Enum],
+    error: str = "",
+) -> None:
+    """The first line of an operation's report, e.g. `Restore rr-1 of backup rs-1 (s3): PROVEN in
+    2 min` (the time taken once it finished; the state green when `good`, red when `bad`, yellow
+    otherwise), then its `error` if any."""
+    style = (
+        "bold green"
+        if record.state in good
+        else "bold red"
+        if record.state in bad
+        else "bold yellow"
+    )
+    took = ""
+    if record.finished_at is not None:
+        took = f" in {render.duration((record.finished_at - record.started_at).total_seconds())}"
+    out.print(
+        Text.assemble(
+            (f"{kind} ", "bold"),
+            (record.id, "bold cyan"),
+            f" {about}: ",
+            (str(record.state.value).upper(), style),
+            took,
+        )
+    )
+    if error:
+        out.print(render.labelled("error: ", "bold red", error))
+
+
+def plan_table(*columns: str) -> Table:
+    """A plan's table of `columns`. Volumes, mount points and snapshot names are what the operator
+    checks: a cell wraps, never is cut."""
+    table = Table(box=None, pad_edge=False)
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    return table
+
+
+def backup_fields(backup_id: str, cluster: str, started_at: datetime) -> dict[str, str]:
+    """A plan document's fields naming the backup it is of."""
+    return {"backup_id": backup_id, "cluster": cluster, "backup_started_at": started_at.isoformat()}

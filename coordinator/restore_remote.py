@@ -40,9 +40,9 @@ def plan_document(message: pb.RestorePlan) -> dict[str, Any]:
     """The daemon's plan as `restore_report.plan_document` makes it of a plan made in-process."""
     return {
         "restore_id": message.restore_id,
-        "backup_id": message.backup_id,
-        "cluster": message.cluster,
-        "backup_started_at": wire.moment(message.backup_started_at).isoformat(),
+        **console.backup_fields(
+            message.backup_id, message.cluster, wire.moment(message.backup_started_at)
+        ),
         "mode": messages.domain_value(messages.RESTORE_MODES, message.mode, "restore mode").value,
         "whole_ring": message.whole_ring,
         "nodes": [

@@ -8,12 +8,18 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from rich.table import Table
 from rich.text import Text
 
 from ringsnap.coordinator import render
 from ringsnap.coordinator.client import ExitCode
-from ringsnap.coordinator.console import err, jsonable, out
+from ringsnap.coordinator.console import (
+    backup_fields,
+    err,
+    jsonable,
+    out,
+    plan_table,
+    print_title,
+)
 from ringsnap.coordinator.model import NodeVerdict, RestoreRecord, RestoreState
 from ringsnap.coordinator.restore_plan import RestorePlan
 
@@ -21,9 +27,7 @@ from ringsnap.coordinator.restore_plan import RestorePlan
 def plan_document(plan: RestorePlan) -> dict[str, Any]:
     return {
         "restore_id": plan.restore_id,
-        "backup_id": plan.backup.id,
-        "cluster": plan.backup.cluster,
-        "backup_started_at": plan.backup.started_at.isoformat(),
+        **backup_fields(plan.backup.id, plan.backup.cluster, plan.backup.started_at),
         "mode": plan.mode.value,
         "whole_ring": plan.whole_ring,
         "nodes": [
@@ -60,10 +64,7 @@ def print_plan(plan: RestorePlan | Mapping[str, Any]) -> None:
             f" {doc['mode']} mode, {scope}",
         )
     )
-    table = Table(box=None, pad_edge=False)
-    for column in ("node", "host id", "Cassandra", "start", "volume", "mounted at", "snapshot"):
-        # Volumes, mount points and snapshot names are what the operator checks: wrap, never cut.
-        table.add_column(column, overflow="fold")
+    table = plan_table("node", "host id", "Cassandra", "start", "volume", "mounted at", "snapshot")
     snapshots = doc["snapshots"]
     # No volumes (a restore from S3, or of native snapshots): the node's row says where from.
     in_place = "the bucket's copy (S3)" if doc["mode"] == "s3" else "its own snapshot"
@@ -98,29 +99,13 @@ def print_plan(plan: RestorePlan | Mapping[str, Any]) -> None:
         err.print(render.labelled("refused: ", "bold red", line))
 
 
+#: A report's state in green, in red (else yellow).
+_GOOD, _BAD = {RestoreState.PROVEN}, {RestoreState.FAILED_VERIFICATION, RestoreState.FAILED}
+
+
 def print_report(record: RestoreRecord) -> None:
-    styles = {
-        RestoreState.PROVEN: "bold green",
-        RestoreState.FAILED_VERIFICATION: "bold red",
-        RestoreState.FAILED: "bold red",
-        RestoreState.INTERRUPTED: "bold yellow",
-        RestoreState.RUNNING: "bold yellow",
-        RestoreState.ABORTED: "bold yellow",
-    }
-    took = ""
-    if record.finished_at is not None:
-        took = f" in {render.duration((record.finished_at - record.started_at).total_seconds())}"
-    out.print(
-        Text.assemble(
-            ("Restore ", "bold"),
-            (record.id, "bold cyan"),
-            f" of backup {record.backup_id} ({record.mode.value}): ",
-            (record.state.value.upper(), styles[record.state]),
-            took,
-        )
-    )
-    if record.error:
-        out.print(render.labelled("error: ", "bold red", record.error))
+    about = f"of backup {record.backup_id} ({record.mode.value})"
+    print_title("Restore", record, about, good=_GOOD, bad=_BAD, error=record.error)
     for node in record.nodes:
         verdict_style = {
             NodeVerdict.PROVEN: "green",

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from ringsnap.coordinator import render
@@ -27,11 +26,14 @@ from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.console import (
     Output,
     ProgressPrinter,
+    backup_fields,
     err,
     error_exit_code,
     fail,
     jsonable,
     out,
+    plan_table,
+    print_title,
 )
 from ringsnap.coordinator.drill.model import DrillRecord, DrillState, DrillVerdict
 from ringsnap.coordinator.drill.plan import DrillPlan, DrillRequest
@@ -54,9 +56,7 @@ EXIT_CODES = {
 def plan_document(plan: DrillPlan) -> dict[str, Any]:
     return {
         "drill_id": plan.drill_id,
-        "backup_id": plan.backup.id,
-        "cluster": plan.backup.cluster,
-        "backup_started_at": plan.backup.started_at.isoformat(),
+        **backup_fields(plan.backup.id, plan.backup.cluster, plan.backup.started_at),
         "drill_host": plan.drill_host,
         "parallel": plan.parallel,
         "deadline_seconds": plan.deadline_seconds,
@@ -98,9 +98,7 @@ def print_plan(plan: DrillPlan) -> None:
             f" {doc['drill_host'] or '(none)'}, {len(plan.nodes)} node(s), {plan.parallel} at a time",
         )
     )
-    table = Table(box=None, pad_edge=False)
-    for column in ("node", "host id", "clone of", "stood at", "snapshot"):
-        table.add_column(column, overflow="fold")
+    table = plan_table("node", "host id", "clone of", "stood at", "snapshot")
     for node in doc["nodes"]:
         for index, clone in enumerate(node["clones"]):
             first = index == 0
@@ -128,13 +126,6 @@ def print_plan(plan: DrillPlan) -> None:
         err.print(render.labelled("refused: ", "bold red", line))
 
 
-_STYLES = {
-    DrillState.PROVEN: "bold green",
-    DrillState.NOT_PROVEN: "bold red",
-    DrillState.FAILED: "bold red",
-    DrillState.INTERRUPTED: "bold yellow",
-    DrillState.RUNNING: "bold yellow",
-}
 _VERDICT_STYLES = {
     DrillVerdict.PROVEN: "bold green",
     DrillVerdict.NOT_PROVEN: "bold red",
@@ -143,17 +134,13 @@ _VERDICT_STYLES = {
 }
 
 
+#: A report's state in green, in red (else yellow).
+_GOOD, _BAD = {DrillState.PROVEN}, {DrillState.NOT_PROVEN, DrillState.FAILED}
+
+
 def print_report(record: DrillRecord) -> None:
-    took = f" in {render.duration(record.seconds)}" if record.seconds is not None else ""
-    out.print(
-        Text.assemble(
-            ("Drill ", "bold"),
-            (record.id, "bold cyan"),
-            f" of backup {record.backup_id} ({record.cluster}): ",
-            (record.state.value.upper(), _STYLES[record.state]),
-            took,
-        )
-    )
+    about = f"of backup {record.backup_id} ({record.cluster})"
+    print_title("Drill", record, about, good=_GOOD, bad=_BAD)
     for node in record.nodes:
         seconds = sum(s for _, s in node.step_seconds)
         out.print(

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from ringsnap.coordinator import render
@@ -20,7 +19,14 @@ from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.client import CliError, ExitCode
 from ringsnap.coordinator.commands import operator_name
 from ringsnap.coordinator.config import CoordinatorConfig
-from ringsnap.coordinator.console import ProgressPrinter, confirm, err, out
+from ringsnap.coordinator.console import (
+    ProgressPrinter,
+    confirm,
+    err,
+    out,
+    plan_table,
+    print_title,
+)
 from ringsnap.coordinator.operation_cli import ends_at_plan, finish
 from ringsnap.coordinator.table_restore.counts import NOT_COMPARED
 from ringsnap.coordinator.table_restore.documents import plan_document, record_document
@@ -78,9 +84,7 @@ def print_plan(doc: Mapping[str, Any]) -> None:
             " live, no node is stopped",
         )
     )
-    table = Table(box=None, pad_edge=False)
-    for column in ("node", "table", "SSTables", "bytes", "staging", "free"):
-        table.add_column(column, overflow="fold")
+    table = plan_table("node", "table", "SSTables", "bytes", "staging", "free")
     for node in doc["nodes"]:
         for index, tables in enumerate(node["tables"]):
             first = index == 0
@@ -132,28 +136,16 @@ def print_plan(doc: Mapping[str, Any]) -> None:
         err.print(render.labelled("refused: ", "bold red", line))
 
 
+#: A report's state in green, in red (else yellow).
+_GOOD, _BAD = (
+    {TableRestoreState.SUCCEEDED},
+    {TableRestoreState.UNVERIFIED, TableRestoreState.FAILED},
+)
+
+
 def print_report(record: TableRestoreRecord) -> None:
-    styles = {
-        TableRestoreState.SUCCEEDED: "bold green",
-        TableRestoreState.UNVERIFIED: "bold red",
-        TableRestoreState.FAILED: "bold red",
-        TableRestoreState.ABORTED: "bold yellow",
-        TableRestoreState.RUNNING: "bold yellow",
-    }
-    took = ""
-    if record.finished_at is not None:
-        took = f" in {render.duration((record.finished_at - record.started_at).total_seconds())}"
-    out.print(
-        Text.assemble(
-            ("Table restore ", "bold"),
-            (record.id, "bold cyan"),
-            f" of backup {record.backup_id}: ",
-            (record.state.value.upper(), styles[record.state]),
-            took,
-        )
-    )
-    if record.error:
-        out.print(render.labelled("error: ", "bold red", record.error))
+    about = f"of backup {record.backup_id}"
+    print_title("Table restore", record, about, good=_GOOD, bad=_BAD, error=record.error)
     for node in record.nodes:
         out.print(Text.assemble(f"  {node.name}", (f"  (last step: {node.step.value})", "dim")))
     for line in record.verification:
