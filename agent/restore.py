@@ -50,7 +50,6 @@ from ringsnap.agent.restore_model import (
     CassandraStatus,
     DiscardedDirectory,
     ReleasedVolume,
-    VolumeFacts,
     VolumeState,
     check_mount_point,
     check_operation_id,
@@ -66,6 +65,7 @@ from ringsnap.agent.volume_hooks import run_hook
 from ringsnap.errors import ValidationError
 from ringsnap.mountinfo import Mount
 from ringsnap.names import snapshot_tag
+from ringsnap.volume_facts import VolumeFacts
 
 #: The values and checks other modules have long imported from here; they live in
 #: `restore_model`.

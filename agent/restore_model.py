@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from ringsnap.agent.freezestate import valid_operation_id
 from ringsnap.errors import ValidationError
 from ringsnap.mountinfo import Mount
+from ringsnap.volume_facts import VolumeFacts
 
 #: Kinds of configured Cassandra directory, in the order they are reported.
 KINDS = ("data", "commitlog", "saved_caches", "hints", "cdc_raw")
@@ -29,23 +30,6 @@ class CassandraStatus:
     running: bool
     #: How that was determined, or why Cassandra is taken as not running.
     detail: str
-
-
-@dataclass(frozen=True, slots=True)
-class VolumeFacts:
-    """A filesystem of the node's Cassandra directories: mounted, or released by a restore."""
-
-    mount_point: str
-    device: str
-    fs_type: str
-    fs_uuid: str
-    kinds: tuple[str, ...]
-    serial: str = ""
-    wwn: str = ""
-    loop_backing_file: str = ""
-    mounted: bool = True
-    #: The operation that released it and has not attached it again; "" when mounted normally.
-    released_by: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from ringsnap.agent.drill.model import DrillRequest, DrillStatus
 from ringsnap.agent.freeze import FreezeResult, ThawResult
 from ringsnap.agent.node import NodeAgent, NodeInfo
 from ringsnap.agent.restore_messages import restored_table_messages
-from ringsnap.agent.restore_model import DiscardedDirectory, VolumeFacts, VolumeState
+from ringsnap.agent.restore_model import DiscardedDirectory, VolumeState
 from ringsnap.agent.rpc_delegation import Delegated, DelegatedStream, Request, Response
 from ringsnap.agent.s3.download import DownloadCancelled, DownloadRefused
 from ringsnap.agent.s3.export import ExportFailed
@@ -35,6 +35,7 @@ from ringsnap.agent.table_import_rpc import TableImportRpcs
 from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc, types_pb2
 from ringsnap.errors import ValidationError
 from ringsnap.rpcerrors import Context, ErrorStatuses
+from ringsnap.volume_facts import VolumeFacts
 from ringsnap.wire import duration, seconds_of, unix_timestamp
 
 log = logs.get_logger(__name__)

@@ -14,6 +14,7 @@ from typing import Protocol, runtime_checkable
 
 from ringsnap.plugins.api import PreparedSnapshot
 from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume
+from ringsnap.volume_facts import VolumeFacts
 
 
 @dataclass(frozen=True)
@@ -89,23 +90,8 @@ class SSTable:
         return sum(component.size_bytes for component in self.components)
 
 
-@dataclass(frozen=True)
-class NodeVolumeFacts:
-    """A filesystem of a node's Cassandra directories: mounted, or released by a restore."""
-
-    mount_point: str
-    device: str
-    fs_type: str
-    #: The filesystem UUID; a revert and a clone both keep it.
-    fs_uuid: str
-    #: Kinds of Cassandra directory on it: data, commitlog, saved_caches, hints, cdc_raw.
-    kinds: tuple[str, ...]
-    serial: str = ""
-    wwn: str = ""
-    loop_backing_file: str = ""
-    mounted: bool = True
-    #: The restore operation that released it; empty when it is mounted normally.
-    released_by: str = ""
+#: A filesystem of a node's Cassandra directories as its agent reports it (the agent's own type).
+NodeVolumeFacts = VolumeFacts
 
 
 @dataclass(frozen=True)
