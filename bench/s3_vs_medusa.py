@@ -24,6 +24,8 @@ What is timed, each as its own process:
 - the restore's download: medusa `download` of the differential backup, ringsnap `download` of its
   export, each into an empty directory on the node's data filesystem (the download step of an
   in-place restore: medusa's `restore-node` downloads the same way before it stops the node);
+  twice, medusa first then ringsnap first (page-cache pages the machine has not used yet cost the
+  writer that gets them more);
 - peak RSS: sampled every 50 ms over the process tree (medusa runs a nodetool JVM as a child),
   the Python process alone shown beside it;
 - CPU seconds of each step: the tool's process tree (user + system, from its rusage) and
@@ -485,32 +487,48 @@ def _compare(
           f" {result['files_uploaded']} files, {result['bytes_uploaded'] / MIB:,.0f} MiB uploaded")  # fmt: skip
     cluster.nodetool(NODE, "clearsnapshot", "--all")
 
-    print(load_line(), "before the downloads")
-    load_before = load_now()
-    medusa_dest = node.data_dir.parent / "restore-medusa"
-    ringsnap_dest = node.data_dir.parent / "restore-ringsnap"
-    for dest in (medusa_dest, ringsnap_dest):
-        dest.mkdir()
-    m_down = medusa(medusa_bin, config, "download", "--backup-name", restored,
-                    "--download-destination", str(medusa_dest))  # fmt: skip
-    m_bytes = tree_bytes(medusa_dest)
-    shutil.rmtree(medusa_dest)
-    r_down, result = ringsnap("download", settings, restored, str(ringsnap_dest))
-    r_bytes = tree_bytes(ringsnap_dest)
-    shutil.rmtree(ringsnap_dest)
-    print(
-        f"  downloaded: medusa {m_bytes / MIB:,.0f} MiB, ringsnap {r_bytes / MIB:,.0f} MiB (verified)"
-    )
-    rows_table.append(
-        Row("restore's download", r_bytes, m_down, r_down.seconds, r_down, load_before)
-    )
-    print(rows_table[-1].line(), flush=True)
+    # Twice, in both orders: the tool that writes first may get page-cache pages the machine has
+    # not touched yet, which cost more to fill (on a VM, several times more); each pair is a row.
+    for first in ("medusa", "ringsnap"):
+        print(load_line(), f"before the downloads ({first} first)")
+        load_before = load_now()
+        m_down, r_down, r_bytes = _downloads(
+            first, medusa_bin, config, settings, restored, node.data_dir.parent
+        )
+        rows_table.append(
+            Row(f"restore's download ({first} first)", r_bytes, m_down, r_down.seconds, r_down,
+                load_before)
+        )  # fmt: skip
+        print(rows_table[-1].line(), flush=True)
 
     print()
     print(Row.HEADER)
     for row in rows_table:
         print(row.line())
     print(load_line(), "after")
+
+
+def _downloads(
+    first: str, medusa_bin: Path, config: Path, settings: Path, backup: str, parent: Path
+) -> tuple[Run, Run, int]:
+    """medusa's and ringsnap's download of `backup` into empty directories under `parent`, `first`
+    first; (medusa's run, ringsnap's run, the bytes ringsnap wrote)."""
+    runs: dict[str, tuple[Run, int]] = {}
+    for tool in (first, "ringsnap" if first == "medusa" else "medusa"):
+        dest = parent / f"restore-{tool}"
+        dest.mkdir()
+        if tool == "medusa":
+            run = medusa(medusa_bin, config, "download", "--backup-name", backup,
+                         "--download-destination", str(dest))  # fmt: skip
+        else:
+            run, _ = ringsnap("download", settings, backup, str(dest))
+        runs[tool] = (run, tree_bytes(dest))
+        shutil.rmtree(dest)
+    print(
+        f"  downloaded: medusa {runs['medusa'][1] / MIB:,.0f} MiB,"
+        f" ringsnap {runs['ringsnap'][1] / MIB:,.0f} MiB (verified)"
+    )
+    return runs["medusa"][0], runs["ringsnap"][0], runs["ringsnap"][1]
 
 
 if __name__ == "__main__":

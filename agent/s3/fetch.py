@@ -189,10 +189,10 @@ class Fetcher:
         try:
             if ranged:
                 _check_range(span, response.get("ContentRange"), first, last)
-            elif response.get("ContentLength") != span.object_size:
-                raise ObjectCorrupt(
-                    f"size {response.get('ContentLength')}, expected {span.object_size}"
-                )
+            elif (length := response.get("ContentLength")) is None:
+                raise ValueError(f"the store sent {span.key!r} without a Content-Length")
+            elif length != span.object_size:
+                raise ObjectCorrupt(f"size {length}, expected {span.object_size}")
         except BaseException:
             _close(body, drained=False)
             raise
@@ -257,10 +257,19 @@ def _close(body: Any, drained: bool) -> None:
     body.close()
 
 
-def read_object(client: S3Client, bucket: str, key: str, out: IO[bytes]) -> None:
-    """Object `key` whole into `out` (a small object: a manifest)."""
-    body = client.get_object(Bucket=bucket, Key=key)["Body"]
-    try:
-        shutil.copyfileobj(body, out, CHUNK)
-    finally:
-        body.close()
+def read_object(client: S3Client, bucket: str, key: str, out: IO[bytes], attempts: int = 3) -> None:
+    """Object `key` whole into `out` (a seekable file, from its start: a manifest object); a body
+    cut in the middle is fetched again from its start, up to `attempts` GETs."""
+    for attempt in range(1, attempts + 1):
+        out.seek(0)
+        out.truncate()
+        body = client.get_object(Bucket=bucket, Key=key)["Body"]
+        try:
+            shutil.copyfileobj(body, out, CHUNK)
+            return
+        except _CUT:
+            if attempt == attempts:
+                raise
+            log.warning("S3 body cut; fetching it again", key=key, attempt=attempt)
+        finally:
+            body.close()

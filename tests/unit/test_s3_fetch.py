@@ -188,6 +188,7 @@ class _CuttingProxy:
         self._after = after
         self.cuts_left = cuts
         self.cut = 0
+        self.response_bytes = 0  # sent to clients so far, over all connections
         self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
@@ -218,6 +219,9 @@ class _CuttingProxy:
                     return
                 sink.sendall(data)
                 sent += len(data)
+                if response:
+                    with self._lock:
+                        self.response_bytes += len(data)
         except OSError:
             pass
         finally:
@@ -288,6 +292,25 @@ def test_a_body_cut_every_time_is_refused_naming_its_key(
         download_node(client, settings, backup_id="b1", node="node1", destinations=[restored])
     assert "run it again" in str(refused.value)
     assert not [p for p in restored.rglob("*") if p.name.endswith(PARTIAL_SUFFIX)]
+
+
+def test_a_manifest_object_cut_in_the_middle_is_fetched_again(
+    server: int, exported: Path, proxy: Any
+) -> None:
+    key = "backups/b1/node1.manifest.jsonl.gz"
+    counting = proxy(after=10**12, cuts=0)
+    whole = io.BytesIO()
+    fetch.read_object(make_client(_settings(counting.port)), BUCKET, key, whole)
+    size = len(whole.getvalue())
+    assert size > 100
+    # The same GET again, cut half-way through its body (headers + half of it).
+    cutter = proxy(after=counting.response_bytes - size // 2, cuts=1)
+    client = make_client(_settings(cutter.port))
+    gets = _gets(client)
+    again = io.BytesIO(b"left over from before")
+    fetch.read_object(client, BUCKET, key, again)
+    assert cutter.cut == 1 and len(gets) == 2
+    assert again.getvalue() == whole.getvalue()
 
 
 # ----------------------------------------------------------------------------- size
