@@ -36,8 +36,9 @@ class RevertAndCloneConformance:
     def _marked_snapshot(
         self, harness: Harness, marker_prefix: str, snapshot: str
     ) -> Iterator[tuple[SnapshotRef, list[dict[str, bytes]], list[Path]]]:
-        """The volumes mounted live, a `before` marker written on each, then a group snapshot of
-        them taken frozen: (the snapshot, each volume's markers in it, the mount points)."""
+        """The volumes mounted live, a `before` marker written on each, a group snapshot of them
+        taken frozen, then an `after` marker written on each: (the snapshot, each volume's
+        markers in it, the mount points)."""
         with self._mounted_volumes(harness, "live") as mountpoints:
             expected: list[dict[str, bytes]] = []
             for index, mountpoint in enumerate(mountpoints):
@@ -47,14 +48,15 @@ class RevertAndCloneConformance:
                 ref = harness.driver.create_group_snapshot(
                     harness.volumes, harness.snapshot_name(snapshot)
                 )
+            for index, mountpoint in enumerate(mountpoints):
+                mounts.write_marker(mountpoint, "after", f"{marker_prefix}after-{index}".encode())
             yield ref, expected, mountpoints
 
     def test_marker_revert(self, harness: Harness) -> None:
         if not harness.driver.revertible:
             pytest.skip("precondition: the driver does not implement Revertible")
         with self._marked_snapshot(harness, "", "mk") as (ref, expected_before, mountpoints):
-            for index, mountpoint in enumerate(mountpoints):
-                mounts.write_marker(mountpoint, "after", f"after-{index}".encode())
+            for mountpoint in mountpoints:
                 mounts.write_marker(mountpoint, "before", b"overwritten after the snapshot")
         plan = harness.driver.revert_plan(ref)
         assert isinstance(plan, Sequence)
@@ -70,8 +72,6 @@ class RevertAndCloneConformance:
         if not harness.driver.cloneable:
             pytest.skip("precondition: the driver does not implement Cloneable")
         with self._marked_snapshot(harness, "clone-", "mkc") as (ref, expected, mountpoints):
-            for index, mountpoint in enumerate(mountpoints):
-                mounts.write_marker(mountpoint, "after", f"clone-after-{index}".encode())
             # Shaped like the suffixes restores, drills and exports pass ('_' as ONTAP needs):
             # each driver makes a valid name of its own from it.
             clones = harness.driver.clone(ref, CLONE_SUFFIX)

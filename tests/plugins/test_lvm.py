@@ -283,14 +283,16 @@ def _unmount_all(points: Sequence[Path]) -> None:
 def _marked_snapshot(
     backend: Backend, points: Sequence[Path], marker_prefix: str, name: str
 ) -> tuple[SnapshotRef, list[dict[str, bytes]]]:
-    """A `before` marker written on each mounted volume, then a group snapshot of them taken
-    frozen: the snapshot and each volume's markers in it."""
+    """A `before` marker written on each mounted volume, a group snapshot of them taken frozen,
+    then an `after` marker written on each: the snapshot and each volume's markers in it."""
     expected = []
     for index, point in enumerate(points):
         mounts.write_marker(point, "before", f"{marker_prefix}{index}".encode())
         expected.append(mounts.read_markers(point))
     with mounts.frozen(points):
         ref = backend.driver.create_group_snapshot(backend.volumes, backend.name(name))
+    for point in points:
+        mounts.write_marker(point, "after", b"after")
     return ref, expected
 
 
@@ -299,7 +301,6 @@ def test_marker_revert(backend: Backend, tmp_path: Path) -> None:
     try:
         ref, expected = _marked_snapshot(backend, points, "before-", "mk")
         for point in points:
-            mounts.write_marker(point, "after", b"after")
             mounts.write_marker(point, "before", b"overwritten after the snapshot")
         with pytest.raises(DriverError, match="is open"):
             backend.driver.revert(ref)  # mounted origins are refused, nothing merged
@@ -324,8 +325,6 @@ def test_marker_clone(backend: Backend, tmp_path: Path) -> None:
     points = _mount_all(backend, tmp_path / "live", backend.volumes)
     try:
         ref, expected = _marked_snapshot(backend, points, "clone-", "mkc")
-        for point in points:
-            mounts.write_marker(point, "after", b"after")
         clones = backend.driver.clone(ref, "drill")
         assert [c.id for c in backend.driver.clone(ref, "drill")] == [c.id for c in clones]
         by_source = {m.volume.id: c for m, c in zip(ref.members, clones, strict=True)}
