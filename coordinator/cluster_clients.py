@@ -3,9 +3,10 @@ the config, and closes at its end: the client certificate for the agents and the
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from ringsnap.coordinator.agents import ClientTls
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
@@ -16,6 +17,9 @@ from ringsnap.plugins.registry import open_driver
 
 class Closable(Protocol):
     async def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=Closable)
 
 
 def client_tls(config: CoordinatorConfig) -> ClientTls:
@@ -43,3 +47,40 @@ async def close_all(*groups: Iterable[Closable]) -> None:
     for group in groups:
         for client in group:
             await client.close()
+
+
+class ClusterClients:
+    """The clients a session of one cluster opened (`open_cluster`), closed together at its end."""
+
+    def __init__(self, config: CoordinatorConfig, cluster: ClusterSection) -> None:
+        self.cluster = cluster
+        self.tls = client_tls(config)
+        self.arrays = cluster_arrays(config, cluster)
+        self._opened: list[Iterable[Closable]] = [self.arrays.values()]
+
+    def per_node(self, client: Callable[[str, str, ClientTls], C]) -> dict[str, C]:
+        """A client of each node's agent: `client(node, address, tls)`."""
+        made = {n.name: client(n.name, n.agent, self.tls) for n in self.cluster.nodes}
+        self._opened.append(made.values())
+        return made
+
+    def kept(self, client: C) -> C:
+        """`client`, closed with the others."""
+        self._opened.append([client])
+        return client
+
+    async def close(self) -> None:
+        """Close every client, the last opened first."""
+        await close_all(*reversed(self._opened))
+
+
+@contextlib.asynccontextmanager
+async def open_cluster(
+    config: CoordinatorConfig, cluster_name: str
+) -> AsyncIterator[ClusterClients]:
+    """The clients of a session of `cluster_name`, closed when it ends."""
+    clients = ClusterClients(config, config.cluster(cluster_name))
+    try:
+        yield clients
+    finally:
+        await clients.close()

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from ringsnap.coordinator.agents import GrpcNodeAgent
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.catalog_journal import CatalogJournalBase
-from ringsnap.coordinator.cluster_clients import client_tls, close_all, cluster_arrays
+from ringsnap.coordinator.cluster_clients import open_cluster
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.model import (
     Backup,
@@ -193,28 +193,21 @@ async def open_restore_session(
 ) -> AsyncIterator[RestoreSession]:
     """Agents, arrays and the ring of one cluster, and the catalog (opened here, exclusively,
     unless given)."""
-    cluster = config.cluster(cluster_name)
-    tls = client_tls(config)
     own_catalog = catalog is None
     if catalog is None:
         catalog = await asyncio.to_thread(Catalog, config.coordinator.catalog)
-    arrays = cluster_arrays(config, cluster)
-    agents = {node.name: GrpcNodeAgent(node.name, node.agent, tls) for node in cluster.nodes}
-    s3_agents = {node.name: GrpcS3Restore(node.name, node.agent, tls) for node in cluster.nodes}
-    ring = CqlRing(cluster)
     try:
-        yield RestoreSession(
-            config,
-            catalog,
-            cluster,
-            dict(agents),
-            arrays,
-            ring,
-            settings or RestoreSettings(),
-            dict(s3_agents),
-        )
+        async with open_cluster(config, cluster_name) as clients:
+            yield RestoreSession(
+                config,
+                catalog,
+                clients.cluster,
+                dict(clients.per_node(GrpcNodeAgent)),
+                clients.arrays,
+                clients.kept(CqlRing(clients.cluster)),
+                settings or RestoreSettings(),
+                dict(clients.per_node(GrpcS3Restore)),
+            )
     finally:
-        await ring.close()
-        await close_all(agents.values(), s3_agents.values(), arrays.values())
         if own_catalog:
             await asyncio.to_thread(catalog.close)

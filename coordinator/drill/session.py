@@ -15,7 +15,7 @@ from datetime import datetime
 from ringsnap.coordinator.agents import ClientTls
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.catalog_journal import CatalogJournalBase
-from ringsnap.coordinator.cluster_clients import client_tls, close_all, cluster_arrays
+from ringsnap.coordinator.cluster_clients import open_cluster
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.drill.agents import GrpcDrillHost, GrpcNodeFacts
 from ringsnap.coordinator.drill.cleanups import clone_cleanup
@@ -172,15 +172,14 @@ async def open_drill_session(
     config: CoordinatorConfig, cluster_name: str, *, catalog: Catalog
 ) -> AsyncIterator[DrillSession]:
     """The drill host, the production agents and the arrays of one cluster."""
-    cluster = config.cluster(cluster_name)
-    tls = client_tls(config)
-    arrays = cluster_arrays(config, cluster)
-    facts = {node.name: GrpcNodeFacts(node.name, node.agent, tls) for node in cluster.nodes}
-    host = GrpcDrillHost(cluster.drill.agent, tls) if cluster.drill is not None else None
-    try:
-        yield DrillSession(config, catalog, cluster, host, facts, arrays, settings_of(cluster))
-    finally:
-        await close_all([host] if host is not None else [], facts.values(), arrays.values())
+    async with open_cluster(config, cluster_name) as clients:
+        cluster = clients.cluster
+        drill = cluster.drill
+        host = clients.kept(GrpcDrillHost(drill.agent, clients.tls)) if drill is not None else None
+        facts = clients.per_node(GrpcNodeFacts)
+        yield DrillSession(
+            config, catalog, cluster, host, facts, clients.arrays, settings_of(cluster)
+        )
 
 
 __all__ = ["CatalogDrillJournal", "DrillSession", "open_drill_session", "purpose_id"]

@@ -14,7 +14,7 @@ from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.coordinator.agents import ClientTls
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.catalog_journal import CatalogCleanups
-from ringsnap.coordinator.cluster_clients import client_tls, close_all, cluster_arrays
+from ringsnap.coordinator.cluster_clients import client_tls, open_cluster
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.export.grpc_node import GrpcExportNode
 from ringsnap.coordinator.export.mirror import write_mirror
@@ -120,11 +120,6 @@ def export_node_opener(config: CoordinatorConfig) -> Callable[[str, str], GrpcEx
 async def open_export_session(
     config: CoordinatorConfig, cluster_name: str, *, catalog: Catalog
 ) -> AsyncIterator[ExportSession]:
-    cluster = config.cluster(cluster_name)
-    tls = client_tls(config)
-    arrays = cluster_arrays(config, cluster)
-    nodes = {node.name: GrpcExportNode(node.name, node.agent, tls) for node in cluster.nodes}
-    try:
-        yield ExportSession(config, catalog, cluster, dict(nodes), arrays)
-    finally:
-        await close_all(nodes.values(), arrays.values())
+    async with open_cluster(config, cluster_name) as clients:
+        nodes = clients.per_node(GrpcExportNode)
+        yield ExportSession(config, catalog, clients.cluster, dict(nodes), clients.arrays)

@@ -12,7 +12,7 @@ from ringsnap.coordinator.agents import GrpcNodeAgent
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.catalog.listing import MAX_PAGE_SIZE
 from ringsnap.coordinator.catalog_journal import CatalogCleanups, CatalogJournalBase
-from ringsnap.coordinator.cluster_clients import client_tls, close_all, cluster_arrays
+from ringsnap.coordinator.cluster_clients import open_cluster
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.drill.cleanups import clone_cleanup
 from ringsnap.coordinator.ports import AgentPort, ArrayPort, SSTable
@@ -166,16 +166,14 @@ class TableRestoreSession:
 async def open_table_restore_session(
     config: CoordinatorConfig, cluster_name: str, *, catalog: Catalog
 ) -> AsyncIterator[TableRestoreSession]:
-    cluster = config.cluster(cluster_name)
-    tls = client_tls(config)
-    arrays = cluster_arrays(config, cluster)
-    agents = {node.name: GrpcNodeAgent(node.name, node.agent, tls) for node in cluster.nodes}
-    nodes = {node.name: GrpcTableNode(node.name, node.agent, tls) for node in cluster.nodes}
-    s3_agents = {node.name: GrpcS3Restore(node.name, node.agent, tls) for node in cluster.nodes}
-    cql = CqlTables(cluster)
-    try:
+    async with open_cluster(config, cluster_name) as clients:
         yield TableRestoreSession(
-            config, catalog, cluster, dict(agents), dict(nodes), arrays, cql, dict(s3_agents)
+            config,
+            catalog,
+            clients.cluster,
+            dict(clients.per_node(GrpcNodeAgent)),
+            dict(clients.per_node(GrpcTableNode)),
+            clients.arrays,
+            clients.kept(CqlTables(clients.cluster)),
+            dict(clients.per_node(GrpcS3Restore)),
         )
-    finally:
-        await close_all(s3_agents.values(), [cql], agents.values(), nodes.values(), arrays.values())
