@@ -6,7 +6,8 @@ failures are turned into the driver's typed errors from the messages lvm2 2.03.1
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 from ringsnap.plugins.errors import (
     AlreadyExistsError,
@@ -29,6 +30,9 @@ from ringsnap.plugins.lvm.report import (
     parse_vgs,
 )
 from ringsnap.plugins.lvm.runner import CommandResult, CommandRunner, CommandTimeout
+
+#: A parsed report row (a logical volume, a volume group).
+Row = TypeVar("Row")
 
 _REPORT = ("--reportformat", "json", "--units", "b", "--nosuffix")
 # What lvm2 prints when the kernel lacks device-mapper or one of its targets.
@@ -62,25 +66,27 @@ class Lvm2:
 
     def logical_volumes(self, vgs: Iterable[str]) -> list[LogicalVolume]:
         """Every visible LV of `vgs` (hidden ones, e.g. a merging snapshot, are left out)."""
-        wanted = sorted({names.vg_name(vg) for vg in vgs})
-        result = self._run(["lvs", *_REPORT, "-o", ",".join(LV_FIELDS), *wanted], "list volumes")
-        try:
-            return parse_lvs(result.stdout)
-        except ReportError as exc:
-            raise DriverError(
-                f"lvs printed an unexpected report: {exc}", array=self._array
-            ) from None
+        return self._report("lvs", LV_FIELDS, vgs, "list volumes", parse_lvs)
 
     def volume_groups(self, vgs: Iterable[str]) -> list[VolumeGroup]:
+        return self._report("vgs", VG_FIELDS, vgs, "list volume groups", parse_vgs)
+
+    def _report(
+        self,
+        command: str,
+        fields: Sequence[str],
+        vgs: Iterable[str],
+        action: str,
+        parse: Callable[[str], list[Row]],
+    ) -> list[Row]:
+        """`command`'s JSON report of `fields` for the volume groups `vgs`, parsed."""
         wanted = sorted({names.vg_name(vg) for vg in vgs})
-        result = self._run(
-            ["vgs", *_REPORT, "-o", ",".join(VG_FIELDS), *wanted], "list volume groups"
-        )
+        result = self._run([command, *_REPORT, "-o", ",".join(fields), *wanted], action)
         try:
-            return parse_vgs(result.stdout)
+            return parse(result.stdout)
         except ReportError as exc:
             raise DriverError(
-                f"vgs printed an unexpected report: {exc}", array=self._array
+                f"{command} printed an unexpected report: {exc}", array=self._array
             ) from None
 
     def device_mapper_missing(self) -> bool:
