@@ -38,6 +38,20 @@ def progress_line(node: str, step: str, message: str) -> str:
     return f"{node}: {step} {message}".strip() if node else f"{step} {message}".strip()
 
 
+class AtMostOnce:
+    """`action`, run by its first call only (`done` once called): a release reached both from a
+    failure and from the end of a run gives back once."""
+
+    def __init__(self, action: Callable[[], Awaitable[None]]) -> None:
+        self._action = action
+        self.done = False
+
+    async def __call__(self) -> None:
+        if not self.done:
+            self.done = True
+            await self._action()
+
+
 async def start_guarded(
     operations: Operations,
     guard: ClusterGuard,
@@ -60,13 +74,8 @@ async def start_guarded(
         guard.release(hold)
         raise
 
-    released = False
-
+    @AtMostOnce
     async def release() -> None:
-        nonlocal released
-        if released:
-            return
-        released = True
         try:
             await stack.aclose()
         finally:
@@ -100,7 +109,7 @@ async def start_guarded(
 
     def ended(_: object) -> None:
         # A task cancelled before its first step never ran `work`'s release: run it now.
-        if not released:
+        if not release.done:
             task = asyncio.get_running_loop().create_task(release())
             tasks.add(task)
             task.add_done_callback(tasks.discard)

@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from ringsnap.coordinator.catalog import BackupStateError, Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.guarded_operation import AtMostOnce
 from ringsnap.coordinator.model import OperationKind, RestoreRecord
 from ringsnap.coordinator.operations import Operation, Operations
 from ringsnap.coordinator.restore import Progress, RestoreRefused
@@ -297,13 +298,9 @@ class DaemonRestores:
         both back. Returns the session, what `prepare` returned, and the (idempotent) release."""
         self._guard.acquire(hold)
         stack = contextlib.AsyncExitStack()
-        released = False
 
+        @AtMostOnce
         async def release() -> None:
-            nonlocal released
-            if released:
-                return
-            released = True
             try:
                 await stack.aclose()
             finally:

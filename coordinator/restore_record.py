@@ -4,7 +4,6 @@ next step for a node at the step it stopped at."""
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
@@ -21,6 +20,7 @@ from ringsnap.coordinator.model import (
 from ringsnap.coordinator.ports import SSTable
 from ringsnap.coordinator.restore_plan import RestorePlan
 from ringsnap.coordinator.restore_s3 import s3_next_step
+from ringsnap.coordinator.saved_record import SavedRecord
 
 
 class RestoreJournal(Protocol):
@@ -129,28 +129,15 @@ def _native_next_step(record: RestoreRecord, step: RestoreStep, resume: str) -> 
     return ""
 
 
-class RestoreRun:
+class RestoreRun(SavedRecord[RestoreRecord]):
     """One restore's record, saved after every change; `native`: from the nodes' native snapshots."""
 
     def __init__(self, record: RestoreRecord, journal: RestoreJournal, *, native: bool) -> None:
-        self.record = record
+        super().__init__(record, journal.save)
         self.native = native
-        self._journal = journal
-        self._lock = asyncio.Lock()
-
-    async def update(self, **changes: object) -> None:
-        async with self._lock:
-            self.record = replace(self.record, **changes)  # type: ignore[arg-type]
-            await self._journal.save(self.record)
 
     async def node_update(self, name: str, **changes: object) -> None:
-        async with self._lock:
-            nodes = tuple(
-                replace(n, **changes) if n.name == name else n  # type: ignore[arg-type]
-                for n in self.record.nodes
-            )
-            self.record = replace(self.record, nodes=nodes)
-            await self._journal.save(self.record)
+        await self.change_node(name, lambda n: replace(n, **changes))
 
     async def step_done(self, name: str, step: RestoreStep, seconds: float) -> None:
         node = self.record.node(name)

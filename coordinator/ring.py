@@ -20,8 +20,9 @@ from ringsnap.logs import get_logger
 
 log = get_logger(__name__)
 
-#: Keyspaces whose tables are Cassandra's own (their gc_grace does not guard user deletes).
-_SYSTEM_KEYSPACES = frozenset(
+#: Cassandra's own keyspaces: their schema comes with Cassandra, and their gc_grace does not guard
+#: user deletes.
+SYSTEM_KEYSPACES = frozenset(
     {
         "system",
         "system_schema",
@@ -105,7 +106,7 @@ class CqlRing:
             user = [
                 (int(r.gc_grace_seconds), f"{r.keyspace_name}.{r.table_name}")
                 for r in rows
-                if r.keyspace_name not in _SYSTEM_KEYSPACES
+                if r.keyspace_name not in SYSTEM_KEYSPACES
                 and r.keyspace_name != self._config.canary_keyspace
             ]
             return min(user) if user else (0, "")

@@ -140,27 +140,25 @@ class Database:
         """One transaction: a writer takes the database lock up front (no upgrade deadlocks) on
         the one writing connection; a reader reads the last commit on its thread's connection."""
         if write:
-            with self._lock:
-                conn = self._connection()
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    yield conn
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
+            with self._lock, _transaction(self._connection(), "BEGIN IMMEDIATE") as conn:
+                yield conn
             return
-        conn = self._reader()
-        conn.execute("BEGIN")
-        try:
+        with _transaction(self._reader(), "BEGIN") as conn:
             yield conn
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
 
     def _require_owner(self, what: str) -> None:
         if not self._exclusive:
             raise CatalogError(f"{what} are known only to the coordinator owning the catalog")
+
+
+@contextlib.contextmanager
+def _transaction(conn: sqlite3.Connection, begin: str) -> Iterator[sqlite3.Connection]:
+    """`begin` on `conn`, committed when the block ends, rolled back when it raises."""
+    conn.execute(begin)
+    try:
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise

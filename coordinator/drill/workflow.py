@@ -45,6 +45,7 @@ from ringsnap.coordinator.drill.ports import DrillHost, DrillJournal, DrillSpec,
 from ringsnap.coordinator.drill.verdict import drill_outcome, mark_backup
 from ringsnap.coordinator.ports import ArrayPort
 from ringsnap.coordinator.proof import compare_manifests
+from ringsnap.coordinator.saved_record import SavedRecord
 from ringsnap.errors import RingsnapError
 from ringsnap.logs import get_logger
 from ringsnap.plugins.types import Volume
@@ -88,25 +89,12 @@ def record_for(plan: DrillPlan, trigger: str, requested_by: str) -> DrillRecord:
     )
 
 
-class _Run:
+class _Run(SavedRecord[DrillRecord]):
     """The drill's record, saved after every change (nodes may run in parallel)."""
 
-    def __init__(self, record: DrillRecord, journal: DrillJournal) -> None:
-        self.record = record
-        self._journal = journal
-        self._lock = asyncio.Lock()
-
-    async def update(self, **changes: object) -> None:
-        async with self._lock:
-            self.record = replace(self.record, **changes)  # type: ignore[arg-type]
-            await self._journal.save(self.record)
-
     async def node(self, name: str, change: Callable[[DrillNode], DrillNode]) -> DrillNode:
-        async with self._lock:
-            nodes = tuple(change(n) if n.name == name else n for n in self.record.nodes)
-            self.record = replace(self.record, nodes=nodes)
-            await self._journal.save(self.record)
-            return self.record.node(name)
+        await self.change_node(name, change)
+        return self.record.node(name)
 
 
 class DrillWorkflow:
@@ -131,7 +119,7 @@ class DrillWorkflow:
         """Drill every node of a plan that does not refuse; returns the final record."""
         if plan.refused:
             raise DrillRefused("the plan refused: " + "; ".join(plan.refusals))
-        run = _Run(record_for(plan, trigger, requested_by), self.journal)
+        run = _Run(record_for(plan, trigger, requested_by), self.journal.save)
         await self.journal.save(run.record)
         bound = log.bind(drill_id=plan.drill_id, backup_id=plan.backup.id)
         bound.info("drill starting", nodes=[n.name for n in plan.nodes], host=plan.drill_host)

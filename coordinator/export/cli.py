@@ -20,8 +20,6 @@ from typing import Any, NoReturn
 import typer
 from rich.text import Text
 
-from ringsnap.agent.s3.client import make_client
-from ringsnap.agent.s3.layout import Layout
 from ringsnap.coordinator import render
 from ringsnap.coordinator.assembly import load_config
 from ringsnap.coordinator.catalog import Catalog
@@ -29,7 +27,8 @@ from ringsnap.coordinator.client import REMOTE_ENV, CliError, ExitCode, Target, 
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.console import Output, err, error_exit_code, fail, jsonable, out
 from ringsnap.coordinator.export.model import ExportFailed, ExportRecord, ExportRefused
-from ringsnap.coordinator.export.retention import ClusterPurge, purge_cluster
+from ringsnap.coordinator.export.purge_daemon import configured_purge
+from ringsnap.coordinator.export.retention import ClusterPurge
 from ringsnap.coordinator.export.session import open_export_session
 from ringsnap.coordinator.local_catalog import ConfigOption, OutputOption, catalog_or_daemon
 from ringsnap.coordinator.restore_cli import config_path
@@ -124,26 +123,14 @@ async def _export(
 def _purge(
     config: CoordinatorConfig, catalog: Catalog, cluster: str, options: dict[str, Any]
 ) -> ClusterPurge:
-    settings = config.s3
-    if settings is None:
-        raise ExportRefused(
-            "the coordinator's configuration has no [s3] section: it says which bucket to purge"
-        )
     try:
-        section = config.cluster(cluster)
-    except KeyError:
-        raise ExportRefused(f"unknown cluster {cluster!r}") from None
-    try:
-        return purge_cluster(
-            make_client(settings),
-            settings.bucket,
-            Layout(settings.prefix),
+        return configured_purge(
+            config,
             catalog,
             cluster,
-            nodes=[n.name for n in section.nodes],
             dry_run=options["dry_run"],
             min_age_seconds=options["min_age"],
-        )
+        )()
     finally:
         catalog.close()
 

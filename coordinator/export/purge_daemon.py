@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+from collections.abc import Callable
 
 from ringsnap.agent.s3.client import make_client
 from ringsnap.agent.s3.layout import Layout
@@ -70,29 +71,28 @@ def purge_verdict(result: ClusterPurge) -> str:
     )
 
 
-async def purge_through_daemon(
+def configured_purge(
     config: CoordinatorConfig,
     catalog: Catalog,
-    operations: Operations,
-    guard: ClusterGuard,
-    request: pb.PurgeExportsRequest,
+    cluster: str,
     *,
     dry_run: bool,
-    requested_by: str = "api",
-) -> pb.PurgeExportsResponse:
+    min_age_seconds: float,
+) -> Callable[[], ClusterPurge]:
+    """The purge of `cluster`'s copies in the configured bucket, to run (blocking) when called;
+    refused now when the config has no bucket or no such cluster."""
     settings = config.s3
     if settings is None:
         raise ExportRefused(
             "the coordinator's configuration has no [s3] section: it says which bucket to purge"
         )
-    cluster = request.cluster
     try:
         section = config.cluster(cluster)
     except KeyError:
+        known = ", ".join(c.name for c in config.clusters)
         raise ExportRefused(
-            f"unknown cluster {cluster!r}: name one of the configuration's"
+            f"unknown cluster {cluster!r}: name one of the config's ({known})"
         ) from None
-    min_age = _min_age(request)
 
     def purge() -> ClusterPurge:
         return purge_cluster(
@@ -103,8 +103,25 @@ async def purge_through_daemon(
             cluster,
             nodes=[n.name for n in section.nodes],
             dry_run=dry_run,
-            min_age_seconds=min_age,
+            min_age_seconds=min_age_seconds,
         )
+
+    return purge
+
+
+async def purge_through_daemon(
+    config: CoordinatorConfig,
+    catalog: Catalog,
+    operations: Operations,
+    guard: ClusterGuard,
+    request: pb.PurgeExportsRequest,
+    *,
+    dry_run: bool,
+    requested_by: str = "api",
+) -> pb.PurgeExportsResponse:
+    cluster = request.cluster
+    min_age = _min_age(request)
+    purge = configured_purge(config, catalog, cluster, dry_run=dry_run, min_age_seconds=min_age)
 
     if dry_run:
         return purge_response(await asyncio.to_thread(purge))

@@ -10,21 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
+from ringsnap.coordinator.ring import SYSTEM_KEYSPACES
 from ringsnap.coordinator.table_restore.schema import SchemaRow, rows_from_describe
 from ringsnap.names import keyspace_name
 
-#: Cassandra's own keyspaces: their schema comes with Cassandra.
-SYSTEM_KEYSPACES = frozenset(
-    {
-        "system",
-        "system_schema",
-        "system_auth",
-        "system_distributed",
-        "system_traces",
-        "system_views",
-        "system_virtual_schema",
-    }
-)
 _DESCRIBE_TIMEOUT = 30.0
 
 
