@@ -17,6 +17,20 @@ Cost: a few hundred integer operations per part, whatever its size.
 
 from __future__ import annotations
 
+import zlib
+from collections.abc import Callable
+
+try:
+    # zlib-ng's CRC32 (SIMD carry-less multiplication): the same values as zlib's, about 20 times
+    # faster. With zlib's, the CRC32 of every Data.db downloaded took 10-20 % of the download's CPU.
+    from zlib_ng.zlib_ng import crc32 as _crc32
+except ImportError:  # a dependency, but the standard library's gives the same values
+    _crc32 = zlib.crc32
+
+#: `crc32(data, value=0)`: CRC32 of `data` continuing from `value` (zlib's semantics; releases the
+#: GIL on large buffers).
+crc32: Callable[..., int] = _crc32
+
 #: The CRC32 polynomial, reflected (x^32 is implicit).
 _POLY = 0xEDB88320
 #: x^0 in reflected order.

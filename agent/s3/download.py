@@ -23,7 +23,6 @@ import os
 import tempfile
 import threading
 import time
-import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
@@ -34,7 +33,7 @@ from typing import IO, Any
 from ringsnap.agent.errors import DomainError
 from ringsnap.agent.s3.backup_manifest import Entry, read_entries
 from ringsnap.agent.s3.client import S3Client
-from ringsnap.agent.s3.crc import crc32_of_parts
+from ringsnap.agent.s3.crc import crc32, crc32_of_parts
 from ringsnap.agent.s3.fetch import Fetcher, ObjectCorrupt, Span, read_object, spans
 from ringsnap.agent.s3.layout import Layout, node_name
 from ringsnap.agent.s3.progress import Reporter, Tracker
@@ -257,11 +256,13 @@ def _wait(pending: _Pending, check_cancel: Callable[[], None]) -> None:
     cancelled."""
     futures = [future for _, _, future in pending.parts]
     while True:
-        check_cancel()
         done, running = wait(futures, timeout=_CANCEL_POLL_SECONDS, return_when=FIRST_EXCEPTION)
+        failed = any(future.exception() is not None for future in done)
+        if not running and not failed:
+            return  # all of it arrived: verified and kept, even if a cancel came meanwhile
         # A GET that gave up because of the cancel is the cancel, not a failure of the file.
         check_cancel()
-        if not running or any(future.exception() is not None for future in done):
+        if failed:
             return
 
 
@@ -335,7 +336,7 @@ class _PartialFile:
 
     def write(self, data: bytes | memoryview) -> int:
         if self._sequential and self._position == self._start + self._in_order:
-            self._crc = zlib.crc32(data, self._crc)
+            self._crc = crc32(data, self._crc)
             self._in_order += len(data)
         else:
             self._sequential = False
@@ -385,5 +386,5 @@ def _crc32(path: Path) -> int:
     crc = 0
     with path.open("rb") as source:
         while chunk := source.read(_CHUNK):
-            crc = zlib.crc32(chunk, crc)
+            crc = crc32(chunk, crc)
     return crc

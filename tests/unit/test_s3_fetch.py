@@ -31,7 +31,7 @@ from moto.server import ThreadedMotoServer
 from ringsnap.agent.manifest import manifest
 from ringsnap.agent.s3 import download, fetch
 from ringsnap.agent.s3.client import make_client
-from ringsnap.agent.s3.crc import crc32_combine, crc32_of_parts
+from ringsnap.agent.s3.crc import crc32, crc32_combine, crc32_of_parts
 from ringsnap.agent.s3.download import (
     PARTIAL_SUFFIX,
     DownloadCancelled,
@@ -395,6 +395,12 @@ def test_a_cancel_in_the_middle_of_a_ranged_file_stops_its_parts(
 def test_crc32_combine_equals_the_crc32_of_the_joined_bytes(first: bytes, second: bytes) -> None:
     joined = crc32_combine(zlib.crc32(first), zlib.crc32(second), len(second))
     assert joined == zlib.crc32(first + second)
+
+
+@given(data=st.binary(max_size=100_000), start=st.integers(0, 2**32 - 1))
+def test_the_fast_crc32_is_zlibs(data: bytes, start: int) -> None:
+    assert crc32(data, start) == zlib.crc32(data, start)
+    assert crc32(memoryview(data)) == zlib.crc32(data)
 
 
 def test_the_crc32_of_parts_of_a_large_file_without_its_bytes() -> None:
