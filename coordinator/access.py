@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import contextvars
 import enum
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import grpc
 import grpc.aio
 
 from ringsnap import logs
-from ringsnap.grpcauth import Context, client_identities, guarded
+from ringsnap.grpcauth import Context, Continuation, MethodHandler, client_identities, guarded
 
 log = logs.get_logger(__name__)
 
@@ -109,12 +109,8 @@ class RemoteAccessInterceptor(grpc.aio.ServerInterceptor):
         log_call(method, request, identity)
 
     async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
+    ) -> MethodHandler:
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import ipaddress
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from ringsnap.coordinator.config import RemoteSection
 from ringsnap.coordinator.server import SERVICE_NAME, CoordinatorServicer
 from ringsnap.coordinator.service import Coordinator
 from ringsnap.errors import RingsnapError, ValidationError
-from ringsnap.grpcauth import guarded, server_credentials
+from ringsnap.grpcauth import Continuation, MethodHandler, guarded, server_credentials
 from ringsnap.logs import get_logger
 from ringsnap.malformed import MalformedRequestInterceptor
 from ringsnap.rpcerrors import Context
@@ -67,12 +67,8 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):
         return False
 
     async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
+    ) -> MethodHandler:
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
         if handler is None or method.startswith(HEALTH_METHODS):
