@@ -8,10 +8,8 @@ The cluster is removed at the end of the session, also when tests fail or the ru
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 from collections.abc import Iterator
-from pathlib import Path
 from types import FrameType
 
 import pytest
@@ -19,6 +17,7 @@ import pytest
 from ringsnap.sandbox.cluster import SandboxCluster
 from ringsnap.sandbox.instance import validate_instance_name
 from tests.support.secrets import LeakCheck
+from tests.support.testbed import sandbox_unavailable
 
 
 @pytest.fixture(autouse=True)
@@ -36,17 +35,6 @@ def _no_secret_leaks(
     yield secret_check
 
 
-def _missing_precondition() -> str | None:
-    if os.geteuid() != 0:
-        return "the sandbox needs root (loop devices, mounts, dockerd)"
-    if not Path("/dev/loop-control").exists():
-        return "no /dev/loop-control: this kernel gives no loop devices"
-    for tool in ("docker", "dockerd", "debootstrap", "mkfs.xfs", "mvn", "java"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed (run `make system-deps`)"
-    return None
-
-
 @pytest.fixture(scope="session")
 def sandbox_instance_name() -> str:
     """This session's instance name; other sandbox instances of the session derive theirs from it."""
@@ -62,7 +50,7 @@ def sandbox_instance_name() -> str:
 @pytest.fixture(scope="session")
 def sandbox_cluster(sandbox_instance_name: str) -> Iterator[SandboxCluster]:
     """A running 3-node Cassandra 5.0 cluster, shared by the whole session. Leave it as you found it."""
-    missing = _missing_precondition()
+    missing = sandbox_unavailable()
     if missing:
         pytest.skip(f"real test bed unavailable: {missing}")
 

@@ -27,6 +27,7 @@ from google.protobuf import duration_pb2
 from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc, types_pb2
 from ringsnap.sandbox.agents import BackgroundAgent, TestPki, agent_config
 from ringsnap.sandbox.cluster import NodeInfo, SandboxCluster
+from tests.support.ring_runs import scratch_table
 
 pytestmark = pytest.mark.integration
 
@@ -82,26 +83,8 @@ def agents(
 
 @pytest.fixture(scope="module")
 def table(sandbox_cluster: SandboxCluster) -> Iterator[str]:
-    session = sandbox_cluster.session()
-    session.execute(
-        f"CREATE KEYSPACE IF NOT EXISTS {KEYSPACE} WITH replication ="
-        " {'class': 'SimpleStrategy', 'replication_factor': 3}"
-    )
-    session.execute(
-        f"CREATE TABLE IF NOT EXISTS {KEYSPACE}.{TABLE} (id int PRIMARY KEY, body text)"
-    )
-    try:
+    with scratch_table(sandbox_cluster, KEYSPACE, TABLE):
         yield f"{KEYSPACE}.{TABLE}"
-    finally:
-        # A node restarted by the last test may still be reconnecting: retry, with patience.
-        for attempt in range(5):
-            try:
-                session.execute(f"DROP KEYSPACE IF EXISTS {KEYSPACE}", timeout=60)
-                break
-            except Exception:
-                if attempt == 4:
-                    raise
-                time.sleep(5)
 
 
 def write_rows(cluster: SandboxCluster, first: int, count: int) -> None:

@@ -20,6 +20,7 @@ from ringsnap.agent.main import main
 from ringsnap.agent.nodetool import ClusterFacts, Nodetool, parse_generation
 from ringsnap.sandbox.agents import TestPki, config_data, write_config
 from ringsnap.sandbox.cluster import NodeInfo, SandboxCluster
+from tests.support.ring_runs import scratch_table
 
 pytestmark = pytest.mark.integration
 
@@ -36,18 +37,8 @@ def controls(node: NodeInfo) -> dict[str, CassandraControl]:
 
 @pytest.fixture(scope="module")
 def table(sandbox_cluster: SandboxCluster) -> Iterator[str]:
-    session = sandbox_cluster.session()
-    session.execute(
-        f"CREATE KEYSPACE IF NOT EXISTS {KEYSPACE} WITH replication ="
-        " {'class': 'SimpleStrategy', 'replication_factor': 3}"
-    )
-    session.execute(
-        f"CREATE TABLE IF NOT EXISTS {KEYSPACE}.{TABLE} (id int PRIMARY KEY, body text)"
-    )
-    try:
+    with scratch_table(sandbox_cluster, KEYSPACE, TABLE):
         yield TABLE
-    finally:
-        session.execute(f"DROP KEYSPACE IF EXISTS {KEYSPACE}", timeout=60)
 
 
 def write_rows(cluster: SandboxCluster, first: int, count: int) -> None:

@@ -16,7 +16,6 @@ drill workflow as `ringsnap drill` runs it in its own process.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -25,7 +24,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,17 +35,14 @@ import pytest
 
 from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc
 from ringsnap.config import validate
-from ringsnap.coordinator.assembly import open_coordinator
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.drill.model import DrillRecord, DrillState, DrillStep, DrillVerdict
-from ringsnap.coordinator.drill.plan import DrillRequest
-from ringsnap.coordinator.drill.session import open_drill_session
-from ringsnap.coordinator.model import Backup, BackupState, Verification
-from ringsnap.coordinator.scheduler import BackupRequest
+from ringsnap.coordinator.model import Backup, Verification
 from ringsnap.plugins.registry import open_driver
 from ringsnap.sandbox.cluster import SandboxCluster
 from ringsnap.sandbox.stack import CLUSTER_NAME, Stack, running_stack
+from tests.support.ring_runs import complete_backup, create_keyspace, run_drill
 
 pytestmark = pytest.mark.integration
 
@@ -94,10 +90,7 @@ def bed(sandbox_cluster: SandboxCluster, tmp_path_factory: pytest.TempPathFactor
         sandbox_cluster, workdir / "stack", vendor="ontap", drill_host=True
     ) as stack:
         session = sandbox_cluster.session()
-        session.execute(
-            f"CREATE KEYSPACE IF NOT EXISTS {KEYSPACE} WITH replication ="
-            " {'class': 'SimpleStrategy', 'replication_factor': 1}"
-        )
+        create_keyspace(session, KEYSPACE, replication_factor=1)
         session.execute(f"CREATE TABLE IF NOT EXISTS {KEYSPACE}.rows (id int PRIMARY KEY, v text)")
         insert = session.prepare(f"INSERT INTO {KEYSPACE}.rows (id, v) VALUES (?, ?)")
         for i in range(300):
@@ -105,47 +98,8 @@ def bed(sandbox_cluster: SandboxCluster, tmp_path_factory: pytest.TempPathFactor
         config = validate(
             {**stack.coordinator_data(), **SCHEDULED}, CoordinatorConfig, source="<test>"
         )
-        yield Bed(sandbox_cluster, stack, _backup(config))
+        yield Bed(sandbox_cluster, stack, complete_backup(config, policy=POLICY))
     sandbox_cluster.wait_until_up_normal()
-
-
-def _drill(
-    config: CoordinatorConfig,
-    progress: Callable[[str, str, str], None],
-    *,
-    backup_id: str = "",
-    nodes: tuple[str, ...] = (),
-) -> DrillRecord:
-    """`ringsnap drill [BACKUP] --ring | --nodes ...`, as the command runs it in its own process."""
-
-    async def run() -> DrillRecord:
-        with Catalog(config.coordinator.catalog) as catalog:
-            async with open_drill_session(config, CLUSTER_NAME, catalog=catalog) as session:
-                request = DrillRequest(
-                    cluster=CLUSTER_NAME,
-                    backup_id=backup_id,
-                    nodes=nodes,
-                    ring=not nodes,
-                    trigger="cli:test",
-                    requested_by="test",
-                )
-                plan = await session.plan(request)
-                assert not plan.refused, plan.refusals
-                return await session.run(plan, request, progress)
-
-    return asyncio.run(run())
-
-
-def _backup(config: CoordinatorConfig) -> Backup:
-    async def run() -> Backup:
-        async with open_coordinator(config, source="<test>") as coordinator:
-            return await coordinator.backup(
-                BackupRequest(CLUSTER_NAME, trigger="test", policy=POLICY)
-            )
-
-    backup = asyncio.run(run())
-    assert backup.state is BackupState.COMPLETE, backup.error
-    return backup
 
 
 _ENDPOINT = re.compile(r"^\S*/(\S+)$")
@@ -401,7 +355,7 @@ def test_a_drill_of_a_snapshot_damaged_by_hand_is_not_proven_and_names_the_file(
     name = bed.cluster.nodes[1].name
     damaged = _flip_a_byte_of_a_data_file(_snapshot_image(bed, name), tmp_path / "image")
 
-    record = _drill(bed.config, lambda *_: None, backup_id=bed.backup.id, nodes=(name,))
+    record = run_drill(bed.config, lambda *_: None, backup_id=bed.backup.id, nodes=(name,))
     report = _report(record)
     print(f"\ndrill {record.id}: {record.state.value}\n{report}")
     assert record.state is DrillState.NOT_PROVEN, (record.error, report)

@@ -316,6 +316,12 @@ def _stop(process: subprocess.Popen[Any]) -> None:
             process.wait(10)
 
 
+@pytest.fixture(autouse=True)
+def _ring_logs_searched(ring: Ring, secret_check: LeakCheck) -> None:
+    """Every test's leak check also searches the agents' and the array's logs."""
+    secret_check.watch_tree(ring.workdir / "logs")
+
+
 # -- one run -----------------------------------------------------------------------------------
 
 
@@ -355,17 +361,20 @@ def _request(backup_id: str) -> BackupRequest:
     return BackupRequest(CLUSTER, trigger="test:partition", backup_id=backup_id)
 
 
-async def _backup_held_at_the_array(
-    ring: Ring, coordinator: Coordinator, backup_id: str, *, healed: netns.Namespace
-) -> tuple[asyncio.Task[Any], float]:
-    """A backup started once the `healed` link (the one the scenario cuts) carries calls again
-    and every agent answers, whose commit the array holds: its task, and when the array got the
-    commit."""
-    healed.heal()
+async def _cut_when_the_array_holds_the_commit(
+    ring: Ring, coordinator: Coordinator, backup_prefix: str, link: netns.Namespace
+) -> tuple[str, asyncio.Task[Any], float]:
+    """A backup started once `link` carries calls again and every agent answers, whose commit
+    the array holds; `link` is cut the moment the array got the commit. The backup's id, its
+    task, and when the array got the commit."""
+    link.heal()
     await reachable(coordinator)
     _reset_barrier(ring, hold=True)
+    backup_id = backup_prefix + uuid.uuid4().hex[:8]
     backup = asyncio.create_task(coordinator.backup(_request(backup_id)))
-    return backup, await _received(ring, backup)
+    received = await _received(ring, backup)
+    await asyncio.to_thread(link.cut)
+    return backup_id, backup, received
 
 
 def _reset_barrier(ring: Ring, *, hold: bool) -> None:
@@ -441,24 +450,19 @@ def _rate(label: str, counts: Counter[str], key: str) -> str:
 # -- scenario 1 --------------------------------------------------------------------------------
 
 
-def test_agent_cut_off_while_the_array_holds_the_snapshot_call(
-    ring: Ring, secret_check: LeakCheck
-) -> None:
+def test_agent_cut_off_while_the_array_holds_the_snapshot_call(ring: Ring) -> None:
     """node1 is cut off the moment the array gets the commit; the array holds it past the
     budget. The coordinator loses node1 (no renewal confirmed within a lease), thaws node2 and
     node3 at once, fails the run naming node1; node1's lease thaws it; the late snapshot is
     deleted."""
-    secret_check.watch_tree(ring.workdir / "logs")
     counts: Counter[str] = Counter()
     details: list[str] = []
     backup_prefix = "rs-cut-agent-"
 
     async def one_run(coordinator: Coordinator) -> None:
-        backup_id = backup_prefix + uuid.uuid4().hex[:8]
-        backup, received = await _backup_held_at_the_array(
-            ring, coordinator, backup_id, healed=ring.agent_ns
+        backup_id, backup, received = await _cut_when_the_array_holds_the_commit(
+            ring, coordinator, backup_prefix, ring.agent_ns
         )
-        await asyncio.to_thread(ring.agent_ns.cut)
         cut = time.monotonic()
         writers = _writers(ring)
         # The array works on the snapshot past the freeze budget, then answers.
@@ -526,22 +530,19 @@ def test_agent_cut_off_while_the_array_holds_the_snapshot_call(
 # -- scenario 2 --------------------------------------------------------------------------------
 
 
-def test_array_cut_off_mid_call(ring: Ring, secret_check: LeakCheck) -> None:
+def test_array_cut_off_mid_call(ring: Ring) -> None:
     """The array's link is cut the moment it gets the commit; it takes the snapshot anyway (its
     answer is lost). The run fails at the budget with every node thawed; the snapshot is deleted
     by the run's clean-up or recorded as a pending cleanup, which deletes it once the link is
     back."""
-    secret_check.watch_tree(ring.workdir / "logs")
     counts: Counter[str] = Counter()
     details: list[str] = []
     backup_prefix = "rs-cut-array-"
 
     async def one_run(coordinator: Coordinator) -> None:
-        backup_id = backup_prefix + uuid.uuid4().hex[:8]
-        backup, received = await _backup_held_at_the_array(
-            ring, coordinator, backup_id, healed=ring.array_ns
+        backup_id, backup, received = await _cut_when_the_array_holds_the_commit(
+            ring, coordinator, backup_prefix, ring.array_ns
         )
-        await asyncio.to_thread(ring.array_ns.cut)
         writers = _writers(ring)
         await asyncio.sleep(0.3)
         (ring.barrier / "release").touch()  # the array makes the snapshot; nobody hears of it
@@ -614,12 +615,11 @@ def test_array_cut_off_mid_call(ring: Ring, secret_check: LeakCheck) -> None:
 
 
 @pytest.mark.parametrize("link", ["lossy", "slow"])
-def test_degraded_link_to_one_agent(ring: Ring, secret_check: LeakCheck, link: str) -> None:
+def test_degraded_link_to_one_agent(ring: Ring, link: str) -> None:
     """`lossy`: 40 % of the packets to and from node1's agent are dropped; `slow`: the pair is
     shaped to 200 kbit/s each way (tc tbf). Each backup succeeds within its budgets or fails
     cleanly: never a filesystem frozen past its lease after the run ended, never a snapshot the
     catalog does not account for."""
-    secret_check.watch_tree(ring.workdir / "logs")
     counts: Counter[str] = Counter()
     errors: Counter[str] = Counter()
     backup_prefix = f"rs-{link}-"

@@ -15,23 +15,17 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cassandra import ConsistencyLevel
-from cassandra.query import SimpleStatement
 
 from ringsnap.config import validate
-from ringsnap.coordinator.assembly import open_coordinator
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.model import (
-    Backup,
-    BackupState,
     NodeVerdict,
     RestoreMode,
     RestoreRecord,
@@ -42,120 +36,16 @@ from ringsnap.coordinator.model import (
 from ringsnap.coordinator.restore import RestoreFailed
 from ringsnap.coordinator.restore_plan import RestoreRequest
 from ringsnap.coordinator.restore_session import open_restore_session
-from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.plugins.simulators.faults import Fault
 from ringsnap.sandbox.cluster import SandboxCluster
 from ringsnap.sandbox.stack import CLUSTER_NAME, Stack, running_stack
+from tests.support.acked_writes import backup_under_writes, ids_at_all
+from tests.support.ring_runs import assert_proven, complete_backup, run_restore, started_at
 
 pytestmark = pytest.mark.integration
 
-KEYSPACE = "restore_test"
-
 
 # -- helpers -------------------------------------------------------------------------------------
-
-
-def _backup(config: CoordinatorConfig) -> Backup:
-    async def run() -> Backup:
-        async with open_coordinator(config, source="<test>") as coordinator:
-            return await coordinator.backup(BackupRequest(CLUSTER_NAME, trigger="test"))
-
-    backup = asyncio.run(run())
-    assert backup.state is BackupState.COMPLETE, backup.error
-    return backup
-
-
-def _restore(
-    config: CoordinatorConfig,
-    backup_id: str,
-    *,
-    nodes: tuple[str, ...] = (),
-    mode: RestoreMode = RestoreMode.REVERT,
-    on_step: Any = None,
-) -> RestoreRecord:
-    async def run() -> RestoreRecord:
-        async with open_restore_session(config, CLUSTER_NAME) as session:
-            plan = await session.plan(RestoreRequest(backup_id, nodes, mode, requested_by="test"))
-            assert not plan.refused, plan.refusals
-            progress = on_step or (lambda *_: None)
-            return await session.run(plan, "test", progress)
-
-    return asyncio.run(run())
-
-
-def _proven(record: RestoreRecord) -> None:
-    report = {n.name: (n.verdict.value, n.proof, n.unproven) for n in record.nodes}
-    assert record.state is RestoreState.PROVEN, (record.error, report)
-    for node in record.nodes:
-        assert node.verdict is NodeVerdict.PROVEN, report
-        assert node.step is RestoreStep.VERIFIED
-        assert any("pre-restore canary is gone" in line for line in node.proof), report
-        assert any(line.startswith("manifest: all") for line in node.proof), report
-
-
-class AckedWriter:
-    """Writes rows at QUORUM from a thread and keeps, for each id, when its write began and when
-    it was acknowledged: the ground truth of what a point-in-time restore must bring back."""
-
-    def __init__(self, session: Any) -> None:
-        self.session = session
-        self.started: dict[int, float] = {}
-        self.acked: dict[int, float] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        session.execute(
-            f"CREATE KEYSPACE IF NOT EXISTS {KEYSPACE} WITH replication ="
-            " {'class': 'SimpleStrategy', 'replication_factor': 3}"
-        )
-        session.execute(f"DROP TABLE IF EXISTS {KEYSPACE}.rows")
-        session.execute(f"CREATE TABLE {KEYSPACE}.rows (id int PRIMARY KEY, payload text)")
-        self._insert = session.prepare(f"INSERT INTO {KEYSPACE}.rows (id, payload) VALUES (?, ?)")
-        self._insert.consistency_level = ConsistencyLevel.QUORUM
-
-    def _run(self) -> None:
-        next_id = 0
-        while not self._stop.is_set():
-            self.started[next_id] = time.monotonic()
-            try:
-                self.session.execute(self._insert, (next_id, "x" * 200), timeout=10)
-                self.acked[next_id] = time.monotonic()
-            except Exception:
-                pass
-            next_id += 1
-            time.sleep(0.01)
-
-    def __enter__(self) -> AckedWriter:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
-
-
-def _ids_at_all(cluster: SandboxCluster) -> set[int]:
-    session = cluster.session()
-    cluster.wait_for_session()  # a restore restarted the ring: the session reconnects first
-    statement = SimpleStatement(
-        f"SELECT id FROM {KEYSPACE}.rows", consistency_level=ConsistencyLevel.ALL, fetch_size=5000
-    )
-    return {row.id for row in session.execute(statement, timeout=60)}
-
-
-def _backup_under_writes(
-    cluster: SandboxCluster, config: CoordinatorConfig
-) -> tuple[Backup, set[int], set[int]]:
-    """Backup under load, then more writes: (backup, acked before it, begun after it)."""
-    with AckedWriter(cluster.session()) as writer:
-        time.sleep(2)
-        before = time.monotonic()
-        backup = _backup(config)
-        after = time.monotonic()
-        time.sleep(2)
-    acked_before = {i for i, t in writer.acked.items() if t < before}
-    begun_after = {i for i, t in writer.started.items() if t > after and i in writer.acked}
-    assert acked_before and begun_after
-    return backup, acked_before, begun_after
 
 
 def _image_digests(cluster: SandboxCluster) -> dict[str, str]:
@@ -202,7 +92,7 @@ def test_whole_ring_clone_then_revert_bring_back_exactly_the_backup(
     puts the ring back on them. Both bring back every row acknowledged before the backup and none
     begun after it."""
     config = flasharray.coordinator_config()
-    backup, acked_before, begun_after = _backup_under_writes(sandbox_cluster, config)
+    backup, acked_before, begun_after = backup_under_writes(sandbox_cluster, config)
     originals: dict[str, str] = {}
 
     def on_step(node: str, step: str, message: str) -> None:
@@ -210,26 +100,26 @@ def test_whole_ring_clone_then_revert_bring_back_exactly_the_backup(
         if not node and step == "clone" and not originals:
             originals.update(_image_digests(sandbox_cluster))
 
-    record = _restore(config, backup.id, mode=RestoreMode.CLONE, on_step=on_step)
+    record = run_restore(config, backup.id, mode=RestoreMode.CLONE, on_step=on_step)
 
-    _proven(record)
+    assert_proven(record)
     assert originals and originals == _image_digests(sandbox_cluster)
     clones = {original: clone for _, original, clone in record.clones}
     assert set(clones) == set(originals)
     for node in record.nodes:
         assert all(v.attached_volume == clones[v.volume] for v in node.volumes)
     sandbox_cluster.refresh()
-    ids = _ids_at_all(sandbox_cluster)
+    ids = ids_at_all(sandbox_cluster)
     assert acked_before <= ids
     assert not (begun_after & ids)
 
     # Back onto the original volumes (a revert to the same backup), so later tests find them:
     # the revert brings the backup's rows back on them too, and none written after it.
-    back = _restore(config, backup.id)
-    _proven(back)
+    back = run_restore(config, backup.id)
+    assert_proven(back)
     assert all(v.attached_volume in (v.volume, "") for n in back.nodes for v in n.volumes)
     sandbox_cluster.refresh()
-    ids = _ids_at_all(sandbox_cluster)
+    ids = ids_at_all(sandbox_cluster)
     assert acked_before <= ids, f"{len(acked_before - ids)} acknowledged rows did not come back"
     assert not (begun_after & ids), f"{len(begun_after & ids)} rows written after the backup"
     with Catalog(config.coordinator.catalog, exclusive=False) as catalog:
@@ -242,31 +132,21 @@ def test_whole_ring_clone_then_revert_bring_back_exactly_the_backup(
 # -- one node alone --------------------------------------------------------------------------------
 
 
-def _started_at(cluster: SandboxCluster, node: str) -> str:
-    info = cluster.node(node)
-    return subprocess.run(
-        ["docker", "inspect", "--format", "{{.State.StartedAt}}", info.container_name],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-
-
 def test_one_node_restored_alone_is_proven_and_told_to_repair(
     sandbox_cluster: SandboxCluster, ontap: Stack
 ) -> None:
     config = ontap.coordinator_config()
-    backup = _backup(config)
-    untouched = {n: _started_at(sandbox_cluster, n) for n in ("node1", "node3")}
+    backup = complete_backup(config)
+    untouched = {n: started_at(sandbox_cluster, n) for n in ("node1", "node3")}
 
-    record = _restore(config, backup.id, nodes=("node2",))
+    record = run_restore(config, backup.id, nodes=("node2",))
 
-    _proven(record)
+    assert_proven(record)
     assert [n.name for n in record.nodes] == ["node2"]
     assert not record.whole_ring
     assert any("nodetool repair -full" in w for w in record.warnings)
     # The other nodes were never stopped.
-    assert untouched == {n: _started_at(sandbox_cluster, n) for n in ("node1", "node3")}
+    assert untouched == {n: started_at(sandbox_cluster, n) for n in ("node1", "node3")}
     sandbox_cluster.refresh()
 
 
@@ -298,7 +178,7 @@ def test_a_backup_tampered_with_fails_its_proof_naming_what_is_missing(
     sandbox_cluster: SandboxCluster, eseries: Stack
 ) -> None:
     config = eseries.coordinator_config()
-    backup = _backup(config)
+    backup = complete_backup(config)
     node3 = sandbox_cluster.node("node3")
     # The canary table's SSTables, and the commit log that would replay its rows at start.
     removed = _remove_from_snapshot(
@@ -307,7 +187,7 @@ def test_a_backup_tampered_with_fails_its_proof_naming_what_is_missing(
     assert any(name.endswith("Data.db") for name in removed)
     assert _remove_from_snapshot(sandbox_cluster, node3.commitlog_lun.volume_name, "commitlog/*")
 
-    record = _restore(config, backup.id)
+    record = run_restore(config, backup.id)
 
     assert record.state is RestoreState.FAILED_VERIFICATION
     verdicts = {n.name: n for n in record.nodes}
@@ -326,7 +206,7 @@ def test_a_backup_tampered_with_fails_its_proof_naming_what_is_missing(
 def test_an_unreachable_agent_refuses_the_plan_and_stops_nothing(
     sandbox_cluster: SandboxCluster, ontap: Stack
 ) -> None:
-    backup = _backup(ontap.coordinator_config())
+    backup = complete_backup(ontap.coordinator_config())
     data = ontap.coordinator_data()
     data["clusters"][0]["nodes"][1]["agent"] = "127.0.0.1:9"  # nothing answers there
     config = validate(data, CoordinatorConfig, source="<test>")
@@ -345,14 +225,14 @@ def test_a_revert_failing_part_way_leaves_a_record_with_the_next_step_and_resume
     sandbox_cluster: SandboxCluster, ontap: Stack
 ) -> None:
     config = ontap.coordinator_config()
-    backup = _backup(config)
+    backup = complete_backup(config)
     ontap.array.server.faults.add(
         Fault(
             "status", method="PATCH", path=r"^/api/storage/volumes/", status=400, skip=2, count=50
         )
     )
     with pytest.raises(RestoreFailed) as failed:
-        _restore(config, backup.id)
+        run_restore(config, backup.id)
     assert "revert failed" in str(failed.value)
     with Catalog(config.coordinator.catalog, exclusive=False) as catalog:
         (record,) = catalog.open_restores(CLUSTER_NAME)
@@ -368,7 +248,7 @@ def test_a_revert_failing_part_way_leaves_a_record_with_the_next_step_and_resume
         async with open_restore_session(config, CLUSTER_NAME) as session:
             return await session.resume(record.id)
 
-    _proven(asyncio.run(resume()))
+    assert_proven(asyncio.run(resume()))
     sandbox_cluster.refresh()
 
 
@@ -399,7 +279,7 @@ def test_a_coordinator_killed_mid_restore_is_resumed_to_proven(
     sandbox_cluster: SandboxCluster, ontap: Stack, tmp_path: Path
 ) -> None:
     config = ontap.coordinator_config()
-    backup = _backup(config)
+    backup = complete_backup(config)
     config_file = tmp_path / "coordinator.json"
     config_file.write_text(json.dumps(ontap.coordinator_data()))
     # The array answers slowly, so the kill lands after the stop and before any start.
@@ -434,7 +314,7 @@ def test_a_coordinator_killed_mid_restore_is_resumed_to_proven(
             return await session.resume(restore_id)
 
     final = asyncio.run(resume())
-    _proven(final)
+    assert_proven(final)
     with Catalog(config.coordinator.catalog, exclusive=False) as catalog:
         assert catalog.open_restores(CLUSTER_NAME) == []
     sandbox_cluster.refresh()

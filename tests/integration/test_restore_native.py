@@ -22,7 +22,8 @@ from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.model import RestoreState, SnapshotKind, Verification
 from ringsnap.sandbox.cluster import SandboxCluster
 from ringsnap.sandbox.stack import Stack, running_stack
-from tests.integration.test_restore import _backup_under_writes, _ids_at_all, _proven, _restore
+from tests.support.acked_writes import backup_under_writes, ids_at_all
+from tests.support.ring_runs import assert_proven, run_restore
 
 pytestmark = pytest.mark.integration
 
@@ -58,16 +59,16 @@ def test_whole_ring_restore_from_native_snapshots_brings_back_exactly_the_backup
     sandbox_cluster: SandboxCluster, stack: Stack
 ) -> None:
     config = native_config(stack)
-    backup, acked_before, begun_after = _backup_under_writes(sandbox_cluster, config)
+    backup, acked_before, begun_after = backup_under_writes(sandbox_cluster, config)
     assert backup.snapshot_kind is SnapshotKind.NATIVE and backup.snapshots == ()
     for node in sandbox_cluster.nodes:
         assert any(node.data_dir.glob(f"*/*/snapshots/{backup.id}")), node.name
 
-    record = _restore(config, backup.id)
+    record = run_restore(config, backup.id)
 
-    _proven(record)
+    assert_proven(record)
     sandbox_cluster.refresh()
-    ids = _ids_at_all(sandbox_cluster)
+    ids = ids_at_all(sandbox_cluster)
     assert acked_before <= ids, f"{len(acked_before - ids)} acknowledged rows did not come back"
     assert not (begun_after & ids), f"{len(begun_after & ids)} rows written after the backup"
     with Catalog(config.coordinator.catalog, exclusive=False) as catalog:

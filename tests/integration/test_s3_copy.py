@@ -21,7 +21,6 @@ import os
 import subprocess
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +56,9 @@ from ringsnap.sandbox.cluster import SandboxCluster
 from ringsnap.sandbox.s3proxy import S3Server, running_s3proxy
 from ringsnap.sandbox.sstables import table_directory, write_sstable
 from ringsnap.sandbox.stack import CLUSTER_NAME, Stack, running_stack
-from tests.integration.test_restore import _backup, _backup_under_writes
+from tests.support.acked_writes import backup_under_writes
+from tests.support.ring_runs import complete_backup, create_keyspace
+from tests.support.s3_bucket import fresh_bucket, with_s3
 
 pytestmark = pytest.mark.integration
 
@@ -75,26 +76,13 @@ def s3_server() -> Iterator[S3Server]:
 
 @pytest.fixture(scope="module")
 def s3_table(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    keys = tmp_path_factory.mktemp("s3-keys")
-    for name, value in (
-        ("access", s3_server.access_key_id),
-        ("secret", s3_server.secret_access_key),
-    ):
-        (keys / name).write_text(value)
-        (keys / name).chmod(0o600)
-    table = {
-        "bucket": f"ringsnap-{uuid.uuid4().hex[:12]}",
-        "prefix": "copies/",
-        "endpoint_url": s3_server.endpoint_url,
-        "access_key_id_file": str(keys / "access"),
-        "secret_access_key_file": str(keys / "secret"),
-        "max_bandwidth_bytes": BANDWIDTH,
-        "multipart_threshold_bytes": 5 * MIB,
-        "part_size_bytes": 5 * MIB,
-    }
-    settings = S3Settings.model_validate(table)
-    make_client(settings).create_bucket(Bucket=settings.bucket)
-    return table
+    return fresh_bucket(
+        s3_server,
+        tmp_path_factory.mktemp("s3-keys"),
+        max_bandwidth_bytes=BANDWIDTH,
+        multipart_threshold_bytes=5 * MIB,
+        part_size_bytes=5 * MIB,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -106,14 +94,6 @@ def copy_stack(
     workdir = tmp_path_factory.mktemp("s3-copy")
     with running_stack(sandbox_cluster, workdir / "stack", vendor="ontap", s3=s3_table) as stack:
         yield stack
-
-
-def _config(stack: Stack, s3_table: dict[str, Any], catalog: Path | None = None) -> dict[str, Any]:
-    data = stack.coordinator_data()
-    data["s3"] = dict(s3_table)
-    if catalog is not None:
-        data["coordinator"]["catalog"] = str(catalog)
-    return data
 
 
 def _listing(client: S3Client, settings: S3Settings, under: str) -> dict[str, int]:
@@ -175,10 +155,7 @@ def _export(
 
 def _load(cluster: SandboxCluster, first: int, count: int) -> None:
     session = cluster.session()
-    session.execute(
-        f"CREATE KEYSPACE IF NOT EXISTS {KEYSPACE} WITH replication ="
-        " {'class': 'SimpleStrategy', 'replication_factor': 3}"
-    )
+    create_keyspace(session, KEYSPACE)
     session.execute(f"CREATE TABLE IF NOT EXISTS {KEYSPACE}.blobs (id int PRIMARY KEY, b blob)")
     insert = session.prepare(f"INSERT INTO {KEYSPACE}.blobs (id, b) VALUES (?, ?)")
     insert.consistency_level = ConsistencyLevel.QUORUM
@@ -217,12 +194,12 @@ def test_export_differential_cut_and_resumed_rebuilt_and_purged(
     settings = S3Settings.model_validate(s3_table)
     client = make_client(settings)
     layout = Layout(settings.prefix)
-    config = validate(_config(copy_stack, s3_table), CoordinatorConfig, source="<test>")
+    config = validate(with_s3(copy_stack, s3_table), CoordinatorConfig, source="<test>")
     nodes = [n.name for n in sandbox_cluster.nodes]
 
     # -- a backup taken under load, exported whole -----------------------------------------------
     _load(sandbox_cluster, 0, 6_000)
-    first, _, _ = _backup_under_writes(sandbox_cluster, config)
+    first, _, _ = backup_under_writes(sandbox_cluster, config)
     began = time.monotonic()
     record1 = _export(config, first)
     print(f"first export: {time.monotonic() - began:.1f} s")
@@ -244,7 +221,7 @@ def test_export_differential_cut_and_resumed_rebuilt_and_purged(
     for info in sandbox_cluster.nodes:
         subprocess.run([*info.nodetool_argv(), "compact", KEYSPACE, "blobs"], check=True)
     _load(sandbox_cluster, 100_000, 4_000)
-    second = _backup(config)
+    second = complete_backup(config)
     assert _export(config, second, cut_after_bytes=MIB) is None
     # No wait: the cut run's teardown unmounted its clones, which the agents allow only once the
     # export reading them has stopped its transfers; nothing lands after this listing (the rerun's
@@ -291,7 +268,7 @@ def test_export_differential_cut_and_resumed_rebuilt_and_purged(
     fresh = tmp_path / "fresh" / "catalog.db"
     fresh_file = tmp_path / "fresh.toml"
     fresh_file.write_text(
-        services.toml_document(_config(copy_stack, s3_table, catalog=fresh), "a new coordinator")
+        services.toml_document(with_s3(copy_stack, s3_table, catalog=fresh), "a new coordinator")
     )
     assert rebuild_command(fresh_file, "s3", merge=False) == 0
     with Catalog(config.coordinator.catalog) as original, Catalog(fresh) as rebuilt:
@@ -312,7 +289,7 @@ def test_export_differential_cut_and_resumed_rebuilt_and_purged(
     )
     other = tmp_path / "other.toml"
     other.write_text(
-        services.toml_document(_config(copy_stack, s3_table, catalog=tmp_path / "o" / "c.db"))
+        services.toml_document(with_s3(copy_stack, s3_table, catalog=tmp_path / "o" / "c.db"))
     )
     with pytest.raises(ValidationError, match=evil):
         rebuild_command(other, "s3", merge=False)

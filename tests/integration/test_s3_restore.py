@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -49,17 +48,18 @@ from ringsnap.coordinator.table_restore.model import (
     TableRestoreRequest,
     TableRestoreState,
 )
-from ringsnap.coordinator.table_restore.session import open_table_restore_session
 from ringsnap.sandbox import services
 from ringsnap.sandbox.cluster import SandboxCluster
 from ringsnap.sandbox.s3proxy import S3Server, running_s3proxy
 from ringsnap.sandbox.stack import CLUSTER_NAME, Stack, running_stack
-from tests.integration.test_restore import (
-    _backup_under_writes,
-    _ids_at_all,
-    _proven,
-    _started_at,
+from tests.support.acked_writes import backup_under_writes, ids_at_all
+from tests.support.ring_runs import (
+    assert_proven,
+    create_keyspace,
+    run_table_restore,
+    started_at,
 )
+from tests.support.s3_bucket import fresh_bucket, with_s3
 
 pytestmark = pytest.mark.integration
 
@@ -77,22 +77,7 @@ def s3_server() -> Iterator[S3Server]:
 def s3_table(s3_server: S3Server, tmp_path: Path) -> dict[str, Any]:
     keys = tmp_path / "s3-keys"
     keys.mkdir()
-    for name, value in (
-        ("access", s3_server.access_key_id),
-        ("secret", s3_server.secret_access_key),
-    ):
-        (keys / name).write_text(value)
-        (keys / name).chmod(0o600)
-    table = {
-        "bucket": f"ringsnap-{uuid.uuid4().hex[:12]}",
-        "prefix": "copies/",
-        "endpoint_url": s3_server.endpoint_url,
-        "access_key_id_file": str(keys / "access"),
-        "secret_access_key_file": str(keys / "secret"),
-    }
-    settings = S3Settings.model_validate(table)
-    make_client(settings).create_bucket(Bucket=settings.bucket)
-    return table
+    return fresh_bucket(s3_server, keys)
 
 
 @pytest.fixture
@@ -102,14 +87,6 @@ def s3_stack(
     with running_stack(sandbox_cluster, tmp_path / "stack", vendor="ontap", s3=s3_table) as stack:
         yield stack
     sandbox_cluster.wait_until_up_normal()
-
-
-def _config_data(stack: Stack, s3_table: dict[str, Any], catalog: Path | None = None) -> Any:
-    data = stack.coordinator_data()
-    data["s3"] = dict(s3_table)
-    if catalog is not None:
-        data["coordinator"]["catalog"] = str(catalog)
-    return data
 
 
 def _export(config: CoordinatorConfig, backup: Backup) -> None:
@@ -128,7 +105,7 @@ def _export(config: CoordinatorConfig, backup: Backup) -> None:
 
 def _fresh_coordinator(stack: Stack, s3_table: dict[str, Any], workdir: Path) -> CoordinatorConfig:
     """A new coordinator whose catalog is rebuilt from the bucket alone."""
-    data = _config_data(stack, s3_table, catalog=workdir / "fresh" / "catalog.db")
+    data = with_s3(stack, s3_table, catalog=workdir / "fresh" / "catalog.db")
     config_file = workdir / "fresh.toml"
     config_file.write_text(services.toml_document(data, "a new coordinator"))
     assert rebuild_command(config_file, "s3", merge=False) == 0
@@ -168,24 +145,14 @@ def _abort(config: CoordinatorConfig, restore_id: str) -> RestoreRecord:
 
 
 def _table_restore_from_s3(config: CoordinatorConfig, backup_id: str) -> TableRestoreRecord:
-    async def run() -> TableRestoreRecord:
-        catalog = Catalog(config.coordinator.catalog)
-        try:
-            async with open_table_restore_session(config, CLUSTER_NAME, catalog=catalog) as session:
-                request = TableRestoreRequest(
-                    backup_id=backup_id,
-                    keyspace=TABLES,
-                    tables=("restored",),
-                    requested_by="test",
-                    from_s3=True,
-                )
-                plan = await session.plan(request)
-                assert not plan.refused, plan.refusals
-                return await session.run(plan, None)
-        finally:
-            catalog.close()
-
-    return asyncio.run(run())
+    request = TableRestoreRequest(
+        backup_id=backup_id,
+        keyspace=TABLES,
+        tables=("restored",),
+        requested_by="test",
+        from_s3=True,
+    )
+    return run_table_restore(config, request)
 
 
 def _ids_of(session: Any, table: str) -> set[int]:
@@ -198,11 +165,7 @@ def _ids_of(session: Any, table: str) -> set[int]:
 def _tables_before_the_backup(cluster: SandboxCluster) -> Any:
     session = cluster.session()
     session.execute(f"DROP KEYSPACE IF EXISTS {TABLES}", timeout=120)
-    session.execute(
-        f"CREATE KEYSPACE {TABLES} WITH replication ="
-        " {'class': 'SimpleStrategy', 'replication_factor': 3}",
-        timeout=120,
-    )
+    create_keyspace(session, TABLES)
     for table in ("restored", "other"):
         session.execute(f"CREATE TABLE {TABLES}.{table} (id int PRIMARY KEY, v text)", timeout=120)
     insert = session.prepare(f"INSERT INTO {TABLES}.restored (id, v) VALUES (?, ?)")
@@ -219,10 +182,10 @@ def test_ring_restored_from_s3_with_the_array_lost_and_a_corrupt_object_refused(
     s3_server: S3Server,
     tmp_path: Path,
 ) -> None:
-    config = validate(_config_data(s3_stack, s3_table), CoordinatorConfig, source="<test>")
+    config = validate(with_s3(s3_stack, s3_table), CoordinatorConfig, source="<test>")
     settings = S3Settings.model_validate(s3_table)
     session = _tables_before_the_backup(sandbox_cluster)
-    backup, acked_before, begun_after = _backup_under_writes(sandbox_cluster, config)
+    backup, acked_before, begun_after = backup_under_writes(sandbox_cluster, config)
     _export(config, backup)
     _delete_array_snapshots(config, backup)
 
@@ -233,7 +196,7 @@ def test_ring_restored_from_s3_with_the_array_lost_and_a_corrupt_object_refused(
         session.execute(insert, (i, "after the backup"))
     session.execute(f"TRUNCATE {TABLES}.restored", timeout=120)
     assert not _ids_of(session, "restored")
-    running = {n.name: _started_at(sandbox_cluster, n.name) for n in sandbox_cluster.nodes}
+    running = {n.name: started_at(sandbox_cluster, n.name) for n in sandbox_cluster.nodes}
 
     table = _table_restore_from_s3(config, backup.id)
 
@@ -241,7 +204,7 @@ def test_ring_restored_from_s3_with_the_array_lost_and_a_corrupt_object_refused(
     assert table.from_s3 and not table.clones
     assert _ids_of(session, "restored") == set(range(ROWS))
     assert _ids_of(session, "other") == set(range(50))
-    assert running == {n.name: _started_at(sandbox_cluster, n.name) for n in sandbox_cluster.nodes}
+    assert running == {n.name: started_at(sandbox_cluster, n.name) for n in sandbox_cluster.nodes}
 
     # The coordinator is lost too: a new one rebuilds its catalog from the bucket.
     config = _fresh_coordinator(s3_stack, s3_table, tmp_path)
@@ -260,7 +223,7 @@ def test_ring_restored_from_s3_with_the_array_lost_and_a_corrupt_object_refused(
     path = s3_server.object_path(settings.bucket, corrupt)
     original = path.read_bytes()
     path.write_bytes(bytes(b ^ 0xFF for b in original[:64]) + original[64:])
-    started = {n.name: _started_at(sandbox_cluster, n.name) for n in sandbox_cluster.nodes}
+    started = {n.name: started_at(sandbox_cluster, n.name) for n in sandbox_cluster.nodes}
 
     with pytest.raises(RestoreFailed) as refused:
         _restore_from_s3(config, backup.id)
@@ -270,7 +233,7 @@ def test_ring_restored_from_s3_with_the_array_lost_and_a_corrupt_object_refused(
     assert record is not None
     assert all(n.step.order < RestoreStep.STOPPED.order for n in record.nodes), record.nodes
     # Cassandra was never stopped on any node.
-    assert started == {n.name: _started_at(sandbox_cluster, n.name) for n in sandbox_cluster.nodes}
+    assert started == {n.name: started_at(sandbox_cluster, n.name) for n in sandbox_cluster.nodes}
     # What verified stays staged for a resume; the operator gives this restore up instead
     # (`ringsnap restore --abort`): each node's agent removes its staging, nothing else.
     for node in sandbox_cluster.nodes:
@@ -284,7 +247,7 @@ def test_ring_restored_from_s3_with_the_array_lost_and_a_corrupt_object_refused(
             line.startswith(f"node {node.name}: removed {node.data_dir}")
             for line in aborted.warnings
         ), aborted.warnings
-    assert started == {n.name: _started_at(sandbox_cluster, n.name) for n in sandbox_cluster.nodes}
+    assert started == {n.name: started_at(sandbox_cluster, n.name) for n in sandbox_cluster.nodes}
 
     # The object repaired, the ring comes back from the bucket alone.
     path.write_bytes(original)
@@ -293,9 +256,9 @@ def test_ring_restored_from_s3_with_the_array_lost_and_a_corrupt_object_refused(
     print(f"restore from S3 of the ring: {time.monotonic() - began:.1f} s")
     print("  phases: " + ", ".join(f"{t.phase} {t.seconds:.1f} s" for t in restored.timings))
 
-    _proven(restored)
+    assert_proven(restored)
     sandbox_cluster.refresh()
-    ids = _ids_at_all(sandbox_cluster)
+    ids = ids_at_all(sandbox_cluster)
     assert acked_before <= ids, f"{len(acked_before - ids)} acknowledged rows did not come back"
     assert not (begun_after & ids), f"{len(begun_after & ids)} rows written after the backup"
     # What the install replaced is kept beside each table, never deleted; the staging is gone.

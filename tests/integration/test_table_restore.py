@@ -13,12 +13,10 @@ restore then runs in the daemon, through its API).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,59 +30,28 @@ from cassandra.policies import WhiteListRoundRobinPolicy
 from cassandra.query import SimpleStatement
 
 from ringsnap import mountinfo
-from ringsnap.coordinator.assembly import open_coordinator
 from ringsnap.coordinator.catalog import Catalog
-from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.drill.model import DrillRecord, DrillState
-from ringsnap.coordinator.drill.plan import DrillRequest
-from ringsnap.coordinator.drill.session import open_drill_session
-from ringsnap.coordinator.model import Backup, BackupState
-from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.coordinator.table_restore.model import (
     Step,
     TableRestoreRecord,
     TableRestoreRequest,
     TableRestoreState,
 )
-from ringsnap.coordinator.table_restore.session import open_table_restore_session
 from ringsnap.sandbox.cluster import SandboxCluster
-from ringsnap.sandbox.stack import CLUSTER_NAME, Stack, running_stack
+from ringsnap.sandbox.stack import Stack, running_stack
+from tests.support.acked_writes import AckedWriter
+from tests.support.ring_runs import (
+    complete_backup,
+    create_keyspace,
+    run_drill,
+    run_table_restore,
+)
 
 pytestmark = pytest.mark.integration
 
 KEYSPACE = "table_restore_test"
 ROWS = 3000
-
-
-class LoadWriter:
-    """QUORUM writes to `<KEYSPACE>.other` from a thread; keeps every acknowledged id."""
-
-    def __init__(self, session: Any) -> None:
-        self.session = session
-        self.acked: set[int] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._insert = session.prepare(f"INSERT INTO {KEYSPACE}.other (id, v) VALUES (?, ?)")
-        self._insert.consistency_level = ConsistencyLevel.QUORUM
-
-    def _run(self) -> None:
-        next_id = 0
-        while not self._stop.is_set():
-            try:
-                self.session.execute(self._insert, (next_id, "w" * 100), timeout=10)
-                self.acked.add(next_id)
-            except Exception:
-                pass
-            next_id += 1
-            time.sleep(0.005)
-
-    def __enter__(self) -> LoadWriter:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
 
 
 def _ids(session: Any, table: str, *, consistency: int = ConsistencyLevel.ALL) -> set[int]:
@@ -110,50 +77,6 @@ def _ids_on_each_node(cluster: SandboxCluster, table: str) -> dict[str, set[int]
         finally:
             alone.shutdown()
     return found
-
-
-def _backup(config: CoordinatorConfig) -> Backup:
-    async def run() -> Backup:
-        async with open_coordinator(config, source="<test>") as coordinator:
-            return await coordinator.backup(BackupRequest(CLUSTER_NAME, trigger="test"))
-
-    backup = asyncio.run(run())
-    assert backup.state is BackupState.COMPLETE, backup.error
-    return backup
-
-
-def _table_restore(config: CoordinatorConfig, request: TableRestoreRequest) -> TableRestoreRecord:
-    async def run() -> TableRestoreRecord:
-        catalog = Catalog(config.coordinator.catalog)
-        try:
-            async with open_table_restore_session(config, CLUSTER_NAME, catalog=catalog) as session:
-                plan = await session.plan(request)
-                assert not plan.refused, plan.refusals
-                return await session.run(plan, None)
-        finally:
-            catalog.close()
-
-    return asyncio.run(run())
-
-
-def _drill_ring(config: CoordinatorConfig, backup_id: str) -> DrillRecord:
-    """`ringsnap drill BACKUP --ring`, in this process (one node at a time)."""
-
-    async def run() -> DrillRecord:
-        with Catalog(config.coordinator.catalog) as catalog:
-            async with open_drill_session(config, CLUSTER_NAME, catalog=catalog) as session:
-                request = DrillRequest(
-                    cluster=CLUSTER_NAME,
-                    backup_id=backup_id,
-                    ring=True,
-                    trigger="cli:test",
-                    requested_by="test",
-                )
-                plan = await session.plan(request)
-                assert not plan.refused, plan.refusals
-                return await session.run(plan, request, None)
-
-    return asyncio.run(run())
 
 
 def _counts_equal_to_the_drill(
@@ -223,11 +146,7 @@ def test_truncated_and_dropped_tables_come_back_live_under_load(
     config = ontap.coordinator_config()
     session = sandbox_cluster.session()
     session.execute(f"DROP KEYSPACE IF EXISTS {KEYSPACE}", timeout=120)
-    session.execute(
-        f"CREATE KEYSPACE {KEYSPACE} WITH replication ="
-        " {'class': 'SimpleStrategy', 'replication_factor': 3}",
-        timeout=120,
-    )
+    create_keyspace(session, KEYSPACE)
     for table in ("truncated", "dropped"):
         # A dropped column: its cells stay in the SSTables; the recreated table must know it.
         session.execute(
@@ -249,9 +168,10 @@ def test_truncated_and_dropped_tables_come_back_live_under_load(
         ).one()[0]
     )
 
-    with LoadWriter(session) as writer:
+    load = f"INSERT INTO {KEYSPACE}.other (id, v) VALUES (?, ?)"
+    with AckedWriter(session, load, "w" * 100, pause=0.005) as writer:
         time.sleep(1)
-        backup = _backup(config)
+        backup = complete_backup(config)
         with Catalog(config.coordinator.catalog, exclusive=False) as catalog:
             schema = catalog.keyspace_schema(backup.id, KEYSPACE)
         assert schema is not None and set(schema.tables()) >= {"truncated", "dropped", "other"}
@@ -259,7 +179,7 @@ def test_truncated_and_dropped_tables_come_back_live_under_load(
 
         # The drill counts each table per node over its primary ranges: they cut the ring, so
         # the nodes' counts add up to the table's rows.
-        drill = _drill_ring(config, backup.id)
+        drill = run_drill(config, backup_id=backup.id)
         assert drill.state is DrillState.PROVEN, (drill.error, [n.problems for n in drill.nodes])
         for table in ("truncated", "dropped"):
             counts = [dict(n.row_counts)[f"{KEYSPACE}.{table}"] for n in drill.nodes]
@@ -276,7 +196,7 @@ def test_truncated_and_dropped_tables_come_back_live_under_load(
         session.execute(f"DROP TABLE {KEYSPACE}.dropped", timeout=120)
         assert not _ids(session, "truncated")
 
-        record = _table_restore(
+        record = run_table_restore(
             config,
             TableRestoreRequest(
                 backup_id=backup.id,
@@ -323,7 +243,7 @@ def test_truncated_and_dropped_tables_come_back_live_under_load(
     _nothing_left(sandbox_cluster, dropped)
 
     # Side by side: the backup's rows of `truncated` in a new table.
-    copy = _table_restore(
+    copy = run_table_restore(
         config,
         TableRestoreRequest(
             backup_id=backup.id,
