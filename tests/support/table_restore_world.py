@@ -14,6 +14,7 @@ from ringsnap.coordinator.table_restore.model import (
     CloneRecord,
     TableRestoreRecord,
     TableRestoreRequest,
+    TableTarget,
 )
 from ringsnap.coordinator.table_restore.plan import TableRestorePlan, plan_table_restore
 from ringsnap.coordinator.table_restore.ports import (
@@ -38,6 +39,17 @@ SCHEMA = KeyspaceSchema(
             f"CREATE TABLE shop.orders (id int PRIMARY KEY) WITH ID = {TABLE_ID};",
         ),
     ),
+)
+
+
+#: shop.orders, dropped since the backup: restored under its own name and id.
+DROPPED_ORDERS = TableTarget(
+    source_keyspace="shop",
+    source_table="orders",
+    keyspace="shop",
+    table="orders",
+    source_id=TABLE_ID,
+    action="dropped",
 )
 
 

@@ -20,9 +20,9 @@ from ringsnap.coordinator.table_restore.model import (
     Step,
     TableRestoreRecord,
     TableRestoreState,
-    TableTarget,
 )
 from ringsnap.coordinator.table_restore.schema import SchemaRow
+from tests.support.table_restore_world import DROPPED_ORDERS
 
 NOW = datetime(2026, 11, 24, 3, 0, tzinfo=UTC)
 ROWS = [
@@ -43,16 +43,7 @@ def _record(restore_id: str = "tr-20261124-030000-abcd", **changes: object) -> T
         backup_id="rs-1",
         requested_by="alice",
         started_at=NOW,
-        targets=(
-            TableTarget(
-                source_keyspace="shop",
-                source_table="orders",
-                keyspace="shop",
-                table="orders",
-                source_id="5a1c395e-b41f-11e5-9f22-ba0be0483c18",
-                action="dropped",
-            ),
-        ),
+        targets=(DROPPED_ORDERS,),
         nodes=(
             NodeProgress(
                 name="node1",

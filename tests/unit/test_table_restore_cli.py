@@ -29,10 +29,10 @@ from ringsnap.coordinator.table_restore.model import (
     Step,
     TableRestoreRecord,
     TableRestoreState,
-    TableTarget,
 )
 from ringsnap.coordinator.table_restore.plan import TableRestorePlan
 from ringsnap.errors import ValidationError
+from tests.support.table_restore_world import DROPPED_ORDERS
 
 RECORD = TableRestoreRecord(
     id="tr-20261124-030000-abcd",
@@ -40,16 +40,7 @@ RECORD = TableRestoreRecord(
     backup_id="rs-1",
     requested_by="alice",
     started_at=datetime(2026, 11, 24, 3, tzinfo=UTC),
-    targets=(
-        TableTarget(
-            source_keyspace="shop",
-            source_table="orders",
-            keyspace="shop",
-            table="orders",
-            source_id="5a1c395e-b41f-11e5-9f22-ba0be0483c18",
-            action="dropped",
-        ),
-    ),
+    targets=(DROPPED_ORDERS,),
     nodes=(
         NodeProgress(
             name="node1",
