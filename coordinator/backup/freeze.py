@@ -97,6 +97,7 @@ class FreezeBarrier:
                 results = await freezing
                 raise_failures([f"node {n}" for n in self.agents], "freeze", results)
                 frozen_at = time.monotonic()
+                self._check_leases_run(held_until, frozen_at, renewer)
                 on_frozen()
                 remaining = self.budget - (frozen_at - started)
                 if remaining <= 0:
@@ -241,6 +242,23 @@ class FreezeBarrier:
             return_exceptions=True,
         )
 
+    def _check_leases_run(
+        self, held_until: Mapping[str, float], now: float, renewer: asyncio.Task[None]
+    ) -> None:
+        """Before any snapshot call: every node's lease must still be shown to run. A node whose
+        freeze (or last renewal) was confirmed only past a lease of its sending may have thawed
+        by itself: its renewer is about to fail the run; no snapshot is started meanwhile."""
+        if (lost := _failure(renewer)) is not None:
+            raise lost
+        late = [name for name in self.agents if held_until[name] <= now]
+        if late:
+            raise BackupFailed(
+                f"{', '.join(f'node {name}' for name in late)}: no freeze or lease renewal"
+                f" confirmed within a lease ({self.lease:g} s) of its sending: the node may have"
+                " thawed by itself, so no snapshot was started and every node was thawed. Check"
+                " the node's load and the network to its agent, or raise lease_seconds"
+            )
+
     @property
     def _thaw_wait(self) -> float:
         return max(self.lease, THAW_WAIT_FLOOR)
@@ -304,7 +322,11 @@ async def _keep_renewed(
     and a snapshot cannot be shown to hold it frozen."""
     await frozen.wait()
     valid_until = held_until[name]
-    error: BaseException | str = "no renewal was due yet"
+    # What the failure says if no renewal was tried: a freeze answered past its lease (a slow
+    # node, or a coordinator too busy to read the answer in time).
+    error: BaseException | str = (
+        f"its freeze answered {time.monotonic() - valid_until + lease:.2f} s after it was sent"
+    )
     retry, delay = False, 0.0
     while True:
         # Due once a third of the lease has passed since the last confirmed request was sent.

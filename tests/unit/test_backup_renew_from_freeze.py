@@ -151,3 +151,33 @@ def test_a_run_cancelled_while_freezing_gives_up_the_freezes_still_on_their_way(
     assert "freeze n3" not in events, events
     assert not any(a.frozen for a in agents)
     assert {f"thaw {a.node}" for a in agents} <= set(events)
+
+
+def test_a_freeze_that_answers_past_its_lease_fails_the_run_before_any_snapshot() -> None:
+    workflow, agents, array, _ = cluster()
+    agents[2].freeze_seconds = 0.7
+    with pytest.raises(BackupFailed) as failed:
+        asyncio.run(workflow.run(BackupSettings(lease=0.5, freeze_budget=1.5), trigger="test"))
+    said = str(failed.value)
+    # Said by the renewer, or by the check before the snapshot (whichever runs first).
+    assert said.startswith(
+        ("node n3: no lease renewal confirmed", "node n3: no freeze or lease renewal confirmed")
+    ), said
+    assert array.frozen_during_snapshot == []  # no snapshot was started
+
+
+def test_the_renewer_names_a_freeze_confirmed_past_its_lease() -> None:
+    async def scenario() -> None:
+        lease = 0.5
+        agent = FakeAgent("n1")
+        frozen = {"n1": asyncio.Event()}
+        frozen["n1"].set()
+        # Sent 0.7 s ago, confirmed only now.
+        held_until = {"n1": time.monotonic() - 0.7 + lease}
+        await renew_leases({"n1": agent}, "rs-test", lease, held_until, frozen)
+
+    with pytest.raises(BackupFailed) as failed:
+        asyncio.run(scenario())
+    said = str(failed.value)
+    assert said.startswith("node n1: no lease renewal confirmed for 0.7"), said
+    assert "last error: its freeze answered 0.7" in said
