@@ -5,11 +5,17 @@ their attributes (`fail`, `final`, `fail_clone`, `fail_delete`) and reads what h
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 
+from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.clone_mounts import CloneToMount, MountedClone
+from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.drill.plan import DrillSettings
 from ringsnap.coordinator.drill.ports import DrillSpec, DrillStatus, NodeDrillFacts
+from ringsnap.coordinator.drill.session import DrillSession
 from ringsnap.coordinator.model import BackupNode, NodeVolume, VolumeRole
 from ringsnap.coordinator.ports import NodeVolumeFacts, SSTable, SSTableComponent
 from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume, VolumeSnapshot
@@ -199,3 +205,26 @@ class FakeFacts:
                 ),
             ),
         )
+
+
+def session_opener(
+    host: FakeHost, facts: Mapping[str, FakeFacts], array: DrillArray, settings: DrillSettings
+) -> Callable[..., AbstractAsyncContextManager[DrillSession]]:
+    """Stands in for `open_drill_session`: a real `DrillSession` of the config's cluster on these
+    fakes (the array named "a1")."""
+
+    @contextlib.asynccontextmanager
+    async def session(
+        config: CoordinatorConfig, cluster: str, *, catalog: Catalog
+    ) -> AsyncIterator[DrillSession]:
+        yield DrillSession(
+            config,
+            catalog,
+            config.cluster(cluster),
+            host,  # type: ignore[arg-type]
+            dict(facts),  # type: ignore[arg-type]
+            {"a1": array},  # type: ignore[dict-item]
+            settings,
+        )
+
+    return session

@@ -5,8 +5,6 @@ backup holds the cluster is skipped as busy, and a backup due while a drill runs
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -19,7 +17,6 @@ from ringsnap.coordinator.drill import schedule
 from ringsnap.coordinator.drill.model import DrillRecord, DrillState
 from ringsnap.coordinator.drill.plan import DrillSettings
 from ringsnap.coordinator.drill.schedule import drill_scheduler, drill_schedules
-from ringsnap.coordinator.drill.session import DrillSession
 from ringsnap.coordinator.model import QuiesceMode, Verification
 from ringsnap.coordinator.restore_daemon import RestoreAwareGuard
 from ringsnap.coordinator.scheduler import (
@@ -36,6 +33,7 @@ from tests.support.drill_fakes import (
     drill_node,
     drill_ref,
     drill_sstables,
+    session_opener,
 )
 
 
@@ -169,21 +167,8 @@ def test_a_scheduled_drill_proves_every_node_of_the_policys_newest_backup(
     host, array = FakeHost(events), DrillArray(events)
     finished: list[DrillRecord] = []
 
-    @contextlib.asynccontextmanager
-    async def session(
-        config: CoordinatorConfig, cluster: str, *, catalog: Catalog
-    ) -> AsyncIterator[DrillSession]:
-        yield DrillSession(
-            config,
-            catalog,
-            config.cluster(cluster),
-            host,  # type: ignore[arg-type]
-            {"n1": FakeFacts("n1")},  # type: ignore[dict-item]
-            {"a1": array},  # type: ignore[dict-item]
-            DrillSettings(poll_seconds=0.0),
-        )
-
-    monkeypatch.setattr(schedule, "open_drill_session", session)
+    opener = session_opener(host, {"n1": FakeFacts("n1")}, array, DrillSettings(poll_seconds=0.0))
+    monkeypatch.setattr(schedule, "open_drill_session", opener)
     with Catalog(tmp_path / "catalog.db") as catalog:
         nodes = [drill_node("n1")]
         for backup_id, policy, hours in (("rs-old", "p", 3), ("rs-new", "p", 2), ("rs-x", "q", 1)):

@@ -5,9 +5,7 @@ GetDrill and ListDrills read the catalog's records, and refusals carry their rea
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,18 +14,15 @@ import pytest
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
-from ringsnap.coordinator.catalog import Catalog
-from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.drill import daemon
 from ringsnap.coordinator.drill.cleanups import DrillHosts, clone_cleanup
 from ringsnap.coordinator.drill.model import DrillState, DrillStep, DrillVerdict
 from ringsnap.coordinator.drill.plan import DrillSettings
-from ringsnap.coordinator.drill.session import DrillSession
 from ringsnap.coordinator.drill.wire import record_of
 from ringsnap.coordinator.model import Verification
 from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.plugins.types import Volume
-from tests.support.drill_fakes import DrillArray, FakeFacts, FakeHost
+from tests.support.drill_fakes import DrillArray, FakeFacts, FakeHost, session_opener
 
 from .conftest import CLUSTERS, Harness
 from .test_server import reason_of, rpc_error
@@ -48,21 +43,9 @@ def fakes(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> Fakes:
     harness.seed_backup("rs-1", RECENT)
     made = Fakes()
 
-    @contextlib.asynccontextmanager
-    async def session(
-        config: CoordinatorConfig, cluster: str, *, catalog: Catalog
-    ) -> AsyncIterator[DrillSession]:
-        yield DrillSession(
-            config,
-            catalog,
-            config.cluster(cluster),
-            made.host,  # type: ignore[arg-type]
-            made.facts,  # type: ignore[arg-type]
-            {"a1": made.array},  # type: ignore[dict-item]
-            DrillSettings(max_parallel=2, poll_seconds=0.0),
-        )
-
-    monkeypatch.setattr(daemon, "open_drill_session", session)
+    settings = DrillSettings(max_parallel=2, poll_seconds=0.0)
+    opener = session_opener(made.host, made.facts, made.array, settings)
+    monkeypatch.setattr(daemon, "open_drill_session", opener)
     return made
 
 
