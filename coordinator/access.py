@@ -25,7 +25,7 @@ import grpc
 import grpc.aio
 
 from ringsnap import logs
-from ringsnap.grpcauth import Context, Continuation, MethodHandler, client_identities, guarded
+from ringsnap.grpcauth import CheckingInterceptor, Context, client_identities
 
 log = logs.get_logger(__name__)
 
@@ -67,7 +67,7 @@ def attributed(claimed: str) -> str:
     return f"{identity} (remote)" if identity else claimed
 
 
-class RemoteAccessInterceptor(grpc.aio.ServerInterceptor):
+class RemoteAccessInterceptor(CheckingInterceptor):
     """The remote listener's gate: an allow-listed certificate identity with the method's role."""
 
     def __init__(self, clients: Mapping[str, Role]) -> None:
@@ -79,7 +79,7 @@ class RemoteAccessInterceptor(grpc.aio.ServerInterceptor):
         listed.sort(key=lambda item: item[1] is not Role.OPERATOR)
         return listed[0] if listed else None
 
-    async def _check(self, context: Context, method: str, request: Any) -> None:
+    async def check(self, context: Context, method: str, request: Any) -> None:
         security, names = client_identities(context)
         if security != "ssl" or not names:
             log.warning("refused: no client certificate identity", method=method)
@@ -107,11 +107,3 @@ class RemoteAccessInterceptor(grpc.aio.ServerInterceptor):
             )
         remote_caller.set(identity)
         log_call(method, request, identity)
-
-    async def intercept_service(
-        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
-    ) -> MethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
-        return guarded(handler, self._check, handler_call_details.method)
