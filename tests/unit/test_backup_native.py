@@ -17,27 +17,16 @@ from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.metrics import CoordinatorMetrics
 from ringsnap.coordinator.model import BackupNode, BackupState, QuiesceMode, SnapshotKind
-from ringsnap.coordinator.ports import AgentPort, SSTable, SSTableComponent
+from ringsnap.coordinator.ports import AgentPort
 from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.coordinator.service import ClusterRuntime, Coordinator
-from tests.support.fakes import FakeAgent
+from tests.support.coordinator_config import unread_tls
+from tests.support.fakes import FakeAgent, one_sstable
 
 T = TypeVar("T")
 NODES = ("n1", "n2", "n3")
-MANIFEST = (
-    SSTable(
-        "/data",
-        "ks",
-        "t",
-        "t-1",
-        "1",
-        "big",
-        "nb",
-        (SSTableComponent("Data.db", "ks/t-1/snapshots/x/nb-1-big-Data.db", 4096),),
-        "123",
-        True,
-    ),
-)
+#: A native snapshot's manifest: its file in the snapshot's directory.
+MANIFEST = one_sstable("ks/t-1/snapshots/x/nb-1-big-Data.db")
 
 
 def native_settings(**kwargs: Any) -> BackupSettings:
@@ -74,19 +63,13 @@ def _target(agent: FakeAgent) -> NodeTarget:
 
 
 def config_data(tmp: Path) -> dict[str, Any]:
-    for name in ("coordinator.crt", "coordinator.key", "ca.crt"):
-        (tmp / name).write_text("not used\n")
     return {
         "coordinator": {
             "listen": "127.0.0.1:0",
             "catalog": str(tmp / "catalog.db"),
             "metrics_listen": "",
         },
-        "tls": {
-            "cert_file": str(tmp / "coordinator.crt"),
-            "key_file": str(tmp / "coordinator.key"),
-            "ca_file": str(tmp / "ca.crt"),
-        },
+        "tls": unread_tls(tmp),
         "clusters": [
             {
                 "name": "das",

@@ -29,6 +29,7 @@ from ringsnap.coordinator.ports import RestoredTable, SSTable
 from ringsnap.coordinator.restore import RestoreFailed, RestoreRefused, RestoreSettings
 from ringsnap.coordinator.restore_plan import RestoreRequest
 from ringsnap.coordinator.restore_session import RestoreSession
+from tests.support.coordinator_config import unread_tls
 from tests.support.restore_world import (
     NODES,
     Events,
@@ -162,16 +163,10 @@ def test_a_failed_snapshot_restore_says_so_and_resume_restores_only_what_is_left
 
 
 def test_the_session_resumes_a_native_restore_as_one(tmp_path: Path) -> None:
-    for name in ("c.crt", "c.key", "ca.crt"):
-        (tmp_path / name).write_text("unused\n")
     config = validate(
         {
             "coordinator": {"catalog": str(tmp_path / "catalog.db"), "metrics_listen": ""},
-            "tls": {
-                "cert_file": str(tmp_path / "c.crt"),
-                "key_file": str(tmp_path / "c.key"),
-                "ca_file": str(tmp_path / "ca.crt"),
-            },
+            "tls": unread_tls(tmp_path),
             "clusters": [
                 {
                     "name": "c",

@@ -35,30 +35,25 @@ from ringsnap.coordinator.model import (
     QuiesceMode,
     VolumeRole,
 )
-from ringsnap.coordinator.ports import AgentPort, SSTable, SSTableComponent
+from ringsnap.coordinator.ports import AgentPort
 from ringsnap.coordinator.service import ClusterRuntime, Coordinator
 from ringsnap.plugins.errors import DriverError
-from tests.support.fakes import FakeAgent, FakeArray, snapshot_ref, volume, volumes_of
+from tests.support.coordinator_config import unread_tls
+from tests.support.fakes import (
+    FakeAgent,
+    FakeArray,
+    one_sstable,
+    snapshot_ref,
+    volume,
+    volumes_of,
+)
 
 T = TypeVar("T")
 ARRAY = "a1"
 
 
 #: What every fake node's manifest lists: one SSTable of 4096 bytes.
-MANIFEST = (
-    SSTable(
-        "/data",
-        "ks",
-        "t",
-        "t-1",
-        "1",
-        "big",
-        "nb",
-        (SSTableComponent("Data.db", "ks/t-1/nb-1-big-Data.db", 4096),),
-        "123",
-        True,
-    ),
-)
+MANIFEST = one_sstable()
 
 
 CLUSTERS = {"prod": ("n1", "n2", "n3"), "edge": ("e1", "e2")}
@@ -66,11 +61,6 @@ ALL_NODES = [node for nodes in CLUSTERS.values() for node in nodes]
 
 
 def config_data(tmp: Path) -> dict[str, Any]:
-    tls = tmp / "tls"
-    tls.mkdir(parents=True, exist_ok=True)
-    for name in ("coordinator.crt", "coordinator.key", "ca.crt"):
-        (tls / name).write_text("not used by these tests\n")
-
     def node(name: str) -> dict[str, Any]:
         return {
             "name": name,
@@ -87,11 +77,7 @@ def config_data(tmp: Path) -> dict[str, Any]:
             "catalog": str(tmp / "state" / "catalog.db"),
             "metrics_listen": "",
         },
-        "tls": {
-            "cert_file": str(tls / "coordinator.crt"),
-            "key_file": str(tls / "coordinator.key"),
-            "ca_file": str(tls / "ca.crt"),
-        },
+        "tls": unread_tls(tmp / "tls"),
         "clusters": [
             {
                 "name": "prod",
