@@ -25,7 +25,6 @@ from ringsnap.coordinator.ports import (
     NodeVolumeFacts,
     RestoredTable,
     SSTable,
-    SSTableComponent,
     ThawReceipt,
     VolumeState,
 )
@@ -39,24 +38,6 @@ MOUNTS = ("/data", "/commitlog")
 ROLES = ("data", "cl")
 #: What each of `ROLES` (the suffix of a fake volume's name) holds.
 ROLE_OF = {"data": VolumeRole.DATA, "cl": VolumeRole.COMMITLOG}
-
-
-def one_sstable(path: str = "ks/t-1/nb-1-big-Data.db") -> tuple[SSTable, ...]:
-    """A node's manifest of one SSTable (ks.t, 4096 bytes), its Data.db at `path`."""
-    return (
-        SSTable(
-            "/data",
-            "ks",
-            "t",
-            "t-1",
-            "1",
-            "big",
-            "nb",
-            (SSTableComponent("Data.db", path, 4096),),
-            "123",
-            True,
-        ),
-    )
 
 
 def volume(node: str, role: str) -> Volume:

@@ -21,7 +21,8 @@ from ringsnap.coordinator.ports import AgentPort
 from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.coordinator.service import ClusterRuntime, Coordinator
 from tests.support.coordinator_config import unread_tls
-from tests.support.fakes import FakeAgent, one_sstable
+from tests.support.fakes import FakeAgent
+from tests.support.manifests import one_sstable
 
 T = TypeVar("T")
 NODES = ("n1", "n2", "n3")

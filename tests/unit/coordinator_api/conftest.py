@@ -42,11 +42,11 @@ from tests.support.coordinator_config import unread_tls
 from tests.support.fakes import (
     FakeAgent,
     FakeArray,
-    one_sstable,
     snapshot_ref,
     volume,
     volumes_of,
 )
+from tests.support.manifests import one_sstable
 
 T = TypeVar("T")
 ARRAY = "a1"
