@@ -4,15 +4,17 @@ daemon to run the command through."""
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from ringsnap.coordinator.catalog import Catalog, CatalogLockedError
 from ringsnap.coordinator.client import CliError, ExitCode, Target, answers, resolve_target
-from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.config import DEFAULT_CATALOG_PATH, CoordinatorConfig
 from ringsnap.coordinator.console import Output
+from ringsnap.errors import RingsnapError
 
 #: The `--config` and `--output` options of such a command.
 ConfigOption = Annotated[
@@ -50,3 +52,20 @@ def answering_daemon(config_file: Path) -> Target | None:
     except CliError:
         return None
     return target if answers(target) else None
+
+
+#: What reading a config file for its catalog may raise.
+UNREADABLE = (RingsnapError, OSError, tomllib.TOMLDecodeError)
+
+
+def viewer_catalog(config_file: Path) -> tuple[dict[str, Any], Catalog | None]:
+    """The config file's TOML document and its catalog opened shared and read-only (None when the
+    catalog file does not exist): for status lines that need none of the config's secrets. Raises
+    one of `UNREADABLE`."""
+    with config_file.open("rb") as handle:
+        document = tomllib.load(handle)
+    table = document.get("coordinator", {})
+    catalog_file = Path(table.get("catalog", DEFAULT_CATALOG_PATH))
+    if not catalog_file.exists():
+        return document, None
+    return document, Catalog(catalog_file, exclusive=False)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,7 @@ from ringsnap.coordinator.client import (
     resolve_target,
 )
 from ringsnap.coordinator.commands import operator_name
-from ringsnap.coordinator.config import DEFAULT_CATALOG_PATH, DEFAULT_CONFIG_PATH, CoordinatorConfig
+from ringsnap.coordinator.config import DEFAULT_CONFIG_PATH, CoordinatorConfig
 from ringsnap.coordinator.console import (
     Output,
     ProgressPrinter,
@@ -44,7 +43,12 @@ from ringsnap.coordinator.console import (
     fail,
     jsonable,
 )
-from ringsnap.coordinator.local_catalog import OutputOption, catalog_or_daemon
+from ringsnap.coordinator.local_catalog import (
+    UNREADABLE,
+    OutputOption,
+    catalog_or_daemon,
+    viewer_catalog,
+)
 from ringsnap.coordinator.model import RestoreMode, RestoreRecord
 from ringsnap.coordinator.restore import RestoreFailed, RestoreRefused
 from ringsnap.coordinator.restore_plan import RestoreRequest
@@ -403,16 +407,12 @@ def open_restores_lines(config: Path | None) -> Iterator[str]:
     Read from the catalog directly (shared, read-only), so it works with or without the daemon;
     only `[coordinator] catalog` is read from the config, so it needs none of its secrets.
     """
-    path = config_path(config)
     try:
-        with path.open("rb") as handle:
-            table = tomllib.load(handle).get("coordinator", {})
-        catalog_file = Path(table.get("catalog", DEFAULT_CATALOG_PATH))
-        if not catalog_file.exists():
-            return
-        catalog = Catalog(catalog_file, exclusive=False)
-    except (RingsnapError, OSError, tomllib.TOMLDecodeError) as exc:
+        _, catalog = viewer_catalog(config_path(config))
+    except UNREADABLE as exc:
         yield f"(unfinished restores cannot be listed: {exc})"
+        return
+    if catalog is None:
         return
     with catalog:
         for record in catalog.open_restores():

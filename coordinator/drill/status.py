@@ -4,17 +4,15 @@ works with or without the daemon, like the unfinished restores."""
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 from ringsnap.coordinator import render
 from ringsnap.coordinator.catalog import Catalog
-from ringsnap.coordinator.config import DEFAULT_CATALOG_PATH
 from ringsnap.coordinator.drill.model import DrillVerdict
+from ringsnap.coordinator.local_catalog import UNREADABLE, viewer_catalog
 from ringsnap.coordinator.model import Verification
-from ringsnap.errors import RingsnapError
 
 
 def proof_lines(catalog: Catalog, cluster: str, now: datetime | None = None) -> list[str]:
@@ -57,16 +55,13 @@ def drill_status_lines(config_file: Path) -> Iterator[str]:
     """For every configured cluster, `proof_lines`; only the config's catalog path and cluster
     names are read, so it needs none of its secrets."""
     try:
-        with config_file.open("rb") as handle:
-            document = tomllib.load(handle)
-        clusters = [c.get("name", "") for c in document.get("clusters", []) if isinstance(c, dict)]
-        catalog_file = Path(document.get("coordinator", {}).get("catalog", DEFAULT_CATALOG_PATH))
-        if not catalog_file.exists():
-            return
-        catalog = Catalog(catalog_file, exclusive=False)
-    except (RingsnapError, OSError, tomllib.TOMLDecodeError) as exc:
+        document, catalog = viewer_catalog(config_file)
+    except UNREADABLE as exc:
         yield f"(proofs cannot be listed: {exc})"
         return
+    if catalog is None:
+        return
+    clusters = [c.get("name", "") for c in document.get("clusters", []) if isinstance(c, dict)]
     with catalog:
         for cluster in clusters:
             if isinstance(cluster, str) and cluster:
