@@ -34,7 +34,7 @@ from ringsnap.agent.errors import DomainError
 from ringsnap.agent.s3.backup_manifest import Entry, read_entries
 from ringsnap.agent.s3.client import S3Client
 from ringsnap.agent.s3.crc import crc32, crc32_of_parts
-from ringsnap.agent.s3.fetch import Fetcher, ObjectCorrupt, Span, read_object, spans
+from ringsnap.agent.s3.fetch import Fetcher, FetchHalted, ObjectCorrupt, Span, read_object, spans
 from ringsnap.agent.s3.layout import Layout, node_name
 from ringsnap.agent.s3.progress import Reporter, Tracker
 from ringsnap.agent.s3.settings import S3Settings
@@ -277,8 +277,10 @@ def _finish(pending: _Pending, tracker: Tracker, halt: threading.Event) -> None:
                 # The file's other GETs still write into it: stop them before its file closes.
                 halt.set()
                 wait(futures)
-            for future in futures:
-                future.result()
+            failures = [error for future in futures if (error := future.exception()) is not None]
+            if failures:
+                # The cause, not a GET that gave up because of it.
+                raise next((e for e in failures if not isinstance(e, FetchHalted)), failures[0])
         finally:
             pending.out.close()
         problem = _problem(pending.partial, entry, pending.crc32())

@@ -18,6 +18,7 @@ import io
 import logging
 import socket
 import threading
+import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -356,6 +357,27 @@ def test_an_object_of_another_size_is_refused_before_it_is_written(
             assert all(count < size for count in written), "the wrong object was fetched"
     finally:
         client.put_object(Bucket=BUCKET, Key=key, Body=io.BytesIO(original))
+
+
+def test_a_part_that_fails_is_named_rather_than_the_parts_it_stopped(
+    server: int, exported: Path, tmp_path: Path
+) -> None:
+    settings = _settings(
+        server, multipart_threshold_bytes=5 * MIB, part_size_bytes=5 * MIB, concurrency=2
+    )
+    client = make_client(settings)
+
+    def on_get(params: dict[str, Any], **_: Any) -> None:
+        if params.get("Range", "").startswith(f"bytes={5 * MIB}-"):
+            raise RuntimeError("the second part's GET broke")
+        if params.get("Range", "").startswith("bytes=0-"):
+            time.sleep(0.5)  # the first part is still going when the second one fails
+
+    client.meta.events.register("before-parameter-build.s3.GetObject", on_get)
+    restored = tmp_path / "restored"
+    with pytest.raises(DownloadRefused, match=r"failed: the second part's GET broke; run it again"):
+        download_node(client, settings, backup_id="b1", node="node1", destinations=[restored])
+    assert not [p for p in restored.rglob("*") if p.name.endswith(PARTIAL_SUFFIX)]
 
 
 # ----------------------------------------------------------------------------- cancel
