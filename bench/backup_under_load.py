@@ -31,6 +31,7 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,10 +94,15 @@ def _tap_windows(coordinator: Coordinator, windows: dict[str, FreezeWindow]) -> 
 
 
 def _tap_freezes(
-    coordinator: Coordinator, spans: dict[str, list[float]], frozen_for: dict[str, list[float]]
+    coordinator: Coordinator,
+    spans: dict[str, list[float]],
+    frozen_for: dict[str, list[float]],
+    flushes: list[tuple[float, float]] | None = None,
 ) -> None:
     """Each backup's freeze on the machine's monotonic clock: [first freeze request sent, last
-    thaw answered], to set the slowest client writes beside it."""
+    thaw answered], to set the slowest client writes beside it; and each node's memtable flush
+    (`flushes`), the phase before."""
+    flushes = [] if flushes is None else flushes
     for runtime in coordinator.clusters.values():
         for agent in runtime.agents.values():
             freeze, thaw = agent.freeze, agent.thaw
@@ -119,19 +125,51 @@ def _tap_freezes(
                     frozen = getattr(receipt, "frozen_for_seconds", 0.0)
                     frozen_for.setdefault(operation_id, []).append(frozen)
 
+            flush = agent.flush
+
+            async def timed_flush(flush: Any = flush) -> Any:
+                began = time.monotonic()
+                try:
+                    return await flush()
+                finally:
+                    flushes.append((began, time.monotonic()))
+
+            agent.flush = timed_flush  # type: ignore[method-assign]
             agent.freeze = timed_freeze  # type: ignore[method-assign,assignment]
             agent.thaw = timed_thaw  # type: ignore[method-assign]
 
 
-def _slowest_line(load: WriteLoadProcess, spans: list[list[float]], count: int = 5) -> str:
+def _overlap(start: float, end: float, spans: Sequence[Sequence[float]]) -> float:
+    """How long [start, end] overlapped the union of `spans` (which may overlap each other)."""
+    covered, reached = 0.0, start
+    for a, b in sorted((max(a, start), min(b, end)) for a, b in spans):
+        if b > reached:
+            covered += b - max(a, reached)
+            reached = b
+    return covered
+
+
+def _slowest_line(
+    load: WriteLoadProcess,
+    spans: list[list[float]],
+    flushes: Sequence[tuple[float, float]] = (),
+    count: int = 5,
+) -> str:
     """The slowest writes, each with the time it overlapped a freeze (first freeze sent to last
-    thaw answered): a write stalled by the freeze overlaps one by about its latency."""
+    thaw answered) and a memtable flush: a write stalled by one overlaps it by about its
+    latency."""
     parts = []
     for start, latency in load.slowest_writes(count):
         end = start + latency
-        overlap = sum(max(0.0, min(end, b) - max(start, a)) for a, b in spans)
-        parts.append(f"{latency * 1000:.0f} ({overlap * 1000:.0f} frozen)")
-    return "  slowest writes with backups, ms (of which in a freeze window): " + ", ".join(parts)
+        frozen = _overlap(start, end, spans)
+        flushing = _overlap(start, end, flushes)
+        parts.append(
+            f"{latency * 1000:.0f} ({frozen * 1000:.0f} frozen, {flushing * 1000:.0f} flush)"
+        )
+    return (
+        "  slowest writes with backups, ms (of which in a freeze window, in a flush): "
+        + ", ".join(parts)
+    )
 
 
 def _round(args: argparse.Namespace, number: int, config: Any, floor: Floor) -> None:
@@ -140,11 +178,12 @@ def _round(args: argparse.Namespace, number: int, config: Any, floor: Floor) -> 
     windows: dict[str, FreezeWindow] = {}
     spans: dict[str, list[float]] = {}
     frozen_for: dict[str, list[float]] = {}
+    flushes: list[tuple[float, float]] = []
 
     async def back_to_back() -> None:
         async with open_coordinator(config, source="<bench>") as coordinator:
             _tap_windows(coordinator, windows)
-            _tap_freezes(coordinator, spans, frozen_for)
+            _tap_freezes(coordinator, spans, frozen_for, flushes)
             for _ in range(args.backups):
                 request = BackupRequest(CLUSTER_NAME, trigger="bench")
                 try:
@@ -209,7 +248,7 @@ def _round(args: argparse.Namespace, number: int, config: Any, floor: Floor) -> 
             f" p95 {_p95(totals) / _p95(floor_totals):.2f}x"
         )
     print(_load_line("  writes with backups   ", during.report, busy))
-    print(_slowest_line(during, [span for span in spans.values() if span[1]]))
+    print(_slowest_line(during, [span for span in spans.values() if span[1]], flushes))
     print(_load_line("  writes with floors    ", floored.report, floor_busy))
     print(_load_line("  writes without either ", baseline.report, busy))
     base_p99 = baseline.report.percentile(0.99) or 1e-9
