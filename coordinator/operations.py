@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -37,7 +37,8 @@ class Operation:
         self._current = OperationSnapshot(
             uuid.uuid4().hex, kind, OperationState.PENDING, backup_id=backup_id
         )
-        self._changed = asyncio.Condition()
+        #: Each watcher's queue of the snapshots it has not read yet.
+        self._watchers: set[asyncio.Queue[OperationSnapshot]] = set()
         self.task: asyncio.Task[None] | None = None
         #: What made it fail (for callers that map error kinds, e.g. to status codes).
         self.error: Exception | None = None
@@ -47,24 +48,28 @@ class Operation:
         return self._current
 
     async def update(self, **changes: object) -> None:
-        async with self._changed:
-            self._current = replace(self._current, **changes)  # type: ignore[arg-type]
-            self._changed.notify_all()
+        self._current = replace(self._current, **changes)  # type: ignore[arg-type]
+        for queue in self._watchers:
+            queue.put_nowait(self._current)
 
     def update_soon(self, **changes: object) -> None:
         """For synchronous progress callbacks inside the running operation."""
         asyncio.get_running_loop().create_task(self.update(**changes))
 
-    async def watch(self) -> AsyncIterator[OperationSnapshot]:
-        seen: OperationSnapshot | None = None
-        while True:
-            async with self._changed:
-                if self._current is seen:
-                    await self._changed.wait()
-                seen = self._current
-            yield seen
-            if seen.state.finished:
-                return
+    async def watch(self) -> AsyncGenerator[OperationSnapshot, None]:
+        """The current snapshot, then every later one in order (none is skipped, however slowly
+        the watcher reads: a progress line is never lost), until the final state."""
+        # Registered and read with no await in between: no change falls between the two.
+        queue: asyncio.Queue[OperationSnapshot] = asyncio.Queue()
+        self._watchers.add(queue)
+        try:
+            snapshot = self._current
+            yield snapshot
+            while not snapshot.state.finished:
+                snapshot = await queue.get()
+                yield snapshot
+        finally:
+            self._watchers.discard(queue)
 
 
 class Operations:
