@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from ringsnap.sandbox.instance import LABEL_INSTANCE, sandbox_root
+from tests.support.testbed import sandbox_unavailable
 
 pytestmark = pytest.mark.integration
 
@@ -29,16 +29,10 @@ _STEERING = ("RINGSNAP_CONFIG", "RINGSNAP_COORDINATOR", "RINGSNAP_API_TOKEN_FILE
 
 
 def _missing_precondition() -> str | None:
-    if os.geteuid() != 0:
-        return "the sandbox needs root (loop devices, mounts, dockerd)"
-    if not Path("/dev/loop-control").exists():
-        return "no /dev/loop-control: this kernel gives no loop devices"
-    for tool in ("docker", "dockerd", "debootstrap", "mkfs.xfs", "mvn", "java"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed (run `make system-deps`)"
-    if not Path(RINGSNAP).is_file():
+    missing = sandbox_unavailable()
+    if missing is None and not Path(RINGSNAP).is_file():
         return f"{RINGSNAP} is not installed (make install)"
-    return None
+    return missing
 
 
 def _ringsnap(
