@@ -143,7 +143,7 @@ def _overlap(start: float, end: float, spans: Sequence[Sequence[float]]) -> floa
     """How long [start, end] overlapped the union of `spans` (which may overlap each other)."""
     covered, reached = 0.0, start
     for a, b in sorted((max(a, start), min(b, end)) for a, b in spans):
-        if b > reached:
+        if b > a and b > reached:
             covered += b - max(a, reached)
             reached = b
     return covered
