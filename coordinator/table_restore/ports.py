@@ -1,14 +1,16 @@
-"""What a table restore needs from the nodes' agents and from the ring's CQL, as domain types
-(the workflow imports nothing from gRPC or the driver; tests fake these)."""
+"""What a table restore needs from the nodes' agents, the ring's CQL and the catalog (its journal),
+as domain types (the workflow imports nothing from gRPC or the driver; tests fake these)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from ringsnap.coordinator.clone_mounts import CloneMounter
 from ringsnap.coordinator.ports import SSTable
+from ringsnap.coordinator.table_restore.counts import DrilledCounts
+from ringsnap.coordinator.table_restore.model import CloneRecord, TableRestoreRecord
 
 
 @dataclass(frozen=True)
@@ -91,3 +93,29 @@ class TableCqlPort(Protocol):
         """Rows of the table over the primary token ranges of the node `host_id` (the ranges
         ending at its tokens), read at CL=ALL and paged: what a drill counts on that node."""
         ...
+
+
+class TableRestoreJournal(Protocol):
+    """The catalog, as the run uses it: its record saved after every step, the backup's manifests
+    and drills read, and its clones kept as pending cleanups."""
+
+    async def save(self, record: TableRestoreRecord) -> None: ...
+
+    async def manifest(self, backup_id: str, node: str) -> Iterable[SSTable]: ...
+
+    async def drilled_counts(self, backup_id: str) -> Mapping[str, DrilledCounts]:
+        """Node → the newest proven drill's row counts of the backup (nodes never drilled absent)."""
+        ...
+
+    async def clones_made(
+        self, record: TableRestoreRecord, clones: Sequence[CloneRecord]
+    ) -> list[int]:
+        """Record each clone as a pending cleanup (unmounted on its node under the restore's id,
+        then deleted); their ids, in order."""
+        ...
+
+    async def cleanup_pending(self, cleanup_id: int) -> bool: ...
+
+    async def cleanup_done(self, cleanup_id: int) -> None: ...
+
+    async def cleanup_failed(self, cleanup_id: int, error: str) -> None: ...

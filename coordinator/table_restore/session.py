@@ -35,7 +35,7 @@ from ringsnap.plugins.types import Volume
 
 
 class CatalogTableJournal(CatalogJournalBase, CatalogCleanups):
-    """`TableRestoreJournal` over the catalog (every call off the event loop)."""
+    """`TableRestoreJournal` (`table_restore.ports`) over the catalog (every call off the event loop)."""
 
     async def save(self, record: TableRestoreRecord) -> None:
         await asyncio.to_thread(self.catalog.save_table_restore, record)

@@ -19,17 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from ringsnap.coordinator.clone_mounts import CloneToMount
 from ringsnap.coordinator.model import Backup
-from ringsnap.coordinator.ports import ArrayPort, SSTable
+from ringsnap.coordinator.ports import ArrayPort
 from ringsnap.coordinator.restore_plan import narrowed
 from ringsnap.coordinator.s3_restore_agents import S3RestorePort
-from ringsnap.coordinator.table_restore.counts import DrilledCounts
 from ringsnap.coordinator.table_restore.from_s3 import stage_from_s3
 from ringsnap.coordinator.table_restore.model import (
     CloneRecord,
@@ -42,7 +41,11 @@ from ringsnap.coordinator.table_restore.model import (
     step_index,
 )
 from ringsnap.coordinator.table_restore.plan import table_sstables
-from ringsnap.coordinator.table_restore.ports import TableCqlPort, TableNodePort
+from ringsnap.coordinator.table_restore.ports import (
+    TableCqlPort,
+    TableNodePort,
+    TableRestoreJournal,
+)
 from ringsnap.coordinator.table_restore.schema import KeyspaceSchema
 from ringsnap.coordinator.table_restore.verification import verify_restore
 from ringsnap.logs import get_logger
@@ -54,29 +57,6 @@ T = TypeVar("T")
 #: (node, step, message); node "" for the whole run.
 Progress = Callable[[str, str, str], None]
 _ARRAY_TIMEOUT = 900.0
-
-
-class TableRestoreJournal(Protocol):
-    async def save(self, record: TableRestoreRecord) -> None: ...
-
-    async def manifest(self, backup_id: str, node: str) -> Iterable[SSTable]: ...
-
-    async def drilled_counts(self, backup_id: str) -> Mapping[str, DrilledCounts]:
-        """Node → the newest proven drill's row counts of the backup (nodes never drilled absent)."""
-        ...
-
-    async def clones_made(
-        self, record: TableRestoreRecord, clones: Sequence[CloneRecord]
-    ) -> list[int]:
-        """Record each clone as a pending cleanup (unmounted on its node under the restore's id,
-        then deleted); their ids, in order."""
-        ...
-
-    async def cleanup_pending(self, cleanup_id: int) -> bool: ...
-
-    async def cleanup_done(self, cleanup_id: int) -> None: ...
-
-    async def cleanup_failed(self, cleanup_id: int, error: str) -> None: ...
 
 
 def _quiet(node: str, step: str, message: str) -> None:
