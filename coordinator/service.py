@@ -22,7 +22,8 @@ from ringsnap.coordinator.backup import (
     NodeTarget,
     new_backup_id,
 )
-from ringsnap.coordinator.backup_nodes import arrays_of, planned_nodes, recorded_node
+from ringsnap.coordinator.backup_nodes import arrays_of, planned_nodes
+from ringsnap.coordinator.backup_record import record_completed, record_failed
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.cluster_clients import client_tls
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig, RetentionSection
@@ -43,7 +44,6 @@ from ringsnap.coordinator.model import (
     QuiesceMode,
     SnapshotKind,
     Verification,
-    native_cleanup_target,
     native_cleanups,
 )
 from ringsnap.coordinator.operations import Operation, Operations
@@ -341,11 +341,13 @@ class Coordinator:
                 backup_id=backup_id,
                 on_start=begin,
             )
-            backup = await asyncio.to_thread(self._record, run)
+            backup = await asyncio.to_thread(
+                record_completed, self.catalog, self.cluster(run.cluster).config, run
+            )
         except BaseException as exc:
             failed = self._runs.get(backup_id)
             if failed is not None:
-                await asyncio.shield(asyncio.to_thread(self._record_failure, failed, exc))
+                await asyncio.shield(asyncio.to_thread(record_failed, self.catalog, failed, exc))
                 self.metrics.backup_finished(
                     cluster.name,
                     BackupState.FAILED,
@@ -364,49 +366,6 @@ class Coordinator:
         if request.policy:
             await self.apply_retention(cluster.name, request.policy)
         return backup
-
-    def _record(self, run: BackupRun) -> Backup:
-        cluster = self.cluster(run.cluster).config
-        nodes = [recorded_node(node, run.nodes[node.name]) for node in cluster.nodes]
-        self.catalog.record_nodes(run.backup_id, nodes)
-        for ref in run.snapshots:
-            self.catalog.record_snapshot(run.backup_id, ref)
-        for name in run.included:
-            self.catalog.record_manifest(run.backup_id, name, run.nodes[name].manifest)
-        self.catalog.record_keyspace_schemas(run.backup_id, run.keyspace_schemas)
-        return self.catalog.complete_backup(
-            run.backup_id,
-            timings=run.clock.phases,
-            freeze_window=run.window,
-            warnings=[*run.array_warnings, *run.warnings],
-        )
-
-    def _record_failure(self, run: BackupRun, error: BaseException) -> None:
-        cleanups = list(run.pending_cleanups)
-        # Snapshots the workflow took but the catalog refused (e.g. incomplete) are still held.
-        cleanups += [
-            CleanupRequest(array=ref.array, reason=f"backup failed: {error}", ref=ref)
-            for ref in run.snapshots
-        ]
-        cleanups += [
-            CleanupRequest(
-                array=native_cleanup_target(run.cluster, node),
-                reason=f"backup failed: {error}",
-                snapshot_name=run.backup_id,
-            )
-            for node in run.native_snapshots
-        ]
-        message = str(error) or type(error).__name__
-        if isinstance(error, asyncio.CancelledError):
-            message = "cancelled (the coordinator is stopping); every node was thawed"
-        self.catalog.fail_backup(
-            run.backup_id,
-            message,
-            cleanups=cleanups,
-            timings=run.clock.phases,
-            freeze_window=run.window,
-            warnings=run.array_warnings,
-        )
 
     async def start_drill(self, request: DrillRequest, *, drill_id: str = "") -> Operation:
         """Plan and run a drill as an operation, holding its cluster (docs/drills.md)."""
