@@ -19,13 +19,9 @@ from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.export.grpc_node import GrpcExportNode
 from ringsnap.coordinator.export.mirror import write_mirror
 from ringsnap.coordinator.export.model import ExportRecord, ExportRefused
+from ringsnap.coordinator.export.plan import plan_export
 from ringsnap.coordinator.export.ports import ExportNodePort
-from ringsnap.coordinator.export.workflow import (
-    DEFAULT_PARALLEL_NODES,
-    ExportWorkflow,
-    Progress,
-    plan_export,
-)
+from ringsnap.coordinator.export.workflow import DEFAULT_PARALLEL_NODES, ExportWorkflow, Progress
 from ringsnap.coordinator.ports import ArrayPort
 
 

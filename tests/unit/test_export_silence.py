@@ -23,12 +23,9 @@ from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.api.v1 import agent_pb2
 from ringsnap.coordinator.drill.cleanups import cleanup_clone
 from ringsnap.coordinator.export.model import ExportFailed, ExportRecord, NodeStep, purpose_id
+from ringsnap.coordinator.export.plan import plan_export
 from ringsnap.coordinator.export.ports import NodeUpload, UploadProgress
-from ringsnap.coordinator.export.workflow import (
-    PROGRESS_SILENCE_SECONDS,
-    ExportWorkflow,
-    plan_export,
-)
+from ringsnap.coordinator.export.workflow import PROGRESS_SILENCE_SECONDS, ExportWorkflow
 from tests.support.clone_fakes import BACKUP_ID, CloneArray, Events, cloneable_backup
 from tests.support.export_fakes import ExportJournal, ExportNode, Progress
 

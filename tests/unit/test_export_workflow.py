@@ -23,8 +23,9 @@ from ringsnap.coordinator.export.model import (
     NodeStep,
     purpose_id,
 )
+from ringsnap.coordinator.export.plan import plan_export
 from ringsnap.coordinator.export.ports import NodeUpload, UploadProgress
-from ringsnap.coordinator.export.workflow import ExportWorkflow, plan_export
+from ringsnap.coordinator.export.workflow import ExportWorkflow
 from ringsnap.coordinator.model import (
     Backup,
     BackupState,
