@@ -29,11 +29,10 @@ from ringsnap.plugins.errors import (
 )
 from ringsnap.plugins.flasharray.client import FlashArrayClient, RejectedError
 from ringsnap.plugins.flasharray.config import FlashArraySettings
+from ringsnap.plugins.flasharray.items import millis, snapshot_info, volume_of, volume_set
 from ringsnap.plugins.flasharray.names import clone_name, snapshot_suffix
 from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume, VolumeSnapshot
 
-# Purity prefixes a volume's serial with Pure's IEEE OUI to form the LUN's NAA identifier.
-_WWN_PREFIX = "624a9370"
 _log = get_logger(__name__)
 _PGROUP_SNAPSHOT = "pgroup_snapshot"
 # What prepare hands commit: the protection group and the snapshot suffix.
@@ -83,14 +82,14 @@ class FlashArrayDriver(ConfiguredDriver[FlashArraySettings], Revertible, Cloneab
     # -- volumes -----------------------------------------------------------------------------
 
     def list_volumes(self) -> Sequence[Volume]:
-        return [_volume(item) for item in self._client.items("volumes", {"destroyed": False})]
+        return [volume_of(item) for item in self._client.items("volumes", {"destroyed": False})]
 
     # -- group snapshots ---------------------------------------------------------------------
 
     def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
         prepared = self.prepare_group_snapshot(volumes, name)
         ref = self.describe_group_snapshot(prepared, self.commit_group_snapshot(prepared))
-        by_name = _volume_set(volumes, self._array)
+        by_name = volume_set(volumes, self._array)
         if {m.volume.name for m in ref.members} != set(by_name):
             self._discard_mismatched(ref, by_name)
         return ref
@@ -98,7 +97,7 @@ class FlashArrayDriver(ConfiguredDriver[FlashArraySettings], Revertible, Cloneab
     def prepare_group_snapshot(self, volumes: Sequence[Volume], name: str) -> PreparedSnapshot:
         """Before the freeze: the protection group of exactly these volumes, and a snapshot of
         that name if one exists already (a repeat)."""
-        by_name = _volume_set(volumes, self._array)
+        by_name = volume_set(volumes, self._array)
         group = self._pgroup_name(by_name)
         suffix = snapshot_suffix(name)
         self._ensure_pgroup(group, by_name)
@@ -146,7 +145,7 @@ class FlashArrayDriver(ConfiguredDriver[FlashArraySettings], Revertible, Cloneab
         members = self._member_snapshots(
             self._client.items("volume-snapshots", {"filter": f"name='{name}.*'"})
         ).get(name, [])
-        item = {"name": name, "id": ref.snapshot_id, "created": _millis(ref.created_at)}
+        item = {"name": name, "id": ref.snapshot_id, "created": millis(ref.created_at)}
         described = self._ref_from(item, {v.name: v for v in prepared.volumes}, members)
         covered = {m.volume.name for m in described.members}
         wanted = {v.name for v in prepared.volumes}
@@ -161,7 +160,7 @@ class FlashArrayDriver(ConfiguredDriver[FlashArraySettings], Revertible, Cloneab
         return described
 
     def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]:
-        by_name = _volume_set(volumes, self._array)
+        by_name = volume_set(volumes, self._array)
         group = self._pgroup_name(by_name)
         try:
             pg_snapshots = list(
@@ -177,7 +176,7 @@ class FlashArrayDriver(ConfiguredDriver[FlashArraySettings], Revertible, Cloneab
         infos = []
         for item in sorted(pg_snapshots, key=lambda i: int(i.get("created") or 0)):
             ref = self._ref_from(item, by_name, members.get(str(item["name"]), []))
-            infos.append(_info(ref, item))
+            infos.append(snapshot_info(ref, item))
         return infos
 
     def get_snapshot(self, ref: SnapshotRef) -> SnapshotInfo:
@@ -187,7 +186,7 @@ class FlashArrayDriver(ConfiguredDriver[FlashArraySettings], Revertible, Cloneab
                 f"snapshot {self._pg_snapshot_name(ref)} does not exist", array=self._array
             )
         by_name = {m.volume.name: m.volume for m in ref.members}
-        return _info(self._ref(item, by_name), item)
+        return snapshot_info(self._ref(item, by_name), item)
 
     def delete_snapshot(self, ref: SnapshotRef) -> None:
         name = self._pg_snapshot_name(ref)
@@ -239,7 +238,7 @@ class FlashArrayDriver(ConfiguredDriver[FlashArraySettings], Revertible, Cloneab
                 raise self._clone_failed(target, member, exc, made) from None
             except DriverError as exc:
                 raise self._clone_failed(target, member, exc, made) from None
-            made.append(_volume(items[0]))
+            made.append(volume_of(items[0]))
         return made
 
     def _earlier_clone(self, target: str, member: VolumeSnapshot, snapshot: SnapshotRef) -> Volume:
@@ -258,7 +257,7 @@ class FlashArrayDriver(ConfiguredDriver[FlashArraySettings], Revertible, Cloneab
                 " pick another clone suffix",
                 array=self._array,
             )
-        return _volume(item)
+        return volume_of(item)
 
     def _clone_failed(
         self, target: str, member: VolumeSnapshot, error: DriverError, made: Sequence[Volume]
@@ -489,44 +488,3 @@ class FlashArrayDriver(ConfiguredDriver[FlashArraySettings], Revertible, Cloneab
             except DriverError:
                 left.append(volume.name)
         return left
-
-
-def _volume_set(volumes: Sequence[Volume], array: str) -> dict[str, Volume]:
-    by_name = {v.name: v for v in volumes}
-    if not by_name:
-        raise UnsupportedError("a group snapshot needs at least one volume", array=array)
-    if len(by_name) != len(volumes):
-        raise UnsupportedError("the same volume is listed twice", array=array)
-    return dict(sorted(by_name.items()))
-
-
-def _volume(item: Mapping[str, Any]) -> Volume:
-    serial = str(item.get("serial") or "")
-    return Volume(
-        name=str(item["name"]),
-        id=str(item["id"]),
-        size_bytes=int(item.get("provisioned") or 0),
-        wwn=f"{_WWN_PREFIX}{serial}".lower() if serial else "",
-    )
-
-
-def _info(ref: SnapshotRef, item: Mapping[str, Any]) -> SnapshotInfo:
-    warnings = []
-    if item.get("destroyed"):
-        remaining = item.get("time_remaining")
-        when = f" in {int(remaining) // 1000} s" if remaining is not None else ""
-        warnings.append(
-            f"destroyed, pending eradication: the array eradicates it{when}; until then it can be"
-            " recovered and its name stays taken"
-        )
-    space = item.get("space") or {}
-    snapshots = space.get("snapshots") if isinstance(space, Mapping) else None
-    return SnapshotInfo(
-        ref=ref,
-        space_bytes=int(snapshots) if snapshots is not None else None,
-        warnings=tuple(warnings),
-    )
-
-
-def _millis(moment: datetime) -> int:
-    return round(moment.timestamp() * 1000)
