@@ -225,10 +225,12 @@ def test_lease_expiry_thaws_and_is_reported(tmp_path: Path, kernel: FakeKernel) 
 def test_renewals_keep_it_frozen(tmp_path: Path, kernel: FakeKernel) -> None:
     async def scenario() -> None:
         freezer = manager(tmp_path)
-        await freezer.freeze("op-1", [DATA], lease_seconds=0.3)
-        for _ in range(8):
+        # Held past its first lease by renewals a tenth of a lease apart (the slack absorbs a
+        # loaded machine's stalls).
+        await freezer.freeze("op-1", [DATA], lease_seconds=1.0)
+        for _ in range(15):
             await asyncio.sleep(0.1)
-            await freezer.renew("op-1", 0.3)
+            await freezer.renew("op-1", 1.0)
             assert kernel.frozen == {DATA}
         with pytest.raises(NotFound):
             await freezer.renew("op-unknown", 1.0)
