@@ -32,6 +32,7 @@ decision before it acts.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
@@ -60,6 +61,8 @@ from ringsnap.plugins.types import (
 
 MAX_VOLUMES_PER_GROUP = 80
 MAX_SNAPSHOTS_PER_VOLUME = 1023
+#: ONTAP volume names are at most 203 characters.
+_MAX_VOLUME_NAME = 203
 _SNAPSHOT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}$")
 
 _log = get_logger(__name__)
@@ -350,7 +353,7 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
         made: list[VolumeRecord] = []
         clones: list[Volume] = []
         for member in ref.members:
-            clone_name = f"{member.volume.name}_{tag}"[:203]
+            clone_name = _clone_name(member.volume.name, tag)
             current = existing.get(clone_name)
             if current is not None:
                 if (
@@ -449,3 +452,13 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
 
 def _volume(record: VolumeRecord) -> Volume:
     return Volume(name=record.name, id=record.uuid, size_bytes=record.size)
+
+
+def _clone_name(volume: str, tag: str) -> str:
+    """`<volume>_<tag>`; one longer than ONTAP allows keeps what fits and a hash of the whole, so
+    two suffixes that differ only past the limit never share a clone, and a retry finds its own."""
+    name = f"{volume}_{tag}"
+    if len(name) <= _MAX_VOLUME_NAME:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[: _MAX_VOLUME_NAME - len(digest) - 1]}_{digest}"

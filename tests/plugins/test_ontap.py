@@ -315,6 +315,21 @@ def test_a_snapshot_backing_a_clone_cannot_be_deleted(ontap: OntapEnv) -> None:
     assert ontap.simulator.snapshot_names("vol_a") == ["older"]
 
 
+def test_clone_names_past_the_limit_keep_a_hash_of_the_whole(ontap: OntapEnv) -> None:
+    driver = ontap.driver()
+    ref = driver.create_group_snapshot(ontap.volumes(), "long")
+    # Two suffixes alike in their first 203 characters: cut alone, their clones shared a name.
+    first, second = "s" * 210 + "_1", "s" * 210 + "_2"
+    one, other = driver.clone(ref, first), driver.clone(ref, second)
+    names = [c.name for c in (*one, *other)]
+    assert len(set(names)) == len(names) and all(len(n) == 203 for n in names)
+    assert all(
+        n.startswith(f"{c.name}_sss") for n, c in zip(names, ontap.volumes() * 2, strict=True)
+    )
+    # A retry of the same clone finds the clones it made, as for a short name.
+    assert [c.name for c in driver.clone(ref, first)] == [c.name for c in one]
+
+
 def test_delete_clone_refuses_an_original_volume(ontap: OntapEnv) -> None:
     driver = ontap.driver()
     assert driver.cloneable
