@@ -14,8 +14,10 @@ import pytest
 
 from ringsnap.coordinator.model import SnapshotKind
 from ringsnap.coordinator.table_restore.model import (
+    CloneRecord,
     Step,
     TableRestoreFailed,
+    TableRestoreRecord,
     TableRestoreRequest,
     TableRestoreState,
 )
@@ -146,17 +148,22 @@ def test_a_failed_stage_deletes_the_clones_keeps_the_staging_and_resumes() -> No
     assert [e for e in world.events if ":stage:" in e] == ["node2:stage:shop.orders"]
 
 
-def test_a_clone_the_array_would_not_delete_stays_in_the_record_and_resume_deletes_it() -> None:
-    world = World()
+def _failed_with_two_clones_left(world: World) -> tuple[TableRestoreRecord, list[CloneRecord]]:
+    """A run whose mount fails and whose clean-up cannot delete two of the clones."""
     world.agents["node1"].fail["mount"] = RuntimeError("attach hook failed")
-    world.array.fail_delete = 2  # the failure's clean-up cannot delete two of them
+    world.array.fail_delete = 2
 
     with pytest.raises(TableRestoreFailed) as failed:
         world.run(world.plan().record)
 
     record = failed.value.record
     assert record is not None
-    left = [c for c in record.clones if c.clone and not c.deleted]
+    return record, [c for c in record.clones if c.clone and not c.deleted]
+
+
+def test_a_clone_the_array_would_not_delete_stays_in_the_record_and_resume_deletes_it() -> None:
+    world = World()
+    record, left = _failed_with_two_clones_left(world)
     assert len(left) == 2
     assert any("clones not deleted" in w for w in record.warnings)
 
@@ -292,19 +299,9 @@ def test_every_clone_is_a_pending_cleanup_from_its_making_until_its_deletion() -
     assert world.journal.pending_cleanups == {}, "a deleted clone is still a pending cleanup"
 
 
-def test_a_clone_left_after_a_failure_stays_pending_and_one_the_daemon_deleted_is_not_deleted_again() -> (
-    None
-):
+def test_a_clone_left_pending_is_not_deleted_again_once_the_daemon_deleted_it() -> None:
     world = World()
-    world.agents["node1"].fail["mount"] = RuntimeError("attach hook failed")
-    world.array.fail_delete = 2  # the failure's clean-up cannot delete two of them
-
-    with pytest.raises(TableRestoreFailed) as failed:
-        world.run(world.plan().record)
-
-    record = failed.value.record
-    assert record is not None
-    left = [c for c in record.clones if c.clone and not c.deleted]
+    record, left = _failed_with_two_clones_left(world)
     assert sorted(world.journal.pending_cleanups) == sorted(c.cleanup_id for c in left)
     assert all("array busy" in world.journal.cleanup_errors[c.cleanup_id] for c in left)
 
