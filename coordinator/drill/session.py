@@ -14,7 +14,7 @@ from datetime import datetime
 
 from ringsnap.coordinator.agents import ClientTls
 from ringsnap.coordinator.catalog import Catalog
-from ringsnap.coordinator.catalog_journal import CatalogJournalBase
+from ringsnap.coordinator.catalog_journal import CatalogCleanups, CatalogJournalBase
 from ringsnap.coordinator.cluster_clients import open_cluster
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.drill.agents import GrpcDrillHost, GrpcNodeFacts
@@ -33,7 +33,7 @@ from ringsnap.coordinator.ports import ArrayPort
 from ringsnap.plugins.types import Volume
 
 
-class CatalogDrillJournal(CatalogJournalBase):
+class CatalogDrillJournal(CatalogJournalBase, CatalogCleanups):
     """`DrillJournal` over the catalog (every call off the event loop)."""
 
     async def save(self, record: DrillRecord) -> None:
@@ -60,15 +60,7 @@ class CatalogDrillJournal(CatalogJournalBase):
             )
             for clone in clones
         ]
-        made = await asyncio.to_thread(self.catalog.add_cleanups, record.backup_id, requests)
-        ids = {c.snapshot_name: c.id for c in made}
-        return [ids[r.snapshot_name] for r in requests]
-
-    async def clone_deleted(self, cleanup_id: int) -> None:
-        await asyncio.to_thread(self.catalog.cleanup_done, cleanup_id)
-
-    async def clone_not_deleted(self, cleanup_id: int, error: str) -> None:
-        await asyncio.to_thread(self.catalog.cleanup_failed, cleanup_id, error)
+        return await self.add_cleanups(record.backup_id, requests)
 
 
 def proven_nodes(catalog: Catalog, backup_id: str) -> dict[str, str]:

@@ -371,9 +371,9 @@ class DrillWorkflow:
             deleted[(clone.array, clone.name)] = ok
             try:
                 if ok:
-                    await self.journal.clone_deleted(cleanup)
+                    await self.journal.cleanup_done(cleanup)
                 else:
-                    await self.journal.clone_not_deleted(cleanup, failures[-1])
+                    await self.journal.cleanup_failed(cleanup, failures[-1])
             except Exception as exc:  # the cleanup row stays: it is retried, never lost
                 log.error("clone cleanup not updated", cleanup=cleanup, error=str(exc))
         if failures:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ringsnap.coordinator.clone_mounts import CloneMounter
+from ringsnap.coordinator.clone_session import CloneCleanups
 from ringsnap.coordinator.export.model import ExportRecord
 from ringsnap.coordinator.model import CleanupRequest
 from ringsnap.coordinator.ports import VolumeState
@@ -61,7 +62,7 @@ class ExportNodePort(CloneMounter, Protocol):
     ) -> NodeUpload: ...
 
 
-class ExportJournal(Protocol):
+class ExportJournal(CloneCleanups, Protocol):
     """The catalog, for an export (calls are blocking-free coroutines)."""
 
     async def save(self, record: ExportRecord) -> None: ...
@@ -69,11 +70,3 @@ class ExportJournal(Protocol):
     async def add_cleanups(self, backup_id: str, requests: Sequence[CleanupRequest]) -> list[int]:
         """Record clones as pending cleanups; their ids, in order."""
         ...
-
-    async def cleanup_pending(self, cleanup_id: int) -> bool:
-        """Whether the cleanup is still pending (the coordinator's retries may have done it)."""
-        ...
-
-    async def cleanup_done(self, cleanup_id: int) -> None: ...
-
-    async def cleanup_failed(self, cleanup_id: int, error: str) -> None: ...

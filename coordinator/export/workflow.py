@@ -25,6 +25,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from ringsnap.coordinator.clone_mounts import CloneToMount
+from ringsnap.coordinator.clone_session import CloneSession
 from ringsnap.coordinator.drill.cleanups import clone_cleanup
 from ringsnap.coordinator.export.model import (
     ExportClone,
@@ -46,7 +47,7 @@ from ringsnap.coordinator.model import Backup, SnapshotKind, VolumeRole
 from ringsnap.coordinator.ports import ArrayPort
 from ringsnap.coordinator.restore_plan import match_volume, narrowed
 from ringsnap.logs import get_logger
-from ringsnap.plugins.types import SnapshotRef, Volume
+from ringsnap.plugins.types import SnapshotRef
 
 log = get_logger(__name__)
 
@@ -58,7 +59,6 @@ DEFAULT_PARALLEL_NODES = 2
 #: every few seconds while it works, however slowly) is taken for a lost node: its export fails
 #: naming it, and its clones are deleted only once it confirms they are unmounted.
 PROGRESS_SILENCE_SECONDS = 120.0
-_ARRAY_TIMEOUT = 900.0
 
 
 class _StepFailed(Exception):
@@ -99,6 +99,7 @@ class ExportWorkflow:
         self.nodes = dict(nodes)
         self.arrays = dict(arrays)
         self.journal = journal
+        self.clones = CloneSession(self.arrays, journal)
         self.parallel_nodes = max(1, parallel_nodes)
         self.progress = progress or _quiet
         self.mirror = mirror
@@ -299,10 +300,9 @@ class ExportWorkflow:
         ref = narrowed(ref, {c.volume for c in wanted})
         self.progress(name, f"cloning {len(ref.members)} volume(s) on array {array}")
         try:
-            made = await asyncio.wait_for(self.arrays[array].clone(ref, suffix), _ARRAY_TIMEOUT)
+            by_volume = await self.clones.clone(array, ref, suffix)
         except Exception as exc:
             raise _StepFailed(NodeStep.CLONE, f"array {array}: {exc}") from None
-        by_volume = {m.volume.name: v for m, v in zip(ref.members, made, strict=True)}
         requests = [
             clone_cleanup(
                 array,
@@ -416,31 +416,15 @@ class ExportWorkflow:
             for clone in made:
                 await self._clone_changed(name, clone, unmounted=True)
             await self._node(name, step=max_step(self._record.node(name).step, NodeStep.UNMOUNT))
-        failures: list[str] = []
-        for clone in self._record.node(name).clones_left:
-            if clone.cleanup_id and not await self.journal.cleanup_pending(clone.cleanup_id):
-                # The coordinator's pending-cleanup retries deleted it meanwhile.
-                await self._clone_changed(name, clone, deleted=True)
-                continue
-            try:
-                await asyncio.wait_for(
-                    self.arrays[clone.array].delete_clone(Volume(clone.clone, clone.clone_id)),
-                    _ARRAY_TIMEOUT,
-                )
-            except Exception as exc:
-                failures.append(f"array {clone.array}: clone {clone.clone} not deleted: {exc}")
-                if clone.cleanup_id:
-                    await self.journal.cleanup_failed(clone.cleanup_id, str(exc))
-                continue
-            if clone.cleanup_id:
-                await self.journal.cleanup_done(clone.cleanup_id)
+
+        async def deleted(clone: ExportClone, by_retry: bool) -> None:
             await self._clone_changed(name, clone, deleted=True)
-            self.progress(name, f"clone {clone.array}:{clone.clone} deleted")
-        if failures:
-            raise _StepFailed(
-                NodeStep.DELETE_CLONES,
-                "; ".join(failures) + " (they stay pending cleanups, retried by the coordinator)",
-            )
+            if not by_retry:
+                self.progress(name, f"clone {clone.array}:{clone.clone} deleted")
+
+        problem = await self.clones.delete(self._record.node(name).clones_left, deleted)
+        if problem:
+            raise _StepFailed(NodeStep.DELETE_CLONES, problem)
         await self._node(name, step=max_step(self._record.node(name).step, NodeStep.DELETE_CLONES))
 
 

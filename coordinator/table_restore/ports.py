@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ringsnap.coordinator.clone_mounts import CloneMounter
+from ringsnap.coordinator.clone_session import CloneCleanups
 from ringsnap.coordinator.ports import SSTable
 from ringsnap.coordinator.table_restore.counts import DrilledCounts
 from ringsnap.coordinator.table_restore.model import CloneRecord, TableRestoreRecord
@@ -95,7 +96,7 @@ class TableCqlPort(Protocol):
         ...
 
 
-class TableRestoreJournal(Protocol):
+class TableRestoreJournal(CloneCleanups, Protocol):
     """The catalog, as the run uses it: its record saved after every step, the backup's manifests
     and drills read, and its clones kept as pending cleanups."""
 
@@ -113,9 +114,3 @@ class TableRestoreJournal(Protocol):
         """Record each clone as a pending cleanup (unmounted on its node under the restore's id,
         then deleted); their ids, in order."""
         ...
-
-    async def cleanup_pending(self, cleanup_id: int) -> bool: ...
-
-    async def cleanup_done(self, cleanup_id: int) -> None: ...
-
-    async def cleanup_failed(self, cleanup_id: int, error: str) -> None: ...

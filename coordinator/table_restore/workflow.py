@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import TypeVar
 
 from ringsnap.coordinator.clone_mounts import CloneToMount
+from ringsnap.coordinator.clone_session import CloneSession
 from ringsnap.coordinator.model import Backup
 from ringsnap.coordinator.ports import ArrayPort
 from ringsnap.coordinator.restore_plan import narrowed
@@ -56,7 +57,6 @@ T = TypeVar("T")
 
 #: (node, step, message); node "" for the whole run.
 Progress = Callable[[str, str, str], None]
-_ARRAY_TIMEOUT = 900.0
 
 
 def _quiet(node: str, step: str, message: str) -> None:
@@ -84,6 +84,7 @@ class TableRestoreWorkflow:
         self.arrays = dict(arrays)
         self.cql = cql
         self.journal = journal
+        self.clones = CloneSession(self.arrays, journal)
         self.progress = progress or _quiet
         self.record: TableRestoreRecord | None = None
 
@@ -235,10 +236,7 @@ class TableRestoreWorkflow:
         async def one(array: str) -> dict[str, Volume]:
             ref = narrowed(refs[array], by_array[array])
             self.progress("", "clone", f"array {array}: {len(ref.members)} volume(s)")
-            made = await asyncio.wait_for(self.arrays[array].clone(ref, suffix), _ARRAY_TIMEOUT)
-            return {
-                member.volume.name: volume for member, volume in zip(ref.members, made, strict=True)
-            }
+            return await self.clones.clone(array, ref, suffix)
 
         results = await asyncio.gather(*(one(a) for a in sorted(by_array)), return_exceptions=True)
         made: dict[tuple[str, str], Volume] = {}
@@ -348,32 +346,14 @@ class TableRestoreWorkflow:
         await self._on_nodes("unmounting the clones", one, names)
 
     async def _delete_clones(self) -> None:
-        failures: list[str] = []
-        for clone in self._record.clones:
-            if not clone.clone or clone.deleted:
-                continue
-            if clone.cleanup_id and not await self.journal.cleanup_pending(clone.cleanup_id):
-                # The coordinator's pending-cleanup retries deleted it meanwhile.
-                await self._clone_deleted(clone)
-                continue
-            try:
-                await asyncio.wait_for(
-                    self.arrays[clone.array].delete_clone(Volume(clone.clone, clone.clone_id)),
-                    _ARRAY_TIMEOUT,
-                )
-            except Exception as exc:
-                failures.append(f"array {clone.array}: clone {clone.clone} not deleted: {exc}")
-                if clone.cleanup_id:
-                    await self.journal.cleanup_failed(clone.cleanup_id, str(exc))
-                continue
-            if clone.cleanup_id:
-                await self.journal.cleanup_done(clone.cleanup_id)
-            self.progress("", "delete-clones", f"{clone.array}:{clone.clone}")
+        async def deleted(clone: CloneRecord, by_retry: bool) -> None:
+            if not by_retry:
+                self.progress("", "delete-clones", f"{clone.array}:{clone.clone}")
             await self._clone_deleted(clone)
-        if failures:
-            raise TableRestoreFailed(
-                "; ".join(failures) + " (they stay pending cleanups, retried by the coordinator)"
-            )
+
+        problem = await self.clones.delete(self._record.clones, deleted)
+        if problem:
+            raise TableRestoreFailed(problem)
 
     async def _clone_deleted(self, clone: CloneRecord) -> None:
         await self._save(
