@@ -6,10 +6,11 @@ thread. Socket reads, CRC32 and `pwrite` all release the GIL, so a few such thre
 cores of a small machine busy without a queue between a reading thread and a writing thread (the
 design of s3transfer, whose hand-offs of 256 KiB chunks cost more CPU than the bytes themselves).
 
-A body cut in the middle (connection reset, read timeout, a body shorter than its Content-Length)
-is resumed from the byte reached with a ranged GET, up to `attempts` times: the writer sees the
-bytes once, in order, so its CRC32 stays valid. botocore retries the request itself (until the
-headers); what it cannot retry is the body, which is this loop's job.
+A body cut in the middle (connection reset, read timeout, a TLS error, a body shorter than its
+Content-Length) is resumed from the byte reached with a ranged GET, up to `attempts` times: the
+writer sees the bytes once, in order, so its CRC32 stays valid. botocore retries the request itself
+(until the headers); what it cannot retry is the body, which is this loop's job. Only the read of
+the body can be a cut: an error of the writer (a full disk) fails the file at once.
 
 The object must be the size the manifest says: a whole GET's Content-Length, or a ranged GET's
 Content-Range total, that differs is `ObjectCorrupt` before any byte is written.
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import http.client
 import re
-import shutil
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,10 +45,14 @@ log = get_logger(__name__)
 #: buffer per thread cheap (8 threads: 8 MiB).
 CHUNK = 1024 * 1024
 
-#: A body cut in flight: resumed where it stopped.
+#: A body cut in flight: resumed where it stopped. What the read of a body raises, and only that:
+#: read through urllib3 and botocore, a socket's or TLS's error comes wrapped (urllib3's
+#: `HTTPError`s, botocore's); read straight from the socket (`_raw_response`) it comes as is: an
+#: `OSError` (`ssl.SSLError` is one: a TLS link dropped mid-record, a corrupted record). Any
+#: `OSError` of a socket's read is the connection failing, but an `OSError` of the writer (a full
+#: disk, an I/O error) is not: `_read_or_cut` tells them apart by where they are raised.
 _CUT = (
-    ConnectionError,
-    TimeoutError,
+    OSError,  # ConnectionError, TimeoutError, ssl.SSLError and the socket's others
     http.client.HTTPException,
     urllib3.exceptions.HTTPError,
     IncompleteReadError,
@@ -69,6 +73,10 @@ class FetchHalted(Exception):
 
 class BodyCut(Exception):
     """A body ended before its length `attempts` times in a row."""
+
+
+class _Cut(Exception):
+    """The read of a body failed (one of `_CUT`, from the read and not from a writer)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +149,7 @@ class Fetcher:
                 read = _reader(body)
                 while done < span.length:
                     self._check()
-                    count = read(view[: min(CHUNK, span.length - done)])
+                    count = _read_or_cut(read, view[: min(CHUNK, span.length - done)])
                     if count == 0:
                         break  # shorter than its Content-Length: a cut connection
                     if self._throttle is not None:
@@ -153,8 +161,8 @@ class Fetcher:
                 if drained:
                     return
                 problem: str = "the body ended early"
-            except _CUT as exc:
-                problem = f"{type(exc).__name__}: {exc}"
+            except _Cut as exc:
+                problem = str(exc)
             finally:
                 _close(body, drained)
             cuts += 1
@@ -238,13 +246,24 @@ def _reader(body: Any) -> Callable[[memoryview], int]:
     raw = _raw_response(body)
     if raw is not None:
         return raw.readinto
+    return _through_botocore(body)
 
+
+def _through_botocore(body: Any) -> Callable[[memoryview], int]:
     def read_into(view: memoryview) -> int:
         data = body.read(len(view))
         view[: len(data)] = data
         return len(data)
 
     return read_into
+
+
+def _read_or_cut(read: Callable[[memoryview], int], view: memoryview) -> int:
+    """`read(view)`; what it raises of `_CUT` as `_Cut` (any other error of it, as is)."""
+    try:
+        return read(view)
+    except _CUT as exc:
+        raise _Cut(f"{type(exc).__name__}: {exc}") from exc
 
 
 def _close(body: Any, drained: bool) -> None:
@@ -264,12 +283,20 @@ def read_object(client: S3Client, bucket: str, key: str, out: IO[bytes], attempt
         out.seek(0)
         out.truncate()
         body = client.get_object(Bucket=bucket, Key=key)["Body"]
+        # Through botocore, which checks the body's length at its end (`_reader`'s fast path would
+        # take a short body for a whole one); the writes to `out` outside `_read_or_cut`.
+        read, view = _through_botocore(body), memoryview(bytearray(CHUNK))
         try:
-            shutil.copyfileobj(body, out, CHUNK)
+            while count := _read_or_cut(read, view):
+                out.write(view[:count])
             return
-        except _CUT:
+        except _Cut as cut:
             if attempt == attempts:
-                raise
-            log.warning("S3 body cut; fetching it again", key=key, attempt=attempt)
+                raise BodyCut(
+                    f"the body of {key!r} was cut {attempts} times (last: {cut})"
+                ) from cut
+            log.warning(
+                "S3 body cut; fetching it again", key=key, attempt=attempt, problem=str(cut)
+            )
         finally:
             body.close()

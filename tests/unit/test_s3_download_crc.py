@@ -16,15 +16,12 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from ringsnap.agent.manifest import manifest
 from ringsnap.agent.s3 import download
 from ringsnap.agent.s3.download import DownloadRefused, _PartialFile, download_node
-from ringsnap.agent.s3.export import export_node
 from ringsnap.agent.s3.settings import S3Settings
-from ringsnap.sandbox.sstables import table_directory, write_sstable
+from ringsnap.sandbox.sstables import table_directory
+from tests.support.s3_exported import BUCKET, MIB, export_b1
 
-MIB = 1024 * 1024
-BUCKET = "ringsnap-copies"
 #: Data.db of generation 1 is above this threshold: downloaded in ranged parts, out of order.
 RANGED = S3Settings(
     bucket=BUCKET, multipart_threshold_bytes=5 * MIB, part_size_bytes=5 * MIB, concurrency=4
@@ -63,18 +60,7 @@ def bucket(tmp_path: Path) -> Iterator[Any]:
     """moto's S3 holding backup b1 of node1: Data.db of 12 MiB (generation 1) and 40 KB."""
     with mock_aws():
         client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket=BUCKET)
-        source = tmp_path / "source"
-        write_sstable(table_directory(source), 1, 12 * MIB)
-        write_sstable(table_directory(source), 2, 40_000)
-        export_node(
-            client,
-            RANGED,
-            backup_id="b1",
-            node="node1",
-            data_directories=[source],
-            manifest=lambda: manifest([source], cache=None),
-        )
+        export_b1(client, RANGED, tmp_path / "source")
         yield client
 
 

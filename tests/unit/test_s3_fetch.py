@@ -4,7 +4,8 @@ a TCP proxy of this test that cuts responses in the middle.
 
 - ranged parts are joined by their CRC32s: Data.db verified without being read back;
 - a body cut in the middle is resumed from the byte reached (a ranged GET), each byte written once;
-  cut every time, the file is refused naming its key, nothing left behind;
+  cut every time, the file is refused naming its key, nothing left behind; a TLS error read
+  straight from the socket is a cut too, a full disk (the writer's OSError) is not;
 - an object of another size than the manifest says is refused before a byte of it is written;
 - a body read to its end gives its connection back (one connection for a whole download);
 - a cancel in the middle of a ranged file stops its parts and leaves no partial file;
@@ -14,9 +15,12 @@ a TCP proxy of this test that cuts responses in the middle.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import logging
+import os
 import socket
+import ssl
 import threading
 import time
 import zlib
@@ -29,7 +33,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 from moto.server import ThreadedMotoServer
 
-from ringsnap.agent.manifest import manifest
 from ringsnap.agent.s3 import download, fetch
 from ringsnap.agent.s3.client import make_client
 from ringsnap.agent.s3.crc import crc32, crc32_combine, crc32_of_parts
@@ -39,14 +42,10 @@ from ringsnap.agent.s3.download import (
     DownloadRefused,
     download_node,
 )
-from ringsnap.agent.s3.export import export_node
 from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.agent.s3.throttle import Throttle
-from ringsnap.sandbox.sstables import table_directory, write_sstable
-
-MIB = 1024 * 1024
-BUCKET = "ringsnap-copies"
-DATA_MIB = 12
+from ringsnap.sandbox.sstables import table_directory
+from tests.support.s3_exported import BUCKET, DATA_BYTES, MIB, export_b1
 
 
 @pytest.fixture(scope="module")
@@ -69,20 +68,8 @@ def exported(server: int, tmp_path_factory: pytest.TempPathFactory) -> Path:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("AWS_ACCESS_KEY_ID", "testing")
         patch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-        client = make_client(_settings(server))
-        client.create_bucket(Bucket=BUCKET)
-        source = tmp_path_factory.mktemp("source")
-        write_sstable(table_directory(source), 1, DATA_MIB * MIB)
-        write_sstable(table_directory(source), 2, 40_000)
-        export_node(
-            client,
-            _settings(server),
-            backup_id="b1",
-            node="node1",
-            data_directories=[source],
-            manifest=lambda: manifest([source], cache=None),
-        )
-    return source
+        settings = _settings(server)
+        return export_b1(make_client(settings), settings, tmp_path_factory.mktemp("source"))
 
 
 @pytest.fixture(autouse=True)
@@ -146,7 +133,7 @@ def test_ranged_parts_are_joined_by_their_crcs_without_reading_back(
 
     data_key = _data_key(client)
     ranges = sorted(g["Range"] for g in gets if g["Key"] == data_key)
-    size = DATA_MIB * MIB
+    size = DATA_BYTES
     assert ranges == sorted(
         f"bytes={start}-{min(start + 5 * MIB, size) - 1}" for start in range(0, size, 5 * MIB)
     )
@@ -273,9 +260,7 @@ def test_a_body_cut_in_the_middle_is_resumed_from_the_byte_reached(
     data_gets = [g for g in gets if g["Key"] == data_key]
     assert len(data_gets) == 2 and "Range" not in data_gets[0], data_gets
     resumed_at = int(data_gets[1]["Range"].removeprefix("bytes=").split("-")[0])
-    assert 0 < resumed_at < DATA_MIB * MIB and data_gets[1]["Range"].endswith(
-        f"-{DATA_MIB * MIB - 1}"
-    )
+    assert 0 < resumed_at < DATA_BYTES and data_gets[1]["Range"].endswith(f"-{DATA_BYTES - 1}")
     assert read_back == [], "the CRC32 taken while writing stands: each byte was written once"
     assert result.bytes_downloaded == result.bytes_total, "bytes counted twice"
     _same_tree(restored, exported)
@@ -292,6 +277,80 @@ def test_a_body_cut_every_time_is_refused_naming_its_key(
                        r" was cut 2 times") as refused:  # fmt: skip
         download_node(client, settings, backup_id="b1", node="node1", destinations=[restored])
     assert "run it again" in str(refused.value)
+    assert not [p for p in restored.rglob("*") if p.name.endswith(PARTIAL_SUFFIX)]
+
+
+class _TlsCutOnce:
+    """The http.client response of a real GET, read straight from its socket (the download's fast
+    path), whose connection fails with `ssl.SSLEOFError` once `after` bytes of one body were read:
+    what a TLS link that drops in the middle of a body raises there (not wrapped by urllib3)."""
+
+    def __init__(self, raw: Any, after: int, cut: list[int]) -> None:
+        self._raw = raw
+        self._after = after
+        self._cut = cut  # the bytes this body had given when it was cut (once over all bodies)
+        self._read = 0
+
+    def readinto(self, view: memoryview) -> int:
+        if not self._cut and self._read + len(view) > self._after:
+            self._cut.append(self._read)
+            raise ssl.SSLEOFError(8, "EOF occurred in violation of protocol (_ssl.c:2427)")
+        count: int = self._raw.readinto(view)
+        self._read += count
+        return count
+
+
+def test_a_tls_error_in_the_middle_of_a_body_is_resumed_from_the_byte_reached(
+    server: int, exported: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cut: list[int] = []
+    raw_response = fetch._raw_response
+
+    def cut_once(body: Any) -> Any:
+        raw = raw_response(body)
+        return None if raw is None else _TlsCutOnce(raw, 3 * MIB, cut)
+
+    monkeypatch.setattr(fetch, "_raw_response", cut_once)
+    settings = _settings(server, concurrency=1)  # one GET per file (below the threshold)
+    client = make_client(settings)
+    gets = _gets(client)
+    read_back = _read_back(monkeypatch)
+    restored = tmp_path / "restored"
+    result = download_node(client, settings, backup_id="b1", node="node1", destinations=[restored])
+
+    data_key = _data_key(client)
+    data_gets = [g for g in gets if g["Key"] == data_key]
+    assert len(cut) == 1 and 0 < cut[0] < DATA_BYTES
+    assert len(data_gets) == 2 and "Range" not in data_gets[0], data_gets
+    assert data_gets[1]["Range"] == f"bytes={cut[0]}-{DATA_BYTES - 1}"
+    assert read_back == [], "the CRC32 taken while writing stands: each byte was written once"
+    assert result.bytes_downloaded == result.bytes_total, "bytes counted twice"
+    _same_tree(restored, exported)
+
+
+def test_a_full_disk_fails_the_file_at_once_naming_it(
+    server: int, exported: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An OSError of the write side is not a cut connection: the GET is not sent again."""
+    write = download._PartialFile.write
+
+    def fills_up(self: download._PartialFile, data: bytes | memoryview) -> int:
+        if self.tell() + len(data) > 3 * MIB:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return write(self, data)
+
+    monkeypatch.setattr(download._PartialFile, "write", fills_up)
+    settings = _settings(server, concurrency=1, max_attempts=3)
+    client = make_client(settings)
+    gets = _gets(client)
+    restored = tmp_path / "restored"
+    data_key = _data_key(client)
+    with pytest.raises(DownloadRefused) as refused:
+        download_node(client, settings, backup_id="b1", node="node1", destinations=[restored])
+    message = str(refused.value)
+    assert f"download of {data_key!r} to " in message and "nb-1-big-Data.db" in message
+    assert "No space left on device" in message
+    assert len([g for g in gets if g["Key"] == data_key]) == 1, "a full disk was retried as a cut"
     assert not [p for p in restored.rglob("*") if p.name.endswith(PARTIAL_SUFFIX)]
 
 
@@ -337,7 +396,7 @@ def test_an_object_of_another_size_is_refused_before_it_is_written(
             Body=io.BytesIO(original[:delta] if delta < 0 else original + b"!"),
         )
         restored = tmp_path / "restored"
-        size = DATA_MIB * MIB
+        size = DATA_BYTES
         with pytest.raises(
             DownloadRefused,
             match=rf"object '{key}' is corrupt \((size {size + delta}, expected {size}|shorter)",
