@@ -31,8 +31,12 @@ from ringsnap.agent.errors import Conflict
 from ringsnap.agent.node import NodeAgent
 from ringsnap.agent.restore import check_operation_id
 from ringsnap.agent.s3.client import make_client
-from ringsnap.agent.s3.commitlog import read_commitlog_object
-from ringsnap.agent.s3.download_check import DownloadCheck, Room
+from ringsnap.agent.s3.download_check import (
+    DownloadCheck,
+    commitlog_size,
+    object_missing,
+    room_of,
+)
 from ringsnap.agent.s3.layout import Layout, node_name
 from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.agent.s3_restore import DOWNLOADED_MARKER, S3Restore
@@ -48,11 +52,6 @@ class Discarded:
     path: str
     files: int
     bytes: int
-
-
-def _missing(exc: Exception) -> bool:
-    code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
-    return code in ("NoSuchKey", "404", "NotFound")
 
 
 def _tree_size(root: Path) -> tuple[int, int]:
@@ -109,15 +108,15 @@ class S3Staging:
             client.head_object(Bucket=settings.bucket, Key=key)
         except Exception as exc:
             found = False
-            problem = "no such object" if _missing(exc) else f"it cannot be read: {exc}"
+            problem = "no such object" if object_missing(exc) else f"it cannot be read: {exc}"
         commitlog_key = layout.commitlog_manifest_key(backup_id, node)
-        commitlog_found, commitlog_bytes, commitlog_problem = self._commitlog(
+        commitlog_found, commitlog_bytes, commitlog_problem = commitlog_size(
             client, settings.bucket, layout, commitlog_key, backup_id=backup_id, node=node
         )
         # A complete download needs nothing more; a first one the whole copy and its commit log.
         needed = 0 if complete else expected_bytes + commitlog_bytes
         rooms = tuple(
-            _room(directory, needed if index == 0 else 0)
+            room_of(directory, needed if index == 0 else 0)
             for index, directory in enumerate(directories)
         )
         return DownloadCheck(
@@ -130,23 +129,6 @@ class S3Staging:
             problem=problem or commitlog_problem,
             download_complete=complete,
         )
-
-    @staticmethod
-    def _commitlog(
-        client: Any, bucket: str, layout: Layout, key: str, *, backup_id: str, node: str
-    ) -> tuple[bool, int, str]:
-        """(found, bytes of its segments, why it cannot be used): the list object is small."""
-        try:
-            data: Any = client.get_object(Bucket=bucket, Key=key)["Body"].read()
-        except Exception as exc:
-            if _missing(exc):
-                return False, 0, ""
-            return False, 0, f"the commit-log list object {key!r} cannot be read: {exc}"
-        try:
-            segments = read_commitlog_object(data, layout, name=key, backup_id=backup_id, node=node)
-        except ValidationError as exc:
-            return True, 0, str(exc)
-        return True, sum(s.size_bytes for s in segments), ""
 
     # -- giving the restore up -------------------------------------------------------------------
 
@@ -208,13 +190,6 @@ def _marker_backup(first_root: Path) -> str:
         return ""
     value = document.get("backup_id") if isinstance(document, dict) else None
     return value if isinstance(value, str) else ""
-
-
-def _room(directory: Path, needed: int) -> Room:
-    stats = os.statvfs(directory)
-    return Room(
-        str(directory), needed, stats.f_bavail * stats.f_frsize, str(os.stat(directory).st_dev)
-    )
 
 
 def check_response(done: DownloadCheck) -> agent_pb2.CheckS3DownloadResponse:

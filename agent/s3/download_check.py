@@ -48,7 +48,8 @@ class DownloadCheck:
     download_complete: bool = False
 
 
-def _missing(exc: Exception) -> bool:
+def object_missing(exc: Exception) -> bool:
+    """Whether an S3 call failed because the object is not there (not for another reason)."""
     code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
     return code in ("NoSuchKey", "404", "NotFound")
 
@@ -60,7 +61,8 @@ def _staged(path: Path, size: int) -> bool:
         return False
 
 
-def _room(directory: Path, needed: int) -> Room:
+def room_of(directory: Path, needed: int) -> Room:
+    """`needed` bytes against the free space of `directory`'s filesystem."""
     stats = os.statvfs(directory)
     return Room(
         str(directory), needed, stats.f_bavail * stats.f_frsize, str(os.stat(directory).st_dev)
@@ -88,7 +90,7 @@ def check_download(
             read_object(client, settings.bucket, key, spool)
         except Exception as exc:
             found = False
-            problem = "no such object" if _missing(exc) else f"it cannot be read: {exc}"
+            problem = "no such object" if object_missing(exc) else f"it cannot be read: {exc}"
         if found:
             spool.seek(0)
             try:
@@ -106,13 +108,13 @@ def check_download(
             except ValidationError as exc:
                 problem = str(exc)
     commitlog_key = layout.commitlog_manifest_key(backup_id, node)
-    commitlog_found, commitlog_bytes, commitlog_problem = _commitlog(
-        client, settings, layout, commitlog_key, backup_id=backup_id, node=node
+    commitlog_found, commitlog_bytes, commitlog_problem = commitlog_size(
+        client, settings.bucket, layout, commitlog_key, backup_id=backup_id, node=node
     )
     problem = problem or commitlog_problem
     if data_directories:
         needed[0] += commitlog_bytes
-    rooms = tuple(_room(d, n) for d, n in zip(data_directories, needed, strict=True))
+    rooms = tuple(room_of(d, n) for d, n in zip(data_directories, needed, strict=True))
     return DownloadCheck(
         manifest_key=key,
         manifest_found=found,
@@ -124,14 +126,15 @@ def check_download(
     )
 
 
-def _commitlog(
-    client: S3Client, settings: S3Settings, layout: Layout, key: str, *, backup_id: str, node: str
+def commitlog_size(
+    client: S3Client, bucket: str, layout: Layout, key: str, *, backup_id: str, node: str
 ) -> tuple[bool, int, str]:
-    """(found, bytes of its segments, why it cannot be used)."""
+    """The commit-log list object `key`: (found, bytes of its segments, why it cannot be used);
+    read whole (it is small)."""
     try:
-        data: Any = client.get_object(Bucket=settings.bucket, Key=key)["Body"].read()
+        data: Any = client.get_object(Bucket=bucket, Key=key)["Body"].read()
     except Exception as exc:
-        if _missing(exc):
+        if object_missing(exc):
             return False, 0, ""
         return False, 0, f"the commit-log list object {key!r} cannot be read: {exc}"
     try:
