@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ringsnap.plugins.lvm.report import LV_FIELDS, VG_FIELDS
 from ringsnap.plugins.lvm.runner import CommandResult
 from ringsnap.plugins.simulators.lunpool import loop_devices_of, reflink
 
@@ -49,24 +50,9 @@ NO_DEVICE_MAPPER_STDERR = (
 _MODPROBE_STDERR = (
     "  /sbin/modprobe: execvp failed: No such file or directory\n  /sbin/modprobe failed: 2\n"
 )
-_LV_COLUMNS = (
-    "lv_name",
-    "vg_name",
-    "lv_attr",
-    "lv_size",
-    "origin",
-    "pool_lv",
-    "lv_time",
-    "snap_percent",
-    "data_percent",
-    "lv_snapshot_invalid",
-    "lv_merging",
-    "lv_tags",
-    "lv_uuid",
-    "lv_active",
-    "lv_device_open",
-)
-_VG_COLUMNS = ("vg_name", "vg_attr", "vg_size", "vg_free", "lv_count", "snap_count", "vg_uuid")
+#: The fields it knows: those the driver asks for (`lvm.report` parses them) and a few more.
+_LV_COLUMNS = (*LV_FIELDS, "lv_active", "lv_device_open")
+_VG_COLUMNS = (*VG_FIELDS, "vg_uuid")
 
 
 class _Exit(Exception):
