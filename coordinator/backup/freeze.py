@@ -192,6 +192,8 @@ class FreezeBarrier:
             problems.append(str(work_error))
         # A lease that ran out after the snapshot call had answered (a thaw held up on its way, on
         # a lossy link) held the node frozen through the snapshot: the coordinator's clock says so.
+        # Reached only once every node's freeze answered (a freeze that did not raised above), so
+        # each `held_until` here is a confirmed lease, never the seed of a node that did not answer.
         expired = [
             name
             for name, t in thaws.items()
