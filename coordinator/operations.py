@@ -1,18 +1,28 @@
 """Long-running operations (backups, deletes, retention) with progress that callers can watch.
 
 Operations live in memory: the catalog is the durable record of what they produced. A watcher gets
-every change as it happens and the final state, even if it subscribed after the end.
+every change as it happens and the final state, even if it subscribed after the end. A watcher that
+stops reading (a stuck client) holds at most `WATCH_BACKLOG` progress snapshots: past that its
+oldest progress is dropped, never a state change nor the final state.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from ringsnap.coordinator.model import OperationState
+from ringsnap.logs import get_logger
+
+log = get_logger(__name__)
+
+#: Progress snapshots (the state unchanged) one watcher may have unread. A long run's progress
+#: lines for a client that reads late fit; a client that stopped reading costs no more than this.
+WATCH_BACKLOG = 1000
 
 
 @dataclass(frozen=True)
@@ -31,14 +41,66 @@ class OperationSnapshot:
     errors: tuple[str, ...] = ()
 
 
+class _Backlog:
+    """One watcher's unread snapshots: every state change, and the newest `limit` progress ones."""
+
+    def __init__(self, operation_id: str, limit: int) -> None:
+        self._operation_id = operation_id
+        self._limit = limit
+        self._items: deque[tuple[OperationSnapshot, bool]] = deque()  # (snapshot, progress only)
+        self._progress = 0
+        self._dropped = 0
+        self._ready = asyncio.Event()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, snapshot: OperationSnapshot, *, progress: bool) -> None:
+        if progress:
+            if self._progress >= self._limit:
+                self._drop_oldest_progress()
+            self._progress += 1
+        self._items.append((snapshot, progress))
+        self._ready.set()
+
+    def _drop_oldest_progress(self) -> None:
+        # The oldest progress is at the head, behind at most the few state changes before it.
+        for index, (_, progress) in enumerate(self._items):
+            if progress:
+                del self._items[index]
+                self._progress -= 1
+                break
+        if self._dropped == 0:
+            log.warning(
+                "a watcher is not reading; its oldest progress lines are dropped",
+                operation_id=self._operation_id,
+                backlog=self._limit,
+            )
+        self._dropped += 1
+
+    async def get(self) -> OperationSnapshot:
+        while not self._items:
+            self._ready.clear()
+            await self._ready.wait()
+        snapshot, progress = self._items.popleft()
+        if progress:
+            self._progress -= 1
+        return snapshot
+
+
 class Operation:
-    def __init__(self, kind: str, backup_id: str = "") -> None:
+    def __init__(self, kind: str, backup_id: str = "", *, backlog: int = WATCH_BACKLOG) -> None:
+        if backlog < 1:
+            raise ValueError(
+                f"an operation's watch backlog must hold 1 snapshot or more: {backlog}"
+            )
         # The backup id is known from the start, so that callers can report it at once.
         self._current = OperationSnapshot(
             uuid.uuid4().hex, kind, OperationState.PENDING, backup_id=backup_id
         )
-        #: Each watcher's queue of the snapshots it has not read yet.
-        self._watchers: set[asyncio.Queue[OperationSnapshot]] = set()
+        self._backlog = backlog
+        #: Each watcher's snapshots it has not read yet.
+        self._watchers: set[_Backlog] = set()
         self.task: asyncio.Task[None] | None = None
         #: What made it fail (for callers that map error kinds, e.g. to status codes).
         self.error: Exception | None = None
@@ -47,29 +109,36 @@ class Operation:
     def current(self) -> OperationSnapshot:
         return self._current
 
+    def unread_counts(self) -> list[int]:
+        """How many snapshots each watcher has not read yet."""
+        return [len(backlog) for backlog in self._watchers]
+
     async def update(self, **changes: object) -> None:
-        self._current = replace(self._current, **changes)  # type: ignore[arg-type]
-        for queue in self._watchers:
-            queue.put_nowait(self._current)
+        previous = self._current
+        self._current = replace(previous, **changes)  # type: ignore[arg-type]
+        progress = self._current.state is previous.state
+        for backlog in self._watchers:
+            backlog.put(self._current, progress=progress)
 
     def update_soon(self, **changes: object) -> None:
         """For synchronous progress callbacks inside the running operation."""
         asyncio.get_running_loop().create_task(self.update(**changes))
 
     async def watch(self) -> AsyncGenerator[OperationSnapshot, None]:
-        """The current snapshot, then every later one in order (none is skipped, however slowly
-        the watcher reads: a progress line is never lost), until the final state."""
+        """The current snapshot, then every later one in order, until the final state. None is
+        skipped while the watcher keeps within the backlog of progress snapshots; past it, its
+        oldest unread progress is dropped (a state change and the final state never are)."""
         # Registered and read with no await in between: no change falls between the two.
-        queue: asyncio.Queue[OperationSnapshot] = asyncio.Queue()
-        self._watchers.add(queue)
+        backlog = _Backlog(self._current.operation_id, self._backlog)
+        self._watchers.add(backlog)
         try:
             snapshot = self._current
             yield snapshot
             while not snapshot.state.finished:
-                snapshot = await queue.get()
+                snapshot = await backlog.get()
                 yield snapshot
         finally:
-            self._watchers.discard(queue)
+            self._watchers.discard(backlog)
 
 
 class Operations:

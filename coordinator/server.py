@@ -7,6 +7,7 @@ may call, and the health service are `api_server`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Sequence
 
 from ringsnap import names
@@ -137,8 +138,11 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
             operation = control.find_operation(self._coordinator, request.operation_id)
         except Exception as exc:
             await STATUSES.abort(context, exc, "WatchOperation")
-        async for snapshot in operation.watch():
-            yield messages.operation(snapshot, error_reason(operation))
+        # Closed with this handler: grpc.aio only cancels a left caller's task, and a watch left
+        # open would be fed until the garbage collector finalizes it.
+        async with contextlib.aclosing(operation.watch()) as watch:
+            async for snapshot in watch:
+                yield messages.operation(snapshot, error_reason(operation))
 
     @unary
     async def ListBackups(
