@@ -1,6 +1,11 @@
 """structlog set-up: JSON lines for daemons (journald), a readable console for people.
 
 Secrets never reach a log: values of keys that look secret are replaced before rendering.
+
+structlog imports rich (about 50 ms) when it is itself imported, only to choose its console
+renderer's traceback formatter; daemons log JSON and never use it. So structlog is imported here
+with rich hidden, and the console renderer imports rich when one is built and formats tracebacks
+with it as structlog would have (`_rich_traceback`).
 """
 
 from __future__ import annotations
@@ -8,7 +13,14 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import MutableMapping
-from typing import Any
+from typing import Any, TextIO
+
+if "structlog" not in sys.modules and "rich" not in sys.modules:
+    sys.modules["rich"] = None  # type: ignore[assignment]  # `import rich` raises ImportError
+    try:
+        import structlog
+    finally:
+        del sys.modules["rich"]
 
 import structlog
 
@@ -36,6 +48,22 @@ def _stderr_logger(*_: Any) -> _StderrLogger:
     return _StderrLogger()
 
 
+def _rich_traceback(*, colors: bool) -> structlog.typing.ExceptionRenderer:
+    """structlog's default console traceback formatter (its `RichTracebackFormatter`), rich
+    imported now that a console renderer is built."""
+    from rich.console import Console
+    from rich.traceback import Traceback
+
+    def render(sio: TextIO, exc_info: structlog.typing.ExcInfo) -> None:
+        sio.write("\n")
+        console = Console(file=sio, color_system="truecolor" if colors else None)
+        traceback = Traceback.from_exception(*exc_info, show_locals=True, word_wrap=True)
+        traceback.code_width = 88
+        console.print(traceback)
+
+    return render
+
+
 def configure(*, json: bool, level: str = "info") -> None:
     """Configure structlog (and the stdlib loggers of our libraries) once per process."""
     numeric = logging.getLevelNamesMapping()[level.upper()]
@@ -50,7 +78,10 @@ def configure(*, json: bool, level: str = "info") -> None:
         renderer = structlog.processors.JSONRenderer()
         shared.append(structlog.processors.format_exc_info)
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        colors = sys.stderr.isatty()
+        renderer = structlog.dev.ConsoleRenderer(
+            colors=colors, exception_formatter=_rich_traceback(colors=colors)
+        )
     structlog.configure(
         processors=[*shared, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
