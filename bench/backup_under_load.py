@@ -32,11 +32,14 @@ import statistics
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.array_timing import SnapshotRequests
 from bench.floor import Floor, FloorRun, targets_of
 from bench.load_process import WriteLoadProcess
+from bench.machine_stalls import PressureSampler, node_log_spans
 from ringsnap.coordinator.assembly import open_coordinator
 from ringsnap.coordinator.model import Backup, FreezeWindow
 from ringsnap.coordinator.scheduler import BackupRequest
@@ -149,30 +152,76 @@ def _overlap(start: float, end: float, spans: Sequence[Sequence[float]]) -> floa
     return covered
 
 
-def _slowest_line(
-    load: WriteLoadProcess,
-    spans: list[list[float]],
-    flushes: Sequence[tuple[float, float]] = (),
-    count: int = 5,
-) -> str:
-    """The slowest writes, each with the time it overlapped a freeze (first freeze sent to last
-    thaw answered) and a memtable flush: a write stalled by one overlaps it by about its
-    latency."""
+@dataclass
+class _Context:
+    """What a slow write is set beside: the round's freeze windows and memtable flushes, the
+    nodes' GC pauses and compactions, and the machine's CPU and I/O pressure."""
+
+    began: float
+    spans: list[list[float]]
+    flushes: Sequence[tuple[float, float]]
+    node_spans: dict[str, list[tuple[float, float]]]
+    pressure: PressureSampler
+
+
+def _slowest_line(label: str, load: WriteLoadProcess, context: _Context, count: int = 5) -> str:
+    """The slowest writes (and every one over 0.5 s, up to 12), each with when it started in the
+    round and how long it overlapped a freeze (first freeze sent to last thaw answered), a memtable
+    flush, a GC pause, a compaction; and the share of its time the machine's CPUs, or its disks,
+    had tasks waiting (pressure stall information). A write stalled by one of these overlaps it by
+    about its latency."""
+    slow = load.slowest_writes(12)
+    chosen = [pair for index, pair in enumerate(slow) if index < count or pair[1] > 0.5]
     parts = []
-    for start, latency in load.slowest_writes(count):
+    for start, latency in chosen:
         end = start + latency
-        frozen = _overlap(start, end, spans)
-        flushing = _overlap(start, end, flushes)
-        parts.append(
-            f"{latency * 1000:.0f} ({frozen * 1000:.0f} frozen, {flushing * 1000:.0f} flush)"
+        overlaps = {
+            "frozen": _overlap(start, end, context.spans),
+            "flush": _overlap(start, end, context.flushes),
+            "gc": _overlap(start, end, context.node_spans.get("gc", [])),
+            "compaction": _overlap(start, end, context.node_spans.get("compaction", [])),
+        }
+        pressure = context.pressure.share(start, end)
+        described = ", ".join(
+            [f"{name} {seconds * 1000:.0f}" for name, seconds in overlaps.items() if seconds]
+            + [f"{name} {share * 100:.0f}%" for name, share in pressure.items()]
         )
-    return (
-        "  slowest writes with backups, ms (of which in a freeze window, in a flush): "
-        + ", ".join(parts)
-    )
+        parts.append(f"{latency * 1000:.0f} at {start - context.began:.1f} s ({described})")
+    return f"  slowest writes {label}, ms: " + "; ".join(parts)
 
 
-def _round(args: argparse.Namespace, number: int, config: Any, floor: Floor) -> None:
+def _array_lines(
+    windows: Sequence[FreezeWindow], requests: Sequence[Any], deferred: Sequence[float]
+) -> list[str]:
+    """The array call on the coordinator's clock split into the simulator's handler (its work
+    before the reflinks, the reflinks, its work after) and the rest: driver, HTTP, TLS; and the
+    work the simulator deferred to after the answer (E-Series' purge policy)."""
+    lines = [_figures("sim_deferred", list(deferred))] if deferred else []
+    if not requests or len(requests) != len(windows):
+        return [*lines, f"  (array requests timed: {len(requests)} for {len(windows)} windows)"]
+    return lines + [
+        _figures(name, values)
+        for name, values in (
+            ("sim_handler", [r.handler for r in requests]),
+            ("sim_before", [r.before for r in requests]),
+            ("sim_reflinks", [r.reflinks for r in requests]),
+            ("sim_after", [r.after for r in requests]),
+            (
+                "driver+http",
+                [w.array_call - r.handler for w, r in zip(windows, requests, strict=True)],
+            ),
+        )
+    ]
+
+
+def _round(
+    args: argparse.Namespace,
+    number: int,
+    config: Any,
+    floor: Floor,
+    array: SnapshotRequests,
+    containers: Sequence[str],
+) -> None:
     backups: list[Backup] = []
     failures: list[str] = []
     windows: dict[str, FreezeWindow] = {}
@@ -204,17 +253,29 @@ def _round(args: argparse.Namespace, number: int, config: Any, floor: Floor) -> 
             if left:
                 print(f"  {left} snapshot clean-ups still pending after the round")
 
-    with WriteLoadProcess(args.instance, rate=args.rate) as during:
-        started = time.monotonic()
-        asyncio.run(back_to_back())
-        busy = time.monotonic() - started
-    with WriteLoadProcess(args.instance, rate=args.rate) as floored:
-        started = time.monotonic()
-        floors = _floors(floor, args.backups, busy / max(1, args.backups))
-        floor_busy = time.monotonic() - started
-    with WriteLoadProcess(args.instance, rate=args.rate) as baseline:
-        time.sleep(busy)
+    round_wall, round_began = time.time(), time.monotonic()
+    first_request, first_deferred = len(array.requests), len(array.deferred)
+    with PressureSampler() as pressure:
+        with WriteLoadProcess(args.instance, rate=args.rate) as during:
+            started = time.monotonic()
+            asyncio.run(back_to_back())
+            busy = time.monotonic() - started
+        commits = array.requests[first_request:]
+        deferred = array.deferred[first_deferred:]
+        with WriteLoadProcess(args.instance, rate=args.rate) as floored:
+            started = time.monotonic()
+            floors = _floors(floor, args.backups, busy / max(1, args.backups))
+            floor_busy = time.monotonic() - started
+        with WriteLoadProcess(args.instance, rate=args.rate) as baseline:
+            time.sleep(busy)
     asyncio.run(delete_them())
+    context = _Context(
+        began=round_began,
+        spans=[span for span in spans.values() if span[1]],
+        flushes=flushes,
+        node_spans=node_log_spans(containers, since_wall=round_wall - 2),
+        pressure=pressure,
+    )
 
     measured = list(windows.values())
     load = os.getloadavg()
@@ -247,10 +308,20 @@ def _round(args: argparse.Namespace, number: int, config: Any, floor: Floor) -> 
             f"  window/floor: median {statistics.median(totals) / statistics.median(floor_totals):.2f}x,"
             f" p95 {_p95(totals) / _p95(floor_totals):.2f}x"
         )
+    for line in _array_lines(measured, commits, deferred):
+        print(line)
     print(_load_line("  writes with backups   ", during.report, busy))
-    print(_slowest_line(during, [span for span in spans.values() if span[1]], flushes))
+    print(_slowest_line("with backups", during, context))
     print(_load_line("  writes with floors    ", floored.report, floor_busy))
+    print(_slowest_line("with floors", floored, context))
     print(_load_line("  writes without either ", baseline.report, busy))
+    print(_slowest_line("without either", baseline, context))
+    gc = context.node_spans.get("gc", [])
+    print(
+        f"  nodes' GC pauses >= 200 ms in the round: {len(gc)}"
+        f" (longest {max((b - a for a, b in gc), default=0.0) * 1000:.0f} ms),"
+        f" compactions: {len(context.node_spans.get('compaction', []))}"
+    )
     base_p99 = baseline.report.percentile(0.99) or 1e-9
     base_max = baseline.report.max_latency or 1e-9
     print(
@@ -277,10 +348,12 @@ def main() -> None:
         Floor(targets_of(cluster.nodes), cluster.pool_dir / ".floor") as floor,
     ):
         config = stack.coordinator_config()
+        array = SnapshotRequests(stack.array.app)
+        containers = [node.container_name for node in cluster.nodes]
         with WriteLoadProcess(args.instance, rate=args.rate):
             time.sleep(10)  # connections, prepared statements, JIT
         for number in range(1, args.rounds + 1):
-            _round(args, number, config, floor)
+            _round(args, number, config, floor, array, containers)
 
 
 if __name__ == "__main__":
