@@ -38,7 +38,7 @@ from ringsnap.coordinator.model import (
 from ringsnap.coordinator.ports import AgentPort
 from ringsnap.coordinator.service import ClusterRuntime, Coordinator
 from ringsnap.plugins.errors import DriverError
-from tests.support.coordinator_config import unread_tls
+from tests.support.coordinator_config import unread_tls, write_config
 from tests.support.fakes import (
     FakeAgent,
     FakeArray,
@@ -306,3 +306,11 @@ def harness(tmp_path: Path, coordinator_log: Path) -> Iterator[Harness]:
 
 def fail_snapshots(harness: Harness, message: str = "HTTP 500: internal error") -> None:
     harness.array.error = DriverError(message, array=ARRAY)
+
+
+@pytest.fixture
+def full_config(harness: Harness) -> Path:
+    """The coordinator's own config file, as the daemon runs with it (its real address)."""
+    data = config_data(harness.tmp)
+    data["coordinator"]["listen"] = harness.address
+    return write_config(harness.tmp / "coordinator.toml", data)

@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
+from ringsnap.api.v1 import coordinator_pb2 as pb
+from ringsnap.api.v1 import types_pb2
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.ports import (
@@ -236,3 +238,11 @@ def install_s3(harness: Harness, monkeypatch: Any) -> S3Rig:
     rig = S3Rig(harness)
     monkeypatch.setattr(restore_daemon, "open_restore_session", rig.open_session)
     return rig
+
+
+def start_restore(harness: Harness, **fields: Any) -> types_pb2.Operation:
+    """StartRestore of the rig's backup (rs-1), confirmed, with `fields` added."""
+    request = pb.StartRestoreRequest(
+        backup_id="rs-1", confirm_cluster="prod", requested_by="alice", **fields
+    )
+    return harness.stub().StartRestore(request, timeout=30)

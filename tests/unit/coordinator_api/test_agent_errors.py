@@ -26,9 +26,9 @@ from ringsnap.coordinator.client import REASON_EXIT_CODES, ExitCode
 from ringsnap.coordinator.restore_plan import RestoreRequest
 from ringsnap.errors import ValidationError
 from ringsnap.plugins.testing.pki import TestCA
+from tests.support.coordinator_rpc import pb_stub, reason_of, rpc_error
 
 from .conftest import Harness
-from .test_server import pb_stub, reason_of, rpc_error
 
 
 class _Node:

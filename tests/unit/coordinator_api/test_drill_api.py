@@ -22,10 +22,10 @@ from ringsnap.coordinator.drill.wire import record_of
 from ringsnap.coordinator.model import Verification
 from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.plugins.types import Volume
+from tests.support.coordinator_rpc import reason_of, rpc_error
 from tests.support.drill_fakes import DrillArray, FakeFacts, FakeHost, session_opener
 
 from .conftest import CLUSTERS, Harness
-from .test_server import reason_of, rpc_error
 
 RECENT = datetime.now(UTC) - timedelta(hours=2)
 

@@ -20,9 +20,9 @@ from ringsnap.coordinator.export.model import (
     NodeStep,
 )
 from ringsnap.coordinator.export.remote import record_of
+from tests.support.coordinator_rpc import reason_of, rpc_error
 
 from .conftest import Harness
-from .test_server import reason_of, rpc_error
 
 BACKUP = "rs-20261124-030000-abcd"
 STARTED = datetime.now(UTC) - timedelta(hours=1)

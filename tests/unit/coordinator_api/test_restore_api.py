@@ -35,23 +35,16 @@ from ringsnap.coordinator.restore import RestoreFailed, RestoreRefused
 from ringsnap.coordinator.restore_daemon import RestoreNotConfirmed, restore_progress_line
 from ringsnap.coordinator.restore_plan import RestoreRequest
 from ringsnap.plugins.errors import DriverError
+from tests.support.coordinator_rpc import reason_of, rpc_error, watch_to_end
 
 from .conftest import Harness
-from .restore_rig import RECENT, RestoreRig, install
-from .test_server import reason_of, rpc_error, watch_to_end
+from .restore_rig import RECENT, RestoreRig, install, start_restore
 
 
 @pytest.fixture
 def rig(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> RestoreRig:
     harness.seed_backup("rs-1", RECENT)
     return install(harness, monkeypatch)
-
-
-def start(harness: Harness, **fields: Any) -> types_pb2.Operation:
-    request = pb.StartRestoreRequest(
-        backup_id="rs-1", confirm_cluster="prod", requested_by="alice", **fields
-    )
-    return harness.stub().StartRestore(request, timeout=30)
 
 
 def restore_of(harness: Harness, restore_id: str) -> pb.Restore:
@@ -152,7 +145,7 @@ def test_start_restore_runs_the_confirmed_plan_with_progress_through_watch(
     stub = harness.stub()
     plan = stub.PlanRestore(pb.PlanRestoreRequest(backup_id="rs-1"), timeout=30)
     rig.hold_stop()
-    started = start(harness, restore_id=plan.restore_id)
+    started = start_restore(harness, restore_id=plan.restore_id)
     assert started.kind == types_pb2.OPERATION_KIND_RESTORE
     assert started.backup_id == "rs-1"
 
@@ -209,7 +202,7 @@ def test_a_restore_makes_the_cluster_busy_for_backups_and_restores(
 ) -> None:
     stub = harness.stub()
     rig.hold_stop()
-    restore = start(harness)
+    restore = start_restore(harness)
     rig.wait_stopping()
     try:
         backup = stub.StartBackup(pb.StartBackupRequest(cluster="prod", trigger="cli:bob"))
@@ -324,7 +317,7 @@ def test_a_failed_restore_fails_its_operation_and_resumes(
     harness: Harness, rig: RestoreRig
 ) -> None:
     rig.array.fail_revert = DriverError("HTTP 500: revert failed", array="a1")
-    operation = start(harness)
+    operation = start_restore(harness)
     final = watch_to_end(harness, operation.operation_id)[-1]
     assert final.state == types_pb2.OPERATION_STATE_FAILED
     assert final.error_reason == "RESTORE_FAILED"
@@ -366,7 +359,7 @@ def test_a_restore_not_proven_succeeds_as_an_operation_with_the_failed_verdict(
     harness: Harness, rig: RestoreRig
 ) -> None:
     rig.ring.present.discard("canary-n2")
-    operation = start(harness)
+    operation = start_restore(harness)
     final = watch_to_end(harness, operation.operation_id)[-1]
     assert final.state == types_pb2.OPERATION_STATE_SUCCEEDED
     assert final.message.endswith(": failed-verification")
@@ -383,7 +376,7 @@ def test_stopping_the_coordinator_interrupts_a_running_restore(
     harness: Harness, rig: RestoreRig
 ) -> None:
     rig.hold_stop()
-    operation = start(harness)
+    operation = start_restore(harness)
     rig.wait_stopping()
     watcher = harness.stub().WatchOperation(
         pb.WatchOperationRequest(operation_id=operation.operation_id)
@@ -408,7 +401,7 @@ def test_get_and_list_restores(harness: Harness, rig: RestoreRig) -> None:
 
     ids = []
     for _ in range(2):
-        operation = start(harness)
+        operation = start_restore(harness)
         watch_to_end(harness, operation.operation_id)
         ids.append(harness.catalog.list_restores(limit=1)[0].id)
     listed = stub.ListRestores(pb.ListRestoresRequest(), timeout=10)

@@ -21,58 +21,18 @@ import pytest
 import typer
 from typer.testing import CliRunner, Result
 
-from ringsnap.config import validate
 from ringsnap.coordinator import console, restore_cli
 from ringsnap.coordinator.apitoken import TOKEN_FILE_ENV
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.client import ADDRESS_ENV, CONFIG_ENV, ExitCode
-from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.model import RestoreState
 from ringsnap.plugins.errors import DriverError
+from tests.support.coordinator_config import write_config
 
 from .conftest import Harness, config_data
 from .restore_rig import RestoreRig, install
 
 RECENT = datetime.now(UTC) - timedelta(hours=2)
-
-
-def _value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return str(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_value(v) for v in value) + "]"
-    raise TypeError(value)
-
-
-def toml(data: dict[str, Any], prefix: str = "") -> str:
-    """`data` as TOML: scalars and lists of scalars as keys, tables and arrays of tables."""
-    lines = [
-        f"{key} = {_value(value)}"
-        for key, value in data.items()
-        if not isinstance(value, dict)
-        and not (isinstance(value, list) and value and isinstance(value[0], dict))
-    ]
-    for key, value in data.items():
-        name = f"{prefix}.{key}" if prefix else key
-        if isinstance(value, dict):
-            lines += ["", f"[{name}]", toml(value, name)]
-        elif isinstance(value, list) and value and isinstance(value[0], dict):
-            for item in value:
-                lines += ["", f"[[{name}]]", toml(item, name)]
-    return "\n".join(lines)
-
-
-def write_config(path: Path, data: dict[str, Any]) -> Path:
-    path.write_text(toml(data) + "\n")
-    import tomllib
-
-    assert tomllib.loads(path.read_text()) == data
-    validate(data, CoordinatorConfig, source=str(path))
-    return path
 
 
 @pytest.fixture
@@ -91,14 +51,6 @@ def app() -> typer.Typer:
 def rig(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> RestoreRig:
     harness.seed_backup("rs-1", RECENT)
     return install(harness, monkeypatch)
-
-
-@pytest.fixture
-def full_config(harness: Harness) -> Path:
-    """The coordinator's own config file, as the daemon runs with it (its real address)."""
-    data = config_data(harness.tmp)
-    data["coordinator"]["listen"] = harness.address
-    return write_config(harness.tmp / "coordinator.toml", data)
 
 
 def flat(text: str) -> str:

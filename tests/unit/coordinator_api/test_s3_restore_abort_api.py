@@ -48,13 +48,11 @@ from ringsnap.coordinator.model import (
 from ringsnap.coordinator.restore_cli import restore_command
 from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.sandbox.sstables import table_directory, write_sstable
+from tests.support.coordinator_config import write_config
+from tests.support.coordinator_rpc import reason_of, rpc_error, watch_to_end
 
 from .conftest import Harness, config_data
 from .restore_rig import S3Rig, install_s3
-from .test_restore_cli import full_config, write_config
-from .test_server import reason_of, rpc_error, watch_to_end
-
-__all__ = ["full_config"]  # a fixture, shared
 
 RESTORE_ID = "rr-20261124-050000-abcd"
 SERVICE = "/ringsnap.api.v1.CoordinatorService/"

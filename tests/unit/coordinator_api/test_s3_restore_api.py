@@ -12,11 +12,10 @@ import pytest
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
 from ringsnap.coordinator.s3_restore_agents import S3Room
+from tests.support.coordinator_rpc import watch_to_end
 
 from .conftest import Harness
-from .restore_rig import S3Rig, install_s3
-from .test_restore_api import start
-from .test_server import watch_to_end
+from .restore_rig import S3Rig, install_s3, start_restore
 
 
 @pytest.fixture
@@ -34,7 +33,7 @@ def test_the_daemon_restores_from_s3_downloading_everywhere_before_any_stop(
     assert plan.mode == pb.RESTORE_MODE_S3 and not plan.arrays and not plan.refusals
     assert all(not n.volumes for n in plan.nodes)
 
-    started = start(harness, restore_id=plan.restore_id, mode=pb.RESTORE_MODE_S3)
+    started = start_restore(harness, restore_id=plan.restore_id, mode=pb.RESTORE_MODE_S3)
     updates = watch_to_end(harness, started.operation_id)
 
     assert updates[-1].state == types_pb2.OPERATION_STATE_SUCCEEDED, updates[-1]

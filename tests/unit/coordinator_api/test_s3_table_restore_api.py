@@ -20,11 +20,11 @@ from ringsnap.coordinator.s3_restore_agents import S3Room
 from ringsnap.coordinator.table_restore import daemon, remote
 from ringsnap.coordinator.table_restore.api import record_of
 from ringsnap.coordinator.table_restore.model import TableRestoreFailed, TableRestoreState
+from tests.support.coordinator_rpc import rpc_error, watch_to_end
 from tests.support.s3_restore_fakes import TableS3Agent
 
 from .conftest import Harness
 from .table_restore_rig import BACKUP, NODES, Fakes, options, request, seed
-from .test_server import rpc_error, watch_to_end
 
 
 @pytest.fixture

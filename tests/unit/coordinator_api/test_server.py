@@ -12,14 +12,12 @@ from typing import Any
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2  # type: ignore[import-untyped]
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_status import rpc_status
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
 from ringsnap.coordinator.agents import AgentError
-from ringsnap.coordinator.api_errors import ERROR_DOMAIN, classify
+from ringsnap.coordinator.api_errors import classify
 from ringsnap.coordinator.api_server import loopback_problem
 from ringsnap.coordinator.backup import BackupFailed, BackupRefused
 from ringsnap.coordinator.catalog import (
@@ -32,34 +30,11 @@ from ringsnap.coordinator.scheduler import BackupRequest, ClusterBusyError
 from ringsnap.coordinator.service import UnknownClusterError, UnknownPolicyError
 from ringsnap.errors import RingsnapError, ValidationError
 from ringsnap.plugins.errors import DriverError
+from tests.support.coordinator_rpc import pb_stub, reason_of, rpc_error, watch_to_end
 
 from .conftest import Harness, fail_snapshots
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
-
-
-def reason_of(error: grpc.RpcError) -> str:
-    status = rpc_status.from_call(error)
-    assert status is not None, "every refusal carries a google.rpc.Status"
-    for detail in status.details:
-        info = error_details_pb2.ErrorInfo()
-        if detail.Unpack(info):
-            assert info.domain == ERROR_DOMAIN
-            return str(info.reason)
-    raise AssertionError("no ErrorInfo in the status")
-
-
-def rpc_error(call: Any, request: Any) -> grpc.RpcError:
-    with pytest.raises(grpc.RpcError) as caught:
-        call(request, timeout=10)
-    return caught.value
-
-
-def watch_to_end(harness: Harness, operation_id: str) -> list[types_pb2.Operation]:
-    stream = harness.stub().WatchOperation(
-        pb.WatchOperationRequest(operation_id=operation_id), timeout=30
-    )
-    return list(stream)
 
 
 # -- backups, operations ---------------------------------------------------------------------------
@@ -441,12 +416,6 @@ def test_calls_without_the_token_are_refused_but_health_answers(harness: Harness
             pb_stub(plain).GetStatus(pb.GetStatusRequest(), timeout=10)
         assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert harness.token_file.stat().st_mode & 0o777 == 0o640
-
-
-def pb_stub(channel: grpc.Channel) -> Any:
-    from ringsnap.api.v1 import coordinator_pb2_grpc
-
-    return coordinator_pb2_grpc.CoordinatorServiceStub(channel)
 
 
 @pytest.mark.parametrize(

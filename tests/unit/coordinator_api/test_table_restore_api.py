@@ -23,10 +23,10 @@ from ringsnap.coordinator.client import Target
 from ringsnap.coordinator.table_restore import daemon, remote
 from ringsnap.coordinator.table_restore.api import record_of
 from ringsnap.coordinator.table_restore.model import TableRestoreFailed, TableRestoreState
+from tests.support.coordinator_rpc import reason_of, rpc_error
 
 from .conftest import Harness
 from .table_restore_rig import BACKUP, NODES, Fakes, options, request, seed
-from .test_server import reason_of, rpc_error
 
 
 @pytest.fixture
@@ -189,9 +189,9 @@ def test_ringsnap_restore_keyspace_goes_through_the_daemon_holding_the_catalog(
     from ringsnap.coordinator import restore_cli
     from ringsnap.coordinator.apitoken import TOKEN_FILE_ENV
     from ringsnap.coordinator.client import ADDRESS_ENV, CONFIG_ENV, REMOTE_ENV
+    from tests.support.coordinator_config import write_config
 
     from .conftest import config_data
-    from .test_restore_cli import write_config
 
     data = config_data(harness.tmp)
     data["coordinator"]["listen"] = harness.address
