@@ -26,7 +26,9 @@ It implements the subset ringsnap uses, with SANtricity's shapes and rules:
   blocks of each image that no longer share storage with anything (the base overwrote them), plus
   the blocks the base wrote since its newest image. It is reported per member (`usedRepositoryCapacity` of `totalRepositoryCapacity`). When a member's repository is
   full and the group's policy is `purgepit` (the array's default), the group's oldest image is
-  purged silently before the next one is taken.
+  purged silently; as on the array, whose repositories fill as the bases are written, this is not
+  measured while an image is taken (that would hold the write fence) but after the POST, before
+  the next request is answered.
 - Limits: 32 images per snapshot group, 64 volumes per consistency group, 32 consistency groups
   and 2,048 images per system (422 beyond; `autoDeleteThreshold` > 0 deletes the oldest instead).
 - Errors: 404; 422 `{errorMessage, developerMessage, localizedMessage, retcode, codeType}`;
@@ -256,6 +258,9 @@ class ESeriesSimulator(SimulatorApp):
         self._sequence = itertools.count(1)
         #: Images purged silently because a repository filled (tests look at it).
         self.purged: list[tuple[str, int]] = []
+        #: Groups whose repositories are checked against the purge policy before the next
+        #: request, with the sequence of the image whose POST asked for it (never purged by it).
+        self._purge_due: dict[str, int] = {}
         system = f"{BASE}/storage-systems/{{system}}"
         self._routes: list[tuple[str, re.Pattern[str], Callable[..., Response]]] = []
         for method, pattern, handler in (
@@ -364,6 +369,7 @@ class ESeriesSimulator(SimulatorApp):
                 raise _Fail(404, f"no resource at {path}", "resourceNotFound", "webservice")
             self._authenticate(request)
             self._finish_rollbacks()
+            self._apply_purge_policy()
             for method, regex, handler in self._routes:
                 match = regex.match(path)
                 if match is None:
@@ -662,13 +668,14 @@ class ESeriesSimulator(SimulatorApp):
 
     # -- images ------------------------------------------------------------------------------
 
-    def _image_json(self, image: _Image) -> dict[str, Any]:
+    def _image_json(self, image: _Image, *, fresh: bool = False) -> dict[str, Any]:
+        """`fresh`: just taken, so every block is still shared with its base (nothing measured)."""
         name = self._volume_label(image.volume_ref)
         path = self.pool.snapshot_path(name, image.snapshot_id)
-        try:
-            used = unshared_bytes(path)
-        except OSError:
-            used = 0
+        used = 0
+        if not fresh:
+            with contextlib.suppress(OSError):
+                used = unshared_bytes(path)
         return {
             "id": image.ref,
             "pitRef": image.ref,
@@ -733,7 +740,6 @@ class ESeriesSimulator(SimulatorApp):
             percent = float(fault.options.get("percent", 100))
             for member in group.members.values():
                 member.forced_percent = percent
-        self._purge_if_full(group)
         sequences = self._sequences(cg)
         if len(sequences) >= MAX_IMAGES_PER_GROUP or (
             group.auto_delete_limit and len(sequences) >= group.auto_delete_limit
@@ -772,15 +778,27 @@ class ESeriesSimulator(SimulatorApp):
             raise _Fail(422, f"cannot take the images: {exc}", "snapshotCreationFailed") from None
         for image in images:
             self._images[image.ref] = image
-        return Response(200, [self._image_json(i) for i in images])
+        # The array measures its repositories as the base volumes are written, not while it
+        # takes an image: the purge policy is applied after this answer, before the next request
+        # (measuring every image's repository here would put it under the client's freeze).
+        self._purge_due[cg] = sequence
+        return Response(200, [self._image_json(i, fresh=True) for i in images])
 
-    def _purge_if_full(self, group: _Group) -> None:
-        """The repository-full policy: `purgepit` drops the oldest image, telling no one."""
+    def _apply_purge_policy(self) -> None:
+        while self._purge_due:
+            cg, taken = self._purge_due.popitem()
+            group = self._groups.get(cg)
+            if group is not None:
+                self._purge_if_full(group, older_than=taken)
+
+    def _purge_if_full(self, group: _Group, *, older_than: int) -> None:
+        """The repository-full policy: `purgepit` drops the oldest image, telling no one. The
+        image just taken (`older_than`) holds nothing of the repository yet and is not purged."""
         if group.policy != "purgepit":
             return
         for member in group.members.values():
             capacity, used = self._repository(group, member)
-            sequences = self._sequences(group.ref)
+            sequences = [s for s in self._sequences(group.ref) if s < older_than]
             if capacity and used >= capacity and sequences:
                 oldest = sequences[0]
                 for image in [

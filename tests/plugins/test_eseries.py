@@ -33,6 +33,7 @@ from ringsnap.plugins.eseries.client import ApiFailure, EseriesClient, retcode_o
 from ringsnap.plugins.eseries.driver import ESeriesDriver
 from ringsnap.plugins.middleware import FAST_RETRY, WrappedDriver, wrap
 from ringsnap.plugins.registry import build_driver
+from ringsnap.plugins.simulators import eseries as eseries_simulator
 from ringsnap.plugins.simulators.eseries import (
     MAX_CGS_PER_SYSTEM,
     MAX_IMAGES_PER_GROUP,
@@ -390,6 +391,37 @@ class TestEseries(DriverConformance):
         assert any("purged" in entry["event"] and entry.get("snapshot") == "r0" for entry in logs)
         with pytest.raises(NotFoundError, match="purged it when a repository filled"):
             harness.driver.get_snapshot(oldest)
+
+    def test_the_image_post_measures_no_repository_and_the_purge_follows_it(
+        self, harness: Harness, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The POST is what runs under the freeze: the simulator measures no repository in it
+        (on the array they fill as the bases are written); the purge policy is applied after it,
+        before the next request."""
+        driver, app = harness.driver, simulator(harness)
+        harness.faults.add(
+            Fault(REPOSITORY_FULL, method="POST", path=SNAPSHOTS, options={"percent": 100})
+        )
+        first = driver.create_group_snapshot(harness.volumes, "p0")
+        # Full, but its only image is the one just taken, which holds nothing of it yet.
+        assert app.purged == []
+        assert driver.get_snapshot(first).ref.snapshot_id == first.snapshot_id
+        measured: list[Path] = []
+        real = eseries_simulator.unshared_bytes
+
+        def counted(path: Path) -> int:
+            measured.append(path)
+            return real(path)
+
+        monkeypatch.setattr(eseries_simulator, "unshared_bytes", counted)
+        prepared = driver.prepare_group_snapshot(harness.volumes, "p1")
+        measured.clear()
+        partial = driver.commit_group_snapshot(prepared)
+        assert measured == [] and app.purged == []
+        driver.describe_group_snapshot(prepared, partial)
+        assert measured, "the purge policy was not applied after the POST"
+        assert app.purged == [(first.group, int(first.snapshot_id))]
+        driver.finish_group_snapshot(prepared)
 
     def test_real_writes_fill_the_repository_and_warn(self, harness: Harness) -> None:
         volume = harness.volumes[0]
