@@ -15,8 +15,13 @@ same cluster and load:
 - client write errors and p99/max write latency during the backups, during the floors, and during
   the same time without either (baseline), with the ratio of backups to baseline; the client
   writes from a process of its own (`bench.load_process`), so that the coordinator's CPU work in
-  this process never shows up as write latency; the slowest writes during the backups, each with
-  how long it overlapped a freeze window (a stall by the freeze overlaps it by about its latency);
+  this process never shows up as write latency; the slowest writes (every one over 0.5 s) during
+  the backups, the floors and the baseline, each with how long it overlapped a freeze window, a
+  memtable flush, a GC pause or a compaction the nodes logged, and the share of its time the
+  machine's CPUs or disks had tasks waiting (`bench.machine_stalls`): a write stalled by one of
+  them overlaps it by about its latency;
+- the array call split into the simulator's handler (before the reflinks, the reflinks, after)
+  and driver+HTTP (`bench.array_timing`), and the work E-Series' simulator defers past the answer;
 - the load average of the machine at the end of the round.
 
     .venv/bin/python -m bench.backup_under_load [--backups 20] [--rate 200] [--array ontap]
