@@ -6,6 +6,11 @@ gRPC layer maps each class to one status code.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ringsnap.plugins.types import SnapshotRef
+
 
 class DriverError(Exception):
     """A failed array operation. The message names the array and says what to do."""
@@ -86,6 +91,57 @@ class BusyError(DriverError):
 
 class QuotaExceededError(DriverError):
     """A documented limit would be exceeded (snapshots per volume, volumes per group, ...)."""
+
+
+class SnapshotMismatchError(DriverError):
+    """A snapshot the array made does not hold exactly the volumes asked for (its group was changed
+    on the array between the prepare and the snapshot): not the backup asked for, so refused.
+    `snapshot` is what the array made, every volume it holds a member (to delete, or to clean up
+    later); `missing` and `unexpected` are the volumes asked for and not in it, and the reverse."""
+
+    def __init__(
+        self,
+        *,
+        array: str,
+        group: str,
+        snapshot: SnapshotRef,
+        missing: tuple[str, ...],
+        unexpected: tuple[str, ...],
+    ) -> None:
+        self.snapshot = snapshot
+        self.missing = missing
+        self.unexpected = unexpected
+        differences = [
+            f"{label}: {', '.join(names)}"
+            for label, names in (("missing", missing), ("unexpected", unexpected))
+            if names
+        ]
+        super().__init__(
+            f"snapshot {snapshot.snapshot_name!r} of {group} does not hold the volumes asked for"
+            f" ({'; '.join(differences)}): {group} was changed on the array between the prepare"
+            " and the snapshot; refused",
+            array=array,
+        )
+
+
+def mismatch(
+    *,
+    array: str,
+    group: str,
+    snapshot: SnapshotRef,
+    wanted: set[str],
+    held: set[str],
+) -> SnapshotMismatchError | None:
+    """The refusal of `snapshot` when the volumes it `held` are not those `wanted` (else None)."""
+    if held == wanted:
+        return None
+    return SnapshotMismatchError(
+        array=array,
+        group=group,
+        snapshot=snapshot,
+        missing=tuple(sorted(wanted - held)),
+        unexpected=tuple(sorted(held - wanted)),
+    )
 
 
 class UnsupportedError(DriverError):

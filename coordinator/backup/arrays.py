@@ -23,7 +23,7 @@ from ringsnap.coordinator.model import CleanupRequest
 from ringsnap.coordinator.ports import ArrayPort
 from ringsnap.logs import get_logger
 from ringsnap.plugins.api import PreparedSnapshot
-from ringsnap.plugins.errors import DriverError
+from ringsnap.plugins.errors import DriverError, SnapshotMismatchError
 from ringsnap.plugins.middleware import deadline
 from ringsnap.plugins.types import SnapshotRef, Volume
 
@@ -166,19 +166,32 @@ class ArrayRun:
 
     async def finish(self) -> None:
         """After the thaw: each array completes the description of its snapshot (what the commit
-        left to read once writes flow again), then removes what its prepare set up; never fails
-        the run."""
-        await asyncio.gather(*(self._describe(i) for i in range(len(self.run.snapshots))))
+        left to read once writes flow again), then removes what its prepare set up. A failed
+        read never fails the run; a snapshot the array describes as holding other volumes than
+        asked for does, once every array is finished (the run's discard then deletes it, or
+        records it for the cleanup)."""
+        refused = await asyncio.gather(*(self._describe(i) for i in range(len(self.run.snapshots))))
         await self._release(list(self._prepared))
+        if any(refused):
+            raise BackupFailed("; ".join(reason for reason in refused if reason))
 
-    async def _describe(self, index: int) -> None:
+    async def _describe(self, index: int) -> str:
+        """Describe snapshot `index`; why it is refused ('' when it is not)."""
         ref = self.run.snapshots[index]
         prepared = self._prepared.get(ref.array)
         if prepared is None:
-            return
+            return ""
         try:
             self.run.snapshots[index] = await self.arrays[ref.array].describe_group_snapshot(
                 prepared, ref
+            )
+        except SnapshotMismatchError as exc:
+            # What the array made, every volume it holds named: what the discard deletes.
+            self.run.snapshots[index] = exc.snapshot
+            return (
+                f"array {ref.array}: {exc}. The snapshot is deleted with this failed run, or kept"
+                " as a pending cleanup when it cannot be; check the group on the array and run"
+                " the backup again"
             )
         except Exception as exc:  # the snapshot is good; its driver finds it by name
             self._warn(
@@ -187,6 +200,7 @@ class ArrayRun:
                 f" description after the thaw failed ({exc}); it is recorded by name and found"
                 " by name when it is used",
             )
+        return ""
 
     async def discard(self, reason: str) -> None:
         """Abort what a failed run prepared and delete what it made; record for cleanup what

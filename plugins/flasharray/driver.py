@@ -17,7 +17,7 @@ import dataclasses
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NoReturn
 
 from ringsnap.logs import get_logger
 from ringsnap.plugins.api import Cloneable, ConfiguredDriver, PreparedSnapshot, Revertible
@@ -25,7 +25,9 @@ from ringsnap.plugins.errors import (
     AlreadyExistsError,
     DriverError,
     NotFoundError,
+    SnapshotMismatchError,
     UnsupportedError,
+    mismatch,
 )
 from ringsnap.plugins.flasharray.client import FlashArrayClient, RejectedError
 from ringsnap.plugins.flasharray.config import FlashArraySettings
@@ -88,11 +90,10 @@ class FlashArrayDriver(ConfiguredDriver[FlashArraySettings], Revertible, Cloneab
 
     def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
         prepared = self.prepare_group_snapshot(volumes, name)
-        ref = self.describe_group_snapshot(prepared, self.commit_group_snapshot(prepared))
-        by_name = volume_set(volumes, self._array)
-        if {m.volume.name for m in ref.members} != set(by_name):
-            self._discard_mismatched(ref, by_name)
-        return ref
+        try:
+            return self.describe_group_snapshot(prepared, self.commit_group_snapshot(prepared))
+        except SnapshotMismatchError as refused:
+            self._discard_mismatched(refused.snapshot, volume_set(volumes, self._array))
 
     def prepare_group_snapshot(self, volumes: Sequence[Volume], name: str) -> PreparedSnapshot:
         """Before the freeze: the protection group of exactly these volumes, and a snapshot of
@@ -136,9 +137,10 @@ class FlashArrayDriver(ConfiguredDriver[FlashArraySettings], Revertible, Cloneab
         return self._unread_ref(items[0], by_name)
 
     def describe_group_snapshot(self, prepared: PreparedSnapshot, ref: SnapshotRef) -> SnapshotRef:
-        """After the thaw: the member snapshots as the array has them. A snapshot that covers
-        other volumes than prepared (the group was changed on the array meanwhile) is described
-        as it is, so that the backup is not recorded as covering what it does not."""
+        """After the thaw: the member snapshots as the array has them. A snapshot that holds
+        other volumes than prepared (the group was changed on the array meanwhile) is not the
+        backup asked for: refused (`SnapshotMismatchError`, with the snapshot as it is, every
+        volume it holds a member), and the group is checked and repaired by the next prepare."""
         if all(member.snapshot_id for member in ref.members):
             return ref
         name = self._pg_snapshot_name(ref)
@@ -147,16 +149,16 @@ class FlashArrayDriver(ConfiguredDriver[FlashArraySettings], Revertible, Cloneab
         ).get(name, [])
         item = {"name": name, "id": ref.snapshot_id, "created": millis(ref.created_at)}
         described = self._ref_from(item, {v.name: v for v in prepared.volumes}, members)
-        covered = {m.volume.name for m in described.members}
-        wanted = {v.name for v in prepared.volumes}
-        if covered != wanted:
-            _log.error(
-                "FlashArray snapshot covers other volumes than requested",
-                array=self._array,
-                snapshot=name,
-                missing=sorted(wanted - covered),
-                extra=sorted(covered - wanted),
-            )
+        refused = mismatch(
+            array=self._array,
+            group=f"protection group {described.group}",
+            snapshot=described,
+            wanted={v.name for v in prepared.volumes},
+            held={m.volume.name for m in described.members},
+        )
+        if refused is not None:
+            self._complete_groups.discard(described.group)
+            raise refused
         return described
 
     def list_snapshots(self, volumes: Sequence[Volume]) -> Sequence[SnapshotInfo]:
@@ -358,7 +360,7 @@ class FlashArrayDriver(ConfiguredDriver[FlashArraySettings], Revertible, Cloneab
             )
         return ref
 
-    def _discard_mismatched(self, ref: SnapshotRef, by_name: Mapping[str, Volume]) -> None:
+    def _discard_mismatched(self, ref: SnapshotRef, by_name: Mapping[str, Volume]) -> NoReturn:
         """The group changed on the array between our check and the snapshot: undo, retry."""
         name = self._pg_snapshot_name(ref)
         covered = {m.volume.name for m in ref.members}

@@ -11,17 +11,19 @@ import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from ringsnap.errors import ConfigError
+from ringsnap.plugins.api import PreparedSnapshot
 from ringsnap.plugins.errors import (
     AlreadyExistsError,
     AuthError,
     BusyError,
     DriverError,
     NotFoundError,
+    SnapshotMismatchError,
     UnsupportedError,
 )
 from ringsnap.plugins.flasharray.client import FlashArrayClient, RejectedError
@@ -39,6 +41,7 @@ from ringsnap.plugins.simulators.lunpool import LunPool
 from ringsnap.plugins.simulators.server import AdvancingClock, SimulatorServer, serving
 from ringsnap.plugins.simulators.tls import make_test_ca
 from ringsnap.plugins.testing.conformance import DriverConformance, FaultCase, Harness
+from tests.support.array_run import run_with_change
 
 TOKEN = "0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9"
 SNAPSHOT_ROUTE = r"/api/2\.\d+/protection-group-snapshots$"
@@ -199,12 +202,10 @@ class TestFlashArray(DriverConformance):
         assert list(requests)[mark:] == []
         assert ref == first
 
-    def test_a_group_changed_between_prepare_and_commit_is_described_as_it_is(
-        self, harness: Harness
-    ) -> None:
+    def test_a_group_changed_between_prepare_and_commit_is_refused(self, harness: Harness) -> None:
         """Someone removed a volume from the protection group on the array after prepare: the
-        description says which volumes the snapshot holds, so the backup cannot be recorded as
-        covering the missing one (the catalog refuses it and the run deletes the snapshot)."""
+        snapshot is not the one asked for; describe refuses it, naming the group and the missing
+        volume, with the snapshot as it is (for the run to delete)."""
         driver = harness.driver
         prepared = driver.prepare_group_snapshot(harness.volumes, "changed")
         group = prepared.value("pgroup")
@@ -212,15 +213,87 @@ class TestFlashArray(DriverConformance):
         self._client(harness).delete(
             "protection-groups/volumes", {"group_names": group, "member_names": dropped}
         )
-        ref = driver.describe_group_snapshot(prepared, driver.commit_group_snapshot(prepared))
-        assert sorted(m.volume.name for m in ref.members) == sorted(self.volume_names[1:])
-        driver.delete_snapshot(ref)
-        # The one-call snapshot deletes such a snapshot and tries again (retryable): the retry
-        # repairs the group first.
+        with pytest.raises(SnapshotMismatchError) as refused:
+            driver.describe_group_snapshot(prepared, driver.commit_group_snapshot(prepared))
+        said = str(refused.value)
+        assert f"protection group {group}" in said and f"missing: {dropped}" in said, said
+        assert "unexpected" not in said
+        snapshot = refused.value.snapshot
+        assert sorted(m.volume.name for m in snapshot.members) == sorted(self.volume_names[1:])
+        driver.delete_snapshot(snapshot)
+        raw = harness.driver.driver
+        assert isinstance(raw, FlashArrayDriver)
+        assert group not in raw._complete_groups, "the next prepare must check the group again"
+        # Still without the volume, but taken for complete (as after an edit made once the
+        # driver had checked it): the one-call snapshot deletes such a snapshot and tries again
+        # (retryable); the retry repairs the group first.
+        raw._complete_groups.add(group)
         with pytest.raises(DriverError, match="try again"):
             driver.driver.create_group_snapshot(harness.volumes, "changed-again")
         again = driver.create_group_snapshot(harness.volumes, "changed-again")
         assert sorted(m.volume.name for m in again.members) == sorted(self.volume_names)
+
+    @pytest.mark.parametrize("change", ["extra", "missing"])
+    def test_a_run_fails_on_a_snapshot_of_a_changed_group_and_deletes_it(
+        self, harness: Harness, change: str
+    ) -> None:
+        """Through the coordinator's array run: the group edited on the array (a stranger added,
+        or a member removed) between the prepare and the snapshot fails the run, naming the
+        group and the volumes; the snapshot the array made is deleted with the failed run, and
+        the next backup repairs the group."""
+        client = self._client(harness)
+        client.post("volumes", {"names": "stranger"}, {"provisioned": 1 << 20})
+        dropped = self.volume_names[0]
+
+        def edit(prepared: PreparedSnapshot) -> None:
+            group = prepared.value("pgroup")
+            if change == "extra":
+                members = {"group_names": group, "member_names": "stranger"}
+                client.post("protection-groups/volumes", members)
+            else:
+                members = {"group_names": group, "member_names": dropped}
+                client.delete("protection-groups/volumes", members)
+
+        outcome = run_with_change(harness.driver, harness.volumes, edit)
+        assert outcome.failure is not None, "a snapshot of other volumes was accepted"
+        said = str(outcome.failure)
+        group = FlashArrayDriver._pgroup_name(
+            cast(FlashArrayDriver, harness.driver.driver), {v.name: v for v in harness.volumes}
+        )
+        expected = "unexpected: stranger" if change == "extra" else f"missing: {dropped}"
+        assert f"does not hold the volumes asked for ({expected})" in said, said
+        assert f"protection group {group}" in said and "deleted with this failed run" in said
+        assert outcome.run.snapshots == [] and outcome.run.pending_cleanups == []
+        snapshots = simulator(harness.server).state()["protection_group_snapshots"]
+        assert not any(name.startswith(f"{group}.") for name in snapshots), snapshots
+        again = harness.driver.create_group_snapshot(harness.volumes, harness.snapshot_name())
+        assert sorted(m.volume.name for m in again.members) == sorted(self.volume_names)
+
+    def test_a_refused_snapshot_that_cannot_be_deleted_is_a_pending_cleanup(
+        self, harness: Harness
+    ) -> None:
+        client = self._client(harness)
+        client.post("volumes", {"names": "stranger"}, {"provisioned": 1 << 20})
+
+        def edit(prepared: PreparedSnapshot) -> None:
+            client.post(
+                "protection-groups/volumes",
+                {"group_names": prepared.value("pgroup"), "member_names": "stranger"},
+            )
+            harness.faults.add(
+                Fault("status", method="PATCH", path=SNAPSHOT_ROUTE, status=400, count=1000)
+            )
+
+        try:
+            outcome = run_with_change(harness.driver, harness.volumes, edit)
+        finally:
+            harness.faults.clear()
+        assert outcome.failure is not None and "unexpected: stranger" in str(outcome.failure)
+        (cleanup,) = outcome.run.pending_cleanups
+        assert cleanup.ref is not None and cleanup.array == harness.array
+        # The snapshot as the array made it: the stranger's member is there to be deleted too.
+        assert "stranger" in {m.volume.name for m in cleanup.ref.members}
+        assert "delete failed" in cleanup.reason and "unexpected: stranger" in cleanup.reason
 
     # -- sessions ----------------------------------------------------------------------------
 
