@@ -266,20 +266,19 @@ class TableRestoreWorkflow:
         if failures:
             raise TableRestoreFailed("; ".join(failures))
 
+    def _to_mount(self, name: str) -> list[CloneToMount]:
+        """The node's clones, as MountClones is given them (read-only, for the staging)."""
+        return [
+            CloneToMount(
+                role="data", array=c.array, volume=c.clone, source_mount_point=c.source_mount_point
+            )
+            for c in self._record.clones
+            if c.node == name
+        ]
+
     async def _mount(self) -> None:
         async def one(name: str, port: TableNodePort) -> None:
-            volumes = [
-                CloneToMount(
-                    role="data",
-                    array=c.array,
-                    volume=c.clone,
-                    wwn="",
-                    source_mount_point=c.source_mount_point,
-                )
-                for c in self._record.clones
-                if c.node == name
-            ]
-            mounted = await port.mount_clones(self._record.id, volumes, read_only=True)
+            mounted = await port.mount_clones(self._record.id, self._to_mount(name), read_only=True)
             self.progress(name, "mount", ", ".join(m.mount_point for m in mounted))
             await self._node(name, step=Step.MOUNT)
 
@@ -288,17 +287,7 @@ class TableRestoreWorkflow:
     async def _stage(self) -> None:
         async def one(name: str, port: TableNodePort) -> None:
             # MountClones is idempotent per purpose: asking again gives the mounts it made.
-            volumes = [
-                CloneToMount(
-                    role="data",
-                    array=c.array,
-                    volume=c.clone,
-                    source_mount_point=c.source_mount_point,
-                )
-                for c in self._record.clones
-                if c.node == name
-            ]
-            mounted = await port.mount_clones(self._record.id, volumes, read_only=True)
+            mounted = await port.mount_clones(self._record.id, self._to_mount(name), read_only=True)
             clone_mounts = [(m.source_mount_point, m.mount_point) for m in mounted]
             manifest = list(await self.journal.manifest(self._record.backup_id, name))
             for target in self._record.targets:
