@@ -53,6 +53,8 @@ os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
 STARTUP_MESSAGE = "Startup complete"
 NATIVE_PORT = 9042
+_PROBE = "SELECT release_version FROM system.local"  # answered by the node itself
+_STALE_SESSION = 15.0  # seconds a session may fail its probes before it is replaced
 #: Jolokia (JMX over HTTP) on each node's own loopback address; the agents use it, not nodetool.
 JOLOKIA_PORT = 8778
 Reporter = Callable[[str], None]
@@ -301,13 +303,7 @@ class SandboxCluster:
 
     def close(self) -> DownReport:
         """Close the driver and remove every container, mount, loop device and file of the instance."""
-        if self._driver is not None:
-            try:
-                self._driver.shutdown()
-            except Exception as exc:
-                log.warning("driver shutdown failed", error=str(exc))
-            self._driver = None
-            self._session = None
+        self.close_session()
         return down(self.instance)
 
     @classmethod
@@ -475,28 +471,82 @@ class SandboxCluster:
                 )
 
     def wait_for_session(self, *, timeout: float = 120) -> None:
-        """Wait until the open driver session sees every node up again: after a restore restarted
+        """Wait until the open driver session queries every node again: after a restore restarted
         the ring, the nodes answer CQL before the session has reconnected to them."""
         self._wait_for_driver({n.address for n in self._nodes}, time.monotonic() + timeout, timeout)
 
     def _wait_for_driver(self, addresses: set[str], deadline: float, timeout: float) -> None:
-        """An open driver session reconnects by itself; wait until it sees `addresses` up."""
-        driver = self._driver
-        if driver is None:
+        """Wait until a query to each of `addresses` goes through the open driver session.
+
+        Seeing the hosts up is not enough: a pool may still hold connections from before a
+        restart, which fail at the first query (NoHostAvailable, "defunct"). The driver mends
+        that by itself within a second or two; a session still failing after `_STALE_SESSION`
+        seconds is replaced by a fresh one, as a client would reconnect.
+        """
+        if self._driver is None:
             return
+        waiting = set(addresses)
+        replace_at = time.monotonic() + _STALE_SESSION
+        problem = ""
         while True:
-            down = sorted(
-                addresses
-                - {str(host.endpoint.address) for host in driver.metadata.all_hosts() if host.is_up}
-            )
-            if not down:
+            problem = self._probe(waiting) or problem
+            if not waiting:
                 return
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline:
                 raise SandboxError(
-                    f"the driver session still sees {', '.join(down)} down {timeout:.0f} s after"
-                    " the wait began, though they are Up/Normal and take CQL connections"
+                    f"the driver session still cannot query {', '.join(sorted(waiting))}"
+                    f" {timeout:.0f} s after the wait began, though they are Up/Normal and take"
+                    f" CQL connections{problem}"
                 )
+            if now > replace_at:
+                log.info("replacing a driver session that cannot query", nodes=sorted(waiting))
+                self._reconnect()
+                replace_at = now + _STALE_SESSION
             time.sleep(0.5)
+
+    def _probe(self, waiting: set[str]) -> str:
+        """Query each host in `waiting` that the session sees up; drop those that answer.
+        Returns the last failure, for the timeout's message."""
+        from cassandra.cluster import NoHostAvailable, OperationTimedOut
+
+        driver, session = self._driver, self._session
+        if driver is None or session is None:
+            return ""
+        problem = ""
+        for host in driver.metadata.all_hosts():
+            address = str(host.endpoint.address)
+            if address not in waiting or not host.is_up:
+                continue
+            try:
+                session.execute(_PROBE, host=host, timeout=10)
+            except (NoHostAvailable, OperationTimedOut) as exc:
+                problem = f" (last: {address}: {exc})"
+            else:
+                waiting.discard(address)
+        return problem
+
+    def _reconnect(self) -> None:
+        """A new driver session in place of the open one (whose holders must ask again)."""
+        from cassandra.cluster import NoHostAvailable
+
+        keyspace = self._session.keyspace if self._session is not None else None
+        self.close_session()
+        try:
+            self.session(keyspace)
+        except NoHostAvailable as exc:  # the next round tries again
+            log.info("a fresh driver session could not connect yet", error=str(exc))
+            self.close_session()
+
+    def close_session(self) -> None:
+        """Shut the driver session down; the next `session()` opens a new one."""
+        if self._driver is not None:
+            try:
+                self._driver.shutdown()
+            except Exception as exc:
+                log.warning("driver shutdown failed", error=str(exc))
+            self._driver = None
+            self._session = None
 
     def stop_node(self, node: str | int | NodeInfo, *, timeout: int = 60) -> None:
         """Stop one node's container (SIGTERM, then SIGKILL after timeout); its LUNs stay mounted."""

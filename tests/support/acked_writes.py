@@ -63,7 +63,9 @@ def backup_under_writes(
     cluster: SandboxCluster, config: CoordinatorConfig
 ) -> tuple[Backup, set[int], set[int]]:
     """Backup under load, then more writes: (backup, acked before it, begun after it)."""
-    session = cluster.session()
+    cluster.session()
+    cluster.wait_for_session()  # an earlier test may have restarted nodes under this session
+    session = cluster.session()  # after the wait: it may have replaced a stale session
     create_keyspace(session, KEYSPACE)
     session.execute(f"DROP TABLE IF EXISTS {KEYSPACE}.rows")
     session.execute(f"CREATE TABLE {KEYSPACE}.rows (id int PRIMARY KEY, payload text)")
@@ -82,8 +84,9 @@ def backup_under_writes(
 
 def ids_at_all(cluster: SandboxCluster) -> set[int]:
     """The ids `backup_under_writes` wrote that the ring holds, read at CL=ALL."""
-    session = cluster.session()
+    cluster.session()
     cluster.wait_for_session()  # a restore restarted the ring: the session reconnects first
+    session = cluster.session()  # after the wait: it may have replaced a stale session
     statement = SimpleStatement(
         f"SELECT id FROM {KEYSPACE}.rows", consistency_level=ConsistencyLevel.ALL, fetch_size=5000
     )
