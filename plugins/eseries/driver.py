@@ -44,6 +44,7 @@ from ringsnap.plugins.errors import (
     DriverError,
     NotFoundError,
     QuotaExceededError,
+    SnapshotMismatchError,
 )
 from ringsnap.plugins.eseries.client import EseriesClient
 from ringsnap.plugins.eseries.config import EseriesSettings
@@ -149,7 +150,17 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
             with contextlib.suppress(DriverError):
                 self.abort_group_snapshot(prepared)
             raise
-        return self.describe_group_snapshot(prepared, ref)
+        try:
+            return self.describe_group_snapshot(prepared, ref)
+        except SnapshotMismatchError as refused:
+            # Not the snapshot asked for: deleted (its whole image), like a failed run's.
+            try:
+                self.delete_snapshot(refused.snapshot)
+            except DriverError as error:
+                raise refused.left_behind(
+                    (f"snapshot {name!r} ({error}; delete it on the array)",)
+                ) from None
+            raise
 
     def prepare_group_snapshot(self, volumes: Sequence[Volume], name: str) -> PreparedSnapshot:
         """The group, its images' names, sweeps and limits, the pending record: before the

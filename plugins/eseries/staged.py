@@ -32,7 +32,7 @@ from typing import Any
 
 from ringsnap.logs import get_logger
 from ringsnap.plugins.api import PreparedSnapshot
-from ringsnap.plugins.errors import DriverError, QuotaExceededError
+from ringsnap.plugins.errors import DriverError, QuotaExceededError, mismatch
 from ringsnap.plugins.eseries.client import ApiFailure, EseriesClient
 from ringsnap.plugins.eseries.groups import ConsistencyGroups, Group
 from ringsnap.plugins.eseries.image_lifecycle import ImageLifecycle
@@ -175,7 +175,32 @@ class StagedSnapshots:
         taken = after.get(sequence)
         if taken is None:
             return ref
+        self._refuse_other_members(group, sequence, ref.snapshot_name, taken, prepared.volumes)
         return self._make_ref(group, sequence, ref.snapshot_name, taken, prepared.volumes)
+
+    def _refuse_other_members(
+        self,
+        group: Group,
+        sequence: int,
+        name: str,
+        taken: Sequence[Mapping[str, Any]],
+        volumes: Sequence[Volume],
+    ) -> None:
+        """An image of other volumes than prepared (a member added to or removed from the group
+        on the array after prepare) is not the snapshot asked for: refused, with every volume it
+        holds a member (a volume not asked for is named by its reference)."""
+        held = {str(image["baseVol"]) for image in taken}
+        names = {volume.id: volume.name for volume in volumes}
+        strangers = [Volume(name=ref, id=ref) for ref in sorted(held - set(names))]
+        refused = mismatch(
+            array=self._array,
+            group=f"consistency group {group.label}",
+            snapshot=self._make_ref(group, sequence, name, taken, [*volumes, *strangers]),
+            wanted=set(names.values()),
+            held={names.get(ref, ref) for ref in held},
+        )
+        if refused is not None:
+            raise refused
 
     def abort(self, prepared: PreparedSnapshot) -> None:
         if prepared.existing is not None:

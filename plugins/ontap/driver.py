@@ -45,7 +45,9 @@ from ringsnap.plugins.errors import (
     DriverError,
     NotFoundError,
     QuotaExceededError,
+    SnapshotMismatchError,
     UnsupportedError,
+    mismatch,
 )
 from ringsnap.plugins.ontap.client import OntapClient
 from ringsnap.plugins.ontap.config import OntapSettings
@@ -111,6 +113,14 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
         prepared = self.prepare_group_snapshot(volumes, name)
         try:
             ref = self.describe_group_snapshot(prepared, self.commit_group_snapshot(prepared))
+        except SnapshotMismatchError as refused:
+            # Not the snapshot asked for: deleted (every volume it holds), like a failed run's.
+            left = self._groups.release(prepared)
+            try:
+                self.delete_snapshot(refused.snapshot)
+            except DriverError as error:
+                left = (*left, f"snapshot {name!r} ({error}; delete it on the array)")
+            raise refused.left_behind(left) from None
         except DriverError as error:
             raise error.left_behind(self._groups.release(prepared)) from None
         left = self._groups.release(prepared)
@@ -192,30 +202,54 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
             made = self.client.cg_snapshot(cg_uuid, name, self._settings.snapshot_comment)
             if not made:
                 raise
-            return self._complete_ref(name, members, {r.volume_uuid: r for r in made})
+            return self._complete_ref(prepared, members, {r.volume_uuid: r for r in made})
         return self._ref(name, members, {})
 
     def describe_group_snapshot(self, prepared: PreparedSnapshot, ref: SnapshotRef) -> SnapshotRef:
         """The member snapshots of the CG snapshot, read once the filesystems are thawed."""
         if all(member.snapshot_id for member in ref.members):
             return ref
-        name = ref.snapshot_name
         members = [member.volume for member in ref.members]
         made = self.client.cg_snapshot(
-            self._groups.of(prepared), name, self._settings.snapshot_comment
+            self._groups.of(prepared), ref.snapshot_name, self._settings.snapshot_comment
         )
-        return self._complete_ref(name, members, {r.volume_uuid: r for r in made})
+        return self._complete_ref(prepared, members, {r.volume_uuid: r for r in made})
 
     def _complete_ref(
-        self, name: str, members: Sequence[Volume], found: Mapping[str, SnapshotRecord]
+        self,
+        prepared: PreparedSnapshot,
+        members: Sequence[Volume],
+        found: Mapping[str, SnapshotRecord],
     ) -> SnapshotRef:
-        if set(found) != {volume.id for volume in members}:
-            raise DriverError(
-                f"the array reported snapshot {name!r} done, but it is on {len(found)} of"
-                f" {len(members)} volumes",
-                array=self.array,
-            )
-        return self._ref(name, members, found)
+        """The ref of the CG snapshot whose member snapshots are `found` (by volume uuid); one
+        that does not hold exactly `members` (the group was changed on the array after prepare)
+        is refused with every volume it holds a member, for the caller to delete."""
+        wanted = {volume.id for volume in members}
+        if set(found) == wanted:
+            return self._ref(prepared.name, members, found)
+        held = [volume for volume in members if volume.id in found]
+        held += [self._volume_of(uuid) for uuid in sorted(set(found) - wanted)]
+        group, made = self._groups.label(prepared), self._ref(prepared.name, held, found)
+        raise mismatch(
+            array=self.array,
+            group=group,
+            snapshot=made,
+            wanted={volume.name for volume in members},
+            held={volume.name for volume in held},
+        ) or SnapshotMismatchError(  # names alike, volumes not: said by uuid
+            array=self.array,
+            group=group,
+            snapshot=made,
+            missing=tuple(sorted(wanted - set(found))),
+            unexpected=tuple(sorted(set(found) - wanted)),
+        )
+
+    def _volume_of(self, volume_uuid: str) -> Volume:
+        """The volume of that uuid, named by uuid when it cannot be read (a refusal's detail)."""
+        try:
+            return _volume(self.client.volume(volume_uuid))
+        except DriverError:
+            return Volume(name=volume_uuid, id=volume_uuid)
 
     def _resolved(self, ref: SnapshotRef) -> SnapshotRef:
         """`ref` with every member's snapshot uuid, looked up by name where it was never read."""

@@ -1012,6 +1012,8 @@ class OntapSimulator(SimulatorApp):
 
     def _patch_cg(self, request: Request) -> Response:
         body = request.json()
+        if isinstance(body, dict) and "volumes" in body:
+            return self._add_cg_volumes(request, body["volumes"])
         target = (body.get("restore_to") or {}).get("snapshot") if isinstance(body, dict) else None
         if not isinstance(target, dict) or not target:
             raise HttpError(
@@ -1033,6 +1035,56 @@ class OntapSimulator(SimulatorApp):
                     snap not in self._snapshots.get(vol, {}) for vol, snap in other.members.items()
                 ):
                     del current.snapshots[other.uuid]
+
+        return self._start_job(
+            request,
+            f"PATCH /api/application/consistency-groups/{cg.uuid}",
+            work,
+            success_status=200,
+        )
+
+    def _add_cg_volumes(self, request: Request, requested: Any) -> Response:
+        """PATCH {volumes: [{name, provisioning_options: {action: add}}]}: existing volumes join
+        the group (ONTAP's PATCH only adds; a later CG snapshot covers them too)."""
+        if not isinstance(requested, list) or not requested:
+            raise HttpError(
+                400, "volumes are required", code=SIM_CODE_BAD_REQUEST, target="volumes"
+            )
+        for item in requested:
+            options = item.get("provisioning_options") if isinstance(item, dict) else None
+            if not isinstance(options, dict) or options.get("action") != "add":
+                raise HttpError(
+                    400,
+                    'Existing volumes join a consistency group with provisioning_options.action "add".',
+                    code=SIM_CODE_BAD_REQUEST,
+                    target="volumes.provisioning_options.action",
+                )
+        with self._lock:
+            cg = self._cg(request.params["uuid"])
+
+        def work() -> None:
+            self._sync_volumes()
+            current = self._cg(cg.uuid)
+            for item in requested:
+                volume = self._volume_ref(
+                    {k: v for k, v in item.items() if k in {"name", "uuid"}}, None
+                )
+                if volume.svm != current.svm:
+                    raise HttpError(
+                        400,
+                        f'Volume "{volume.name}" is in SVM "{volume.svm}"; a consistency group'
+                        f' spans one SVM ("{current.svm}").',
+                        code=SIM_CODE_CG_SVM,
+                    )
+                owner = next((g for g in self._cgs.values() if volume.uuid in g.volumes), None)
+                if owner is not None and owner is not current:
+                    raise HttpError(
+                        400,
+                        f'Volume "{volume.name}" is already in consistency group "{owner.name}".',
+                        code=SIM_CODE_VOLUME_IN_CG,
+                    )
+                if volume.uuid not in current.volumes:
+                    current.volumes.append(volume.uuid)
 
         return self._start_job(
             request,

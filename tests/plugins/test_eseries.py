@@ -22,6 +22,7 @@ from pydantic import SecretStr
 from structlog.testing import capture_logs
 
 from ringsnap.errors import ConfigError
+from ringsnap.plugins.api import PreparedSnapshot
 from ringsnap.plugins.errors import (
     ArrayTimeoutError,
     DriverError,
@@ -49,6 +50,7 @@ from ringsnap.plugins.simulators.server import SimulatorServer, serving
 from ringsnap.plugins.simulators.tls import make_test_ca
 from ringsnap.plugins.testing import mounts
 from ringsnap.plugins.testing.conformance import DriverConformance, FaultCase, Harness
+from tests.support.array_run import run_with_change
 
 PASSWORD = "Es-s3cret-pw"
 SNAPSHOTS = r"/consistency-groups/[^/]+/snapshots$"
@@ -220,6 +222,39 @@ class TestEseries(DriverConformance):
         assert [i.ref.snapshot_name for i in driver.list_snapshots(harness.volumes)] == ["frozen"]
         assert not any(key.endswith(".pending") for key in app.state()["key_values"])
         driver.finish_group_snapshot(prepared)
+
+    @pytest.mark.parametrize("change", ["extra", "missing"])
+    def test_a_run_fails_on_an_image_of_a_changed_group_and_deletes_it(
+        self, harness: Harness, change: str
+    ) -> None:
+        """Through the coordinator's array run: a member added to (or removed from) the
+        consistency group on the array between the prepare and the image POST makes an image of
+        other volumes; the run fails naming the group and the volumes, and the image is deleted
+        with the failed run."""
+        client = self._client(harness)
+        harness.pool.create_lun("stranger", 4 << 20)
+        listed = client.get("/storage-systems/1/volumes") + client.get(
+            "/storage-systems/1/thin-volumes"
+        )
+        stranger = next(str(v["id"]) for v in listed if v.get("label") == "stranger")
+        dropped = harness.volumes[0]
+
+        def edit(prepared: PreparedSnapshot) -> None:
+            members = f"/storage-systems/1/consistency-groups/{prepared.value('consistency_group')}"
+            if change == "extra":
+                body = {"volumeId": stranger, "repositoryPercent": 20}
+                client.post(f"{members}/member-volumes", body)
+            else:
+                client.delete(f"{members}/member-volumes/{dropped.id}")
+
+        outcome = run_with_change(harness.driver, harness.volumes, edit)
+        assert outcome.failure is not None, "an image of other volumes was accepted"
+        said = str(outcome.failure)
+        expected = f"unexpected: {stranger}" if change == "extra" else f"missing: {dropped.name}"
+        assert f"does not hold the volumes asked for ({expected})" in said, said
+        assert "consistency group rs_" in said and "deleted with this failed run" in said
+        assert outcome.run.snapshots == [] and outcome.run.pending_cleanups == []
+        assert simulator(harness).state()["images"] == []
 
     def test_a_repeated_commit_adopts_the_image_of_the_lost_answer(
         self, fast_harness: Harness

@@ -13,6 +13,7 @@ import requests
 from structlog.testing import capture_logs
 
 from ringsnap.errors import ConfigError
+from ringsnap.plugins.api import PreparedSnapshot
 from ringsnap.plugins.errors import (
     AuthError,
     BusyError,
@@ -32,6 +33,7 @@ from ringsnap.plugins.simulators.tls import make_test_ca
 from ringsnap.plugins.testing.conformance import DriverConformance, FaultCase, Harness
 from tests.plugins.ontap_env import PASSWORD, VOLUMES, OntapEnv
 from tests.plugins.ontap_env import ontap as ontap  # noqa: PLC0414 - the fixture
+from tests.support.array_run import run_with_change
 
 CG_SNAPSHOTS = r"^/api/application/consistency-groups/[^/]+/snapshots$"
 
@@ -459,6 +461,36 @@ def test_a_snapshot_whose_members_were_never_read_is_found_by_name(ontap: OntapE
     driver.delete_snapshot(partial)
     assert ontap.simulator.snapshot_names("vol_a") == []
     driver.delete_snapshot(partial)  # gone already: nothing to do
+
+
+def test_a_run_fails_on_a_snapshot_of_a_consistency_group_grown_after_prepare(
+    ontap: OntapEnv,
+) -> None:
+    """A volume added to the temporary CG on the array (ONTAP's PATCH adds volumes) between the
+    prepare and the snapshot: the CG snapshot holds it too, so it is not the backup asked for.
+    Through the coordinator's array run: the run fails naming the group and the volume, and the
+    snapshot is deleted on every volume it holds, the stranger's included; the CG is gone."""
+    ontap.pool.create_lun("stranger", 1 << 20)
+
+    def grow(prepared: PreparedSnapshot) -> None:
+        answer = ontap.rest(
+            "PATCH",
+            f"/api/application/consistency-groups/{prepared.value('consistency_group_uuid')}",
+            params={"return_timeout": 5},
+            json={"volumes": [{"name": "stranger", "provisioning_options": {"action": "add"}}]},
+        )
+        assert answer.status_code == 200, answer.text
+
+    outcome = run_with_change(ontap.driver(), ontap.volumes(), grow)
+    assert outcome.failure is not None, "a snapshot of other volumes was accepted"
+    said = str(outcome.failure)
+    assert "does not hold the volumes asked for (unexpected: stranger)" in said, said
+    assert "temporary consistency group" in said and "deleted with this failed run" in said
+    assert outcome.run.snapshots == [] and outcome.run.pending_cleanups == []
+    backup = outcome.run.backup_id
+    for volume in (*VOLUMES, "stranger"):
+        assert backup not in ontap.simulator.snapshot_names(volume), volume
+    assert ontap.simulator.consistency_group_names() == []
 
 
 def test_a_repeated_prepare_finds_the_snapshot_and_commit_sends_nothing(ontap: OntapEnv) -> None:
