@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from cassandra import ConsistencyLevel
+from cassandra.cluster import NoHostAvailable
 from cassandra.query import SimpleStatement
 
 from ringsnap.coordinator.config import CoordinatorConfig
@@ -84,10 +85,17 @@ def backup_under_writes(
 
 def ids_at_all(cluster: SandboxCluster) -> set[int]:
     """The ids `backup_under_writes` wrote that the ring holds, read at CL=ALL."""
-    cluster.session()
-    cluster.wait_for_session()  # a restore restarted the ring: the session reconnects first
-    session = cluster.session()  # after the wait: it may have replaced a stale session
     statement = SimpleStatement(
         f"SELECT id FROM {KEYSPACE}.rows", consistency_level=ConsistencyLevel.ALL, fetch_size=5000
     )
-    return {row.id for row in session.execute(statement, timeout=60)}
+    for attempt in (1, 2):
+        cluster.session()
+        cluster.wait_for_session()  # a restore restarted the ring: the session reconnects first
+        session = cluster.session()  # after the wait: it may have replaced a stale session
+        try:
+            return {row.id for row in session.execute(statement, timeout=60)}
+        except NoHostAvailable:
+            # The driver's own state, not the ring's: the next wait mends or replaces the session.
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
