@@ -119,7 +119,9 @@ class SnapshotMismatchError(DriverError):
         super().__init__(
             f"snapshot {snapshot.snapshot_name!r} of {group} does not hold the volumes asked for"
             f" ({'; '.join(differences)}): {group} was changed on the array between the prepare"
-            " and the snapshot; refused",
+            " and the snapshot; refused. The next backup's prepare puts the group right where the"
+            f" driver can; if it is refused again, make {group} hold exactly the cluster's volumes"
+            " on the array",
             array=array,
         )
 
