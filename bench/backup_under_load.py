@@ -300,6 +300,8 @@ def _round(
         ("agents_thaw", [w.slowest_thaw for w in measured]),
         ("overhead", [w.overhead for w in measured]),
         ("agents_frozen", [max(values) for values in frozen_for.values() if values]),
+        # Each node's memtable flush (the phase before the freeze), on the coordinator's clock.
+        ("agents_flush", [end - began for began, end in flushes]),
         ("floor", [f.window for f in floors]),
         ("floor_freezing", [f.freezing for f in floors]),
         ("floor_reflinks", [f.snapshot for f in floors]),
