@@ -29,6 +29,7 @@ import urllib3.exceptions
 import urllib3.response
 from botocore.exceptions import (
     ClientError,
+    FlexibleChecksumError,
     IncompleteReadError,
     ReadTimeoutError,
     ResponseStreamingError,
@@ -157,8 +158,9 @@ class Fetcher:
                     write(view[:count])
                     done += count
                     self._on_bytes(count)
-                drained = done == span.length
-                if drained:
+                if done == span.length:
+                    _end_of(read, view, span)
+                    drained = True
                     return
                 problem: str = "the body ended early"
             except _Cut as exc:
@@ -264,6 +266,18 @@ def _read_or_cut(read: Callable[[memoryview], int], view: memoryview) -> int:
         return read(view)
     except _CUT as exc:
         raise _Cut(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _end_of(read: Callable[[memoryview], int], view: memoryview, span: Span) -> None:
+    """Reads past the last byte of `span`'s body: botocore checks a whole object's flexible
+    checksum (`checksums = "flexible"`) only when a read finds the body's end. An error of that
+    read other than the checksum's fails the file (not a cut: nothing is left to resume)."""
+    try:
+        extra = read(view[:1])
+    except FlexibleChecksumError as exc:
+        raise ObjectCorrupt(f"its bytes do not match the store's checksum ({exc})") from None
+    if extra:
+        raise ObjectCorrupt(f"the store sent more than the {span.length} bytes asked")
 
 
 def _close(body: Any, drained: bool) -> None:
