@@ -36,6 +36,7 @@ from ringsnap import logs
 from ringsnap.agent.config import AgentConfig
 from ringsnap.agent.durable import fsync_directory, write_durably
 from ringsnap.agent.errors import Conflict
+from ringsnap.agent.fsfreeze import syncfs
 from ringsnap.agent.restore import VolumeRestorer
 from ringsnap.agent.restore_model import check_operation_id
 from ringsnap.agent.s3.backup_manifest import Entry
@@ -194,6 +195,10 @@ class S3Restore:
                 " commit log; the SSTables verified are kept for a rerun"
             )
         commitlog = self._download_commitlog(client, settings, backup_id, node, roots[0])
+        # The files are written without fsync; the marker lets the install go on after a crash,
+        # so they are on disk first (one syncfs per data filesystem, not an fsync per file).
+        for root in roots:
+            syncfs(str(root))
         write_durably(
             marker,
             json.dumps(

@@ -19,6 +19,7 @@ from ringsnap.agent import s3_restore, s3_restore_rpc, staged_files
 from ringsnap.agent.errors import Conflict
 from ringsnap.agent.s3.download import DownloadResult
 from ringsnap.agent.s3.progress import Progress
+from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.agent.s3_restore import (
     COMMITLOG_STAGING,
     DOWNLOADED_MARKER,
@@ -243,3 +244,32 @@ def test_a_table_download_needs_both_keyspace_and_table() -> None:
 
     with pytest.raises(ValidationError, match="both keyspace and table"):
         asyncio.run(collect())
+
+
+def test_the_downloaded_files_are_on_disk_before_the_marker_says_so(
+    node: S3Restore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The download writes without fsync; the marker (fsynced) lets the install go on after a
+    crash, so every staging filesystem is synced first: else a power cut could leave the marker
+    with files that never reached the disk, installed as the node's data."""
+    node.s3 = S3Settings(bucket="backups")
+    root = node.staging("rr-1")[0]
+    events: list[tuple[str, bool]] = []
+
+    def downloaded(*_: Any, **__: Any) -> DownloadResult:
+        _write(root / "ks" / "t-abc" / "nb-2-big-Data.db", b"the backup's data")
+        return DownloadResult(1, 17, 1, 17, 0, 0.1)
+
+    def synced(path: str) -> float:
+        events.append((path, (root / DOWNLOADED_MARKER).exists()))
+        return 0.0
+
+    monkeypatch.setattr(s3_restore, "make_client", lambda _: object())
+    monkeypatch.setattr(s3_restore, "download_node", downloaded)
+    monkeypatch.setattr(S3Restore, "_download_commitlog", lambda *_: NO_COMMITLOG)
+    monkeypatch.setattr(s3_restore, "syncfs", synced)
+
+    node.download("rr-1", "rs-1", "node1")
+
+    assert events == [(str(root), False)]
+    assert (root / DOWNLOADED_MARKER).exists()
