@@ -88,6 +88,12 @@ def refusal(record: RestoreRecord) -> str | None:
     return None
 
 
+def _maybe_stopped(node: RestoreNode) -> bool:
+    """Recorded at its canary, the step before the stop, while it ran at plan time: a stop whose
+    answer was lost may have stopped it."""
+    return node.step is Step.CANARY and node.was_running
+
+
 def _code(exc: BaseException) -> str:
     return str(getattr(exc, "code", "") or "")
 
@@ -150,7 +156,7 @@ class S3RestoreAbort:
             again = [n for n in stopped if self.outcomes[n.name].discarded]
             # The stop comes right after the canary: a stop whose answer was lost left the node
             # recorded at its canary with Cassandra down. Ask, rather than leave it stopped.
-            maybe = [n for n in others if n.step is Step.CANARY and n.was_running]
+            maybe = [n for n in others if _maybe_stopped(n)]
             found = await asyncio.gather(*(self._found_stopped(n) for n in maybe))
             again += [n for n, down in zip(maybe, found, strict=True) if down]
             # Seeds first, as the restore starts a ring: the others then join them.
@@ -207,7 +213,9 @@ class S3RestoreAbort:
         outcome.discarded = True
         line = removed_line(node.name, outcome.removed)
         outcome.lines.append(line)
-        outcome.done = node.step is not Step.STOPPED
+        # A node at its canary may be stopped without the record saying so: done only once it is
+        # known to run (`_found_stopped`), else a checkpoint would call it back as before.
+        outcome.done = node.step is not Step.STOPPED and not _maybe_stopped(node)
         log.warning(
             "staging of a restore from S3 removed", node=node.name, restore_id=self.record.id
         )
@@ -236,8 +244,9 @@ class S3RestoreAbort:
             self.progress(node.name, ABORT, f"Cassandra's state not known: {error}")
             return False
         if state.cassandra_running:
+            outcome.done = True
+            await self._checkpoint()
             return False
-        outcome.done = False
         log.warning(
             "Cassandra found stopped on a node recorded before its stop (the restore's stop"
             " answer was lost): it is started again",

@@ -276,3 +276,42 @@ def test_an_abort_interrupted_part_way_leaves_a_record_of_what_it_did() -> None:
     }
     assert "node node2: removed /data/.ringsnap-s3/rr-1 (12 files, 3.0 MiB)" in saved.warnings
     assert any(w.startswith("node node1: removed") for w in saved.warnings)
+
+
+def test_an_abort_interrupted_while_a_node_found_stopped_starts_keeps_it_for_the_next() -> None:
+    # node1 is recorded at its canary with Cassandra found down (a stop whose answer was lost).
+    # Killed while it starts again: the record must not say node1 is back as before (the next
+    # abort would then neither ask nor start it, leaving it stopped): it stays at its canary.
+    rig = S3Rig()
+    record = _at(_failed_download(rig), node1=RestoreStep.CANARY)
+    rig.agents["node1"].running = False
+
+    starting = asyncio.Event()
+
+    async def hangs(**_: Any) -> None:
+        starting.set()
+        await asyncio.Event().wait()
+
+    rig.agents["node1"].start_cassandra = hangs
+    abort = S3RestoreAbort(
+        record, s3_agents=rig.s3, agents=rig.agents, save=rig.journal.save, progress=print
+    )
+
+    async def interrupted() -> None:
+        run = asyncio.create_task(abort.run("operator"))
+        await starting.wait()
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+
+    asyncio.run(interrupted())
+
+    steps = {n.name: n.step for n in rig.journal.saved[-1].nodes}
+    assert steps["node1"] is RestoreStep.CANARY
+    assert steps["node2"] is RestoreStep.PLANNED
+    # And the next abort asks node1 and starts it again.
+    del rig.agents["node1"].start_cassandra  # the fake's own start again
+    rig.events.clear()
+    done = _abort(rig, rig.journal.saved[-1])
+    assert done.state is RestoreState.ABORTED
+    assert _started(rig) == ["node1"]
