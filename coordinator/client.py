@@ -68,7 +68,8 @@ class ExitCode(enum.IntEnum):
     NOT_PROVEN = 6
     #: No such backup or operation.
     NOT_FOUND = 66
-    #: The coordinator cannot be reached (not running, or another address).
+    #: The coordinator cannot be reached (not running, or another address), or it took a call
+    #: and did not answer in time (what was asked may still be running there).
     UNREACHABLE = 69
     #: Interrupted (Ctrl-C) while following an operation; the operation goes on in the coordinator.
     INTERRUPTED = 130
@@ -98,7 +99,12 @@ EXIT_CODE_TABLE = (
         "restore: every step ran but the proof failed for at least one node (the report names it)",
     ),
     (ExitCode.NOT_FOUND, "no such backup or operation"),
-    (ExitCode.UNREACHABLE, "the coordinator is not reachable (is ringsnap-coordinator running?)"),
+    (
+        ExitCode.UNREACHABLE,
+        "the coordinator is not reachable (is ringsnap-coordinator running?), or did not answer in"
+        " time: what was asked may still be running there (see ringsnap status before asking"
+        " again)",
+    ),
     (ExitCode.INTERRUPTED, "interrupted; an operation already started goes on in the coordinator"),
 )
 
