@@ -289,6 +289,9 @@ class S3Restore:
                 f"backup {backup_id} node {node}: the bucket's copy holds no SSTable of"
                 f" {keyspace}.{table}; nothing was staged"
             )
+        # Once answered, the table restore records the node staged and a resume imports the files
+        # without downloading them again: they are on disk first.
+        syncfs(str(staging))
         return StagedDownload(result, (str(staging),), "")
 
     # -- 2. install (Cassandra stopped) ---------------------------------------------------------

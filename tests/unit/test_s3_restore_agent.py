@@ -273,3 +273,30 @@ def test_the_downloaded_files_are_on_disk_before_the_marker_says_so(
 
     assert events == [(str(root), False)]
     assert (root / DOWNLOADED_MARKER).exists()
+
+
+def test_a_table_download_is_on_disk_before_it_is_answered(
+    node: S3Restore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Its answer lets the table restore record the node staged (a resume then imports without
+    downloading again): the staging filesystem is synced first."""
+    node.s3 = S3Settings(bucket="backups")
+    staging = tmp_path / "data" / "staging-tr-1"
+    synced: list[str] = []
+
+    def downloaded(*_: Any, **__: Any) -> DownloadResult:
+        _write(staging / "nb-2-big-Data.db", b"the backup's data")
+        assert not synced, "synced before the files were written"
+        return DownloadResult(1, 17, 1, 17, 0, 0.1)
+
+    def sync(path: str) -> float:
+        synced.append(path)
+        return 0.0
+
+    monkeypatch.setattr(s3_restore, "make_client", lambda _: object())
+    monkeypatch.setattr(s3_restore, "download_node", downloaded)
+    monkeypatch.setattr(s3_restore, "syncfs", sync)
+
+    node.download_table("tr-1", "rs-1", "node1", keyspace="ks", table="t", staging=staging)
+
+    assert synced == [str(staging)]
