@@ -212,9 +212,15 @@ class Fetcher:
 def _check_range(span: Span, content_range: str | None, first: int, last: int) -> None:
     match = _CONTENT_RANGE.match(content_range or "")
     if match is None:
+        # A whole file's GET is ranged only to resume a cut body: no threshold avoids that.
+        advice = (
+            "a body cut in the middle cannot be resumed from it; run the download again"
+            if span.whole
+            else "set multipart_threshold_bytes above the largest file"
+        )
         raise ValueError(
             f"the store answered a ranged GET of {span.key!r} without a valid Content-Range"
-            f" ({content_range!r}); set multipart_threshold_bytes above the largest file"
+            f" ({content_range!r}): it ignores Range; {advice}"
         )
     start, end, total = map(int, match.groups())
     if total != span.object_size:
