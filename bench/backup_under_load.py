@@ -87,6 +87,33 @@ def _floors(floor: Floor, count: int, spacing: float) -> list[FloorRun]:
     return runs
 
 
+def _flushes_alone(config: Any, count: int, spacing: float) -> list[tuple[float, float]]:
+    """The backup's flush step alone (every agent's FlushMemtables at once, as the run asks it),
+    `count` times, one every `spacing` seconds: what the flush does to client writes without a
+    freeze or a snapshot. Each node's flush as a (start, end) span."""
+    spans: list[tuple[float, float]] = []
+
+    async def flush(agent: Any) -> None:
+        began = time.monotonic()
+        try:
+            await agent.flush()
+        finally:
+            spans.append((began, time.monotonic()))
+
+    async def run() -> None:
+        async with open_coordinator(config, source="<bench>") as coordinator:
+            agents = [
+                a for runtime in coordinator.clusters.values() for a in runtime.agents.values()
+            ]
+            for _ in range(count):
+                began = time.monotonic()
+                await asyncio.gather(*(flush(agent) for agent in agents))
+                await asyncio.sleep(max(0.0, spacing - (time.monotonic() - began)))
+
+    asyncio.run(run())
+    return spans
+
+
 def _tap_windows(coordinator: Coordinator, windows: dict[str, FreezeWindow]) -> None:
     """Keep each backup's freeze window as the run measured it: the catalog keeps only some of its
     parts (not `freezing` and `thawing`, the coordinator's own figures)."""
@@ -273,11 +300,19 @@ def _round(
             floor_busy = time.monotonic() - started
         with WriteLoadProcess(args.instance, rate=args.rate) as baseline:
             time.sleep(busy)
+        flushed: WriteLoadProcess | None = None
+        alone: list[tuple[float, float]] = []
+        flush_busy = 0.0
+        if args.flush_phase:
+            with WriteLoadProcess(args.instance, rate=args.rate) as flushed:
+                started = time.monotonic()
+                alone = _flushes_alone(config, args.backups, busy / max(1, args.backups))
+                flush_busy = time.monotonic() - started
     asyncio.run(delete_them())
     context = _Context(
         began=round_began,
         spans=[span for span in spans.values() if span[1]],
-        flushes=flushes,
+        flushes=[*flushes, *alone],
         node_spans=node_log_spans(containers, since_wall=round_wall - 2),
         pressure=pressure,
     )
@@ -323,6 +358,10 @@ def _round(
     print(_slowest_line("with floors", floored, context))
     print(_load_line("  writes without either ", baseline.report, busy))
     print(_slowest_line("without either", baseline, context))
+    if flushed is not None:
+        print(_figures("flush_alone", [end - began for began, end in alone]))
+        print(_load_line("  writes with flushes alone", flushed.report, flush_busy))
+        print(_slowest_line("with flushes alone", flushed, context))
     gc = context.node_spans.get("gc", [])
     print(
         f"  nodes' GC pauses >= 200 ms in the round: {len(gc)}"
@@ -345,6 +384,11 @@ def main() -> None:
     parser.add_argument("--array", default="ontap")
     parser.add_argument("--rounds", type=int, default=1, help="measurements in a row, same cluster")
     parser.add_argument("--instance", default="bench-load")
+    parser.add_argument(
+        "--flush-phase",
+        action="store_true",
+        help="also time client writes during the backups' flush step alone, spaced as they came",
+    )
     args = parser.parse_args()
     configure(json=True, level="error")
 
