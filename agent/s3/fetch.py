@@ -73,7 +73,7 @@ class FetchHalted(Exception):
 
 
 class BodyCut(Exception):
-    """A body ended before its length `attempts` times in a row."""
+    """The body of one GET (a file, or one part) was cut `attempts` times, counting the first."""
 
 
 class _Cut(Exception):
