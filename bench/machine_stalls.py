@@ -67,8 +67,11 @@ class PressureSampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            # Stamped at the middle of the read: a sampler descheduled between reading the
+            # totals and stamping them would pair them with a later time.
+            before = time.monotonic()
             sample = _totals()
-            self._times.append(time.monotonic())
+            self._times.append((before + time.monotonic()) / 2)
             self._samples.append(sample)
             self._stop.wait(self._interval)
 
@@ -84,7 +87,10 @@ class PressureSampler:
         seconds = times[last] - times[first]
         before, after = self._samples[first], self._samples[last]
         names = ("cpu", "io", "io_full")
-        return {name: (after[i] - before[i]) / 1e6 / seconds for i, name in enumerate(names)}
+        # At most all of the span: the stamps are only as exact as the sampler's scheduling.
+        return {
+            name: min(1.0, (after[i] - before[i]) / 1e6 / seconds) for i, name in enumerate(names)
+        }
 
 
 def _wall_to_monotonic() -> float:
