@@ -16,7 +16,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
 from ringsnap.coordinator.ports import ArrayPort
+from ringsnap.errors import RingsnapError
+from ringsnap.logs import get_logger
 from ringsnap.plugins.types import SnapshotRef, Volume
+
+log = get_logger(__name__)
 
 #: One array call (clone, delete a clone).
 ARRAY_TIMEOUT_SECONDS = 900.0
@@ -55,6 +59,36 @@ class RecordedClone(Protocol):
     def deleted(self) -> bool: ...
 
 
+class CloneTimedOut(RingsnapError):
+    """An array did not finish a clone call in time: it may still make the clones, which no run
+    has recorded, so the message tells the operator where to look."""
+
+    def __init__(self, array: str, ref: SnapshotRef, suffix: str, timeout: float) -> None:
+        super().__init__(
+            f"array {array} did not finish cloning snapshot {ref.snapshot_name} within"
+            f" {timeout:.0f} s; it may still make the clones (their names built from {suffix!r}),"
+            " which ringsnap has not recorded as cleanups: once the run has ended, look for them"
+            " on the array and delete them"
+        )
+
+
+async def clone_in_time(
+    port: ArrayPort, array: str, ref: SnapshotRef, suffix: str, timeout: float
+) -> Sequence[Volume]:
+    """`port.clone(ref, suffix)` within `timeout` seconds, or `CloneTimedOut` (logged)."""
+    try:
+        return await asyncio.wait_for(port.clone(ref, suffix), timeout)
+    except TimeoutError:
+        log.warning(
+            "array clone timed out; clones may still appear",
+            array=array,
+            snapshot=ref.snapshot_name,
+            suffix=suffix,
+            timeout_seconds=timeout,
+        )
+        raise CloneTimedOut(array, ref, suffix, timeout) from None
+
+
 C = TypeVar("C", bound=RecordedClone)
 #: Called once a clone is gone; `by_retry`: the coordinator's pending-cleanup retries deleted it.
 Deleted = Callable[[C, bool], Awaitable[None]]
@@ -77,7 +111,7 @@ class CloneSession:
     async def clone(self, array: str, ref: SnapshotRef, suffix: str) -> dict[str, Volume]:
         """Clone every member of `ref` on `array`: the clone of each backed-up volume, by its
         name (drivers return the clones in the order of the snapshot's members)."""
-        made = await asyncio.wait_for(self.arrays[array].clone(ref, suffix), self.timeout)
+        made = await clone_in_time(self.arrays[array], array, ref, suffix, self.timeout)
         return {m.volume.name: clone for m, clone in zip(ref.members, made, strict=True)}
 
     async def delete(self, clones: Sequence[C], deleted: Deleted[C]) -> str:

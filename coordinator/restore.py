@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
+from ringsnap.coordinator.clone_session import clone_in_time
 from ringsnap.coordinator.gathering import failures_of
 from ringsnap.coordinator.model import (
     NodeVerdict,
@@ -323,7 +324,7 @@ class RestoreWorkflow:
                 await asyncio.wait_for(port.revert(ref), self.settings.array_timeout)
                 await run.update(arrays_done=(*run.record.arrays_done, (array, "reverted")))
                 return
-            clones = await asyncio.wait_for(port.clone(ref, suffix), self.settings.array_timeout)
+            clones = await clone_in_time(port, array, ref, suffix, self.settings.array_timeout)
             pairs = tuple(
                 (array, member.volume.name, clone.name)
                 for member, clone in zip(ref.members, clones, strict=True)

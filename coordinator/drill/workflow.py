@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from typing import TypeVar
 
 from ringsnap.coordinator.clone_mounts import CloneToMount
+from ringsnap.coordinator.clone_session import clone_in_time
 from ringsnap.coordinator.drill.model import (
     DrillClone,
     DrillNode,
@@ -275,8 +276,8 @@ class DrillWorkflow:
         for ref in node.snapshots:
             port = self.arrays[ref.array]
             try:
-                clones = await asyncio.wait_for(
-                    port.clone(ref, suffix), self.settings.array_timeout
+                clones = await clone_in_time(
+                    port, ref.array, ref, suffix, self.settings.array_timeout
                 )
             except Exception as exc:
                 raise _StepFailed(
