@@ -87,10 +87,13 @@ def _floors(floor: Floor, count: int, spacing: float) -> list[FloorRun]:
     return runs
 
 
-def _flushes_alone(config: Any, count: int, spacing: float) -> list[tuple[float, float]]:
-    """The backup's flush step alone (every agent's FlushMemtables at once, as the run asks it),
-    `count` times, one every `spacing` seconds: what the flush does to client writes without a
-    freeze or a snapshot. Each node's flush as a (start, end) span."""
+def _flushes_alone(
+    config: Any, count: int, spacing: float, *, one_by_one: bool = False
+) -> list[tuple[float, float]]:
+    """The backup's flush step alone (every agent's FlushMemtables at once, as the run asks it;
+    or, `one_by_one`, each node after the other, to see what staggering would spare the
+    clients), `count` times, one every `spacing` seconds: what the flush does to client writes
+    without a freeze or a snapshot. Each node's flush as a (start, end) span."""
     spans: list[tuple[float, float]] = []
 
     async def flush(agent: Any) -> None:
@@ -107,7 +110,11 @@ def _flushes_alone(config: Any, count: int, spacing: float) -> list[tuple[float,
             ]
             for _ in range(count):
                 began = time.monotonic()
-                await asyncio.gather(*(flush(agent) for agent in agents))
+                if one_by_one:
+                    for agent in agents:
+                        await flush(agent)
+                else:
+                    await asyncio.gather(*(flush(agent) for agent in agents))
                 await asyncio.sleep(max(0.0, spacing - (time.monotonic() - began)))
 
     asyncio.run(run())
@@ -306,7 +313,12 @@ def _round(
         if args.flush_phase:
             with WriteLoadProcess(args.instance, rate=args.rate) as flushed:
                 started = time.monotonic()
-                alone = _flushes_alone(config, args.backups, busy / max(1, args.backups))
+                alone = _flushes_alone(
+                    config,
+                    args.backups,
+                    busy / max(1, args.backups),
+                    one_by_one=args.flush_phase == "one-by-one",
+                )
                 flush_busy = time.monotonic() - started
     asyncio.run(delete_them())
     context = _Context(
@@ -360,7 +372,11 @@ def _round(
     print(_slowest_line("without either", baseline, context))
     if flushed is not None:
         print(_figures("flush_alone", [end - began for began, end in alone]))
-        print(_load_line("  writes with flushes alone", flushed.report, flush_busy))
+        print(
+            _load_line(
+                f"  writes with flushes alone ({args.flush_phase})", flushed.report, flush_busy
+            )
+        )
         print(_slowest_line("with flushes alone", flushed, context))
     gc = context.node_spans.get("gc", [])
     print(
@@ -386,8 +402,9 @@ def main() -> None:
     parser.add_argument("--instance", default="bench-load")
     parser.add_argument(
         "--flush-phase",
-        action="store_true",
-        help="also time client writes during the backups' flush step alone, spaced as they came",
+        choices=("together", "one-by-one"),
+        help="also time client writes during the backups' flush step alone, spaced as they came:"
+        " every node at once (as the run flushes) or one node after the other",
     )
     args = parser.parse_args()
     configure(json=True, level="error")
