@@ -125,6 +125,8 @@ class Fetcher:
         self._halts = halts
         self._on_bytes = on_bytes
         self._throttle = throttle
+        #: Bytes read at a time: smaller under a low bandwidth limit (`Throttle.step`).
+        self._step = CHUNK if throttle is None else throttle.step(CHUNK)
         self._local = threading.local()
 
     def _check(self) -> None:
@@ -150,7 +152,7 @@ class Fetcher:
                 read = _reader(body)
                 while done < span.length:
                     self._check()
-                    count = _read_or_cut(read, view[: min(CHUNK, span.length - done)])
+                    count = _read_or_cut(read, view[: min(self._step, span.length - done)])
                     if count == 0:
                         break  # shorter than its Content-Length: a cut connection
                     if self._throttle is not None:

@@ -6,6 +6,9 @@ import threading
 import time
 from collections.abc import Callable
 
+#: The smallest read a throttled download makes (see `Throttle.step`).
+MIN_STEP = 64 * 1024
+
 
 class Throttle:
     """Paces bytes to `rate` per second across threads: each caller books its bytes on one
@@ -19,6 +22,13 @@ class Throttle:
         self._clock = clock
         self._lock = threading.Lock()
         self._due = clock() - 1.0  # the burst is there from the start
+
+    def step(self, largest: int) -> int:
+        """Bytes to read at a time under this limit: a sixteenth of a second's worth (at least
+        `MIN_STEP`, at most `largest`). Reading `largest` at a low limit would leave each
+        connection unread for `threads x largest / rate` seconds (8 threads of 1 MiB at 1 MiB/s:
+        8 s), which a store may take for a dead client and cut."""
+        return max(MIN_STEP, min(largest, int(self._rate) // 16))
 
     def take(self, amount: int, halt: threading.Event) -> None:
         """Book `amount` bytes; returns when they may go (at once when `halt` is set)."""

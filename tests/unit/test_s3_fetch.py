@@ -511,3 +511,45 @@ def test_the_bandwidth_limit_paces_bytes_across_threads_after_one_second_of_burs
         throttle.take(MIB, halt)  # type: ignore[arg-type]
     # The first 10 MiB go at once; each further MiB is due 0.1 s after the one before it.
     assert halt.waits == [round(0.1 * n, 6) for n in range(1, 21)]
+
+
+def test_a_low_bandwidth_limit_reads_in_small_steps() -> None:
+    assert Throttle(1024 * MIB).step(MIB) == MIB  # fast: whole buffers
+    assert Throttle(4 * MIB).step(MIB) == 256 * 1024  # a sixteenth of a second's worth
+    assert Throttle(64 * 1024).step(MIB) == 64 * 1024  # never below MIN_STEP
+
+
+class _Reads:
+    """A real response read straight from its socket, recording how much each read asked for."""
+
+    def __init__(self, raw: Any, asked: list[int]) -> None:
+        self._raw, self._asked = raw, asked
+
+    def readinto(self, view: memoryview) -> int:
+        self._asked.append(len(view))
+        count: int = self._raw.readinto(view)
+        return count
+
+
+def test_a_throttled_download_reads_each_connection_in_its_steps(
+    server: int, exported: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At 1 MiB/s each read asks for 64 KiB, not 1 MiB: with 8 threads a connection is read
+    every half second or so instead of sitting unread for 8 s between reads."""
+    asked: list[int] = []
+    raw_response = fetch._raw_response
+
+    def recorded(body: Any) -> Any:
+        raw = raw_response(body)
+        return None if raw is None else _Reads(raw, asked)
+
+    monkeypatch.setattr(fetch, "_raw_response", recorded)
+    monkeypatch.setattr(Throttle, "take", lambda self, amount, halt: None)  # no waiting here
+    settings = _settings(server, max_bandwidth_bytes=MIB)
+    restored = tmp_path / "restored"
+    download_node(
+        make_client(settings), settings, backup_id="b1", node="node1", destinations=[restored]
+    )
+
+    assert asked and max(asked) == 64 * 1024, sorted(set(asked))
+    _same_tree(restored, exported)
