@@ -4,6 +4,7 @@ tests (`test_s3_fetch`, `test_s3_download_crc`) restore from."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ringsnap.agent.manifest import manifest
 from ringsnap.agent.s3.client import S3Client
@@ -23,12 +24,19 @@ def export_b1(client: S3Client, settings: S3Settings, source: Path) -> Path:
     client.create_bucket(Bucket=settings.bucket)
     write_sstable(table_directory(source), 1, DATA_BYTES)
     write_sstable(table_directory(source), 2, 40_000)
-    export_node(
+    export_source(client, settings, source)
+    return source
+
+
+def export_source(client: S3Client, settings: S3Settings, source: Path, **kwargs: Any) -> Any:
+    """Export the data directory `source` as backup b1 of node1 with the real export (`kwargs`:
+    its cancel, progress, ...); its result."""
+    return export_node(
         client,
         settings,
         backup_id="b1",
         node="node1",
         data_directories=[source],
         manifest=lambda: manifest([source], cache=None),
+        **kwargs,
     )
-    return source

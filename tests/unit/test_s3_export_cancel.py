@@ -21,13 +21,13 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from ringsnap.agent.manifest import manifest
 from ringsnap.agent.s3 import commitlog
 from ringsnap.agent.s3.commitlog import export_commitlog
-from ringsnap.agent.s3.export import ExportCancelled, export_node
+from ringsnap.agent.s3.export import ExportCancelled
 from ringsnap.agent.s3.progress import Progress
 from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.sandbox.sstables import table_directory, write_sstable
+from tests.support.s3_exported import export_source
 
 BUCKET = "ringsnap-copies"
 MIB = 1024 * 1024
@@ -80,15 +80,7 @@ def _open_under(root: Path) -> list[str]:
 
 
 def _export(client: Any, source: Path, settings: S3Settings = SETTINGS, **kwargs: Any) -> Any:
-    return export_node(
-        client,
-        settings,
-        backup_id="b1",
-        node="node1",
-        data_directories=[source],
-        manifest=lambda: manifest([source], cache=None),
-        **kwargs,
-    )
+    return export_source(client, settings, source, **kwargs)
 
 
 @pytest.mark.usefixtures("no_collector")

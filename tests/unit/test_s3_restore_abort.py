@@ -54,6 +54,30 @@ def _abort(rig: S3Rig, record: RestoreRecord, seeds: tuple[str, ...] = ()) -> Re
     return done
 
 
+def _abort_killed_while_node1_starts(rig: S3Rig, record: RestoreRecord) -> None:
+    """Run an abort of `record` and kill it the moment it starts node1's Cassandra again (which
+    then hangs): on an event, whatever the machine's load."""
+    starting = asyncio.Event()
+
+    async def hangs(**_: Any) -> None:
+        starting.set()
+        await asyncio.Event().wait()
+
+    rig.agents["node1"].start_cassandra = hangs
+    abort = S3RestoreAbort(
+        record, s3_agents=rig.s3, agents=rig.agents, save=rig.journal.save, progress=print
+    )
+
+    async def interrupted() -> None:
+        run = asyncio.create_task(abort.run("operator"))
+        await starting.wait()
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+
+    asyncio.run(interrupted())
+
+
 def _started(rig: S3Rig) -> list[str]:
     return sorted(e.split(":")[0] for e in rig.events if ":start" in e)
 
@@ -242,25 +266,7 @@ def test_an_abort_interrupted_part_way_leaves_a_record_of_what_it_did() -> None:
     rig = S3Rig()
     record = _at(_failed_download(rig), node1=RestoreStep.STOPPED)
 
-    starting = asyncio.Event()
-
-    async def hangs(**_: Any) -> None:
-        starting.set()
-        await asyncio.Event().wait()
-
-    rig.agents["node1"].start_cassandra = hangs
-    abort = S3RestoreAbort(
-        record, s3_agents=rig.s3, agents=rig.agents, save=rig.journal.save, progress=print
-    )
-
-    async def interrupted() -> None:
-        run = asyncio.create_task(abort.run("operator"))
-        await starting.wait()  # killed exactly there, whatever the machine's load
-        run.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await run
-
-    asyncio.run(interrupted())
+    _abort_killed_while_node1_starts(rig, record)
 
     saved = rig.journal.saved[-1]
     assert (saved.state, saved.finished_at, saved.error) == (
@@ -286,25 +292,7 @@ def test_an_abort_interrupted_while_a_node_found_stopped_starts_keeps_it_for_the
     record = _at(_failed_download(rig), node1=RestoreStep.CANARY)
     rig.agents["node1"].running = False
 
-    starting = asyncio.Event()
-
-    async def hangs(**_: Any) -> None:
-        starting.set()
-        await asyncio.Event().wait()
-
-    rig.agents["node1"].start_cassandra = hangs
-    abort = S3RestoreAbort(
-        record, s3_agents=rig.s3, agents=rig.agents, save=rig.journal.save, progress=print
-    )
-
-    async def interrupted() -> None:
-        run = asyncio.create_task(abort.run("operator"))
-        await starting.wait()
-        run.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await run
-
-    asyncio.run(interrupted())
+    _abort_killed_while_node1_starts(rig, record)
 
     steps = {n.name: n.step for n in rig.journal.saved[-1].nodes}
     assert steps["node1"] is RestoreStep.CANARY
