@@ -36,7 +36,7 @@ from ringsnap.agent.config import VolumesSection
 from ringsnap.agent.durable import write_durably
 from ringsnap.agent.errors import CommandFailed, CommandTimeout, Conflict, NotFound
 from ringsnap.agent.mounts import Host
-from ringsnap.agent.restore import check_mount_point, check_volume_name
+from ringsnap.agent.restore.model import check_mount_point, check_volume_name
 from ringsnap.errors import ValidationError
 
 log = logs.get_logger(__name__)

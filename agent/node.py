@@ -13,17 +13,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ringsnap import logs
-from ringsnap.agent import manifest, process, restore, volumes
+from ringsnap.agent import manifest, process, volumes
 from ringsnap.agent.config import AgentConfig
 from ringsnap.agent.errors import CommandFailed, CommandTimeout
 from ringsnap.agent.freeze import FreezeManager, FreezeResult, ThawResult
 from ringsnap.agent.freezestate import StateStore
 from ringsnap.agent.jmx import open_control
 from ringsnap.agent.lease import LeasePolicy
-from ringsnap.agent.restore import CassandraStatus, DiscardedDirectory, VolumeFacts, VolumeState
-from ringsnap.agent.snapshot_restore import RestoredTable
+from ringsnap.agent.restore.model import CassandraStatus, DiscardedDirectory, VolumeState
+from ringsnap.agent.restore.restorer import RECORDS_DIRECTORY, VolumeRestorer
+from ringsnap.agent.restore.snapshot import RestoredTable
 from ringsnap.errors import ValidationError
 from ringsnap.names import keyspace_name, snapshot_tag, table_name
+from ringsnap.volume_facts import VolumeFacts
 
 log = logs.get_logger(__name__)
 AGENT_VERSION = "0.1.0"
@@ -69,10 +71,10 @@ class NodeAgent:
                 max_seconds=config.freeze.max_lease_seconds,
             ),
         )
-        self.restorer = restore.VolumeRestorer(
+        self.restorer = VolumeRestorer(
             directories=self.directories(),
             state_directory=config.freeze.state_directory,
-            records_directory=config.volumes.state_directory / restore.RECORDS_DIRECTORY,
+            records_directory=config.volumes.state_directory / RECORDS_DIRECTORY,
             settings=config.volumes,
             cassandra=self.cassandra_status,
             frozen=self._frozen_mount_points,

@@ -21,21 +21,23 @@ from ringsnap.agent.drill.host import DrillHost, TooManyDrills
 from ringsnap.agent.drill.model import DrillRequest, DrillStatus
 from ringsnap.agent.freeze import FreezeResult, ThawResult
 from ringsnap.agent.node import NodeAgent, NodeInfo
-from ringsnap.agent.restore_messages import restored_table_messages
-from ringsnap.agent.restore_model import DiscardedDirectory, VolumeState
+from ringsnap.agent.restore.messages import (
+    discarded_message,
+    node_volume_message,
+    restored_message,
+    volume_state_message,
+)
 from ringsnap.agent.rpc_delegation import Delegated, DelegatedStream, Request, Response
 from ringsnap.agent.s3.download import DownloadCancelled, DownloadRefused
 from ringsnap.agent.s3.export import ExportFailed
 from ringsnap.agent.s3.purge import PurgeFailed
 from ringsnap.agent.s3.rpc import S3Exports
-from ringsnap.agent.s3_restore_rpc import S3RestoreRpcs
-from ringsnap.agent.s3_staging import S3StagingRpcs
-from ringsnap.agent.snapshot_restore import RestoredTable
-from ringsnap.agent.table_import_rpc import TableImportRpcs
+from ringsnap.agent.staging.s3_room import S3StagingRpcs
+from ringsnap.agent.staging.s3_rpc import S3RestoreRpcs
+from ringsnap.agent.staging.table_rpc import TableImportRpcs
 from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc, types_pb2
 from ringsnap.errors import ValidationError
 from ringsnap.rpcerrors import Context, ErrorStatuses
-from ringsnap.volume_facts import VolumeFacts
 from ringsnap.wire import duration, seconds_of, unix_timestamp
 
 log = logs.get_logger(__name__)
@@ -130,49 +132,6 @@ def thaw_message(result: ThawResult) -> agent_pb2.ThawFilesystemsResponse:
         if fs.thaw_seconds is not None:
             entry.thaw_duration.CopyFrom(duration(fs.thaw_seconds))
     return response
-
-
-def node_volume_message(volume: VolumeFacts) -> agent_pb2.NodeVolume:
-    return agent_pb2.NodeVolume(
-        mount_point=volume.mount_point,
-        device=volume.device,
-        fs_type=volume.fs_type,
-        fs_uuid=volume.fs_uuid,
-        kinds=list(volume.kinds),
-        serial=volume.serial,
-        wwn=volume.wwn,
-        loop_backing_file=volume.loop_backing_file,
-        mounted=volume.mounted,
-        released_by=volume.released_by,
-    )
-
-
-def volume_state_message(state: VolumeState) -> agent_pb2.VolumeState:
-    return agent_pb2.VolumeState(
-        cassandra_running=state.cassandra.running,
-        cassandra_detail=state.cassandra.detail,
-        volumes=[node_volume_message(volume) for volume in state.volumes],
-    )
-
-
-def discarded_message(
-    directories: Sequence[DiscardedDirectory],
-) -> agent_pb2.DiscardReplayStateResponse:
-    return agent_pb2.DiscardReplayStateResponse(
-        directories=[
-            agent_pb2.DiscardedDirectory(
-                path=directory.path,
-                kind=directory.kind,
-                files=directory.files,
-                bytes=directory.bytes,
-            )
-            for directory in directories
-        ]
-    )
-
-
-def restored_message(tables: Sequence[RestoredTable]) -> agent_pb2.RestoreSnapshotResponse:
-    return agent_pb2.RestoreSnapshotResponse(tables=restored_table_messages(tables))
 
 
 def manifest_batch_message(batch: Sequence[manifest.SSTable]) -> agent_pb2.GetManifestResponse:
@@ -469,8 +428,8 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         async for message in _stream_manifest(batches, context, "GetDrillManifest"):
             yield message
 
-    # -- handed whole to a component: table-level restores (ringsnap.agent.table_import_rpc),
-    # restores from S3 (ringsnap.agent.s3_restore_rpc, .s3_staging), export (ringsnap.agent.s3.rpc)
+    # -- handed whole to a component: table-level restores (ringsnap.agent.staging.table_rpc),
+    # restores from S3 (ringsnap.agent.staging.s3_rpc, .s3_room), export (ringsnap.agent.s3.rpc)
 
     GetStagingSpace = delegated(lambda servicer: servicer._table_imports.get_staging_space)
     StageTable = delegated(lambda servicer: servicer._table_imports.stage_table)

@@ -21,13 +21,13 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from ringsnap.agent.restore.snapshot import SnapshotRecords
 from ringsnap.agent.s3.backup_manifest import ManifestWriter
-from ringsnap.agent.s3.download_check import check_download
 from ringsnap.agent.s3.layout import Layout
 from ringsnap.agent.s3.settings import S3Settings
-from ringsnap.agent.s3_restore import S3Restore
-from ringsnap.agent.s3_staging import S3Staging
-from ringsnap.agent.snapshot_restore import SnapshotRecords
+from ringsnap.agent.staging.s3 import S3Restore
+from ringsnap.agent.staging.s3_check import check_download
+from ringsnap.agent.staging.s3_room import S3Staging
 
 SETTINGS = S3Settings(bucket="bench")
 COMPONENTS = ("Data.db", "Index.db", "Summary.db", "Filter.db", "Statistics.db", "TOC.txt")

@@ -1,7 +1,7 @@
 """The agents' side of a restore from S3, as the coordinator sees it: the port and its gRPC client.
 
 `download` streams the node's progress (bytes, files, rate, ETA) to a callback and returns what was
-staged; `install` and `install_commitlog` run with Cassandra stopped (see ringsnap.agent.s3_restore).
+staged; `install` and `install_commitlog` run with Cassandra stopped (see ringsnap.agent.staging.s3).
 """
 
 from __future__ import annotations

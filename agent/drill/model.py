@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 
 from ringsnap import names
 from ringsnap.agent.clones import check_purpose_id
-from ringsnap.agent.restore import check_mount_point
+from ringsnap.agent.restore.model import check_mount_point
 from ringsnap.errors import ValidationError
 
 STARTING = "starting"

@@ -21,11 +21,11 @@ import pytest
 from cassandra import ConsistencyLevel
 from cassandra.query import SimpleStatement
 
+from ringsnap.agent.restore.snapshot import REPLACED_DIRECTORY
 from ringsnap.agent.s3.client import make_client
 from ringsnap.agent.s3.layout import Layout
 from ringsnap.agent.s3.settings import S3Settings
-from ringsnap.agent.s3_restore import STAGING_DIRECTORY
-from ringsnap.agent.snapshot_restore import REPLACED_DIRECTORY
+from ringsnap.agent.staging.s3 import STAGING_DIRECTORY
 from ringsnap.config import validate
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig

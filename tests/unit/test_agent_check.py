@@ -17,7 +17,7 @@ import pytest
 
 from ringsnap.agent import check, mounts
 from ringsnap.agent.config import AgentConfig
-from ringsnap.agent.restore import VolumeRestorer
+from ringsnap.agent.restore.restorer import VolumeRestorer
 from ringsnap.config import validate
 from ringsnap.sandbox.agents import TestPki, config_data
 

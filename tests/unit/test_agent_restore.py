@@ -26,10 +26,10 @@ from ringsnap.agent.errors import CommandFailed, Conflict
 from ringsnap.agent.mounts import RESTORE_DROP_IN, Holder, Host
 from ringsnap.agent.node import NodeAgent
 from ringsnap.agent.nodetool import NodeIdentity
-from ringsnap.agent.replay_state import empty_directory
-from ringsnap.agent.restore import VolumeRestorer
-from ringsnap.agent.restore_model import ATTACHED, RELEASED, CassandraStatus, check_volume_name
-from ringsnap.agent.restore_records import RestoreRecords
+from ringsnap.agent.restore.model import ATTACHED, RELEASED, CassandraStatus, check_volume_name
+from ringsnap.agent.restore.records import RestoreRecords
+from ringsnap.agent.restore.replay_state import empty_directory
+from ringsnap.agent.restore.restorer import VolumeRestorer
 from ringsnap.config import validate
 from ringsnap.errors import ConfigError, ValidationError
 from ringsnap.mountinfo import Mount

@@ -16,10 +16,10 @@ import pytest
 
 from ringsnap.agent.errors import Conflict, NotFound
 from ringsnap.agent.mounts import Holder
-from ringsnap.agent.restore import VolumeRestorer
-from ringsnap.agent.restore_model import CassandraStatus
-from ringsnap.agent.server import restored_message
-from ringsnap.agent.snapshot_restore import DONE, LINKING, MOVING, REPLACED_DIRECTORY, plan
+from ringsnap.agent.restore.messages import restored_message
+from ringsnap.agent.restore.model import CassandraStatus
+from ringsnap.agent.restore.restorer import VolumeRestorer
+from ringsnap.agent.restore.snapshot import DONE, LINKING, MOVING, REPLACED_DIRECTORY, plan
 from ringsnap.errors import ValidationError
 from tests.unit.test_agent_restore import OPERATION, Node
 from tests.unit.test_agent_restore import node as node  # noqa: PLC0414 - the fixture

@@ -17,16 +17,16 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from ringsnap.agent import s3_restore
 from ringsnap.agent.errors import Conflict
 from ringsnap.agent.manifest import manifest
+from ringsnap.agent.restore.snapshot import SnapshotRecords
 from ringsnap.agent.s3.client import make_client
 from ringsnap.agent.s3.download import PARTIAL_SUFFIX, DownloadCancelled, download_node
 from ringsnap.agent.s3.export import export_node
 from ringsnap.agent.s3.settings import S3Settings
-from ringsnap.agent.s3_restore import S3Restore
-from ringsnap.agent.s3_restore_rpc import S3RestoreRpcs
-from ringsnap.agent.snapshot_restore import SnapshotRecords
+from ringsnap.agent.staging import s3 as s3_restore
+from ringsnap.agent.staging.s3 import S3Restore
+from ringsnap.agent.staging.s3_rpc import S3RestoreRpcs
 from ringsnap.api.v1 import agent_pb2
 from ringsnap.sandbox.sstables import table_directory, write_sstable
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
+from ringsnap.agent.restore.snapshot import SnapshotRecords
 from ringsnap.agent.s3.commitlog import export_commitlog
-from ringsnap.agent.s3.download_check import check_download
-from ringsnap.agent.s3_restore import STAGING_DIRECTORY, S3Restore
-from ringsnap.agent.snapshot_restore import SnapshotRecords
+from ringsnap.agent.staging.s3 import STAGING_DIRECTORY, S3Restore
+from ringsnap.agent.staging.s3_check import check_download
 from ringsnap.coordinator.agents import AgentError
 from ringsnap.coordinator.s3_restore_agents import S3DownloadCheck, S3Room
 from ringsnap.coordinator.s3_restore_plan import (

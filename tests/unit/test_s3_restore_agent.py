@@ -1,4 +1,4 @@
-"""The node side of a restore from S3 after the download (`ringsnap.agent.s3_restore.S3Restore`):
+"""The node side of a restore from S3 after the download (`ringsnap.agent.staging.s3.S3Restore`):
 the install moves every live table file aside (kept) and renames the staged files into place,
 owned as the data directory is; it is refused without a complete download, resumes after a crash,
 and the commit log staged with the download is installed after the discard. The download itself
@@ -15,19 +15,21 @@ from typing import Any, cast
 
 import pytest
 
-from ringsnap.agent import s3_restore, s3_restore_rpc, staged_files
 from ringsnap.agent.errors import Conflict
+from ringsnap.agent.restore.snapshot import DONE, REPLACED_DIRECTORY, SnapshotRecords
 from ringsnap.agent.s3.download import DownloadResult
 from ringsnap.agent.s3.progress import Progress
 from ringsnap.agent.s3.settings import S3Settings
-from ringsnap.agent.s3_restore import (
+from ringsnap.agent.staging import files as staged_files
+from ringsnap.agent.staging import s3 as s3_restore
+from ringsnap.agent.staging import s3_rpc as s3_restore_rpc
+from ringsnap.agent.staging.s3 import (
     COMMITLOG_STAGING,
     DOWNLOADED_MARKER,
     NO_COMMITLOG,
     STAGING_DIRECTORY,
     S3Restore,
 )
-from ringsnap.agent.snapshot_restore import DONE, REPLACED_DIRECTORY, SnapshotRecords
 from ringsnap.api.v1 import agent_pb2
 from ringsnap.errors import ValidationError
 

@@ -1,4 +1,4 @@
-"""The agent's side of a restore from S3's plan and abort (`ringsnap.agent.s3_staging`), against
+"""The agent's side of a restore from S3's plan and abort (`ringsnap.agent.staging.s3_room`), against
 moto's S3 filled by the real export and a real staging made by the real download.
 
 - CheckS3Room on a first plan reads no manifest object (the export record's bytes are counted; one
@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from ringsnap.agent import s3_staging
 from ringsnap.agent.errors import Conflict
-from ringsnap.agent.s3_restore import STAGING_DIRECTORY, S3Restore
-from ringsnap.agent.s3_staging import S3Staging
-from ringsnap.agent.snapshot_restore import MOVING, SnapshotRecord, SnapshotRecords
+from ringsnap.agent.restore.snapshot import MOVING, SnapshotRecord, SnapshotRecords
+from ringsnap.agent.staging import s3_room as s3_staging
+from ringsnap.agent.staging.s3 import STAGING_DIRECTORY, S3Restore
+from ringsnap.agent.staging.s3_room import S3Staging
 from ringsnap.errors import ValidationError
 from tests.unit.test_s3_download_cancel import REQUEST, SETTINGS, _slow_rpcs, bucket
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from ringsnap import mountinfo
-from ringsnap.agent import table_import
 from ringsnap.agent.config import CassandraSection
 from ringsnap.agent.errors import Conflict, NotFound
-from ringsnap.agent.table_import import (
+from ringsnap.agent.staging import table as table_import
+from ringsnap.agent.staging.table import (
     SSTableToStage,
     StagedComponent,
     TableImporter,

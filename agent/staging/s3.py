@@ -37,16 +37,9 @@ from ringsnap.agent.config import AgentConfig
 from ringsnap.agent.durable import fsync_directory, write_durably
 from ringsnap.agent.errors import Conflict
 from ringsnap.agent.fsfreeze import syncfs
-from ringsnap.agent.restore import VolumeRestorer
-from ringsnap.agent.restore_model import check_operation_id
-from ringsnap.agent.s3.backup_manifest import Entry
-from ringsnap.agent.s3.client import make_client
-from ringsnap.agent.s3.download import DownloadCancelled, DownloadResult, download_node
-from ringsnap.agent.s3.download_check import DownloadCheck, check_download
-from ringsnap.agent.s3.layout import node_name
-from ringsnap.agent.s3.progress import Progress
-from ringsnap.agent.s3.settings import S3Settings
-from ringsnap.agent.snapshot_restore import (
+from ringsnap.agent.restore.model import check_operation_id
+from ringsnap.agent.restore.restorer import VolumeRestorer
+from ringsnap.agent.restore.snapshot import (
     DONE,
     LINKING,
     MOVING,
@@ -56,7 +49,13 @@ from ringsnap.agent.snapshot_restore import (
     SnapshotRecords,
     table_moved_aside,
 )
-from ringsnap.agent.staged_files import (
+from ringsnap.agent.s3.backup_manifest import Entry
+from ringsnap.agent.s3.client import make_client
+from ringsnap.agent.s3.download import DownloadCancelled, DownloadResult, download_node
+from ringsnap.agent.s3.layout import node_name
+from ringsnap.agent.s3.progress import Progress
+from ringsnap.agent.s3.settings import S3Settings
+from ringsnap.agent.staging.files import (
     entry_names,
     make_directory,
     owner_of,
@@ -65,6 +64,7 @@ from ringsnap.agent.staged_files import (
     remove_empty_tree_but,
     table_directories,
 )
+from ringsnap.agent.staging.s3_check import DownloadCheck, check_download
 from ringsnap.names import backup_id as valid_backup_id
 from ringsnap.names import keyspace_name, table_name
 

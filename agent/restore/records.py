@@ -13,7 +13,7 @@ from typing import Any
 from ringsnap.agent.durable import write_durably
 from ringsnap.agent.errors import Conflict
 from ringsnap.agent.freezestate import valid_operation_id
-from ringsnap.agent.restore_model import ATTACHED, RELEASED, ReleasedVolume, check_operation_id
+from ringsnap.agent.restore.model import ATTACHED, RELEASED, ReleasedVolume, check_operation_id
 
 
 class RestoreRecords:

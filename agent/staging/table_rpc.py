@@ -11,7 +11,7 @@ from functools import cached_property
 
 from ringsnap.agent.clones import CLONES_DIRECTORY
 from ringsnap.agent.node import NodeAgent
-from ringsnap.agent.table_import import SSTableToStage, StagedComponent, TableImporter
+from ringsnap.agent.staging.table import SSTableToStage, StagedComponent, TableImporter
 from ringsnap.api.v1 import agent_pb2, types_pb2
 from ringsnap.wire import duration
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from ringsnap import logs
 from ringsnap.agent import process
 from ringsnap.agent.config import VolumesSection
-from ringsnap.agent.restore_model import ReleasedVolume
+from ringsnap.agent.restore.model import ReleasedVolume
 
 log = logs.get_logger(__name__)
 _ENV_PREFIX = "RINGSNAP_"

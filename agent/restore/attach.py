@@ -13,8 +13,8 @@ from ringsnap.agent import volumes
 from ringsnap.agent.config import VolumesSection
 from ringsnap.agent.errors import CommandFailed, CommandTimeout, Conflict
 from ringsnap.agent.mounts import Host
-from ringsnap.agent.restore_model import ATTACHED, ReleasedVolume, now, on_top
-from ringsnap.agent.volume_hooks import run_hook
+from ringsnap.agent.restore.hooks import run_hook
+from ringsnap.agent.restore.model import ATTACHED, ReleasedVolume, now, on_top
 
 log = logs.get_logger(__name__)
 

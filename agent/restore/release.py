@@ -12,8 +12,8 @@ from ringsnap import logs
 from ringsnap.agent import volumes
 from ringsnap.agent.errors import Conflict
 from ringsnap.agent.mounts import Host, describe_holders
-from ringsnap.agent.restore_model import RELEASED, ReleasedVolume, on_top
-from ringsnap.agent.restore_records import released_not_attached
+from ringsnap.agent.restore.model import RELEASED, ReleasedVolume, on_top
+from ringsnap.agent.restore.records import released_not_attached
 from ringsnap.errors import ValidationError
 from ringsnap.mountinfo import Mount
 

@@ -14,12 +14,12 @@ from ringsnap import logs
 from ringsnap.agent.clones import CLONES_DIRECTORY
 from ringsnap.agent.errors import Conflict
 from ringsnap.agent.node import NodeAgent
-from ringsnap.agent.restore_messages import restored_table_messages
-from ringsnap.agent.restore_model import check_operation_id
+from ringsnap.agent.restore.messages import restored_table_messages
+from ringsnap.agent.restore.model import check_operation_id
 from ringsnap.agent.s3.progress import Progress
-from ringsnap.agent.s3_restore import S3Restore, StagedDownload
-from ringsnap.agent.s3_staging import check_response
-from ringsnap.agent.table_import import TableImporter, restore_id
+from ringsnap.agent.staging.s3 import S3Restore, StagedDownload
+from ringsnap.agent.staging.s3_room import check_response
+from ringsnap.agent.staging.table import TableImporter, restore_id
 from ringsnap.api.v1 import agent_pb2
 from ringsnap.errors import ValidationError
 

@@ -29,17 +29,17 @@ from typing import Any
 from ringsnap import logs
 from ringsnap.agent.errors import Conflict
 from ringsnap.agent.node import NodeAgent
-from ringsnap.agent.restore import check_operation_id
+from ringsnap.agent.restore.model import check_operation_id
 from ringsnap.agent.s3.client import make_client
-from ringsnap.agent.s3.download_check import (
+from ringsnap.agent.s3.layout import Layout, node_name
+from ringsnap.agent.s3.settings import S3Settings
+from ringsnap.agent.staging.s3 import DOWNLOADED_MARKER, S3Restore
+from ringsnap.agent.staging.s3_check import (
     DownloadCheck,
     commitlog_size,
     object_missing,
     room_of,
 )
-from ringsnap.agent.s3.layout import Layout, node_name
-from ringsnap.agent.s3.settings import S3Settings
-from ringsnap.agent.s3_restore import DOWNLOADED_MARKER, S3Restore
 from ringsnap.api.v1 import agent_pb2
 from ringsnap.errors import ValidationError
 from ringsnap.names import backup_id as valid_backup_id

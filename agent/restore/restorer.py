@@ -5,7 +5,7 @@ hook), has the array revert or clone them, asks the agent to *attach* them (atta
 identity check) and to *discard* the replay state that lives outside the restored volumes, then
 checks the manifest and starts Cassandra. For a backup of native snapshots (direct-attached storage)
 nothing is released or attached: *restore_snapshot* puts the tables back to the snapshot in place
-(`ringsnap.agent.snapshot_restore`), then discard runs as after an attach.
+(`ringsnap.agent.restore.snapshot`), then discard runs as after an attach.
 
 Rules:
 - nothing here runs while Cassandra answers; a filesystem a process holds is never unmounted (never
@@ -44,9 +44,9 @@ from ringsnap.agent import volumes
 from ringsnap.agent.config import VolumesSection
 from ringsnap.agent.errors import CommandFailed, CommandTimeout, Conflict
 from ringsnap.agent.mounts import RESTORE_DROP_IN, Host, describe_holders
-from ringsnap.agent.release_plan import Release, release_plan
-from ringsnap.agent.replay_state import discard_plan, empty_directory
-from ringsnap.agent.restore_model import (
+from ringsnap.agent.restore.attach import VolumeAttacher
+from ringsnap.agent.restore.hooks import run_hook
+from ringsnap.agent.restore.model import (
     CassandraStatus,
     DiscardedDirectory,
     ReleasedVolume,
@@ -58,32 +58,19 @@ from ringsnap.agent.restore_model import (
     on_top,
     ordered,
 )
-from ringsnap.agent.restore_records import RestoreRecords, released_not_attached
-from ringsnap.agent.snapshot_restore import RestoredTable, SnapshotRestorer
-from ringsnap.agent.volume_attach import VolumeAttacher
-from ringsnap.agent.volume_hooks import run_hook
+from ringsnap.agent.restore.records import RestoreRecords, released_not_attached
+from ringsnap.agent.restore.release import Release, release_plan
+from ringsnap.agent.restore.replay_state import discard_plan, empty_directory
+from ringsnap.agent.restore.snapshot import RestoredTable, SnapshotRestorer
 from ringsnap.errors import ValidationError
 from ringsnap.mountinfo import Mount
 from ringsnap.names import snapshot_tag
 from ringsnap.volume_facts import VolumeFacts
 
-#: The values and checks other modules have long imported from here; they live in
-#: `restore_model`.
-__all__ = [
-    "CassandraStatus",
-    "DiscardedDirectory",
-    "VolumeFacts",
-    "VolumeRestorer",
-    "VolumeState",
-    "check_mount_point",
-    "check_operation_id",
-    "check_volume_name",
-]
-
 log = logs.get_logger(__name__)
 
 RECORDS_DIRECTORY = "restores"
-#: Under the records directory: what each native snapshot restore did (`snapshot_restore`).
+#: Under the records directory: what each native snapshot restore did (`snapshot`).
 SNAPSHOT_RECORDS = "snapshots"
 _T = TypeVar("_T")
 
@@ -425,7 +412,7 @@ class VolumeRestorer:
 
     async def restore_snapshot(self, operation_id: str, tag: str) -> tuple[RestoredTable, ...]:
         """Put every table that has native snapshot `tag` back to it, in place (see
-        `ringsnap.agent.snapshot_restore`); refused while Cassandra runs or anything holds a file
+        `ringsnap.agent.restore.snapshot`); refused while Cassandra runs or anything holds a file
         under a data directory, or while a restore's released volumes are not attached again."""
         check_operation_id(operation_id)
         snapshot_tag(tag)
@@ -438,7 +425,7 @@ class VolumeRestorer:
 
     async def while_stopped(self, action: str, work: Callable[[], _T]) -> _T:
         """`work` in a thread under this restorer's lock, with `restore_snapshot`'s checks first
-        (an install from S3, `ringsnap.agent.s3_restore`, replaces the live files the same way)."""
+        (an install from S3, `ringsnap.agent.staging.s3`, replaces the live files the same way)."""
         self._refuse_without_host_access(action)
         async with self._lock:
             await self._refuse_while_running(action)
