@@ -90,7 +90,14 @@ def _filesystems(agent: NodeAgent, report: CheckReport, say: Callable[[str], Non
         return
     for filesystem in filesystems:
         identity = filesystem.identity
-        device = identity.serial or identity.wwn or identity.loop_backing_file or "no stable id"
+        device = (
+            identity.wwn
+            or (identity.nguid and f"nguid {identity.nguid}")
+            or (identity.eui and f"eui {identity.eui}")
+            or identity.serial
+            or identity.loop_backing_file
+            or f"no stable id{f' ({identity.source})' if identity.source else ''}"
+        )
         why = refused.get(filesystem.mount_point)
         verdict = f"NEVER FROZEN: {why}" if why else "may be frozen"
         say(

@@ -168,6 +168,10 @@ class VolumesSection(Section):
     attach_command: Argv | None = None
     #: Limit of one hook run; a hook that overruns is killed and fails the call.
     hook_timeout_seconds: float = Field(default=120.0, gt=0, le=3600)
+    #: Where the agent reads udev-style links (`wwn-0x…`, `scsi-3…`, `nvme-eui.…`,
+    #: `dm-uuid-mpath-…`) that name the device under each Cassandra directory, where sysfs does
+    #: not (a loop device); what backups compare with the array's volumes (docs/backup-protocol.md).
+    by_id_dir: AbsolutePath = Path("/dev/disk/by-id")
 
 
 DEFAULT_DRILL_WORK_DIRECTORY = Path("/var/lib/ringsnap/agent/drills")

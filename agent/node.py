@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ringsnap import logs
-from ringsnap.agent import manifest, process, volumes
+from ringsnap.agent import manifest, mounts, process, volumes
 from ringsnap.agent.config import AgentConfig
 from ringsnap.agent.errors import CommandFailed, CommandTimeout
 from ringsnap.agent.freeze import FreezeManager, FreezeResult, ThawResult
@@ -97,11 +97,12 @@ class NodeAgent:
         return found
 
     def filesystems(self) -> list[volumes.NodeFilesystem]:
-        return volumes.discover(self.directories())
+        return volumes.discover(self.directories(), by_id_dir=self.config.volumes.by_id_dir)
 
     async def node_info(self) -> NodeInfo:
         facts = await self.control.facts()
         filesystems = await asyncio.to_thread(self.filesystems)
+        filesystems = list(await asyncio.gather(*(_with_fs_uuid(f) for f in filesystems)))
         cassandra = self.config.cassandra
         return NodeInfo(
             cluster_name=facts.cluster_name,
@@ -303,3 +304,11 @@ class NodeAgent:
             await self.freezer.close()
         finally:
             await self.control.aclose()
+
+
+async def _with_fs_uuid(filesystem: volumes.NodeFilesystem) -> volumes.NodeFilesystem:
+    """`filesystem` with the UUID of the filesystem on its block device (blkid), where it has one."""
+    if filesystem.major == 0 or mounts.block_device_number(filesystem.device) is None:
+        return filesystem
+    uuid = await mounts.fs_uuid(filesystem.device)
+    return replace(filesystem, identity=replace(filesystem.identity, fs_uuid=uuid))

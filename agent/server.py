@@ -89,6 +89,10 @@ def filesystem_message(filesystem: volumes.NodeFilesystem) -> types_pb2.Filesyst
         wwn=filesystem.identity.wwn,
         loop_backing_file=filesystem.identity.loop_backing_file,
         cassandra_directories=list(filesystem.cassandra_directories),
+        nguid=filesystem.identity.nguid,
+        eui=filesystem.identity.eui,
+        fs_uuid=filesystem.identity.fs_uuid,
+        identity_source=filesystem.identity.source,
     )
 
 

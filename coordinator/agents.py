@@ -175,6 +175,11 @@ class GrpcNodeAgent(AgentConnection):
                     serial=fs.serial,
                     wwn=fs.wwn,
                     loop_backing_file=fs.loop_backing_file,
+                    nguid=fs.nguid,
+                    eui=fs.eui,
+                    fs_uuid=fs.fs_uuid,
+                    identity_source=fs.identity_source,
+                    cassandra_directories=tuple(fs.cassandra_directories),
                 )
                 for fs in info.filesystems
             ),

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
+from ringsnap import device_ids
 from ringsnap.plugins.api import PreparedSnapshot
 from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume
 from ringsnap.volume_facts import VolumeFacts
@@ -26,6 +27,26 @@ class FilesystemFacts:
     serial: str = ""
     wwn: str = ""
     loop_backing_file: str = ""
+    nguid: str = ""
+    eui: str = ""
+    fs_uuid: str = ""
+    #: Where the agent read the identity, or why there is none.
+    identity_source: str = ""
+    #: The configured Cassandra directories on it.
+    cassandra_directories: tuple[str, ...] = ()
+
+    def identifiers(self) -> frozenset[str]:
+        """The canonical ids of its device (`ringsnap.device_ids`): what an array volume's
+        identity must be one of."""
+        return device_ids.canonical_set((self.wwn, self.nguid, self.eui))
+
+    def described(self) -> str:
+        """Its device's identity as a person reads it: "naa.…", "nguid …", or "none"."""
+        if self.wwn:
+            return self.wwn
+        if self.nguid or self.eui:
+            return f"NVMe {'NGUID ' + self.nguid if self.nguid else 'EUI-64 ' + self.eui}"
+        return "none"
 
 
 @dataclass(frozen=True)

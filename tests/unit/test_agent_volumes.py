@@ -82,16 +82,88 @@ def fake_sysfs(root: Path) -> Path:
 
 def test_device_identities_from_sysfs(tmp_path: Path) -> None:
     sys_root = fake_sysfs(tmp_path)
-    dev_root = tmp_path / "dev"  # no /dev/disk/by-id here
-    loop = device_identity(7, 16, sys_root=sys_root, dev_root=dev_root)
+    by_id = tmp_path / "dev" / "disk" / "by-id"  # no links here
+    loop = device_identity(7, 16, sys_root=sys_root, by_id_dir=by_id)
     assert loop.loop_backing_file == "/pool/luns/node1-data.img" and not loop.serial
-    scsi = device_identity(8, 1, sys_root=sys_root, dev_root=dev_root)
+    assert loop.identifiers() == set()
+    scsi = device_identity(8, 1, sys_root=sys_root, by_id_dir=by_id)
     assert scsi.wwn == "naa.600a098038303053453f463045727a30" and scsi.serial == "80R0S?F0Erz0"
-    nvme = device_identity(259, 0, sys_root=sys_root, dev_root=dev_root)
-    assert (nvme.serial, nvme.wwn) == ("S4EWNX0R123456", "eui.0025385b71b07e2f")
-    mpath = device_identity(253, 3, sys_root=sys_root, dev_root=dev_root)
-    assert mpath.wwn == "3624a93701c0d5f6c7a1b4a0b00011234"
+    assert scsi.identifiers() == {"600a098038303053453f463045727a30"} and scsi.source == "sysfs"
+    nvme = device_identity(259, 0, sys_root=sys_root, by_id_dir=by_id)
+    # The controller's serial is every namespace's: never taken for the volume's identity.
+    assert (nvme.serial, nvme.wwn) == ("", "eui.0025385b71b07e2f")
+    mpath = device_identity(253, 3, sys_root=sys_root, by_id_dir=by_id)
+    assert mpath.wwn == "3624a93701c0d5f6c7a1b4a0b00011234" and mpath.source == "multipath"
+    assert mpath.identifiers() == {"624a93701c0d5f6c7a1b4a0b00011234"}
     assert device_identity(0, 50, sys_root=sys_root) == device_identity(9, 9, sys_root=sys_root)
+
+
+def _dm(sys_root: Path, name: str, uuid: str, slaves: list[Path]) -> Path:
+    device = sys_root / "devices" / "virtual" / "block" / name
+    (device / "dm").mkdir(parents=True)
+    (device / "dm" / "uuid").write_text(uuid + "\n")
+    (device / "slaves").mkdir()
+    for slave in slaves:
+        os.symlink(slave, device / "slaves" / slave.name)
+    return device
+
+
+def _link(sys_root: Path, number: str, target: Path) -> None:
+    block = sys_root / "dev" / "block"
+    block.mkdir(parents=True, exist_ok=True)
+    os.symlink(target, block / number)
+
+
+def test_lvm_on_a_partition_of_a_multipath_map_is_known_by_the_luns_wwid(tmp_path: Path) -> None:
+    """dm-5 (LVM) -> dm-4 (kpartx partition part1-mpath-…) -> the map's WWID."""
+    sys_root = tmp_path / "sys"
+    wwid = "3600a098038303053453f463045727a30"
+    sda = sys_root / "devices" / "pci" / "host0" / "block" / "sda"
+    sda.mkdir(parents=True)
+    (sda / "device").mkdir()
+    (sda / "device" / "wwid").write_text("naa.600a0980ffffffffffffffffffffffff\n")
+    mpath = _dm(sys_root, "dm-2", f"mpath-{wwid}", [sda])
+    partition = _dm(sys_root, "dm-4", f"part1-mpath-{wwid}", [mpath])
+    lvm = _dm(
+        sys_root, "dm-5", "LVM-k3Jz0AbCdEfGhIjKlMnOpQrStUvWxYz0123456789abcdefghijklmn", [partition]
+    )
+    _link(sys_root, "253:5", lvm)
+    identity = device_identity(253, 5, sys_root=sys_root, by_id_dir=tmp_path / "none")
+    assert identity.wwn == wwid and identity.source == "multipath"
+    assert identity.identifiers() == {wwid[1:]}
+
+
+def test_lvm_over_two_devices_has_no_identity_and_says_why(tmp_path: Path) -> None:
+    sys_root = tmp_path / "sys"
+    disks = []
+    for name, wwid in (("sdb", "naa.600a0980aa"), ("sdc", "naa.600a0980bb")):
+        disk = sys_root / "devices" / "pci" / "block" / name
+        (disk / "device").mkdir(parents=True)
+        (disk / "device" / "wwid").write_text(wwid)
+        disks.append(disk)
+    lvm = _dm(sys_root, "dm-7", "LVM-striped", disks)
+    _link(sys_root, "253:7", lvm)
+    identity = device_identity(253, 7, sys_root=sys_root, by_id_dir=tmp_path / "none")
+    assert identity.identifiers() == set()
+    assert identity.source == "device-mapper dm-7 spans 2 devices"
+
+
+def test_nvme_namespace_is_known_by_its_nguid_and_eui(tmp_path: Path) -> None:
+    """A FlashArray namespace over NVMe-oF: wwid eui.<NGUID>, nguid dashed, eui spaced."""
+    sys_root = tmp_path / "sys"
+    namespace = sys_root / "devices" / "virtual" / "nvme-subsystem" / "nvme-subsys0" / "nvme0n2"
+    (namespace / "p1").mkdir(parents=True)
+    (namespace / "p1" / "partition").write_text("1\n")
+    (namespace / "device").mkdir()
+    (namespace / "device" / "serial").write_text("CONTROLLER-SERIAL\n")
+    (namespace / "wwid").write_text("eui.003b7b308d98f94224a9375e00018816\n")
+    (namespace / "nguid").write_text("003b7b30-8d98-f942-24a9-375e00018816\n")
+    (namespace / "eui").write_text("00 00 00 00 00 00 00 00\n")
+    _link(sys_root, "259:3", namespace / "p1")
+    identity = device_identity(259, 3, sys_root=sys_root, by_id_dir=tmp_path / "none")
+    assert identity.nguid == "003b7b308d98f94224a9375e00018816"
+    assert identity.eui == "" and identity.serial == ""
+    assert identity.identifiers() == {"003b7b308d98f94224a9375e00018816"}
 
 
 def test_by_id_links_fill_gaps(tmp_path: Path) -> None:
@@ -105,8 +177,30 @@ def test_by_id_links_fill_gaps(tmp_path: Path) -> None:
     (tmp_path / "dev" / "sdb").touch()
     os.symlink("../../sdb", by_id / "wwn-0x600a098038303053")
     os.symlink("../../sdb", by_id / "scsi-SNETAPP_LUN_C-Mode_80R0S")
-    identity = device_identity(8, 16, sys_root=sys_root, dev_root=tmp_path / "dev")
+    identity = device_identity(8, 16, sys_root=sys_root, by_id_dir=by_id)
     assert identity.wwn == "0x600a098038303053" and identity.serial == "SNETAPP_LUN_C-Mode_80R0S"
+    assert identity.source == f"by-id links in {by_id}"
+
+
+def test_a_loop_device_is_known_by_the_link_of_the_by_id_dir_it_is_given(tmp_path: Path) -> None:
+    """The sandbox's fabric: a `wwn-0x…` link to /dev/loopN in a directory of its own."""
+    sys_root = tmp_path / "sys"
+    loop = sys_root / "devices" / "virtual" / "block" / "loop7"
+    (loop / "loop").mkdir(parents=True)
+    (loop / "loop" / "backing_file").write_text("/pool/luns/n1-data.img\n")
+    _link(sys_root, "7:7", loop)
+    fabric = tmp_path / "fabric" / "node1"
+    fabric.mkdir(parents=True)
+    os.symlink("/dev/loop7", fabric / "wwn-0x600a0980383030534d3f463045727a31")
+    os.symlink("/dev/loop70", fabric / "wwn-0x600a0980ffffffffffffffffffffffff")
+    os.symlink("/dev/loop7", fabric / "nvme-eui.0025385b71b07e2f")
+    identity = device_identity(7, 7, sys_root=sys_root, by_id_dir=fabric)
+    assert identity.identifiers() == {
+        "600a0980383030534d3f463045727a31",
+        "0025385b71b07e2f",
+    }
+    assert identity.loop_backing_file == "/pool/luns/n1-data.img"
+    assert device_identity(7, 7, sys_root=sys_root).identifiers() == set()
 
 
 def test_real_mountinfo_holds_root() -> None:

@@ -26,7 +26,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bringsnap/api/v1/types.proto\x12\x0fringsnap.api.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc8\x01\n\nFilesystem\x12\x13\n\x0bmount_point\x18\x01 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x02 \x01(\t\x12\x0f\n\x07\x66s_type\x18\x03 \x01(\t\x12-\n\x04role\x18\x04 \x01(\x0e\x32\x1f.ringsnap.api.v1.FilesystemRole\x12\x0e\n\x06serial\x18\x05 \x01(\t\x12\x0b\n\x03wwn\x18\x06 \x01(\t\x12\x19\n\x11loop_backing_file\x18\x07 \x01(\t\x12\x1d\n\x15\x63\x61ssandra_directories\x18\x08 \x03(\t\"\x81\x01\n\x06Volume\x12\r\n\x05\x61rray\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\n\n\x02id\x18\x03 \x01(\t\x12\x12\n\nsize_bytes\x18\x04 \x01(\x04\x12\x0b\n\x03wwn\x18\x05 \x01(\t\x12-\n\x04role\x18\x06 \x01(\x0e\x32\x1f.ringsnap.api.v1.FilesystemRole\"e\n\x0eVolumeSnapshot\x12\'\n\x06volume\x18\x01 \x01(\x0b\x32\x17.ringsnap.api.v1.Volume\x12\x13\n\x0bsnapshot_id\x18\x02 \x01(\t\x12\x15\n\rsnapshot_name\x18\x03 \x01(\t\"\xbe\x02\n\x0bSnapshotRef\x12\r\n\x05\x61rray\x18\x01 \x01(\t\x12\x0e\n\x06\x64river\x18\x02 \x01(\t\x12\r\n\x05group\x18\x03 \x01(\t\x12\x13\n\x0bsnapshot_id\x18\x04 \x01(\t\x12\x15\n\rsnapshot_name\x18\x05 \x01(\t\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x07members\x18\x07 \x03(\x0b\x32\x1f.ringsnap.api.v1.VolumeSnapshot\x12@\n\nattributes\x18\x08 \x03(\x0b\x32,.ringsnap.api.v1.SnapshotRef.AttributesEntry\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"T\n\x10SSTableComponent\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x04\x12\x10\n\x08mtime_ns\x18\x04 \x01(\x03\"\xa1\x02\n\rManifestEntry\x12\x16\n\x0e\x64\x61ta_directory\x18\x01 \x01(\t\x12\x10\n\x08keyspace\x18\x02 \x01(\t\x12\r\n\x05table\x18\x03 \x01(\t\x12\x17\n\x0ftable_directory\x18\x04 \x01(\t\x12\x12\n\ngeneration\x18\x05 \x01(\t\x12\x0e\n\x06\x66ormat\x18\x06 \x01(\t\x12\x0f\n\x07version\x18\x07 \x01(\t\x12\x35\n\ncomponents\x18\x08 \x03(\x0b\x32!.ringsnap.api.v1.SSTableComponent\x12\x19\n\x11\x64\x61ta_digest_crc32\x18\t \x01(\t\x12\x10\n\x08\x63omplete\x18\n \x01(\x08\x12\x0f\n\x07problem\x18\x0b \x01(\t\x12\x14\n\x0csnapshot_tag\x18\x0c \x01(\t\"I\n\x0bPhaseTiming\x12\r\n\x05phase\x18\x01 \x01(\t\x12+\n\x08\x64uration\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"\x91\x03\n\tOperation\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12,\n\x04kind\x18\x02 \x01(\x0e\x32\x1e.ringsnap.api.v1.OperationKind\x12.\n\x05state\x18\x03 \x01(\x0e\x32\x1f.ringsnap.api.v1.OperationState\x12\r\n\x05phase\x18\x04 \x01(\t\x12\x12\n\nsteps_done\x18\x05 \x01(\x04\x12\x13\n\x0bsteps_total\x18\x06 \x01(\x04\x12\x0f\n\x07message\x18\x07 \x01(\t\x12.\n\nstarted_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tbackup_id\x18\n \x01(\t\x12-\n\x07timings\x18\x0b \x03(\x0b\x32\x1c.ringsnap.api.v1.PhaseTiming\x12\x0e\n\x06\x65rrors\x18\x0c \x03(\t\x12\x14\n\x0c\x65rror_reason\x18\r \x01(\t*\x92\x01\n\x0e\x46ilesystemRole\x12\x1f\n\x1b\x46ILESYSTEM_ROLE_UNSPECIFIED\x10\x00\x12\x18\n\x14\x46ILESYSTEM_ROLE_DATA\x10\x01\x12\x1d\n\x19\x46ILESYSTEM_ROLE_COMMITLOG\x10\x02\x12&\n\"FILESYSTEM_ROLE_DATA_AND_COMMITLOG\x10\x03*\xc5\x01\n\x0eOperationState\x12\x1f\n\x1bOPERATION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17OPERATION_STATE_PENDING\x10\x01\x12\x1b\n\x17OPERATION_STATE_RUNNING\x10\x02\x12\x1d\n\x19OPERATION_STATE_SUCCEEDED\x10\x03\x12\x1a\n\x16OPERATION_STATE_FAILED\x10\x04\x12\x1d\n\x19OPERATION_STATE_CANCELLED\x10\x05*\xd4\x01\n\rOperationKind\x12\x1e\n\x1aOPERATION_KIND_UNSPECIFIED\x10\x00\x12\x19\n\x15OPERATION_KIND_BACKUP\x10\x01\x12\x1a\n\x16OPERATION_KIND_RESTORE\x10\x02\x12\x19\n\x15OPERATION_KIND_DELETE\x10\x03\x12\x18\n\x14OPERATION_KIND_DRILL\x10\x04\x12\x1c\n\x18OPERATION_KIND_RETENTION\x10\x05\x12\x19\n\x15OPERATION_KIND_EXPORT\x10\x06\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bringsnap/api/v1/types.proto\x12\x0fringsnap.api.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8e\x02\n\nFilesystem\x12\x13\n\x0bmount_point\x18\x01 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x02 \x01(\t\x12\x0f\n\x07\x66s_type\x18\x03 \x01(\t\x12-\n\x04role\x18\x04 \x01(\x0e\x32\x1f.ringsnap.api.v1.FilesystemRole\x12\x0e\n\x06serial\x18\x05 \x01(\t\x12\x0b\n\x03wwn\x18\x06 \x01(\t\x12\x19\n\x11loop_backing_file\x18\x07 \x01(\t\x12\x1d\n\x15\x63\x61ssandra_directories\x18\x08 \x03(\t\x12\r\n\x05nguid\x18\t \x01(\t\x12\x0b\n\x03\x65ui\x18\n \x01(\t\x12\x0f\n\x07\x66s_uuid\x18\x0b \x01(\t\x12\x17\n\x0fidentity_source\x18\x0c \x01(\t\"\x81\x01\n\x06Volume\x12\r\n\x05\x61rray\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\n\n\x02id\x18\x03 \x01(\t\x12\x12\n\nsize_bytes\x18\x04 \x01(\x04\x12\x0b\n\x03wwn\x18\x05 \x01(\t\x12-\n\x04role\x18\x06 \x01(\x0e\x32\x1f.ringsnap.api.v1.FilesystemRole\"e\n\x0eVolumeSnapshot\x12\'\n\x06volume\x18\x01 \x01(\x0b\x32\x17.ringsnap.api.v1.Volume\x12\x13\n\x0bsnapshot_id\x18\x02 \x01(\t\x12\x15\n\rsnapshot_name\x18\x03 \x01(\t\"\xbe\x02\n\x0bSnapshotRef\x12\r\n\x05\x61rray\x18\x01 \x01(\t\x12\x0e\n\x06\x64river\x18\x02 \x01(\t\x12\r\n\x05group\x18\x03 \x01(\t\x12\x13\n\x0bsnapshot_id\x18\x04 \x01(\t\x12\x15\n\rsnapshot_name\x18\x05 \x01(\t\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x07members\x18\x07 \x03(\x0b\x32\x1f.ringsnap.api.v1.VolumeSnapshot\x12@\n\nattributes\x18\x08 \x03(\x0b\x32,.ringsnap.api.v1.SnapshotRef.AttributesEntry\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"T\n\x10SSTableComponent\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x04\x12\x10\n\x08mtime_ns\x18\x04 \x01(\x03\"\xa1\x02\n\rManifestEntry\x12\x16\n\x0e\x64\x61ta_directory\x18\x01 \x01(\t\x12\x10\n\x08keyspace\x18\x02 \x01(\t\x12\r\n\x05table\x18\x03 \x01(\t\x12\x17\n\x0ftable_directory\x18\x04 \x01(\t\x12\x12\n\ngeneration\x18\x05 \x01(\t\x12\x0e\n\x06\x66ormat\x18\x06 \x01(\t\x12\x0f\n\x07version\x18\x07 \x01(\t\x12\x35\n\ncomponents\x18\x08 \x03(\x0b\x32!.ringsnap.api.v1.SSTableComponent\x12\x19\n\x11\x64\x61ta_digest_crc32\x18\t \x01(\t\x12\x10\n\x08\x63omplete\x18\n \x01(\x08\x12\x0f\n\x07problem\x18\x0b \x01(\t\x12\x14\n\x0csnapshot_tag\x18\x0c \x01(\t\"I\n\x0bPhaseTiming\x12\r\n\x05phase\x18\x01 \x01(\t\x12+\n\x08\x64uration\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"\x91\x03\n\tOperation\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12,\n\x04kind\x18\x02 \x01(\x0e\x32\x1e.ringsnap.api.v1.OperationKind\x12.\n\x05state\x18\x03 \x01(\x0e\x32\x1f.ringsnap.api.v1.OperationState\x12\r\n\x05phase\x18\x04 \x01(\t\x12\x12\n\nsteps_done\x18\x05 \x01(\x04\x12\x13\n\x0bsteps_total\x18\x06 \x01(\x04\x12\x0f\n\x07message\x18\x07 \x01(\t\x12.\n\nstarted_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tbackup_id\x18\n \x01(\t\x12-\n\x07timings\x18\x0b \x03(\x0b\x32\x1c.ringsnap.api.v1.PhaseTiming\x12\x0e\n\x06\x65rrors\x18\x0c \x03(\t\x12\x14\n\x0c\x65rror_reason\x18\r \x01(\t*\x92\x01\n\x0e\x46ilesystemRole\x12\x1f\n\x1b\x46ILESYSTEM_ROLE_UNSPECIFIED\x10\x00\x12\x18\n\x14\x46ILESYSTEM_ROLE_DATA\x10\x01\x12\x1d\n\x19\x46ILESYSTEM_ROLE_COMMITLOG\x10\x02\x12&\n\"FILESYSTEM_ROLE_DATA_AND_COMMITLOG\x10\x03*\xc5\x01\n\x0eOperationState\x12\x1f\n\x1bOPERATION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17OPERATION_STATE_PENDING\x10\x01\x12\x1b\n\x17OPERATION_STATE_RUNNING\x10\x02\x12\x1d\n\x19OPERATION_STATE_SUCCEEDED\x10\x03\x12\x1a\n\x16OPERATION_STATE_FAILED\x10\x04\x12\x1d\n\x19OPERATION_STATE_CANCELLED\x10\x05*\xd4\x01\n\rOperationKind\x12\x1e\n\x1aOPERATION_KIND_UNSPECIFIED\x10\x00\x12\x19\n\x15OPERATION_KIND_BACKUP\x10\x01\x12\x1a\n\x16OPERATION_KIND_RESTORE\x10\x02\x12\x19\n\x15OPERATION_KIND_DELETE\x10\x03\x12\x18\n\x14OPERATION_KIND_DRILL\x10\x04\x12\x1c\n\x18OPERATION_KIND_RETENTION\x10\x05\x12\x19\n\x15OPERATION_KIND_EXPORT\x10\x06\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,28 +35,28 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SNAPSHOTREF_ATTRIBUTESENTRY']._loaded_options = None
   _globals['_SNAPSHOTREF_ATTRIBUTESENTRY']._serialized_options = b'8\001'
-  _globals['_FILESYSTEMROLE']._serialized_start=1730
-  _globals['_FILESYSTEMROLE']._serialized_end=1876
-  _globals['_OPERATIONSTATE']._serialized_start=1879
-  _globals['_OPERATIONSTATE']._serialized_end=2076
-  _globals['_OPERATIONKIND']._serialized_start=2079
-  _globals['_OPERATIONKIND']._serialized_end=2291
+  _globals['_FILESYSTEMROLE']._serialized_start=1800
+  _globals['_FILESYSTEMROLE']._serialized_end=1946
+  _globals['_OPERATIONSTATE']._serialized_start=1949
+  _globals['_OPERATIONSTATE']._serialized_end=2146
+  _globals['_OPERATIONKIND']._serialized_start=2149
+  _globals['_OPERATIONKIND']._serialized_end=2361
   _globals['_FILESYSTEM']._serialized_start=114
-  _globals['_FILESYSTEM']._serialized_end=314
-  _globals['_VOLUME']._serialized_start=317
-  _globals['_VOLUME']._serialized_end=446
-  _globals['_VOLUMESNAPSHOT']._serialized_start=448
-  _globals['_VOLUMESNAPSHOT']._serialized_end=549
-  _globals['_SNAPSHOTREF']._serialized_start=552
-  _globals['_SNAPSHOTREF']._serialized_end=870
-  _globals['_SNAPSHOTREF_ATTRIBUTESENTRY']._serialized_start=821
-  _globals['_SNAPSHOTREF_ATTRIBUTESENTRY']._serialized_end=870
-  _globals['_SSTABLECOMPONENT']._serialized_start=872
-  _globals['_SSTABLECOMPONENT']._serialized_end=956
-  _globals['_MANIFESTENTRY']._serialized_start=959
-  _globals['_MANIFESTENTRY']._serialized_end=1248
-  _globals['_PHASETIMING']._serialized_start=1250
-  _globals['_PHASETIMING']._serialized_end=1323
-  _globals['_OPERATION']._serialized_start=1326
-  _globals['_OPERATION']._serialized_end=1727
+  _globals['_FILESYSTEM']._serialized_end=384
+  _globals['_VOLUME']._serialized_start=387
+  _globals['_VOLUME']._serialized_end=516
+  _globals['_VOLUMESNAPSHOT']._serialized_start=518
+  _globals['_VOLUMESNAPSHOT']._serialized_end=619
+  _globals['_SNAPSHOTREF']._serialized_start=622
+  _globals['_SNAPSHOTREF']._serialized_end=940
+  _globals['_SNAPSHOTREF_ATTRIBUTESENTRY']._serialized_start=891
+  _globals['_SNAPSHOTREF_ATTRIBUTESENTRY']._serialized_end=940
+  _globals['_SSTABLECOMPONENT']._serialized_start=942
+  _globals['_SSTABLECOMPONENT']._serialized_end=1026
+  _globals['_MANIFESTENTRY']._serialized_start=1029
+  _globals['_MANIFESTENTRY']._serialized_end=1318
+  _globals['_PHASETIMING']._serialized_start=1320
+  _globals['_PHASETIMING']._serialized_end=1393
+  _globals['_OPERATION']._serialized_start=1396
+  _globals['_OPERATION']._serialized_end=1797
 # @@protoc_insertion_point(module_scope)

@@ -105,6 +105,10 @@ class Filesystem(_message.Message):
     WWN_FIELD_NUMBER: _builtins.int
     LOOP_BACKING_FILE_FIELD_NUMBER: _builtins.int
     CASSANDRA_DIRECTORIES_FIELD_NUMBER: _builtins.int
+    NGUID_FIELD_NUMBER: _builtins.int
+    EUI_FIELD_NUMBER: _builtins.int
+    FS_UUID_FIELD_NUMBER: _builtins.int
+    IDENTITY_SOURCE_FIELD_NUMBER: _builtins.int
     mount_point: _builtins.str
     device: _builtins.str
     fs_type: _builtins.str
@@ -113,6 +117,15 @@ class Filesystem(_message.Message):
     """Stable identities the device exposes, where it has them."""
     wwn: _builtins.str
     loop_backing_file: _builtins.str
+    nguid: _builtins.str
+    """An NVMe namespace's NGUID and EUI-64 (hex), where the device is one."""
+    eui: _builtins.str
+    fs_uuid: _builtins.str
+    """The UUID of the filesystem itself (blkid)."""
+    identity_source: _builtins.str
+    """Where the identity was read (sysfs, multipath, by-id links in <dir>), or why there is none
+    (e.g. a device-mapper device over several devices).
+    """
     @_builtins.property
     def cassandra_directories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The configured Cassandra directories that live on this filesystem."""
@@ -128,10 +141,14 @@ class Filesystem(_message.Message):
         wwn: _builtins.str = ...,
         loop_backing_file: _builtins.str = ...,
         cassandra_directories: _abc.Iterable[_builtins.str] | None = ...,
+        nguid: _builtins.str = ...,
+        eui: _builtins.str = ...,
+        fs_uuid: _builtins.str = ...,
+        identity_source: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cassandra_directories", b"cassandra_directories", "device", b"device", "fs_type", b"fs_type", "loop_backing_file", b"loop_backing_file", "mount_point", b"mount_point", "role", b"role", "serial", b"serial", "wwn", b"wwn"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cassandra_directories", b"cassandra_directories", "device", b"device", "eui", b"eui", "fs_type", b"fs_type", "fs_uuid", b"fs_uuid", "identity_source", b"identity_source", "loop_backing_file", b"loop_backing_file", "mount_point", b"mount_point", "nguid", b"nguid", "role", b"role", "serial", b"serial", "wwn", b"wwn"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
