@@ -3,8 +3,10 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # Debian packages the test bed and the agent need (Docker engine, image bootstrap, XFS pool, LVM,
-# systemd-analyze for the unit-file checks).
-DEB_PACKAGES := docker.io debootstrap xfsprogs lvm2 openjdk-17-jre-headless maven util-linux systemd
+# systemd-analyze for the unit-file checks, Prometheus and promtool for the alert rules' tests and the
+# sandbox's Prometheus).
+DEB_PACKAGES := docker.io debootstrap xfsprogs lvm2 openjdk-17-jre-headless maven util-linux systemd \
+	prometheus
 
 .PHONY: test demo install system-deps lint typecheck-tree generate clean-sandbox bench
 

@@ -285,6 +285,12 @@ class RetentionSection(Section):
     #: `[s3]`, and the coordinator's for the catalog mirror; docs/s3.md). A copy lives as long as
     #: its backup: the rules above decide for both.
     export: bool = False
+    #: The newest proven backup (restored or drilled) of a cluster backed up under this policy may
+    #: be this old before `RingsnapNewestProvenBackupTooOld` fires (monitoring/alerts.yml).
+    proven_max_age_hours: float = Field(default=24.0, gt=0, le=24 * 366)
+    #: With `export`: a complete backup still without an S3 copy this long after it finished
+    #: fires `RingsnapS3CopyMissing`.
+    export_deadline_hours: float = Field(default=24.0, gt=0, le=24 * 366)
 
     @model_validator(mode="after")
     def _keeps_something(self) -> RetentionSection:

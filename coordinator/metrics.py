@@ -22,8 +22,10 @@ from prometheus_client import (
     generate_latest,
     start_http_server,
 )
+from prometheus_client.samples import Sample
 
 from ringsnap import __version__
+from ringsnap.coordinator.drill.model import DrillRecord
 from ringsnap.coordinator.model import (
     Backup,
     BackupState,
@@ -139,10 +141,83 @@ class CoordinatorMetrics:
             ["cluster"],
             registry=r,
         )
+        # What the shipped alerts compare the figures above with (monitoring/alerts.yml): the
+        # configuration's own limits, so that one rule serves every cluster and schedule.
+        self.schedule_interval = Gauge(
+            "ringsnap_schedule_interval_seconds",
+            "Longest time between two consecutive runs of a backup schedule.",
+            ["cluster", "schedule"],
+            registry=r,
+        )
+        self.proven_max_age = Gauge(
+            "ringsnap_proven_backup_max_age_seconds",
+            "Oldest the newest proven backup of the cluster may be (the smallest"
+            " proven_max_age_hours of its schedules' policies; 24 h by default).",
+            ["cluster"],
+            registry=r,
+        )
+        self.freeze_budget = Gauge(
+            "ringsnap_freeze_budget_seconds",
+            "Longest a freeze window of the cluster may last (freeze_budget_seconds).",
+            ["cluster"],
+            registry=r,
+        )
+        self.over_budget = Counter(
+            "ringsnap_freeze_windows_over_budget",
+            "Backups whose freeze window (first freeze to last thaw) exceeded the budget.",
+            ["cluster"],
+            registry=r,
+        )
+        self.last_window = Gauge(
+            "ringsnap_last_freeze_window_seconds",
+            "The newest backup's freeze window and its parts (total, slowest_freeze, array_call,"
+            " slowest_thaw, overhead).",
+            ["cluster", "part"],
+            registry=r,
+        )
+        self.oldest_cleanup = Gauge(
+            "ringsnap_oldest_pending_cleanup_timestamp_seconds",
+            "When the oldest pending snapshot cleanup was recorded; 0 while none is pending.",
+            registry=r,
+        )
+        self.missing_copies = Gauge(
+            "ringsnap_backups_missing_s3_copy",
+            "Complete backups of an exporting policy with no S3 copy past the policy's"
+            " export_deadline_hours.",
+            ["cluster"],
+            registry=r,
+        )
+        self.last_step = Gauge(
+            "ringsnap_last_restore_step_seconds",
+            "Time each step took in the newest finished restore (kind=restore) or drill"
+            " (kind=drill, the slowest node's) of the cluster.",
+            ["cluster", "kind", "step"],
+            registry=r,
+        )
+        self.last_drill_duration = Gauge(
+            "ringsnap_last_drill_duration_seconds",
+            "Wall time of the newest finished drill, by result.",
+            ["cluster", "result"],
+            registry=r,
+        )
+        self.started = Gauge(
+            "ringsnap_coordinator_start_time_seconds",
+            "When this coordinator process started (an alert on a never-complete cluster counts"
+            " from it).",
+            registry=r,
+        )
+        self.started.set(time.time())
+        self.oldest_cleanup.set(0)
+        self._budgets: dict[str, float] = {}
         for cluster in clusters:
             self.add_cluster(cluster)
 
-    def add_cluster(self, cluster: str) -> None:
+    def add_cluster(self, cluster: str, *, freeze_budget: float | None = None) -> None:
+        if freeze_budget is not None:
+            self._budgets[cluster] = freeze_budget
+            self.freeze_budget.labels(cluster=cluster).set(freeze_budget)
+        self.over_budget.labels(cluster=cluster)
+        self.missing_copies.labels(cluster=cluster)
         if cluster not in self._proven_clusters:
             self._proven_clusters.add(cluster)
             self.newest_proven_age.labels(cluster=cluster).set(float("inf"))
@@ -172,6 +247,18 @@ class CoordinatorMetrics:
         if freeze_window is not None:
             self.freeze_window.labels(cluster=cluster).observe(freeze_window.total)
             self.freeze_overhead.labels(cluster=cluster).observe(max(freeze_window.overhead, 0.0))
+            parts = {
+                "total": freeze_window.total,
+                "slowest_freeze": freeze_window.slowest_freeze,
+                "array_call": freeze_window.array_call,
+                "slowest_thaw": freeze_window.slowest_thaw,
+                "overhead": max(freeze_window.overhead, 0.0),
+            }
+            for part, seconds in parts.items():
+                self.last_window.labels(cluster=cluster, part=part).set(seconds)
+            budget = self._budgets.get(cluster)
+            if budget is not None and freeze_window.total > budget:
+                self.over_budget.labels(cluster=cluster).inc()
         pairs = (
             phases.items()
             if isinstance(phases, Mapping)
@@ -200,8 +287,13 @@ class CoordinatorMetrics:
         self.last_success.labels(cluster=cluster).set(finished_at.timestamp())
 
     def record_restores(self, restores: Iterable[RestoreRecord]) -> None:
-        """The newest finished restore of each result, per cluster (records newest first)."""
+        """The newest finished restore of each result, per cluster (records newest first), and
+        the steps of the newest finished one. Read again from the catalog each time: a failed
+        restore resumed to success no longer counts as failed."""
         seen: set[tuple[str, str]] = set()
+        stepped: set[str] = set()
+        self.last_restore_duration.clear()
+        self.last_restore.clear()
         for record in restores:
             key = (record.cluster, record.state.value)
             if record.finished_at is None or key in seen:
@@ -210,6 +302,41 @@ class CoordinatorMetrics:
             seconds = (record.finished_at - record.started_at).total_seconds()
             self.last_restore_duration.labels(*key).set(seconds)
             self.last_restore.labels(*key).set(record.finished_at.timestamp())
+            if record.cluster not in stepped:
+                stepped.add(record.cluster)
+                self._set_steps(
+                    record.cluster, "restore", ((t.phase, t.seconds) for t in record.timings)
+                )
+
+    def record_drill(self, drill: DrillRecord) -> None:
+        """The newest finished drill of a cluster: its duration and each step's (slowest node)."""
+        if drill.seconds is None:
+            return
+        for sample in _samples(self.last_drill_duration):
+            if sample.labels["cluster"] == drill.cluster:
+                self.last_drill_duration.remove(drill.cluster, sample.labels["result"])
+        self.last_drill_duration.labels(drill.cluster, drill.state.value).set(drill.seconds)
+        slowest: dict[str, float] = {}
+        for node in drill.nodes:
+            for step, seconds in node.step_seconds:
+                slowest[step] = max(slowest.get(step, 0.0), seconds)
+        self._set_steps(drill.cluster, "drill", slowest.items())
+
+    def _set_steps(self, cluster: str, kind: str, steps: Iterable[tuple[str, float]]) -> None:
+        for sample in _samples(self.last_step):
+            if sample.labels["cluster"] == cluster and sample.labels["kind"] == kind:
+                self.last_step.remove(cluster, kind, sample.labels["step"])
+        for step, seconds in steps:
+            self.last_step.labels(cluster, kind, step).set(seconds)
+
+    def set_schedule(self, cluster: str, schedule: str, interval_seconds: float) -> None:
+        self.schedule_interval.labels(cluster=cluster, schedule=schedule).set(interval_seconds)
+
+    def set_proven_max_age(self, cluster: str, seconds: float) -> None:
+        self.proven_max_age.labels(cluster=cluster).set(seconds)
+
+    def set_missing_copies(self, cluster: str, count: int) -> None:
+        self.missing_copies.labels(cluster=cluster).set(count)
 
     def set_last_proven(self, cluster: str, backup_started_at: datetime) -> None:
         started = backup_started_at.timestamp()
@@ -226,12 +353,18 @@ class CoordinatorMetrics:
     def retention_deleted(self, cluster: str, count: int = 1) -> None:
         self.retention_deletions.labels(cluster=cluster).inc(count)
 
-    def set_pending_cleanups(self, count: int) -> None:
+    def set_pending_cleanups(self, count: int, oldest: datetime | None = None) -> None:
         self.pending_cleanups.set(count)
+        self.oldest_cleanup.set(oldest.timestamp() if oldest is not None and count else 0)
 
     def exposition(self) -> bytes:
         """The registry in the Prometheus text format."""
         return generate_latest(self.registry)
+
+
+def _samples(metric: Gauge) -> list[Sample]:
+    """The samples of every child of `metric` now (a copy: children may be removed meanwhile)."""
+    return [sample for family in metric.collect() for sample in family.samples]
 
 
 def _split(listen: str) -> tuple[str, int]:

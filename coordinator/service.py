@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
+from ringsnap.coordinator import catalog_metrics
 from ringsnap.coordinator.backup import (
     BackupRun,
     BackupSettings,
@@ -43,7 +44,6 @@ from ringsnap.coordinator.model import (
     NodeVolume,
     QuiesceMode,
     SnapshotKind,
-    Verification,
     native_cleanups,
 )
 from ringsnap.coordinator.operations import Operation, Operations
@@ -172,6 +172,7 @@ class Coordinator:
 
     async def start(self) -> None:
         """Recover what a previous process left, then start the schedules."""
+        catalog_metrics.configure(self.metrics, self.config, self._now())
         for cluster in self.clusters:
             self.metrics.add_cluster(cluster)
             latest = await asyncio.to_thread(
@@ -187,16 +188,9 @@ class Coordinator:
 
     def refresh_restore_metrics(self) -> None:
         """Restores run in the operator's CLI as often as here: their figures come from the
-        catalog (the newest restore of each result, the newest proven backup per cluster)."""
-        self.metrics.record_restores(self.catalog.list_restores(limit=200))
-        for cluster in self.clusters:
-            proven = [
-                s.started_at
-                for s in self.catalog.backup_summaries(cluster)
-                if s.verification is Verification.PROVEN and s.restorable
-            ]
-            if proven:
-                self.metrics.set_last_proven(cluster, max(proven))
+        catalog (the newest restore and drill, the newest proven backup per cluster, the overdue
+        S3 copies)."""
+        catalog_metrics.refresh(self.metrics, self.catalog, self.config, self._now())
 
     async def _clean_periodically(self) -> None:
         while True:
@@ -205,6 +199,10 @@ class Coordinator:
                 await self.run_pending_cleanups()
             except Exception as exc:  # the next round tries again; never kill the daemon
                 log.error("pending cleanups failed", error=str(exc))
+            try:  # S3 copies come due with time alone
+                await asyncio.to_thread(self.refresh_restore_metrics)
+            except Exception as exc:
+                log.error("metrics not refreshed from the catalog", error=str(exc))
 
     async def stop(self) -> None:
         self.scheduler.shutdown()
@@ -363,6 +361,7 @@ class Coordinator:
         self.metrics.record_backup(backup)
         if request.policy and exports_policy(self.config, request.policy):
             await export_scheduled_backup(self.config, self.catalog, self.arrays, backup)
+            await asyncio.to_thread(self.refresh_restore_metrics)
         if request.policy:
             await self.apply_retention(cluster.name, request.policy)
         return backup
@@ -407,7 +406,9 @@ class Coordinator:
         pending = await asyncio.to_thread(self.catalog.pending_cleanups)
         await self.cleanups.run(pending)
         left = await asyncio.to_thread(self.catalog.pending_cleanups)
-        self.metrics.set_pending_cleanups(len(left))
+        self.metrics.set_pending_cleanups(
+            len(left), min((c.created_at for c in left), default=None)
+        )
         return len(left)
 
     def policy(self, name: str) -> RetentionSection:

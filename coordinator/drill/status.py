@@ -11,14 +11,15 @@ from pathlib import Path
 from ringsnap.coordinator import render
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.drill.model import DrillVerdict
+from ringsnap.coordinator.headline import newest_proven, proven_age_seconds
 from ringsnap.coordinator.local_catalog import UNREADABLE, viewer_catalog
-from ringsnap.coordinator.model import Verification
 
 
 def proof_lines(catalog: Catalog, cluster: str, now: datetime | None = None) -> list[str]:
     now = now or datetime.now(UTC)
     restorable = [s for s in catalog.backup_summaries(cluster) if s.restorable]
-    proven = next((s for s in restorable if s.verification is Verification.PROVEN), None)
+    # The same function and figure as ringsnap_newest_proven_backup_age_seconds (the dashboards').
+    proven = newest_proven(restorable)
     lines: list[str] = []
     if proven is None:
         lines.append(
@@ -26,7 +27,7 @@ def proof_lines(catalog: Catalog, cluster: str, now: datetime | None = None) -> 
             " restored or drilled): run `ringsnap drill --latest --cluster " + cluster + " --ring`"
         )
     else:
-        age = render.duration((now - proven.started_at).total_seconds())
+        age = render.duration(proven_age_seconds(proven, now))
         lines.append(
             f"{cluster}: newest proven backup {proven.id}, taken {age} ago, proven by"
             f" {proven.verified_by or 'a restore'}"

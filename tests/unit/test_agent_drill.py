@@ -22,7 +22,7 @@ from typing import Any
 
 import grpc
 import pytest
-import yaml  # type: ignore[import-untyped]
+import yaml
 
 from ringsnap.agent.clones import CloneMounter, CloneVolume
 from ringsnap.agent.config import AgentConfig, DrillSection, VolumesSection

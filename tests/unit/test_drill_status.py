@@ -15,7 +15,7 @@ from ringsnap.plugins.types import SnapshotRef, Volume, VolumeSnapshot
 T0 = datetime(2026, 11, 24, 8, 0, tzinfo=UTC)
 
 
-def _backup(catalog: Catalog, backup_id: str, started: datetime) -> None:
+def _backup(catalog: Catalog, backup_id: str, started: datetime, *, policy: str = "") -> None:
     volume = NodeVolume(array="a1", volume="v1", role=VolumeRole.DATA_AND_COMMITLOG)
     node = BackupNode(name="n1", host_id="h1", canary_id="k1", volumes=(volume,))
     catalog.begin_backup(
@@ -23,7 +23,7 @@ def _backup(catalog: Catalog, backup_id: str, started: datetime) -> None:
         cluster="c1",
         quiesce_mode=QuiesceMode.FREEZE,
         trigger="test",
-        policy="",
+        policy=policy,
         started_at=started,
         nodes=[node],
     )

@@ -7,7 +7,7 @@ import subprocess
 from typing import Any
 
 import pytest
-import yaml  # type: ignore[import-untyped]
+import yaml
 
 from ringsnap.sandbox.image import image_data_dir, java17_flags
 
