@@ -30,11 +30,13 @@ from ringsnap.plugins.errors import (
 
 API = "/devmgr/v2"
 LOGIN = "/devmgr/utils/login"
-#: 422 retcodes that mean a documented limit was reached.
+#: 422 retcodes that mean a documented limit was reached (SANtricity's return codes, as the
+#: Web Services Java SDK documents them for createPIT, addPITConsistencyGroupMember and
+#: createPITConsistencyGroup).
 _LIMIT_RETCODES = (
     "maxPitsPerGroupExceeded",
-    "maxPitsPerSystemExceeded",
-    "maxCgMembersExceeded",
+    "maxPitsExceeded",
+    "maxConsistencyGroupMembersExceeded",
     "maxConsistencyGroupsExceeded",
 )
 
@@ -110,19 +112,24 @@ class EseriesClient:
     def put(self, path: str, body: Any) -> Any:
         return self._call("PUT", path, body)
 
+    def post_text(self, path: str, text: str) -> Any:
+        """POST `text` itself as the body, not JSON-encoded: how the vendor's own client writes
+        the key-value store (`/key-values/{key}`)."""
+        return self._call("POST", path, text, raw=True)
+
     def delete(self, path: str) -> None:
         self._call("DELETE", path)
 
     # Plumbing
 
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
+    def _call(self, method: str, path: str, body: Any = None, *, raw: bool = False) -> Any:
         if self._session_auth and not self._logged_in:
             self._login()
-        response = self._send(method, API + path, body)
+        response = self._send(method, API + path, body, raw=raw)
         if response.status_code == 401 and self._session_auth:
             # The session expired (idle timeout): log in again once and repeat.
             self._login()
-            response = self._send(method, API + path, body)
+            response = self._send(method, API + path, body, raw=raw)
         if response.status_code >= 400:
             raise self._error(method, path, response)
         if response.status_code == 204 or not response.content:
@@ -151,8 +158,15 @@ class EseriesClient:
             raise self._error("POST", LOGIN, response)
         self._logged_in = True
 
-    def _send(self, method: str, url: str, body: Any) -> httpx.Response:
+    def _send(self, method: str, url: str, body: Any, *, raw: bool = False) -> httpx.Response:
         try:
+            if raw:
+                return self._http.request(
+                    method,
+                    url,
+                    content=str(body).encode(),
+                    headers={"Content-Type": "application/json"},
+                )
             return self._http.request(method, url, json=body if body is not None else None)
         except httpx.TimeoutException as exc:
             raise ArrayTimeoutError(

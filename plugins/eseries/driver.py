@@ -286,11 +286,7 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
         suffix = clone_label(suffix)
         group = self._groups.of(ref)
         sequence = int(ref.snapshot_id)
-        views = [
-            v
-            for v in self._client.get(f"{self._groups.path(group.ref)}/views")
-            if v.get("label") == suffix
-        ]
+        views = [v for v in self._groups.views(group.ref) if v.get("label") == suffix]
         if views:
             view = views[0]
             if int(view["viewSequenceNumber"]) != sequence:
@@ -313,7 +309,9 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
                     "repositoryPercent": self._settings.repository_percent,
                 },
             )
-        by_base = {member["baseVol"]: member for member in view["views"]}
+        # A PITConsistencyGroupView names no members: its snapshot volumes are listed apart.
+        members = self._groups.view_members(group.ref, str(view["id"]))
+        by_base = {str(member["baseVol"]): member for member in members}
         clones = []
         for member in ref.members:
             record = by_base.get(member.volume.id)
@@ -321,19 +319,32 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
                 raise DriverError(
                     f"clone {suffix!r} has no view of {member.volume.name}", array=self._array
                 )
+            # A snapshot volume reports no capacity of its own: it is its base volume's.
             clones.append(
                 Volume(
-                    name=record["label"],
-                    id=record["id"],
-                    size_bytes=int(record.get("capacity", 0)),
-                    wwn=record.get("wwn", ""),
+                    name=str(record["label"]),
+                    id=str(record["id"]),
+                    size_bytes=member.volume.size_bytes,
+                    wwn=str(record.get("worldWideName") or record.get("wwn", "")),
                 )
             )
         return clones
 
     def delete_clone(self, volume: Volume) -> None:
+        """Deletes the whole consistency group view `volume` belongs to, as the vendor's own
+        client does (the clones of one `clone` call go together; the others are then gone)."""
         try:
-            self._client.delete(f"{self._system}/snapshot-volumes/{volume.id}")
+            record = self._client.get(f"{self._system}/snapshot-volumes/{volume.id}")
+        except NotFoundError:
+            return
+        membership = record.get("membership") or {}
+        view = str(membership.get("cgViewRef") or "")
+        try:
+            if membership.get("viewType") == "member" and view:
+                cg = str(record["consistencyGroupId"])
+                self._client.delete(f"{self._groups.path(cg)}/views/{view}")
+            else:
+                self._client.delete(f"{self._system}/snapshot-volumes/{volume.id}")
         except NotFoundError:
             return
 

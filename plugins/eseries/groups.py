@@ -120,6 +120,22 @@ class ConsistencyGroups:
             sequences.setdefault(int(image["pitSequenceNumber"]), []).append(image)
         return sequences
 
+    def views(self, cg: str) -> list[dict[str, Any]]:
+        """The group's consistency group views (clones): `PITConsistencyGroupView` records."""
+        return list(self._client.get(f"{self.path(cg)}/views"))
+
+    def view_members(self, cg: str, view: str) -> list[dict[str, Any]]:
+        """The snapshot volumes (`PitViewEx`) of one consistency group view: the view's own
+        record lists none."""
+        return list(self._client.get(f"{self.path(cg)}/views/{view}/views"))
+
+    def viewed_sequences(self, cg: str) -> dict[int, list[str]]:
+        """Image sequence -> labels of the views (clones) made of it."""
+        viewed: dict[int, list[str]] = {}
+        for view in self.views(cg):
+            viewed.setdefault(int(view["viewSequenceNumber"]), []).append(str(view["label"]))
+        return viewed
+
     def repository_warnings(self, group: Group) -> list[str]:
         warnings = []
         threshold = self._settings.repository_warn_percent

@@ -112,6 +112,7 @@ class ImageLifecycle:
         """Delete images marked deleted while they are the oldest; the sequences that remain."""
         names = self._names.of_group(group.ref) if names is None else names
         remaining = sorted(sequences)
+        viewed = self._groups.viewed_sequences(group.ref) if remaining else {}
         while remaining:
             oldest = remaining[0]
             entry = names.get(oldest)
@@ -124,12 +125,22 @@ class ImageLifecycle:
                         image=oldest,
                     )
                 break
+            if oldest in viewed:
+                # A clone (group view) still reads this image: it goes once the view is deleted.
+                _log.warning(
+                    "E-Series image cannot be deleted yet: a clone of it exists",
+                    array=self._array,
+                    group=group.label,
+                    image=oldest,
+                    clones=viewed[oldest],
+                )
+                break
             try:
                 self._client.delete(f"{self._groups.path(group.ref)}/snapshots/{oldest}")
             except NotFoundError:
                 pass
             except DriverError as exc:
-                if retcode_of(exc) in ("pitHasViews", "pitNotOldest", "rollbackInProgress"):
+                if retcode_of(exc) in ("notOldestPit", "rollbackInProgress"):
                     _log.warning(
                         "E-Series image cannot be deleted yet",
                         array=self._array,

@@ -1,5 +1,6 @@
 """Names of consistency-group images, kept in the web services' key-value store (E-Series images
-have no names): `ringsnap.<cg ref>.<sequence>` holds `{"name", "state"}`, and
+have no names): `ringsnap.<cg ref>.<sequence>` holds `{"name", "state"}` (as JSON text, POSTed
+raw as the vendor's own client writes its values: the store keeps the body verbatim), and
 `ringsnap.<cg ref>.pending` the create in flight, so that a retry after a lost answer adopts the
 image instead of taking a second one."""
 
@@ -67,7 +68,7 @@ class ImageNames:
         return names, pending
 
     def set(self, cg: str, sequence: int, name: str, state: str) -> None:
-        self._client.put(
+        self._client.post_text(
             f"/key-values/{self.key(cg, sequence)}", json.dumps({"name": name, "state": state})
         )
 
@@ -76,7 +77,7 @@ class ImageNames:
 
     def mark_pending(self, cg: str, name: str, after: int) -> None:
         """Before asking for an image: which name it gets, and the newest sequence before it."""
-        self._client.put(
+        self._client.post_text(
             f"/key-values/{self.pending_key(cg)}",
             json.dumps({"name": name, "after": after, "at": time.time()}),
         )

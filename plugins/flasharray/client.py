@@ -1,7 +1,7 @@
 """A thin FlashArray REST 2.x client over httpx.
 
 It knows the protocol, not the driver's intent: version negotiation, the `api-token` login and the
-`x-auth-token` session (renewed once when the array answers 401 "Invalid session."), pagination by
+`x-auth-token` session (renewed once when the array answers 401, whatever its wording), pagination by
 `continuation_token`, and the error envelope. Failures come out as typed driver errors; a rejected
 request keeps the array's messages (`RejectedError.messages`) so the driver can interpret them.
 No retries here: a 429/503 (or 500 "Server is busy") becomes BusyError carrying `Retry-After`, and
@@ -30,7 +30,6 @@ from ringsnap.plugins.errors import (
 
 #: Purity's overload answer that is not a 429/503.
 SERVER_BUSY = "Server is busy"
-INVALID_SESSION = "Invalid session."
 _PAGE_SIZE = 500
 
 Params = Mapping[str, str | int | bool]
@@ -193,9 +192,10 @@ class FlashArrayClient:
             self.login()
         path = f"/api/{self._version}/{resource}"
         response = self._authenticated(method, path, params, body)
-        if response.status_code == 401 and any(
-            m.message == INVALID_SESSION for m in _messages(response)
-        ):
+        if response.status_code == 401:
+            # Whatever the 401 says ("Invalid session." after an idle hour, or other wording),
+            # the session is renewed once, as Pure's own client does (py-pure-client
+            # `_call_with_retries`: any 401 refreshes the auth header and retries once).
             self._session = None
             self.login()
             response = self._authenticated(method, path, params, body)

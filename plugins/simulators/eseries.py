@@ -20,8 +20,13 @@ It implements the subset ringsnap uses, with SANtricity's shapes and rules:
   image while the copy runs); the LUN must not be attached to a loop device.
 - Linked clones: `POST /consistency-groups/{cg}/views {name, pitSequenceNumber, accessMode,
   repositoryPercent}` makes one snapshot volume per member (a new LUN image named
-  `<base label>-<view name>`), listed by `GET /snapshot-volumes`, removed by `DELETE
-  /snapshot-volumes/{id}` or the whole view by `DELETE .../views/{id}`.
+  `<base label>-<view name>`) and answers the `PITConsistencyGroupView`, which names no members:
+  they are listed by `GET .../views/{id}/views` (and `GET /snapshot-volumes`, `PitViewEx` records
+  without `capacity`, whose `membership.cgViewRef` names their view). A view is deleted whole
+  (`DELETE .../views/{id}`); deleting one member (`DELETE /snapshot-volumes/{id}`) is refused
+  (`pitViewInConsistencyGroup`).
+- Key-values: `POST /key-values/{key}` stores its body verbatim as the value, as the vendor's own
+  client writes it (raw text); there is no PUT.
 - Repository utilisation: what a copy-on-write repository would hold, measured with FIEMAP: the
   blocks of each image that no longer share storage with anything (the base overwrote them), plus
   the blocks the base wrote since its newest image. It is reported per member (`usedRepositoryCapacity` of `totalRepositoryCapacity`). When a member's repository is
@@ -32,8 +37,11 @@ It implements the subset ringsnap uses, with SANtricity's shapes and rules:
 - Limits: 32 images per snapshot group, 64 volumes per consistency group, 32 consistency groups
   and 2,048 images per system (422 beyond; `autoDeleteThreshold` > 0 deletes the oldest instead).
 - Errors: 404; 422 `{errorMessage, developerMessage, localizedMessage, retcode, codeType}`;
-  424 when the system is offline (inject it as a `status` fault). The retcodes are named after
-  SANtricity's style; they were not captured from a real array.
+  424 when the system is offline (inject it as a `status` fault). Return codes are SANtricity's
+  own as its Web Services SDK documents them (`notOldestPit`, `rollbackInProgress`,
+  `maxPitsPerGroupExceeded`, `maxPitsExceeded`, `maxConsistencyGroupMembersExceeded`,
+  `maxConsistencyGroupsExceeded`); where the SDK documents none for a refusal, the generic
+  `error`. Answers hold only fields of the vendor's models (tests/plugins/santricity_models.py).
 - Faults (besides the base's 500s, hangs and resets): `repository_full` (on the snapshot POST;
   `options.percent`, default 100: the group's repositories report that utilisation from now on,
   and at 100 the purge policy applies) and `rollback_slow` (on the rollback POST; the rollback
@@ -47,7 +55,6 @@ import contextlib
 import fcntl
 import hashlib
 import itertools
-import json
 import re
 import secrets
 import struct
@@ -298,6 +305,11 @@ class ESeriesSimulator(SimulatorApp):
             ("POST", f"{system}/consistency-groups/{{cg}}/views", self._post_group_view),
             ("GET", f"{system}/consistency-groups/{{cg}}/views/{{view}}", self._get_group_view),
             (
+                "GET",
+                f"{system}/consistency-groups/{{cg}}/views/{{view}}/views",
+                self._get_group_view_members,
+            ),
+            (
                 "DELETE",
                 f"{system}/consistency-groups/{{cg}}/views/{{view}}",
                 self._delete_group_view,
@@ -309,8 +321,7 @@ class ESeriesSimulator(SimulatorApp):
             ("DELETE", f"{system}/snapshot-volumes/{{ref}}", self._delete_view),
             ("GET", "/key-values", self._get_key_values),
             ("GET", "/key-values/{key}", self._get_key_value),
-            ("PUT", "/key-values/{key}", self._put_key_value),
-            ("POST", "/key-values/{key}", self._put_key_value),
+            ("POST", "/key-values/{key}", self._post_key_value),
             ("DELETE", "/key-values/{key}", self._delete_key_value),
         ):
             full = pattern if pattern.startswith(BASE) else BASE + pattern
@@ -458,7 +469,7 @@ class ESeriesSimulator(SimulatorApp):
             if key == ref
         )
         thin = name in self.options.thin_volumes
-        return {
+        record: dict[str, Any] = {
             "id": ref,
             "volumeRef": ref,
             "name": name,
@@ -468,9 +479,13 @@ class ESeriesSimulator(SimulatorApp):
             "worldWideName": _wwn(name),
             "thinProvisioned": thin,
             "status": "optimal",
-            "action": "pitRollback" if rolling else "none",
-            "mapped": False,
+            "mapped": self._is_mapped(ref),
         }
+        if not thin:
+            # VolumeEx has `action`; ThinVolumeEx has none (a thin volume's rollback shows only
+            # in its snapshot group's `rollbackStatus`).
+            record["action"] = "pitRollback" if rolling else "none"
+        return record
 
     def _get_volumes(self, request: Request) -> Response:
         thin = self.options.thin_volumes
@@ -617,7 +632,7 @@ class ESeriesSimulator(SimulatorApp):
             raise _Fail(
                 422,
                 f"a consistency group holds at most {MAX_MEMBERS_PER_CG} volumes",
-                "maxCgMembersExceeded",
+                "maxConsistencyGroupMembersExceeded",
             )
         percent = int(body.get("repositoryPercent", 20))
         if not 1 <= percent <= 1000:
@@ -640,7 +655,7 @@ class ESeriesSimulator(SimulatorApp):
         groups = []
         for group in self._groups.values():
             for member in group.members.values():
-                capacity, used = self._repository(group, member)
+                capacity, _ = self._repository(group, member)
                 groups.append(
                     {
                         "id": member.pit_group_ref,
@@ -655,7 +670,6 @@ class ESeriesSimulator(SimulatorApp):
                         "rollbackPriority": group.rollback_priority,
                         "rollbackStatus": "inProgress" if member.rollback_until else "none",
                         "repositoryCapacity": str(capacity),
-                        "repositoryUsedCapacity": str(used),
                         "snapshotCount": sum(
                             1
                             for i in self._images.values()
@@ -760,7 +774,7 @@ class ESeriesSimulator(SimulatorApp):
             raise _Fail(
                 422,
                 f"the storage system already holds {len(self._images)} of {limit} snapshot images",
-                "maxPitsPerSystemExceeded",
+                "maxPitsExceeded",
             )
         sequence = next(self._sequence)
         timestamp = int(self.clock.now())
@@ -818,11 +832,14 @@ class ESeriesSimulator(SimulatorApp):
             raise _Fail(
                 422,
                 f"snapshot images must be deleted oldest first; delete image {oldest} before {seq}",
-                "pitNotOldest",
+                "notOldestPit",
             )
         if any(v.image_ref in {i.ref for i in images} for v in self._views.values()):
+            # The array's return code for this case is not documented (deletePIT lists ok,
+            # rollbackInProgress, invalidPitRef, notOldestPit, pitInConsistencyGroup): the generic
+            # "error", so that no client can come to rely on an invented one.
             raise _Fail(
-                422, f"snapshot image {seq} has snapshot volumes; delete them first", "pitHasViews"
+                422, f"snapshot image {seq} has snapshot volumes; delete them first", "error"
             )
         if any(m.rollback_until is not None for m in self._group(cg).members.values()):
             raise _Fail(422, "a rollback is in progress in this group", "rollbackInProgress")
@@ -878,6 +895,8 @@ class ESeriesSimulator(SimulatorApp):
     # -- views (linked clones) ---------------------------------------------------------------
 
     def _view_json(self, view: _View) -> dict[str, Any]:
+        """A snapshot volume as SANtricity's `PitViewEx`: no `capacity` field, and its consistency
+        group view named only in `membership.cgViewRef`."""
         group_view = self._group_views[view.cg_view_ref]
         return {
             "id": view.ref,
@@ -889,16 +908,17 @@ class ESeriesSimulator(SimulatorApp):
             "boundToPIT": True,
             "accessMode": view.access_mode,
             "consistencyGroupId": group_view.cg_ref,
-            "cgViewRef": view.cg_view_ref,
+            "membership": {"viewType": "member", "cgViewRef": view.cg_view_ref},
             "viewSequenceNumber": str(group_view.sequence),
             "viewTime": str(group_view.timestamp),
-            "capacity": str(self.pool.lun_size(view.label)),
             "wwn": view.wwn,
             "worldWideName": view.wwn,
             "status": "optimal",
+            "mapped": self._is_mapped(view.ref),
         }
 
     def _group_view_json(self, group_view: _GroupView) -> dict[str, Any]:
+        """A `PITConsistencyGroupView`: no member list (`GET .../views/{id}/views` has them)."""
         return {
             "id": group_view.ref,
             "cgViewRef": group_view.ref,
@@ -907,9 +927,10 @@ class ESeriesSimulator(SimulatorApp):
             "name": group_view.label,
             "viewSequenceNumber": str(group_view.sequence),
             "viewTime": str(group_view.timestamp),
-            "accessMode": group_view.access_mode,
-            "views": [self._view_json(self._views[ref]) for ref in group_view.views],
         }
+
+    def _is_mapped(self, ref: str) -> bool:
+        return False
 
     def _get_group_views(self, request: Request, cg: str) -> Response:
         self._group(cg)
@@ -917,11 +938,18 @@ class ESeriesSimulator(SimulatorApp):
             200, [self._group_view_json(v) for v in self._group_views.values() if v.cg_ref == cg]
         )
 
-    def _get_group_view(self, request: Request, cg: str, view: str) -> Response:
+    def _group_view(self, cg: str, view: str) -> _GroupView:
         found = self._group_views.get(view)
         if found is None or found.cg_ref != cg:
             raise _Fail(404, f"view {view} does not exist", "resourceNotFound", "webservice")
-        return Response(200, self._group_view_json(found))
+        return found
+
+    def _get_group_view(self, request: Request, cg: str, view: str) -> Response:
+        return Response(200, self._group_view_json(self._group_view(cg, view)))
+
+    def _get_group_view_members(self, request: Request, cg: str, view: str) -> Response:
+        found = self._group_view(cg, view)
+        return Response(200, [self._view_json(self._views[ref]) for ref in found.views])
 
     def _post_group_view(self, request: Request, cg: str) -> Response:
         group = self._group(cg)
@@ -972,32 +1000,47 @@ class ESeriesSimulator(SimulatorApp):
         return Response(200, self._group_view_json(group_view))
 
     def _delete_group_view(self, request: Request, cg: str, view: str) -> Response:
-        found = self._group_views.get(view)
-        if found is None or found.cg_ref != cg:
-            raise _Fail(404, f"view {view} does not exist", "resourceNotFound", "webservice")
-        for ref in list(found.views):
-            self._remove_view(self._views[ref])
+        """The whole consistency group view, every member with it (as the vendor's own client
+        deletes clones); nothing goes when one member is in use."""
+        found = self._group_view(cg, view)
+        members = [self._views[ref] for ref in found.views]
+        for member in members:
+            self._refuse_in_use(member)
+        for member in members:
+            self._remove_view(member)
         return Response(204)
 
     def _get_views(self, request: Request) -> Response:
         return Response(200, [self._view_json(v) for v in self._views.values()])
 
-    def _get_view(self, request: Request, ref: str) -> Response:
+    def _snapshot_volume(self, ref: str) -> _View:
         view = self._views.get(ref)
         if view is None:
             raise _Fail(
                 404, f"snapshot volume {ref} does not exist", "resourceNotFound", "webservice"
             )
-        return Response(200, self._view_json(view))
+        return view
+
+    def _get_view(self, request: Request, ref: str) -> Response:
+        return Response(200, self._view_json(self._snapshot_volume(ref)))
 
     def _delete_view(self, request: Request, ref: str) -> Response:
-        view = self._views.get(ref)
-        if view is None:
+        view = self._snapshot_volume(ref)
+        # Every view here is a member of a consistency group view, which goes as a whole
+        # (SANtricity's return code for a member view changed on its own: pitViewInConsistencyGroup).
+        raise _Fail(
+            422,
+            f"snapshot volume {view.label} is a member of consistency group view"
+            f" {view.cg_view_ref}; delete that view",
+            "pitViewInConsistencyGroup",
+        )
+
+    def _refuse_in_use(self, view: _View) -> None:
+        devices = loop_devices_of(self.pool.lun_path(view.label))
+        if devices:
             raise _Fail(
-                404, f"snapshot volume {ref} does not exist", "resourceNotFound", "webservice"
+                422, f"snapshot volume {view.label} is in use ({', '.join(devices)})", "volumeInUse"
             )
-        self._remove_view(view)
-        return Response(204)
 
     def _remove_view(self, view: _View) -> None:
         try:
@@ -1026,14 +1069,16 @@ class ESeriesSimulator(SimulatorApp):
             raise _Fail(404, f"no key {key}", "resourceNotFound", "webservice")
         return Response(200, {"key": key, "value": value})
 
-    def _put_key_value(self, request: Request, key: str) -> Response:
+    def _post_key_value(self, request: Request, key: str) -> Response:
+        """The body is the value, verbatim: the vendor's own client POSTs raw text (a JSON-quoted
+        string is stored with its quotes, as the array would)."""
         self._check_key(key)
         try:
-            value = json.loads(request.body) if request.body.strip() else ""
-        except ValueError:
-            value = request.body.decode(errors="replace")
-        if not isinstance(value, str):
-            value = json.dumps(value)
+            value = request.body.decode()
+        except UnicodeDecodeError:
+            raise _Fail(
+                422, "the value is not UTF-8 text", "invalidParameter", "webservice"
+            ) from None
         self._key_values[key] = value
         return Response(200, {"key": key, "value": value})
 

@@ -4,7 +4,8 @@ It implements the subset ringsnap uses, with Purity's envelopes and rules:
 
 - `GET /api/api_version` without auth; `POST /api/2.x/login` with header `api-token` answers the
   session in the `x-auth-token` header. Sessions expire after `session_ttl` idle seconds, then
-  every call answers 401 `{"errors":[{"message":"Invalid session."}]}`.
+  every call answers 401 `{"errors":[{"message":"Invalid session."}]}` (the `session_expired`
+  fault ends a session at once, its 401 worded by `options.message` when given).
 - Listings take `names`, `filter` (`field='glob'` joined by `and`), `destroyed`, `limit`,
   `continuation_token`, `total_item_count`; they answer
   `{items, continuation_token, more_items_remaining, total_item_count}`.
@@ -310,13 +311,18 @@ class FlashArraySimulator(SimulatorApp):
 
     def _authenticate(self, request: Request) -> None:
         session = request.header("x-auth-token") or ""
-        if self.faults.take(request.method, request.path, kinds={SESSION_EXPIRED}) is not None:
+        wording = INVALID_SESSION
+        fault = self.faults.take(request.method, request.path, kinds={SESSION_EXPIRED})
+        if fault is not None:
+            # The session ends now; `options.message` words the 401 otherwise (Pure's own client
+            # logs in again on any 401 of a session, whatever it says).
             self._sessions.pop(session, None)
+            wording = str(fault.options.get("message", INVALID_SESSION))
         entry = self._sessions.get(session)
         now = self.clock.now()
         if entry is None or entry[1] < now:
             self._sessions.pop(session, None)
-            raise _fail(401, INVALID_SESSION)
+            raise _fail(401, wording)
         # Sessions expire when idle: each call extends this one.
         self._sessions[session] = (entry[0], now + self.options.session_ttl)
 

@@ -8,6 +8,7 @@ its limits.
 
 from __future__ import annotations
 
+import json
 import re
 import ssl
 import time
@@ -46,10 +47,11 @@ from ringsnap.plugins.simulators.eseries import (
 )
 from ringsnap.plugins.simulators.faults import Fault
 from ringsnap.plugins.simulators.lunpool import LunPool
-from ringsnap.plugins.simulators.server import SimulatorServer, serving
+from ringsnap.plugins.simulators.server import Request, Response, SimulatorServer, serving
 from ringsnap.plugins.simulators.tls import make_test_ca
 from ringsnap.plugins.testing import mounts
 from ringsnap.plugins.testing.conformance import DriverConformance, FaultCase, Harness
+from tests.plugins import santricity_models
 from tests.support.array_run import run_with_change
 
 PASSWORD = "Es-s3cret-pw"
@@ -215,7 +217,7 @@ class TestEseries(DriverConformance):
         mark = len(requests)
         ref = driver.describe_group_snapshot(prepared, partial)
         after = list(requests)[mark:]
-        assert ("PUT", f"/devmgr/v2/key-values/ringsnap.{ref.group}.{ref.snapshot_id}") in after
+        assert ("POST", f"/devmgr/v2/key-values/ringsnap.{ref.group}.{ref.snapshot_id}") in after
         assert not any(path.endswith("/snapshots") and m == "POST" for m, path in after)
         assert ref.snapshot_id == partial.snapshot_id and ref.members == partial.members
         assert not self.vendor_leftovers(harness)
@@ -365,7 +367,7 @@ class TestEseries(DriverConformance):
             client.delete(
                 f"/storage-systems/1/consistency-groups/{second.group}/snapshots/{second.snapshot_id}"
             )
-        assert retcode_of(caught.value) == "pitNotOldest"
+        assert retcode_of(caught.value) == "notOldestPit"
         assert "oldest first" in str(caught.value)
         client.delete(
             f"/storage-systems/1/consistency-groups/{first.group}/snapshots/{first.snapshot_id}"
@@ -561,7 +563,7 @@ class TestEseries(DriverConformance):
                 f"/storage-systems/1/consistency-groups/{cg}/member-volumes",
                 {"volumeId": volumes[-1]["id"], "repositoryPercent": 20},
             )
-        assert retcode_of(caught.value) == "maxCgMembersExceeded"
+        assert retcode_of(caught.value) == "maxConsistencyGroupMembersExceeded"
 
     def test_images_per_system_limit(self, harness: Harness) -> None:
         simulator(harness).options.max_images_per_system = 2 * len(harness.volumes)
@@ -569,8 +571,123 @@ class TestEseries(DriverConformance):
         harness.driver.create_group_snapshot(harness.volumes, "sys2")
         with pytest.raises(QuotaExceededError) as caught:
             harness.driver.create_group_snapshot(harness.volumes, "sys3")
-        assert retcode_of(caught.value) == "maxPitsPerSystemExceeded"
+        assert retcode_of(caught.value) == "maxPitsExceeded"
         assert not self.vendor_leftovers(harness)
+
+    # -- clones as SANtricity answers them ------------------------------------------------
+
+    def test_clone_reads_its_members_from_the_view_listing(self, harness: Harness) -> None:
+        """POST .../views answers a PITConsistencyGroupView, which names no members: the
+        driver lists them (GET .../views/{id}/views), whose PitViewEx records carry no capacity."""
+        ref = harness.driver.create_group_snapshot(harness.volumes, "cl")
+        client = self._client(harness)
+        clones = full(harness).clone(ref, "clv")
+        group_path = f"/storage-systems/1/consistency-groups/{ref.group}"
+        (view,) = client.get(f"{group_path}/views")
+        assert "views" not in view
+        members = client.get(f"{group_path}/views/{view['id']}/views")
+        assert all("capacity" not in member for member in members)
+        assert sorted(c.id for c in clones) == sorted(m["id"] for m in members)
+        by_source = {m.volume.id: clone for m, clone in zip(ref.members, clones, strict=True)}
+        for volume in harness.volumes:
+            clone = by_source[volume.id]
+            assert clone.size_bytes == volume.size_bytes
+            record = client.get(f"/storage-systems/1/snapshot-volumes/{clone.id}")
+            assert record["baseVol"] == volume.id
+            assert record["membership"] == {"viewType": "member", "cgViewRef": view["id"]}
+            assert clone.wwn == record["worldWideName"] and clone.wwn
+
+    def test_a_clone_is_deleted_as_its_whole_view(self, harness: Harness) -> None:
+        ref = harness.driver.create_group_snapshot(harness.volumes, "cd")
+        clones = full(harness).clone(ref, "cdv")
+        client = self._client(harness)
+        with pytest.raises(DriverError) as caught:
+            client.delete(f"/storage-systems/1/snapshot-volumes/{clones[0].id}")
+        assert retcode_of(caught.value) == "pitViewInConsistencyGroup"
+        requests = harness.server.requests
+        mark = len(requests)
+        full(harness).delete_clone(clones[0])
+        deletes = [(m, path) for m, path in list(requests)[mark:] if m == "DELETE"]
+        assert len(deletes) == 1 and re.search(
+            r"/consistency-groups/[^/]+/views/[^/]+$", deletes[0][1]
+        )
+        assert not simulator(harness).state()["views"]
+        for clone in clones:
+            assert not harness.lun(clone).exists()
+            full(harness).delete_clone(clone)  # the rest went with the view: nothing to do
+
+    def test_an_image_with_a_clone_waits_for_it_to_be_deleted(self, harness: Harness) -> None:
+        ref = harness.driver.create_group_snapshot(harness.volumes, "iv")
+        clones = full(harness).clone(ref, "ivv")
+        harness.driver.delete_snapshot(ref)
+        assert simulator(harness).image_count() == len(harness.volumes), "kept for its clone"
+        with pytest.raises(NotFoundError):
+            harness.driver.get_snapshot(ref)
+        full(harness).delete_clone(clones[0])
+        harness.driver.create_group_snapshot(harness.volumes, "iv2")  # sweeps deferred deletions
+        assert simulator(harness).image_count() == len(harness.volumes)
+
+    # -- every answer the driver relies on, against NetApp's published models ------------
+
+    def test_answers_have_the_fields_of_the_vendors_models(self, harness: Harness) -> None:
+        """Each record a 2xx answer holds has only fields of its SANtricity model (none
+        invented) and at least those the driver reads (`santricity_models`)."""
+        app = simulator(harness)
+        answered: list[tuple[str, str, Any]] = []
+        handle = app.handle
+
+        def recording(request: Request) -> Response:
+            response = handle(request)
+            answered.append((request.method, request.path.rstrip("/"), response.body))
+            return response
+
+        app.handle = recording  # type: ignore[method-assign]
+        driver = full(harness)
+        driver.check()
+        ref = driver.create_group_snapshot(harness.volumes, "contract")
+        driver.list_snapshots(harness.volumes)
+        driver.get_snapshot(ref)
+        clones = driver.clone(ref, "contract")
+        driver.delete_clone(clones[0])
+        driver.revert(ref)
+        driver.delete_snapshot(ref)
+        seen: set[str] = set()
+        for method, path, body in answered:
+            model = santricity_models.model_of(method, path)
+            if model is None or body is None:
+                continue
+            for record in body if isinstance(body, list) else [body]:
+                seen.add(model)
+                self._assert_model(model, record, f"{method} {path}")
+        assert seen >= set(santricity_models.DRIVER_READS), (
+            f"not exercised: {set(santricity_models.DRIVER_READS) - seen}"
+        )
+
+    @classmethod
+    def _assert_model(cls, model: str, record: dict[str, Any], where: str) -> None:
+        invented = set(record) - santricity_models.MODELS[model]
+        assert not invented, f"{where}: fields {sorted(invented)} are not in {model}"
+        missing = santricity_models.DRIVER_READS.get(model, frozenset()) - set(record)
+        assert not missing, f"{where}: {model} lacks {sorted(missing)} that the driver reads"
+        for (outer, name), nested in santricity_models.NESTED.items():
+            if outer == model and name in record:
+                values = record[name] if isinstance(record[name], list) else [record[name]]
+                for value in values:
+                    cls._assert_model(nested, value, f"{where} {name}")
+
+    # -- the key-value store as the vendor's own client writes it -------------------------
+
+    def test_image_names_are_posted_as_raw_text(self, harness: Harness) -> None:
+        ref = harness.driver.create_group_snapshot(harness.volumes, "kv")
+        value = simulator(harness).state()["key_values"][f"ringsnap.{ref.group}.{ref.snapshot_id}"]
+        assert json.loads(value) == {"name": "kv", "state": "active"}
+        # The store keeps a body verbatim and knows no PUT: a client that JSON-quoted its
+        # values or PUT them would not find its names again.
+        client = self._client(harness)
+        client.post("/key-values/rs.quoted", "text")
+        assert client.get("/key-values/rs.quoted")["value"] == '"text"'
+        with pytest.raises(NotFoundError):
+            client.put("/key-values/rs.put", "text")
 
     def test_session_login_and_relogin(self, harness: Harness) -> None:
         driver = harness.open({**harness.table, "auth": "session"})

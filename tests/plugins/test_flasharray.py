@@ -94,6 +94,18 @@ class TestFlashArray(DriverConformance):
                 error=None,
             ),
             FaultCase(
+                "session-ended-401-other-wording",
+                (
+                    Fault(
+                        SESSION_EXPIRED,
+                        method="POST",
+                        path=SNAPSHOT_ROUTE,
+                        options={"message": "Authentication failed: session ended."},
+                    ),
+                ),
+                error=None,
+            ),
+            FaultCase(
                 "rate-limited-429",
                 (
                     Fault(
@@ -305,6 +317,17 @@ class TestFlashArray(DriverConformance):
         volumes = harness.driver.list_volumes()
         assert {v.name for v in volumes} >= set(self.volume_names)
         assert app.logins == logins + 1, "an expired session must be renewed by one new login"
+
+    def test_relogin_after_a_401_of_any_wording(self, harness: Harness) -> None:
+        app = simulator(harness.server)
+        harness.driver.check()
+        logins = app.logins
+        harness.faults.add(
+            Fault(SESSION_EXPIRED, path=r"/volumes$", options={"message": "Not authenticated."})
+        )
+        volumes = harness.driver.list_volumes()
+        assert {v.name for v in volumes} >= set(self.volume_names)
+        assert app.logins == logins + 1, "a 401 of a session must be renewed by one new login"
 
     def test_wrong_token_is_auth_error_naming_the_array(self, harness: Harness) -> None:
         table = self.wrong_credentials(harness.table, harness.workdir)
