@@ -14,7 +14,8 @@ What is searched (`LeakCheck`, one per test): pytest's captured stdout/stderr (s
 and JSON lines go there) and log records of the setup and call phases, every Python logging record
 at any level, the output of every typer/click CliRunner invocation, the failure message of the test,
 the output of ringsnap's own commands that a test runs as processes and reads back
-(`subprocess.run(..., capture_output=True)`, `Popen.communicate`), and the files handed to
+(`subprocess.run(..., capture_output=True)`, `Popen.communicate`; which commands are ringsnap's is
+told by the program and the module, `is_ringsnap_command`, not by a path), and the files handed to
 `LeakCheck.watch` (the sandbox's service logs, the logs of the agents and coordinators a test starts
 as processes under its tmp_path).
 """
@@ -23,8 +24,10 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
+import shlex
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -319,9 +322,11 @@ def _wrap_subprocess() -> None:
     def communicate(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> Any:
         out, err = original(self, *args, **kwargs)
         argv = (
-            [str(a) for a in self.args] if isinstance(self.args, list | tuple) else [str(self.args)]
+            [str(a) for a in self.args]
+            if isinstance(self.args, list | tuple)
+            else shlex.split(str(self.args))
         )
-        if any("ringsnap" in a for a in argv):
+        if is_ringsnap_command(argv):
             command = " ".join(argv)
             for stream, text in (("output", out), ("error output", err)):
                 if text:
@@ -330,3 +335,72 @@ def _wrap_subprocess() -> None:
         return out, err
 
     subprocess.Popen.communicate = communicate  # type: ignore[method-assign]
+
+
+# -- which processes are ringsnap's own commands -------------------------------------------------
+
+#: The console scripts of pyproject.toml's [project.scripts].
+CONSOLE_SCRIPTS = frozenset({"ringsnap", "ringsnap-agent", "ringsnap-coordinator"})
+_PYTHON = re.compile(r"python[0-9.]*")
+#: Interpreter options that take the next argument as their value.
+_PYTHON_VALUED = frozenset({"-W", "-X", "-Q"})
+
+
+def is_ringsnap_command(argv: Sequence[str]) -> bool:
+    """Whether `argv` runs one of ringsnap's own commands: a console script of ringsnap (by the
+    program's name, wherever it is installed), a Python interpreter running such a script or a
+    module of the `ringsnap` package (`-m ringsnap.agent.s3`), possibly behind `env`, `timeout`
+    or `ip netns exec NAME`.
+
+    Decided by the program and the module, never by a substring of a path: a checkout or a venv
+    under a directory named ringsnap makes every interpreter's path contain "ringsnap", and the
+    plumbing a test runs with that interpreter is no command of ringsnap's.
+    """
+    args = _unwrapped(list(argv))
+    if not args:
+        return False
+    program = Path(args[0]).name
+    if program in CONSOLE_SCRIPTS:
+        return True
+    if not _PYTHON.fullmatch(program):
+        return False
+    rest = iter(args[1:])
+    for arg in rest:
+        if arg == "-m":
+            return _is_ringsnap_module(next(rest, ""))
+        if arg.startswith("-m"):
+            return _is_ringsnap_module(arg[2:])
+        if arg.startswith("-c"):
+            return False  # inline code: whatever follows is its arguments
+        if arg in _PYTHON_VALUED:
+            next(rest, None)
+            continue
+        if arg.startswith("-"):
+            continue
+        return Path(arg).name in CONSOLE_SCRIPTS  # the script the interpreter runs
+    return False
+
+
+def _is_ringsnap_module(module: str) -> bool:
+    return module == "ringsnap" or module.startswith("ringsnap.")
+
+
+def _unwrapped(args: list[str]) -> list[str]:
+    """The command behind the launchers tests put in front of one (`env A=B`, `timeout 60`,
+    `ip netns exec NAME`)."""
+    while args:
+        program = Path(args[0]).name
+        if program == "env":
+            args = args[1:]
+            while args and (args[0].startswith("-") or "=" in args[0]):
+                args = args[1:]
+        elif program == "timeout":
+            args = args[1:]
+            while args and args[0].startswith("-"):
+                args = args[1:]
+            args = args[1:]  # the duration
+        elif program == "ip" and args[1:3] == ["netns", "exec"]:
+            args = args[4:]
+        else:
+            return args
+    return args

@@ -141,17 +141,57 @@ def test_the_fixture_fails_a_test_that_prints_a_registered_secret(
     )
 
 
-def test_the_output_of_a_ringsnap_process_a_test_reads_is_searched() -> None:
+def test_the_output_of_a_ringsnap_process_a_test_reads_is_searched(tmp_path: Path) -> None:
     import subprocess
     import sys
 
     secrets.install_sources()  # idempotent: the wrapped communicate of the whole session
-    echo = [sys.executable, "-c", "import sys; print(sys.argv[-1])"]
+    # An interpreter whose path contains "ringsnap", as in a checkout cloned into ./ringsnap.
+    venv_bin = tmp_path / "ringsnap" / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    python = venv_bin / "python3"
+    python.symlink_to(sys.executable)
+    agent = [str(Path(sys.executable).with_name("ringsnap-agent")), "check"]
     check = secrets.LeakCheck(_registry())
     with secrets.active(check):
-        subprocess.run([*echo, "ringsnap-agent", PASSWORD], capture_output=True, check=True)
-        # Another program's plumbing is not ringsnap's output: not searched.
-        subprocess.run([*echo, "other", PASSWORD], capture_output=True, check=True)
+        # The real agent command, which names its (missing) configuration file in its error.
+        missing = f"/nonexistent/{PASSWORD}.toml"
+        done = subprocess.run(
+            [*agent, "--config", missing], check=False, capture_output=True, timeout=60
+        )
+        assert done.returncode == 78, done.stderr  # EX_CONFIG: the file is missing
+        # Another program's plumbing is not ringsnap's output, whatever its path: not searched.
+        echo = [str(python), "-c", "import sys; print(sys.argv[-1])"]
+        subprocess.run([*echo, PASSWORD], capture_output=True, check=True, timeout=60)
     (leak,) = check.leaks()
     assert leak.what == "the ONTAP password"
-    assert leak.where.startswith("the output of the process `") and "ringsnap-agent" in leak.where
+    assert leak.where.startswith("the error output of the process `")
+    assert "ringsnap-agent check" in leak.where
+
+
+@pytest.mark.parametrize(
+    ("argv", "ours"),
+    [
+        (["/usr/local/bin/ringsnap-agent", "serve", "--config", "a.toml"], True),
+        (["ringsnap", "status"], True),
+        (["/opt/x/.venv/bin/ringsnap-coordinator", "serve"], True),
+        (["/src/ringsnap/.venv/bin/python", "-m", "ringsnap.coordinator.cli", "list"], True),
+        (["python3.11", "-u", "-mringsnap.agent.s3", "export"], True),
+        (["/venv/bin/python", "-X", "dev", "/venv/bin/ringsnap-agent", "serve"], True),
+        (["ip", "netns", "exec", "ns1", "python", "-m", "ringsnap.agent.main", "serve"], True),
+        (["env", "A=1", "timeout", "60", "/v/bin/ringsnap", "backup"], True),
+        # A path that contains "ringsnap" is not a command of ringsnap's.
+        (["/src/ringsnap/.venv/bin/python", "-c", "print(1)", "ringsnap-agent"], False),
+        (["/src/ringsnap/.venv/bin/python", "-m", "tests.support.held_array"], False),
+        (["/src/ringsnap/.venv/bin/python", "/src/ringsnap/bench/freeze.py"], False),
+        (["/home/ringsnap/tools/ringsnapper", "go"], False),
+        (["docker", "inspect", "ringsnap-sandbox-1-node1"], False),
+        (["losetup", "-d", "/srv/ringsnap/loop0"], False),
+        (["python", "-m", "ringsnapshot"], False),
+        ([], False),
+    ],
+)
+def test_ringsnap_commands_are_known_by_program_and_module_not_by_path(
+    argv: list[str], ours: bool
+) -> None:
+    assert secrets.is_ringsnap_command(argv) is ours
