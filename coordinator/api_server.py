@@ -10,7 +10,7 @@ import asyncio
 import hmac
 import ipaddress
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +119,7 @@ class RemoteListener:
 
     listen: str
     cert: bytes
-    key: bytes
+    key: bytes = field(repr=False)  # never in a log or an error
     ca: bytes
     clients: Mapping[str, access.Role]
 

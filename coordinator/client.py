@@ -11,7 +11,7 @@ import enum
 import os
 import tomllib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -170,7 +170,7 @@ class RemoteTls:
     """The client certificate, key and CA of an operator calling from another host."""
 
     cert: bytes
-    key: bytes
+    key: bytes = field(repr=False)  # never in a log or an error
     ca: bytes
     #: Check the coordinator's certificate against this name instead of the address's host.
     server_name: str | None = None

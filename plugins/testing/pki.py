@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cryptography import x509
@@ -37,7 +37,8 @@ class TlsPaths:
 @dataclass(frozen=True)
 class IssuedCert:
     cert_pem: bytes
-    key_pem: bytes
+    #: Never in a repr: a failing test prints its fixtures (and the secrets check flags the key).
+    key_pem: bytes = field(repr=False)
 
     def write(self, directory: Path, name: str) -> TlsPaths:
         """Write `<name>.crt` and `<name>.key` (mode 0600) into `directory`."""
@@ -63,7 +64,7 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
 
 @dataclass(frozen=True)
 class TestCA:
-    key: ec.EllipticCurvePrivateKey
+    key: ec.EllipticCurvePrivateKey = field(repr=False)
     cert: x509.Certificate
 
     __test__ = False  # not a pytest test class
