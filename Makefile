@@ -49,6 +49,7 @@ typecheck-tree:
 
 generate: install
 	$(PY) proto/generate.py
+	$(PY) monitoring/generate.py
 
 bench: system-deps install
 	$(PY) -m bench

@@ -25,7 +25,9 @@ from ringsnap.agent.drill.host import DrillHost
 from ringsnap.agent.node import NodeAgent
 from ringsnap.agent.server import AgentServicer
 from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc
+from ringsnap.errors import RingsnapError
 from ringsnap.malformed import MalformedRequestInterceptor
+from ringsnap.metrics_server import MetricsServer
 
 log = logs.get_logger(__name__)
 SERVICE_NAME = agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name
@@ -43,6 +45,8 @@ class AgentServer:
         self.port: int | None = None
         self._server: grpc.aio.Server | None = None
         self._exit = contextlib.ExitStack()
+        #: The Prometheus listener (`[metrics] enabled`), else None.
+        self.metrics_server: MetricsServer | None = None
 
     async def start(self) -> int:
         """Take the state directory, thaw what a previous process left frozen, serve; returns the port."""
@@ -77,6 +81,7 @@ class AgentServer:
             if port == 0:
                 raise RuntimeError(f"cannot listen on {self.config.server.listen}")
             await server.start()
+            self._serve_metrics()
         except BaseException:
             self._exit.close()
             raise
@@ -90,6 +95,22 @@ class AgentServer:
             allowed_clients=list(self.config.server.allowed_clients),
         )
         return port
+
+    def _serve_metrics(self) -> None:
+        settings = self.config.metrics
+        if not settings.enabled:
+            return
+        metrics = MetricsServer(self.agent.metrics.registry, settings.listen)
+        try:
+            metrics.start()
+        except OSError as exc:
+            raise RingsnapError(
+                f"cannot serve metrics on {settings.listen} ([metrics] listen):"
+                f" {exc.strerror or exc}; choose a free address or set [metrics] enabled = false"
+            ) from None
+        self._exit.callback(metrics.close)
+        self.metrics_server = metrics
+        log.info("agent metrics served", listen=f"{metrics.host}:{metrics.port}")
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop serving (in-flight calls get `grace` seconds), then thaw everything still frozen."""

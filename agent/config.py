@@ -219,6 +219,24 @@ class DrillSection(Section):
         return self
 
 
+def _metrics_listen(value: str) -> str:
+    value = _listen(value)
+    host = value.rpartition(":")[0]
+    if host.startswith("[") != host.endswith("]"):
+        raise ValueError(f"{value!r}: an IPv6 address goes in brackets, e.g. '[::1]:9445'")
+    return value
+
+
+class MetricsSection(Section):
+    """`[metrics]`: the agent's Prometheus metrics (docs/operations.md, "Metrics"), off unless
+    enabled. Plain HTTP without authentication, like the coordinator's: keep it on loopback, or
+    on an address only the Prometheus server reaches."""
+
+    enabled: bool = False
+    #: HOST:PORT of the text exposition; port 0 picks a free one (tests).
+    listen: Annotated[str, AfterValidator(_metrics_listen)] = "127.0.0.1:9445"
+
+
 class LogSection(Section):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -239,6 +257,16 @@ class AgentConfig(Section):
     #: Off-array copies: the S3-compatible store this node exports to (docs/s3.md).
     s3: S3Settings | None = None
     log: LogSection = Field(default_factory=LogSection)
+    metrics: MetricsSection = Field(default_factory=MetricsSection)
+
+    @model_validator(mode="after")
+    def _metrics_apart(self) -> AgentConfig:
+        if self.metrics.enabled and self.metrics.listen == self.server.listen:
+            raise ValueError(
+                f"metrics.listen {self.metrics.listen} is also server.listen: the metrics need an"
+                " address of their own (default 127.0.0.1:9445)"
+            )
+        return self
 
 
 def load_config(path: str | Path = DEFAULT_CONFIG_PATH) -> AgentConfig:

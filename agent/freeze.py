@@ -33,6 +33,7 @@ from ringsnap.agent import fsfreeze, volumes
 from ringsnap.agent.errors import Conflict, FreezeFailed, NotFound
 from ringsnap.agent.freezestate import StateStore, thaw_all, valid_operation_id
 from ringsnap.agent.lease import Clock, Lease, LeasePolicy
+from ringsnap.agent.metrics import AgentMetrics
 from ringsnap.errors import ValidationError
 
 log = logs.get_logger(__name__)
@@ -126,7 +127,9 @@ class FreezeManager:
         policy: LeasePolicy,
         clock: Clock = time.monotonic,
         mounts: Callable[[], list[mountinfo.Mount]] = mountinfo.read,
+        metrics: AgentMetrics | None = None,
     ) -> None:
+        self.metrics = metrics or AgentMetrics()
         self._directories = {"data": list(data_directories), "commitlog": [commitlog_directory]}
         self._store = store
         self.policy = policy
@@ -310,6 +313,9 @@ class FreezeManager:
                 operation.frozen_mono[point] = frozen_at_mono
         operation.state = State.FROZEN
         operation.freeze_done.set()
+        for frozen in operation.frozen.values():
+            self.metrics.freeze_seconds.observe(frozen.freeze_seconds)
+        self.metrics.freezes.labels(result="failed" if failures else "ok").inc()
         if failures:
             error = _freeze_error(failures)
             await self._end(operation, EndReason.FAILED)
@@ -365,6 +371,7 @@ class FreezeManager:
             raise Conflict(f"the lease of operation {operation_id!r} has run out")
         operation.lease.renew(seconds)
         operation.wake.set()
+        self.metrics.lease_renewals.inc()
         log.debug("lease renewed", operation_id=operation_id, lease_seconds=seconds)
         return operation.lease.expires_at_wall()
 
@@ -404,6 +411,8 @@ class FreezeManager:
         )
         thawed = [outcome.mount_point for outcome in outcomes if outcome.was_frozen]
         failed = [outcome for outcome in outcomes if outcome.error]
+        self.metrics.thaw_all_runs.inc()
+        self.metrics.thaw_all_thawed.inc(len(thawed))
         if thawed:
             log.warning("thawed filesystems a previous agent left frozen", mount_points=thawed)
         for outcome in failed:
@@ -424,6 +433,7 @@ class FreezeManager:
         while operation.state in (State.FREEZING, State.FROZEN):
             delay = operation.lease.remaining()
             if delay <= 0:
+                self.metrics.lease_expirations.inc()
                 log.warning(
                     "lease expired: thawing",
                     operation_id=operation.operation_id,
@@ -476,6 +486,7 @@ class FreezeManager:
                     )
                     continue
                 frozen_for = self._clock() - operation.frozen_mono[point]
+                self.metrics.frozen_seconds.observe(frozen_for)
                 thawed.append(ThawedFilesystem(point, outcome.changed, frozen_for, outcome.seconds))
                 log.info(
                     "thawed",

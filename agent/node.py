@@ -20,6 +20,7 @@ from ringsnap.agent.freeze import FreezeManager, FreezeResult, ThawResult
 from ringsnap.agent.freezestate import StateStore
 from ringsnap.agent.jmx import open_control
 from ringsnap.agent.lease import LeasePolicy
+from ringsnap.agent.metrics import AgentMetrics
 from ringsnap.agent.restore.model import CassandraStatus, DiscardedDirectory, VolumeState
 from ringsnap.agent.restore.restorer import RECORDS_DIRECTORY, VolumeRestorer
 from ringsnap.agent.restore.snapshot import RestoredTable
@@ -57,8 +58,9 @@ class StopResult:
 
 
 class NodeAgent:
-    def __init__(self, config: AgentConfig) -> None:
+    def __init__(self, config: AgentConfig, *, metrics: AgentMetrics | None = None) -> None:
         self.config = config
+        self.metrics = metrics or AgentMetrics()
         cassandra = config.cassandra
         self.control = open_control(cassandra)
         self.store = StateStore(config.freeze.state_directory)
@@ -70,6 +72,7 @@ class NodeAgent:
                 default_seconds=config.freeze.default_lease_seconds,
                 max_seconds=config.freeze.max_lease_seconds,
             ),
+            metrics=self.metrics,
         )
         self.restorer = VolumeRestorer(
             directories=self.directories(),
@@ -127,7 +130,13 @@ class NodeAgent:
             table_name(table)
         if tables and not keyspace:
             raise ValidationError("tables to flush were named without their keyspace")
-        seconds = await self.control.flush(keyspace, tables)
+        try:
+            seconds = await self.control.flush(keyspace, tables)
+        except BaseException:
+            self.metrics.flushes.labels(result="failed").inc()
+            raise
+        self.metrics.flushes.labels(result="ok").inc()
+        self.metrics.flush_seconds.observe(seconds)
         log.info(
             "flushed", keyspace=keyspace or "*", tables=list(tables), seconds=round(seconds, 3)
         )
@@ -185,6 +194,10 @@ class NodeAgent:
     async def stop_cassandra(self, *, drain: bool = False) -> StopResult:
         """Stop Cassandra; with `drain`, drain it first if it answers (a node that is already down
         cannot be drained: that is logged, and the stop command runs all the same)."""
+        async with self.metrics.restore_step("stop_cassandra"):
+            return await self._stop_cassandra(drain=drain)
+
+    async def _stop_cassandra(self, *, drain: bool) -> StopResult:
         started = time.monotonic()
         cassandra = self.config.cassandra
         log.warning("stopping Cassandra at the coordinator's request", drain=drain)
@@ -212,6 +225,10 @@ class NodeAgent:
     ) -> float:
         """Run the start command, then wait (up to `wait_seconds`) until the node serves clients,
         or only until it gossips (`until_gossip`: a seed the other nodes may now join)."""
+        async with self.metrics.restore_step("start_cassandra"):
+            return await self._start_cassandra(wait_seconds, until_gossip)
+
+    async def _start_cassandra(self, wait_seconds: float, until_gossip: bool) -> float:
         started = time.monotonic()
         cassandra = self.config.cassandra
         if wait_seconds < 0:
@@ -272,20 +289,24 @@ class NodeAgent:
     async def release_volumes(
         self, operation_id: str, mount_points: Sequence[str] = ()
     ) -> tuple[VolumeFacts, ...]:
-        return await self.restorer.release(operation_id, mount_points)
+        async with self.metrics.restore_step("release_volumes"):
+            return await self.restorer.release(operation_id, mount_points)
 
     async def attach_volumes(
         self, operation_id: str, volumes: Sequence[tuple[str, str]]
     ) -> tuple[VolumeFacts, ...]:
-        return await self.restorer.attach(operation_id, volumes)
+        async with self.metrics.restore_step("attach_volumes"):
+            return await self.restorer.attach(operation_id, volumes)
 
     async def discard_replay_state(
         self, operation_id: str, *, hints: bool = False
     ) -> tuple[DiscardedDirectory, ...]:
-        return await self.restorer.discard(operation_id, hints=hints)
+        async with self.metrics.restore_step("discard_replay_state"):
+            return await self.restorer.discard(operation_id, hints=hints)
 
     async def restore_snapshot(self, operation_id: str, tag: str) -> tuple[RestoredTable, ...]:
-        return await self.restorer.restore_snapshot(operation_id, tag)
+        async with self.metrics.restore_step("restore_snapshot"):
+            return await self.restorer.restore_snapshot(operation_id, tag)
 
     # -- lifecycle -------------------------------------------------------------------------------
 

@@ -238,7 +238,9 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         self._s3_restores = S3RestoreRpcs(agent)
         # Staging is never discarded under its own download (its running ones, by operation id).
         self._s3_staging = S3StagingRpcs(agent, self._s3_restores.downloading)
-        self._s3_exports = S3Exports(lambda: agent.config, lambda: self._clones)
+        self._s3_exports = S3Exports(
+            lambda: agent.config, lambda: self._clones, lambda: agent.metrics
+        )
         self._clones_made = clones
         self._drills_made = drills
 

@@ -1,5 +1,5 @@
 """Prometheus metrics of the coordinator, in a registry of its own, served over HTTP on a local
-address.
+address (`ringsnap.metrics_server`).
 
 Series of the configured clusters exist from the start (at zero), so that alerts on rates and on
 absence work before the first backup. `ringsnap_last_successful_backup_timestamp_seconds` counts
@@ -8,11 +8,9 @@ complete backups only: a partial one leaves nodes unprotected, which is what the
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
     CollectorRegistry,
@@ -20,7 +18,6 @@ from prometheus_client import (
     Gauge,
     Histogram,
     generate_latest,
-    start_http_server,
 )
 from prometheus_client.samples import Sample
 
@@ -33,6 +30,9 @@ from ringsnap.coordinator.model import (
     PhaseTiming,
     RestoreRecord,
 )
+from ringsnap.metrics_server import MetricsServer
+
+__all__ = ["CoordinatorMetrics", "MetricsServer"]
 
 RESULTS = tuple(s.value for s in BackupState if s is not BackupState.RUNNING)
 SKIP_REASONS = ("busy", "missed")
@@ -365,52 +365,3 @@ class CoordinatorMetrics:
 def _samples(metric: Gauge) -> list[Sample]:
     """The samples of every child of `metric` now (a copy: children may be removed meanwhile)."""
     return [sample for family in metric.collect() for sample in family.samples]
-
-
-def _split(listen: str) -> tuple[str, int]:
-    host, _, port = listen.rpartition(":")
-    return host.strip("[]"), int(port)
-
-
-class MetricsServer:
-    """The HTTP exposition (`/metrics`, any path) of one registry, in a daemon thread."""
-
-    def __init__(self, registry: CollectorRegistry, listen: str) -> None:
-        self._registry = registry
-        self._host, self._port = _split(listen)
-        self._server: WSGIServer | None = None
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        if self._server is not None:
-            raise RuntimeError("metrics server already started")
-        self._server, self._thread = start_http_server(
-            self._port, addr=self._host, registry=self._registry
-        )
-
-    @property
-    def port(self) -> int:
-        """The bound port (the one picked by the kernel when configured as 0)."""
-        if self._server is None:
-            raise RuntimeError("metrics server not started")
-        return int(self._server.server_address[1])
-
-    @property
-    def host(self) -> str:
-        return self._host
-
-    def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> MetricsServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

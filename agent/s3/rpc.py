@@ -22,6 +22,7 @@ from ringsnap.agent.clones import CloneMounter
 from ringsnap.agent.config import AgentConfig
 from ringsnap.agent.errors import Conflict
 from ringsnap.agent.manifest import SSTable, manifest
+from ringsnap.agent.metrics import AgentMetrics
 from ringsnap.agent.s3.client import make_client
 from ringsnap.agent.s3.commitlog import CommitlogExport, export_commitlog
 from ringsnap.agent.s3.export import (
@@ -108,10 +109,14 @@ class S3Exports:
     """ExportToS3 of one agent."""
 
     def __init__(
-        self, config: Callable[[], AgentConfig], clones: Callable[[], CloneMounter]
+        self,
+        config: Callable[[], AgentConfig],
+        clones: Callable[[], CloneMounter],
+        metrics: Callable[[], AgentMetrics] | None = None,
     ) -> None:
-        # Both read on first use: a servicer is also built around agents that never export.
+        # Read on first use: a servicer is also built around agents that never export.
         self._config_of = config
+        self._metrics_of = metrics or AgentMetrics
         self._clones = clones
         self._lock = threading.Lock()
         self._running: str | None = None
@@ -188,6 +193,7 @@ class S3Exports:
             self._purpose = request.purpose_id
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[agent_pb2.ExportToS3Response] = asyncio.Queue(maxsize=64)
+        metrics = self._metrics_of()
 
         def send(item: agent_pb2.ExportToS3Response) -> None:
             def put() -> None:
@@ -202,7 +208,7 @@ class S3Exports:
                 if not cancelled.is_set():
                     send(progress_message(phase, progress))
 
-            return report
+            return metrics.meter("upload", report)
 
         opened: list[Generator[list[SSTable], None, None]] = []
 
@@ -263,6 +269,8 @@ class S3Exports:
                 self._idle.set()
             # Retrieved here too: once its caller is gone, nobody else will ("never retrieved").
             error = None if done.cancelled() else done.exception()
+            if error is not None and not cancelled.is_set():
+                metrics.transfer_failed("upload")
             if isinstance(error, ExportCancelled):
                 log.info("export to S3 stopped after its cancel", backup=request.backup_id)
             elif error is not None and cancelled.is_set():

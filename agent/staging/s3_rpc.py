@@ -13,6 +13,7 @@ from pathlib import Path
 from ringsnap import logs
 from ringsnap.agent.clones import CLONES_DIRECTORY
 from ringsnap.agent.errors import Conflict
+from ringsnap.agent.metrics import AgentMetrics
 from ringsnap.agent.node import NodeAgent
 from ringsnap.agent.restore.messages import restored_table_messages
 from ringsnap.agent.restore.model import check_operation_id
@@ -81,6 +82,12 @@ class S3RestoreRpcs:
             self._forget(operation_id, work)  # its done callback may not have run yet
 
     @cached_property
+    def _metrics(self) -> AgentMetrics:
+        # Unit tests drive these calls without a whole agent: a registry nobody serves then.
+        found = getattr(self._agent, "metrics", None)
+        return found if isinstance(found, AgentMetrics) else AgentMetrics()
+
+    @cached_property
     def _restores(self) -> S3Restore:
         return S3Restore.of(self._agent.config, self._agent.restorer)
 
@@ -97,8 +104,11 @@ class S3RestoreRpcs:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Progress] = asyncio.Queue()
 
-        def report(progress: Progress) -> None:  # from the transfer threads
+        def forward(progress: Progress) -> None:  # from the transfer threads
             loop.call_soon_threadsafe(queue.put_nowait, progress)
+
+        metrics = self._metrics
+        report = metrics.meter("download", forward)
 
         if bool(request.keyspace) != bool(request.table):
             raise ValidationError("a table download from S3 needs both keyspace and table")
@@ -143,6 +153,12 @@ class S3RestoreRpcs:
             )
         self._running[request.operation_id] = (cancel, work)
         work.add_done_callback(lambda _: self._forget(request.operation_id, work))
+
+        def count_failure(done: asyncio.Future[StagedDownload]) -> None:
+            if not done.cancelled() and done.exception() is not None and not cancel.is_set():
+                metrics.transfer_failed("download")
+
+        work.add_done_callback(count_failure)
         try:
             while not work.done():
                 getter = asyncio.ensure_future(queue.get())
@@ -184,6 +200,12 @@ class S3RestoreRpcs:
         return check_response(done)
 
     async def install(
+        self, request: agent_pb2.InstallS3DownloadRequest
+    ) -> agent_pb2.InstallS3DownloadResponse:
+        async with self._metrics.restore_step("install_s3"):
+            return await self._install(request)
+
+    async def _install(
         self, request: agent_pb2.InstallS3DownloadRequest
     ) -> agent_pb2.InstallS3DownloadResponse:
         restores, restorer = self._restores, self._agent.restorer

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ import grpc
 import pytest
 from google.protobuf import duration_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
 
 from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc
 from ringsnap.plugins.testing.pki import TestCA
@@ -212,6 +214,45 @@ def test_client_that_disappears_is_thawed_by_the_lease_on_time(
         agent_pb2.ThawFilesystemsRequest(operation_id="op-vanish"), timeout=30
     )
     assert result.lease_expired and not any(fs.was_frozen for fs in result.filesystems)
+
+
+def _scraped(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return {
+        sample.name + str(sorted(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_a_lease_that_runs_out_shows_in_the_agents_own_scrape(node: Node, pki: TestPki) -> None:
+    """The agent's `[metrics]` listener, as Prometheus scrapes it: the expiry of a real freeze's
+    lease, the renewal before it, the freeze and each filesystem's time frozen."""
+    config = agent_config(pki, **node.settings())
+    config = config.model_copy(
+        update={
+            "metrics": config.metrics.model_copy(update={"enabled": True, "listen": "127.0.0.1:0"})
+        }
+    )
+    with BackgroundAgent(config) as agent:
+        metrics = agent.server.metrics_server
+        assert metrics is not None and metrics.host == "127.0.0.1"
+        assert _scraped(metrics.port)["ringsnap_agent_lease_expirations_total[]"] == 0
+        stub = stub_for(pki.channel(agent.address))
+        freeze(stub, "op-metrics", 0.6)
+        stub.RenewLease(
+            agent_pb2.RenewLeaseRequest(operation_id="op-metrics", lease=lease(0.6)), timeout=5
+        )
+        writer = Writer(node.data_dir)
+        assert writer.done.wait(0.6 + SLACK + 5), "the lease did not thaw"
+        scraped = _scraped(metrics.port)
+    assert scraped["ringsnap_agent_lease_expirations_total[]"] == 1
+    assert scraped["ringsnap_agent_lease_renewals_total[]"] == 1
+    assert scraped["ringsnap_agent_freezes_total[('result', 'ok')]"] == 1
+    assert scraped["ringsnap_agent_frozen_duration_seconds_count[]"] == 2
+    assert scraped["ringsnap_agent_frozen_duration_seconds_sum[]"] >= 2 * 0.6
+    assert scraped["ringsnap_agent_thaw_all_runs_total[]"] == 1  # at its start
 
 
 def test_renewing_client_keeps_it_frozen_exactly_as_long_as_it_renews(
