@@ -329,6 +329,10 @@ def restore_obstacles(proc: Path = PROC, mountinfo: Path = MOUNTINFO) -> list[st
 class Host:
     """The real host. Tests replace methods (or the whole object) with fakes."""
 
+    def __init__(self, by_id_dir: Path = volumes.BY_ID_DIR) -> None:
+        #: Where udev-style by-id links name devices (`[volumes] by_id_dir`).
+        self.by_id_dir = by_id_dir
+
     def restore_obstacles(self) -> list[str]:
         return restore_obstacles()
 
@@ -355,7 +359,7 @@ class Host:
         return busy_reason(device)
 
     def identity(self, major: int, minor: int) -> volumes.DeviceIdentity:
-        return volumes.device_identity(major, minor)
+        return volumes.device_identity(major, minor, by_id_dir=self.by_id_dir)
 
     async def fs_uuid(self, device: str) -> str:
         return await fs_uuid(device)

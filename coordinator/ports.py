@@ -7,7 +7,7 @@ these protocols. `ringsnap.coordinator.agents` implements `AgentPort` over gRPC 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
@@ -244,6 +244,12 @@ class ArrayPort(Protocol):
     async def check(self) -> None: ...
 
     async def list_volumes(self) -> Sequence[Volume]: ...
+
+    #: False for a driver whose volumes are no SAN LUN (LVM): nothing to compare.
+    @property
+    def identifies_volumes(self) -> bool: ...
+
+    async def host_identities(self, volumes: Sequence[Volume]) -> Mapping[str, tuple[str, ...]]: ...
 
     async def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef: ...
 

@@ -86,6 +86,19 @@ class ArrayDriver(ABC):
     def list_volumes(self) -> Sequence[Volume]:
         """Every volume this driver may snapshot (pagination handled inside)."""
 
+    #: Whether `host_identities` can say how a host sees this driver's volumes; False for
+    #: volumes that are no SAN LUN (LVM on the node itself): backups then compare nothing.
+    identifies_volumes: ClassVar[bool] = True
+
+    def host_identities(self, volumes: Sequence[Volume]) -> Mapping[str, tuple[str, ...]]:
+        """How a host sees each of `volumes`, by volume name: the ids its device reports (SCSI
+        NAA id, NVMe NGUID/EUI-64) as hex, any spelling `ringsnap.device_ids` reads. A volume
+        left out has no id the array tells (e.g. an ONTAP volume that holds no LUN).
+
+        Default: the `wwn` the listing gave. Read-only; backups and restores compare these with
+        what the agents report before anything is flushed, frozen or stopped."""
+        return {volume.name: (volume.wwn,) for volume in volumes if volume.wwn}
+
     @abstractmethod
     def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
         """Take one atomic snapshot of all `volumes`, named `name`.

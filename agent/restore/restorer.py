@@ -100,7 +100,7 @@ class VolumeRestorer:
         self.settings = settings
         self._cassandra = cassandra
         self._frozen = frozen
-        self.host = host or Host()
+        self.host = host or Host(settings.by_id_dir)
         self._attacher = VolumeAttacher(self.host, settings)
         self._lock = asyncio.Lock()
         #: Native snapshot restores, recorded beside the volume records (in a directory of their

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
+from ringsnap import device_ids
 from ringsnap.logs import get_logger
 from ringsnap.plugins.api import Cloneable, ConfiguredDriver, PreparedSnapshot, Revertible
 from ringsnap.plugins.errors import (
@@ -74,6 +75,20 @@ class FlashArrayDriver(ConfiguredDriver[FlashArraySettings], Revertible, Cloneab
                 "consistency": "protection group snapshot",
             },
         )
+
+    def host_identities(self, volumes: Sequence[Volume]) -> Mapping[str, tuple[str, ...]]:
+        """Purity's ids of a volume: over SCSI the NAA id `624a9370` + its serial (the listing's
+        wwn); over NVMe the NGUID `00` + the serial's first 14 hex digits + Pure's `24a937` + its
+        last 10."""
+        found: dict[str, tuple[str, ...]] = {}
+        for volume in volumes:
+            serial = volume.wwn.lower().removeprefix("624a9370") if volume.wwn else ""
+            if serial:
+                found[volume.name] = (
+                    device_ids.flasharray_naa(serial),
+                    device_ids.flasharray_nguid(serial),
+                )
+        return found
 
     def check(self) -> None:
         self._client.login()

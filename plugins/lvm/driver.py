@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from typing import ClassVar
 
 from ringsnap.errors import ValidationError
 from ringsnap.logs import get_logger
@@ -81,6 +82,12 @@ class LvmDriver(ConfiguredDriver[LvmSettings], Revertible, Cloneable):
             timeout=settings.command_timeout_seconds,
             lvm_config=settings.lvm_config,
         )
+
+    #: Logical volumes of the node itself: no SAN id to compare (see ArrayDriver).
+    identifies_volumes: ClassVar[bool] = False
+
+    def host_identities(self, volumes: Sequence[Volume]) -> Mapping[str, tuple[str, ...]]:
+        return {}
 
     def capabilities(self) -> Capabilities:
         return Capabilities(

@@ -8,7 +8,7 @@ timeouts bound it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ringsnap.plugins.api import PreparedSnapshot
 from ringsnap.plugins.middleware.base import WrappedDriver
@@ -37,6 +37,13 @@ class AsyncDriver:
 
     async def list_volumes(self) -> Sequence[Volume]:
         return await asyncio.to_thread(self._wrapped.list_volumes)
+
+    @property
+    def identifies_volumes(self) -> bool:
+        return self._wrapped.identifies_volumes
+
+    async def host_identities(self, volumes: Sequence[Volume]) -> Mapping[str, tuple[str, ...]]:
+        return await asyncio.to_thread(self._wrapped.host_identities, volumes)
 
     async def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
         return await asyncio.to_thread(self._wrapped.create_group_snapshot, volumes, name)

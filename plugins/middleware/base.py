@@ -9,7 +9,7 @@ array) when the wrapped driver is not `Revertible` or `Cloneable`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -75,6 +75,13 @@ class WrappedDriver:
 
     def list_volumes(self) -> Sequence[Volume]:
         return self._run("list_volumes", self.driver.list_volumes)
+
+    @property
+    def identifies_volumes(self) -> bool:
+        return self.driver.identifies_volumes
+
+    def host_identities(self, volumes: Sequence[Volume]) -> Mapping[str, tuple[str, ...]]:
+        return self._run("host_identities", self.driver.host_identities, volumes)
 
     def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
         return self._run(

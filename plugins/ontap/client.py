@@ -20,6 +20,7 @@ from netapp_ontap.resource import Resource as NetAppResource
 from netapp_ontap.resources.cluster import Cluster
 from netapp_ontap.resources.consistency_group import ConsistencyGroup
 from netapp_ontap.resources.consistency_group_snapshot import ConsistencyGroupSnapshot
+from netapp_ontap.resources.lun import Lun
 from netapp_ontap.resources.snapshot import Snapshot
 from netapp_ontap.resources.svm import Svm
 from netapp_ontap.resources.volume import Volume as OntapVolume
@@ -112,6 +113,27 @@ class OntapClient:
             ]
 
         return self.call(f"listing the volumes of SVM {svm!r}", fetch)
+
+    def lun_serials(self, svm: str) -> dict[str, list[str]]:
+        """The serial numbers of the LUNs of SVM `svm`, by the uuid of the volume each is in."""
+
+        def fetch() -> dict[str, list[str]]:
+            found: dict[str, list[str]] = {}
+            for item in Lun.get_collection(
+                connection=self.connection,
+                max_records=self.settings.page_size,
+                raw=True,
+                fields="serial_number,location.volume.uuid",
+                **{"svm.name": svm},
+            ):
+                data = resource_data(item)
+                volume = (data.get("location") or {}).get("volume") or {}
+                serial = str(data.get("serial_number") or "")
+                if serial and volume.get("uuid"):
+                    found.setdefault(str(volume["uuid"]), []).append(serial)
+            return found
+
+        return self.call(f"listing the LUNs of SVM {svm!r}", fetch)
 
     def snapshots(self, volume_uuid: str, *, name: str | None = None) -> list[SnapshotRecord]:
         query: dict[str, Any] = {} if name is None else {"name": name}

@@ -37,6 +37,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
+from ringsnap import device_ids
 from ringsnap.logs import get_logger
 from ringsnap.plugins.api import Cloneable, ConfiguredDriver, PreparedSnapshot, Revertible
 from ringsnap.plugins.errors import (
@@ -106,6 +107,16 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
 
     def list_volumes(self) -> Sequence[Volume]:
         return [_volume(record) for record in self.client.volumes(self._settings.svm)]
+
+    def host_identities(self, volumes: Sequence[Volume]) -> Mapping[str, tuple[str, ...]]:
+        """A FlexVol has no id a host sees; the LUNs in it do: NAA id `600a0980` + the hex of
+        each LUN's ASCII serial number. A volume without a LUN is left out."""
+        serials = self.client.lun_serials(self._settings.svm)
+        return {
+            volume.name: tuple(device_ids.ontap_naa(s) for s in serials[volume.id])
+            for volume in volumes
+            if serials.get(volume.id)
+        }
 
     # Group snapshots
 

@@ -36,6 +36,7 @@ import contextlib
 import dataclasses
 import datetime
 import fnmatch
+import hashlib
 import json
 import os
 import threading
@@ -88,6 +89,13 @@ SIM_CODE_BAD_REQUEST = "262196"
 
 _NAMESPACE = uuid.UUID("6f0a4f4e-9a33-4b8e-8f34-3a1a9c7d2b10")
 _CONTROL_PARAMS = {"fields", "max_records", "return_records", "return_timeout", "order_by"}
+
+
+def lun_serial(volume_uuid: str) -> str:
+    """The 12-character ASCII serial number of the simulated LUN in a volume (ONTAP's serials
+    are 12 printable characters; a host sees them as NAA id 600a0980 + their hex)."""
+    digest = hashlib.sha256(f"lun-serial:{volume_uuid}".encode()).digest()
+    return base64.b64encode(digest).decode("ascii")[:12]
 
 
 @dataclass
@@ -334,6 +342,7 @@ class OntapSimulator(SimulatorApp):
         add("GET", "/api/storage/volumes/{uuid}", self._get_volume)
         add("PATCH", "/api/storage/volumes/{uuid}", self._patch_volume)
         add("DELETE", "/api/storage/volumes/{uuid}", self._delete_volume)
+        add("GET", "/api/storage/luns", self._list_luns)
         add("GET", "/api/storage/volumes/{vol}/snapshots", self._list_snapshots)
         add("POST", "/api/storage/volumes/{vol}/snapshots", self._post_snapshot)
         add("GET", "/api/storage/volumes/{vol}/snapshots/{uuid}", self._get_snapshot)
@@ -585,6 +594,28 @@ class OntapSimulator(SimulatorApp):
             self._sync_volumes()
             records = [
                 self._volume_record(v) for v in sorted(self._volumes.values(), key=lambda v: v.name)
+            ]
+        return self._collection(request, records)
+
+    def _list_luns(self, request: Request) -> Response:
+        """One LUN `/vol/<volume>/lun0` in every volume (the pool's image is the LUN's blocks),
+        with a serial number of its own: a FlexClone's LUN gets a new one, as on ONTAP."""
+        with self._lock:
+            self._sync_volumes()
+            records = [
+                {
+                    "uuid": (lun_uuid := str(uuid.uuid5(_NAMESPACE, f"lun:{v.uuid}"))),
+                    "name": f"/vol/{v.name}/lun0",
+                    "serial_number": lun_serial(v.uuid),
+                    "svm": {"name": v.svm, "uuid": self.svms[v.svm]},
+                    "location": {
+                        "logical_unit": "lun0",
+                        "volume": {"name": v.name, "uuid": v.uuid},
+                    },
+                    "os_type": "linux",
+                    "_links": {"self": {"href": f"/api/storage/luns/{lun_uuid}"}},
+                }
+                for v in sorted(self._volumes.values(), key=lambda v: v.name)
             ]
         return self._collection(request, records)
 

@@ -87,6 +87,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from ringsnap import device_ids
 from ringsnap.plugins.api import Cloneable, Revertible
 from ringsnap.plugins.errors import (
     AuthError,
@@ -270,6 +271,25 @@ class DriverConformance(RevertAndCloneConformance):
         for volume in harness.volumes:
             assert volume.id, "every volume needs the array's identifier"
             assert volume.size_bytes == self.lun_size
+
+    def test_each_volume_has_host_ids_of_its_own(self, harness: Harness) -> None:
+        """What backups compare with the device an agent reports: every volume of a driver that
+        identifies volumes has at least one id, a 16-byte NAA/NGUID (or 8-byte EUI-64) in hex,
+        and no two volumes share one."""
+        if not harness.driver.identifies_volumes:
+            assert harness.driver.host_identities(harness.volumes) == {}
+            return
+        found = harness.driver.host_identities(harness.volumes)
+        assert set(found) == {v.name for v in harness.volumes}
+        seen: dict[str, str] = {}
+        for name, ids in found.items():
+            canonical = device_ids.canonical_set(ids)
+            assert canonical, f"volume {name}: no host id"
+            for value in canonical:
+                assert len(value) in (16, 32) and int(value, 16) >= 0, (name, value)
+                assert seen.setdefault(value, name) == name, (
+                    f"{name} and {seen[value]} share {value}"
+                )
 
     def test_group_snapshot_covers_every_volume(self, harness: Harness) -> None:
         images_before = harness.pool.snapshot_count()

@@ -20,6 +20,7 @@ from ringsnap.coordinator.backup import NodeTarget
 from ringsnap.coordinator.model import NodeVolume, VolumeRole
 from ringsnap.coordinator.ports import (
     DiscardedDirectory,
+    FilesystemFacts,
     FreezeReceipt,
     NodeFacts,
     NodeVolumeFacts,
@@ -104,6 +105,19 @@ class FakeAgent:
         self.fail_snapshot: Exception | None = None
         self.fail_clear: Exception | None = None
         self._watchdog: asyncio.Task[None] | None = None
+        #: What the node reports under its directories: by default the devices of its volumes
+        #: `<node>-data` and `<node>-cl` (see `volume`), which the plan compares with the array.
+        self.filesystems = tuple(
+            FilesystemFacts(
+                mount,
+                f"/dev/{role}",
+                "ext4",
+                ROLE_OF[role].value,
+                wwn=volume(node, role).wwn,
+                cassandra_directories=(f"{mount}/{role}",),
+            )
+            for mount, role in zip(MOUNTS, ROLES, strict=True)
+        )
 
     @property
     def node(self) -> str:
@@ -112,7 +126,15 @@ class FakeAgent:
     async def node_info(self) -> NodeFacts:
         if self.unreachable:
             raise ConnectionError(f"{self._node} refused connection")
-        return NodeFacts(self.cluster_name, self.host_id, "dc1", "r1", "5.0.7", "127.0.0.1")
+        return NodeFacts(
+            self.cluster_name,
+            self.host_id,
+            "dc1",
+            "r1",
+            "5.0.7",
+            "127.0.0.1",
+            filesystems=self.filesystems,
+        )
 
     async def flush(self) -> float:
         self.events.append(f"flush {self._node}")
@@ -254,6 +276,12 @@ class FakeArray:
 
     async def list_volumes(self) -> Sequence[Volume]:
         return list(self.volumes)
+
+    #: Set False to stand for a driver with no SAN ids (LVM).
+    identifies_volumes = True
+
+    async def host_identities(self, volumes: Sequence[Volume]) -> Mapping[str, tuple[str, ...]]:
+        return {v.name: (v.wwn,) for v in volumes if v.wwn}
 
     async def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
         self.events.append(f"snapshot {self._array}")
