@@ -1,9 +1,10 @@
 """`python -m ringsnap.agent.s3`: run an export or a download on this node by hand.
 
     python -m ringsnap.agent.s3 export --settings s3.toml --backup ID --node NAME [--tag TAG] DATA_DIR...
-    python -m ringsnap.agent.s3 download --settings s3.toml --backup ID --node NAME DEST_DIR...
+    python -m ringsnap.agent.s3 download --settings s3.toml --backup ID --node NAME [--identity KEYFILE] DEST_DIR...
 
-`--settings`: a TOML file of the `[s3]` settings (top level). Progress goes to stdout as JSON lines;
+`--settings`: a TOML file of the `[s3]` settings (top level). `--identity`: an age key file
+(`age-keygen`'s) opening an encrypted copy; read for this download only. Progress goes to stdout as JSON lines;
 the coordinator drives the same functions through the agent.
 """
 
@@ -38,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backup", required=True)
     parser.add_argument("--node", required=True)
     parser.add_argument("--tag", default="", help="native snapshot tag to export (export only)")
+    parser.add_argument(
+        "--identity", type=Path, help="age secret key file of an encrypted copy (download only)"
+    )
     parser.add_argument("directories", nargs="+", type=Path)
     args = parser.parse_args(argv)
     try:
@@ -61,8 +65,16 @@ def main(argv: list[str] | None = None) -> int:
                 progress=_print_progress,
             )
         else:
+            from ringsnap.agent.s3.crypto.recipients import WrapError, age_identities
             from ringsnap.agent.s3.download import download_node
 
+            identities = []
+            if args.identity is not None:
+                try:
+                    identities = age_identities(args.identity.read_text(), str(args.identity))
+                except (OSError, UnicodeDecodeError, WrapError) as exc:
+                    print(f"error: --identity {args.identity}: {exc}", file=sys.stderr)
+                    return 1
             result = download_node(
                 client,
                 settings,
@@ -70,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                 node=args.node,
                 destinations=args.directories,
                 progress=_print_progress,
+                identities=identities,
             )
     except RingsnapError as exc:
         print(f"error: {exc}", file=sys.stderr)

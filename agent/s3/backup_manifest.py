@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 import time
 import zlib
 from collections.abc import Iterator
@@ -70,13 +71,22 @@ class ManifestWriter:
 
 
 def read_entries(
-    source: IO[bytes], layout: Layout, *, name: str, backup_id: str, node: str, roots: int
+    source: IO[bytes],
+    layout: Layout,
+    *,
+    name: str,
+    backup_id: str,
+    node: str,
+    roots: int,
+    sealed: bool = False,
 ) -> Iterator[Entry]:
     """Validate and yield the entries of a manifest object (`name`: its key, for errors).
 
     Every key is checked against the layout (no traversal), belongs to `node`, and agrees with the
     size recorded beside it; `root` must be one of the `roots` data directories. A missing closing
     line or a count that does not match means a truncated or altered object: refused.
+    `sealed`: the object was encrypted (and opened): its keys carry keyed addresses, and only
+    those; a plain object's keys carry the digest.
     """
 
     def refuse(why: str) -> ValidationError:
@@ -95,7 +105,7 @@ def read_entries(
             closing_matches=closing_matches,
         )
         for number, record in records:
-            entry = _entry(record, layout, node, roots, refuse=refuse, number=number)
+            entry = _entry(record, layout, node, roots, refuse=refuse, number=number, sealed=sealed)
             count += 1
             total += entry.size_bytes
             yield entry
@@ -124,7 +134,14 @@ def _lines(unzipped: gzip.GzipFile, refuse: Any) -> Iterator[tuple[int, str]]:
 
 
 def _entry(
-    record: dict[str, Any], layout: Layout, node: str, roots: int, *, refuse: Any, number: int
+    record: dict[str, Any],
+    layout: Layout,
+    node: str,
+    roots: int,
+    *,
+    refuse: Any,
+    number: int,
+    sealed: bool,
 ) -> Entry:
     key, root, size = record.get("key"), record.get("root"), record.get("size")
     mtime, crc = record.get("mtime_ns"), record.get("data_crc32")
@@ -146,6 +163,14 @@ def _entry(
         raise refuse(f"line {number}: {exc}") from None
     if parsed.node != node or parsed.size_bytes != size or not 0 <= root < roots:
         raise refuse(f"line {number}: key {key!r} does not match its node, size or data directory")
-    if not parsed.sstable.endswith(f"-{crc}"):
+    # An encrypted copy's key carries a keyed address instead of the digest (`crypto.names`);
+    # its manifest object is authenticated, so the digest recorded beside it is the exporter's.
+    keyed = re.search(r"-k[0-9a-f]{32}$", parsed.sstable) is not None
+    if keyed != sealed:
+        raise refuse(
+            f"line {number}: key {key!r} is {'keyed' if keyed else 'plain'} in a"
+            f" {'sealed' if sealed else 'plain'} manifest"
+        )
+    if not keyed and not parsed.sstable.endswith(f"-{crc}"):
         raise refuse(f"line {number}: key {key!r} does not carry the digest {crc}")
     return Entry(key, parsed, root, size, mtime, crc)

@@ -28,26 +28,38 @@ segment that does not verify is deleted and the download stops with `DownloadRef
 key. A segment already in place with the right size and CRC32 is kept (a rerun resumes). A backup
 exported before commit logs were copied has no list object: `CommitlogMissing` (a `DownloadRefused`)
 says so.
+
+Encrypted (`[s3.encryption]`): the segments and the list object go up sealed with a run key of
+their own (its key object first); the CRC32 in the list is the plaintext's, and the download
+opens each segment chunk by chunk with the restore's identities before checking it.
 """
 
 from __future__ import annotations
 
-import gzip
-import io
-import json
 import os
 import threading
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from ringsnap.agent.s3.client import S3Client
+from ringsnap.agent.s3.commitlog_list import (
+    FORMAT,
+    MAX_COMMITLOG_OBJECT_BYTES,
+    MAX_SEGMENT_BYTES,
+    Segment,
+    commitlog_object,
+    read_commitlog_object,
+)
+from ringsnap.agent.s3.crypto.envelope import EnvelopeError, cipher_size
+from ringsnap.agent.s3.crypto.recipients import Identity
+from ringsnap.agent.s3.crypto.sealing import ExportSealing, Unsealing, is_sealed
+from ringsnap.agent.s3.crypto.streams import EncryptingReader
 from ringsnap.agent.s3.download import PARTIAL_SUFFIX, DownloadRefused
 from ringsnap.agent.s3.export import ExportCancelled, ExportFailed
-from ringsnap.agent.s3.framed_lines import body_records
 from ringsnap.agent.s3.layout import SEGMENT_NAME, Layout, node_name
 from ringsnap.agent.s3.progress import Reporter, Tracker
 from ringsnap.agent.s3.settings import S3Settings
@@ -55,24 +67,26 @@ from ringsnap.errors import ValidationError
 from ringsnap.logs import get_logger
 from ringsnap.names import backup_id as valid_backup_id
 
+__all__ = [
+    "FORMAT",
+    "MAX_COMMITLOG_OBJECT_BYTES",
+    "CommitlogDownload",
+    "CommitlogExport",
+    "CommitlogMissing",
+    "Segment",
+    "commitlog_object",
+    "download_commitlog",
+    "export_commitlog",
+    "read_commitlog_object",
+]
+
 log = get_logger(__name__)
 
-FORMAT = "ringsnap-s3-commitlog/1"
 _CHUNK = 1024 * 1024
-#: PutObject's limit; Cassandra's segments are 32 MiB by default (commitlog_segment_size).
-_MAX_SEGMENT_BYTES = 5 * 1024**3
 
 
 class CommitlogMissing(DownloadRefused):
     """The backup has no commit-log object for the node (exported without it)."""
-
-
-@dataclass(frozen=True)
-class Segment:
-    key: str
-    name: str
-    size_bytes: int
-    crc32: int
 
 
 @dataclass(frozen=True)
@@ -117,7 +131,9 @@ class _Crc32Reader:
     each time from the start: a read from offset 0 starts the CRC again.
     """
 
-    def __init__(self, raw: IO[bytes], cancel: threading.Event | None = None) -> None:
+    def __init__(
+        self, raw: IO[bytes] | EncryptingReader, cancel: threading.Event | None = None
+    ) -> None:
         self._raw = raw
         self._cancel = cancel
         self.crc32 = 0
@@ -163,9 +179,12 @@ def export_commitlog(
     layout = Layout(settings.prefix)
     found = segments_in(directory) if directory is not None else []
     for name, size in found:
-        if size > _MAX_SEGMENT_BYTES:
+        if size > MAX_SEGMENT_BYTES:
             raise ExportFailed(f"node {node}: commit-log segment {name} is larger than 5 GiB")
     tracker = Tracker(len(found), sum(size for _, size in found), progress)
+    sealing = ExportSealing(settings.encryption, layout, node) if settings.encryption else None
+    if sealing is not None:
+        sealing.start(client, settings.bucket)
     present: dict[str, int] = {}
     if found:
         paginator = client.get_paginator("list_objects_v2")
@@ -185,7 +204,7 @@ def export_commitlog(
                 " during its commit log; what was uploaded stays (a rerun uploads only what is"
                 " missing)"
             )
-        if present.get(key) == size:
+        if present.get(key) == (cipher_size(size) if sealing else size):
             segments.append(Segment(key, name, size, _file_crc32(path, size, node)))
             tracker.skipped(size)
             continue
@@ -194,7 +213,16 @@ def export_commitlog(
                 key,
                 name,
                 size,
-                _upload(client, settings.bucket, key, path, size=size, node=node, cancel=cancel),
+                _upload(
+                    client,
+                    settings.bucket,
+                    key,
+                    path,
+                    size=size,
+                    node=node,
+                    cancel=cancel,
+                    sealing=sealing,
+                ),
             )
         )
         tracker.transferred(size)
@@ -202,6 +230,8 @@ def export_commitlog(
         uploaded, uploaded_bytes = uploaded + 1, uploaded_bytes + size
     manifest_key = layout.commitlog_manifest_key(backup_id, node)
     body = commitlog_object(backup_id, node, segments)
+    if sealing is not None:
+        body = sealing.seal_bytes(manifest_key, body)
     try:
         client.put_object(Bucket=settings.bucket, Key=manifest_key, Body=body)
     except Exception as exc:
@@ -231,11 +261,18 @@ def _upload(
     size: int,
     node: str,
     cancel: threading.Event | None = None,
+    sealing: ExportSealing | None = None,
 ) -> int:
     try:
         with path.open("rb") as raw:
-            reader = _Crc32Reader(raw, cancel)
-            client.put_object(Bucket=bucket, Key=key, Body=reader, ContentLength=size)
+            source: IO[bytes] | EncryptingReader = raw
+            length = size
+            if sealing is not None:
+                # Its CRC32 is then of the sealed bytes: the plaintext's is read from the file.
+                source = EncryptingReader(raw, size, sealing.sealer(key))
+                length = cipher_size(size)
+            reader = _Crc32Reader(source, cancel)
+            client.put_object(Bucket=bucket, Key=key, Body=reader, ContentLength=length)
     except OSError as exc:
         raise ExportFailed(
             f"node {node}: {path} cannot be read ({exc.strerror}); is the snapshot still mounted?"
@@ -272,87 +309,6 @@ def _file_crc32(path: Path, size: int, node: str) -> int:
     return crc
 
 
-def commitlog_object(backup_id: str, node: str, segments: list[Segment]) -> bytes:
-    lines = [{"format": FORMAT, "backup_id": backup_id, "node": node, "created": int(time.time())}]
-    lines += [
-        {"key": s.key, "segment": s.name, "size": s.size_bytes, "crc32": s.crc32} for s in segments
-    ]
-    lines.append(
-        {"end": True, "segments": len(segments), "bytes": sum(s.size_bytes for s in segments)}
-    )
-    text = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines)
-    return gzip.compress(text.encode(), compresslevel=6, mtime=0)
-
-
-#: A segment is one line of about 200 bytes: far more than any node's list.
-MAX_COMMITLOG_OBJECT_BYTES = 64 * 1024 * 1024
-
-
-def read_commitlog_object(
-    data: bytes, layout: Layout, *, name: str, backup_id: str, node: str
-) -> list[Segment]:
-    """Validate a whole list object (`name`: its key, for errors); refuses naming the key."""
-
-    def refuse(why: str) -> ValidationError:
-        return ValidationError(f"commit-log object {name!r}: {why}; refused")
-
-    try:
-        # Bounded: a few hundred bytes of gzip can claim gigabytes (a gzip bomb).
-        inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-        inflated = inflater.decompress(data, MAX_COMMITLOG_OBJECT_BYTES + 1)
-        complete = inflater.eof and not inflater.unused_data
-        text = inflated.decode("utf-8") if complete else ""
-    except (UnicodeDecodeError, zlib.error):
-        raise refuse("not gzip'd UTF-8 text") from None
-    if len(inflated) > MAX_COMMITLOG_OBJECT_BYTES:
-        raise refuse(f"larger than {MAX_COMMITLOG_OBJECT_BYTES} bytes once decompressed")
-    if not complete:
-        raise refuse("not gzip'd UTF-8 text (truncated or followed by other bytes)")
-    segments: list[Segment] = []
-
-    def closing_matches(record: dict[str, Any]) -> bool:
-        expected = (len(segments), sum(s.size_bytes for s in segments))
-        return (record.get("segments"), record.get("bytes")) == expected
-
-    records = body_records(
-        enumerate(io.StringIO(text), start=1),
-        refuse,
-        header=(FORMAT, backup_id, node),
-        closing_matches=closing_matches,
-    )
-    for number, record in records:
-        segments.append(
-            _segment(record, layout, backup_id=backup_id, node=node, refuse=refuse, number=number)
-        )
-    if len({s.name for s in segments}) != len(segments):
-        raise refuse("a segment is listed twice")
-    return segments
-
-
-def _segment(
-    record: dict[str, Any], layout: Layout, *, backup_id: str, node: str, refuse: Any, number: int
-) -> Segment:
-    key, name, size, crc = (record.get(k) for k in ("key", "segment", "size", "crc32"))
-    if not (
-        isinstance(key, str)
-        and isinstance(name, str)
-        and isinstance(size, int)
-        and not isinstance(size, bool)
-        and 0 <= size <= _MAX_SEGMENT_BYTES
-        and isinstance(crc, int)
-        and not isinstance(crc, bool)
-        and 0 <= crc < 2**32
-    ):
-        raise refuse(f"line {number} is not a segment entry")
-    try:
-        parsed = layout.parse_segment_key(key, node=node, backup=backup_id)
-    except ValidationError as exc:
-        raise refuse(f"line {number}: {exc}") from None
-    if parsed != name:
-        raise refuse(f"line {number}: key {key!r} does not name segment {name!r}")
-    return Segment(key, name, size, crc)
-
-
 def download_commitlog(  # noqa: PLR0917 - the restore side's stable signature
     client: S3Client,
     settings: S3Settings,
@@ -360,9 +316,12 @@ def download_commitlog(  # noqa: PLR0917 - the restore side's stable signature
     node: str,
     destination_dir: Path,
     progress: Reporter | None = None,
+    *,
+    identities: Sequence[Identity] = (),
 ) -> CommitlogDownload:
     """Fetch the backup's commit-log segments of `node` into `destination_dir`, each verified
-    (size and CRC32) before it is renamed into place; see the module docstring."""
+    (size and CRC32) before it is renamed into place; see the module docstring. `identities`
+    open an encrypted copy (held for this call only)."""
     valid_backup_id(backup_id)
     node_name(node)
     layout = Layout(settings.prefix)
@@ -380,8 +339,14 @@ def download_commitlog(  # noqa: PLR0917 - the restore side's stable signature
         raise DownloadRefused(
             f"backup {backup_id} node {node}: commit-log object {key!r} cannot be read ({exc})"
         ) from exc
+    keys = Unsealing(client, settings.bucket, layout, node, identities)
+    sealed = is_sealed(data)
     try:
+        if sealed:
+            data = keys.decrypt_bytes(data, key)
         segments = read_commitlog_object(data, layout, name=key, backup_id=backup_id, node=node)
+    except EnvelopeError as exc:
+        raise DownloadRefused(f"backup {backup_id} node {node}: {exc}") from None
     except ValidationError as exc:
         raise DownloadRefused(f"backup {backup_id} node {node}: {exc}") from None
     tracker = Tracker(len(segments), sum(s.size_bytes for s in segments), progress)
@@ -393,7 +358,7 @@ def download_commitlog(  # noqa: PLR0917 - the restore side's stable signature
             kept += 1
             tracker.skipped(segment.size_bytes)
             continue
-        _download(client, settings.bucket, segment, target)
+        _download(client, settings.bucket, segment, target, keys if sealed else None)
         downloaded, downloaded_bytes = downloaded + 1, downloaded_bytes + segment.size_bytes
         tracker.transferred(segment.size_bytes)
         tracker.file_transferred()
@@ -427,7 +392,9 @@ def _crc_of(path: Path) -> int:
     return crc
 
 
-def _download(client: S3Client, bucket: str, segment: Segment, target: Path) -> None:
+def _download(
+    client: S3Client, bucket: str, segment: Segment, target: Path, keys: Unsealing | None
+) -> None:
     partial = target.with_name(f".{target.name}{PARTIAL_SUFFIX}")
     crc, size = 0, 0
     try:
@@ -435,10 +402,21 @@ def _download(client: S3Client, bucket: str, segment: Segment, target: Path) -> 
             partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644
         )
         with os.fdopen(fd, "wb") as out:
-            body = client.get_object(Bucket=bucket, Key=segment.key)["Body"]
-            for chunk in _chunks(body):
+
+            def write(chunk: bytes) -> None:
+                nonlocal crc, size
                 crc, size = zlib.crc32(chunk, crc), size + len(chunk)
                 out.write(chunk)
+
+            body = client.get_object(Bucket=bucket, Key=segment.key)["Body"]
+            opened = keys.whole_writer(segment.key, segment.size_bytes, write) if keys else None
+            for chunk in _chunks(body):
+                if opened is None:
+                    write(chunk)
+                else:
+                    opened.write(chunk)
+            if opened is not None and not opened.complete:
+                size = -1  # fewer chunks than the size in the list: refused below
             out.flush()
             os.fsync(out.fileno())
     except Exception as exc:

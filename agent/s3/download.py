@@ -34,6 +34,15 @@ from ringsnap.agent.errors import DomainError
 from ringsnap.agent.s3.backup_manifest import Entry, read_entries
 from ringsnap.agent.s3.client import S3Client
 from ringsnap.agent.s3.crc import crc32, crc32_of_parts
+from ringsnap.agent.s3.crypto.envelope import (
+    HEADER_SIZE,
+    EnvelopeError,
+    ObjectTampered,
+    cipher_size,
+)
+from ringsnap.agent.s3.crypto.fetching import fetch_sealed_part, sealed_parts
+from ringsnap.agent.s3.crypto.recipients import Identity
+from ringsnap.agent.s3.crypto.sealing import Unsealing, is_sealed
 from ringsnap.agent.s3.fetch import Fetcher, FetchHalted, ObjectCorrupt, Span, read_object, spans
 from ringsnap.agent.s3.layout import Layout, node_name
 from ringsnap.agent.s3.progress import Reporter, Tracker
@@ -88,11 +97,11 @@ class _Pending:
     def crc32(self) -> int | None:
         """The file's CRC32 joined from its GETs' (None if one was not written once in order)."""
         found: list[tuple[int, int]] = []
-        for span, writer, _ in self.parts:
-            crc = writer.crc32_if_whole(span.length)
+        for _, writer, _ in self.parts:
+            crc = writer.crc32_if_whole(writer.length)
             if crc is None:
                 return None
-            found.append((crc, span.length))
+            found.append((crc, writer.length))
         return crc32_of_parts(found)
 
 
@@ -106,6 +115,7 @@ def download_node(
     progress: Reporter | None = None,
     place: Callable[[Entry], Path | None] | None = None,
     cancel: threading.Event | None = None,
+    identities: Sequence[Identity] = (),
 ) -> DownloadResult:
     """Fetch every component of `node` in `backup_id` into `destinations` (the node's data
     directories, in the order of the export's).
@@ -116,6 +126,10 @@ def download_node(
     Once `cancel` is set, no file is started and the GETs in flight stop at their next chunk:
     `DownloadCancelled` is raised with only verified files at final paths and no partial file left,
     so a rerun goes on from there.
+
+    An encrypted copy (its manifest object is) opens only with `identities` (the restore's secret
+    keys, held for this call only): without one that opens its key objects, it is refused before
+    any file is written, naming the recipients that would.
     """
     stop = cancel or threading.Event()
 
@@ -131,14 +145,31 @@ def download_node(
     layout = Layout(settings.prefix)
     key = layout.manifest_key(backup_id, node)
     started = time.monotonic()
-    with tempfile.TemporaryFile(prefix="ringsnap-s3-manifest-") as spool:
+    with (
+        tempfile.TemporaryFile(prefix="ringsnap-s3-manifest-") as fetched,
+        tempfile.TemporaryFile(prefix="ringsnap-s3-manifest-") as opened,
+    ):
         try:
-            read_object(client, settings.bucket, key, spool)
+            read_object(client, settings.bucket, key, fetched)
         except Exception as exc:
             raise DownloadRefused(
                 f"backup {backup_id} node {node}: manifest object {key!r} cannot be read ({exc});"
                 " is the backup exported to this bucket and prefix?"
             ) from exc
+        fetched.seek(0)
+        keys: Unsealing | None = None
+        spool = fetched
+        if is_sealed(fetched.read(HEADER_SIZE)):
+            keys = Unsealing(client, settings.bucket, layout, node, identities)
+            fetched.seek(0)
+            try:
+                keys.decrypt_file(fetched, opened, key)
+            except EnvelopeError as exc:
+                raise DownloadRefused(
+                    f"backup {backup_id} node {node}: the copy is encrypted and cannot be opened:"
+                    f" {exc}"
+                ) from None
+            spool = opened
 
         def target_of(entry: Entry) -> Path | None:
             if place is not None:
@@ -148,7 +179,13 @@ def download_node(
         def entries() -> Any:
             spool.seek(0)
             return read_entries(
-                spool, layout, name=key, backup_id=backup_id, node=node, roots=len(destinations)
+                spool,
+                layout,
+                name=key,
+                backup_id=backup_id,
+                node=node,
+                roots=len(destinations),
+                sealed=keys is not None,
             )
 
         # First pass: validate the whole object (every key) and count, before writing anything.
@@ -193,7 +230,7 @@ def download_node(
                         tracker.skipped(entry.size_bytes)
                         kept += 1
                         continue
-                    window.append(_start(pool, fetcher, settings, entry, target))
+                    window.append(_start(pool, fetcher, settings, entry, target, keys))
                     # Files are finished in order; the ones already fetched at the head go now.
                     while window and (len(window) >= settings.files_in_flight or window[0].done()):
                         _wait(window[0], check_cancel)
@@ -224,22 +261,38 @@ def download_node(
     )
 
 
-def _start(
-    pool: ThreadPoolExecutor, fetcher: Fetcher, settings: S3Settings, entry: Entry, target: Path
+def _start(  # noqa: PLR0917
+    pool: ThreadPoolExecutor,
+    fetcher: Fetcher,
+    settings: S3Settings,
+    entry: Entry,
+    target: Path,
+    keys: Unsealing | None,
 ) -> _Pending:
-    """Create `target`'s partial file and hand its GETs to the threads."""
+    """Create `target`'s partial file and hand its GETs to the threads (`keys`: the object is
+    encrypted, its GETs open it as it comes)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}{PARTIAL_SUFFIX}")
     out = _open_partial(partial)
-    parts = []
+    parts: list[tuple[Span, _PartialFile, Future[None]]] = []
+    threshold, part_size = settings.multipart_threshold_bytes, settings.part_size_bytes
     try:
-        for span in spans(
-            entry.key,
-            entry.size_bytes,
-            settings.multipart_threshold_bytes,
-            settings.part_size_bytes,
-        ):
-            writer = _PartialFile(out, start=span.start)
+        if keys is not None:
+            total = cipher_size(entry.size_bytes)
+            for part in sealed_parts(entry.size_bytes, threshold, part_size):
+                writer = _PartialFile(out, part.plain_start, part.plain_length)
+                future = pool.submit(
+                    fetch_sealed_part,
+                    fetcher,
+                    keys,
+                    entry.key,
+                    entry.size_bytes,
+                    part,
+                    writer.write,
+                )
+                parts.append((Span(entry.key, total, part.cipher_start, 0), writer, future))
+        for span in [] if keys else spans(entry.key, entry.size_bytes, threshold, part_size):
+            writer = _PartialFile(out, span.start, span.length)
             parts.append((span, writer, pool.submit(fetcher.fetch, span, writer.write)))
     except BaseException:
         for _, _, future in parts:
@@ -284,7 +337,7 @@ def _finish(pending: _Pending, tracker: Tracker, halt: threading.Event) -> None:
         finally:
             pending.out.close()
         problem = _problem(pending.partial, entry, pending.crc32())
-    except ObjectCorrupt as exc:
+    except (ObjectCorrupt, ObjectTampered) as exc:
         problem = str(exc)
     except Exception as exc:
         pending.partial.unlink(missing_ok=True)
@@ -315,7 +368,9 @@ class _PartialFile:
     comes in order from `start`, each byte once. A writer sent back (seek) to bytes it wrote
     already knows no CRC32: the file is then read back instead."""
 
-    def __init__(self, raw: IO[bytes], start: int = 0) -> None:
+    def __init__(self, raw: IO[bytes], start: int = 0, length: int = 0) -> None:
+        #: Bytes from `start` this writer is given (a GET's plaintext).
+        self.length = length
         self._raw = raw
         self._fd = raw.fileno()
         self._start = start

@@ -16,6 +16,10 @@ Resumable: a rerun finds what is there and uploads the rest. Multipart uploads t
 left behind are listed and aborted first (logged one by one); their files are uploaded again whole.
 
 The manifest object is written last: the backup counts as exported once it exists.
+
+Encrypted (`[s3.encryption]`): the run's key object is written first, component keys carry a
+keyed address instead of the digest, and every file and the manifest object go up sealed
+(`crypto.sealing`); the encrypting reader stands in for the file where s3transfer opens it.
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ from ringsnap.agent.errors import DomainError
 from ringsnap.agent.manifest import SSTable
 from ringsnap.agent.s3.backup_manifest import ManifestWriter
 from ringsnap.agent.s3.client import S3Client
+from ringsnap.agent.s3.crypto.envelope import Sealer, cipher_size
+from ringsnap.agent.s3.crypto.sealing import ExportSealing
+from ringsnap.agent.s3.crypto.streams import EncryptingReader
 from ringsnap.agent.s3.layout import Layout, node_name
 from ringsnap.agent.s3.progress import Reporter, Tracker
 from ringsnap.agent.s3.settings import S3Settings
@@ -143,13 +150,33 @@ class _TrackedFiles(OSUtils):  # type: ignore[misc]
     that the export closes whatever s3transfer left open before it returns: nothing of the export
     may keep its source (a clone to unmount) busy after it ended."""
 
-    def __init__(self) -> None:
+    def __init__(self, sealing: ExportSealing | None = None) -> None:
         super().__init__()
         self._lock = threading.Lock()
         self._files: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._sealing = sealing
+        #: Files uploaded sealed: their size and sealer (one salt per object, however often
+        #: s3transfer opens the file).
+        self._sealed: dict[str, tuple[int, Sealer]] = {}
+
+    def seal(self, filename: str, size: int, sealer: Sealer) -> None:
+        with self._lock:
+            self._sealed[filename] = (size, sealer)
+
+    def unseal(self, filename: str) -> None:
+        with self._lock:
+            self._sealed.pop(filename, None)
+
+    def get_file_size(self, filename: str) -> int:
+        sealed = self._sealed.get(filename)
+        return cipher_size(sealed[0]) if sealed else int(super().get_file_size(filename))
 
     def open(self, filename: str, mode: str) -> Any:
-        opened = super().open(filename, mode)
+        sealed = self._sealed.get(filename)
+        if sealed is not None and self._sealing is not None:
+            opened = self._sealing.reader(filename, *sealed)
+        else:
+            opened = super().open(filename, mode)
         with self._lock:
             self._files.add(opened)
         return opened
@@ -198,6 +225,9 @@ def export_node(
     aborted = abort_stale_uploads(client, settings.bucket, layout.sstables_prefix(node))
     listing = _TableListing(client, settings.bucket)
     manifest_key = layout.manifest_key(backup_id, node)
+    sealing = ExportSealing(settings.encryption, layout, node) if settings.encryption else None
+    if sealing is not None:
+        sealing.start(client, settings.bucket)
     uploaded_bytes_before = 0
     stop = cancel or threading.Event()
     ended = threading.Event()
@@ -214,7 +244,7 @@ def export_node(
             " was uploaded stays (a rerun uploads only what is missing)"
         )
 
-    files = _TrackedFiles()
+    files = _TrackedFiles(sealing)
     with (
         tempfile.TemporaryFile(prefix="ringsnap-s3-manifest-") as spool,
         _closing_leftovers(files, node),
@@ -223,26 +253,29 @@ def export_node(
         writer = ManifestWriter(spool, backup_id=backup_id, node=node)
         window: deque[_Pending] = deque()
         try:
-            for table, component, key in _components(manifest(), layout, node):
+            for table, component, key in _components(manifest(), layout, node, sealing):
                 check_cancel()
                 root = roots[table.data_directory]
                 writer.add(
                     key, root, component.size_bytes, component.mtime_ns, table.data_digest_crc32
                 )
                 prefix = layout.table_prefix(node, table.keyspace, table.table_directory)
-                if listing.has(prefix, key, component.size_bytes):
+                stored = cipher_size(component.size_bytes) if sealing else component.size_bytes
+                if listing.has(prefix, key, stored):
                     tracker.skipped(component.size_bytes)
                     continue
                 path = os.path.join(table.data_directory, component.path)
                 _unchanged(path, component.size_bytes, component.mtime_ns, node)
+                if sealing is not None:
+                    files.seal(path, component.size_bytes, sealing.sealer(key))
                 future = manager.upload(path, settings.bucket, key, subscribers=subscribers)
                 window.append(_Pending(future, path, key))
                 while len(window) >= settings.files_in_flight:
                     _wait(window[0], ended, check_cancel)
-                    _finish(window.popleft(), node)
+                    files.unseal(_finish(window.popleft(), node))
             while window:
                 _wait(window[0], ended, check_cancel)
-                _finish(window.popleft(), node)
+                files.unseal(_finish(window.popleft(), node))
             check_cancel()
         except BaseException:
             for pending in window:
@@ -253,7 +286,14 @@ def export_node(
         spool.seek(0)
         uploaded_bytes_before = tracker.bytes_transferred
         # Last: from now on the backup is exported.
-        manager.upload(spool, settings.bucket, manifest_key).result()
+        if sealing is None:
+            manager.upload(spool, settings.bucket, manifest_key).result()
+        else:
+            size = spool.seek(0, os.SEEK_END)
+            sealer = sealing.sealer(manifest_key)
+            source = os.fdopen(os.dup(spool.fileno()), "rb")
+            with EncryptingReader(source, size, sealer) as sealed:
+                manager.upload(sealed, settings.bucket, manifest_key).result()
     done = tracker.finish()
     result = ExportResult(
         backup_id=backup_id,
@@ -306,18 +346,23 @@ def _count(
 
 
 def _components(
-    batches: Iterable[list[SSTable]], layout: Layout, node: str
+    batches: Iterable[list[SSTable]], layout: Layout, node: str, sealing: ExportSealing | None
 ) -> Iterator[tuple[SSTable, Any, str]]:
     for batch in batches:
         for table in batch:
             file_prefix = f"{table.version}-{table.generation}-{table.format}-"
+            tag = table.data_digest_crc32
+            if sealing is not None:
+                tag = sealing.sstable_tag(
+                    f"{node}/{table.keyspace}/{table.table_directory}/{file_prefix}{tag}"
+                )
             for component in table.components:
                 key = layout.component_key(
                     node=node,
                     keyspace=table.keyspace,
                     table_directory=table.table_directory,
                     file_prefix=file_prefix,
-                    data_crc32=table.data_digest_crc32,
+                    data_crc32=tag,
                     component=component.name,
                     size_bytes=component.size_bytes,
                     mtime_ns=component.mtime_ns,
@@ -386,9 +431,11 @@ def _closing_leftovers(files: _TrackedFiles, node: str) -> Iterator[None]:
             )
 
 
-def _finish(pending: _Pending, node: str) -> None:
+def _finish(pending: _Pending, node: str) -> str:
+    """The path of `pending`'s file once its upload succeeded; `ExportFailed` if it did not."""
     try:
         pending.future.result()
+        return pending.path
     except Exception as exc:
         raise ExportFailed(
             f"node {node}: upload of {pending.path} to {pending.key!r} failed: {exc};"

@@ -5,6 +5,7 @@
     <prefix>commitlog/<node>/<backup id>/<segment>
     <prefix>backups/<backup id>/<node>.commitlog.jsonl.gz
     <prefix>catalog/<backup id>/<object>
+    <prefix>keys/<node>/<run key id>.json        (encrypted copies: an export run's wrapped key)
 
 A component's key is its content address, derived only from what Cassandra records (no byte of the
 file is read to decide): the SSTable's identity (directory, version, generation, format), the CRC32
@@ -44,7 +45,8 @@ CATALOG_OBJECT = re.compile(r"[a-z][a-z0-9_-]{0,62}\.json(?:l\.gz)?")
 _NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _KEYSPACE = r"[A-Za-z0-9_]{1,48}"
 _TABLE_DIR = r"[A-Za-z0-9_]{1,48}(?:-[0-9a-f]{32})?(?:/\.[A-Za-z0-9_]{1,48})?"
-_SSTABLE = r"[a-z]{2}-[0-9a-z_]{1,64}-[a-z]{1,16}-[0-9]{1,10}"
+#: The last part: the Data.db CRC32, or in an encrypted copy `k` and its keyed address (`names`).
+_SSTABLE = r"[a-z]{2}-[0-9a-z_]{1,64}-[a-z]{1,16}-(?:[0-9]{1,10}|k[0-9a-f]{32})"
 _COMPONENT = r"[A-Za-z0-9][A-Za-z0-9_.+]{0,254}"
 _COMPONENT_KEY = re.compile(
     rf"sstables/(?P<node>{_NODE.pattern})/(?P<keyspace>{_KEYSPACE})/(?P<table>{_TABLE_DIR})/"
@@ -158,6 +160,18 @@ class Layout:
                 " refused"
             )
         return name
+
+    def key_object_key(self, node: str, key_id: str) -> str:
+        """Where an encrypted export run's wrapped key lives (`crypto.keyring`)."""
+        if not re.fullmatch(r"[0-9a-f]{32}", key_id):
+            raise ValidationError(f"invalid run key id {key_id!r}")
+        return f"{self.prefix}keys/{node_name(node)}/{key_id}.json"
+
+    def object_name(self, key: str) -> str:
+        """An object's name below the prefix: what an encrypted object is bound to."""
+        if not key.startswith(self.prefix):
+            raise ValidationError(f"S3 key {key!r} is outside the prefix {self.prefix!r}")
+        return key[len(self.prefix) :]
 
     def catalog_prefix(self, backup: str = "") -> str:
         return self._area_prefix("catalog", backup)

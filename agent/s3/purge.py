@@ -24,6 +24,8 @@ from typing import Any
 from ringsnap.agent.errors import DomainError
 from ringsnap.agent.s3.backup_manifest import read_entries
 from ringsnap.agent.s3.client import S3Client
+from ringsnap.agent.s3.crypto.envelope import MAGIC
+from ringsnap.agent.s3.crypto.sealing import is_sealed
 from ringsnap.agent.s3.layout import Layout
 from ringsnap.errors import ValidationError
 from ringsnap.logs import get_logger
@@ -62,6 +64,13 @@ def referenced_keys(
         key = layout.manifest_key(backup, node)
         with tempfile.TemporaryFile(prefix="ringsnap-s3-manifest-") as spool:
             client.download_fileobj(bucket, key, spool)
+            spool.seek(0)
+            if is_sealed(spool.read(len(MAGIC))):
+                # Failing here deletes nothing: the purge needs every kept copy's references.
+                raise ValidationError(
+                    f"manifest object {key!r} is encrypted: a purge cannot read the references"
+                    " of encrypted copies yet; nothing was deleted"
+                )
             spool.seek(0)
             for entry in read_entries(
                 spool, layout, name=key, backup_id=backup, node=node, roots=roots

@@ -23,6 +23,36 @@ Checksums = Literal["md5", "flexible"]
 MIB = 1024 * 1024
 
 
+class S3Encryption(Section):
+    """`[s3.encryption]`: copies encrypted on the node before they leave it (docs/s3.md,
+    "Encryption"). The node holds public keys only: it can write copies, never read them."""
+
+    #: age X25519 public keys (`age1...`, from `age-keygen`) the copies are encrypted for; any one
+    #: of their secret keys opens a copy.
+    recipients: list[str] = Field(min_length=1, max_length=32)
+    #: The cluster's name key: 64 hex digits (`openssl rand -hex 32`), the same on every node; a
+    #: path or `credential:NAME`. Object names are keyed with it (no plaintext digest in them).
+    name_key_file: SecretFile
+
+    @model_validator(mode="after")
+    def _valid(self) -> S3Encryption:
+        from ringsnap.agent.s3.crypto.recipients import AgeRecipient, WrapError
+
+        for recipient in self.recipients:
+            try:
+                AgeRecipient(recipient)
+            except WrapError as exc:
+                raise ValueError(f"recipients: {exc}") from None
+        if len(set(self.recipients)) != len(self.recipients):
+            raise ValueError("recipients: a recipient is listed twice")
+        key = self.name_key_file.get_secret_value().strip()
+        if len(key) != 64 or any(c not in "0123456789abcdefABCDEF" for c in key):
+            raise ValueError(
+                "name_key_file must hold 64 hex digits (make it with `openssl rand -hex 32`)"
+            )
+        return self
+
+
 class S3Settings(Section):
     bucket: str = Field(min_length=3, max_length=63, pattern=r"^[a-z0-9][a-z0-9.-]+[a-z0-9]$")
     #: Key prefix of everything ringsnap writes ('' or ending in '/').
@@ -60,6 +90,8 @@ class S3Settings(Section):
     connect_timeout_seconds: float = Field(default=10.0, gt=0)
     read_timeout_seconds: float = Field(default=60.0, gt=0)
     max_attempts: int = Field(default=5, ge=1, le=20)
+    #: None: copies in plain text (the store's own encryption only).
+    encryption: S3Encryption | None = None
 
     @model_validator(mode="after")
     def _keys_together(self) -> S3Settings:

@@ -19,6 +19,8 @@ from typing import Any
 from ringsnap.agent.s3.backup_manifest import read_entries
 from ringsnap.agent.s3.client import S3Client
 from ringsnap.agent.s3.commitlog import read_commitlog_object
+from ringsnap.agent.s3.crypto.envelope import HEADER_SIZE
+from ringsnap.agent.s3.crypto.sealing import is_sealed, not_restorable_yet
 from ringsnap.agent.s3.fetch import read_object
 from ringsnap.agent.s3.layout import Layout, node_name
 from ringsnap.agent.s3.settings import S3Settings
@@ -91,7 +93,11 @@ def check_download(
         except Exception as exc:
             found = False
             problem = "no such object" if object_missing(exc) else f"it cannot be read: {exc}"
-        if found:
+        spool.seek(0)
+        head = spool.read(HEADER_SIZE)
+        if found and is_sealed(head):
+            problem = not_restorable_yet(client, settings.bucket, layout, node, key=key, head=head)
+        elif found:
             spool.seek(0)
             try:
                 for entry in read_entries(
@@ -137,6 +143,12 @@ def commitlog_size(
         if object_missing(exc):
             return False, 0, ""
         return False, 0, f"the commit-log list object {key!r} cannot be read: {exc}"
+    if is_sealed(data):
+        return (
+            True,
+            0,
+            not_restorable_yet(client, bucket, layout, node, key=key, head=data[:HEADER_SIZE]),
+        )
     try:
         segments = read_commitlog_object(data, layout, name=key, backup_id=backup_id, node=node)
     except ValidationError as exc:

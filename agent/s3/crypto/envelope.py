@@ -76,7 +76,7 @@ class Header:
         return cls(key_id, os.urandom(SALT_SIZE))
 
     @classmethod
-    def parse(cls, data: bytes | memoryview, name: str) -> Header:
+    def parse(cls, data: bytes | bytearray | memoryview, name: str) -> Header:
         """The header at the start of `data` (at least HEADER_SIZE bytes); refused naming `name`."""
         if len(data) < HEADER_SIZE:
             raise EnvelopeError(
