@@ -17,7 +17,8 @@ asyncio through `asyncio.to_thread`. Timestamps are aware datetimes, stored as U
 
 One module per record kind: `schema` (and its migrations), `database` (the file, lock and
 transactions), `backups` (their life), `listing` (reading them), `manifests`, `cleanups`,
-`restores`, `drills`, `keyspace_schemas`, `table_restores` and `exports`; `Catalog` is all of
+`restores`, `drills`, `keyspace_schemas`, `table_restores`, `exports` and `runs` (the run
+engine's records and resource ledger); `Catalog` is all of
 them over one connection.
 """
 
@@ -47,6 +48,7 @@ from ringsnap.coordinator.catalog.listing import (
 )
 from ringsnap.coordinator.catalog.manifests import ManifestStore
 from ringsnap.coordinator.catalog.restores import RestoreStore
+from ringsnap.coordinator.catalog.runs import RunStore
 from ringsnap.coordinator.catalog.table_restores import TableRestoreStore
 
 
@@ -60,6 +62,7 @@ class Catalog(
     KeyspaceSchemaStore,
     TableRestoreStore,
     ExportStore,
+    RunStore,
 ):
     """The catalog in the SQLite file at `path` (created, with its directory, if missing).
 

@@ -333,6 +333,61 @@ CREATE INDEX restores_by_time ON restores (started_us DESC, id DESC);
 CREATE INDEX restores_open ON restores (state) WHERE state IN ('running', 'failed', 'interrupted');
 """
 
+# The run engine (`coordinator/runs`): each run's record as one JSON document (per node: step
+# reached and begun, timings, error; the kind's payload), and the resource ledger, one typed row
+# per clone, native snapshot tag or staging directory a run makes, recorded before it is made.
+# Exports may now be 'interrupted' (found running at open): the table is made again with the new
+# CHECK, same columns, rows and index.
+_V10 = """
+CREATE TABLE runs (
+    id          TEXT    PRIMARY KEY,
+    kind        TEXT    NOT NULL,
+    cluster     TEXT    NOT NULL,
+    state       TEXT    NOT NULL
+                CHECK (state IN ('running', 'succeeded', 'failed', 'interrupted', 'aborted')),
+    updated_us  INTEGER NOT NULL,
+    document    TEXT    NOT NULL
+);
+CREATE INDEX runs_running ON runs (state) WHERE state = 'running';
+
+CREATE TABLE resources (
+    id              INTEGER PRIMARY KEY,
+    type            TEXT    NOT NULL CHECK (type IN ('clone', 'native-tag', 'staging')),
+    cluster         TEXT    NOT NULL,
+    run_id          TEXT    NOT NULL,
+    run_kind        TEXT    NOT NULL,
+    reason          TEXT    NOT NULL,
+    array           TEXT    NOT NULL DEFAULT '',
+    name            TEXT    NOT NULL DEFAULT '',
+    volume_id       TEXT    NOT NULL DEFAULT '',
+    name_hint       TEXT    NOT NULL DEFAULT '',
+    node            TEXT    NOT NULL DEFAULT '',
+    mount_purpose   TEXT    NOT NULL DEFAULT '',
+    created_us      INTEGER NOT NULL,
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    last_error      TEXT    NOT NULL DEFAULT '',
+    last_attempt_us INTEGER,
+    -- a clone is known by its name once made, by the hint its names contain before
+    CHECK (type <> 'clone' OR name <> '' OR name_hint <> ''),
+    CHECK (mount_purpose = '' OR node <> '')
+);
+CREATE INDEX resources_by_run ON resources (run_id);
+
+CREATE TABLE exports_v10 (
+    backup_id   TEXT    PRIMARY KEY,
+    cluster     TEXT    NOT NULL,
+    state       TEXT    NOT NULL CHECK (state IN ('running', 'succeeded', 'failed', 'interrupted')),
+    started_us  INTEGER NOT NULL,
+    finished_us INTEGER,
+    document    TEXT    NOT NULL
+);
+INSERT INTO exports_v10 (backup_id, cluster, state, started_us, finished_us, document)
+    SELECT backup_id, cluster, state, started_us, finished_us, document FROM exports;
+DROP TABLE exports;
+ALTER TABLE exports_v10 RENAME TO exports;
+CREATE INDEX exports_by_cluster ON exports (cluster, started_us DESC);
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "backups, nodes, snapshots, manifests, timings, cleanups, operations", _V1),
     Migration(2, "warnings of a backup", _V2),
@@ -343,6 +398,7 @@ MIGRATIONS: list[Migration] = [
     Migration(7, "exports to S3", _V7),
     Migration(8, "restores from S3: the mode 's3'", _V8),
     Migration(9, "restores from S3 given up: the state 'aborted'", _V9),
+    Migration(10, "the run engine's records and resource ledger; interrupted exports", _V10),
 ]
 
 

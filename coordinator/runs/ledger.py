@@ -1,0 +1,214 @@
+"""The resource ledger as runs and the retries use it (every call off the event loop), and the one
+retry path that undoes what a run left: unmount on the node that mounts it, then delete on the
+array (a clone), or clear on the node (a native snapshot tag).
+
+Safety, in one place:
+- a resource is in the ledger before it exists (a clone: before the array is asked, by the hint
+  its names will contain), so a process killed at any point leaves nothing only it knew about;
+- a clone is never deleted while it may be mounted: the unmount on its node must be confirmed
+  first (nothing mounted, or the agent knowing no such purpose, is a confirmation); a node that
+  does not answer, or is no longer configured, keeps the entry;
+- the resources of a cluster a run holds (`lease`) are left alone until the next round: that run
+  may be using them; staging is never retried (a resume needs it; its run removes it);
+- an entry leaves the ledger only once its undo was confirmed; a failure stays, with its error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from ringsnap.coordinator.runs.resources import LedgerEntry, Resource, ResourceType
+from ringsnap.errors import RingsnapError
+from ringsnap.logs import get_logger
+from ringsnap.plugins.errors import NotFoundError
+from ringsnap.plugins.types import Volume
+
+log = get_logger(__name__)
+
+#: How long a retry waits for a node to confirm an unmount (a cut network must not hold the loop).
+UNMOUNT_TIMEOUT_SECONDS = 120.0
+#: How long a clone known only by its hint is looked for before the entry lets it go (the call
+#: that never answered may still make it).
+UNNAMED_GRACE = timedelta(minutes=15)
+
+
+class LedgerStore(Protocol):
+    """The catalog's ledger (`catalog.runs.RunStore`); blocking calls."""
+
+    def add_resource(self, resource: Resource) -> LedgerEntry: ...
+
+    def resource_made(self, entry_id: int, name: str, volume_id: str = "") -> None: ...
+
+    def resource_failed(self, entry_id: int, error: str) -> None: ...
+
+    def resource_gone(self, entry_id: int) -> None: ...
+
+    def resources(self, run_id: str | None = None) -> list[LedgerEntry]: ...
+
+
+class Ledger:
+    """The ledger for a run's steps: record before making, name once made, gone once undone."""
+
+    def __init__(self, store: LedgerStore) -> None:
+        self.store = store
+
+    async def record(self, resource: Resource) -> int:
+        return (await asyncio.to_thread(self.store.add_resource, resource)).id
+
+    async def made(self, entry_id: int, name: str, volume_id: str = "") -> None:
+        await asyncio.to_thread(self.store.resource_made, entry_id, name, volume_id)
+
+    async def failed(self, entry_id: int, error: str) -> None:
+        await asyncio.to_thread(self.store.resource_failed, entry_id, error)
+
+    async def gone(self, entry_id: int) -> None:
+        await asyncio.to_thread(self.store.resource_gone, entry_id)
+
+    async def entries(self, run_id: str | None = None) -> list[LedgerEntry]:
+        return await asyncio.to_thread(self.store.resources, run_id)
+
+    async def pending(self, entry_id: int) -> bool:
+        return any(e.id == entry_id for e in await self.entries())
+
+
+class NodeHolder(Protocol):
+    """A node's agent, as the retries need it."""
+
+    async def unmount_clones(self, purpose_id: str) -> Sequence[str]: ...
+
+
+class TagHolder(Protocol):
+    async def clear_snapshot(self, tag: str) -> None: ...
+
+
+class ArrayClones(Protocol):
+    async def list_volumes(self) -> Sequence[Volume]: ...
+
+    async def delete_clone(self, volume: Volume) -> None: ...
+
+
+class NotConfirmed(RingsnapError):
+    """The node did not confirm the unmount: the clone is kept."""
+
+
+class LedgerRetry:
+    """Undoes the ledger's entries. `node_agent(cluster, node)` is that node's agent (None when
+    the configuration no longer has it); `held(cluster)` says which run holds it (None: free)."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        arrays: Mapping[str, ArrayClones],
+        *,
+        node_agent: Callable[[str, str], NodeHolder | None],
+        tag_agent: Callable[[str, str], TagHolder | None],
+        held: Callable[[str], str | None],
+        now: Callable[[], datetime],
+        unmount_timeout: float = UNMOUNT_TIMEOUT_SECONDS,
+    ) -> None:
+        self.ledger = ledger
+        self.arrays = arrays
+        self.node_agent = node_agent
+        self.tag_agent = tag_agent
+        self.held = held
+        self.now = now
+        self.unmount_timeout = unmount_timeout
+
+    async def run(self, entries: Sequence[LedgerEntry] | None = None) -> int:
+        """Undo each entry (all of the ledger by default); how many are left."""
+        for entry in await self.ledger.entries() if entries is None else entries:
+            resource = entry.resource
+            if resource.type is ResourceType.STAGING:
+                continue
+            holder = self.held(resource.cluster)
+            if holder is not None:
+                log.info("resource retry deferred", resource=resource.describe(), by=holder)
+                continue
+            try:
+                gone = await self.undo(entry)
+            except Exception as exc:
+                log.warning(
+                    "resource not undone; will retry", resource=resource.describe(), error=str(exc)
+                )
+                await self.ledger.failed(entry.id, str(exc))
+                continue
+            if gone:
+                await self.ledger.gone(entry.id)
+        return len(await self.ledger.entries())
+
+    async def undo(self, entry: LedgerEntry) -> bool:
+        """Undo one entry; False when it must be looked at again (a clone not made yet)."""
+        resource = entry.resource
+        if resource.type is ResourceType.NATIVE_TAG:
+            agent = self.tag_agent(resource.cluster, resource.node)
+            if agent is None:
+                raise RingsnapError(
+                    f"node {resource.node} of cluster {resource.cluster} is no longer configured;"
+                    f" clear its snapshot by hand (nodetool clearsnapshot -t {resource.name})"
+                )
+            await agent.clear_snapshot(resource.name)
+            return True
+        if resource.mount_purpose:
+            await self.unmount(resource)
+        return await self._delete_clone(entry)
+
+    async def unmount(self, resource: Resource) -> None:
+        """Unmount the resource's purpose on its node; raises NotConfirmed unless confirmed."""
+        agent = self.node_agent(resource.cluster, resource.node)
+        if agent is None:
+            raise NotConfirmed(
+                f"{resource.describe()}: node {resource.node} of cluster {resource.cluster} mounts"
+                f" it (purpose {resource.mount_purpose}) and is not in the configuration; it is"
+                " not deleted while it may be mounted: unmount it there by hand, then delete it"
+            )
+        try:
+            detached = await asyncio.wait_for(
+                agent.unmount_clones(resource.mount_purpose), self.unmount_timeout
+            )
+        except TimeoutError:
+            raise self._not_confirmed(
+                resource, f"no answer in {self.unmount_timeout:g} s"
+            ) from None
+        except Exception as exc:
+            if getattr(exc, "code", "") != "NOT_FOUND":
+                raise self._not_confirmed(resource, str(exc)) from None
+            detached = ()  # the agent knows no such purpose: nothing mounted
+        log.info(
+            "clone unmounted on its node before its deletion",
+            resource=resource.describe(),
+            detached=list(detached),
+        )
+
+    @staticmethod
+    def _not_confirmed(resource: Resource, why: str) -> NotConfirmed:
+        return NotConfirmed(
+            f"{resource.describe()}: node {resource.node} did not confirm it is unmounted ({why});"
+            " it is kept (never deleted while it may be mounted) and retried"
+        )
+
+    async def _delete_clone(self, entry: LedgerEntry) -> bool:
+        resource = entry.resource
+        array = self.arrays.get(resource.array)
+        if array is None:
+            raise RingsnapError(
+                f"{resource.describe()}: array {resource.array!r} is no longer configured;"
+                " delete the clone by hand"
+            )
+        if resource.made:
+            found = [Volume(name=resource.name, id=resource.volume_id)]
+        else:
+            # Recorded before the array answered: look for what the call may have made.
+            found = [v for v in await array.list_volumes() if resource.name_hint in v.name]
+            if not found and self.now() - entry.created_at < UNNAMED_GRACE:
+                await self.ledger.failed(
+                    entry.id, "not on the array yet; a clone call still in flight may make it"
+                )
+                return False
+        for volume in found:
+            with contextlib.suppress(NotFoundError):  # already gone: what the undo wants
+                await array.delete_clone(volume)
+        return True

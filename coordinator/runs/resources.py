@@ -1,0 +1,63 @@
+"""The resource ledger's entries: every clone, snapshot, native snapshot tag and staging directory
+a run makes, with who made it, where it is mounted and how to undo it, recorded BEFORE it is
+made. An entry leaves the ledger only once its undo was confirmed; one whose undo failed stays,
+with the error, and is retried (`runs.retry`). Typed columns, nothing encoded in a name."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+
+
+class ResourceType(enum.StrEnum):
+    #: A volume cloned from a snapshot on `array` (name and id once the array answered); mounted
+    #: by the agent of `node` under `mount_purpose` when those are set.
+    CLONE = "clone"
+    #: A snapshot on `array`, by name.
+    SNAPSHOT = "snapshot"
+    #: A Cassandra snapshot tagged `name` on `node`, cleared by its agent.
+    NATIVE_TAG = "native-tag"
+    #: Files staged on `node` under the run's purpose `name`; removed by the run itself (once
+    #: imported, or by its abort), never by the retries: a resume needs them.
+    STAGING = "staging"
+
+
+@dataclass(frozen=True)
+class Resource:
+    type: ResourceType
+    cluster: str
+    #: The run that made it (its id and kind).
+    run_id: str
+    run_kind: str
+    #: For people: what it is and why it exists.
+    reason: str
+    array: str = ""
+    name: str = ""
+    #: The volume's id on the array (drivers delete a clone by id, FlashArray by name).
+    volume_id: str = ""
+    #: Before the array answered: the string the names it makes contain (a clone call that never
+    #: answered may still make them; the retry looks for them by it).
+    name_hint: str = ""
+    node: str = ""
+    #: The MountClones purpose the node's agent mounts it under ("": never mounted).
+    mount_purpose: str = ""
+
+    @property
+    def made(self) -> bool:
+        return bool(self.name)
+
+    def describe(self) -> str:
+        where = f"array {self.array}" if self.array else f"node {self.node}"
+        name = self.name or f"(not named yet; names contain {self.name_hint!r})"
+        return f"{self.type.value} {name} on {where}, made by {self.run_kind} {self.run_id}"
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    id: int
+    resource: Resource
+    created_at: datetime
+    attempts: int = 0
+    last_error: str = ""
+    last_attempt_at: datetime | None = None
