@@ -312,7 +312,7 @@ class RunEngine(Generic[P]):
         if isinstance(exc, RunFailed):
             error = str(exc)
         elif isinstance(exc, asyncio.CancelledError | KeyboardInterrupt):
-            error = "cancelled: the process was stopped during the run; resume it or abort it"
+            error = "cancelled: the run was stopped before its end; resume it to go on"
         else:
             error = str(exc) or type(exc).__name__
         await self.change(lambda r: replace(r, state=RunState.FAILED, error=error))
