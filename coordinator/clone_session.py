@@ -114,14 +114,18 @@ class CloneSession:
         made = await clone_in_time(self.arrays[array], array, ref, suffix, self.timeout)
         return {m.volume.name: clone for m, clone in zip(ref.members, made, strict=True)}
 
-    async def delete(self, clones: Sequence[C], deleted: Deleted[C]) -> str:
+    async def delete(
+        self, clones: Sequence[C], deleted: Deleted[C], *, key: Callable[[C], int] | None = None
+    ) -> str:
         """Delete each made and not yet deleted clone on its array; "" when all are gone, else
-        what was not deleted (those stay pending cleanups, with the array's error)."""
+        what was not deleted (those stay pending cleanups, with the array's error). `key` is the
+        clone's id in `cleanups` (by default its `cleanup_id`)."""
         failures: list[str] = []
         for clone in clones:
             if not clone.clone or clone.deleted:
                 continue
-            if clone.cleanup_id and not await self.cleanups.cleanup_pending(clone.cleanup_id):
+            cleanup_id = key(clone) if key is not None else clone.cleanup_id
+            if cleanup_id and not await self.cleanups.cleanup_pending(cleanup_id):
                 await deleted(clone, True)
                 continue
             try:
@@ -131,10 +135,10 @@ class CloneSession:
                 )
             except Exception as exc:
                 failures.append(f"array {clone.array}: clone {clone.clone} not deleted: {exc}")
-                if clone.cleanup_id:
-                    await self.cleanups.cleanup_failed(clone.cleanup_id, str(exc))
+                if cleanup_id:
+                    await self.cleanups.cleanup_failed(cleanup_id, str(exc))
                 continue
-            if clone.cleanup_id:
-                await self.cleanups.cleanup_done(clone.cleanup_id)
+            if cleanup_id:
+                await self.cleanups.cleanup_done(cleanup_id)
             await deleted(clone, False)
         return "; ".join(failures) + LEFT_PENDING if failures else ""

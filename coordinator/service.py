@@ -51,6 +51,7 @@ from ringsnap.coordinator.pending_cleanups import PendingCleanups
 from ringsnap.coordinator.ports import AgentPort, ArrayPort, CanaryWriter
 from ringsnap.coordinator.restore_daemon import DaemonRestores, RestoreAwareGuard
 from ringsnap.coordinator.retention import RetentionPlan, apply_policy
+from ringsnap.coordinator.runs.ledger import Ledger, LedgerRetry
 from ringsnap.coordinator.scheduler import (
     BackupRequest,
     BackupScheduler,
@@ -143,6 +144,15 @@ class Coordinator:
             clone_holders=self._clone_holder,
             node_agent=self._node_agent,
             volume_names=self._volume_names,
+            now=now,
+        )
+        # The resource ledger: clones of runs on the engine, unmounted on their node first.
+        self.ledger = LedgerRetry(
+            Ledger(catalog),
+            arrays,
+            node_agent=self._clone_holder,
+            tag_agent=self._node_agent,
+            held=self._held_by,
             now=now,
         )
         self.restores = DaemonRestores(
@@ -242,6 +252,10 @@ class Coordinator:
 
     def _clone_holder(self, cluster: str, node: str) -> CloneHolder | None:
         return self.clone_nodes.get(cluster, node)
+
+    def _held_by(self, cluster: str) -> str | None:
+        holder = self.scheduler.guard.running(cluster)
+        return holder.trigger if holder is not None else None
 
     def _node_agent(self, cluster: str, node: str) -> AgentPort | None:
         runtime = self.clusters.get(cluster)
@@ -403,13 +417,18 @@ class Coordinator:
         await self.cleanups.run(cleanups)
 
     async def run_pending_cleanups(self) -> int:
+        """Retry the pending cleanups, then undo what the resource ledger holds (the run
+        engine's runs' clones); how many of both are left."""
         pending = await asyncio.to_thread(self.catalog.pending_cleanups)
         await self.cleanups.run(pending)
         left = await asyncio.to_thread(self.catalog.pending_cleanups)
-        self.metrics.set_pending_cleanups(
-            len(left), min((c.created_at for c in left), default=None)
+        await self.ledger.run()
+        in_ledger = await asyncio.to_thread(self.catalog.resources)
+        oldest = min(
+            [*(c.created_at for c in left), *(e.created_at for e in in_ledger)], default=None
         )
-        return len(left)
+        self.metrics.set_pending_cleanups(len(left) + len(in_ledger), oldest)
+        return len(left) + len(in_ledger)
 
     def policy(self, name: str) -> RetentionSection:
         try:

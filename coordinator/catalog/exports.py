@@ -1,10 +1,13 @@
 """Exports to S3: each backup's newest export record (per node: step, clones, what was uploaded
-and skipped, errors), one JSON document saved after every step so that a failed run resumes."""
+and skipped, errors), one JSON document saved after every step so that a failed run resumes.
+Exports found running when the catalog is opened are marked interrupted (their process died)."""
 
 # S608: every query is assembled from constant fragments and "?" placeholders; values are bound.
 # ruff: noqa: S608
 
 from __future__ import annotations
+
+import sqlite3
 
 from pydantic import TypeAdapter
 
@@ -12,9 +15,13 @@ from ringsnap.coordinator.catalog.database import Database
 from ringsnap.coordinator.catalog.documents import document_columns, newest_keys, read_document
 from ringsnap.coordinator.catalog.errors import CatalogError
 from ringsnap.coordinator.export.model import ExportRecord
+from ringsnap.logs import get_logger
 from ringsnap.names import backup_id as valid_backup_id
 
+log = get_logger(__name__)
 _RECORD = TypeAdapter(ExportRecord)
+#: The catalog migration that let an export be 'interrupted'.
+_INTERRUPTED_VERSION = 10
 
 
 class ExportNotFoundError(CatalogError):
@@ -24,6 +31,30 @@ class ExportNotFoundError(CatalogError):
 
 
 class ExportStore(Database):
+    _exports_interrupted_at_open: frozenset[str] = frozenset()
+
+    def _opened(self, conn: sqlite3.Connection) -> None:
+        super()._opened(conn)
+        # Before migration 10 an export could not be 'interrupted' (tests of older versions).
+        if not self._exclusive or self.schema_version < _INTERRUPTED_VERSION:
+            return
+        found = conn.execute(
+            "UPDATE exports SET state = 'interrupted',"
+            " document = json_set(document, '$.state', 'interrupted')"
+            " WHERE state = 'running' RETURNING backup_id"
+        ).fetchall()
+        self._exports_interrupted_at_open = frozenset(row["backup_id"] for row in found)
+        if found:
+            log.warning(
+                "exports interrupted by a previous coordinator; run each export again to resume",
+                backup_ids=sorted(self._exports_interrupted_at_open),
+            )
+
+    def interrupted_exports(self) -> list[str]:
+        """Backups whose export was found running when this catalog was opened."""
+        self._require_owner("interrupted exports")
+        return sorted(self._exports_interrupted_at_open)
+
     def save_export(self, record: ExportRecord) -> None:
         """Insert the backup's export record, or replace it (one per backup: the newest run)."""
         valid_backup_id(record.backup_id)

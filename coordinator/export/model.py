@@ -1,7 +1,8 @@
-"""An export's record: per node, its step, its clones and what its agent uploaded. Saved after
-every step (one JSON document per backup in the catalog's `exports`), so that a run that failed or
-whose coordinator was killed is resumed from it: clones it made and did not delete are torn down
-first, nodes already exported are not exported again."""
+"""An export's record: per node, its step, its clones and what its agent uploaded. It is the run
+engine's payload for an export, and, with each node's step and error from the engine's record, is
+saved after every change (one JSON document per backup in the catalog's `exports`), so that a run
+that failed or whose coordinator was killed is resumed from it: clones it made and did not delete
+are torn down first, nodes already exported are not exported again."""
 
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ class ExportState(enum.StrEnum):
     #: Every node's manifest object is in the bucket.
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    #: Found running when the catalog was opened (its process died with it); run it again.
+    INTERRUPTED = "interrupted"
 
 
 class NodeStep(enum.StrEnum):
@@ -59,8 +62,11 @@ class ExportClone:
     source_mount_point: str = ""
     clone: str = ""
     clone_id: str = ""
-    #: The catalog's pending cleanup of this clone (0: none recorded yet).
+    #: The catalog's pending cleanup of this clone, as exports before the run engine recorded
+    #: them (0: none; read from older records only).
     cleanup_id: int = 0
+    #: Its entry in the resource ledger (0: none).
+    ledger_id: int = 0
     unmounted: bool = False
     deleted: bool = False
 

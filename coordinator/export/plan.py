@@ -46,7 +46,7 @@ def plan_export(
             f"node {', '.join(missing)} of backup {backup.id} is not in the cluster's"
             " configuration: its agent is needed to export"
         )
-    if previous is not None and previous.state is ExportState.RUNNING:
+    if previous is not None and previous.state in (ExportState.RUNNING, ExportState.INTERRUPTED):
         log.warning(
             "an earlier export of this backup did not finish (coordinator stopped); resuming it",
             backup=backup.id,

@@ -10,8 +10,8 @@ from typing import Protocol
 from ringsnap.coordinator.clone_mounts import CloneMounter
 from ringsnap.coordinator.clone_session import CloneCleanups
 from ringsnap.coordinator.export.model import ExportRecord
-from ringsnap.coordinator.model import CleanupRequest
 from ringsnap.coordinator.ports import VolumeState
+from ringsnap.coordinator.runs.resources import Resource
 
 
 @dataclass(frozen=True)
@@ -63,10 +63,21 @@ class ExportNodePort(CloneMounter, Protocol):
 
 
 class ExportJournal(CloneCleanups, Protocol):
-    """The catalog, for an export (calls are blocking-free coroutines)."""
+    """The catalog, for an export (calls are blocking-free coroutines). Its `cleanup_*` calls are
+    for the clones older exports recorded as pending cleanups; new clones are in the ledger."""
 
     async def save(self, record: ExportRecord) -> None: ...
 
-    async def add_cleanups(self, backup_id: str, requests: Sequence[CleanupRequest]) -> list[int]:
-        """Record clones as pending cleanups; their ids, in order."""
+    async def record_resources(self, resources: Sequence[Resource]) -> list[int]:
+        """Record resources in the ledger before they are made; their entry ids, in order."""
         ...
+
+    async def resource_made(self, entry_id: int, name: str, volume_id: str) -> None: ...
+
+    async def resource_pending(self, entry_id: int) -> bool:
+        """Whether the entry is still in the ledger (the daemon's retries may have undone it)."""
+        ...
+
+    async def resource_gone(self, entry_id: int) -> None: ...
+
+    async def resource_failed(self, entry_id: int, error: str) -> None: ...

@@ -95,8 +95,8 @@ def purge_cluster(
     running = [r.backup_id for r in records if r.state is ExportState.RUNNING]
     if running:
         raise ExportRefused(
-            f"an export of cluster {cluster} is running or was interrupted (backup"
-            f" {', '.join(running)}); finish it (run the export again) before purging"
+            f"an export of cluster {cluster} is running (backup {', '.join(running)}); let it"
+            " finish before purging"
         )
     result = ClusterPurge()
     kept: list[tuple[str, str, int]] = []

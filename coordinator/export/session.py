@@ -13,7 +13,7 @@ from ringsnap.agent.s3.layout import Layout
 from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.coordinator.agents import ClientTls
 from ringsnap.coordinator.catalog import Catalog
-from ringsnap.coordinator.catalog_journal import CatalogCleanups
+from ringsnap.coordinator.catalog_journal import CatalogCleanups, CatalogResources
 from ringsnap.coordinator.cluster_clients import client_tls, open_cluster
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.export.grpc_node import GrpcExportNode
@@ -25,7 +25,7 @@ from ringsnap.coordinator.export.workflow import DEFAULT_PARALLEL_NODES, ExportW
 from ringsnap.coordinator.ports import ArrayPort
 
 
-class CatalogExportJournal(CatalogCleanups):
+class CatalogExportJournal(CatalogCleanups, CatalogResources):
     """`ExportJournal` over the catalog (every call off the event loop)."""
 
     async def save(self, record: ExportRecord) -> None:

@@ -1,17 +1,23 @@
-"""One export of a backup to S3: for each node (a bounded number at a time) clone → mount read-only
-→ ExportToS3 → unmount → delete the clones; a native backup's node exports from its snapshot tag.
+"""One export of a backup to S3, as a kind of the run engine: for each node (a bounded number at a
+time) clone → mount read-only → ExportToS3 → unmount → delete the clones; a native backup's node
+exports from its snapshot tag (the clone steps do not apply to it).
 
 Safety, in one place:
-- a clone is recorded (in the export record and as a pending cleanup of the catalog) the moment
-  the array made it, before anything uses it; it leaves the pending cleanups only once the array
-  confirmed its deletion;
-- teardown always runs, whatever failed before it: unmount on the node, then delete on the array;
-  a clone whose unmount the node did not confirm is never deleted (it may still be mounted): it
-  stays a pending cleanup, logged, and the next attempt unmounts it first;
-- the record is saved after every step: a run that failed, or whose coordinator was killed, is
-  resumed by running the export again: clones left by the earlier attempt are unmounted and
-  deleted first, nodes already exported are not exported again, and each agent uploads only what
-  the bucket does not hold yet.
+- each clone is in the resource ledger before the array is asked to make it (by the suffix its
+  name will contain, with the node and purpose it will be mounted under), named there the moment
+  the array answered, and leaves the ledger only once the array confirmed its deletion;
+- a node whose clone, mount or export fails is torn down at once (the clone step's undo, also run
+  when the run is cancelled): unmount on the node, then delete on the array; once its export
+  succeeded (the step commits), a failed unmount or deletion is not undone but left to the next
+  attempt, which finishes it without exporting again;
+- a clone whose unmount the node did not confirm is never deleted (it may still be mounted): it
+  stays in the ledger, its error recorded, and the next attempt or the daemon's retry unmounts it
+  on that node first;
+- the engine saves the record after every change, under one lock (nodes run in parallel): a run
+  that failed, or whose coordinator was killed (the catalog marks it interrupted when opened
+  again), is resumed by running the export again: clones left by the earlier attempt are torn
+  down first, nodes already exported are not exported again, and each agent uploads only what the
+  bucket does not hold yet.
 """
 
 from __future__ import annotations
@@ -22,16 +28,14 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
 
 from ringsnap.coordinator.clone_mounts import CloneToMount
-from ringsnap.coordinator.clone_session import CloneSession
-from ringsnap.coordinator.drill.cleanups import clone_cleanup
+from ringsnap.coordinator.clone_session import CloneSession, CloneTimedOut
+from ringsnap.coordinator.export.ledger import LedgerCleanups, clone_resource
 from ringsnap.coordinator.export.model import (
     ExportClone,
     ExportFailed,
     ExportRecord,
-    ExportState,
     NodeExport,
     NodeStep,
     clone_suffix,
@@ -43,9 +47,13 @@ from ringsnap.coordinator.export.ports import (
     NodeUpload,
     UploadProgress,
 )
+from ringsnap.coordinator.export.runs import KIND, as_run, project
 from ringsnap.coordinator.model import Backup, SnapshotKind, VolumeRole
 from ringsnap.coordinator.ports import ArrayPort
 from ringsnap.coordinator.restore_plan import match_volume, narrowed
+from ringsnap.coordinator.runs.engine import RunEngine, RunFailed, StepContext
+from ringsnap.coordinator.runs.kind import Step
+from ringsnap.coordinator.runs.model import RunRecord, RunState
 from ringsnap.logs import get_logger
 from ringsnap.plugins.types import SnapshotRef
 
@@ -54,6 +62,7 @@ log = get_logger(__name__)
 #: (node, message) for people; node "" for the whole run.
 Progress = Callable[[str, str], None]
 Mirror = Callable[[ExportRecord], Awaitable[None]]
+Ctx = StepContext[ExportRecord]
 DEFAULT_PARALLEL_NODES = 2
 #: A node's ExportToS3 stream silent this long (no progress; the agent repeats its last progress
 #: every few seconds while it works, however slowly) is taken for a lost node: its export fails
@@ -82,6 +91,16 @@ def describe_progress(progress: UploadProgress) -> str:
     )
 
 
+class _Journal:
+    """The engine's journal for an export: the record as `exports` keeps it."""
+
+    def __init__(self, journal: ExportJournal) -> None:
+        self.journal = journal
+
+    async def save(self, record: RunRecord[ExportRecord]) -> None:
+        await self.journal.save(project(record))
+
+
 class ExportWorkflow:
     def __init__(
         self,
@@ -99,129 +118,191 @@ class ExportWorkflow:
         self.nodes = dict(nodes)
         self.arrays = dict(arrays)
         self.journal = journal
-        self.clones = CloneSession(self.arrays, journal)
+        self.clones = CloneSession(self.arrays, LedgerCleanups(journal))
+        #: Clones recorded as pending cleanups by exports before the run engine.
+        self.legacy_clones = CloneSession(self.arrays, journal)
         self.parallel_nodes = max(1, parallel_nodes)
         self.progress = progress or _quiet
         self.mirror = mirror
         self.silence_seconds = silence_seconds
         self.purpose = purpose_id(backup.id)
-        self.record: ExportRecord | None = None
-
-    @property
-    def _record(self) -> ExportRecord:
-        assert self.record is not None
-        return self.record
+        self.name = KIND
 
     @property
     def native(self) -> bool:
         return self.backup.snapshot_kind is SnapshotKind.NATIVE
 
-    async def _save(self, **changes: object) -> None:
-        self.record = replace(self._record, **changes)  # type: ignore[arg-type]
-        await self.journal.save(self.record)
+    def steps(self) -> Sequence[Step[ExportRecord]]:
+        def arrays_only(record: RunRecord[ExportRecord], node: str) -> bool:
+            return not self.native
 
-    async def _node(self, name: str, **changes: object) -> NodeExport:
-        node = replace(self._record.node(name), **changes)  # type: ignore[arg-type]
-        self.record = self._record.with_node(node)
-        await self.journal.save(self.record)
-        return node
-
-    async def _clone_changed(self, name: str, clone: ExportClone, **changes: object) -> None:
-        node = self._record.node(name)
-        updated = replace(clone, **changes)  # type: ignore[arg-type]
-        await self._node(name, clones=tuple(updated if c == clone else c for c in node.clones))
+        return [
+            Step(
+                NodeStep.CLONE.value,
+                self._clone,
+                undo=self._teardown,
+                undo_on_failure=True,
+                applies=arrays_only,
+            ),
+            Step(NodeStep.MOUNT.value, self._mount, applies=arrays_only),
+            Step(NodeStep.EXPORT.value, self._upload, commits=True),
+            Step(NodeStep.UNMOUNT.value, self._unmount, applies=arrays_only),
+            Step(NodeStep.DELETE_CLONES.value, self._delete, applies=arrays_only),
+        ]
 
     # -- the run -------------------------------------------------------------------------------
 
     async def run(self, record: ExportRecord, names: Sequence[str] = ()) -> ExportRecord:
         """Export the record's nodes (`names`, or all not exported yet); raises ExportFailed
         with the record saved when any node failed."""
-        self.record = replace(record, state=ExportState.RUNNING, error="", finished_at=None)
-        await self.journal.save(self.record)
-        todo = [
-            n.name
-            for n in self._record.nodes
-            if (not n.exported or n.clones_left) and (not names or n.name in names)
-        ]
-        gate = asyncio.Semaphore(self.parallel_nodes)
-
-        async def one(name: str) -> None:
-            async with gate:
-                await self._export_node(name)
-
-        results = await asyncio.gather(*(one(n) for n in todo), return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException) and not isinstance(result, Exception):
-                raise result
-        failed = [n for n in self._record.nodes if n.name in todo and n.error]
-        if failed:
-            message = "; ".join(f"node {n.name}: {n.error}" for n in failed)
-            await self._save(state=ExportState.FAILED, error=message, finished_at=datetime.now(UTC))
+        engine = RunEngine(self, _Journal(self.journal), parallel_nodes=self.parallel_nodes)
+        try:
+            done = await engine.run(as_run(record), names)
+        except RunFailed as exc:
             raise ExportFailed(
-                f"export of backup {self.backup.id}: {message}; run the export again to resume"
+                f"export of backup {self.backup.id}: {exc}; run the export again to resume"
                 " (it uploads only what is missing)",
-                self._record,
-            )
-        await self._save(state=ExportState.SUCCEEDED, finished_at=datetime.now(UTC))
+                project(engine.record),
+            ) from None
         if self.mirror is not None:
             try:
-                await self.mirror(self._record)
+                await self.mirror(project(done))
             except Exception as exc:
                 log.error("catalog mirror not written", backup=self.backup.id, error=str(exc))
-                await self._save(
-                    warnings=(
-                        *self._record.warnings,
-                        f"the backup's catalog record was not written to the bucket ({exc});"
-                        " export again to retry",
-                    )
+                warning = (
+                    f"the backup's catalog record was not written to the bucket ({exc});"
+                    " export again to retry"
                 )
+                await engine.change(lambda r: replace(r, warnings=(*r.warnings, warning)))
             else:
-                await self._save(mirrored=True)
+                await engine.change(lambda r: replace(r, payload=replace(r.payload, mirrored=True)))
                 self.progress("", "catalog record mirrored to the bucket")
         self.progress("", "done")
-        return self._record
+        assert engine.record.state is RunState.SUCCEEDED
+        return project(engine.record)
 
-    async def _export_node(self, name: str) -> None:
-        port = self.nodes[name]
-        started = time.monotonic()
-        await self._node(name, error="")
-        if self._record.node(name).exported:
-            # Exported by an earlier attempt whose teardown did not finish: only that is left.
-            try:
-                await self._teardown(name, port)
-            except _StepFailed as exc:
-                await self._failed(name, str(exc))
-            else:
-                await self._node(name, step=NodeStep.DONE)
-            return
-        step = NodeStep.CLONE
+    async def _node(self, ctx: Ctx, **changes: object) -> NodeExport:
+        name = ctx.node
+
+        def changed(record: ExportRecord) -> ExportRecord:
+            return record.with_node(replace(record.node(name), **changes))  # type: ignore[arg-type]
+
+        return (await ctx.update(changed)).node(name)
+
+    async def _clone_changed(self, ctx: Ctx, clone: ExportClone, **changes: object) -> None:
+        updated = replace(clone, **changes)  # type: ignore[arg-type]
+        clones = ctx.payload.node(ctx.node).clones
+        await self._node(ctx, clones=tuple(updated if c == clone else c for c in clones))
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    async def _clone(self, ctx: Ctx) -> None:
+        name = ctx.node
+        if ctx.payload.node(name).clones_left:
+            self.progress(name, "tearing down the clones of an earlier attempt")
+            await self._teardown(ctx)
+        await self._node(ctx, clones=())
+        node = next(n for n in self.backup.nodes if n.name == name)
+        if not node.volumes:
+            raise RuntimeError(f"backup {self.backup.id} recorded no volume for it")
         try:
-            try:
-                if self._record.node(name).clones_left:
-                    self.progress(name, "tearing down the clones of an earlier attempt")
-                    await self._teardown(name, port)
-                    await self._node(name, clones=(), step=NodeStep.PLANNED)
-                if self.native:
-                    step = NodeStep.EXPORT
-                    upload = await self._upload(name, port, snapshot_tag=self.backup.id)
-                else:
-                    await self._clone(name, port)
-                    step = NodeStep.MOUNT
-                    await self._mount(name, port)
-                    step = NodeStep.EXPORT
-                    upload = await self._upload(name, port, purpose_id=self.purpose)
-            finally:
-                if not self.native and self._record.node(name).clones_left:
-                    await asyncio.shield(self._teardown_logged(name, port, step))
-        except _StepFailed as exc:
-            await self._failed(name, str(exc))
-            return
+            state = await self.nodes[name].volume_state()
         except Exception as exc:
-            await self._failed(name, f"{step.value}: {exc}")
-            return
+            raise RuntimeError(f"its agent does not answer: {exc}") from None
+        mounted = [v for v in state.volumes if v.mounted]
+        refs = {ref.array: ref for ref in self.backup.snapshots}
+        planned: list[ExportClone] = []
+        for volume in node.volumes:
+            if volume.array not in self.arrays:
+                raise RuntimeError(f"array {volume.array} is not configured")
+            if volume.array not in refs:
+                raise RuntimeError(f"backup {self.backup.id} has no snapshot on {volume.array}")
+            point = match_volume(name, volume, mounted)
+            planned.append(ExportClone(volume.array, volume.volume, volume.role.value, point))
+        await self._node(ctx, clones=tuple(planned))
+        suffix = clone_suffix(self.backup.id, secrets.token_hex(3))
+        for array in sorted({c.array for c in planned}):
+            wanted = [c for c in planned if c.array == array]
+            # The array call and the recording of what it made are one unit a cancellation (a
+            # Ctrl-C, a stopping daemon) waits for: a clone made is never left unrecorded.
+            unit = asyncio.ensure_future(self._clone_on(ctx, array, wanted, refs[array], suffix))
+            try:
+                await asyncio.shield(unit)
+            except asyncio.CancelledError:
+                with contextlib.suppress(Exception):
+                    await unit
+                raise
+
+    async def _clone_on(
+        self, ctx: Ctx, array: str, wanted: list[ExportClone], ref: SnapshotRef, suffix: str
+    ) -> None:
+        name = ctx.node
+        ref = narrowed(ref, {c.volume for c in wanted})
+        resources = [
+            clone_resource(
+                self.backup.cluster,
+                self.backup.id,
+                array,
+                suffix,
+                f"clone of {c.volume} made to export backup {self.backup.id} from node {name}",
+                # The node's agent mounts it: a retry unmounts it there before deleting it.
+                node=name,
+                purpose=self.purpose,
+            )
+            for c in wanted
+        ]
+        ids = await self.journal.record_resources(resources)
+        self.progress(name, f"cloning {len(ref.members)} volume(s) on array {array}")
+        try:
+            by_volume = await self.clones.clone(array, ref, suffix)
+        except CloneTimedOut:
+            raise  # the array may still make them: their entries stay, found by the suffix
+        except Exception as exc:
+            for entry_id in ids:  # the array refused: nothing made
+                await self.journal.resource_gone(entry_id)
+            raise RuntimeError(f"array {array}: {exc}") from None
+        made: dict[str, ExportClone] = {}
+        for clone, entry_id in zip(wanted, ids, strict=True):
+            volume = by_volume[clone.volume]
+            await self.journal.resource_made(entry_id, volume.name, volume.id)
+            made[clone.volume] = replace(
+                clone, clone=volume.name, clone_id=volume.id, ledger_id=entry_id
+            )
+        clones = ctx.payload.node(name).clones
         await self._node(
-            name,
-            step=NodeStep.EXPORT if self._record.node(name).clones_left else NodeStep.DONE,
+            ctx,
+            clones=tuple(made.get(c.volume, c) if c.array == array else c for c in clones),
+        )
+
+    def _to_mount(self, node: NodeExport) -> list[CloneToMount]:
+        return [
+            CloneToMount(
+                role="commitlog" if c.role == VolumeRole.COMMITLOG.value else "data",
+                array=c.array,
+                volume=c.clone,
+                source_mount_point=c.source_mount_point,
+            )
+            for c in node.clones
+        ]
+
+    async def _mount(self, ctx: Ctx) -> None:
+        node = ctx.payload.node(ctx.node)
+        mounted = await self.nodes[ctx.node].mount_clones(
+            self.purpose, self._to_mount(node), read_only=True
+        )
+        self.progress(
+            ctx.node, "clones mounted read-only: " + ", ".join(m.mount_point for m in mounted)
+        )
+
+    async def _upload(self, ctx: Ctx) -> None:
+        name = ctx.node
+        started = time.monotonic()
+        if self.native:
+            upload = await self._stream(name, snapshot_tag=self.backup.id)
+        else:
+            upload = await self._stream(name, purpose_id=self.purpose)
+        await self._node(
+            ctx,
             exported=True,
             components=upload.components,
             bytes_total=upload.bytes_total,
@@ -240,117 +321,8 @@ class ExportWorkflow:
             f" {upload.commitlog_segments} commit-log segments",
         )
 
-    async def _failed(self, name: str, message: str) -> None:
-        node = self._record.node(name)
-        # A teardown failure after a failed step: both are said.
-        error = f"{node.error}; {message}" if node.error and node.error != message else message
-        log.error("export of a node failed", backup=self.backup.id, node=name, error=error)
-        self.progress(name, f"FAILED: {error}")
-        await self._node(name, error=error)
-
-    async def _teardown_logged(self, name: str, port: ExportNodePort, step: NodeStep) -> None:
-        try:
-            await self._teardown(name, port)
-        except _StepFailed as exc:
-            await self._node(name, error=str(exc))
-
-    # -- steps ---------------------------------------------------------------------------------
-
-    async def _clone(self, name: str, port: ExportNodePort) -> None:
-        node = next(n for n in self.backup.nodes if n.name == name)
-        if not node.volumes:
-            raise _StepFailed(NodeStep.CLONE, f"backup {self.backup.id} recorded no volume for it")
-        try:
-            state = await port.volume_state()
-        except Exception as exc:
-            raise _StepFailed(NodeStep.CLONE, f"its agent does not answer: {exc}") from None
-        mounted = [v for v in state.volumes if v.mounted]
-        refs = {ref.array: ref for ref in self.backup.snapshots}
-        planned: list[ExportClone] = []
-        for volume in node.volumes:
-            if volume.array not in self.arrays:
-                raise _StepFailed(NodeStep.CLONE, f"array {volume.array} is not configured")
-            if volume.array not in refs:
-                raise _StepFailed(
-                    NodeStep.CLONE, f"backup {self.backup.id} has no snapshot on {volume.array}"
-                )
-            try:
-                point = match_volume(name, volume, mounted)
-            except ValueError as exc:
-                raise _StepFailed(NodeStep.CLONE, str(exc)) from None
-            planned.append(ExportClone(volume.array, volume.volume, volume.role.value, point))
-        await self._node(name, clones=tuple(planned))
-        suffix = clone_suffix(self.backup.id, secrets.token_hex(3))
-        for array in sorted({c.array for c in planned}):
-            wanted = [c for c in planned if c.array == array]
-            # The array call and the recording of what it made are one unit a cancellation (a
-            # Ctrl-C, a stopping daemon) waits for: a clone made is never left unrecorded.
-            unit = asyncio.ensure_future(self._clone_on(name, array, wanted, refs[array], suffix))
-            try:
-                await asyncio.shield(unit)
-            except asyncio.CancelledError:
-                with contextlib.suppress(Exception):
-                    await unit
-                raise
-        await self._node(name, step=NodeStep.CLONE)
-
-    async def _clone_on(
-        self, name: str, array: str, wanted: list[ExportClone], ref: SnapshotRef, suffix: str
-    ) -> None:
-        ref = narrowed(ref, {c.volume for c in wanted})
-        self.progress(name, f"cloning {len(ref.members)} volume(s) on array {array}")
-        try:
-            by_volume = await self.clones.clone(array, ref, suffix)
-        except Exception as exc:
-            raise _StepFailed(NodeStep.CLONE, f"array {array}: {exc}") from None
-        requests = [
-            clone_cleanup(
-                array,
-                by_volume[c.volume],
-                f"clone of {c.volume} made to export backup {self.backup.id} from node {name}",
-                cluster=self.backup.cluster,
-                # The node's agent mounts it: a retry unmounts it there before deleting it.
-                purpose_id=self.purpose,
-                node=name,
-            )
-            for c in wanted
-        ]
-        ids = await self.journal.add_cleanups(self.backup.id, requests)
-        made_clones = {
-            c.volume: replace(
-                c,
-                clone=by_volume[c.volume].name,
-                clone_id=by_volume[c.volume].id,
-                cleanup_id=cleanup_id,
-            )
-            for c, cleanup_id in zip(wanted, ids, strict=True)
-        }
-        clones = self._record.node(name).clones
-        await self._node(
-            name,
-            clones=tuple(made_clones.get(c.volume, c) if c.array == array else c for c in clones),
-        )
-
-    def _to_mount(self, name: str) -> list[CloneToMount]:
-        return [
-            CloneToMount(
-                role="commitlog" if c.role == VolumeRole.COMMITLOG.value else "data",
-                array=c.array,
-                volume=c.clone,
-                source_mount_point=c.source_mount_point,
-            )
-            for c in self._record.node(name).clones
-        ]
-
-    async def _mount(self, name: str, port: ExportNodePort) -> None:
-        mounted = await port.mount_clones(self.purpose, self._to_mount(name), read_only=True)
-        self.progress(
-            name, "clones mounted read-only: " + ", ".join(m.mount_point for m in mounted)
-        )
-        await self._node(name, step=NodeStep.MOUNT)
-
-    async def _upload(
-        self, name: str, port: ExportNodePort, *, purpose_id: str = "", snapshot_tag: str = ""
+    async def _stream(
+        self, name: str, *, purpose_id: str = "", snapshot_tag: str = ""
     ) -> NodeUpload:
         heard = time.monotonic()
 
@@ -360,7 +332,7 @@ class ExportWorkflow:
             self.progress(name, describe_progress(progress))
 
         call = asyncio.ensure_future(
-            port.export_to_s3(
+            self.nodes[name].export_to_s3(
                 self.backup.id, purpose_id=purpose_id, snapshot_tag=snapshot_tag, progress=report
             )
         )
@@ -368,8 +340,7 @@ class ExportWorkflow:
             while not call.done():
                 silent_for = time.monotonic() - heard
                 if silent_for >= self.silence_seconds:
-                    raise _StepFailed(
-                        NodeStep.EXPORT,
+                    raise RuntimeError(
                         f"no progress from node {name} for {self.silence_seconds:g} s (its agent"
                         " stopped answering, or the network to it is cut): the node is treated as"
                         " lost; its clones are deleted only once it confirms they are unmounted"
@@ -381,55 +352,66 @@ class ExportWorkflow:
                 call.cancel()  # cuts the stream: a live agent stops uploading
                 with contextlib.suppress(BaseException):
                     await call
-        upload = call.result()
-        await self._node(name, step=NodeStep.EXPORT)
-        return upload
+        return call.result()
 
-    async def _teardown(self, name: str, port: ExportNodePort) -> None:
-        """Unmount the node's clones, then delete each on its array; raises _StepFailed (the
-        clones stay pending cleanups) when the node or an array did not confirm."""
-        made = self._record.node(name).clones_left
-        if not made:
+    async def _unmount(self, ctx: Ctx) -> None:
+        """Unmount the node's clones; raises (the clones stay in the ledger, never deleted)
+        unless the node confirmed."""
+        name = ctx.node
+        made = ctx.payload.node(name).clones_left
+        if not any(not c.unmounted for c in made):
             return
-        if any(not c.unmounted for c in made):
-            try:
-                await port.unmount_clones(self.purpose)
-            except Exception as exc:
-                names = ", ".join(c.clone for c in made)
-                log.error(
-                    "clones not confirmed unmounted: not deleted, they stay pending cleanups",
-                    backup=self.backup.id,
-                    node=name,
-                    clones=names,
-                    error=str(exc),
-                )
-                for clone in made:
-                    if clone.cleanup_id:
-                        await self.journal.cleanup_failed(
-                            clone.cleanup_id, f"not confirmed unmounted from node {name}: {exc}"
-                        )
-                raise _StepFailed(
-                    NodeStep.UNMOUNT,
-                    f"{exc}; clones {names} are not deleted while they may be mounted (pending"
-                    " cleanups); run the export again once the node answers",
-                ) from None
+        try:
+            await self.nodes[name].unmount_clones(self.purpose)
+        except Exception as exc:
+            names = ", ".join(c.clone for c in made)
+            log.error(
+                "clones not confirmed unmounted: not deleted, they stay pending cleanups",
+                backup=self.backup.id,
+                node=name,
+                clones=names,
+                error=str(exc),
+            )
+            why = f"not confirmed unmounted from node {name}: {exc}"
             for clone in made:
-                await self._clone_changed(name, clone, unmounted=True)
-            await self._node(name, step=max_step(self._record.node(name).step, NodeStep.UNMOUNT))
+                if clone.ledger_id:
+                    await self.journal.resource_failed(clone.ledger_id, why)
+                elif clone.cleanup_id:
+                    await self.journal.cleanup_failed(clone.cleanup_id, why)
+            raise RuntimeError(
+                f"{exc}; clones {names} are not deleted while they may be mounted (pending"
+                " cleanups); run the export again once the node answers",
+            ) from None
+        for clone in made:
+            await self._clone_changed(ctx, clone, unmounted=True)
+
+    async def _delete(self, ctx: Ctx) -> None:
+        """Delete the node's clones on the arrays; raises (those stay in the ledger) when an
+        array did not confirm."""
 
         async def deleted(clone: ExportClone, by_retry: bool) -> None:
-            await self._clone_changed(name, clone, deleted=True)
+            await self._clone_changed(ctx, clone, deleted=True)
             if not by_retry:
-                self.progress(name, f"clone {clone.array}:{clone.clone} deleted")
+                self.progress(ctx.node, f"clone {clone.array}:{clone.clone} deleted")
 
-        problem = await self.clones.delete(self._record.node(name).clones_left, deleted)
+        left = ctx.payload.node(ctx.node).clones_left
+        problems = [
+            await self.clones.delete(
+                [c for c in left if c.ledger_id], deleted, key=lambda c: c.ledger_id
+            ),
+            await self.legacy_clones.delete([c for c in left if not c.ledger_id], deleted),
+        ]
+        problem = "; ".join(p for p in problems if p)
         if problem:
-            raise _StepFailed(NodeStep.DELETE_CLONES, problem)
-        await self._node(name, step=max_step(self._record.node(name).step, NodeStep.DELETE_CLONES))
+            raise RuntimeError(problem)
 
-
-_ORDER = tuple(NodeStep)
-
-
-def max_step(a: NodeStep, b: NodeStep) -> NodeStep:
-    return a if _ORDER.index(a) >= _ORDER.index(b) else b
+    async def _teardown(self, ctx: Ctx) -> None:
+        """The clone step's undo: unmount the node's clones, then delete each on its array."""
+        try:
+            await self._unmount(ctx)
+        except Exception as exc:
+            raise _StepFailed(NodeStep.UNMOUNT, str(exc)) from None
+        try:
+            await self._delete(ctx)
+        except Exception as exc:
+            raise _StepFailed(NodeStep.DELETE_CLONES, str(exc)) from None

@@ -215,6 +215,7 @@ def test_export_differential_cut_and_resumed_rebuilt_and_purged(
         assert node.commitlog_segments > 0, node
     with Catalog(config.coordinator.catalog) as catalog:
         assert not catalog.pending_cleanups(), "clones left"
+        assert not catalog.resources(), "clones left in the ledger"
 
     # -- the next backup: its export is cut in the middle, then run again -------------------------
     # Compacted: the first backup's SSTables of the table are then referenced by it alone.
@@ -230,7 +231,11 @@ def test_export_differential_cut_and_resumed_rebuilt_and_purged(
     with Catalog(config.coordinator.catalog) as catalog:
         interrupted = catalog.get_export(second.id)
         assert not catalog.pending_cleanups(), "the cut run left a clone behind"
-    assert interrupted.state is ExportState.RUNNING
+        assert not catalog.resources(), "the cut run left a clone in the ledger"
+    # The run engine records a cancelled run as failed, saying so (before the engine the record
+    # stayed 'running', and a purge refused until the export was run again).
+    assert interrupted.state is ExportState.FAILED, interrupted
+    assert interrupted.error.startswith("cancelled"), interrupted.error
     assert all(not n.clones_left for n in interrupted.nodes), interrupted
     partial = set(cut) - set(listing1)
     assert partial, "the cut came before any upload"

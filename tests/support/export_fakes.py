@@ -4,10 +4,12 @@ and the catalog's side (`ExportJournal`: saved records, pending cleanups)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from ringsnap.coordinator.export.model import ExportRecord
 from ringsnap.coordinator.export.ports import NodeUpload, UploadProgress
 from ringsnap.coordinator.model import CleanupRequest
+from ringsnap.coordinator.runs.resources import Resource
 from tests.support.clone_fakes import CloneNode
 
 Progress = Callable[[UploadProgress], None]
@@ -38,11 +40,12 @@ def _unheard(_: UploadProgress) -> None:
 
 
 class ExportJournal:
-    """The export's records as saved, and its pending cleanups by id."""
+    """The export's records as saved, and its pending cleanups and ledger entries by id (one
+    space of ids: `cleanups` holds both)."""
 
     def __init__(self) -> None:
         self.saved: list[ExportRecord] = []
-        self.cleanups: dict[int, CleanupRequest] = {}
+        self.cleanups: dict[int, CleanupRequest | Resource] = {}
         self.failed: dict[int, str] = {}
         self.next_id = 1
 
@@ -65,3 +68,25 @@ class ExportJournal:
 
     async def cleanup_failed(self, cleanup_id: int, error: str) -> None:
         self.failed[cleanup_id] = error
+
+    async def record_resources(self, resources: Sequence[Resource]) -> list[int]:
+        ids = []
+        for resource in resources:
+            self.cleanups[self.next_id] = resource
+            ids.append(self.next_id)
+            self.next_id += 1
+        return ids
+
+    async def resource_made(self, entry_id: int, name: str, volume_id: str) -> None:
+        made = self.cleanups[entry_id]
+        assert isinstance(made, Resource)
+        self.cleanups[entry_id] = replace(made, name=name, volume_id=volume_id)
+
+    async def resource_pending(self, entry_id: int) -> bool:
+        return entry_id in self.cleanups
+
+    async def resource_gone(self, entry_id: int) -> None:
+        del self.cleanups[entry_id]
+
+    async def resource_failed(self, entry_id: int, error: str) -> None:
+        self.failed[entry_id] = error

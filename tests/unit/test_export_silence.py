@@ -21,11 +21,11 @@ from ringsnap.agent.s3.export import ExportResult
 from ringsnap.agent.s3.progress import Reporter, Tracker
 from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.api.v1 import agent_pb2
-from ringsnap.coordinator.drill.cleanups import cleanup_clone
 from ringsnap.coordinator.export.model import ExportFailed, ExportRecord, NodeStep, purpose_id
 from ringsnap.coordinator.export.plan import plan_export
 from ringsnap.coordinator.export.ports import NodeUpload, UploadProgress
 from ringsnap.coordinator.export.workflow import PROGRESS_SILENCE_SECONDS, ExportWorkflow
+from ringsnap.coordinator.runs.resources import Resource
 from tests.support.clone_fakes import BACKUP_ID, CloneArray, Events, cloneable_backup
 from tests.support.export_fakes import ExportJournal, ExportNode, Progress
 
@@ -105,8 +105,9 @@ def test_a_silent_node_is_treated_as_lost_and_its_clones_stay_pending_cleanups()
     # Its clones were not confirmed unmounted: not deleted, pending cleanups naming the node.
     assert len(lost.clones_left) == 2 and not any(c.deleted for c in lost.clones_left)
     assert {c.clone for c in lost.clones_left} <= array.live
-    kept = [cleanup_clone(journal.cleanups[c.cleanup_id].snapshot_name) for c in lost.clones_left]
-    assert {(k.node, k.purpose_id) for k in kept if k is not None} == {
+    kept = [journal.cleanups[c.ledger_id] for c in lost.clones_left]
+    assert all(isinstance(k, Resource) for k in kept), "not ledger entries"
+    assert {(k.node, k.mount_purpose) for k in kept if isinstance(k, Resource)} == {
         ("node2", purpose_id(BACKUP_ID))
     }
     assert all("not confirmed unmounted from node node2" in e for e in journal.failed.values())

@@ -31,6 +31,7 @@ from ringsnap.coordinator.model import (
     BackupState,
     SnapshotKind,
 )
+from ringsnap.coordinator.runs.resources import Resource
 from ringsnap.plugins.types import SnapshotRef, Volume
 from tests.support.clone_fakes import BACKUP_ID, CloneArray, Events, cloneable_backup
 from tests.support.export_fakes import ExportJournal, ExportNode, Progress
@@ -144,6 +145,27 @@ def test_a_clone_is_a_pending_cleanup_before_it_is_mounted() -> None:
     node.mount_clones = mount  # type: ignore[method-assign]
     asyncio.run(setup.run())
     assert seen and seen[0] >= 2
+
+
+def test_a_clone_is_in_the_ledger_before_the_array_makes_it_with_its_node_and_purpose() -> None:
+    setup = Setup()
+    seen: list[list[object]] = []
+    original = setup.array.clone
+
+    async def clone(ref: SnapshotRef, suffix: str) -> Sequence[Volume]:
+        seen.append([r for r in setup.journal.cleanups.values() if suffix in str(r)])
+        return await original(ref, suffix)
+
+    setup.array.clone = clone  # type: ignore[method-assign]
+    asyncio.run(setup.run())
+    assert len(seen) == 2  # one call per node
+    for entries in seen:
+        assert len(entries) == 2
+        for entry in entries:
+            assert isinstance(entry, Resource) and not entry.made, "named before the array answered"
+            assert entry.node in NODES and entry.mount_purpose == purpose_id(BACKUP_ID)
+            assert (entry.array, entry.run_id, entry.run_kind) == ("array1", BACKUP_ID, "export")
+    setup.assert_nothing_left()
 
 
 def test_clone_failure_names_node_and_step_and_leaves_nothing() -> None:

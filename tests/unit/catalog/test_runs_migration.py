@@ -4,6 +4,7 @@ version-9 catalog keeps its exports readable, and gains the runs and the ledger.
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -67,3 +68,24 @@ def test_a_version_9_catalog_keeps_its_exports_and_gains_runs_and_the_ledger(
         assert catalog.resources("x") == [entry]
         catalog.save_run_document("x", "export", "c1", "running", "{}")
         assert catalog.find_run_document("x") == "{}"
+
+
+def test_an_export_found_running_at_open_is_marked_interrupted(tmp_path: Path) -> None:
+    path = tmp_path / "catalog.db"
+    running = replace(_EXPORT, state=ExportState.RUNNING, error="")
+    version_9_catalog(path, running)
+    with Catalog(path) as catalog:
+        assert catalog.interrupted_exports() == [running.backup_id]
+        found = catalog.get_export(running.backup_id)
+        assert found == replace(running, state=ExportState.INTERRUPTED)
+        # Saved again by its resume, running: its coordinator dies again.
+        catalog.save_export(running)
+    with Catalog(path, exclusive=False) as reader:  # a reader changes nothing
+        assert reader.get_export(running.backup_id).state is ExportState.RUNNING
+    with Catalog(path) as catalog:
+        assert catalog.interrupted_exports() == [running.backup_id]
+        done = replace(running, state=ExportState.SUCCEEDED, finished_at=running.started_at)
+        catalog.save_export(done)
+    with Catalog(path) as catalog:
+        assert catalog.interrupted_exports() == []
+        assert catalog.get_export(running.backup_id) == done
