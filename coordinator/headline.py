@@ -26,9 +26,10 @@ def newest_proven(summaries: Iterable[BackupSummary]) -> BackupSummary | None:
     return max(proven, key=lambda s: s.started_at, default=None)
 
 
-def proven_age_seconds(backup: BackupSummary, now: datetime) -> float:
-    """How old the data of a proven backup is: from its start (its point in time) to `now`."""
-    return (now - backup.started_at).total_seconds()
+def proven_age_seconds(started_at: datetime, now: datetime) -> float:
+    """How old the data of a proven backup is: from its start (its point in time) to `now`.
+    The metric computes it at each scrape, `ringsnap status` when it prints."""
+    return (now - started_at).total_seconds()
 
 
 def longest_interval_seconds(schedule: Schedule, after: datetime) -> float:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 
 from prometheus_client import (
     CollectorRegistry,
@@ -23,6 +23,7 @@ from prometheus_client.samples import Sample
 
 from ringsnap import __version__
 from ringsnap.coordinator.drill.model import DrillRecord
+from ringsnap.coordinator.headline import proven_age_seconds
 from ringsnap.coordinator.model import (
     Backup,
     BackupState,
@@ -339,11 +340,13 @@ class CoordinatorMetrics:
         self.missing_copies.labels(cluster=cluster).set(count)
 
     def set_last_proven(self, cluster: str, backup_started_at: datetime) -> None:
-        started = backup_started_at.timestamp()
-        self.last_proven.labels(cluster=cluster).set(started)
-        # Computed at each scrape, so that an alert on the age needs no new proof to fire.
+        self.last_proven.labels(cluster=cluster).set(backup_started_at.timestamp())
+        # Computed at each scrape, so that an alert on the age needs no new proof to fire; by the
+        # function `ringsnap status` prints it with.
         self._proven_clusters.add(cluster)
-        self.newest_proven_age.labels(cluster=cluster).set_function(lambda: time.time() - started)
+        self.newest_proven_age.labels(cluster=cluster).set_function(
+            lambda: proven_age_seconds(backup_started_at, datetime.now(UTC))
+        )
 
     def backup_skipped(self, cluster: str, reason: str) -> None:
         if reason not in SKIP_REASONS:

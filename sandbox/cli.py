@@ -143,6 +143,12 @@ def _print_usage(found: stack_services.Services) -> None:
         f"then: ringsnap backup {stack_services.CLUSTER_NAME}; ringsnap list;"
         " ringsnap show BACKUP; ringsnap status"
     )
+    for view in found.views:
+        if view.process.kind == "prometheus":
+            out.print(
+                f"Prometheus (alerts of monitoring/alerts.yml loaded): {view.process.address}"
+                " (alerts: /alerts; dashboards' queries: /graph)"
+            )
 
 
 @app.command()

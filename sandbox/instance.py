@@ -5,7 +5,8 @@ number k in 1..250, recorded under `<sandbox root>/.slots/` so that two live ins
 one; from k follow its loopback addresses 127.0.k.i and JMX ports 17000 + 10k + i (node i = 1..9).
 The instance's own services (`ringsnap sandbox up`): node i's agent on 127.0.k.i:7443, the
 coordinator's API on 127.0.0.1:27000+k (gRPC's local credentials accept 127.0.0.1 only, not the
-rest of 127/8) and its metrics on 127.0.0.1:28000+k; the array simulator takes a free port.
+rest of 127/8) and its metrics on 127.0.0.1:28000+k, the agents' metrics on 127.0.k.i:9445, the
+sandbox's Prometheus on 127.0.0.1:29000+k; the array simulator takes a free port.
 The default instance "sandbox" prefers slot 1.
 """
 
@@ -32,6 +33,8 @@ LUN_KINDS = ("data", "commitlog")
 AGENT_PORT = 7443
 COORDINATOR_PORT_BASE = 27000
 METRICS_PORT_BASE = 28000
+PROMETHEUS_PORT_BASE = 29000
+AGENT_METRICS_PORT = 9445
 
 
 def sandbox_root() -> Path:
@@ -149,6 +152,16 @@ class InstanceLayout:
     @property
     def metrics_listen(self) -> str:
         return metrics_listen(self.slot)
+
+    @property
+    def prometheus_listen(self) -> str:
+        """The sandbox's Prometheus (API and UI), 127.0.0.1:29000+k."""
+        _check(self.slot, 1)
+        return f"127.0.0.1:{PROMETHEUS_PORT_BASE + self.slot}"
+
+    def agent_metrics_address(self, index: int) -> str:
+        """Node `index`'s agent's metrics, on the node's own loopback address."""
+        return f"{self.address(index)}:{AGENT_METRICS_PORT}"
 
     def agent_address(self, index: int) -> str:
         return f"{self.address(index)}:{AGENT_PORT}"

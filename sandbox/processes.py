@@ -31,10 +31,10 @@ from ringsnap.sandbox.errors import SandboxError
 log = get_logger(__name__)
 
 PROC = Path("/proc")
-KINDS = ("coordinator", "agent", "simulator")
+KINDS = ("coordinator", "agent", "simulator", "prometheus")
 #: SIGTERM first; after this long, SIGKILL. The coordinator cancels backups and thaws nodes, an
-#: agent thaws its filesystems, a simulator has nothing to finish.
-GRACE_SECONDS = {"coordinator": 60.0, "agent": 30.0, "simulator": 5.0}
+#: agent thaws its filesystems, a simulator has nothing to finish, Prometheus closes its database.
+GRACE_SECONDS = {"coordinator": 60.0, "agent": 30.0, "simulator": 5.0, "prometheus": 10.0}
 #: After SIGKILL, how long to wait for the kernel to take the process away.
 KILL_WAIT_SECONDS = 10.0
 
@@ -121,6 +121,8 @@ def kind_of(argv: Sequence[str]) -> str | None:
     text = " ".join(argv)
     if "ringsnap.plugins.simulators" in text:
         return "simulator"
+    if argv and Path(argv[0]).name == "prometheus":
+        return "prometheus"
     if "serve" not in argv:
         return None
     if "ringsnap-coordinator" in text or "ringsnap.coordinator.main" in text:
@@ -132,7 +134,8 @@ def kind_of(argv: Sequence[str]) -> str | None:
 
 def find_service_processes(services_dir: Path, proc: Path = PROC) -> list[ServiceProcess]:
     """Live processes whose arguments name a path under `services_dir` and that are sandbox
-    services (agent, coordinator, simulator): what a crashed `up` may have left unrecorded."""
+    services (agent, coordinator, simulator, prometheus): what a crashed `up` may have left
+    unrecorded."""
     prefix = str(services_dir).rstrip("/") + "/"
     found = []
     for entry in proc.iterdir() if proc.is_dir() else ():

@@ -7,7 +7,9 @@
   `python -m ringsnap.plugins.simulators VENDOR --pool ... --tls-dir ...`, HTTPS on 127.0.0.1;
 - the coordinator: `ringsnap-coordinator serve --config services/coordinator.toml`, API on
   127.0.0.1:27000+k, metrics on 127.0.0.1:28000+k (k: the instance's slot), catalog and API token
-  in services/coordinator/.
+  in services/coordinator/;
+- Prometheus (Debian's package) on 127.0.0.1:29000+k, scraping the coordinator and the agents'
+  metrics (node i's on 127.0.k.i:9445) with monitoring/alerts.yml loaded (`prometheus.py`).
 
 `ringsnap` finds that coordinator with `export RINGSNAP_CONFIG=<instance>/services/coordinator.toml`
 (`--config` > $RINGSNAP_CONFIG > /etc/ringsnap/coordinator.toml); `up` prints the line. Every
@@ -35,6 +37,7 @@ from ringsnap.config import validate
 from ringsnap.coordinator.apitoken import token_path
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.logs import get_logger
+from ringsnap.sandbox import prometheus
 from ringsnap.sandbox.cluster import SandboxCluster
 from ringsnap.sandbox.errors import SandboxError
 from ringsnap.sandbox.instance import InstanceLayout
@@ -340,6 +343,8 @@ def start(
                 cluster, node, pki[node.name], directory / "agent-state" / node.name, address
             )
             data["log"] = {"json": True, "level": "info"}
+            # On the node's own loopback address, as on a real node: the sandbox's Prometheus.
+            data["metrics"] = {"enabled": True, "listen": layout.agent_metrics_address(node.index)}
             agent_config = write_config(directory / f"agent-{node.name}.toml", data)
             argv = [
                 *_entry_point("ringsnap-agent", "ringsnap.agent.main"),
@@ -433,6 +438,23 @@ def start(
             coordinator,
             lambda: token.is_file() and _accepts(listen),
             f"serve its API on {listen}",
+        )
+
+        say("starting Prometheus with the shipped alert rules")
+        nodes = [layout.agent_metrics_address(node.index) for node in cluster.nodes]
+        config, data_directory = prometheus.write_config(
+            directory / "prometheus", layout.metrics_listen, nodes, CLUSTER_NAME
+        )
+        watcher = launcher.start(
+            "prometheus",
+            "prometheus",
+            prometheus.argv(config, data_directory, layout.prometheus_listen),
+            f"http://{layout.prometheus_listen}",
+        )
+        launcher.wait(
+            watcher,
+            partial(prometheus.ready, layout.prometheus_listen),
+            f"serve on {layout.prometheus_listen}",
         )
     except BaseException:
         launcher.abort()

@@ -192,6 +192,8 @@ class Stack:
     coordinator_settings: dict[str, Any] = field(default_factory=dict)
     #: The drill host's agent (`running_stack(..., drill_host=True)`), else None.
     drill_agent: ProcessAgent | None = None
+    #: Each node's agent metrics address (`running_stack(..., agent_metrics=True)`), by node name.
+    agent_metrics: dict[str, str] = field(default_factory=dict)
 
     def coordinator_data(self, **cluster_settings: Any) -> dict[str, Any]:
         client = self.pki.client.write(self.workdir / "pki", "coordinator")
@@ -380,9 +382,12 @@ def running_stack(
     agent_processes: bool = False,
     drill_host: bool = False,
     s3: dict[str, Any] | None = None,
+    agent_metrics: bool = False,
 ) -> Iterator[Stack]:
     """Agents for every node of `cluster` (threads, or processes) and a `vendor` simulator; with
-    `drill_host`, a fourth agent process that runs restore drills (`Stack.drill_agent`)."""
+    `drill_host`, a fourth agent process that runs restore drills (`Stack.drill_agent`); with
+    `agent_metrics`, each agent serves its metrics on a free loopback port."""
+    metrics: dict[str, str] = {}
     workdir.mkdir(parents=True, exist_ok=True)
     pki = TestPki.create(workdir / "pki")
     with contextlib.ExitStack() as stack:
@@ -398,6 +403,9 @@ def running_stack(
             )
             if s3 is not None:
                 data["s3"] = dict(s3)  # every node's `[s3]` table (docs/s3.md)
+            if agent_metrics:
+                metrics[node.name] = f"127.0.0.1:{_free_port()}"
+                data["metrics"] = {"enabled": True, "listen": metrics[node.name]}
             if agent_processes:
                 data["log"] = {"json": True, "level": "warning"}
                 config_file = write_config(workdir / f"agent-{node.name}.toml", data)
@@ -416,4 +424,6 @@ def running_stack(
                 drill_host_data(cluster, pki, workdir, f"127.0.0.1:{port}"),
             )
             drill_agent = stack.enter_context(ProcessAgent(config_file, port))
-        yield Stack(cluster, workdir, pki, agents, array, drill_agent=drill_agent)
+        yield Stack(
+            cluster, workdir, pki, agents, array, drill_agent=drill_agent, agent_metrics=metrics
+        )

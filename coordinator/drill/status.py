@@ -27,7 +27,7 @@ def proof_lines(catalog: Catalog, cluster: str, now: datetime | None = None) -> 
             " restored or drilled): run `ringsnap drill --latest --cluster " + cluster + " --ring`"
         )
     else:
-        age = render.duration(proven_age_seconds(proven, now))
+        age = render.duration(proven_age_seconds(proven.started_at, now))
         lines.append(
             f"{cluster}: newest proven backup {proven.id}, taken {age} ago, proven by"
             f" {proven.verified_by or 'a restore'}"

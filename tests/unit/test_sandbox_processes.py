@@ -192,6 +192,8 @@ def test_finds_the_services_of_this_instance_only(tmp_path: Path) -> None:
         (["/v/bin/ringsnap-coordinator", "serve", "--config", "c"], "coordinator"),
         (["python", "-m", "ringsnap.agent.main", "serve", "--config", "c"], "agent"),
         (["python", "-m", "ringsnap.plugins.simulators", "eseries"], "simulator"),
+        (["/usr/bin/prometheus", "--config.file", "/x/services/prometheus.yml"], "prometheus"),
+        (["/usr/bin/promtool", "check", "rules"], None),
         (["/v/bin/ringsnap-agent", "check", "--config", "c"], None),
         (["/v/bin/ringsnap", "status"], None),
         (["vim", "serve"], None),
