@@ -14,11 +14,14 @@ import re
 import shlex
 import subprocess
 import sys
+import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from ringsnap.sandbox.instance import LABEL_INSTANCE, sandbox_root
+from ringsnap.sandbox.prometheus import PrometheusApi
 from tests.support.testbed import sandbox_unavailable
 
 pytestmark = pytest.mark.integration
@@ -117,7 +120,13 @@ def test_sandbox_up_is_a_playground_for_the_ringsnap_cli(sandbox_instance_name: 
         services = json.loads((root / "services.json").read_text())
         recorded = [(p["pid"], p["start_time"]) for p in services["processes"]]
         kinds = sorted(p["kind"] for p in services["processes"])
-        assert kinds == ["agent", "agent", "agent", "coordinator", "simulator"]
+        assert kinds == ["agent", "agent", "agent", "coordinator", "prometheus", "simulator"]
+        watching = re.search(
+            r"Prometheus \(alerts of monitoring/alerts.yml loaded\): (\S+)", up.stdout
+        )
+        assert watching, _said(up)
+        api = PrometheusApi(watching.group(1))
+        assert api.url.startswith("http://127.0.0.1:")
 
         cli = {**env, "RINGSNAP_CONFIG": config}
         backup = _ringsnap("backup", "sandbox", env=cli)
@@ -143,14 +152,27 @@ def test_sandbox_up_is_a_playground_for_the_ringsnap_cli(sandbox_instance_name: 
         status = _ringsnap("status", env=cli)
         assert status.returncode == 0, _said(status)
         assert backup_id in status.stdout
+        # The terminal and the dashboard name the same newest proven backup: the restore proved it.
+        assert f"sandbox: newest proven backup {backup_id}" in status.stdout, _said(status)
+        started = datetime.fromisoformat(json.loads(listed.stdout)["backups"][0]["started_at"])
+        deadline = time.monotonic() + 30
+        while not (
+            proven := api.query('ringsnap_last_proven_backup_timestamp_seconds{cluster="sandbox"}')
+        ):
+            assert time.monotonic() < deadline, "the sandbox's Prometheus has no proven backup"
+            time.sleep(1)
+        assert float(proven[0]["value"][1]) == pytest.approx(started.timestamp(), abs=1e-3)
+        assert api.query('ringsnap_last_restore_step_seconds{kind="restore"}')
+        assert all(t["health"] == "up" for t in api.targets()), api.targets()
+        api.close()
 
         sandbox_status = _ringsnap("sandbox", "status", "--instance", instance, env=env)
         assert sandbox_status.returncode == 0, _said(sandbox_status)
-        assert sandbox_status.stdout.count("running") >= 5 + 3  # 5 processes, 3 containers
+        assert sandbox_status.stdout.count("running") >= 6 + 3  # 6 processes, 3 containers
     finally:
         down = _ringsnap("sandbox", "down", "--instance", instance, env=env, timeout=600)
     assert down.returncode == 0, _said(down)
-    assert "stopped 5 processes" in " ".join(down.stdout.split()), _said(down)
+    assert "stopped 6 processes" in " ".join(down.stdout.split()), _said(down)
     for pid, start_time in recorded:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
