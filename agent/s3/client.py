@@ -17,6 +17,7 @@ import boto3
 from botocore.config import Config
 
 from ringsnap.agent.s3.settings import S3Settings
+from ringsnap.agent.s3.sse import register_sse
 
 #: boto3's clients are generated at run time (no types without a stubs package).
 S3Client = Any
@@ -62,6 +63,7 @@ def make_client(settings: S3Settings) -> S3Client:
     if not flexible:
         for operation in _MD5_OPERATIONS:
             client.meta.events.register(f"before-sign.s3.{operation}", _content_md5_only)
+    register_sse(client, settings, _MASK.add)
     return client
 
 

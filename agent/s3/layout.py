@@ -52,6 +52,7 @@ _COMPONENT_KEY = re.compile(
     rf"sstables/(?P<node>{_NODE.pattern})/(?P<keyspace>{_KEYSPACE})/(?P<table>{_TABLE_DIR})/"
     rf"(?P<sstable>{_SSTABLE})/(?P<component>{_COMPONENT})-(?P<size>[0-9]{{1,15}})(?:-[0-9]{{1,20}})?"
 )
+_KEY_ID = re.compile(r"[0-9a-f]{32}")
 _MANIFEST_KEY = re.compile(r"backups/(?P<backup>[A-Za-z0-9][A-Za-z0-9_-]{0,62})/(?P<node>[^/]+)")
 
 
@@ -161,11 +162,25 @@ class Layout:
             )
         return name
 
+    def keys_prefix(self, node: str = "") -> str:
+        return f"{self.prefix}keys/{node_name(node)}/" if node else f"{self.prefix}keys/"
+
     def key_object_key(self, node: str, key_id: str) -> str:
         """Where an encrypted export run's wrapped key lives (`crypto.keyring`)."""
-        if not re.fullmatch(r"[0-9a-f]{32}", key_id):
+        if not _KEY_ID.fullmatch(key_id):
             raise ValidationError(f"invalid run key id {key_id!r}")
-        return f"{self.prefix}keys/{node_name(node)}/{key_id}.json"
+        return f"{self.keys_prefix(node)}{key_id}.json"
+
+    def parse_key_object_key(self, key: str) -> tuple[str, str]:
+        """(node, key id) of a key object's key read from a listing; refuses anything else."""
+        rest = key[len(self.keys_prefix()) :] if key.startswith(self.keys_prefix()) else ""
+        node, _, name = rest.partition("/")
+        key_id = name.removesuffix(".json")
+        if not _NODE.fullmatch(node) or ".." in node or not name.endswith(".json"):
+            raise ValidationError(f"S3 key {key!r} is not a key object's key; refused")
+        if not _KEY_ID.fullmatch(key_id):
+            raise ValidationError(f"S3 key {key!r} is not a key object's key; refused")
+        return node, key_id
 
     def object_name(self, key: str) -> str:
         """An object's name below the prefix: what an encrypted object is bound to."""

@@ -23,6 +23,11 @@ Checksums = Literal["md5", "flexible"]
 MIB = 1024 * 1024
 
 
+def _is_hex_key(text: str) -> bool:
+    """32 bytes as 64 hex digits (`openssl rand -hex 32`)."""
+    return len(text) == 64 and all(c in "0123456789abcdefABCDEF" for c in text)
+
+
 class S3Encryption(Section):
     """`[s3.encryption]`: copies encrypted on the node before they leave it (docs/s3.md,
     "Encryption"). The node holds public keys only: it can write copies, never read them."""
@@ -45,8 +50,7 @@ class S3Encryption(Section):
                 raise ValueError(f"recipients: {exc}") from None
         if len(set(self.recipients)) != len(self.recipients):
             raise ValueError("recipients: a recipient is listed twice")
-        key = self.name_key_file.get_secret_value().strip()
-        if len(key) != 64 or any(c not in "0123456789abcdefABCDEF" for c in key):
+        if not _is_hex_key(self.name_key_file.get_secret_value().strip()):
             raise ValueError(
                 "name_key_file must hold 64 hex digits (make it with `openssl rand -hex 32`)"
             )
@@ -90,8 +94,34 @@ class S3Settings(Section):
     connect_timeout_seconds: float = Field(default=10.0, gt=0)
     read_timeout_seconds: float = Field(default=60.0, gt=0)
     max_attempts: int = Field(default=5, ge=1, le=20)
-    #: None: copies in plain text (the store's own encryption only).
+    #: The store's own encryption at rest of what ringsnap writes (`ringsnap.agent.s3.sse`):
+    #: `AES256` (SSE-S3), `aws:kms` (SSE-KMS, key `sse_kms_key_id` or the account's default),
+    #: `customer` (SSE-C, key in `sse_customer_key_file`). None: the bucket's default.
+    server_side_encryption: Literal["AES256", "aws:kms", "customer"] | None = None
+    sse_kms_key_id: str | None = Field(default=None, min_length=1, max_length=2048)
+    #: SSE-C's key: 64 hex digits (`openssl rand -hex 32`); a path or `credential:NAME`. Every
+    #: node and the coordinator need the same key; without it no object can be read back.
+    sse_customer_key_file: SecretFile | None = None
+    #: Client-side encryption on the node (docs/s3.md, "Encryption"). None: copies in plain text
+    #: (the store's own encryption only).
     encryption: S3Encryption | None = None
+
+    @model_validator(mode="after")
+    def _sse_keys(self) -> S3Settings:
+        mode = self.server_side_encryption
+        if self.sse_kms_key_id is not None and mode != "aws:kms":
+            raise ValueError('sse_kms_key_id goes with server_side_encryption = "aws:kms"')
+        if (self.sse_customer_key_file is not None) != (mode == "customer"):
+            raise ValueError(
+                'sse_customer_key_file goes with server_side_encryption = "customer" (both or'
+                " neither)"
+            )
+        customer = self.sse_customer_key_file
+        if customer is not None and not _is_hex_key(customer.get_secret_value().strip()):
+            raise ValueError(
+                "sse_customer_key_file must hold 64 hex digits (`openssl rand -hex 32`)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _keys_together(self) -> S3Settings:

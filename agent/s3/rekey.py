@@ -1,0 +1,146 @@
+"""Key rotation of encrypted copies: re-wrap the run keys, never touch a data object.
+
+    python -m ringsnap.agent.s3.rekey --settings s3.toml --identity old.age \\
+        --add age1new... [--remove age:age1old...] [--node NAME] [--dry-run]
+
+Every key object under `<prefix>keys/` (of one node, or of all) is read, its run key opened with
+the identity, wrapped for the recipients added, the stanzas of those removed dropped, and the key
+object written again (one PUT each, replacing it whole: S3 replaces an object atomically). The
+data objects are sealed with the run keys, which do not change: none is read or rewritten. Run
+it where the secret key is (not on a node), then put the new recipients in the nodes'
+`[s3.encryption]` so that new exports use them.
+
+Refused before any write: a key object this identity cannot open (naming the recipients that
+would), removing a recipient a key object does not have, or removing every recipient.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ringsnap.agent.s3.client import S3Client, make_client
+from ringsnap.agent.s3.crypto.keyring import (
+    MAX_OBJECT_BYTES,
+    KeyObjectInvalid,
+    KeyUnavailable,
+    WrappedKey,
+    rewrap,
+)
+from ringsnap.agent.s3.crypto.recipients import (
+    AgeRecipient,
+    Identity,
+    Recipient,
+    WrapError,
+    age_identities,
+)
+from ringsnap.agent.s3.layout import Layout
+from ringsnap.agent.s3.settings import S3Settings
+from ringsnap.config import load
+from ringsnap.errors import RingsnapError, ValidationError
+from ringsnap.logs import get_logger
+
+log = get_logger(__name__)
+
+
+class RekeyRefused(RingsnapError):
+    """A key object could not be re-wrapped; nothing after it was written (the message says
+    how many were)."""
+
+
+@dataclass(frozen=True)
+class RekeyResult:
+    key_objects: int
+    rewritten: int
+    unchanged: int
+    dry_run: bool
+
+
+def rekey(
+    client: S3Client,
+    bucket: str,
+    layout: Layout,
+    identities: Sequence[Identity],
+    *,
+    add: Sequence[Recipient] = (),
+    remove: Sequence[str] = (),
+    node: str = "",
+    dry_run: bool = False,
+) -> RekeyResult:
+    """Re-wrap the key objects under `layout`'s `keys/` (of `node`, or all); see the module."""
+    if not add and not remove:
+        raise ValidationError("a rekey adds or removes at least one recipient")
+    wanted = {f"{r.kind}:{r.label}" for r in add}
+    found = rewritten = unchanged = 0
+    paginator = client.get_paginator("list_objects_v2")
+    for page in paginator.paginate(Bucket=bucket, Prefix=layout.keys_prefix(node)):
+        for item in page.get("Contents", ()):
+            key = item["Key"]
+            layout.parse_key_object_key(key)
+            found += 1
+            wrapped = _read(client, bucket, key)
+            labels = set(wrapped.recipients)
+            if wanted <= labels and not labels & set(remove):
+                unchanged += 1
+                continue
+            try:
+                new = rewrap(wrapped, identities, key, add=add, remove=remove)
+            except (WrapError, KeyUnavailable) as exc:
+                raise RekeyRefused(
+                    f"{exc}; {rewritten} key object(s) were re-wrapped before it, run the same"
+                    " command again once fixed (those are skipped)"
+                ) from None
+            if not dry_run:
+                client.put_object(Bucket=bucket, Key=key, Body=new.to_bytes())
+            rewritten += 1
+            log.info("key object re-wrapped", key=key, recipients=new.recipients, dry_run=dry_run)
+    return RekeyResult(found, rewritten, unchanged, dry_run)
+
+
+def _read(client: S3Client, bucket: str, key: str) -> WrappedKey:
+    body = client.get_object(Bucket=bucket, Key=key)["Body"]
+    try:
+        data = body.read(MAX_OBJECT_BYTES + 1)
+    finally:
+        body.close()
+    try:
+        return WrappedKey.parse(data, key)
+    except KeyObjectInvalid as exc:
+        raise RekeyRefused(str(exc)) from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ringsnap.agent.s3.rekey", description=__doc__)
+    parser.add_argument("--settings", type=Path, required=True)
+    parser.add_argument("--identity", type=Path, required=True, help="age secret key file")
+    parser.add_argument("--add", action="append", default=[], help="age1... public key")
+    parser.add_argument("--remove", action="append", default=[], help="age:age1... (as listed)")
+    parser.add_argument("--node", default="")
+    parser.add_argument("--dry-run", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        settings = load(args.settings, S3Settings)
+        identities = age_identities(args.identity.read_text(), str(args.identity))
+        result = rekey(
+            make_client(settings),
+            settings.bucket,
+            Layout(settings.prefix),
+            identities,
+            add=[AgeRecipient(text) for text in args.add],
+            remove=args.remove,
+            node=args.node,
+            dry_run=args.dry_run,
+        )
+    except (RingsnapError, WrapError, OSError, UnicodeDecodeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps({"result": asdict(result)}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
