@@ -83,18 +83,22 @@ class EncryptingReader:
         return sealed
 
     def read(self, size: int | None = -1) -> bytes:
-        want = self.size - self._position if size is None or size < 0 else size
-        out = bytearray()
-        while want > 0 and self._position < self.size:
-            if self._position < HEADER_SIZE:
-                piece = self._sealer.header_bytes[self._position : self._position + want]
+        """Up to `size` bytes from the position; each byte copied once (views of the header and
+        of the sealed chunks, joined)."""
+        position = self._position
+        end = self.size if size is None or size < 0 else min(self.size, position + size)
+        pieces: list[memoryview] = []
+        while position < end:
+            if position < HEADER_SIZE:
+                source, offset = memoryview(self._sealer.header_bytes), position
             else:
-                index, within = divmod(self._position - HEADER_SIZE, CIPHER_CHUNK)
-                piece = self._sealed(index)[within : within + want]
-            out += piece
-            self._position += len(piece)
-            want -= len(piece)
-        return bytes(out)
+                index, offset = divmod(position - HEADER_SIZE, CIPHER_CHUNK)
+                source = memoryview(self._sealed(index))
+            piece = source[offset : offset + end - position]
+            pieces.append(piece)
+            position += len(piece)
+        self._position = position
+        return pieces[0].tobytes() if len(pieces) == 1 else b"".join(pieces)
 
     def close(self) -> None:
         self._source.close()
