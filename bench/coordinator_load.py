@@ -32,8 +32,8 @@ from bench.catalog import ref_for
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import coordinator_pb2_grpc
 from ringsnap.config import validate
-from ringsnap.coordinator.api_server import CoordinatorServer
-from ringsnap.coordinator.apitoken import token_path, write_token
+from ringsnap.coordinator.api.listeners import CoordinatorServer
+from ringsnap.coordinator.api.token import token_path, write_token
 from ringsnap.coordinator.catalog import Catalog, codec
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.metrics import CoordinatorMetrics

@@ -20,8 +20,8 @@ from pathlib import Path
 from ringsnap.coordinator.assembly import open_coordinator
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.model import RestoreRecord, RestoreState
-from ringsnap.coordinator.restore_plan import RestoreRequest
-from ringsnap.coordinator.restore_session import open_restore_session
+from ringsnap.coordinator.restore.plan import RestoreRequest
+from ringsnap.coordinator.restore.session import open_restore_session
 from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.logs import configure
 from ringsnap.sandbox.cluster import SandboxCluster

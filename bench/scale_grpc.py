@@ -55,7 +55,7 @@ from ringsnap.agent.config import AgentConfig
 from ringsnap.agent.freeze import FreezeManager
 from ringsnap.agent.nodetool import ClusterFacts, NodeIdentity
 from ringsnap.config import validate
-from ringsnap.coordinator.agents import ClientTls, GrpcNodeAgent
+from ringsnap.coordinator.agents.connection import ClientTls, GrpcNodeAgent
 from ringsnap.coordinator.backup import BackupSettings, BackupWorkflow, NodeTarget
 from ringsnap.coordinator.backup.freeze import FreezeBarrier, renew_leases
 from ringsnap.coordinator.backup.model import (

@@ -13,15 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from ringsnap.config import load
-from ringsnap.coordinator.agents import ClientTls, GrpcNodeAgent
+from ringsnap.coordinator.agents.connection import ClientTls, GrpcNodeAgent
+from ringsnap.coordinator.backup.schema import SchemaRow
+from ringsnap.coordinator.backup.schema_capture import describe_keyspaces
 from ringsnap.coordinator.canary import CanaryStore, CqlCanaries
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.metrics import CoordinatorMetrics
 from ringsnap.coordinator.ports import AgentPort, ArrayPort
 from ringsnap.coordinator.service import ClusterRuntime, Coordinator
-from ringsnap.coordinator.table_restore.capture import describe_keyspaces
-from ringsnap.coordinator.table_restore.schema import SchemaRow
 from ringsnap.logs import get_logger
 from ringsnap.plugins.middleware import AsyncDriver
 from ringsnap.plugins.registry import open_driver

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from ringsnap.coordinator.agents import ClientTls
+from ringsnap.coordinator.agents.connection import ClientTls
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.ports import ArrayPort
 from ringsnap.plugins.middleware import AsyncDriver

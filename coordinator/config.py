@@ -27,7 +27,7 @@ from pydantic import (
 from ringsnap import names
 from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.config import SecretFile, Section, TlsFiles, load
-from ringsnap.coordinator.access import Role
+from ringsnap.coordinator.api.access import Role
 from ringsnap.coordinator.model import QuiesceMode, SnapshotKind, VolumeRole
 from ringsnap.coordinator.retention import RetentionPolicy
 from ringsnap.coordinator.scheduler import Schedule, cron_trigger

@@ -27,8 +27,8 @@ from typing import Any
 
 from ringsnap import certs, logs, sdnotify
 from ringsnap.config import redacted
-from ringsnap.coordinator.api_server import CoordinatorServer, RemoteListener, loopback_problem
-from ringsnap.coordinator.apitoken import remove_token, token_path, write_token
+from ringsnap.coordinator.api.listeners import CoordinatorServer, RemoteListener, loopback_problem
+from ringsnap.coordinator.api.token import remove_token, token_path, write_token
 from ringsnap.coordinator.assembly import load_config, open_coordinator
 from ringsnap.coordinator.config import DEFAULT_CONFIG_PATH, CoordinatorConfig
 from ringsnap.coordinator.metrics import MetricsServer

@@ -1,7 +1,7 @@
 """What the workflows need from the outside world, as domain types.
 
 The backup and restore workflows import nothing from gRPC, the driver or the database: they talk to
-these protocols. `ringsnap.coordinator.agents` implements `AgentPort` over gRPC with mutual TLS;
+these protocols. `ringsnap.coordinator.agents.connection` implements `AgentPort` over gRPC with mutual TLS;
 `ringsnap.plugins.middleware.AsyncDriver` is the `ArrayPort` of any driver; tests may fake both.
 """
 

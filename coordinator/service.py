@@ -4,7 +4,7 @@ Joins the pieces that each do one job: the workflow (the protocol), the catalog 
 drivers (through the middleware), the scheduler (one backup per cluster at a time), the metrics.
 Restores run here too when the daemon owns the catalog (`ringsnap restore` then goes through the
 API): the same session and workflow as in the CLI's own process, holding the cluster as a backup
-does. Nothing here speaks gRPC; `ringsnap.coordinator.server` translates for it.
+does. Nothing here speaks gRPC; `ringsnap.coordinator.api.servicer` translates for it.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from ringsnap.coordinator.backup import (
     NodeTarget,
     new_backup_id,
 )
-from ringsnap.coordinator.backup_nodes import arrays_of, planned_nodes
-from ringsnap.coordinator.backup_record import record_completed, record_failed
+from ringsnap.coordinator.backup.nodes import arrays_of, planned_nodes
+from ringsnap.coordinator.backup.record import record_completed, record_failed
+from ringsnap.coordinator.backup.schema_capture import KeyspaceSchemaReader
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.cluster_clients import client_tls
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig, RetentionSection
@@ -49,7 +50,7 @@ from ringsnap.coordinator.model import (
 from ringsnap.coordinator.operations import Operation, Operations
 from ringsnap.coordinator.pending_cleanups import PendingCleanups
 from ringsnap.coordinator.ports import AgentPort, ArrayPort, CanaryWriter
-from ringsnap.coordinator.restore_daemon import DaemonRestores, RestoreAwareGuard
+from ringsnap.coordinator.restore.daemon import DaemonRestores, RestoreAwareGuard
 from ringsnap.coordinator.retention import RetentionPlan, apply_policy
 from ringsnap.coordinator.runs.ledger import Ledger, LedgerRetry
 from ringsnap.coordinator.scheduler import (
@@ -59,7 +60,6 @@ from ringsnap.coordinator.scheduler import (
     Skip,
 )
 from ringsnap.coordinator.table_restore import daemon as table_restore_daemon
-from ringsnap.coordinator.table_restore.capture import KeyspaceSchemaReader
 from ringsnap.coordinator.table_restore.model import TableRestoreRequest
 from ringsnap.coordinator.table_restore.plan import TableRestorePlan
 from ringsnap.errors import RingsnapError

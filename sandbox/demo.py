@@ -102,10 +102,10 @@ def restore_and_prove(
     table: str,
 ) -> RestoreRecord:
     """`ringsnap restore BACKUP --yes`, in this process: plan, progress, per-node verdicts."""
-    from ringsnap.coordinator.console import ProgressPrinter
-    from ringsnap.coordinator.restore_plan import RestoreRequest
-    from ringsnap.coordinator.restore_report import print_plan, print_report
-    from ringsnap.coordinator.restore_session import open_restore_session
+    from ringsnap.coordinator.cli.console import ProgressPrinter
+    from ringsnap.coordinator.cli.restore_report import print_plan, print_report
+    from ringsnap.coordinator.restore.plan import RestoreRequest
+    from ringsnap.coordinator.restore.session import open_restore_session
 
     async def run() -> RestoreRecord:
         async with open_restore_session(config, CLUSTER_NAME) as session:
@@ -115,7 +115,7 @@ def restore_and_prove(
                 raise RuntimeError("the restore plan refused: " + "; ".join(plan.refusals))
             return await session.run(plan, "sandbox demo", ProgressPrinter(quiet=False))
 
-    from ringsnap.coordinator.restore_cli import quiet_cql_driver
+    from ringsnap.coordinator.cli.restore import quiet_cql_driver
 
     quiet_cql_driver()
     out.print(f"\n[bold]ringsnap restore {backup.id} --yes[/bold]")

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ringsnap.config import validate
-from ringsnap.coordinator.apitoken import token_path
+from ringsnap.coordinator.api.token import token_path
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.logs import get_logger
 from ringsnap.sandbox import prometheus

@@ -20,7 +20,7 @@ from typing import Any
 
 from ringsnap.agent.config import AgentConfig
 from ringsnap.config import validate
-from ringsnap.coordinator.apitoken import token_path
+from ringsnap.coordinator.api.token import token_path
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.plugins.simulators.flasharray import FlashArrayOptions, FlashArraySimulator
 from ringsnap.plugins.simulators.lunpool import LunPool

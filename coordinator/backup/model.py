@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from ringsnap.coordinator.backup.schema import SchemaRow
 from ringsnap.coordinator.model import (
     CleanupRequest,
     FreezeWindow,
@@ -15,7 +16,6 @@ from ringsnap.coordinator.model import (
     SnapshotKind,
 )
 from ringsnap.coordinator.ports import AgentPort, PhaseClock, SSTable
-from ringsnap.coordinator.table_restore.schema import SchemaRow
 from ringsnap.errors import RingsnapError
 from ringsnap.plugins.types import SnapshotRef, Volume
 

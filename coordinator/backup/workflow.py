@@ -39,10 +39,10 @@ from ringsnap.coordinator.backup.model import (
     new_backup_id,
 )
 from ringsnap.coordinator.backup.plan import arrays_of, plan_backup
+from ringsnap.coordinator.backup.schema_capture import KeyspaceSchemaReader
 from ringsnap.coordinator.backup.tasks import bounded, raise_failures, to_completion
 from ringsnap.coordinator.model import QuiesceMode, SnapshotKind
 from ringsnap.coordinator.ports import AgentPort, ArrayPort, CanaryWriter, SSTable
-from ringsnap.coordinator.table_restore.capture import KeyspaceSchemaReader
 from ringsnap.logs import get_logger
 from ringsnap.plugins.types import Volume
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
+from ringsnap.coordinator.backup.schema import KeyspaceSchema, SchemaRow
 from ringsnap.coordinator.catalog import backup_rows
 from ringsnap.coordinator.catalog.columns import now, to_us
 from ringsnap.coordinator.catalog.database import Database
 from ringsnap.coordinator.catalog.errors import CatalogError
-from ringsnap.coordinator.table_restore.schema import KeyspaceSchema, SchemaRow
 
 
 class KeyspaceSchemaStore(Database):

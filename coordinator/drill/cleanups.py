@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ringsnap.coordinator.agents import AgentError
+from ringsnap.coordinator.agents.connection import AgentError
 from ringsnap.coordinator.drill.ports import DrillHost
 from ringsnap.coordinator.model import CleanupRequest
 from ringsnap.coordinator.ports import ArrayPort

@@ -20,7 +20,7 @@ from ringsnap.coordinator.drill.model import purpose_id
 from ringsnap.coordinator.drill.ports import NodeDrillFacts, NodeFactsPort
 from ringsnap.coordinator.model import Backup, BackupNode, SnapshotKind
 from ringsnap.coordinator.ports import ArrayPort
-from ringsnap.coordinator.restore_plan import match_volume, narrowed
+from ringsnap.coordinator.restore.plan import match_volume, narrowed
 from ringsnap.plugins.errors import NotFoundError
 from ringsnap.plugins.types import SnapshotRef
 

@@ -1,6 +1,6 @@
 """What the drill workflow needs from the outside world, as domain types: the drill host's agent
 (clones mounted, drills run), the production nodes' agents (where each backed-up volume stood and
-where Cassandra keeps its files) and the catalog. `ringsnap.coordinator.drill.agents` implements
+where Cassandra keeps its files) and the catalog. `ringsnap.coordinator.agents.drill` implements
 the first two over gRPC; tests fake them."""
 
 from __future__ import annotations

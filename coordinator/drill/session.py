@@ -12,12 +12,12 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from ringsnap.coordinator.agents import ClientTls
+from ringsnap.coordinator.agents.connection import ClientTls
+from ringsnap.coordinator.agents.drill import GrpcDrillHost, GrpcNodeFacts
 from ringsnap.coordinator.catalog import Catalog
-from ringsnap.coordinator.catalog_journal import CatalogCleanups, CatalogJournalBase
+from ringsnap.coordinator.catalog.journal import CatalogCleanups, CatalogJournalBase
 from ringsnap.coordinator.cluster_clients import open_cluster
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
-from ringsnap.coordinator.drill.agents import GrpcDrillHost, GrpcNodeFacts
 from ringsnap.coordinator.drill.cleanups import clone_cleanup
 from ringsnap.coordinator.drill.model import (
     DrillRecord,

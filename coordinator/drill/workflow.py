@@ -45,7 +45,7 @@ from ringsnap.coordinator.drill.plan import DrillPlan, DrillSettings, NodeDrillP
 from ringsnap.coordinator.drill.ports import DrillHost, DrillJournal, DrillSpec, DrillStatus
 from ringsnap.coordinator.drill.verdict import drill_outcome, mark_backup
 from ringsnap.coordinator.ports import ArrayPort
-from ringsnap.coordinator.proof import compare_manifests
+from ringsnap.coordinator.restore.proof import compare_manifests
 from ringsnap.coordinator.saved_record import SavedRecord
 from ringsnap.errors import RingsnapError
 from ringsnap.logs import get_logger

@@ -31,11 +31,11 @@ from pydantic import ValidationError as PydanticError
 
 from ringsnap.agent.s3.client import S3Client
 from ringsnap.agent.s3.layout import Layout
+from ringsnap.coordinator.backup.schema import SchemaRow
 from ringsnap.coordinator.catalog import BackupNotFoundError, Catalog
 from ringsnap.coordinator.export.model import ExportRecord, ExportState
 from ringsnap.coordinator.model import Backup, BackupNode
 from ringsnap.coordinator.ports import SSTable
-from ringsnap.coordinator.table_restore.schema import SchemaRow
 from ringsnap.errors import RingsnapError, ValidationError
 from ringsnap.logs import get_logger
 

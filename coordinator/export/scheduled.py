@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ringsnap.coordinator.agents.export import GrpcExportNode
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.cluster_clients import client_tls
 from ringsnap.coordinator.config import CoordinatorConfig
-from ringsnap.coordinator.export.grpc_node import GrpcExportNode
 from ringsnap.coordinator.export.model import ExportRecord
 from ringsnap.coordinator.export.ports import ExportNodePort
 from ringsnap.coordinator.export.session import ExportSession

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from ringsnap.agent.s3.client import make_client
 from ringsnap.agent.s3.layout import Layout
 from ringsnap.agent.s3.settings import S3Settings
-from ringsnap.coordinator.agents import ClientTls
+from ringsnap.coordinator.agents.connection import ClientTls
+from ringsnap.coordinator.agents.export import GrpcExportNode
 from ringsnap.coordinator.catalog import Catalog
-from ringsnap.coordinator.catalog_journal import CatalogCleanups, CatalogResources
+from ringsnap.coordinator.catalog.journal import CatalogCleanups, CatalogResources
 from ringsnap.coordinator.cluster_clients import client_tls, open_cluster
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
-from ringsnap.coordinator.export.grpc_node import GrpcExportNode
 from ringsnap.coordinator.export.mirror import write_mirror
 from ringsnap.coordinator.export.model import ExportRecord, ExportRefused
 from ringsnap.coordinator.export.plan import plan_export

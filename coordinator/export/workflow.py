@@ -50,7 +50,7 @@ from ringsnap.coordinator.export.ports import (
 from ringsnap.coordinator.export.runs import KIND, as_run, project
 from ringsnap.coordinator.model import Backup, SnapshotKind, VolumeRole
 from ringsnap.coordinator.ports import ArrayPort
-from ringsnap.coordinator.restore_plan import match_volume, narrowed
+from ringsnap.coordinator.restore.plan import match_volume, narrowed
 from ringsnap.coordinator.runs.engine import RunEngine, RunFailed, StepContext
 from ringsnap.coordinator.runs.kind import Step
 from ringsnap.coordinator.runs.model import RunRecord, RunState

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from ringsnap.coordinator.s3_restore_agents import DownloadProgress, S3Download, S3RestorePort
+from ringsnap.coordinator.restore.s3_ports import DownloadProgress, S3Download, S3RestorePort
 from ringsnap.coordinator.table_restore.model import Step, TableRestoreFailed
 from ringsnap.coordinator.table_restore.plan import table_sstables
 

@@ -8,9 +8,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from ringsnap.coordinator.backup.schema import KeyspaceSchema
 from ringsnap.coordinator.model import Backup, SnapshotKind, VolumeRole
 from ringsnap.coordinator.ports import AgentPort, ArrayPort, SSTable
-from ringsnap.coordinator.restore_plan import match_volume
+from ringsnap.coordinator.restore.plan import match_volume
 from ringsnap.coordinator.table_restore.model import (
     CloneRecord,
     NodeProgress,
@@ -20,7 +21,6 @@ from ringsnap.coordinator.table_restore.model import (
     TableTarget,
 )
 from ringsnap.coordinator.table_restore.ports import TableCqlPort, TableNodePort
-from ringsnap.coordinator.table_restore.schema import KeyspaceSchema
 from ringsnap.errors import ValidationError
 from ringsnap.names import keyspace_name, table_name
 

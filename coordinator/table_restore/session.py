@@ -8,19 +8,20 @@ import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from ringsnap.coordinator.agents import GrpcNodeAgent
+from ringsnap.coordinator.agents.connection import GrpcNodeAgent
+from ringsnap.coordinator.agents.s3_restore import GrpcS3Restore
+from ringsnap.coordinator.agents.table_restore import GrpcTableNode
 from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.catalog.journal import CatalogCleanups, CatalogJournalBase
 from ringsnap.coordinator.catalog.listing import MAX_PAGE_SIZE
-from ringsnap.coordinator.catalog_journal import CatalogCleanups, CatalogJournalBase
 from ringsnap.coordinator.cluster_clients import open_cluster
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.drill.cleanups import clone_cleanup
 from ringsnap.coordinator.ports import AgentPort, ArrayPort, SSTable
-from ringsnap.coordinator.s3_restore_agents import GrpcS3Restore, S3RestorePort
-from ringsnap.coordinator.s3_restore_plan import NodeExpectation, s3_plan_findings
+from ringsnap.coordinator.restore.s3_plan import NodeExpectation, s3_plan_findings
+from ringsnap.coordinator.restore.s3_ports import S3RestorePort
 from ringsnap.coordinator.table_restore.counts import DrilledCounts, newest_drilled_counts
 from ringsnap.coordinator.table_restore.cql import CqlTables
-from ringsnap.coordinator.table_restore.grpc_agents import GrpcTableNode
 from ringsnap.coordinator.table_restore.model import (
     CloneRecord,
     TableRestoreRecord,

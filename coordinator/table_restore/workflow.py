@@ -24,12 +24,13 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TypeVar
 
+from ringsnap.coordinator.backup.schema import KeyspaceSchema
 from ringsnap.coordinator.clone_mounts import CloneToMount
 from ringsnap.coordinator.clone_session import CloneSession
 from ringsnap.coordinator.model import Backup
 from ringsnap.coordinator.ports import ArrayPort
-from ringsnap.coordinator.restore_plan import narrowed
-from ringsnap.coordinator.s3_restore_agents import S3RestorePort
+from ringsnap.coordinator.restore.plan import narrowed
+from ringsnap.coordinator.restore.s3_ports import S3RestorePort
 from ringsnap.coordinator.table_restore.from_s3 import stage_from_s3
 from ringsnap.coordinator.table_restore.model import (
     CloneRecord,
@@ -47,7 +48,6 @@ from ringsnap.coordinator.table_restore.ports import (
     TableNodePort,
     TableRestoreJournal,
 )
-from ringsnap.coordinator.table_restore.schema import KeyspaceSchema
 from ringsnap.coordinator.table_restore.verification import verify_restore
 from ringsnap.logs import get_logger
 from ringsnap.plugins.types import Volume

@@ -19,7 +19,7 @@ import grpc
 import pytest
 
 from ringsnap.api.v1 import coordinator_pb2, coordinator_pb2_grpc
-from ringsnap.coordinator.server import CoordinatorServicer
+from ringsnap.coordinator.api.servicer import CoordinatorServicer
 from tests.fuzz.coordinator_rig import CoordinatorRig, State, running_coordinator
 from tests.fuzz.oracle import Tally, fuzz_rpc, problems_with
 from tests.fuzz.protofuzz import Rpc, call, rpcs

@@ -19,9 +19,9 @@ from typer.testing import CliRunner
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import coordinator_pb2_grpc
-from ringsnap.coordinator import commands
-from ringsnap.coordinator.apitoken import TOKEN_FILE_ENV
-from ringsnap.coordinator.client import ADDRESS_ENV
+from ringsnap.coordinator.api.token import TOKEN_FILE_ENV
+from ringsnap.coordinator.cli import commands
+from ringsnap.coordinator.cli.client import ADDRESS_ENV
 from tests.fuzz.coordinator_rig import CoordinatorRig, running_coordinator
 
 DAMAGED = "rs-seed-1"

@@ -228,7 +228,7 @@ def _backup_through_the_daemon(config_file: Path) -> subprocess.CompletedProcess
         [
             sys.executable,
             "-m",
-            "ringsnap.coordinator.cli",
+            "ringsnap.coordinator.cli.entry",
             "backup",
             CLUSTER_NAME,
             "--config",

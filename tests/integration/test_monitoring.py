@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from ringsnap.api.v1 import types_pb2
-from ringsnap.coordinator.client import Coordinator, resolve_target
+from ringsnap.coordinator.cli.client import Coordinator, resolve_target
 from ringsnap.plugins.simulators.faults import Fault
 from ringsnap.sandbox import prometheus
 from ringsnap.sandbox.cluster import SandboxCluster

@@ -33,9 +33,9 @@ from ringsnap.coordinator.model import (
     RestoreStep,
     Verification,
 )
-from ringsnap.coordinator.restore import RestoreFailed
-from ringsnap.coordinator.restore_plan import RestoreRequest
-from ringsnap.coordinator.restore_session import open_restore_session
+from ringsnap.coordinator.restore.plan import RestoreRequest
+from ringsnap.coordinator.restore.session import open_restore_session
+from ringsnap.coordinator.restore.workflow import RestoreFailed
 from ringsnap.plugins.simulators.faults import Fault
 from ringsnap.sandbox.cluster import SandboxCluster
 from ringsnap.sandbox.stack import CLUSTER_NAME, Stack, running_stack
@@ -256,8 +256,8 @@ _CHILD = """
 import asyncio, json, sys
 from ringsnap.config import validate
 from ringsnap.coordinator.config import CoordinatorConfig
-from ringsnap.coordinator.restore_plan import RestoreRequest
-from ringsnap.coordinator.restore_session import open_restore_session
+from ringsnap.coordinator.restore.plan import RestoreRequest
+from ringsnap.coordinator.restore.session import open_restore_session
 
 from ringsnap.logs import configure
 

@@ -42,7 +42,7 @@ import pytest
 from ringsnap import mountinfo
 from ringsnap.agent.config import AgentConfig
 from ringsnap.config import validate
-from ringsnap.coordinator.agents import ClientTls, GrpcNodeAgent
+from ringsnap.coordinator.agents.connection import ClientTls, GrpcNodeAgent
 from ringsnap.coordinator.model import (
     Backup,
     BackupNode,
@@ -57,9 +57,9 @@ from ringsnap.coordinator.model import (
     VolumeRole,
 )
 from ringsnap.coordinator.ports import AgentPort, SSTable
-from ringsnap.coordinator.restore import RestoreSettings, RestoreWorkflow
-from ringsnap.coordinator.restore_plan import RestoreRequest, plan_restore
-from ringsnap.coordinator.restore_record import new_restore_id
+from ringsnap.coordinator.restore.plan import RestoreRequest, plan_restore
+from ringsnap.coordinator.restore.record import new_restore_id
+from ringsnap.coordinator.restore.workflow import RestoreSettings, RestoreWorkflow
 from ringsnap.plugins.lvm.config import LvmSettings
 from ringsnap.plugins.lvm.driver import LvmDriver
 from ringsnap.plugins.lvm.runner import CommandResult, CommandRunner, SubprocessRunner

@@ -39,10 +39,10 @@ from ringsnap.coordinator.model import (
     RestoreState,
     RestoreStep,
 )
-from ringsnap.coordinator.restore import RestoreFailed
-from ringsnap.coordinator.restore_abort import abort_in_session
-from ringsnap.coordinator.restore_plan import RestoreRequest
-from ringsnap.coordinator.restore_session import open_restore_session
+from ringsnap.coordinator.restore.abort import abort_in_session
+from ringsnap.coordinator.restore.plan import RestoreRequest
+from ringsnap.coordinator.restore.session import open_restore_session
+from ringsnap.coordinator.restore.workflow import RestoreFailed
 from ringsnap.coordinator.table_restore.model import (
     TableRestoreRecord,
     TableRestoreRequest,

@@ -99,7 +99,7 @@ def _restore_through_the_daemon(config_file: Path, backup_id: str, table: str) -
         [
             sys.executable,
             "-m",
-            "ringsnap.coordinator.cli",
+            "ringsnap.coordinator.cli.entry",
             "restore",
             backup_id,
             "--keyspace",

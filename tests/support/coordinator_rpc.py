@@ -12,7 +12,7 @@ from grpc_status import rpc_status
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import coordinator_pb2_grpc, types_pb2
-from ringsnap.coordinator.api_errors import ERROR_DOMAIN
+from ringsnap.coordinator.api.errors import ERROR_DOMAIN
 
 
 class Served(Protocol):

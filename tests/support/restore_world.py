@@ -27,10 +27,8 @@ from ringsnap.coordinator.ports import (
     SSTableComponent,
     VolumeState,
 )
-from ringsnap.coordinator.restore import (
-    RestoreWorkflow,
-)
-from ringsnap.coordinator.restore_plan import RestoreRequest, plan_restore
+from ringsnap.coordinator.restore.plan import RestoreRequest, plan_restore
+from ringsnap.coordinator.restore.workflow import RestoreWorkflow
 from ringsnap.plugins.errors import NotFoundError
 from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume, VolumeSnapshot
 

@@ -27,8 +27,8 @@ from ringsnap.coordinator.model import (
     RestoreState,
     RestoreStep,
 )
-from ringsnap.coordinator.restore_plan import RestoreRequest
-from ringsnap.coordinator.restore_session import open_restore_session
+from ringsnap.coordinator.restore.plan import RestoreRequest
+from ringsnap.coordinator.restore.session import open_restore_session
 from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.coordinator.table_restore.model import TableRestoreRecord, TableRestoreRequest
 from ringsnap.coordinator.table_restore.session import open_table_restore_session

@@ -6,9 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ringsnap.coordinator.model import RestoreMode
-from ringsnap.coordinator.restore import RestoreWorkflow
-from ringsnap.coordinator.restore_plan import RestoreRequest
-from ringsnap.coordinator.s3_restore_agents import (
+from ringsnap.coordinator.restore.plan import RestoreRequest
+from ringsnap.coordinator.restore.s3_ports import (
     DiscardedStaging,
     DownloadProgress,
     InstalledCopy,
@@ -17,6 +16,7 @@ from ringsnap.coordinator.s3_restore_agents import (
     S3Room,
     StagedCopy,
 )
+from ringsnap.coordinator.restore.workflow import RestoreWorkflow
 from tests.support import table_restore_world as table_world
 from tests.support.restore_world import NODES, Events, Rig
 

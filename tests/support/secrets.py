@@ -278,7 +278,8 @@ def _key_pem(key: Any) -> bytes:
 
 
 def _wrap_api_token() -> None:
-    from ringsnap.coordinator import apitoken, main
+    from ringsnap.coordinator import main
+    from ringsnap.coordinator.api import token as apitoken
 
     original = apitoken.write_token
 

@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
+from ringsnap.coordinator.backup.schema import KeyspaceSchema, SchemaRow
 from ringsnap.coordinator.ports import SSTable, SSTableComponent
 from ringsnap.coordinator.table_restore.counts import DrilledCounts
 from ringsnap.coordinator.table_restore.model import (
@@ -23,7 +24,6 @@ from ringsnap.coordinator.table_restore.ports import (
     StagingSpace,
     TableState,
 )
-from ringsnap.coordinator.table_restore.schema import KeyspaceSchema, SchemaRow
 from ringsnap.coordinator.table_restore.workflow import TableRestoreWorkflow
 from tests.support.clone_fakes import CloneArray, CloneNode, Events, cloneable_backup
 

@@ -11,7 +11,7 @@ from datetime import datetime
 
 import pytest
 
-from ringsnap.coordinator.agents import AgentError
+from ringsnap.coordinator.agents.connection import AgentError
 from ringsnap.coordinator.backup import BackupFailed, BackupRun, BackupSettings, BackupWorkflow
 from ringsnap.coordinator.ports import ThawReceipt
 from ringsnap.plugins.errors import DriverError

@@ -11,7 +11,7 @@ from datetime import datetime
 
 import pytest
 
-from ringsnap.coordinator.agents import AgentError
+from ringsnap.coordinator.agents.connection import AgentError
 from ringsnap.coordinator.backup import BackupFailed, BackupSettings
 from ringsnap.coordinator.backup.freeze import FreezeBarrier, renew_leases
 from ringsnap.coordinator.ports import AgentPort, FreezeReceipt

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from ringsnap.coordinator import client
-from ringsnap.coordinator.apitoken import TOKEN_FILE_ENV
-from ringsnap.coordinator.client import ADDRESS_ENV, CONFIG_ENV, CliError, ExitCode
+from ringsnap.coordinator.api.token import TOKEN_FILE_ENV
+from ringsnap.coordinator.cli import client
+from ringsnap.coordinator.cli.client import ADDRESS_ENV, CONFIG_ENV, CliError, ExitCode
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
-from ringsnap.coordinator.client import CliError, Coordinator, ExitCode, Target
+from ringsnap.coordinator.cli.client import CliError, Coordinator, ExitCode, Target
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ import pytest
 
 from ringsnap.coordinator.clone_session import CloneSession, CloneTimedOut
 from ringsnap.coordinator.model import RestoreMode
-from ringsnap.coordinator.restore import RestoreFailed, RestoreSettings, RestoreWorkflow
-from ringsnap.coordinator.restore_plan import RestoreRequest
+from ringsnap.coordinator.restore.plan import RestoreRequest
+from ringsnap.coordinator.restore.workflow import RestoreFailed, RestoreSettings, RestoreWorkflow
 from ringsnap.plugins.types import SnapshotRef, Volume
 from tests.support.restore_world import FakeArray, Rig
 

@@ -14,18 +14,18 @@ from typing import Any
 import pytest
 
 from ringsnap.coordinator import cluster_clients
-from ringsnap.coordinator.agents import ClientTls, GrpcNodeAgent
+from ringsnap.coordinator.agents.connection import ClientTls, GrpcNodeAgent
+from ringsnap.coordinator.agents.drill import GrpcDrillHost, GrpcNodeFacts
+from ringsnap.coordinator.agents.export import GrpcExportNode
+from ringsnap.coordinator.agents.s3_restore import GrpcS3Restore
+from ringsnap.coordinator.agents.table_restore import GrpcTableNode
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
-from ringsnap.coordinator.drill.agents import GrpcDrillHost, GrpcNodeFacts
 from ringsnap.coordinator.drill.session import open_drill_session
-from ringsnap.coordinator.export.grpc_node import GrpcExportNode
 from ringsnap.coordinator.export.session import open_export_session
-from ringsnap.coordinator.restore_session import open_restore_session
+from ringsnap.coordinator.restore.session import open_restore_session
 from ringsnap.coordinator.ring import CqlRing
-from ringsnap.coordinator.s3_restore_agents import GrpcS3Restore
 from ringsnap.coordinator.table_restore.cql import CqlTables
-from ringsnap.coordinator.table_restore.grpc_agents import GrpcTableNode
 from ringsnap.coordinator.table_restore.session import open_table_restore_session
 from ringsnap.plugins.middleware import AsyncDriver
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ringsnap.coordinator.restore_daemon import ClusterHeldError, RestoreAwareGuard
+from ringsnap.coordinator.restore.daemon import ClusterHeldError, RestoreAwareGuard
 from ringsnap.coordinator.scheduler import BackupRequest, ClusterBusyError
 
 

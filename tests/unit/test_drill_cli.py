@@ -9,7 +9,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from ringsnap.coordinator.drill import cli as drill_cli
+from ringsnap.coordinator.cli import drill as drill_cli
 from ringsnap.coordinator.drill.model import DrillState
 
 

@@ -18,7 +18,7 @@ from ringsnap.coordinator.drill.model import DrillRecord, DrillState
 from ringsnap.coordinator.drill.plan import DrillSettings
 from ringsnap.coordinator.drill.schedule import drill_scheduler, drill_schedules
 from ringsnap.coordinator.model import QuiesceMode, Verification
-from ringsnap.coordinator.restore_daemon import RestoreAwareGuard
+from ringsnap.coordinator.restore.daemon import RestoreAwareGuard
 from ringsnap.coordinator.scheduler import (
     BackupRequest,
     BackupScheduler,

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.cli.drill_status import drill_status_lines, proof_lines
 from ringsnap.coordinator.drill.model import DrillNode, DrillRecord, DrillState, DrillVerdict
-from ringsnap.coordinator.drill.status import drill_status_lines, proof_lines
 from ringsnap.coordinator.model import BackupNode, NodeVolume, QuiesceMode, Verification, VolumeRole
 from ringsnap.plugins.types import SnapshotRef, Volume, VolumeSnapshot
 

@@ -8,7 +8,7 @@ import asyncio
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from ringsnap.api.v1 import agent_pb2
-from ringsnap.coordinator.agents import _freeze_span
+from ringsnap.coordinator.agents.connection import _freeze_span
 from ringsnap.coordinator.backup import BackupSettings
 from tests.unit.test_backup_staged import cluster
 

@@ -11,10 +11,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from ringsnap.config import TlsFiles, validate
-from ringsnap.coordinator import access
-from ringsnap.coordinator.agents import ClientTls
-from ringsnap.coordinator.api_server import RemoteListener
-from ringsnap.coordinator.client import RemoteTls, Target
+from ringsnap.coordinator.agents.connection import ClientTls
+from ringsnap.coordinator.api import access
+from ringsnap.coordinator.api.listeners import RemoteListener
+from ringsnap.coordinator.cli.client import RemoteTls, Target
 from ringsnap.plugins.testing.pki import TestCA
 from ringsnap.sandbox.agents import TestPki
 from tests.support import secrets

@@ -14,9 +14,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from ringsnap.config import validate
 from ringsnap.coordinator import catalog_metrics
 from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.cli.drill_status import proof_lines
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.drill.model import DrillNode, DrillRecord, DrillState, DrillVerdict
-from ringsnap.coordinator.drill.status import proof_lines
 from ringsnap.coordinator.headline import longest_interval_seconds
 from ringsnap.coordinator.metrics import CoordinatorMetrics
 from ringsnap.coordinator.model import BackupState, FreezeWindow, Verification

@@ -106,7 +106,7 @@ def test_the_sandbox_verbs_are_attached_only_with_the_sandbox_extra(
     import typer
     from typer.testing import CliRunner
 
-    from ringsnap.coordinator import cli
+    from ringsnap.coordinator.cli import entry as cli
 
     assert cli.sandbox_installed()  # the dev install has the extra
     real = importlib.util.find_spec

@@ -10,7 +10,8 @@ from datetime import UTC, datetime, timedelta
 from rich.console import Console, RenderableType
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
-from ringsnap.coordinator import messages, render
+from ringsnap.coordinator.api import messages
+from ringsnap.coordinator.cli import render
 from ringsnap.coordinator.model import (
     Backup,
     BackupNode,
@@ -159,7 +160,7 @@ def test_status_names_a_running_restore_as_a_restore() -> None:
     from rich.console import Console
 
     from ringsnap.api.v1 import coordinator_pb2 as pb
-    from ringsnap.coordinator.render import status_view
+    from ringsnap.coordinator.cli.render import status_view
 
     status = pb.Status(
         clusters=[

@@ -26,9 +26,9 @@ from ringsnap.coordinator.model import (
     Verification,
 )
 from ringsnap.coordinator.ports import RestoredTable, SSTable
-from ringsnap.coordinator.restore import RestoreFailed, RestoreRefused, RestoreSettings
-from ringsnap.coordinator.restore_plan import RestoreRequest
-from ringsnap.coordinator.restore_session import RestoreSession
+from ringsnap.coordinator.restore.plan import RestoreRequest
+from ringsnap.coordinator.restore.session import RestoreSession
+from ringsnap.coordinator.restore.workflow import RestoreFailed, RestoreRefused, RestoreSettings
 from tests.support.coordinator_config import unread_tls
 from tests.support.restore_world import (
     NODES,

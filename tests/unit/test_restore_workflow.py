@@ -23,10 +23,10 @@ from ringsnap.coordinator.model import (
     Verification,
 )
 from ringsnap.coordinator.ports import NodeFacts
-from ringsnap.coordinator.proof import CanaryCheck, compare_manifests, verdict
-from ringsnap.coordinator.restore import RestoreFailed, RestoreRefused
-from ringsnap.coordinator.restore_plan import RestoreRequest
-from ringsnap.coordinator.restore_record import next_step_for
+from ringsnap.coordinator.restore.plan import RestoreRequest
+from ringsnap.coordinator.restore.proof import CanaryCheck, compare_manifests, verdict
+from ringsnap.coordinator.restore.record import next_step_for
+from ringsnap.coordinator.restore.workflow import RestoreFailed, RestoreRefused
 from ringsnap.plugins.errors import DriverError
 from tests.support.restore_world import (
     NODES,

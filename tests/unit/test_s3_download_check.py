@@ -21,13 +21,9 @@ from ringsnap.agent.restore.snapshot import SnapshotRecords
 from ringsnap.agent.s3.commitlog import export_commitlog
 from ringsnap.agent.staging.s3 import STAGING_DIRECTORY, S3Restore
 from ringsnap.agent.staging.s3_check import check_download
-from ringsnap.coordinator.agents import AgentError
-from ringsnap.coordinator.s3_restore_agents import S3DownloadCheck, S3Room
-from ringsnap.coordinator.s3_restore_plan import (
-    NodeExpectation,
-    room_refusals,
-    s3_plan_findings,
-)
+from ringsnap.coordinator.agents.connection import AgentError
+from ringsnap.coordinator.restore.s3_plan import NodeExpectation, room_refusals, s3_plan_findings
+from ringsnap.coordinator.restore.s3_ports import S3DownloadCheck, S3Room
 from tests.unit.test_s3_download_cancel import COMPONENTS, SETTINGS, bucket
 
 __all__ = ["bucket"]  # the fixture, shared

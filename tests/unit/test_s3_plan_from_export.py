@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ringsnap.coordinator.agents import AgentError
-from ringsnap.coordinator.s3_restore_agents import S3DownloadCheck, S3Room
-from ringsnap.coordinator.s3_restore_plan import NodeExpectation, s3_plan_findings
+from ringsnap.coordinator.agents.connection import AgentError
+from ringsnap.coordinator.restore.s3_plan import NodeExpectation, s3_plan_findings
+from ringsnap.coordinator.restore.s3_ports import S3DownloadCheck, S3Room
 
 
 class _Agent:

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from ringsnap.coordinator.agents import AgentError
+from ringsnap.coordinator.agents.connection import AgentError
 from ringsnap.coordinator.model import RestoreMode, RestoreRecord, RestoreState, RestoreStep
-from ringsnap.coordinator.restore import RestoreFailed, RestoreRefused
-from ringsnap.coordinator.s3_restore_abort import S3RestoreAbort
+from ringsnap.coordinator.restore.s3_abort import S3RestoreAbort
+from ringsnap.coordinator.restore.workflow import RestoreFailed, RestoreRefused
 from tests.support.restore_world import NODES
 from tests.support.s3_restore_fakes import S3, S3Rig
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from ringsnap.coordinator import restore_cli
-from ringsnap.coordinator.client import CliError, ExitCode
+from ringsnap.coordinator.cli import restore as restore_cli
+from ringsnap.coordinator.cli.client import CliError, ExitCode
 from ringsnap.coordinator.model import (
     NodeVerdict,
     RestoreMode,
@@ -22,8 +22,8 @@ from ringsnap.coordinator.model import (
     RestoreStep,
     Verification,
 )
-from ringsnap.coordinator.restore import RestoreFailed
-from ringsnap.coordinator.restore_plan import RestoreRequest
+from ringsnap.coordinator.restore.plan import RestoreRequest
+from ringsnap.coordinator.restore.workflow import RestoreFailed
 from ringsnap.coordinator.table_restore.model import (
     Step as TableStep,
 )

@@ -94,7 +94,7 @@ def test_the_sources_register_secrets_as_they_are_made(tmp_path: Path) -> None:
     from pydantic import BaseModel
 
     from ringsnap.config import SecretFile
-    from ringsnap.coordinator import apitoken
+    from ringsnap.coordinator.api import token as apitoken
 
     class Settings(BaseModel):
         password_file: SecretFile

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 
 from ringsnap.coordinator.backup import BackupSettings, BackupWorkflow
-from ringsnap.coordinator.table_restore.capture import KeyspaceSchemaReader, describe_keyspaces
-from ringsnap.coordinator.table_restore.schema import SchemaRow
+from ringsnap.coordinator.backup.schema import SchemaRow
+from ringsnap.coordinator.backup.schema_capture import KeyspaceSchemaReader, describe_keyspaces
 from tests.support.fakes import FakeAgent, FakeArray, node_targets, volumes_of
 
 ROWS = [SchemaRow("table", "t", "CREATE TABLE ks.t (id int PRIMARY KEY) WITH ID = x;")]

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from ringsnap.coordinator.api.table_restore_messages import table_restore_message
+from ringsnap.coordinator.backup.schema import SchemaRow
 from ringsnap.coordinator.catalog import BackupStateError, Catalog, CatalogError
 from ringsnap.coordinator.catalog.errors import RestoreNotFoundError
 from ringsnap.coordinator.model import QuiesceMode
-from ringsnap.coordinator.table_restore.api import table_restore_message
 from ringsnap.coordinator.table_restore.model import (
     CloneRecord,
     NodeProgress,
@@ -21,7 +22,6 @@ from ringsnap.coordinator.table_restore.model import (
     TableRestoreRecord,
     TableRestoreState,
 )
-from ringsnap.coordinator.table_restore.schema import SchemaRow
 from tests.support.table_restore_world import DROPPED_ORDERS
 
 NOW = datetime(2026, 11, 24, 3, 0, tzinfo=UTC)

@@ -13,9 +13,9 @@ import typer
 from typer.testing import CliRunner
 
 from ringsnap.coordinator.catalog import Catalog
-from ringsnap.coordinator.client import ExitCode
-from ringsnap.coordinator.restore_cli import open_restores_lines, restore_command
-from ringsnap.coordinator.table_restore.cli import (
+from ringsnap.coordinator.cli.client import ExitCode
+from ringsnap.coordinator.cli.restore import open_restores_lines, restore_command
+from ringsnap.coordinator.cli.table_restore import (
     exit_code_of,
     parse_target,
     print_plan,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from ringsnap.coordinator.backup.schema import KeyspaceSchema, SchemaRow
 from ringsnap.coordinator.drill.model import DrillNode, DrillRecord, DrillState, DrillVerdict
 from ringsnap.coordinator.table_restore.counts import (
     NOT_COMPARED,
@@ -16,7 +17,6 @@ from ringsnap.coordinator.table_restore.counts import (
     newest_drilled_counts,
 )
 from ringsnap.coordinator.table_restore.model import TableRestoreRequest, TableRestoreState
-from ringsnap.coordinator.table_restore.schema import KeyspaceSchema, SchemaRow
 from tests.support.table_restore_world import NODES, SCHEMA, World
 
 T0 = datetime(2026, 11, 24, 2, 0, tzinfo=UTC)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ringsnap.coordinator.table_restore.schema import (
+from ringsnap.coordinator.backup.schema import (
     KeyspaceSchema,
     SchemaRow,
     split_statements,

@@ -17,6 +17,7 @@ import pytest
 from moto import mock_aws
 
 from ringsnap.agent.s3.layout import Layout
+from ringsnap.coordinator.backup.schema import SchemaRow
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.export.mirror import (
     INDEX,
@@ -27,7 +28,6 @@ from ringsnap.coordinator.export.mirror import (
 )
 from ringsnap.coordinator.export.model import ExportRecord, ExportState, NodeExport
 from ringsnap.coordinator.model import FreezeWindow, Verification
-from ringsnap.coordinator.table_restore.schema import SchemaRow
 from ringsnap.errors import ValidationError
 from tests.unit.catalog.conftest import begin, node, ref_for, sstables
 

@@ -25,10 +25,10 @@ from ringsnap.coordinator.ports import (
     NodeVolumeFacts,
     VolumeState,
 )
-from ringsnap.coordinator.restore import RestoreSettings
-from ringsnap.coordinator.restore_session import RestoreSession
+from ringsnap.coordinator.restore.s3_ports import S3RestorePort
+from ringsnap.coordinator.restore.session import RestoreSession
+from ringsnap.coordinator.restore.workflow import RestoreSettings
 from ringsnap.coordinator.ring import CqlRing
-from ringsnap.coordinator.s3_restore_agents import S3RestorePort
 from ringsnap.plugins.types import Capabilities, SnapshotRef, Volume
 from tests.support.fakes import FakeAgent, FakeArray, volumes_of
 from tests.support.s3_restore_fakes import FakeS3Agent
@@ -213,7 +213,7 @@ class RestoreRig:
 
 
 def install(harness: Harness, monkeypatch: Any) -> RestoreRig:
-    from ringsnap.coordinator import restore_daemon
+    from ringsnap.coordinator.restore import daemon as restore_daemon
 
     rig = RestoreRig(harness)
     monkeypatch.setattr(restore_daemon, "open_restore_session", rig.open_session)
@@ -232,7 +232,7 @@ class S3Rig(RestoreRig):
 
 def install_s3(harness: Harness, monkeypatch: Any) -> S3Rig:
     """An `S3Rig` opening the daemon's restore sessions, with the backup rs-1 in the catalog."""
-    from ringsnap.coordinator import restore_daemon
+    from ringsnap.coordinator.restore import daemon as restore_daemon
 
     harness.seed_backup("rs-1", RECENT)
     rig = S3Rig(harness)

@@ -12,11 +12,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.cli.table_restore import TableRestoreOptions
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.model import BackupNode, NodeVolume, QuiesceMode, VolumeRole
-from ringsnap.coordinator.s3_restore_agents import S3RestorePort
+from ringsnap.coordinator.restore.s3_ports import S3RestorePort
 from ringsnap.coordinator.scheduler import BackupRequest
-from ringsnap.coordinator.table_restore.cli import TableRestoreOptions
 from ringsnap.coordinator.table_restore.session import TableRestoreSession
 from tests.support.clone_fakes import CloneArray
 from tests.support.fakes import snapshot_ref, volume

@@ -15,9 +15,9 @@ import pytest
 import typer
 from typer.testing import CliRunner, Result
 
-from ringsnap.coordinator import commands, render
-from ringsnap.coordinator.apitoken import TOKEN_FILE_ENV
-from ringsnap.coordinator.client import ADDRESS_ENV, ExitCode
+from ringsnap.coordinator.api.token import TOKEN_FILE_ENV
+from ringsnap.coordinator.cli import commands, render
+from ringsnap.coordinator.cli.client import ADDRESS_ENV, ExitCode
 
 from .conftest import Harness, fail_snapshots
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from ringsnap.coordinator.agents import AgentError
+from ringsnap.coordinator.agents.connection import AgentError
 from ringsnap.coordinator.drill.cleanups import (
     NodeAgentCache,
     cleanup_clone,

@@ -14,11 +14,11 @@ import pytest
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
+from ringsnap.coordinator.api.drill_messages import record_of
 from ringsnap.coordinator.drill import daemon
 from ringsnap.coordinator.drill.cleanups import DrillHosts, clone_cleanup
 from ringsnap.coordinator.drill.model import DrillState, DrillStep, DrillVerdict
 from ringsnap.coordinator.drill.plan import DrillSettings
-from ringsnap.coordinator.drill.wire import record_of
 from ringsnap.coordinator.model import Verification
 from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.plugins.types import Volume

@@ -11,7 +11,8 @@ from datetime import UTC, datetime, timedelta
 import grpc
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
-from ringsnap.coordinator.export.api import export_message
+from ringsnap.coordinator.api.export_messages import export_message
+from ringsnap.coordinator.cli.export_remote import record_of
 from ringsnap.coordinator.export.model import (
     ExportClone,
     ExportRecord,
@@ -19,7 +20,6 @@ from ringsnap.coordinator.export.model import (
     NodeExport,
     NodeStep,
 )
-from ringsnap.coordinator.export.remote import record_of
 from tests.support.coordinator_rpc import reason_of, rpc_error
 
 from .conftest import Harness

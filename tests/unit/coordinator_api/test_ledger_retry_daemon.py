@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from ringsnap.coordinator.agents import AgentError
+from ringsnap.coordinator.agents.connection import AgentError
 from ringsnap.coordinator.drill.cleanups import NodeAgentCache
 from ringsnap.coordinator.export.ledger import clone_resource
 from ringsnap.coordinator.export.model import clone_suffix, purpose_id

@@ -234,7 +234,7 @@ def test_serve_notifies_systemd_serves_cli_and_metrics_and_stops_on_sigterm(
             [
                 sys.executable,
                 "-m",
-                "ringsnap.coordinator.cli",
+                "ringsnap.coordinator.cli.entry",
                 "status",
                 "--config",
                 str(config),
@@ -279,7 +279,7 @@ def test_serve_notifies_systemd_serves_cli_and_metrics_and_stops_on_sigterm(
     assert KEY_MARKER not in (tmp_path / "coordinator.err").read_text()
 
     cli = subprocess.run(
-        [sys.executable, "-m", "ringsnap.coordinator.cli", "status", "--config", str(config)],
+        [sys.executable, "-m", "ringsnap.coordinator.cli.entry", "status", "--config", str(config)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -18,10 +18,11 @@ from typer.testing import CliRunner, Result
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import coordinator_pb2_grpc
-from ringsnap.coordinator import access, commands
-from ringsnap.coordinator.access import Role
-from ringsnap.coordinator.api_server import CoordinatorServer, RemoteListener
-from ringsnap.coordinator.client import ADDRESS_ENV, REMOTE_ENV, ExitCode
+from ringsnap.coordinator.api import access
+from ringsnap.coordinator.api.access import Role
+from ringsnap.coordinator.api.listeners import CoordinatorServer, RemoteListener
+from ringsnap.coordinator.cli import commands
+from ringsnap.coordinator.cli.client import ADDRESS_ENV, REMOTE_ENV, ExitCode
 from ringsnap.plugins.testing.pki import TestCA
 
 from .conftest import Harness

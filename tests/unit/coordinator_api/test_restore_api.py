@@ -15,10 +15,11 @@ import pytest
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
-from ringsnap.coordinator import messages, restore_remote, restore_report
-from ringsnap.coordinator.api_errors import classify
+from ringsnap.coordinator.api import messages
+from ringsnap.coordinator.api.errors import classify
 from ringsnap.coordinator.catalog import RestoreNotFoundError
-from ringsnap.coordinator.client import REASON_EXIT_CODES, ExitCode
+from ringsnap.coordinator.cli import restore_remote, restore_report
+from ringsnap.coordinator.cli.client import REASON_EXIT_CODES, ExitCode
 from ringsnap.coordinator.model import (
     NodeVerdict,
     PhaseTiming,
@@ -31,9 +32,9 @@ from ringsnap.coordinator.model import (
     Verification,
     VolumeRole,
 )
-from ringsnap.coordinator.restore import RestoreFailed, RestoreRefused
-from ringsnap.coordinator.restore_daemon import RestoreNotConfirmed, restore_progress_line
-from ringsnap.coordinator.restore_plan import RestoreRequest
+from ringsnap.coordinator.restore.daemon import RestoreNotConfirmed, restore_progress_line
+from ringsnap.coordinator.restore.plan import RestoreRequest
+from ringsnap.coordinator.restore.workflow import RestoreFailed, RestoreRefused
 from ringsnap.plugins.errors import DriverError
 from tests.support.coordinator_rpc import reason_of, rpc_error, watch_to_end
 

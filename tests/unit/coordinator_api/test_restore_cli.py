@@ -21,10 +21,11 @@ import pytest
 import typer
 from typer.testing import CliRunner, Result
 
-from ringsnap.coordinator import console, restore_cli
-from ringsnap.coordinator.apitoken import TOKEN_FILE_ENV
+from ringsnap.coordinator.api.token import TOKEN_FILE_ENV
 from ringsnap.coordinator.catalog import Catalog
-from ringsnap.coordinator.client import ADDRESS_ENV, CONFIG_ENV, ExitCode
+from ringsnap.coordinator.cli import console
+from ringsnap.coordinator.cli import restore as restore_cli
+from ringsnap.coordinator.cli.client import ADDRESS_ENV, CONFIG_ENV, ExitCode
 from ringsnap.coordinator.model import RestoreState
 from ringsnap.plugins.errors import DriverError
 from tests.support.coordinator_config import write_config

@@ -32,11 +32,12 @@ from ringsnap.agent.s3.export import export_node
 from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
-from ringsnap.coordinator import access, restore_abort
-from ringsnap.coordinator.apitoken import TOKEN_FILE_ENV
+from ringsnap.coordinator.api import access
+from ringsnap.coordinator.api.token import TOKEN_FILE_ENV
 from ringsnap.coordinator.catalog import Catalog
-from ringsnap.coordinator.client import ADDRESS_ENV, CONFIG_ENV, ExitCode
-from ringsnap.coordinator.export.cli import export_command
+from ringsnap.coordinator.cli.client import ADDRESS_ENV, CONFIG_ENV, ExitCode
+from ringsnap.coordinator.cli.export import export_command
+from ringsnap.coordinator.cli.restore import restore_command
 from ringsnap.coordinator.export.model import ExportRecord, ExportState, NodeExport
 from ringsnap.coordinator.model import (
     RestoreMode,
@@ -45,7 +46,7 @@ from ringsnap.coordinator.model import (
     RestoreState,
     RestoreStep,
 )
-from ringsnap.coordinator.restore_cli import restore_command
+from ringsnap.coordinator.restore import abort as restore_abort
 from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.sandbox.sstables import table_directory, write_sstable
 from tests.support.coordinator_config import write_config

@@ -11,7 +11,7 @@ import pytest
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
-from ringsnap.coordinator.s3_restore_agents import S3Room
+from ringsnap.coordinator.restore.s3_ports import S3Room
 from tests.support.coordinator_rpc import watch_to_end
 
 from .conftest import Harness

@@ -15,10 +15,11 @@ import pytest
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
-from ringsnap.coordinator.client import Target
-from ringsnap.coordinator.s3_restore_agents import S3Room
-from ringsnap.coordinator.table_restore import daemon, remote
-from ringsnap.coordinator.table_restore.api import record_of
+from ringsnap.coordinator.api.table_restore_messages import record_of
+from ringsnap.coordinator.cli import table_restore_remote as remote
+from ringsnap.coordinator.cli.client import Target
+from ringsnap.coordinator.restore.s3_ports import S3Room
+from ringsnap.coordinator.table_restore import daemon
 from ringsnap.coordinator.table_restore.model import TableRestoreFailed, TableRestoreState
 from tests.support.coordinator_rpc import rpc_error, watch_to_end
 from tests.support.s3_restore_fakes import TableS3Agent

@@ -16,9 +16,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
-from ringsnap.coordinator.agents import AgentError
-from ringsnap.coordinator.api_errors import classify
-from ringsnap.coordinator.api_server import loopback_problem
+from ringsnap.coordinator.agents.connection import AgentError
+from ringsnap.coordinator.api.errors import classify
+from ringsnap.coordinator.api.listeners import loopback_problem
 from ringsnap.coordinator.backup import BackupFailed, BackupRefused
 from ringsnap.coordinator.catalog import (
     BackupNotFoundError,

@@ -18,10 +18,11 @@ import typer
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
-from ringsnap.coordinator import access
-from ringsnap.coordinator.client import Target
-from ringsnap.coordinator.table_restore import daemon, remote
-from ringsnap.coordinator.table_restore.api import record_of
+from ringsnap.coordinator.api import access
+from ringsnap.coordinator.api.table_restore_messages import record_of
+from ringsnap.coordinator.cli import table_restore_remote as remote
+from ringsnap.coordinator.cli.client import Target
+from ringsnap.coordinator.table_restore import daemon
 from ringsnap.coordinator.table_restore.model import TableRestoreFailed, TableRestoreState
 from tests.support.coordinator_rpc import reason_of, rpc_error
 
@@ -186,9 +187,9 @@ def test_ringsnap_restore_keyspace_goes_through_the_daemon_holding_the_catalog(
     by the daemon, so plan, run and report come from the daemon; same JSON, same exit code."""
     from typer.testing import CliRunner
 
-    from ringsnap.coordinator import restore_cli
-    from ringsnap.coordinator.apitoken import TOKEN_FILE_ENV
-    from ringsnap.coordinator.client import ADDRESS_ENV, CONFIG_ENV, REMOTE_ENV
+    from ringsnap.coordinator.api.token import TOKEN_FILE_ENV
+    from ringsnap.coordinator.cli import restore as restore_cli
+    from ringsnap.coordinator.cli.client import ADDRESS_ENV, CONFIG_ENV, REMOTE_ENV
     from tests.support.coordinator_config import write_config
 
     from .conftest import config_data

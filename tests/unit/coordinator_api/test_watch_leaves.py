@@ -12,8 +12,8 @@ from typing import Any, cast
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
+from ringsnap.coordinator.api.servicer import CoordinatorServicer
 from ringsnap.coordinator.operations import Operation, Operations
-from ringsnap.coordinator.server import CoordinatorServicer
 from ringsnap.coordinator.service import Coordinator
 
 from .conftest import Harness

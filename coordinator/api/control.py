@@ -1,0 +1,167 @@
+"""What the coordinator's API asks beyond `Coordinator`'s own methods: its status, deletions as
+watchable operations, operation lookups.
+
+Domain code (no gRPC): `ringsnap.coordinator.api.servicer` translates these values into messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import datetime
+
+from ringsnap.coordinator.catalog import BackupStateError, OperationNotFoundError
+from ringsnap.coordinator.model import Backup, BackupState, OperationKind
+from ringsnap.coordinator.operations import Operation
+from ringsnap.coordinator.scheduler import Skip
+from ringsnap.coordinator.service import Coordinator
+from ringsnap.logs import get_logger
+
+log = get_logger(__name__)
+
+
+class UnknownOperationError(OperationNotFoundError):
+    def __init__(self, operation_id: str) -> None:
+        super().__init__(operation_id)
+        self.args = (
+            f"no operation {operation_id!r}: this coordinator keeps its recent operations in"
+            " memory only, a restarted one has forgotten them; `ringsnap list` shows the backups"
+            " they made",
+        )
+
+
+@dataclass(frozen=True)
+class ScheduledRun:
+    schedule: str
+    cron: str
+    timezone: str
+    policy: str
+    #: None when the schedule will not fire again (or the scheduler is stopped).
+    next_run_at: datetime | None
+
+
+@dataclass(frozen=True)
+class RunningBackup:
+    #: "" in the instant between taking the cluster and recording the backup.
+    backup_id: str
+    trigger: str
+    since: datetime | None
+    #: "" for a scheduled backup (operations are made for backups started through the API).
+    operation_id: str
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    cluster: str
+    last_backup: Backup | None
+    last_success_at: datetime | None
+    running: RunningBackup | None
+    next_runs: tuple[ScheduledRun, ...]
+
+
+@dataclass(frozen=True)
+class CoordinatorStatus:
+    clusters: tuple[ClusterStatus, ...]
+    pending_cleanups: int
+    #: Newest first.
+    recent_skips: tuple[Skip, ...]
+
+
+def find_operation(coordinator: Coordinator, operation_id: str) -> Operation:
+    operation = coordinator.operations.get(operation_id)
+    if operation is None:
+        raise UnknownOperationError(operation_id)
+    return operation
+
+
+async def coordinator_status(coordinator: Coordinator) -> CoordinatorStatus:
+    catalog = coordinator.catalog
+    next_times = coordinator.scheduler.next_run_times()
+    clusters = []
+    for name in sorted(coordinator.clusters):
+        latest = await asyncio.to_thread(catalog.latest_backup, name)
+        last_backup = await asyncio.to_thread(catalog.get_backup, latest.id) if latest else None
+        success = await asyncio.to_thread(
+            catalog.latest_backup, name, states=[BackupState.COMPLETE]
+        )
+        running = None
+        request = coordinator.scheduler.guard.running(name)
+        if request is not None:
+            # A scheduled request learns its id only when the run starts: the catalog knows it.
+            row = await asyncio.to_thread(catalog.latest_backup, name, states=[BackupState.RUNNING])
+            backup_id = request.backup_id or (row.id if row is not None else "")
+            operation = coordinator.operations.for_backup(backup_id) if backup_id else None
+            running = RunningBackup(
+                backup_id=backup_id,
+                trigger=request.trigger,
+                since=row.started_at if row is not None and row.id == backup_id else None,
+                operation_id=operation.current.operation_id if operation is not None else "",
+            )
+        schedules = sorted(
+            (s for s in coordinator.scheduler.schedules.values() if s.cluster == name),
+            key=lambda s: s.name,
+        )
+        clusters.append(
+            ClusterStatus(
+                cluster=name,
+                last_backup=last_backup,
+                last_success_at=success.finished_at if success is not None else None,
+                running=running,
+                next_runs=tuple(
+                    ScheduledRun(
+                        schedule=s.name,
+                        cron=s.cron,
+                        timezone=s.timezone,
+                        policy=s.policy,
+                        next_run_at=next_times.get(s.name),
+                    )
+                    for s in schedules
+                ),
+            )
+        )
+    pending = await asyncio.to_thread(catalog.pending_cleanups)
+    # What the run engine's runs left in the resource ledger is still to clean up as well.
+    in_ledger = await asyncio.to_thread(catalog.resources)
+    return CoordinatorStatus(
+        clusters=tuple(clusters),
+        pending_cleanups=len(pending) + len(in_ledger),
+        recent_skips=tuple(reversed(coordinator.scheduler.recent_skips)),
+    )
+
+
+async def start_delete(coordinator: Coordinator, backup_id: str, reason: str) -> Operation:
+    """Delete a finished backup as an operation: the catalog entry at once, then its array
+    snapshots. Refuses before starting when the backup does not exist or is still running.
+
+    A snapshot the array would not delete stays a pending cleanup (retried by the coordinator);
+    the operation then succeeds with the problem in its `errors`.
+    """
+    backup = await asyncio.to_thread(coordinator.catalog.get_backup, backup_id)
+    if backup.state is BackupState.RUNNING:
+        raise BackupStateError(
+            f"backup {backup_id} is still running; it can be deleted once it has ended"
+            " (`ringsnap status` shows it)"
+        )
+    log.info("backup deletion requested", backup_id=backup_id, reason=reason)
+
+    async def work(operation: Operation) -> None:
+        await operation.update(
+            phase="delete",
+            message=f"deleting backup {backup_id} and its {len(backup.snapshots)} array snapshots",
+        )
+        await coordinator.delete_backup(backup_id, reason)
+        left = [
+            cleanup
+            for cleanup in await asyncio.to_thread(coordinator.catalog.pending_cleanups)
+            if cleanup.backup_id == backup_id
+        ]
+        deleted = len(backup.snapshots) - len(left)
+        message = f"backup {backup_id} deleted from the catalog; {deleted} array snapshots deleted"
+        problems = tuple(
+            f"snapshot {c.name} on array {c.array} is not deleted yet ({c.last_error or 'unknown'});"
+            " the coordinator retries it"
+            for c in left
+        )
+        await operation.update(message=message, errors=problems)
+
+    return coordinator.operations.start(OperationKind.DELETE.value, work, backup_id=backup_id)

@@ -1,0 +1,142 @@
+"""What the CLI's long operations (whole-ring restore, table restore, drill) share, in their own
+process or through the daemon: ending at the plan (dry run, refusal, `--output json`), following
+the daemon's operation with one progress line per change, and the final document, report and exit
+code. Each command keeps its own plan and report rendering; the flow is here, once."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn, TypeVar
+
+import typer
+
+from ringsnap.api.v1 import types_pb2
+from ringsnap.coordinator.cli.client import (
+    CliError,
+    Coordinator,
+    ExitCode,
+    Target,
+    reason_exit_code,
+)
+from ringsnap.coordinator.cli.console import ProgressPrinter, err
+
+R = TypeVar("R")
+
+#: Operation phases that are the runners' own, not a workflow's progress line.
+OWN_PHASES = frozenset({"", "plan", "record"})
+
+
+def ends_at_plan(
+    document: dict[str, Any],
+    *,
+    as_json: bool,
+    dry_run: bool,
+    print_plan: Callable[[dict[str, Any]], None],
+    refused: Callable[[str], Exception],
+) -> dict[str, Any] | None:
+    """The plan shown (text) or kept for the JSON output: the document when the command ends at
+    it (a dry run, or a refusal with --output json), None to go on; a refusal raises `refused`."""
+    refusals = list(document.get("refusals", []))
+    if as_json and (dry_run or refusals):
+        return document
+    print_plan(document)
+    if refusals:
+        raise refused("the plan refused: " + "; ".join(refusals))
+    return document if dry_run else None
+
+
+def follow(
+    client: Coordinator,
+    operation: types_pb2.Operation,
+    printer: ProgressPrinter,
+    *,
+    what: str,
+    hint: str,
+    lost_hint: str = "",
+    own_phases: frozenset[str] = OWN_PHASES,
+) -> types_pb2.Operation:
+    """Watch the daemon's operation to its end, printing each new progress line; Ctrl-C or a lost
+    daemon stop following, not the operation (`what` names it, `hint` says where to look, and
+    `lost_hint` when the daemon was lost, if it says more)."""
+    final = operation
+    shown = ("", "")
+    try:
+        for update in client.watch(operation.operation_id):
+            final = update
+            seen = (update.phase, update.message)
+            if update.phase not in own_phases and update.message and seen != shown:
+                printer.line(update.message)
+                shown = seen
+    except KeyboardInterrupt:
+        raise CliError(
+            f"stopped following; {what} goes on in the coordinator",
+            ExitCode.INTERRUPTED,
+            reason="INTERRUPTED",
+            hint=hint,
+        ) from None
+    except CliError as error:
+        if error.exit_code is not ExitCode.UNREACHABLE:
+            raise
+        raise CliError(
+            f"lost the coordinator while following {what}: {error}",
+            ExitCode.UNREACHABLE,
+            reason=error.reason,
+            hint=lost_hint or hint,
+        ) from None
+    return final
+
+
+def say_the_daemon_runs(target: Target, what: str, *, as_json: bool) -> None:
+    """Tell the operator (not a JSON reader) that `what` runs in the daemon holding the catalog."""
+    if not as_json:
+        err.print(
+            f"the coordinator daemon at {target.address} holds the catalog: {what} runs in the"
+            " daemon",
+            style="dim",
+        )
+
+
+def raise_refusal_or_error(
+    final: types_pb2.Operation,
+    *,
+    refused_reason: str,
+    refused: Callable[[str], Exception],
+    failed_reason: str,
+) -> None:
+    """For a failed operation: its refusal raised as `refused`, and an error of another kind than
+    the workflow's own failure (`failed_reason`, or INTERNAL) raised as the CliError of its reason.
+    The workflow's own failure returns: its record says more."""
+    if final.state != types_pb2.OPERATION_STATE_FAILED or not final.error_reason:
+        return
+    message = final.message or "; ".join(final.errors) or "no reason given"
+    if final.error_reason == refused_reason:
+        raise refused(message)
+    if final.error_reason not in {failed_reason, "INTERNAL"}:
+        raise CliError(
+            message,
+            reason_exit_code(final.error_reason, ExitCode.FAILED),
+            reason=final.error_reason,
+        )
+
+
+def finish(
+    result: R | Mapping[str, Any],
+    *,
+    as_json: bool,
+    key: str,
+    document: Callable[[R], Any],
+    report: Callable[[R], None],
+    exit_code: Callable[[R], ExitCode],
+) -> NoReturn:
+    """Print the plan's document (a command that ended at its plan) or the record (`key` in
+    JSON, else the report) and exit with the command's code."""
+    if isinstance(result, Mapping):
+        if as_json:
+            typer.echo(json.dumps({"plan": dict(result)}, indent=2))
+        raise typer.Exit(int(ExitCode.REFUSED if result.get("refusals") else ExitCode.OK))
+    if as_json:
+        typer.echo(json.dumps({key: document(result)}, indent=2))
+    else:
+        report(result)
+    raise typer.Exit(int(exit_code(result)))

@@ -1,0 +1,436 @@
+"""`ringsnap restore`: the on-call engineer's command.
+
+It runs the restore in this process, from the coordinator's config and catalog (the catalog's lock
+keeps the daemon and any other restore out meanwhile), so that it works when the daemon is down:
+plan, typed confirmation, live progress per node and step, a report with every node's verdict,
+and an exit code scripts can use (0 proven, 6 not proven, 3 refused, 4 failed, 130 interrupted).
+
+When the catalog is locked and the coordinator daemon answers, the daemon holds it: the same
+restore then runs in the daemon, through its API (`restore_remote`), with the same plan,
+confirmation, progress, report and exit codes, rendered by the same functions (`restore_report`, `console`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ringsnap.coordinator.assembly import load_config
+from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.cli.client import (
+    REMOTE_ENV,
+    CliError,
+    ExitCode,
+    Target,
+    discover_config,
+    resolve_target,
+)
+from ringsnap.coordinator.cli.commands import operator_name
+from ringsnap.coordinator.cli.console import (
+    Output,
+    ProgressPrinter,
+    confirm,
+    err,
+    error_exit_code,
+    fail,
+    jsonable,
+)
+from ringsnap.coordinator.cli.local_catalog import (
+    UNREADABLE,
+    OutputOption,
+    catalog_or_daemon,
+    viewer_catalog,
+)
+from ringsnap.coordinator.cli.restore_report import (
+    exit_code_of,
+    plan_document,
+    print_plan,
+    print_report,
+)
+from ringsnap.coordinator.config import DEFAULT_CONFIG_PATH, CoordinatorConfig
+from ringsnap.coordinator.model import RestoreMode, RestoreRecord
+from ringsnap.coordinator.restore.plan import RestoreRequest
+from ringsnap.coordinator.restore.session import open_restore_session
+from ringsnap.coordinator.restore.workflow import RestoreFailed, RestoreRefused
+from ringsnap.errors import RingsnapError
+
+
+def config_path(config: Path | None) -> Path:
+    """Where the coordinator's config is (`discover_config`); the system-wide file by default."""
+    found, _how = discover_config(config)
+    return found or DEFAULT_CONFIG_PATH
+
+
+# -- the command ------------------------------------------------------------------------------------
+
+
+def _open_catalog(config: CoordinatorConfig, config_file: Path) -> Catalog | Target:
+    """The catalog, opened exclusively; or, when it is locked and the coordinator daemon answers
+    (the daemon holds it), the daemon to restore through."""
+    return catalog_or_daemon(
+        config,
+        config_file,
+        held="is held by another process, most likely the coordinator daemon (or another restore)",
+        hint="restores run in this process so that they work while the daemon is down; stop"
+        " it for the restore (`systemctl stop ringsnap-coordinator`: no scheduled backup can"
+        " then freeze the ring being restored) and start it again afterwards",
+    )
+
+
+def _finish(record: RestoreRecord, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps({"restore": jsonable(record)}, indent=2))
+    else:
+        print_report(record)
+    raise typer.Exit(int(exit_code_of(record)))
+
+
+@dataclass(frozen=True)
+class RestoreOptions:
+    """What the operator asked for: the same whether the restore runs here or in the daemon."""
+
+    backup_id: str | None
+    nodes: tuple[str, ...]
+    mode: RestoreMode
+    dry_run: bool
+    yes: bool
+    force: bool
+    resume: str | None
+    as_json: bool
+
+
+async def _restore(
+    config: CoordinatorConfig, catalog: Catalog, options: RestoreOptions
+) -> RestoreRecord | dict[str, Any]:
+    """The restore in this process; a plan's document when it ends at the plan (dry run, or a
+    refusal with --output json)."""
+    try:
+        if options.resume:
+            record = await asyncio.to_thread(catalog.get_restore, options.resume)
+            cluster = record.cluster
+        else:
+            assert options.backup_id is not None
+            cluster = (await asyncio.to_thread(catalog.get_backup, options.backup_id)).cluster
+        async with open_restore_session(config, cluster, catalog=catalog) as session:
+            progress = ProgressPrinter(quiet=options.as_json)
+            if options.resume:
+                return await session.resume(options.resume, progress)
+            request = RestoreRequest(
+                options.backup_id or "", options.nodes, options.mode, options.force, operator_name()
+            )
+            plan = await session.plan(request)
+            if options.as_json and (options.dry_run or plan.refused):
+                return plan_document(plan)
+            print_plan(plan)
+            if plan.refused:
+                raise RestoreRefused("the plan refused: " + "; ".join(plan.refusals))
+            if options.dry_run:
+                return plan_document(plan)
+            await asyncio.to_thread(confirm, plan.backup.cluster, options.yes)
+            return await session.run(plan, operator_name(), progress)
+    finally:
+        await asyncio.to_thread(catalog.close)
+
+
+def quiet_cql_driver() -> None:
+    """The driver logs every failed reconnection while the ring restarts (on purpose, during a
+    restore); the restore says itself when the ring does not come back."""
+    import logging
+
+    logging.getLogger("cassandra").setLevel(logging.CRITICAL)
+
+
+def restore_command(  # noqa: PLR0917 - typer maps parameters to the command line
+    backup: str = typer.Argument(None, help="The backup to restore (see `ringsnap list`)."),
+    nodes: str = typer.Option(
+        "", "--nodes", help="Comma-separated node names to restore alone (default: the whole ring)."
+    ),
+    mode: Annotated[
+        RestoreMode,
+        typer.Option(
+            "--mode",
+            help="revert: the volumes go back in place; clone: new volumes from the snapshot are"
+            " mounted instead and the originals are kept untouched.",
+        ),
+    ] = RestoreMode.REVERT,
+    source: str = typer.Option(
+        "",
+        "--from",
+        metavar="s3",
+        help="s3: restore from the backup's copy on S3 (the array is not needed): every node"
+        " downloads and verifies its copy before anything is stopped (docs/s3.md).",
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and change nothing."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask to type the cluster's name."),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Restore nodes alone even from a backup older than gc_grace_seconds.",
+    ),
+    resume: str = typer.Option(
+        None,
+        "--resume",
+        metavar="RESTORE_ID",
+        help="Go on with an interrupted or failed restore from each node's last finished step.",
+    ),
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            "-c",
+            dir_okay=False,
+            help="The coordinator's config (default: $RINGSNAP_CONFIG, else"
+            " /etc/ringsnap/coordinator.toml). Restores run in this process: they need the TLS"
+            " key, array credentials and the catalog; while the coordinator daemon holds the"
+            " catalog, they run in the daemon, at the API address and with the token of this"
+            " config.",
+        ),
+    ] = None,
+    output: OutputOption = Output.TEXT,
+    keyspace: str = typer.Option(
+        "",
+        "--keyspace",
+        help="Table-level restore, live (no node stopped): bring this keyspace's tables back from"
+        " the backup (see docs/table-restore.md).",
+    ),
+    tables: list[str] = typer.Option(  # noqa: B008 - typer's way to declare a repeated option
+        [], "--table", help="With --keyspace: a table to restore (repeat it; default: all)."
+    ),
+    as_table: str = typer.Option(
+        None, "--as", metavar="K.T2", help="With --keyspace and one --table: restore into K.T2."
+    ),
+    abort: str = typer.Option(
+        None,
+        "--abort",
+        metavar="RESTORE_ID",
+        help="Give a failed table restore (tr-...) up: its clones and staging are removed; or a"
+        " restore from S3 (rr-...) not installed yet: each node's download is removed and the"
+        " nodes it stopped start again.",
+    ),
+) -> None:
+    """Restore a backup from its array snapshots and prove it, node by node.
+
+    Prints the plan (nodes, volumes, snapshots, what is destroyed, expected time), asks you to type
+    the cluster's name, stops Cassandra on the target nodes, reverts (or clones) their volumes,
+    starts the ring again seeds first, and proves every node with its canaries and its manifest.
+
+    Runs in this process, so it works while the coordinator daemon is down. While the daemon runs
+    (it holds the catalog), the restore runs in the daemon instead, through its API, with the same
+    plan, confirmation, progress and report; meanwhile the daemon skips the cluster's backups, and
+    Ctrl-C stops following, not the restore.
+
+    Exit codes: 0 proven, 6 not proven, 3 refused, 4 failed (the report says what each node was
+    left in), 130 interrupted (resume it).
+    """
+    as_json = output is Output.JSON
+    quiet_cql_driver()
+    if abort and abort.startswith("rr-"):
+        from ringsnap.coordinator.cli.restore_abort import abort_ring_restore
+
+        abort_ring_restore(config, abort, yes, as_json)
+    if keyspace or abort or (resume or "").startswith("tr-"):
+        _table_restore(
+            config,
+            backup,
+            keyspace,
+            tables,
+            as_table,
+            dry_run,
+            yes,
+            resume,
+            abort,
+            as_json,
+            source=source,
+        )
+    try:
+        if bool(backup) == bool(resume):
+            raise CliError(
+                "name a backup to restore, or --resume RESTORE_ID (not both)",
+                ExitCode.USAGE,
+                reason="INVALID_ARGUMENT",
+            )
+        mode = _mode_with_source(mode, source)
+        options = RestoreOptions(
+            backup_id=backup,
+            nodes=tuple(n.strip() for n in nodes.split(",") if n.strip()),
+            mode=mode,
+            dry_run=dry_run,
+            yes=yes,
+            force=force,
+            resume=resume,
+            as_json=as_json,
+        )
+        result: RestoreRecord | dict[str, Any]
+        if config is None and os.environ.get(REMOTE_ENV):
+            # An operator on another host: the daemon restores, reached by its remote listener.
+            from ringsnap.coordinator.cli import restore_remote
+
+            result = restore_remote.restore(resolve_target(None, None), options)
+        else:
+            config_file = config_path(config)
+            loaded = load_config(config_file)
+            opened = _open_catalog(loaded, config_file)
+            if isinstance(opened, Catalog):
+                result = asyncio.run(_restore(loaded, opened, options))
+            else:
+                from ringsnap.coordinator.cli import restore_remote
+
+                result = restore_remote.restore(opened, options)
+    except CliError as error:
+        fail(error, as_json)
+    except RestoreRefused as error:
+        fail(CliError(str(error), ExitCode.REFUSED, reason="RESTORE_REFUSED"), as_json)
+    except RestoreFailed as error:
+        if error.record is not None:
+            # What each node was left in, and the exact next step, matter more than the error.
+            if as_json:
+                typer.echo(json.dumps({"restore": jsonable(error.record)}, indent=2))
+                raise typer.Exit(int(ExitCode.FAILED)) from None
+            print_report(error.record)
+        fail(
+            CliError(
+                str(error),
+                ExitCode.FAILED,
+                reason="RESTORE_FAILED",
+                hint="see the record: `ringsnap status`; go on with `ringsnap restore --resume ID`",
+            ),
+            as_json,
+            resumable=True,
+        )
+    except KeyboardInterrupt:
+        err.print(
+            "interrupted: the restore's record says where each node stands (`ringsnap status`)"
+        )
+        raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+    except RingsnapError as error:
+        fail(CliError(str(error), error_exit_code(error)), as_json)
+    if isinstance(result, dict):
+        if as_json:
+            typer.echo(json.dumps({"plan": result}, indent=2))
+        raise typer.Exit(int(ExitCode.REFUSED if result["refusals"] else ExitCode.OK))
+    _finish(result, as_json)
+
+
+def _mode_with_source(mode: RestoreMode, source: str) -> RestoreMode:
+    """`--from s3` is the S3 mode; the array's modes are for restores from snapshots."""
+    if source not in ("", "s3"):
+        raise CliError(
+            f"--from {source!r}: the only other source is s3",
+            ExitCode.USAGE,
+            reason="INVALID_ARGUMENT",
+        )
+    if source and mode is RestoreMode.CLONE:
+        raise CliError(
+            "--mode clone clones array snapshots; a restore --from s3 installs the copy in place",
+            ExitCode.USAGE,
+            reason="INVALID_ARGUMENT",
+        )
+    return RestoreMode.S3 if source else mode
+
+
+def _table_restore(  # noqa: PLR0917 - the options of the command line
+    config: Path | None,
+    backup: str | None,
+    keyspace: str,
+    tables: list[str],
+    as_table: str | None,
+    dry_run: bool,
+    yes: bool,
+    resume: str | None,
+    abort: str | None,
+    as_json: bool,
+    *,
+    source: str = "",
+) -> None:
+    """`--keyspace` (or a table restore's --resume/--abort): ringsnap.coordinator.table_restore.
+    In this process; through the daemon while it holds the catalog, or from another host."""
+    from ringsnap.coordinator.cli import table_restore_remote as remote
+    from ringsnap.coordinator.cli.table_restore import (
+        TableRestoreOptions,
+        run_table_restore,
+        table_restore_main,
+    )
+
+    try:
+        if sum(bool(v) for v in (backup, resume, abort)) != 1 or (backup and not keyspace):
+            raise CliError(
+                "a table restore needs BACKUP --keyspace K, or --resume ID, or --abort ID",
+                ExitCode.USAGE,
+                reason="INVALID_ARGUMENT",
+            )
+        options = TableRestoreOptions(
+            backup_id=backup,
+            keyspace=keyspace,
+            tables=tuple(tables),
+            target=as_table,
+            dry_run=dry_run,
+            yes=yes,
+            resume=resume,
+            abort=abort,
+            as_json=as_json,
+            from_s3=_mode_with_source(RestoreMode.REVERT, source) is RestoreMode.S3,
+        )
+        if config is None and os.environ.get(REMOTE_ENV):
+            # An operator on another host: the daemon restores, reached by its remote listener.
+            daemon = resolve_target(None, None)
+            table_restore_main(lambda: remote.table_restore(daemon, options), options)
+        config_file = config_path(config)
+        loaded = load_config(config_file)
+        opened = _open_catalog(loaded, config_file)
+        if isinstance(opened, Catalog):
+            catalog = opened
+            table_restore_main(
+                lambda: asyncio.run(run_table_restore(loaded, catalog, options)), options
+            )
+        else:
+            daemon = opened
+            table_restore_main(lambda: remote.table_restore(daemon, options), options)
+    except CliError as error:
+        fail(error, as_json)
+    except KeyboardInterrupt:
+        err.print("interrupted: the table restore's record says where each node stands")
+        raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+    except RingsnapError as error:
+        fail(CliError(str(error), error_exit_code(error)), as_json)
+
+
+def open_restores_lines(config: Path | None) -> Iterator[str]:
+    """For `ringsnap status`: restores that did not finish, each node's state and next step.
+
+    Read from the catalog directly (shared, read-only), so it works with or without the daemon;
+    only `[coordinator] catalog` is read from the config, so it needs none of its secrets.
+    """
+    try:
+        _, catalog = viewer_catalog(config_path(config))
+    except UNREADABLE as exc:
+        yield f"(unfinished restores cannot be listed: {exc})"
+        return
+    if catalog is None:
+        return
+    with catalog:
+        for record in catalog.open_restores():
+            source = " from S3" if record.mode is RestoreMode.S3 else ""
+            yield (
+                f"restore {record.id} of backup {record.backup_id} ({record.cluster}){source}:"
+                f" {record.state.value}{': ' + record.error if record.error else ''}"
+            )
+            for node in record.nodes:
+                if node.next_step:
+                    yield f"  {node.name} (last step: {node.step.value}): {node.next_step}"
+        for table_restore in catalog.list_table_restores():
+            if table_restore.state.finished:
+                continue
+            source = " from S3" if table_restore.from_s3 else ""
+            yield (
+                f"table restore {table_restore.id} of backup {table_restore.backup_id}"
+                f" ({table_restore.cluster}){source}: {table_restore.state.value}"
+                f"{': ' + table_restore.error if table_restore.error else ''}; next step:"
+                f" {table_restore.next_action} (--resume or --abort {table_restore.id})"
+            )

@@ -1,0 +1,180 @@
+"""`ringsnap restore` through the coordinator daemon, when the daemon holds the catalog.
+
+The same command as in the CLI's own process (`restore_cli`), with the daemon doing the work:
+PlanRestore, the plan printed by `restore_report.print_plan`, the typed confirmation, StartRestore
+(with the cluster's name and the id of the plan shown), the operation followed with one progress
+line per change, GetRestore, and the report and exit code of `restore_cli`. Its results and errors
+are those of `restore_cli._restore` (a record, a plan's document, RestoreRefused, RestoreFailed,
+CliError), so that `restore_cli.restore_command` ends both paths the same way.
+
+The daemon plans again when it starts and refuses when what the restore destroys changed since the
+plan was shown (a backup finished meanwhile, say): the operator then reviews the new plan. Ctrl-C
+stops following; the restore goes on in the daemon.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ringsnap import wire
+from ringsnap.api.v1 import coordinator_pb2 as pb
+from ringsnap.api.v1 import types_pb2
+from ringsnap.coordinator.api import messages
+from ringsnap.coordinator.cli import console, restore_report
+from ringsnap.coordinator.cli import operation as operation_cli
+from ringsnap.coordinator.cli import restore as restore_cli
+from ringsnap.coordinator.cli.client import (
+    LONG_CALL_TIMEOUT,
+    CliError,
+    Coordinator,
+    ExitCode,
+    Target,
+    reason_exit_code,
+)
+from ringsnap.coordinator.cli.commands import operator_name
+from ringsnap.coordinator.model import RestoreRecord
+from ringsnap.coordinator.restore.workflow import RestoreFailed, RestoreRefused
+
+#: Operation phases of a restore that are not workflow progress (the CLI prints its own lines).
+_OWN_PHASES = frozenset({"", "plan", "record"})
+
+
+def plan_document(message: pb.RestorePlan) -> dict[str, Any]:
+    """The daemon's plan as `restore_report.plan_document` makes it of a plan made in-process."""
+    return {
+        "restore_id": message.restore_id,
+        **console.backup_fields(
+            message.backup_id, message.cluster, wire.moment(message.backup_started_at)
+        ),
+        "mode": messages.domain_value(messages.RESTORE_MODES, message.mode, "restore mode").value,
+        "whole_ring": message.whole_ring,
+        "nodes": [
+            {
+                "name": node.name,
+                "host_id": node.host_id,
+                "seed": node.seed,
+                "cassandra_running": node.cassandra_running,
+                "volumes": [console.jsonable(messages.restore_volume_of(v)) for v in node.volumes],
+            }
+            for node in message.nodes
+        ],
+        "snapshots": {a.array: a.snapshot.snapshot_name for a in message.arrays},
+        "destroyed": list(message.destroyed),
+        "lost_backups": list(message.lost_backups),
+        "warnings": list(message.warnings),
+        "refusals": list(message.refusals),
+        "expected_seconds": (
+            wire.seconds(message.expected_duration)
+            if message.HasField("expected_duration")
+            else None
+        ),
+    }
+
+
+def restore(target: Target, options: restore_cli.RestoreOptions) -> RestoreRecord | dict[str, Any]:
+    """The restore, run by the daemon at `target`: its final record, or the plan's document when
+    it ends at the plan (dry run, or a refusal with --output json)."""
+    operation_cli.say_the_daemon_runs(target, "the restore", as_json=options.as_json)
+    with Coordinator(target) as client:
+        if options.resume:
+            record = _get(client, options.resume)
+            # As in the CLI's own process, a resume asks for no confirmation: the record names the
+            # cluster, which the daemon wants confirmed.
+            request = pb.StartRestoreRequest(
+                resume_id=options.resume,
+                confirm_cluster=record.cluster,
+                requested_by=operator_name(),
+            )
+        else:
+            assert options.backup_id is not None
+            plan = client.call(
+                client.stub.PlanRestore,
+                pb.PlanRestoreRequest(
+                    backup_id=options.backup_id,
+                    nodes=options.nodes,
+                    mode=messages.RESTORE_MODES[options.mode],
+                    force=options.force,
+                ),
+                LONG_CALL_TIMEOUT,
+            )
+            document = plan_document(plan)
+            refusals = document["refusals"]
+            if options.as_json and (options.dry_run or refusals):
+                return document
+            restore_report.print_plan(document)
+            if refusals:
+                raise RestoreRefused("the plan refused: " + "; ".join(refusals))
+            if options.dry_run:
+                return document
+            console.confirm(plan.cluster, options.yes)
+            request = pb.StartRestoreRequest(
+                backup_id=options.backup_id,
+                nodes=options.nodes,
+                mode=messages.RESTORE_MODES[options.mode],
+                force=options.force,
+                confirm_cluster=plan.cluster,
+                restore_id=plan.restore_id,
+                requested_by=operator_name(),
+            )
+        operation = client.call(client.stub.StartRestore, request, LONG_CALL_TIMEOUT)
+        restore_id = options.resume or request.restore_id
+        if not options.as_json:
+            console.err.print(
+                f"restore {restore_id} started in the coordinator (operation"
+                f" {operation.operation_id}); Ctrl-C stops following, not the restore",
+                style="dim",
+            )
+        final = _follow(client, operation, restore_id, console.ProgressPrinter(options.as_json))
+        return _outcome(client, final, restore_id)
+
+
+def _get(client: Coordinator, restore_id: str) -> RestoreRecord:
+    message = client.call(client.stub.GetRestore, pb.GetRestoreRequest(restore_id=restore_id))
+    return messages.restore_record(message)
+
+
+def _follow(
+    client: Coordinator,
+    operation: types_pb2.Operation,
+    restore_id: str,
+    printer: console.ProgressPrinter,
+) -> types_pb2.Operation:
+    """Watch the operation to its end, printing each new progress line of the workflow."""
+    return operation_cli.follow(
+        client,
+        operation,
+        printer,
+        what=f"restore {restore_id}",
+        hint="`ringsnap status` lists the restores not finished and where each node stands",
+        lost_hint="the restore's record says where each node stands (`ringsnap status`); go on"
+        f" with `ringsnap restore --resume {restore_id}`",
+        own_phases=_OWN_PHASES,
+    )
+
+
+def _outcome(client: Coordinator, final: types_pb2.Operation, restore_id: str) -> RestoreRecord:
+    """The final record, or the error the CLI's own process would have raised."""
+    if final.state == types_pb2.OPERATION_STATE_FAILED:
+        reason = final.error_reason
+        message = final.message or "; ".join(final.errors) or "no reason given"
+        if reason == "RESTORE_FAILED":
+            try:
+                record = _get(client, restore_id)
+            except CliError:
+                record = None
+            raise RestoreFailed(message, record)
+        if reason == "RESTORE_REFUSED":
+            raise RestoreRefused(message)
+        raise CliError(message, reason_exit_code(reason, ExitCode.FAILED), reason=reason)
+    try:
+        return _get(client, restore_id)
+    except CliError:
+        if final.state != types_pb2.OPERATION_STATE_CANCELLED:
+            raise
+        raise CliError(
+            f"the coordinator stopped during restore {restore_id}",
+            ExitCode.INTERRUPTED,
+            reason="INTERRUPTED",
+            hint=f"`ringsnap status` says where each node stands; `ringsnap restore --resume"
+            f" {restore_id}` goes on",
+        ) from None

@@ -1,0 +1,137 @@
+"""`ringsnap restore BACKUP --keyspace K` (and a table restore's --resume/--abort) through the
+coordinator daemon, when the daemon holds the catalog or the operator is on another host
+(`$RINGSNAP_REMOTE`): PlanTableRestore, the same plan and typed confirmation as in the CLI's own
+process, StartTableRestore under the id of the plan shown, the operation followed with one progress
+line per change, GetTableRestore, and the same report and exit codes. Its results and errors are
+those of `cli.run_table_restore`, so that `cli.table_restore_main` ends both paths the same way.
+
+Ctrl-C stops following; the restore goes on in the daemon (its record says where each node is)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ringsnap.api.v1 import coordinator_pb2 as pb
+from ringsnap.api.v1 import types_pb2
+from ringsnap.coordinator.api.table_restore_messages import (
+    plan_document_of,
+    record_of,
+    request_fields,
+)
+from ringsnap.coordinator.cli.client import (
+    LONG_CALL_TIMEOUT,
+    CliError,
+    Coordinator,
+    ExitCode,
+    Target,
+    reason_exit_code,
+)
+from ringsnap.coordinator.cli.commands import operator_name
+from ringsnap.coordinator.cli.console import ProgressPrinter, confirm, err
+from ringsnap.coordinator.cli.operation import ends_at_plan, follow
+from ringsnap.coordinator.cli.table_restore import TableRestoreOptions, print_plan, request_of
+from ringsnap.coordinator.table_restore.model import (
+    TableRestoreFailed,
+    TableRestoreRecord,
+    TableRestoreRefused,
+)
+
+
+def table_restore(
+    target: Target, options: TableRestoreOptions
+) -> TableRestoreRecord | dict[str, Any]:
+    """The table restore, run by the daemon at `target`: its final record, or the plan's document
+    when it ends at the plan."""
+    if not options.as_json:
+        err.print(
+            f"the coordinator daemon at {target.address} runs the table restore",
+            style="dim",
+        )
+    with Coordinator(target) as client:
+        existing = options.resume or options.abort
+        if existing:
+            record = _get(client, existing)
+            # As in the CLI's own process, resume and abort ask nothing: the record names the
+            # cluster, which the daemon wants confirmed.
+            start = pb.StartTableRestoreRequest(
+                resume_id=options.resume or "",
+                abort_id=options.abort or "",
+                confirm_cluster=record.cluster,
+                requested_by=operator_name(),
+            )
+            restore_id = existing
+        else:
+            request = request_of(options)
+            plan = client.call(
+                client.stub.PlanTableRestore,
+                pb.PlanTableRestoreRequest(**request_fields(request)),
+                LONG_CALL_TIMEOUT,
+            )
+            document = plan_document_of(plan)
+            ended = ends_at_plan(
+                document,
+                as_json=options.as_json,
+                dry_run=options.dry_run,
+                print_plan=print_plan,
+                refused=TableRestoreRefused,
+            )
+            if ended is not None:
+                return ended
+            cluster = plan.table_restore.cluster
+            confirm(cluster, options.yes)
+            restore_id = plan.table_restore.table_restore_id
+            start = pb.StartTableRestoreRequest(
+                **request_fields(request),
+                table_restore_id=restore_id,
+                confirm_cluster=cluster,
+                requested_by=operator_name(),
+            )
+        operation = client.call(client.stub.StartTableRestore, start, LONG_CALL_TIMEOUT)
+        if not options.as_json:
+            err.print(
+                f"table restore {restore_id} runs in the coordinator (operation"
+                f" {operation.operation_id}); Ctrl-C stops following, not the restore",
+                style="dim",
+            )
+        final = follow(
+            client,
+            operation,
+            ProgressPrinter(options.as_json),
+            what=f"table restore {restore_id}",
+            hint=f"`ringsnap status` says where each node stands; `ringsnap restore --resume"
+            f" {restore_id}` goes on with a failed one",
+        )
+        return _outcome(client, final, restore_id)
+
+
+def _get(client: Coordinator, restore_id: str) -> TableRestoreRecord:
+    message = client.call(
+        client.stub.GetTableRestore, pb.GetTableRestoreRequest(table_restore_id=restore_id)
+    )
+    return record_of(message)
+
+
+def _outcome(
+    client: Coordinator, final: types_pb2.Operation, restore_id: str
+) -> TableRestoreRecord:
+    """The final record, or the error the CLI's own process would have raised."""
+    if final.state == types_pb2.OPERATION_STATE_FAILED:
+        reason = final.error_reason
+        message = final.message or "; ".join(final.errors) or "no reason given"
+        if reason == "RESTORE_FAILED":
+            try:
+                record: TableRestoreRecord | None = _get(client, restore_id)
+            except CliError:
+                record = None
+            raise TableRestoreFailed(message, record)
+        if reason == "RESTORE_REFUSED":
+            raise TableRestoreRefused(message)
+        raise CliError(message, reason_exit_code(reason, ExitCode.FAILED), reason=reason)
+    if final.state == types_pb2.OPERATION_STATE_CANCELLED:
+        raise CliError(
+            f"the coordinator stopped during table restore {restore_id}",
+            ExitCode.INTERRUPTED,
+            reason="INTERRUPTED",
+            hint=f"`ringsnap restore --resume {restore_id}` goes on from its record",
+        )
+    return _get(client, restore_id)
