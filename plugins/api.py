@@ -3,7 +3,7 @@
 A driver is synchronous and simple: it speaks to one array and raises the typed errors of
 `ringsnap.plugins.errors`. Retries, timing, logging and running off the event loop are added once,
 around every driver, by `ringsnap.plugins.middleware`. Optional abilities are separate interfaces
-(`Revertible`, `Cloneable`), announced in `capabilities()` and checked by the conformance suite.
+(`Revertible`, `Cloneable`, `Presentable`), announced in `capabilities()` and checked by the conformance suite.
 
 Because the middleware repeats a call that failed with a retryable error, and a timed-out call may
 still have happened on the array, every operation must be safe to repeat: creating what exists
@@ -31,7 +31,14 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Self, TypeVar, cast
 
 from ringsnap.config import Section, validate
-from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume
+from ringsnap.plugins.types import (
+    Capabilities,
+    HostInitiators,
+    Presentation,
+    SnapshotInfo,
+    SnapshotRef,
+    Volume,
+)
 
 
 @dataclass(frozen=True)
@@ -217,3 +224,24 @@ class Cloneable(ABC):
     @abstractmethod
     def delete_clone(self, volume: Volume) -> None:
         """Remove a volume made by `clone`; removing one that is gone is not an error."""
+
+
+class Presentable(ABC):
+    """Make volumes visible to one host through the array's own mapping objects, and invisible
+    again; the host finds them after a rescan by the identity each `Presentation` names.
+
+    The host object is `host.array_host` when named, else the one whose initiators include any of
+    the host's (none, or several, is a NotFoundError / DriverError saying which initiators were
+    looked for and what to create). Never creates or changes host objects.
+    """
+
+    @abstractmethod
+    def present(self, volumes: Sequence[Volume], host: HostInitiators) -> Sequence[Presentation]:
+        """Map each of `volumes` to the host, in their order, each at a LUN id (NVMe: namespace id)
+        free on that host. Idempotent: a volume already mapped to that host keeps its mapping and
+        is returned as it is. A volume mapped to another host is left alone and refused."""
+
+    @abstractmethod
+    def unpresent(self, volumes: Sequence[Volume], host: HostInitiators) -> None:
+        """Remove each volume's mapping to the host; a volume not mapped to it (or gone) is fine.
+        The host must have let go of the devices first (unmounted, flushed, deleted)."""

@@ -67,6 +67,50 @@ class SnapshotInfo:
 
 
 @dataclass(frozen=True)
+class HostInitiators:
+    """A host as its agent reports it: the initiators it reaches arrays with.
+
+    The array's host object for it (FlashArray host, ONTAP initiator group, E-Series host) is
+    `array_host` when the config names one, else the one object that holds any of these
+    initiators. Spellings are the host's (`iqn.…`, WWPNs with or without colons, `nqn.…`);
+    `normalized()` is how the drivers compare them.
+    """
+
+    iqns: tuple[str, ...] = ()
+    wwpns: tuple[str, ...] = ()
+    nqns: tuple[str, ...] = ()
+    array_host: str = ""
+
+    def normalized(self) -> frozenset[str]:
+        """Every initiator, lowercase, WWPNs as 16 hex digits without separators."""
+        wwpns = {w.lower().replace(":", "").replace("-", "") for w in self.wwpns}
+        return frozenset({i.lower() for i in (*self.iqns, *self.nqns)} | wwpns)
+
+    @property
+    def nvme(self) -> bool:
+        """Reaches arrays over NVMe-oF only: devices are namespaces known by their NGUID."""
+        return bool(self.nqns) and not (self.iqns or self.wwpns)
+
+    def describe(self) -> str:
+        named = f"host object {self.array_host!r}, " if self.array_host else ""
+        return named + "initiators " + (", ".join(sorted(self.normalized())) or "(none)")
+
+
+@dataclass(frozen=True)
+class Presentation:
+    """One volume mapped to one host: how the host finds it after a rescan."""
+
+    volume: Volume
+    #: The array's host object (or initiator group) the volume is mapped to.
+    host: str
+    #: The SCSI LUN id, or the NVMe namespace id.
+    lun: int
+    #: The device identity the host sees: the NAA WWN (SCSI) or the NGUID (NVMe), lowercase hex
+    #: (`ringsnap.device_ids.canonical` spelling).
+    identity: str
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """What a driver can do, checked by the conformance suite against what it implements."""
 
@@ -74,6 +118,8 @@ class Capabilities:
     atomic_group_snapshot: bool
     revert: bool = False
     clone: bool = False
+    #: Maps volumes to hosts (`Presentable`).
+    present: bool = False
     #: Reverting deletes snapshots newer than the one reverted to (ONTAP restore_to).
     revert_deletes_newer: bool = False
     #: Snapshots must be deleted oldest first (E-Series).

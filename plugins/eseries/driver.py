@@ -56,6 +56,7 @@ from ringsnap.plugins.eseries.image_names import (
     PURGED,
     ImageNames,
 )
+from ringsnap.plugins.eseries.presentation import EseriesPresenting
 from ringsnap.plugins.eseries.staged import MAX_IMAGES_PER_GROUP, StagedSnapshots
 from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume, VolumeSnapshot
 
@@ -67,7 +68,7 @@ _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,29}")
 MAX_MEMBERS_PER_GROUP = 64
 
 
-class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
+class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable, EseriesPresenting):
     """Consistency-group snapshots, rollback and linked clones on one E-Series system."""
 
     name = "eseries"
@@ -108,6 +109,7 @@ class ESeriesDriver(ConfiguredDriver[EseriesSettings], Revertible, Cloneable):
             atomic_group_snapshot=True,
             revert=True,
             clone=True,
+            present=True,
             revert_deletes_newer=False,
             delete_oldest_first=True,
             max_volumes_per_group=MAX_MEMBERS_PER_GROUP,

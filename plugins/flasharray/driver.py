@@ -19,7 +19,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
-from ringsnap import device_ids
 from ringsnap.logs import get_logger
 from ringsnap.plugins.api import Cloneable, ConfiguredDriver, PreparedSnapshot, Revertible
 from ringsnap.plugins.errors import (
@@ -34,6 +33,7 @@ from ringsnap.plugins.flasharray.client import FlashArrayClient, RejectedError
 from ringsnap.plugins.flasharray.config import FlashArraySettings
 from ringsnap.plugins.flasharray.items import millis, snapshot_info, volume_of, volume_set
 from ringsnap.plugins.flasharray.names import clone_name, snapshot_suffix
+from ringsnap.plugins.flasharray.presentation import FlashArrayPresenting
 from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume, VolumeSnapshot
 
 _log = get_logger(__name__)
@@ -43,7 +43,9 @@ _PGROUP = "pgroup"
 _SUFFIX = "suffix"
 
 
-class FlashArrayDriver(ConfiguredDriver[FlashArraySettings], Revertible, Cloneable):
+class FlashArrayDriver(
+    FlashArrayPresenting, ConfiguredDriver[FlashArraySettings], Revertible, Cloneable
+):
     """Protection-group snapshots, overwrite-revert and copies on one FlashArray."""
 
     name = "flasharray"
@@ -70,25 +72,12 @@ class FlashArrayDriver(ConfiguredDriver[FlashArraySettings], Revertible, Cloneab
             atomic_group_snapshot=True,
             revert=True,
             clone=True,
+            present=True,
             extra={
                 "delete": "destroy, then eradicate (may stay destroyed when eradication is disabled)",
                 "consistency": "protection group snapshot",
             },
         )
-
-    def host_identities(self, volumes: Sequence[Volume]) -> Mapping[str, tuple[str, ...]]:
-        """Purity's ids of a volume: over SCSI the NAA id `624a9370` + its serial (the listing's
-        wwn); over NVMe the NGUID `00` + the serial's first 14 hex digits + Pure's `24a937` + its
-        last 10."""
-        found: dict[str, tuple[str, ...]] = {}
-        for volume in volumes:
-            serial = volume.wwn.lower().removeprefix("624a9370") if volume.wwn else ""
-            if serial:
-                found[volume.name] = (
-                    device_ids.flasharray_naa(serial),
-                    device_ids.flasharray_nguid(serial),
-                )
-        return found
 
     def check(self) -> None:
         self._client.login()

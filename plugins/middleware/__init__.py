@@ -12,10 +12,11 @@
   caller's request;
 - `AsyncDriver` (aio.py): the coroutine facade.
 
-Every wrapper has the operations of `ringsnap.plugins.api` (base.py); revert and clone raise
-`UnsupportedError` when the driver is not `Revertible` or `Cloneable`. The four steps of a snapshot
-taken under a freeze are wrapped like every other operation, each under its own `op` name; the
-caller bounds the commit with `deadline()`, and prepare and finish run outside it.
+Every wrapper has the operations of `ringsnap.plugins.api` (base.py); revert, clone and present
+raise `UnsupportedError` when the driver is not `Revertible`, `Cloneable` or `Presentable`. The
+four steps of a snapshot taken under a freeze are wrapped like every other operation, each under
+its own `op` name; the caller bounds the commit with `deadline()`, and prepare and finish run
+outside it.
 """
 
 from __future__ import annotations

@@ -12,7 +12,14 @@ from collections.abc import Mapping, Sequence
 
 from ringsnap.plugins.api import PreparedSnapshot
 from ringsnap.plugins.middleware.base import WrappedDriver
-from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume
+from ringsnap.plugins.types import (
+    Capabilities,
+    HostInitiators,
+    Presentation,
+    SnapshotInfo,
+    SnapshotRef,
+    Volume,
+)
 
 
 class AsyncDriver:
@@ -87,6 +94,14 @@ class AsyncDriver:
 
     async def delete_clone(self, volume: Volume) -> None:
         await asyncio.to_thread(self._wrapped.delete_clone, volume)
+
+    async def present(
+        self, volumes: Sequence[Volume], host: HostInitiators
+    ) -> Sequence[Presentation]:
+        return await asyncio.to_thread(self._wrapped.present, volumes, host)
+
+    async def unpresent(self, volumes: Sequence[Volume], host: HostInitiators) -> None:
+        await asyncio.to_thread(self._wrapped.unpresent, volumes, host)
 
     async def close(self) -> None:
         await asyncio.to_thread(self._wrapped.close)

@@ -2,8 +2,8 @@
 
 A wrapper overrides `call` to do its one job around the next wrapper's (`super().call(...)`); the
 innermost calls the driver. The operations are spelled here once, for every wrapper: those of
-`ArrayDriver`, and revert and clone, which raise `UnsupportedError` (naming the driver and the
-array) when the wrapped driver is not `Revertible` or `Cloneable`.
+`ArrayDriver`, and revert, clone and present, which raise `UnsupportedError` (naming the driver
+and the array) when the wrapped driver is not `Revertible`, `Cloneable` or `Presentable`.
 """
 
 from __future__ import annotations
@@ -13,9 +13,22 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ringsnap.plugins.api import ArrayDriver, Cloneable, PreparedSnapshot, Revertible
+from ringsnap.plugins.api import (
+    ArrayDriver,
+    Cloneable,
+    PreparedSnapshot,
+    Presentable,
+    Revertible,
+)
 from ringsnap.plugins.errors import UnsupportedError
-from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume
+from ringsnap.plugins.types import (
+    Capabilities,
+    HostInitiators,
+    Presentation,
+    SnapshotInfo,
+    SnapshotRef,
+    Volume,
+)
 
 Result = TypeVar("Result")
 
@@ -64,6 +77,10 @@ class WrappedDriver:
     @property
     def cloneable(self) -> bool:
         return isinstance(self.driver, Cloneable)
+
+    @property
+    def presentable(self) -> bool:
+        return isinstance(self.driver, Presentable)
 
     # The operations of ArrayDriver. `capabilities` asks the driver only (no array call).
 
@@ -130,6 +147,12 @@ class WrappedDriver:
     def delete_clone(self, volume: Volume) -> None:
         self._run("delete_clone", self._cloneable().delete_clone, volume)
 
+    def present(self, volumes: Sequence[Volume], host: HostInitiators) -> Sequence[Presentation]:
+        return self._run("present", self._presentable().present, tuple(volumes), host)
+
+    def unpresent(self, volumes: Sequence[Volume], host: HostInitiators) -> None:
+        self._run("unpresent", self._presentable().unpresent, tuple(volumes), host)
+
     def close(self) -> None:
         """Release the driver's sessions (not an array operation: no retries, no log)."""
         self.inner.close()
@@ -142,4 +165,11 @@ class WrappedDriver:
     def _cloneable(self) -> Cloneable:
         if not isinstance(self.driver, Cloneable):
             raise UnsupportedError(f"driver {self.name!r} cannot clone", array=self.array)
+        return self.driver
+
+    def _presentable(self) -> Presentable:
+        if not isinstance(self.driver, Presentable):
+            raise UnsupportedError(
+                f"driver {self.name!r} cannot present volumes to hosts", array=self.array
+            )
         return self.driver

@@ -37,7 +37,6 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
-from ringsnap import device_ids
 from ringsnap.logs import get_logger
 from ringsnap.plugins.api import Cloneable, ConfiguredDriver, PreparedSnapshot, Revertible
 from ringsnap.plugins.errors import (
@@ -52,6 +51,7 @@ from ringsnap.plugins.errors import (
 )
 from ringsnap.plugins.ontap.client import OntapClient
 from ringsnap.plugins.ontap.config import OntapSettings
+from ringsnap.plugins.ontap.presentation import OntapPresenting
 from ringsnap.plugins.ontap.records import SnapshotRecord, VolumeRecord
 from ringsnap.plugins.ontap.temporary_groups import TemporaryGroups
 from ringsnap.plugins.types import (
@@ -71,7 +71,7 @@ _SNAPSHOT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}$")
 _log = get_logger(__name__)
 
 
-class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
+class OntapDriver(OntapPresenting, ConfiguredDriver[OntapSettings], Revertible, Cloneable):
     name: ClassVar[str] = "ontap"
     settings_model = OntapSettings
 
@@ -85,6 +85,7 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
             atomic_group_snapshot=True,
             revert=True,
             clone=True,
+            present=True,
             revert_deletes_newer=True,
             max_volumes_per_group=MAX_VOLUMES_PER_GROUP,
             max_snapshots_per_volume=MAX_SNAPSHOTS_PER_VOLUME,
@@ -107,16 +108,6 @@ class OntapDriver(ConfiguredDriver[OntapSettings], Revertible, Cloneable):
 
     def list_volumes(self) -> Sequence[Volume]:
         return [_volume(record) for record in self.client.volumes(self._settings.svm)]
-
-    def host_identities(self, volumes: Sequence[Volume]) -> Mapping[str, tuple[str, ...]]:
-        """A FlexVol has no id a host sees; the LUNs in it do: NAA id `600a0980` + the hex of
-        each LUN's ASCII serial number. A volume without a LUN is left out."""
-        serials = self.client.lun_serials(self._settings.svm)
-        return {
-            volume.name: tuple(device_ids.ontap_naa(s) for s in serials[volume.id])
-            for volume in volumes
-            if serials.get(volume.id)
-        }
 
     # Group snapshots
 

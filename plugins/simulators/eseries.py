@@ -25,6 +25,11 @@ It implements the subset ringsnap uses, with SANtricity's shapes and rules:
   without `capacity`, whose `membership.cgViewRef` names their view). A view is deleted whole
   (`DELETE .../views/{id}`); deleting one member (`DELETE /snapshot-volumes/{id}`) is refused
   (`pitViewInConsistencyGroup`).
+- Hosts (`GET/POST /hosts`, `HostEx` with `hostSidePorts` of type iscsi / fc / nvmeof) and
+  volume mappings (`GET/POST /volume-mappings {mappableObjectId, targetId, lun}`, `DELETE
+  /volume-mappings/{id}`, `LUNMapping` records): one mapping per volume (`cannotMapVolume`),
+  a LUN once per host (`partLunCollision`), unknown host `partNodeNonexistent`, unknown volume
+  `partVolumeNonexistent`, a port of another host `portConflict`.
 - Key-values: `POST /key-values/{key}` stores its body verbatim as the value, as the vendor's own
   client writes it (raw text); there is no PUT.
 - Repository utilisation: what a copy-on-write repository would hold, measured with FIEMAP: the
@@ -189,6 +194,23 @@ class _GroupView:
     views: list[str] = field(default_factory=list)
 
 
+@dataclass
+class _Host:
+    ref: str
+    label: str
+    host_type: int
+    #: (type, address, label) of each host port: iscsi IQN, fc WWPN, nvmeof NQN.
+    ports: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+@dataclass
+class _Mapping:
+    ref: str
+    volume_ref: str
+    target_ref: str
+    lun: int
+
+
 class _Fail(HttpError):
     """An error in SANtricity's envelope."""
 
@@ -262,6 +284,8 @@ class ESeriesSimulator(SimulatorApp):
         self._group_views: dict[str, _GroupView] = {}
         self._views: dict[str, _View] = {}
         self._key_values: dict[str, str] = {}
+        self._hosts: dict[str, _Host] = {}
+        self._mappings: dict[str, _Mapping] = {}
         self._sequence = itertools.count(1)
         #: Images purged silently because a repository filled (tests look at it).
         self.purged: list[tuple[str, int]] = []
@@ -319,6 +343,13 @@ class ESeriesSimulator(SimulatorApp):
             ("GET", f"{system}/snapshot-volumes", self._get_views),
             ("GET", f"{system}/snapshot-volumes/{{ref}}", self._get_view),
             ("DELETE", f"{system}/snapshot-volumes/{{ref}}", self._delete_view),
+            ("GET", f"{system}/hosts", self._get_hosts),
+            ("POST", f"{system}/hosts", self._post_host),
+            ("GET", f"{system}/hosts/{{ref}}", self._get_host),
+            ("GET", f"{system}/volume-mappings", self._get_mappings),
+            ("POST", f"{system}/volume-mappings", self._post_mapping),
+            ("GET", f"{system}/volume-mappings/{{ref}}", self._get_mapping),
+            ("DELETE", f"{system}/volume-mappings/{{ref}}", self._delete_mapping),
             ("GET", "/key-values", self._get_key_values),
             ("GET", "/key-values/{key}", self._get_key_value),
             ("POST", "/key-values/{key}", self._post_key_value),
@@ -930,7 +961,7 @@ class ESeriesSimulator(SimulatorApp):
         }
 
     def _is_mapped(self, ref: str) -> bool:
-        return False
+        return any(m.volume_ref == ref for m in self._mappings.values())
 
     def _get_group_views(self, request: Request, cg: str) -> Response:
         self._group(cg)
@@ -1048,10 +1079,126 @@ class ESeriesSimulator(SimulatorApp):
         except LunInUseError as exc:
             raise _Fail(422, str(exc), "volumeInUse") from None
         del self._views[view.ref]
+        for ref in [r for r, m in self._mappings.items() if m.volume_ref == view.ref]:
+            del self._mappings[ref]
         group_view = self._group_views[view.cg_view_ref]
         group_view.views.remove(view.ref)
         if not group_view.views:
             del self._group_views[group_view.ref]
+
+    # -- hosts and volume mappings (presentation) ---------------------------------------------
+
+    def _host_json(self, host: _Host) -> dict[str, Any]:
+        """A host as SANtricity's `HostEx`; its ports as `hostSidePorts` (`HostSidePort`)."""
+        return {
+            "id": host.ref,
+            "hostRef": host.ref,
+            "name": host.label,
+            "label": host.label,
+            "clusterRef": "0000000000000000000000000000000000000000",
+            "hostTypeIndex": host.host_type,
+            "isSAControlled": False,
+            "confirmLUNMappingCreation": False,
+            "isLargeBlockFormatHost": False,
+            "isLun0Restricted": False,
+            "hostSidePorts": [
+                {"type": kind, "address": address, "label": label}
+                for kind, address, label in host.ports
+            ],
+        }
+
+    def _get_hosts(self, request: Request) -> Response:
+        return Response(200, [self._host_json(h) for h in self._hosts.values()])
+
+    def _get_host(self, request: Request, ref: str) -> Response:
+        host = self._hosts.get(ref)
+        if host is None:
+            raise _Fail(404, f"host {ref} does not exist", "resourceNotFound", "webservice")
+        return Response(200, self._host_json(host))
+
+    def _post_host(self, request: Request) -> Response:
+        """`HostCreateRequest {name, hostType: {index}, ports: [HostPortCreateRequest {type,
+        port, label}]}`."""
+        body = request.json()
+        label = str(body.get("name", ""))
+        if not _LABEL.fullmatch(label):
+            raise _Fail(422, f"invalid host name {label!r}", "partLabelInvalid")
+        if any(h.label == label for h in self._hosts.values()):
+            raise _Fail(422, f"a host named {label} exists", "partDupId")
+        ports = []
+        for port in body.get("ports") or []:
+            kind = str(port.get("type", ""))
+            if kind not in ("iscsi", "fc", "nvmeof", "sas", "ib"):
+                raise _Fail(422, f"invalid host port type {kind!r}", "invalidParameter")
+            address = str(port.get("port", "")).lower()
+            if kind == "fc":
+                address = address.replace(":", "")
+            for other in self._hosts.values():
+                if any(address == taken for _, taken, _ in other.ports):
+                    raise _Fail(
+                        422, f"port {address} belongs to host {other.label}", "portConflict"
+                    )
+            ports.append((kind, address, str(port.get("label") or address[-30:])))
+        host_type = body.get("hostType") or {}
+        host = _Host(_ref("84", f"host:{label}"), label, int(host_type.get("index", 28)), ports)
+        self._hosts[host.ref] = host
+        return Response(200, self._host_json(host))
+
+    def _mapping_json(self, mapping: _Mapping) -> dict[str, Any]:
+        """A volume mapping as SANtricity's `LUNMapping`."""
+        return {
+            "id": mapping.ref,
+            "lunMappingRef": mapping.ref,
+            "lun": mapping.lun,
+            "ssid": mapping.lun,
+            "perms": 15,
+            "volumeRef": mapping.volume_ref,
+            "type": "host",
+            "mapRef": mapping.target_ref,
+        }
+
+    def _get_mappings(self, request: Request) -> Response:
+        return Response(200, [self._mapping_json(m) for m in self._mappings.values()])
+
+    def _get_mapping(self, request: Request, ref: str) -> Response:
+        mapping = self._mappings.get(ref)
+        if mapping is None:
+            raise _Fail(
+                404, f"volume mapping {ref} does not exist", "resourceNotFound", "webservice"
+            )
+        return Response(200, self._mapping_json(mapping))
+
+    def _post_mapping(self, request: Request) -> Response:
+        """`VolumeMappingCreateRequest {mappableObjectId, targetId, lun}`, refused with the
+        return codes SANtricity documents for createLUNMapping (a volume is mapped to one host
+        or host group at a time: `cannotMapVolume`)."""
+        body = request.json()
+        volume = str(body.get("mappableObjectId", ""))
+        target = str(body.get("targetId", ""))
+        known = {_ref("02", name) for name in self._luns()} | set(self._views)
+        if volume not in known:
+            raise _Fail(422, f"volume {volume} does not exist", "partVolumeNonexistent")
+        if target not in self._hosts:
+            raise _Fail(422, f"host {target} does not exist", "partNodeNonexistent")
+        if any(m.volume_ref == volume for m in self._mappings.values()):
+            raise _Fail(422, f"volume {volume} is already mapped", "cannotMapVolume")
+        used = {m.lun for m in self._mappings.values() if m.target_ref == target}
+        given = body.get("lun")
+        lun = min(set(range(0, 256)) - used) if given is None else int(given)
+        if not 0 <= lun <= 255:
+            raise _Fail(422, f"invalid LUN {lun}", "invalidParameter")
+        if lun in used:
+            raise _Fail(422, f"LUN {lun} is already in use on host {target}", "partLunCollision")
+        mapping = _Mapping(_ref("88", f"map:{volume}:{target}"), volume, target, lun)
+        self._mappings[mapping.ref] = mapping
+        return Response(200, self._mapping_json(mapping))
+
+    def _delete_mapping(self, request: Request, ref: str) -> Response:
+        if self._mappings.pop(ref, None) is None:
+            raise _Fail(
+                404, f"volume mapping {ref} does not exist", "resourceNotFound", "webservice"
+            )
+        return Response(204)
 
     # -- key-values --------------------------------------------------------------------------
 

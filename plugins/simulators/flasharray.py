@@ -17,6 +17,11 @@ It implements the subset ringsnap uses, with Purity's envelopes and rules:
   object keeps its name until eradicated, by hand or when `eradication_delay` has passed.
 - `POST /volumes?names=v&overwrite=true {"source":{"name":"pg.s.v"}}` overwrites `v` in place;
   without `overwrite` it makes a new volume `v` (a copy); a copy onto an existing name fails.
+- Hosts (`POST /hosts?names=h {iqns, wwns, nqns}`, an initiator in one host only) and private
+  connections (`POST /connections?host_names=h&volume_names=v {lun?}`: the lowest free LUN from 1
+  unless given, 1..4095, once per host; "Connection already exists.", "LUN is already in use.",
+  "Host does not exist."; `GET`, `DELETE` likewise). Answers hold the fields Pure's own client
+  (py-pure-client) parses (tests/plugins/test_flasharray_sdk.py).
 - Errors: 400 `{"errors":[{message, context, location_context}]}`; rate limits as 429 with the API
   gateway's `{"message": ...}` body, `Retry-After` and `X-RateLimit-*` headers.
 - Faults: the server base injects statuses (500, 429/503 with `Retry-After`, 500 "Server is
@@ -144,6 +149,15 @@ class _VolSnapshot(_Object):
 
 
 @dataclass
+class _Host(_Object):
+    iqns: list[str] = field(default_factory=list)
+    wwns: list[str] = field(default_factory=list)
+    nqns: list[str] = field(default_factory=list)
+    #: Volume name -> LUN (NVMe: namespace id) of this host's private connections.
+    connections: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
 class _Membership(_Object):
     group: str = ""
     member: str = ""
@@ -174,6 +188,7 @@ class FlashArraySimulator(SimulatorApp):
         self._pgroups: dict[str, _PGroup] = {}
         self._pg_snapshots: dict[str, _PGSnapshot] = {}
         self._vol_snapshots: dict[str, _VolSnapshot] = {}
+        self._hosts: dict[str, _Host] = {}
         self._rate_tokens = float(self.options.rate_limit_per_second or 0)
         self._rate_checked = self.clock.now()
         #: Successful logins so far (tests check that a session was renewed, not reused).
@@ -199,6 +214,11 @@ class FlashArraySimulator(SimulatorApp):
             ("POST", "protection-group-snapshots"): self._post_pg_snapshots,
             ("PATCH", "protection-group-snapshots"): self._patch_pg_snapshots,
             ("DELETE", "protection-group-snapshots"): self._delete_pg_snapshots,
+            ("GET", "hosts"): self._get_hosts,
+            ("POST", "hosts"): self._post_hosts,
+            ("GET", "connections"): self._get_connections,
+            ("POST", "connections"): self._post_connections,
+            ("DELETE", "connections"): self._delete_connections,
         }
 
     # -- control (tests, people) -------------------------------------------------------------
@@ -801,6 +821,124 @@ class FlashArraySimulator(SimulatorApp):
             "eradication_config": {"manual_eradication": manual},
             "space": {"snapshots": 0, "total_physical": 0},
         }
+
+    # -- hosts and connections (presentation) ------------------------------------------------
+
+    def _render_host(self, host: _Host) -> dict[str, Any]:
+        return {
+            "name": host.name,
+            "iqns": list(host.iqns),
+            "wwns": list(host.wwns),
+            "nqns": list(host.nqns),
+            "connection_count": len(host.connections),
+            "host_group": {"name": None},
+            "is_local": True,
+            "personality": None,
+        }
+
+    def _get_hosts(self, request: Request) -> Response:
+        rows: list[_Host] = list(self._hosts.values())
+        names = request.arg("names")
+        if names is not None:
+            rows = self._named(self._hosts, _names(names), "Host")
+        return self._listing(request, rows, self._render_host)
+
+    def _post_hosts(self, request: Request) -> Response:
+        body = _body(request)
+        made = []
+        for name in _names(_required(request, "names")):
+            _check_name(name)
+            if name in self._hosts:
+                raise _fail(400, "Host already exists.", name)
+            host = _Host(
+                name=name,
+                created_ms=self._now_ms(),
+                iqns=[str(i).lower() for i in body.get("iqns") or []],
+                wwns=[str(w).upper().replace(":", "") for w in body.get("wwns") or []],
+                nqns=[str(n) for n in body.get("nqns") or []],
+            )
+            for other in self._hosts.values():
+                taken = (
+                    set(host.iqns) & set(other.iqns)
+                    or set(host.wwns) & set(other.wwns)
+                    or set(host.nqns) & set(other.nqns)
+                )
+                if taken:
+                    raise _fail(400, "The specified initiator is already in use.", min(taken))
+            self._hosts[name] = host
+            made.append(host)
+        return Response(200, {"items": [self._render_host(h) for h in made]})
+
+    def _render_connection(self, host: _Host, volume: str) -> dict[str, Any]:
+        return {
+            "host": {"name": host.name},
+            "host_group": {"name": None},
+            "lun": host.connections[volume],
+            "protocol_endpoint": {"name": None},
+            "volume": {"name": volume},
+        }
+
+    def _get_connections(self, request: Request) -> Response:
+        hosts = list(self._hosts.values())
+        if request.arg("host_names") is not None:
+            hosts = self._named(self._hosts, _names(request.arg("host_names") or ""), "Host")
+        volumes = _names(request.arg("volume_names") or "") if request.arg("volume_names") else None
+        items = [
+            self._render_connection(host, volume)
+            for host in hosts
+            for volume in sorted(host.connections)
+            if volumes is None or volume in volumes
+        ]
+        return Response(
+            200,
+            {
+                "items": items,
+                "more_items_remaining": False,
+                "continuation_token": None,
+                "total_item_count": None,
+            },
+        )
+
+    def _post_connections(self, request: Request) -> Response:
+        hosts: list[_Host] = self._named(
+            self._hosts, _names(_required(request, "host_names")), "Host"
+        )
+        volumes: list[_Volume] = self._named(
+            self._volumes, _names(_required(request, "volume_names")), "Volume"
+        )
+        given = _body(request).get("lun")
+        lun = None if given is None else _integer(given, "lun")
+        if lun is not None and not 1 <= lun <= 4095:
+            raise _fail(400, "LUN must be between 1 and 4095.", "lun")
+        made = []
+        for host in hosts:
+            for volume in volumes:
+                if volume.destroyed:
+                    raise _fail(400, "Volume has been destroyed.", volume.name)
+                if volume.name in host.connections:
+                    raise _fail(400, "Connection already exists.", volume.name)
+                used = set(host.connections.values())
+                chosen = lun if lun is not None else min(set(range(1, 4096)) - used)
+                if chosen in used:
+                    raise _fail(400, "LUN is already in use.", str(chosen))
+                host.connections[volume.name] = chosen
+                made.append(self._render_connection(host, volume.name))
+        return Response(200, {"items": made})
+
+    def _delete_connections(self, request: Request) -> Response:
+        hosts: list[_Host] = self._named(
+            self._hosts, _names(_required(request, "host_names")), "Host"
+        )
+        names = _names(_required(request, "volume_names"))
+        self._named(self._volumes, names, "Volume")
+        for host in hosts:
+            for name in names:
+                if name not in host.connections:
+                    raise _fail(400, "Connection does not exist.", name)
+        for host in hosts:
+            for name in names:
+                del host.connections[name]
+        return Response(200, {})
 
 
 def create_app(options: SimulatorOptions) -> FlashArraySimulator:

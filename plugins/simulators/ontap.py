@@ -7,6 +7,8 @@ answer **202** `{"job": {uuid, _links.self.href}}` unless the job ends within `r
 (0..120 s, default 0), jobs under `/api/cluster/jobs/{uuid}` that **vanish 300 s after they end**
 (on the injectable clock), and errors as `{"error": {"message", "code", "target"}}`.
 
+SAN objects (LUNs, initiator groups, LUN maps) are `ontap_san`'s: every volume holds one LUN.
+
 Every volume is a LUN image `<pool>/luns/<name>.img` (found on each request, so LUNs the test bed
 creates appear by themselves), owned by one SVM. A snapshot is a reflink copy named by its uuid;
 restore puts it back; a FlexClone is a new LUN image.
@@ -54,6 +56,7 @@ from ringsnap.plugins.simulators.lunpool import (
     LunPool,
     LunPoolError,
 )
+from ringsnap.plugins.simulators.ontap_san import OntapSan
 from ringsnap.plugins.simulators.server import (
     Clock,
     HttpError,
@@ -194,9 +197,23 @@ class OntapSimulator(SimulatorApp):
         #: Where snapshots, CGs and clones are remembered across restarts (None: memory only).
         self.state_file = state_file
         self.router = Router()
+        self.san = OntapSan(self)
         self._routes()
+        self.san.routes()
         if state_file is not None and state_file.exists():
             self._load(state_file)
+
+    # What the SAN half (ontap_san) reads
+
+    @property
+    def lock(self) -> threading.RLock:
+        return self._lock
+
+    def svm_name(self, ref: Any) -> str:
+        return self._svm_of(ref)
+
+    def collection(self, request: Request, records: list[dict[str, Any]]) -> Response:
+        return self._collection(request, records)
 
     # Set-up helpers for tests and people
 
@@ -598,26 +615,30 @@ class OntapSimulator(SimulatorApp):
         return self._collection(request, records)
 
     def _list_luns(self, request: Request) -> Response:
-        """One LUN `/vol/<volume>/lun0` in every volume (the pool's image is the LUN's blocks),
-        with a serial number of its own: a FlexClone's LUN gets a new one, as on ONTAP."""
         with self._lock:
-            self._sync_volumes()
-            records = [
-                {
-                    "uuid": (lun_uuid := str(uuid.uuid5(_NAMESPACE, f"lun:{v.uuid}"))),
-                    "name": f"/vol/{v.name}/lun0",
-                    "serial_number": lun_serial(v.uuid),
-                    "svm": {"name": v.svm, "uuid": self.svms[v.svm]},
-                    "location": {
-                        "logical_unit": "lun0",
-                        "volume": {"name": v.name, "uuid": v.uuid},
-                    },
-                    "os_type": "linux",
-                    "_links": {"self": {"href": f"/api/storage/luns/{lun_uuid}"}},
-                }
-                for v in sorted(self._volumes.values(), key=lambda v: v.name)
-            ]
+            records = self.lun_records()
         return self._collection(request, records)
+
+    def lun_records(self) -> list[dict[str, Any]]:
+        """One LUN `/vol/<volume>/lun0` in every volume (the pool's image is the LUN's blocks),
+        with a serial number of its own: a FlexClone's LUN gets a new one, as on ONTAP. Under
+        the lock."""
+        self._sync_volumes()
+        return [
+            {
+                "uuid": (lun_uuid := str(uuid.uuid5(_NAMESPACE, f"lun:{v.uuid}"))),
+                "name": f"/vol/{v.name}/lun0",
+                "serial_number": lun_serial(v.uuid),
+                "svm": {"name": v.svm, "uuid": self.svms[v.svm]},
+                "location": {
+                    "logical_unit": "lun0",
+                    "volume": {"name": v.name, "uuid": v.uuid},
+                },
+                "os_type": "linux",
+                "_links": {"self": {"href": f"/api/storage/luns/{lun_uuid}"}},
+            }
+            for v in sorted(self._volumes.values(), key=lambda v: v.name)
+        ]
 
     def _get_volume(self, request: Request) -> Response:
         with self._lock:

@@ -52,6 +52,9 @@ Optional hooks (defaults in brackets)
   untrusted_ca(table, ca_file)              table trusting only `ca_file`, a CA that did not sign
                                             the simulator's certificate [sets table["ca_file"]];
                                             the TLS test runs when the server serves TLS
+  make_host(harness, name, initiators)      create the array's host object (presentation tests;
+                                            required when the driver is Presentable)
+  mappings(harness, host)                   volume id -> LUN id mapped to that host object
   lun_image(harness, volume)                the LUN image of a volume (clones too)
                                             [pool.lun_path(volume.name)]
   select_volumes(harness)                   the volumes to snapshot [those of list_volumes() named in
@@ -88,7 +91,7 @@ from typing import Any, ClassVar
 import pytest
 
 from ringsnap import device_ids
-from ringsnap.plugins.api import Cloneable, Revertible
+from ringsnap.plugins.api import Cloneable, Presentable, Revertible
 from ringsnap.plugins.errors import (
     AuthError,
     ConfigurationError,
@@ -111,11 +114,12 @@ from ringsnap.plugins.testing.harness import (
     Operation,
     generic_fault_cases,
 )
+from ringsnap.plugins.testing.presentation import PresentationConformance
 from ringsnap.plugins.testing.revert_clone import RevertAndCloneConformance
-from ringsnap.plugins.types import SnapshotRef, Volume
+from ringsnap.plugins.types import HostInitiators, SnapshotRef, Volume
 
 
-class DriverConformance(RevertAndCloneConformance):
+class DriverConformance(RevertAndCloneConformance, PresentationConformance):
     """Subclass as `Test<Vendor>` and implement the required hooks (see the module docstring)."""
 
     driver_name: ClassVar[str]
@@ -259,6 +263,8 @@ class DriverConformance(RevertAndCloneConformance):
         assert isinstance(raw, Cloneable) == capabilities.clone
         assert harness.driver.revertible == capabilities.revert
         assert harness.driver.cloneable == capabilities.clone
+        assert isinstance(raw, Presentable) == capabilities.present
+        assert harness.driver.presentable == capabilities.present
         assert raw.name == self.driver_name
         assert raw.array == harness.array
         if capabilities.max_volumes_per_group is not None:
@@ -480,6 +486,8 @@ class DriverConformance(RevertAndCloneConformance):
             refused.append(aio.revert(ref))
         if not isinstance(harness.driver.driver, Cloneable):
             refused.append(aio.clone(ref, "aio"))
+        if not isinstance(harness.driver.driver, Presentable):
+            refused.append(aio.present(harness.volumes, HostInitiators(iqns=("iqn.x:aio",))))
         for call in refused:
             with pytest.raises(UnsupportedError, match=harness.array):
                 asyncio.run(call)

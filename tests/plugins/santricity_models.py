@@ -176,6 +176,9 @@ DRIVER_READS: dict[str, frozenset[str]] = {
         {"id", "label", "baseVol", "worldWideName", "membership", "consistencyGroupId"}
     ),
     "KeyValueRecord": frozenset({"key", "value"}),
+    "HostEx": frozenset({"id", "label", "hostSidePorts"}),
+    "HostSidePort": frozenset({"type", "address"}),
+    "LUNMapping": frozenset({"id", "lun", "volumeRef", "mapRef"}),
 }
 
 

@@ -25,6 +25,7 @@ from structlog.testing import capture_logs
 from ringsnap.errors import ConfigError
 from ringsnap.plugins.api import PreparedSnapshot
 from ringsnap.plugins.errors import (
+    AlreadyExistsError,
     ArrayTimeoutError,
     DriverError,
     NotFoundError,
@@ -51,6 +52,8 @@ from ringsnap.plugins.simulators.server import Request, Response, SimulatorServe
 from ringsnap.plugins.simulators.tls import make_test_ca
 from ringsnap.plugins.testing import mounts
 from ringsnap.plugins.testing.conformance import DriverConformance, FaultCase, Harness
+from ringsnap.plugins.testing.presentation import ISCSI_HOST, OTHER_HOST
+from ringsnap.plugins.types import HostInitiators
 from tests.plugins import santricity_models
 from tests.support.array_run import run_with_change
 
@@ -648,6 +651,9 @@ class TestEseries(DriverConformance):
         driver.list_snapshots(harness.volumes)
         driver.get_snapshot(ref)
         clones = driver.clone(ref, "contract")
+        self.make_host(harness, "rs-contract", ISCSI_HOST)
+        driver.present([*harness.volumes, *clones], ISCSI_HOST)
+        driver.unpresent([*harness.volumes, *clones], ISCSI_HOST)
         driver.delete_clone(clones[0])
         driver.revert(ref)
         driver.delete_snapshot(ref)
@@ -657,23 +663,25 @@ class TestEseries(DriverConformance):
             if model is None or body is None:
                 continue
             for record in body if isinstance(body, list) else [body]:
-                seen.add(model)
-                self._assert_model(model, record, f"{method} {path}")
+                seen |= self._assert_model(model, record, f"{method} {path}")
         assert seen >= set(santricity_models.DRIVER_READS), (
             f"not exercised: {set(santricity_models.DRIVER_READS) - seen}"
         )
 
     @classmethod
-    def _assert_model(cls, model: str, record: dict[str, Any], where: str) -> None:
+    def _assert_model(cls, model: str, record: dict[str, Any], where: str) -> set[str]:
+        """The models checked: `model` and those nested in it."""
         invented = set(record) - santricity_models.MODELS[model]
         assert not invented, f"{where}: fields {sorted(invented)} are not in {model}"
         missing = santricity_models.DRIVER_READS.get(model, frozenset()) - set(record)
         assert not missing, f"{where}: {model} lacks {sorted(missing)} that the driver reads"
+        checked = {model}
         for (outer, name), nested in santricity_models.NESTED.items():
             if outer == model and name in record:
                 values = record[name] if isinstance(record[name], list) else [record[name]]
                 for value in values:
-                    cls._assert_model(nested, value, f"{where} {name}")
+                    checked |= cls._assert_model(nested, value, f"{where} {name}")
+        return checked
 
     # -- the key-value store as the vendor's own client writes it -------------------------
 
@@ -704,6 +712,60 @@ class TestEseries(DriverConformance):
             with pytest.raises(DriverError) as caught:
                 bad.check()
         assert PASSWORD not in repr(logs) and PASSWORD not in str(caught.value)
+
+    # -- presentation: hosts and volume mappings --------------------------------------------
+
+    def make_host(self, harness: Harness, name: str, initiators: HostInitiators) -> None:
+        ports = [
+            *({"type": "iscsi", "port": iqn} for iqn in initiators.iqns),
+            *({"type": "fc", "port": wwpn} for wwpn in initiators.wwpns),
+            *({"type": "nvmeof", "port": nqn} for nqn in initiators.nqns),
+        ]
+        self._client(harness).post(
+            "/storage-systems/1/hosts", {"name": name, "hostType": {"index": 28}, "ports": ports}
+        )
+
+    def mappings(self, harness: Harness, host: str) -> dict[str, int]:
+        client = self._client(harness)
+        refs = [h["id"] for h in client.get("/storage-systems/1/hosts") if h["label"] == host]
+        return {
+            m["volumeRef"]: int(m["lun"])
+            for m in client.get("/storage-systems/1/volume-mappings")
+            if m["mapRef"] in refs
+        }
+
+    def test_mapping_refusals_are_santricity_s(self, harness: Harness) -> None:
+        client = self._client(harness)
+        self.make_host(harness, "rs-h1", ISCSI_HOST)
+        self.make_host(harness, "rs-h2", OTHER_HOST)
+        hosts = {h["label"]: h["id"] for h in client.get("/storage-systems/1/hosts")}
+        mappings = "/storage-systems/1/volume-mappings"
+        first, second = harness.volumes[0].id, harness.volumes[1].id
+        client.post(mappings, {"mappableObjectId": first, "targetId": hosts["rs-h2"], "lun": 1})
+        for body, retcode in (
+            ({"mappableObjectId": first, "targetId": hosts["rs-h1"], "lun": 2}, "cannotMapVolume"),
+            (
+                {"mappableObjectId": second, "targetId": hosts["rs-h2"], "lun": 1},
+                "partLunCollision",
+            ),
+            (
+                {"mappableObjectId": second, "targetId": "84" + "0" * 38, "lun": 3},
+                "partNodeNonexistent",
+            ),
+        ):
+            with pytest.raises(DriverError) as caught:
+                client.post(mappings, body)
+            assert retcode_of(caught.value) == retcode
+        with pytest.raises(DriverError) as caught:
+            self.make_host(harness, "rs-h3", ISCSI_HOST)
+        assert retcode_of(caught.value) == "portConflict"
+        # The driver refuses a volume mapped to another host, and maps the next at a free LUN.
+        with pytest.raises(AlreadyExistsError, match="another host"):
+            full(harness).present(harness.volumes[:1], ISCSI_HOST)
+        (on_h2,) = full(harness).present(harness.volumes[1:2], OTHER_HOST)
+        assert on_h2.lun == 2
+        full(harness).unpresent(harness.volumes[:1], ISCSI_HOST)  # mapped elsewhere: left alone
+        assert self.mappings(harness, "rs-h2") == {first: 1, second: 2}
 
     def _client(self, harness: Harness) -> EseriesClient:
         return EseriesClient(

@@ -15,6 +15,7 @@ from typing import Any, cast
 
 import pytest
 
+from ringsnap.device_ids import flasharray_nguid
 from ringsnap.errors import ConfigError
 from ringsnap.plugins.api import PreparedSnapshot
 from ringsnap.plugins.errors import (
@@ -41,6 +42,8 @@ from ringsnap.plugins.simulators.lunpool import LunPool
 from ringsnap.plugins.simulators.server import AdvancingClock, SimulatorServer, serving
 from ringsnap.plugins.simulators.tls import make_test_ca
 from ringsnap.plugins.testing.conformance import DriverConformance, FaultCase, Harness
+from ringsnap.plugins.testing.presentation import ISCSI_HOST
+from ringsnap.plugins.types import HostInitiators
 from tests.support.array_run import run_with_change
 
 TOKEN = "0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9"
@@ -511,6 +514,55 @@ class TestFlashArray(DriverConformance):
         message = str(caught.value)
         assert harness.array in message and "ca_file" in message
         assert harness.server.url in message
+
+    # -- presentation: hosts and connections ------------------------------------------------
+
+    def make_host(self, harness: Harness, name: str, initiators: HostInitiators) -> None:
+        self._client(harness).post(
+            "hosts",
+            {"names": name},
+            {
+                "iqns": list(initiators.iqns),
+                "wwns": list(initiators.wwpns),
+                "nqns": list(initiators.nqns),
+            },
+        )
+
+    def mappings(self, harness: Harness, host: str) -> dict[str, int]:
+        ids = {v.name: v.id for v in harness.driver.list_volumes()}
+        return {
+            ids[item["volume"]["name"]]: int(item["lun"])
+            for item in self._client(harness).items("connections", {"host_names": host})
+        }
+
+    def test_connection_refusals_are_purity_s(self, harness: Harness) -> None:
+        client = self._client(harness)
+        self.make_host(harness, "rs-h1", ISCSI_HOST)
+        volume = harness.volumes[0].name
+        client.post("connections", {"host_names": "rs-h1", "volume_names": volume}, {"lun": 7})
+        for params, body, text in (
+            ({"host_names": "rs-h1", "volume_names": volume}, None, "Connection already exists."),
+            (
+                {"host_names": "rs-h1", "volume_names": harness.volumes[1].name},
+                {"lun": 7},
+                "LUN is already in use.",
+            ),
+            ({"host_names": "rs-nobody", "volume_names": volume}, None, "Host does not exist."),
+        ):
+            with pytest.raises(RejectedError) as caught:
+                client.post("connections", params, body)
+            assert caught.value.status == 400 and caught.value.mentions(text), caught.value
+        with pytest.raises(RejectedError) as caught:
+            self.make_host(harness, "rs-h2", ISCSI_HOST)
+        assert caught.value.mentions("already in use")
+        # The driver takes the array's LUN as it is, and presents the next at a free one.
+        (kept,) = harness.driver.present(harness.volumes[:1], ISCSI_HOST)
+        assert kept.lun == 7
+        nvme = HostInitiators(nqns=("nqn.2014-08.org.nvmexpress:uuid:rs-node9",))
+        self.make_host(harness, "rs-nvme", nvme)
+        (namespace,) = harness.driver.present(harness.volumes[:1], nvme)
+        serial = client.get("volumes", {"names": volume})["items"][0]["serial"]
+        assert namespace.identity == flasharray_nguid(serial) != kept.identity
 
     @staticmethod
     def _client(harness: Harness) -> FlashArrayClient:

@@ -10,8 +10,14 @@ from typing import Any
 
 import pytest
 import requests
+from netapp_ontap.error import NetAppRestError
+from netapp_ontap.host_connection import HostConnection
+from netapp_ontap.resources.igroup import Igroup
+from netapp_ontap.resources.lun import Lun
+from netapp_ontap.resources.lun_map import LunMap
 from structlog.testing import capture_logs
 
+from ringsnap.device_ids import ontap_naa
 from ringsnap.errors import ConfigError
 from ringsnap.plugins.api import PreparedSnapshot
 from ringsnap.plugins.errors import (
@@ -28,9 +34,17 @@ from ringsnap.plugins.registry import open_driver
 from ringsnap.plugins.simulators.faults import Fault
 from ringsnap.plugins.simulators.lunpool import LunPool
 from ringsnap.plugins.simulators.ontap import OntapSimulator
+from ringsnap.plugins.simulators.ontap_san import (
+    CODE_LUN_MAP_NOT_FOUND,
+    CODE_LUN_NOT_FOUND,
+    SIM_CODE_LUN_ALREADY_MAPPED,
+    SIM_CODE_LUN_NUMBER_IN_USE,
+)
 from ringsnap.plugins.simulators.server import SimulatorServer, serving
 from ringsnap.plugins.simulators.tls import make_test_ca
 from ringsnap.plugins.testing.conformance import DriverConformance, FaultCase, Harness
+from ringsnap.plugins.testing.presentation import ISCSI_HOST
+from ringsnap.plugins.types import HostInitiators
 from tests.plugins.ontap_env import PASSWORD, VOLUMES, OntapEnv
 from tests.plugins.ontap_env import ontap as ontap  # noqa: PLC0414 - the fixture
 from tests.support.array_run import run_with_change
@@ -68,6 +82,77 @@ class TestOntap(DriverConformance):
 
     def snapshot_route(self) -> tuple[str, str]:
         return ("POST", CG_SNAPSHOTS)
+
+    # -- presentation: initiator groups and LUN maps, through NetApp's own SDK ------------
+
+    def _connection(self, harness: Harness) -> HostConnection:
+        raw = harness.driver.driver
+        assert isinstance(raw, OntapDriver)
+        return raw.client.connection
+
+    def make_host(self, harness: Harness, name: str, initiators: HostInitiators) -> None:
+        Igroup(
+            svm={"name": "svm0"},
+            name=name,
+            protocol="mixed",
+            os_type="linux",
+            initiators=[{"name": i} for i in (*initiators.iqns, *initiators.wwpns)],
+        ).post(connection=self._connection(harness))
+
+    def mappings(self, harness: Harness, host: str) -> dict[str, int]:
+        connection = self._connection(harness)
+        by_lun = {
+            lun.uuid: lun.location.volume.uuid
+            for lun in Lun.get_collection(connection=connection, fields="uuid,location")
+        }
+        return {
+            by_lun[m.lun.uuid]: int(m.logical_unit_number)
+            for m in LunMap.get_collection(
+                connection=connection,
+                fields="logical_unit_number,lun",
+                **_query(("igroup.name", host)),
+            )
+        }
+
+    def test_lun_map_refusals_are_ontap_s(self, harness: Harness) -> None:
+        connection = self._connection(harness)
+        self.make_host(harness, "rs-ig1", ISCSI_HOST)
+        (lun,) = Lun.get_collection(
+            connection=connection,
+            fields="uuid,name",
+            **_query(("location.volume.name", harness.volumes[0].name)),
+        )
+        (other,) = Lun.get_collection(
+            connection=connection,
+            fields="uuid,name",
+            **_query(("location.volume.name", harness.volumes[1].name)),
+        )
+        LunMap(
+            svm={"name": "svm0"},
+            igroup={"name": "rs-ig1"},
+            lun={"uuid": lun.uuid},
+            logical_unit_number=3,
+        ).post(connection=connection)
+        for body, code in (
+            ({"lun": {"uuid": lun.uuid}}, SIM_CODE_LUN_ALREADY_MAPPED),
+            ({"lun": {"uuid": other.uuid}, "logical_unit_number": 3}, SIM_CODE_LUN_NUMBER_IN_USE),
+            ({"lun": {"name": "/vol/nope/lun0"}}, CODE_LUN_NOT_FOUND),
+        ):
+            with pytest.raises(NetAppRestError) as caught:
+                LunMap(svm={"name": "svm0"}, igroup={"name": "rs-ig1"}, **body).post(
+                    connection=connection
+                )
+            assert (caught.value.response_body or {})["error"]["code"] == code
+        with pytest.raises(NetAppRestError) as caught:
+            LunMap(**{"lun.uuid": other.uuid, "igroup.uuid": lun.uuid}).delete(
+                connection=connection
+            )
+        assert (caught.value.response_body or {})["error"]["code"] == CODE_LUN_MAP_NOT_FOUND
+        # The driver takes the map as it is and maps the next at the lowest free number.
+        presented = harness.driver.present(harness.volumes[:2], ISCSI_HOST)
+        assert [p.lun for p in presented] == [3, 0]
+        (read,) = Lun.get_collection(connection=connection, fields="serial_number", uuid=lun.uuid)
+        assert presented[0].identity == ontap_naa(read.serial_number)
 
     def vendor_leftovers(self, harness: Harness) -> list[str]:
         return [f"consistency group {name}" for name in self.simulator.consistency_group_names()]
@@ -646,3 +731,8 @@ def test_a_prepare_whose_group_answer_is_lost_names_the_group_it_may_leave(
     assert ontap.simulator.consistency_group_names() == [prepared.value("consistency_group_name")]
     raw.abort_group_snapshot(prepared)
     assert ontap.simulator.consistency_group_names() == []
+
+
+def _query(*pairs: tuple[str, str]) -> dict[str, Any]:
+    """Dotted query fields for the SDK's get_collection (typed loosely, as the SDK takes them)."""
+    return dict(pairs)
