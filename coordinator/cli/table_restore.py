@@ -139,7 +139,7 @@ def print_plan(doc: Mapping[str, Any]) -> None:
 #: A report's state in green, in red (else yellow).
 _GOOD, _BAD = (
     {TableRestoreState.SUCCEEDED},
-    {TableRestoreState.UNVERIFIED, TableRestoreState.FAILED},
+    {TableRestoreState.UNVERIFIED, TableRestoreState.FAILED, TableRestoreState.INTERRUPTED},
 )
 
 
@@ -168,7 +168,7 @@ def print_report(record: TableRestoreRecord) -> None:
             )
     for line in record.warnings:
         out.print(render.labelled("  warning: ", "yellow", line))
-    if record.state is TableRestoreState.FAILED:
+    if record.state in (TableRestoreState.FAILED, TableRestoreState.INTERRUPTED):
         out.print(
             render.labelled(
                 "  next step: ",
@@ -186,6 +186,7 @@ def exit_code_of(record: TableRestoreRecord) -> ExitCode:
         TableRestoreState.UNVERIFIED: ExitCode.NOT_PROVEN,
         TableRestoreState.FAILED: ExitCode.FAILED,
         TableRestoreState.RUNNING: ExitCode.INTERRUPTED,
+        TableRestoreState.INTERRUPTED: ExitCode.INTERRUPTED,
     }[record.state]
 
 

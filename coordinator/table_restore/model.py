@@ -37,6 +37,9 @@ class TableRestoreState(enum.StrEnum):
     FAILED = "failed"
     #: Given up by the operator: staging and clones removed, nothing more imported.
     ABORTED = "aborted"
+    #: Found running when the catalog was opened (its process died with it): resumable or
+    #: abortable from `step`, as a failed one.
+    INTERRUPTED = "interrupted"
 
     @property
     def finished(self) -> bool:

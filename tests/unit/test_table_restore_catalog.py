@@ -108,3 +108,22 @@ def test_the_api_message_says_the_next_step_and_the_clones_left() -> None:
     assert message.nodes[0].staged_sstables == 2
     assert message.targets[0].action == "dropped"
     assert not message.HasField("finished_at")
+
+
+def test_a_table_restore_found_running_at_open_is_marked_interrupted(tmp_path: Path) -> None:
+    path = tmp_path / "catalog.db"
+    running = _record(state=TableRestoreState.RUNNING, error="")
+    with Catalog(path) as catalog:
+        catalog.save_table_restore(running)
+        catalog.save_table_restore(
+            _record("tr-20261124-030000-0002", state=TableRestoreState.FAILED)
+        )
+    with Catalog(path, exclusive=False) as reader:  # a reader changes nothing
+        assert reader.get_table_restore(running.id).state is TableRestoreState.RUNNING
+    with Catalog(path) as catalog:
+        assert catalog.interrupted_table_restores() == [running.id]
+        found = catalog.get_table_restore(running.id)
+        assert found == replace(running, state=TableRestoreState.INTERRUPTED)
+        assert not found.state.finished, "an interrupted table restore is resumed or aborted"
+        other = catalog.get_table_restore("tr-20261124-030000-0002")
+        assert other.state is TableRestoreState.FAILED
