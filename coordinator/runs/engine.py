@@ -118,6 +118,11 @@ class RunEngine(Generic[P]):
             raise RuntimeError("the engine has no run yet")
         return self._record
 
+    def load(self, record: RunRecord[P]) -> None:
+        """Take `record` as the run's record, for changes made outside the steps (what a kind
+        does before a run, or after one failed); `run` and `abort` take theirs themselves."""
+        self._record = record
+
     async def change(self, change: Callable[[RunRecord[P]], RunRecord[P]]) -> RunRecord[P]:
         """Apply `change` to the latest record and save it, under the one lock."""
         async with self._lock:
@@ -157,11 +162,17 @@ class RunEngine(Generic[P]):
         )
 
     def _segments(self) -> list[list[Step[P]]]:
-        """Each run step alone; consecutive node steps together (each node goes through them
-        on its own, without waiting for the others)."""
+        """Each run step alone, and each barrier step; consecutive other node steps together
+        (each node goes through them on its own, without waiting for the others)."""
         segments: list[list[Step[P]]] = []
         for step in self._steps:
-            if step.scope is Scope.NODE and segments and segments[-1][0].scope is Scope.NODE:
+            last = segments[-1][-1] if segments else None
+            if (
+                last is not None
+                and step.scope is Scope.NODE
+                and last.scope is Scope.NODE
+                and not (step.barrier or last.barrier)
+            ):
                 segments[-1].append(step)
             else:
                 segments.append([step])

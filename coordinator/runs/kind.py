@@ -43,6 +43,9 @@ class Step(Generic[P]):
     undo: StepCall[P] | None = None
     undo_on_failure: bool = False
     commits: bool = False
+    #: A node step every node finishes before any node starts the next step (else consecutive
+    #: node steps run as one pipeline per node).
+    barrier: bool = False
     idempotent: bool = True
     applies: Callable[[RunRecord[P], str], bool] | None = None
 

@@ -305,3 +305,16 @@ def test_a_cancelled_node_runs_its_failure_undos_before_the_cancellation_goes_on
     assert effects(tmp_path / "e") == ["node1:prepare", "node1:undo-prepare"]
     record = journal.saved[-1]
     assert record.state is RunState.FAILED and record.progress("node1").reached == ""
+
+
+def test_barrier_steps_finish_on_every_node_before_the_next_starts(tmp_path: Path) -> None:
+    class Barriers(TallyKind):
+        def steps(self) -> Sequence[Step[Tally]]:
+            return [replace(s, barrier=True) for s in super().steps()]
+
+    run(Barriers(tmp_path / "b"))
+    seen = [e.split(":")[1] for e in effects(tmp_path / "b")]
+    assert seen == ["fetch"] * 3 + ["apply"] * 3 + ["seal"] * 3
+    # Without barriers, a node goes on without waiting (one node at a time: its three steps).
+    asyncio.run(RunEngine(TallyKind(tmp_path / "p"), Journal(), parallel_nodes=1).run(plan()))
+    assert [e.split(":")[1] for e in effects(tmp_path / "p")][:3] == ["fetch", "apply", "seal"]
