@@ -14,71 +14,71 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from ringsnap.coordinator.restore.s3_ports import DownloadProgress, S3Download, S3RestorePort
-from ringsnap.coordinator.table_restore.model import Step, TableRestoreFailed
+from ringsnap.coordinator.table_restore.model import TableRestoreFailed, TableRestoreRecord
 from ringsnap.coordinator.table_restore.plan import table_sstables
 
 if TYPE_CHECKING:
-    from ringsnap.coordinator.table_restore.ports import TableNodePort
-    from ringsnap.coordinator.table_restore.workflow import TableRestoreWorkflow
+    from ringsnap.coordinator.runs.engine import StepContext
+    from ringsnap.coordinator.table_restore.clone_steps import CloneSteps
 
 #: At most one progress line per node this often.
 PROGRESS_INTERVAL_SECONDS = 5.0
 
 
-async def stage_from_s3(
-    workflow: TableRestoreWorkflow, agents: Mapping[str, S3RestorePort]
+async def stage_node_from_s3(
+    workflow: CloneSteps,
+    ctx: StepContext[TableRestoreRecord],
+    agents: Mapping[str, S3RestorePort],
 ) -> None:
-    record = workflow._record
-    last: dict[str, float] = {}
+    """The stage step of one node (`ctx.node`), from the bucket."""
+    name, record = ctx.node, ctx.payload
+    last = 0.0
 
-    def reporter(name: str, table: str) -> Callable[[DownloadProgress], None]:
+    def reporter(table: str) -> Callable[[DownloadProgress], None]:
         def report(progress: DownloadProgress) -> None:
+            nonlocal last
             now = time.monotonic()
-            if now - last.get(name, 0.0) >= PROGRESS_INTERVAL_SECONDS:
-                last[name] = now
+            if now - last >= PROGRESS_INTERVAL_SECONDS:
+                last = now
                 workflow.progress(name, "stage", f"{table}: {progress.describe()}")
 
         return report
 
-    async def one(name: str, _port: TableNodePort) -> None:
-        agent = agents.get(name)
-        if agent is None:
-            raise TableRestoreFailed(f"node {name}: no agent connection for restores from S3")
-        manifest = list(await workflow.journal.manifest(record.backup_id, name))
-        for target in record.targets:
-            found, problems = table_sstables(manifest, target.source_keyspace, target.source_table)
-            if problems:
-                raise TableRestoreFailed("; ".join(problems))
-            if not found:
-                continue
-            download = S3Download(
-                record.id,
-                record.backup_id,
-                name,
-                keyspace=target.source_keyspace,
-                table=target.source_table,
-                target=(target.keyspace, target.table),
+    agent = agents.get(name)
+    if agent is None:
+        raise TableRestoreFailed(f"node {name}: no agent connection for restores from S3")
+    manifest = list(await workflow.journal.manifest(record.backup_id, name))
+    for target in record.targets:
+        found, problems = table_sstables(manifest, target.source_keyspace, target.source_table)
+        if problems:
+            raise TableRestoreFailed("; ".join(problems))
+        if not found:
+            continue
+        download = S3Download(
+            record.id,
+            record.backup_id,
+            name,
+            keyspace=target.source_keyspace,
+            table=target.source_table,
+            target=(target.keyspace, target.table),
+        )
+        staged = await agent.download_from_s3(download, reporter(target.name))
+        expected = sum(len(s.components) for s in found)
+        if staged.components != expected:
+            raise TableRestoreFailed(
+                f"{target.name}: the bucket's copy holds {staged.components} components of"
+                f" the table, the backup's manifest {expected}; nothing was imported"
             )
-            staged = await agent.download_from_s3(download, reporter(name, target.name))
-            expected = sum(len(s.components) for s in found)
-            if staged.components != expected:
-                raise TableRestoreFailed(
-                    f"{target.name}: the bucket's copy holds {staged.components} components of"
-                    f" the table, the backup's manifest {expected}; nothing was imported"
-                )
-            workflow.progress(
-                name,
-                "stage",
-                f"{target.name}: {len(found)} SSTables, {staged.bytes_total} bytes from S3"
-                f" (verified; {staged.bytes_downloaded} bytes downloaded)",
-            )
-            await workflow._node_table(
-                name,
-                target.table,
-                staged_sstables=len(found),
-                staged_bytes=staged.bytes_total,
-                bytes_verified=staged.bytes_total,
-            )
-        await workflow._node(name, step=Step.STAGE)
-
-    await workflow._on_nodes("staging from S3", one, workflow._pending(Step.STAGE))
+        workflow.progress(
+            name,
+            "stage",
+            f"{target.name}: {len(found)} SSTables, {staged.bytes_total} bytes from S3"
+            f" (verified; {staged.bytes_downloaded} bytes downloaded)",
+        )
+        await workflow._node_table(
+            ctx,
+            target.table,
+            staged_sstables=len(found),
+            staged_bytes=staged.bytes_total,
+            bytes_verified=staged.bytes_total,
+        )

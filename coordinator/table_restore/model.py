@@ -142,8 +142,10 @@ class CloneRecord:
     wwn: str = ""
     #: The production mount point it stands for.
     source_mount_point: str = ""
-    #: The catalog's pending cleanup of this clone (0: none recorded, as in records before them).
+    #: Its entry in the resource ledger (`in_ledger`), or, in records from before the run
+    #: engine, its pending cleanup (0: none recorded).
     cleanup_id: int = 0
+    in_ledger: bool = False
     deleted: bool = False
 
 

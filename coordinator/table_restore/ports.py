@@ -98,7 +98,11 @@ class TableCqlPort(Protocol):
 
 class TableRestoreJournal(CloneCleanups, Protocol):
     """The catalog, as the run uses it: its record saved after every step, the backup's manifests
-    and drills read, and its clones kept as pending cleanups."""
+    and drills read, and its clones kept in the resource ledger (its `cleanup_*` calls; `legacy`
+    for the clones older records kept as pending cleanups)."""
+
+    @property
+    def legacy(self) -> CloneCleanups: ...
 
     async def save(self, record: TableRestoreRecord) -> None: ...
 
@@ -108,9 +112,13 @@ class TableRestoreJournal(CloneCleanups, Protocol):
         """Node → the newest proven drill's row counts of the backup (nodes never drilled absent)."""
         ...
 
-    async def clones_made(
-        self, record: TableRestoreRecord, clones: Sequence[CloneRecord]
+    async def clones_planned(
+        self, record: TableRestoreRecord, clones: Sequence[CloneRecord], suffix: str
     ) -> list[int]:
-        """Record each clone as a pending cleanup (unmounted on its node under the restore's id,
-        then deleted); their ids, in order."""
+        """Record each clone in the ledger before the array is asked for it (its name will hold
+        `suffix`; unmounted on its node under the restore's id, then deleted); their entry ids."""
+        ...
+
+    async def clone_made(self, entry_id: int, clone: CloneRecord) -> None:
+        """The array made the clone: its name and id in its ledger entry."""
         ...

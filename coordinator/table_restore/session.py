@@ -12,14 +12,18 @@ from ringsnap.coordinator.agents.connection import GrpcNodeAgent
 from ringsnap.coordinator.agents.s3_restore import GrpcS3Restore
 from ringsnap.coordinator.agents.table_restore import GrpcTableNode
 from ringsnap.coordinator.catalog import Catalog
-from ringsnap.coordinator.catalog.journal import CatalogCleanups, CatalogJournalBase
+from ringsnap.coordinator.catalog.journal import (
+    CatalogCleanups,
+    CatalogJournalBase,
+    CatalogResources,
+)
 from ringsnap.coordinator.catalog.listing import MAX_PAGE_SIZE
 from ringsnap.coordinator.cluster_clients import open_cluster
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
-from ringsnap.coordinator.drill.cleanups import clone_cleanup
 from ringsnap.coordinator.ports import AgentPort, ArrayPort, SSTable
 from ringsnap.coordinator.restore.s3_plan import NodeExpectation, s3_plan_findings
 from ringsnap.coordinator.restore.s3_ports import S3RestorePort
+from ringsnap.coordinator.runs.resources import Resource, ResourceType
 from ringsnap.coordinator.table_restore.counts import DrilledCounts, newest_drilled_counts
 from ringsnap.coordinator.table_restore.cql import CqlTables
 from ringsnap.coordinator.table_restore.model import (
@@ -32,11 +36,14 @@ from ringsnap.coordinator.table_restore.model import (
 from ringsnap.coordinator.table_restore.plan import TableRestorePlan, plan_table_restore
 from ringsnap.coordinator.table_restore.ports import TableNodePort
 from ringsnap.coordinator.table_restore.workflow import Progress, TableRestoreWorkflow
-from ringsnap.plugins.types import Volume
 
 
-class CatalogTableJournal(CatalogJournalBase, CatalogCleanups):
+class CatalogTableJournal(CatalogJournalBase, CatalogResources):
     """`TableRestoreJournal` (`table_restore.ports`) over the catalog (every call off the event loop)."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        super().__init__(catalog)
+        self.legacy = CatalogCleanups(catalog)
 
     async def save(self, record: TableRestoreRecord) -> None:
         await asyncio.to_thread(self.catalog.save_table_restore, record)
@@ -47,23 +54,41 @@ class CatalogTableJournal(CatalogJournalBase, CatalogCleanups):
         )
         return newest_drilled_counts(drills)
 
-    async def clones_made(
-        self, record: TableRestoreRecord, clones: Sequence[CloneRecord]
+    async def clones_planned(
+        self, record: TableRestoreRecord, clones: Sequence[CloneRecord], suffix: str
     ) -> list[int]:
-        requests = [
-            clone_cleanup(
-                clone.array,
-                Volume(clone.clone, clone.clone_id),
-                f"clone of {clone.volume} made by table restore {record.id} of backup"
-                f" {record.backup_id} for node {clone.node}",
-                cluster=record.cluster,
-                # The node's agent mounts it under the restore's id: a retry unmounts it there.
-                purpose_id=record.id,
-                node=clone.node,
-            )
-            for clone in clones
-        ]
-        return await self.add_cleanups(record.backup_id, requests)
+        return await self.record_resources(
+            [
+                Resource(
+                    type=ResourceType.CLONE,
+                    cluster=record.cluster,
+                    run_id=record.id,
+                    run_kind="table-restore",
+                    reason=f"clone of {clone.volume} made by table restore {record.id} of backup"
+                    f" {record.backup_id} for node {clone.node}",
+                    array=clone.array,
+                    name_hint=suffix,
+                    # The node's agent mounts it under the restore's id: a retry unmounts it there.
+                    node=clone.node,
+                    mount_purpose=record.id,
+                )
+                for clone in clones
+            ]
+        )
+
+    async def clone_made(self, entry_id: int, clone: CloneRecord) -> None:
+        await self.resource_made(entry_id, clone.clone, clone.clone_id)
+
+    # The clone session's cleanups are the ledger's entries.
+
+    async def cleanup_pending(self, cleanup_id: int) -> bool:
+        return await self.resource_pending(cleanup_id)
+
+    async def cleanup_done(self, cleanup_id: int) -> None:
+        await self.resource_gone(cleanup_id)
+
+    async def cleanup_failed(self, cleanup_id: int, error: str) -> None:
+        await self.resource_failed(cleanup_id, error)
 
 
 @dataclass

@@ -1,69 +1,90 @@
-"""A table restore's run: clone → mount (read-only) → stage → unmount → delete the clones →
-recreate what was dropped → import → verify → remove the staging; every node in parallel.
+"""A table restore's run, as a kind of the run engine: clone → mount (read-only) → stage → unmount
+→ delete the clones → recreate what was dropped → import → verify → remove the staging; each node
+step on every node (in parallel) before the next step starts.
 
 Safety, in one place:
 - nothing in the ring changes before every node has staged every SSTable (sizes and CRC32 checked
   while copying): a damaged or missing file stops the run while the tables are untouched;
-- the record is saved after every step, with each node's last step: a failed run says the exact
-  next step and `resume` goes on from there (staging again skips what is there and right; a node
-  that imported is never imported again);
-- clones never outlive a run: each is a pending cleanup of the catalog from the moment the array
-  made it (a coordinator killed mid-run leaves nothing only the record knows: the daemon's
-  retries unmount it on its node and delete it); a run that fails before they are deleted
-  unmounts and deletes them at once; one the array would not delete stays in the record
-  (`deleted = false`) and pending, and a resume or an abort deletes it first;
+- the engine saves the record after every change, under one lock, with the run's and each node's
+  step: a failed run says the exact next step and `resume` goes on from there (staging again skips
+  what is there and right; a node that imported is never imported again); a run whose process
+  died is marked interrupted when the catalog is opened again, and is resumed or aborted the same;
+- clones never outlive a run: each is in the resource ledger before the array is asked to make it
+  (a coordinator killed mid-run leaves nothing only the record knows: the daemon's retries unmount
+  it on its node and delete it); a run that fails before they are deleted unmounts and deletes
+  them at once; one the array would not delete stays in the record (`deleted = false`) and in the
+  ledger, and a resume or an abort deletes it first;
 - the staging is removed only after every import succeeded, or on an explicit `abort`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TypeVar
 
 from ringsnap.coordinator.backup.schema import KeyspaceSchema
-from ringsnap.coordinator.clone_mounts import CloneToMount
 from ringsnap.coordinator.clone_session import CloneSession
 from ringsnap.coordinator.model import Backup
 from ringsnap.coordinator.ports import ArrayPort
-from ringsnap.coordinator.restore.plan import narrowed
 from ringsnap.coordinator.restore.s3_ports import S3RestorePort
-from ringsnap.coordinator.table_restore.from_s3 import stage_from_s3
+from ringsnap.coordinator.runs.engine import RunEngine, RunFailed, StepContext
+from ringsnap.coordinator.runs.kind import Scope
+from ringsnap.coordinator.runs.kind import Step as RunStep
+from ringsnap.coordinator.runs.model import RUN, NodeProgress, RunRecord, RunState
+from ringsnap.coordinator.table_restore.clone_steps import CloneSteps
 from ringsnap.coordinator.table_restore.model import (
-    CloneRecord,
     Step,
     TableRestoreFailed,
     TableRestoreRecord,
     TableRestoreRefused,
-    TableRestoreState,
     TableTarget,
     step_index,
 )
-from ringsnap.coordinator.table_restore.plan import table_sstables
 from ringsnap.coordinator.table_restore.ports import (
     TableCqlPort,
     TableNodePort,
     TableRestoreJournal,
 )
+from ringsnap.coordinator.table_restore.runs import KIND, as_run, project
 from ringsnap.coordinator.table_restore.verification import verify_restore
 from ringsnap.logs import get_logger
-from ringsnap.plugins.types import Volume
 
 log = get_logger(__name__)
 T = TypeVar("T")
+Ctx = StepContext[TableRestoreRecord]
 
 #: (node, step, message); node "" for the whole run.
 Progress = Callable[[str, str, str], None]
+#: What a failed node step was doing, for the run's error.
+_DOING = {
+    Step.MOUNT: "mounting the clones",
+    Step.STAGE: "staging",
+    Step.UNMOUNT: "unmounting the clones",
+    Step.IMPORT: "import",
+    Step.CLEANUP: "removing the staging",
+}
 
 
 def _quiet(node: str, step: str, message: str) -> None:
     return None
 
 
-class TableRestoreWorkflow:
+class _Journal:
+    """The engine's journal for a table restore: the record as `table_restores` keeps it."""
+
+    def __init__(self, journal: TableRestoreJournal) -> None:
+        self.journal = journal
+
+    async def save(self, record: RunRecord[TableRestoreRecord]) -> None:
+        await self.journal.save(project(record))
+
+
+class TableRestoreWorkflow(CloneSteps):
+    name = KIND
+
     def __init__(  # noqa: PLR0917 - every port of the run
         self,
         backup: Backup,
@@ -85,273 +106,143 @@ class TableRestoreWorkflow:
         self.cql = cql
         self.journal = journal
         self.clones = CloneSession(self.arrays, journal)
+        #: Clones recorded as pending cleanups by table restores before the run engine.
+        self.legacy_clones = CloneSession(self.arrays, journal.legacy)
         self.progress = progress or _quiet
-        self.record: TableRestoreRecord | None = None
+        self._announced: set[str] = set()
 
-    # -- record keeping ------------------------------------------------------------------------
+    def steps(self) -> Sequence[RunStep[TableRestoreRecord]]:
+        def clones(record: RunRecord[TableRestoreRecord], node: str) -> bool:
+            # Staged from the bucket: clone, mount, unmount and delete-clones have nothing to do.
+            return not record.payload.from_s3
 
-    @property
-    def _record(self) -> TableRestoreRecord:
-        assert self.record is not None
-        return self.record
+        def step(
+            step: Step, do: Callable[[Ctx], object], *, run: bool = False, cloning: bool = False
+        ) -> RunStep[TableRestoreRecord]:
+            return RunStep(
+                step.value,
+                do,  # type: ignore[arg-type]
+                scope=Scope.RUN if run else Scope.NODE,
+                barrier=True,
+                applies=clones if cloning else None,
+            )
 
-    async def _save(self, **changes: object) -> None:
-        self.record = replace(self._record, **changes)  # type: ignore[arg-type]
-        await self.journal.save(self.record)
+        return [
+            step(Step.CLONE, self._clone, run=True, cloning=True),
+            step(Step.MOUNT, self._mount, cloning=True),
+            step(Step.STAGE, self._stage),
+            step(Step.UNMOUNT, self._unmount, cloning=True),
+            step(Step.DELETE_CLONES, self._delete_clones, run=True, cloning=True),
+            step(Step.SCHEMA, self._recreate_schema, run=True),
+            step(Step.IMPORT, self._import),
+            step(Step.VERIFY, self._verify, run=True),
+            step(Step.CLEANUP, self._remove_staging),
+        ]
 
-    async def _node(self, name: str, **changes: object) -> None:
-        nodes = tuple(
-            replace(n, **changes) if n.name == name else n  # type: ignore[arg-type]
-            for n in self._record.nodes
-        )
-        await self._save(nodes=nodes)
-
-    async def _node_table(self, name: str, table: str, **changes: object) -> None:
-        node = self._record.node(name)
-        tables = tuple(
-            replace(t, **changes) if t.table == table else t  # type: ignore[arg-type]
-            for t in node.tables
-        )
-        await self._node(name, tables=tables)
+    def _said(self, node: str, step: str, message: str) -> None:
+        # The engine says when each node starts a step: once per step is what people read.
+        if message:
+            self.progress(node, step, message)
+        elif step not in self._announced:
+            self._announced.add(step)
+            self.progress("", step, "")
 
     # -- the run -------------------------------------------------------------------------------
 
     async def run(self, record: TableRestoreRecord) -> TableRestoreRecord:
         """From the record's step to the end; raises TableRestoreFailed with the record saved."""
-        self.record = replace(record, state=TableRestoreState.RUNNING, error="")
-        await self.journal.save(self.record)
-        steps: list[tuple[Step, Callable[[], Awaitable[None]]]] = [
-            (Step.CLONE, self._clone),
-            (Step.MOUNT, self._mount),
-            (Step.STAGE, self._stage),
-            (Step.UNMOUNT, self._unmount),
-            (Step.DELETE_CLONES, self._delete_clones),
-            (Step.SCHEMA, self._recreate_schema),
-            (Step.IMPORT, self._import),
-            (Step.VERIFY, self._verify),
-            (Step.CLEANUP, self._remove_staging),
-        ]
-        if self._record.from_s3:
-            # Staged from the bucket: clone, mount, unmount and delete-clones have nothing to do.
-            steps = [(Step.STAGE, lambda: stage_from_s3(self, self.s3_agents)), *steps[5:]]
+        engine = RunEngine(self, _Journal(self.journal), parallel_nodes=len(self.nodes) or 1)
+        engine.progress = self._said
+        engine.load(as_run(replace(record, error="")))
+        ctx = StepContext(engine, RUN, "cleanup")
         try:
-            if step_index(self._record.step) < step_index(Step.CLONE):
-                await self._delete_leftover_clones()
-            for step, work in steps:
-                if step_index(self._record.step) >= step_index(step):
-                    continue
-                self.progress("", step.value, "")
-                started = time.monotonic()
-                await work()
-                timings = {**self._record.timings, step.value: time.monotonic() - started}
-                await self._save(step=step, timings=timings)
+            if step_index(record.step) < step_index(Step.CLONE):
+                await engine.change(lambda r: replace(r, state=RunState.RUNNING, error=""))
+                await self._delete_leftover_clones(ctx)
+            done = await engine.run(engine.record)
         except Exception as exc:
-            await asyncio.shield(self._fail(exc))
+            message = self._failure(engine.record, exc)
+            await asyncio.shield(self._fail(ctx, message))
             raise TableRestoreFailed(
-                f"table restore {self._record.id}: {exc}", self._record
+                f"table restore {record.id}: {message}", project(engine.record)
             ) from exc
-        # A count that could not be compared (the backup never drilled) fails nothing.
-        state = (
-            TableRestoreState.UNVERIFIED
-            if any(line.startswith("FAILED:") for line in self._record.verification)
-            else TableRestoreState.SUCCEEDED
-        )
-        await self._save(step=Step.DONE, state=state, finished_at=datetime.now(UTC))
-        self.progress("", "done", state.value)
-        return self._record
+        self.progress("", "done", project(done).state.value)
+        return project(done)
 
-    async def _fail(self, exc: Exception) -> None:
+    @staticmethod
+    def _failure(run: RunRecord[TableRestoreRecord], exc: Exception) -> str:
+        """What failed, as people read it: the run step's error, or each failed node's."""
+        if not isinstance(exc, RunFailed):
+            return str(exc) or type(exc).__name__
+        if exc.__cause__ is not None:
+            return str(exc.__cause__) or type(exc.__cause__).__name__
+        failed = [n for n in run.nodes if n.error]
+        if not failed:
+            return str(exc)
+        step = Step(failed[0].error.split(":", 1)[0])
+        return f"{_DOING.get(step, step.value)} failed: " + "; ".join(
+            f"node {n.name}: {n.error.removeprefix(step.value + ': ')}" for n in failed
+        )
+
+    async def _fail(self, ctx: Ctx, message: str) -> None:
         """Record the failure; clones made and not yet deleted are unmounted and deleted now (a
         resume makes them again: staging again is cheap, it skips what is already staged)."""
-        log.error("table restore failed", restore_id=self._record.id, error=str(exc))
-        message = str(exc) or type(exc).__name__
-        await self._save(state=TableRestoreState.FAILED, error=message)
-        if step_index(self._record.step) < step_index(Step.DELETE_CLONES) and any(
-            c.clone and not c.deleted for c in self._record.clones
+        record = ctx.record
+        log.error("table restore failed", restore_id=record.id, error=message)
+        await ctx.engine.change(lambda r: replace(r, state=RunState.FAILED, error=message))
+        if step_index(project(ctx.record).step) < step_index(Step.DELETE_CLONES) and any(
+            c.clone and not c.deleted for c in ctx.payload.clones
         ):
             try:
-                await self._delete_leftover_clones()
+                await self._delete_leftover_clones(ctx)
             except Exception as cleanup:
-                await self._save(
-                    warnings=(
-                        *self._record.warnings,
-                        f"clones not deleted after the failure ({cleanup}): resume or abort"
-                        " deletes them",
-                    )
+                await ctx.warn(
+                    f"clones not deleted after the failure ({cleanup}): resume or abort"
+                    " deletes them"
                 )
 
-    async def _delete_leftover_clones(self) -> None:
+    async def _delete_leftover_clones(self, ctx: Ctx) -> None:
         """Unmount every node's clones and delete every clone on the arrays; the run then goes on
         after the staging if every node had staged, else from the clone step."""
-        made = [c for c in self._record.clones if c.clone and not c.deleted]
+        made = [c for c in ctx.payload.clones if c.clone and not c.deleted]
         if not made:
             return
         self.progress("", "cleanup", f"deleting {len(made)} clone(s) of an earlier attempt")
-        await self._unmount()
-        await self._delete_clones()
-        staged = all(step_index(n.step) >= step_index(Step.STAGE) for n in self._record.nodes)
-        if staged:
-            await self._save(step=Step.DELETE_CLONES)
+        await self._unmount_all(ctx)
+        await self._delete_clones(ctx)
+        stage = step_index(Step.STAGE)
+
+        def staged(p: NodeProgress) -> bool:
+            return bool(p.reached) and step_index(Step(p.reached)) >= stage
+
+        if all(staged(n) for n in ctx.record.nodes):
+            await ctx.engine.change(_reached_delete_clones)
             return
-        await self._save(
-            step=Step.PLANNED,
-            clones=tuple(
-                replace(c, clone="", clone_id="", cleanup_id=0, deleted=False)
-                for c in self._record.clones
-            ),
-            nodes=tuple(
-                replace(n, step=min(n.step, Step.STAGE, key=step_index)) for n in self._record.nodes
-            ),
-        )
 
-    async def _on_nodes(
-        self, what: str, call: Callable[[str, TableNodePort], Awaitable[None]], names: Sequence[str]
-    ) -> None:
-        results = await asyncio.gather(
-            *(call(name, self.nodes[name]) for name in names), return_exceptions=True
-        )
-        for result in results:
-            if isinstance(result, BaseException) and not isinstance(result, Exception):
-                raise result
-        failures = [
-            f"node {name}: {result}"
-            for name, result in zip(names, results, strict=True)
-            if isinstance(result, Exception)
-        ]
-        if failures:
-            raise TableRestoreFailed(f"{what} failed: " + "; ".join(failures))
+        def again(r: RunRecord[TableRestoreRecord]) -> RunRecord[TableRestoreRecord]:
+            clones = tuple(
+                replace(c, clone="", clone_id="", cleanup_id=0, in_ledger=False, deleted=False)
+                for c in r.payload.clones
+            )
+            nodes = tuple(
+                replace(n, reached=Step.STAGE.value if staged(n) else n.reached, begun="")
+                for n in r.nodes
+            )
+            return replace(
+                r, payload=replace(r.payload, clones=clones), nodes=nodes, run=NodeProgress(RUN)
+            )
 
-    def _pending(self, step: Step) -> list[str]:
-        return [n.name for n in self._record.nodes if step_index(n.step) < step_index(step)]
+        await ctx.engine.change(again)
+
+    async def _update(self, ctx: Ctx, **changes: object) -> None:
+        await ctx.update(lambda r: replace(r, **changes))  # type: ignore[arg-type]
 
     # -- steps ---------------------------------------------------------------------------------
 
-    async def _clone(self) -> None:
-        suffix = self._record.id.replace("-", "_")
-        by_array: dict[str, set[str]] = {}
-        for clone in self._record.clones:
-            by_array.setdefault(clone.array, set()).add(clone.volume)
-        refs = {ref.array: ref for ref in self.backup.snapshots}
-
-        async def one(array: str) -> dict[str, Volume]:
-            ref = narrowed(refs[array], by_array[array])
-            self.progress("", "clone", f"array {array}: {len(ref.members)} volume(s)")
-            return await self.clones.clone(array, ref, suffix)
-
-        results = await asyncio.gather(*(one(a) for a in sorted(by_array)), return_exceptions=True)
-        made: dict[tuple[str, str], Volume] = {}
-        failures: list[str] = []
-        for array, result in zip(sorted(by_array), results, strict=True):
-            if isinstance(result, BaseException):
-                failures.append(f"array {array}: clone failed: {result}")
-            else:
-                made.update({(array, name): volume for name, volume in result.items()})
-        named = {
-            (c.array, c.volume): replace(
-                c, clone=made[(c.array, c.volume)].name, clone_id=made[(c.array, c.volume)].id
-            )
-            for c in self._record.clones
-            if (c.array, c.volume) in made
-        }
-        # Pending cleanups before anything uses them: a coordinator killed from here on leaves
-        # them to the daemon's retries, not only to this record.
-        ids = await self.journal.clones_made(self._record, list(named.values()))
-        recorded = {
-            key: replace(clone, cleanup_id=cleanup_id)
-            for (key, clone), cleanup_id in zip(named.items(), ids, strict=True)
-        }
-        await self._save(
-            clones=tuple(recorded.get((c.array, c.volume), c) for c in self._record.clones)
-        )
-        if failures:
-            raise TableRestoreFailed("; ".join(failures))
-
-    def _to_mount(self, name: str) -> list[CloneToMount]:
-        """The node's clones, as MountClones is given them (read-only, for the staging)."""
-        return [
-            CloneToMount(
-                role="data", array=c.array, volume=c.clone, source_mount_point=c.source_mount_point
-            )
-            for c in self._record.clones
-            if c.node == name
-        ]
-
-    async def _mount(self) -> None:
-        async def one(name: str, port: TableNodePort) -> None:
-            mounted = await port.mount_clones(self._record.id, self._to_mount(name), read_only=True)
-            self.progress(name, "mount", ", ".join(m.mount_point for m in mounted))
-            await self._node(name, step=Step.MOUNT)
-
-        await self._on_nodes("mounting the clones", one, self._pending(Step.MOUNT))
-
-    async def _stage(self) -> None:
-        async def one(name: str, port: TableNodePort) -> None:
-            # MountClones is idempotent per purpose: asking again gives the mounts it made.
-            mounted = await port.mount_clones(self._record.id, self._to_mount(name), read_only=True)
-            clone_mounts = [(m.source_mount_point, m.mount_point) for m in mounted]
-            manifest = list(await self.journal.manifest(self._record.backup_id, name))
-            for target in self._record.targets:
-                found, problems = table_sstables(
-                    manifest, target.source_keyspace, target.source_table
-                )
-                if problems:
-                    raise TableRestoreFailed("; ".join(problems))
-                if not found:
-                    continue
-                staged = await port.stage_table(
-                    self._record.id, target.keyspace, target.table, clone_mounts, found
-                )
-                if staged.sstables != len(found):
-                    raise TableRestoreFailed(
-                        f"{target.name}: {staged.sstables} SSTables staged, the backup holds"
-                        f" {len(found)}"
-                    )
-                self.progress(
-                    name,
-                    "stage",
-                    f"{target.name}: {staged.sstables} SSTables, {staged.bytes} bytes"
-                    f" ({staged.bytes_verified} bytes of Data.db CRC32-checked)",
-                )
-                await self._node_table(
-                    name,
-                    target.table,
-                    staged_sstables=staged.sstables,
-                    staged_bytes=staged.bytes,
-                    bytes_verified=staged.bytes_verified,
-                )
-            await self._node(name, step=Step.STAGE)
-
-        await self._on_nodes("staging", one, self._pending(Step.STAGE))
-
-    async def _unmount(self) -> None:
-        async def one(name: str, port: TableNodePort) -> None:
-            detached = await port.unmount_clones(self._record.id)
-            self.progress(name, "unmount", ", ".join(detached) or "nothing mounted")
-            node = self._record.node(name)
-            if step_index(node.step) < step_index(Step.UNMOUNT) and node.step is Step.STAGE:
-                await self._node(name, step=Step.UNMOUNT)
-
-        names = sorted({c.node for c in self._record.clones if c.clone and not c.deleted})
-        await self._on_nodes("unmounting the clones", one, names)
-
-    async def _delete_clones(self) -> None:
-        async def deleted(clone: CloneRecord, by_retry: bool) -> None:
-            if not by_retry:
-                self.progress("", "delete-clones", f"{clone.array}:{clone.clone}")
-            await self._clone_deleted(clone)
-
-        problem = await self.clones.delete(self._record.clones, deleted)
-        if problem:
-            raise TableRestoreFailed(problem)
-
-    async def _clone_deleted(self, clone: CloneRecord) -> None:
-        await self._save(
-            clones=tuple(replace(c, deleted=True) if c == clone else c for c in self._record.clones)
-        )
-
-    async def _recreate_schema(self) -> None:
-        ran: list[str] = list(self._record.schema_statements)
-        for target in self._record.targets:
+    async def _recreate_schema(self, ctx: Ctx) -> None:
+        record = ctx.payload
+        ran: list[str] = list(record.schema_statements)
+        for target in record.targets:
             if target.action == "exists":
                 continue
             state = await self.cql.table_state(target.keyspace, target.table)
@@ -378,7 +269,7 @@ class TableRestoreWorkflow:
                 self.progress("", "schema", statement.splitlines()[0])
                 await self.cql.execute_schema(statement)
                 ran.append(statement)
-                await self._save(schema_statements=tuple(ran))
+                await self._update(ctx, schema_statements=tuple(ran))
             if target.action == "dropped":
                 after = await self.cql.table_state(target.keyspace, target.table)
                 if after.table_id != target.source_id:
@@ -387,60 +278,45 @@ class TableRestoreWorkflow:
                         f" {target.source_id}"
                     )
 
-    async def _import(self) -> None:
-        async def one(name: str, port: TableNodePort) -> None:
-            node = self._record.node(name)
-            for tables in node.tables:
-                if tables.staged_sstables == 0 or tables.imported_sstables:
-                    continue
-                target = self._target(tables.table)
-                result = await port.import_staged_table(
-                    self._record.id, target.keyspace, target.table
+    async def _import(self, ctx: Ctx) -> None:
+        name, record = ctx.node, ctx.payload
+        for tables in record.node(name).tables:
+            if tables.staged_sstables == 0 or tables.imported_sstables:
+                continue
+            target = _target(record, tables.table)
+            result = await self.nodes[name].import_staged_table(
+                record.id, target.keyspace, target.table
+            )
+            await self._node_table(
+                ctx,
+                tables.table,
+                imported_sstables=result.sstables_imported,
+                failed_directories=result.failed_directories,
+                import_seconds=result.seconds,
+                import_method=result.method,
+            )
+            if result.failed_directories or result.sstables_imported != tables.staged_sstables:
+                raise TableRestoreFailed(
+                    f"{target.name}: Cassandra imported {result.sstables_imported} of"
+                    f" {tables.staged_sstables} staged SSTables; failed directories:"
+                    f" {', '.join(result.failed_directories) or 'none'} (see the node's"
+                    " system.log); the rest stays staged"
                 )
-                await self._node_table(
-                    name,
-                    tables.table,
-                    imported_sstables=result.sstables_imported,
-                    failed_directories=result.failed_directories,
-                    import_seconds=result.seconds,
-                    import_method=result.method,
-                )
-                if result.failed_directories or result.sstables_imported != tables.staged_sstables:
-                    raise TableRestoreFailed(
-                        f"{target.name}: Cassandra imported {result.sstables_imported} of"
-                        f" {tables.staged_sstables} staged SSTables; failed directories:"
-                        f" {', '.join(result.failed_directories) or 'none'} (see the node's"
-                        " system.log); the rest stays staged"
-                    )
-                self.progress(
-                    name,
-                    "import",
-                    f"{target.name}: {result.sstables_imported} SSTables in"
-                    f" {result.seconds:.1f} s ({result.method})",
-                )
-            await self._node(name, step=Step.IMPORT)
+            self.progress(
+                name,
+                "import",
+                f"{target.name}: {result.sstables_imported} SSTables in"
+                f" {result.seconds:.1f} s ({result.method})",
+            )
 
-        await self._on_nodes("import", one, self._pending(Step.IMPORT))
+    async def _verify(self, ctx: Ctx) -> None:
+        lines, warnings = await verify_restore(project(ctx.record), self.cql, self.journal)
+        await self._update(ctx, verification=lines)
+        await ctx.engine.change(lambda r: replace(r, warnings=warnings))
 
-    def _target(self, table: str) -> TableTarget:
-        for target in self._record.targets:
-            if target.table == table:
-                return target
-        raise KeyError(table)
-
-    async def _verify(self) -> None:
-        lines, warnings = await verify_restore(self._record, self.cql, self.journal)
-        await self._save(verification=lines, warnings=warnings)
-        for node in self._record.nodes:
-            await self._node(node.name, step=Step.VERIFY)
-
-    async def _remove_staging(self) -> None:
-        async def one(name: str, port: TableNodePort) -> None:
-            files, size = await port.remove_staging(self._record.id)
-            self.progress(name, "cleanup", f"staging removed ({files} files, {size} bytes)")
-            await self._node(name, step=Step.CLEANUP)
-
-        await self._on_nodes("removing the staging", one, self._pending(Step.CLEANUP))
+    async def _remove_staging(self, ctx: Ctx) -> None:
+        files, size = await self.nodes[ctx.node].remove_staging(ctx.payload.id)
+        self.progress(ctx.node, "cleanup", f"staging removed ({files} files, {size} bytes)")
 
     # -- abort ---------------------------------------------------------------------------------
 
@@ -449,17 +325,40 @@ class TableRestoreWorkflow:
         Tables already recreated or imported stay as they are (the record says which)."""
         if record.state.finished:
             raise TableRestoreRefused(f"table restore {record.id} is {record.state.value}")
-        self.record = record
-        await self._unmount()
-        await self._delete_clones()
-        await self._on_nodes(
-            "removing the staging",
-            self._drop_staging,
-            [n.name for n in self._record.nodes],
+        engine = RunEngine(self, _Journal(self.journal))
+        engine.load(as_run(record))
+        ctx = StepContext(engine, RUN, "abort")
+        await self._unmount_all(ctx)
+        await self._delete_clones(ctx)
+        names = [n.name for n in record.nodes]
+        results = await asyncio.gather(
+            *(self._drop_staging(record.id, n) for n in names), return_exceptions=True
         )
-        await self._save(state=TableRestoreState.ABORTED, finished_at=datetime.now(UTC))
-        return self._record
+        failures = [
+            f"node {n}: {r}"
+            for n, r in zip(names, results, strict=True)
+            if isinstance(r, Exception)
+        ]
+        if failures:
+            raise TableRestoreFailed("removing the staging failed: " + "; ".join(failures))
+        done = await engine.change(
+            lambda r: replace(r, state=RunState.ABORTED, finished_at=datetime.now(UTC))
+        )
+        return project(done)
 
-    async def _drop_staging(self, name: str, port: TableNodePort) -> None:
-        files, size = await port.remove_staging(self._record.id)
+    async def _drop_staging(self, restore_id: str, name: str) -> None:
+        files, size = await self.nodes[name].remove_staging(restore_id)
         self.progress(name, "abort", f"staging removed ({files} files, {size} bytes)")
+
+
+def _reached_delete_clones(run: RunRecord[TableRestoreRecord]) -> RunRecord[TableRestoreRecord]:
+    """Every node staged and the clones are gone: the run goes on after delete-clones."""
+    nodes = tuple(replace(n, reached=Step.UNMOUNT.value, begun="") for n in run.nodes)
+    return replace(run, nodes=nodes, run=replace(run.run, reached=Step.DELETE_CLONES.value))
+
+
+def _target(record: TableRestoreRecord, table: str) -> TableTarget:
+    for target in record.targets:
+        if target.table == table:
+            return target
+    raise KeyError(table)

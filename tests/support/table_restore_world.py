@@ -150,7 +150,7 @@ class Journal:
     def __init__(self, manifest: dict[str, list[SSTable]]) -> None:
         self.saved: list[TableRestoreRecord] = []
         self.manifests = manifest
-        #: The catalog's pending cleanups of clones: id -> "node:array:clone".
+        #: The ledger's entries of clones: id -> "node:array:clone" (the clone's name once made).
         self.pending_cleanups: dict[int, str] = {}
         self.cleanup_errors: dict[int, str] = {}
         self.next_cleanup_id = 0
@@ -168,17 +168,23 @@ class Journal:
     async def drilled_counts(self, backup_id: str) -> Mapping[str, DrilledCounts]:
         return self.drilled
 
-    async def clones_made(
-        self, record: TableRestoreRecord, clones: Sequence[CloneRecord]
+    async def clones_planned(
+        self, record: TableRestoreRecord, clones: Sequence[CloneRecord], suffix: str
     ) -> list[int]:
         ids = []
         for clone in clones:
             self.next_cleanup_id += 1
-            self.pending_cleanups[self.next_cleanup_id] = (
-                f"{clone.node}:{clone.array}:{clone.clone}"
-            )
+            self.pending_cleanups[self.next_cleanup_id] = f"{clone.node}:{clone.array}:"
             ids.append(self.next_cleanup_id)
         return ids
+
+    async def clone_made(self, entry_id: int, clone: CloneRecord) -> None:
+        self.pending_cleanups[entry_id] = f"{clone.node}:{clone.array}:{clone.clone}"
+
+    @property
+    def legacy(self) -> Journal:
+        """Records from before the ledger kept their clones' cleanups here too."""
+        return self
 
     async def cleanup_pending(self, cleanup_id: int) -> bool:
         return cleanup_id in self.pending_cleanups

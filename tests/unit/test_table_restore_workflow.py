@@ -315,3 +315,27 @@ def test_a_clone_left_pending_is_not_deleted_again_once_the_daemon_deleted_it() 
     assert f"array:delete:{by_daemon.clone}" not in world.events
     assert f"array:delete:{left[1].clone}" in world.events
     assert all(c.deleted for c in done.clones)
+
+
+def test_a_run_whose_process_died_mid_stage_is_resumed_from_its_record() -> None:
+    # What a SIGKILL leaves: the last record saved (running; the catalog's open marks it
+    # interrupted), node2's stage begun, the clones made and mounted.
+    world = World()
+
+    class Killed(BaseException):
+        pass
+
+    world.agents["node2"].fail["stage:shop.orders"] = Killed()
+    with pytest.raises(Killed):
+        world.run(world.plan().record)
+    left = replace(world.journal.saved[-1], state=TableRestoreState.INTERRUPTED)
+    assert left.step is Step.MOUNT and left.node("node2").step is Step.MOUNT
+    assert [n.step for n in left.nodes if n.name != "node2"] == [Step.STAGE] * 2
+
+    world.events.clear()
+    done = world.run(left)
+    assert done.state is TableRestoreState.SUCCEEDED, done.error
+    # Only node2 stages; nothing was cloned again; every clone deleted.
+    assert [e for e in world.events if ":stage:" in e] == ["node2:stage:shop.orders"]
+    assert not any(e.startswith("array:clone") for e in world.events)
+    assert all(c.deleted for c in done.clones) and world.journal.pending_cleanups == {}

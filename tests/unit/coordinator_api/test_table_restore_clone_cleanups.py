@@ -1,4 +1,4 @@
-"""A table restore's clones are pending cleanups of the real catalog from the moment the array made
+"""A table restore's clones are in the real catalog's resource ledger from before the array makes
 them: a coordinator killed mid-restore leaves nothing that only the restore's record knows. The
 daemon's retry unmounts each clone on the node that mounted it (under the restore's id) before the
 array deletes it, and leaves them alone while the restore holds the cluster."""
@@ -9,7 +9,6 @@ from dataclasses import replace
 
 import pytest
 
-from ringsnap.coordinator.drill.cleanups import cleanup_clone
 from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.coordinator.table_restore.session import CatalogTableJournal
 from ringsnap.plugins.types import Volume
@@ -40,20 +39,24 @@ def test_a_table_restores_clones_are_retried_like_every_clone(
     ]
     journal = CatalogTableJournal(harness.catalog)
 
-    ids = harness.call(journal.clones_made(record, clones))
+    # In the ledger before the array is asked (by the suffix), then named once made.
+    ids = harness.call(journal.clones_planned(record, clones, "tr_20261124_083600_3fa9"))
+    assert all(not e.resource.made for e in harness.catalog.resources())
+    for entry_id, clone in zip(ids, clones, strict=True):
+        harness.call(journal.clone_made(entry_id, clone))
 
-    pending = {c.id: c for c in harness.catalog.pending_cleanups()}
+    pending = {e.id: e.resource for e in harness.catalog.resources()}
     assert sorted(pending) == sorted(ids) and len(ids) == len(clones) == 3
     for cleanup_id, clone in zip(ids, clones, strict=True):
-        parsed = cleanup_clone(pending[cleanup_id].snapshot_name)
-        assert parsed is not None
-        assert (parsed.cluster, parsed.node, parsed.purpose_id, parsed.volume) == (
+        entry = pending[cleanup_id]
+        assert (entry.cluster, entry.node, entry.mount_purpose, entry.name, entry.volume_id) == (
             "prod",
             clone.node,
             record.id,
-            Volume(clone.clone, clone.clone_id),
+            clone.clone,
+            clone.clone_id,
         )
-        assert record.id in pending[cleanup_id].reason
+        assert record.id in entry.reason
         assert harness.call(journal.cleanup_pending(cleanup_id))
 
     events: list[str] = []
@@ -78,5 +81,5 @@ def test_a_table_restores_clones_are_retried_like_every_clone(
     for clone in clones:
         unmount = events.index(f"{clone.node}:unmount:{record.id}")
         assert unmount < events.index(f"array:delete:{clone.clone}")
-    assert harness.catalog.pending_cleanups() == []
+    assert harness.catalog.resources() == []
     assert not harness.call(journal.cleanup_pending(ids[0]))
