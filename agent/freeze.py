@@ -2,7 +2,8 @@
 
 Rules (docs/backup-protocol.md, "Safety rules and invariants"):
 - only filesystems that hold a configured data or commit-log directory are ever frozen; never `/`,
-  the filesystem of the agent's state directory, or the one its own program runs from;
+  the filesystem of the agent's state directory, or the one its own program runs from (the rule
+  restores follow too: `ringsnap.agent.protected`);
 - every freeze is recorded (fsynced) before the first ioctl; the record goes only once all is thawed;
 - a watchdog task per operation thaws when the lease runs out, whatever the caller does;
 - an operation id freezes at most once: repeating the call returns the same result, reusing the id
@@ -20,7 +21,6 @@ import contextlib
 import enum
 import errno
 import os
-import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ringsnap import logs, mountinfo
-from ringsnap.agent import fsfreeze, volumes
+from ringsnap.agent import fsfreeze
 from ringsnap.agent.errors import Conflict, FreezeFailed, NotFound
+from ringsnap.agent.freezable import Freezable, freezable, freeze_targets
 from ringsnap.agent.freezestate import StateStore, thaw_all, valid_operation_id
 from ringsnap.agent.lease import Clock, Lease, LeasePolicy
 from ringsnap.agent.metrics import AgentMetrics
@@ -108,15 +109,6 @@ class _Operation:
     thawed: list[ThawedFilesystem] = field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
-class Freezable:
-    """A filesystem a caller may freeze, with every path it may be named by."""
-
-    mount_point: str
-    device_number: int
-    names: frozenset[str]
-
-
 class FreezeManager:
     def __init__(
         self,
@@ -141,81 +133,14 @@ class FreezeManager:
 
     # -- what may be frozen -------------------------------------------------------------------
 
-    def _protected_devices(self) -> dict[int, str]:
-        """Devices never frozen, with the reason: the agent needs them writable (or is on them)."""
-        state = self._store.directory
-        probe = state if state.exists() else state.parent
-        reasons: dict[int, list[str]] = {}
-        for path, why in (
-            ("/", "it holds /"),
-            (str(probe), f"it holds the agent's state ({state})"),
-            (sys.prefix, f"it holds the agent's own program ({sys.prefix})"),
-            (os.path.dirname(volumes.__file__), "it holds the agent's own program"),
-        ):
-            found = reasons.setdefault(os.stat(path).st_dev, [])
-            if why not in found:
-                found.append(why)
-        return {device: " and ".join(why) for device, why in reasons.items()}
-
     def freezable(self) -> tuple[list[Freezable], dict[str, str]]:
         """(filesystems that may be frozen, {mount point: why it may not}) for the configured
         data and commit-log directories, as mounted now."""
-        filesystems = volumes.discover(self._directories, mounts=self._mounts(), identities=False)
-        protected = self._protected_devices()
-        allowed: list[Freezable] = []
-        refused: dict[str, str] = {}
-        for filesystem in filesystems:
-            reason = protected.get(filesystem.device_number)
-            if filesystem.mount_point == "/":
-                reason = "it is /"
-            if reason:
-                for name in (filesystem.mount_point, *filesystem.aliases):
-                    refused[name] = reason
-                continue
-            allowed.append(
-                Freezable(
-                    mount_point=filesystem.mount_point,
-                    device_number=filesystem.device_number,
-                    names=frozenset((filesystem.mount_point, *filesystem.aliases)),
-                )
-            )
-        return allowed, refused
+        return freezable(self._directories, self._mounts(), self._store.directory)
 
     def _targets(self, requested: Sequence[str]) -> list[Freezable]:
         allowed, refused = self.freezable()
-        if not requested:
-            if refused:
-                details = "; ".join(f"{point}: {why}" for point, why in sorted(refused.items()))
-                raise Conflict(
-                    f"a configured Cassandra directory is on a filesystem the agent never"
-                    f" freezes ({details}); move it to its own filesystem or use quiesce mode"
-                    " flush-only"
-                )
-            if not allowed:
-                raise Conflict("no Cassandra filesystem is mounted")
-            return allowed
-        chosen: dict[int, Freezable] = {}
-        for point in requested:
-            normal = _checked_mount_point(point)
-            if normal in refused:
-                raise ValidationError(
-                    f"refusing to freeze {normal!r}: {refused[normal]}; name only mount points of"
-                    " Cassandra's own filesystems"
-                )
-            match = next((fs for fs in allowed if normal in fs.names), None)
-            if match is None:
-                if normal == "/":
-                    raise ValidationError(
-                        "refusing to freeze '/': the agent never freezes /; name only mount points"
-                        " of Cassandra's own filesystems"
-                    )
-                names = sorted(name for fs in allowed for name in fs.names)
-                raise ValidationError(
-                    f"{normal!r} is not the mount point of a configured Cassandra data or"
-                    f" commit-log directory (allowed: {', '.join(names) or 'none'})"
-                )
-            chosen.setdefault(match.device_number, match)
-        return list(chosen.values())
+        return freeze_targets(requested, allowed, refused)
 
     # -- freeze, renew, thaw ------------------------------------------------------------------
 
@@ -568,14 +493,6 @@ def _check_operation_id(value: str) -> None:
             f"invalid operation id {value!r}: use 1-128 letters, digits, '.', '-' or '_',"
             " starting with a letter or digit"
         )
-
-
-def _checked_mount_point(value: str) -> str:
-    if not value or "\x00" in value or not value.startswith("/"):
-        raise ValidationError(f"mount point {value!r} must be an absolute path")
-    if ".." in value.split("/"):
-        raise ValidationError(f"mount point {value!r} must not contain '..'")
-    return os.path.normpath(value)
 
 
 def _seconds(outcome: float | BaseException) -> float:

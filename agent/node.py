@@ -22,8 +22,9 @@ from ringsnap.agent.jmx import open_control
 from ringsnap.agent.lease import LeasePolicy
 from ringsnap.agent.metrics import AgentMetrics
 from ringsnap.agent.restore.model import CassandraStatus, DiscardedDirectory, VolumeState
+from ringsnap.agent.restore.record import RestoredTable
 from ringsnap.agent.restore.restorer import RECORDS_DIRECTORY, VolumeRestorer
-from ringsnap.agent.restore.snapshot import RestoredTable
+from ringsnap.agent.restore.staged import CommitlogInstalled, StagedCopy
 from ringsnap.errors import ValidationError
 from ringsnap.names import keyspace_name, snapshot_tag, table_name
 from ringsnap.volume_facts import VolumeFacts
@@ -307,6 +308,29 @@ class NodeAgent:
     async def restore_snapshot(self, operation_id: str, tag: str) -> tuple[RestoredTable, ...]:
         async with self.metrics.restore_step("restore_snapshot"):
             return await self.restorer.restore_snapshot(operation_id, tag)
+
+    def _staged_copy(self, operation_id: str, backup_id: str) -> StagedCopy:
+        return StagedCopy(self.config.cassandra.data_directories, operation_id, backup_id)
+
+    async def install_s3_download(
+        self, operation_id: str, backup_id: str
+    ) -> tuple[RestoredTable, ...]:
+        """Put the node back to the copy of `backup_id` that `operation_id` downloaded from S3, in
+        place: the same install as `restore_snapshot`, from the staged copy."""
+        source = self._staged_copy(operation_id, backup_id)
+        return await self.restorer.install(
+            operation_id, source, f"install backup {backup_id} from S3"
+        )
+
+    async def install_s3_commitlog(self, operation_id: str, backup_id: str) -> CommitlogInstalled:
+        """The commit-log segments staged with the download, once DiscardReplayState emptied the
+        commit-log directory."""
+        source = self._staged_copy(operation_id, backup_id)
+        directory = self.config.cassandra.commitlog_directory
+        return await self.restorer.while_stopped(
+            "install the commit log from S3",
+            lambda: source.install_commitlog(self.restorer.installs, directory),
+        )
 
     # -- lifecycle -------------------------------------------------------------------------------
 

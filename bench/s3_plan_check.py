@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from ringsnap.agent.restore.snapshot import SnapshotRecords
+from ringsnap.agent.restore.record import InstallRecords
 from ringsnap.agent.s3.backup_manifest import ManifestWriter
 from ringsnap.agent.s3.layout import Layout
 from ringsnap.agent.s3.settings import S3Settings
@@ -115,7 +115,7 @@ def main() -> None:
             data_directories=[data],
             commitlog_directory=Path(directory) / "commitlog",
             s3=SETTINGS,
-            records=SnapshotRecords(Path(directory) / "records"),
+            records=InstallRecords(Path(directory) / "records"),
         )
         room = S3Staging(restores, lambda _operation: False, client=lambda _settings: store)
         started = time.perf_counter()

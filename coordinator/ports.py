@@ -143,7 +143,8 @@ class RestoredTable:
     data_directory: str
     keyspace: str
     table_directory: str
-    #: False: the table has no snapshot of the tag (created after it) and was left untouched.
+    #: False: the backup does not hold the table (created after it): its live files were moved
+    #: aside all the same, and nothing was put in their place.
     restored: bool
     files_moved: int
     files_linked: int

@@ -2,11 +2,15 @@
 
 - volumes: `restorer.VolumeRestorer` releases the Cassandra volumes (`release`) before an array
   reverts or clones them and attaches them again after (`attach`, `hooks`), recording each volume
-  (`records`, values and name checks in `model`);
-- the in-place install: a native snapshot put back in place (`snapshot`);
+  (`records`; values and name checks in `model`), all under one lock;
+- the one install in place (`install`), with Cassandra stopped, from either source: the node's
+  native snapshot (`snapshot`) or the backup's copy staged from S3 (`staged`); one record type
+  (`record`) whatever the source, and one behaviour: every table directory's live files are moved
+  aside and kept, a table created after the backup included;
 - replay state: what Cassandra replays or reloads at start besides its data, emptied outside the
   restored volumes (`replay_state`);
 - `messages`: the restore's values as API messages.
 
-The copies a restore installs from S3 are staged by `ringsnap.agent.staging`.
+The copies a restore installs from S3 are downloaded by `ringsnap.agent.staging`; what is never
+released is `ringsnap.agent.protected`'s rule.
 """

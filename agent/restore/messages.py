@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ringsnap.agent.restore.model import DiscardedDirectory, VolumeState
-from ringsnap.agent.restore.snapshot import RestoredTable
+from ringsnap.agent.restore.record import RestoredTable
 from ringsnap.api.v1 import agent_pb2
 from ringsnap.volume_facts import VolumeFacts
 

@@ -4,13 +4,15 @@ The coordinator stops Cassandra, then asks the agent to *release* the volumes (u
 hook), has the array revert or clone them, asks the agent to *attach* them (attach hook, mount,
 identity check) and to *discard* the replay state that lives outside the restored volumes, then
 checks the manifest and starts Cassandra. For a backup of native snapshots (direct-attached storage)
-nothing is released or attached: *restore_snapshot* puts the tables back to the snapshot in place
-(`ringsnap.agent.restore.snapshot`), then discard runs as after an attach.
+nothing is released or attached: *restore_snapshot* puts the tables back to the snapshot in place,
+and for a restore from S3 *install* puts the staged copy in place (the one installer,
+`ringsnap.agent.restore.install`, with either source), then discard runs as after an attach.
 
 Rules:
 - nothing here runs while Cassandra answers; a filesystem a process holds is never unmounted (never
   lazily either), and an unmount counts only once the kernel no longer holds the block device;
-- `/`, the filesystem of the agent's state and the one of its own program are never released;
+- `/`, the filesystem of the agent's state, of its restore records and the one of its own program
+  are never released (`ringsnap.agent.protected`, the rule freezes follow too);
 - nothing is released, attached or discarded by an agent that demonstrably could not do it right:
   one in a mount namespace of its own (what it mounts would not be the host's) or one that cannot
   see which processes hold a filesystem (see `mounts.restore_obstacles`; under systemd the restore
@@ -23,7 +25,7 @@ Rules:
   UUID is the recorded one (a revert and a clone both keep it); a device the attach hook attached
   that fails the check is handed to the detach hook before the call fails;
 - discard empties, never removes, the replay-state directories that are not on a filesystem the
-  operation released and attached again (after a snapshot restore: all of them, the commit log
+  operation released and attached again (after an install in place: all of them, the commit log
   first of all, since it holds writes newer than the snapshot), and logs each at warning level;
 - the hooks are argv lists from the agent's configuration, run without a shell; what they need to
   know arrives in RINGSNAP_* environment variables.
@@ -33,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -44,8 +45,10 @@ from ringsnap.agent import volumes
 from ringsnap.agent.config import VolumesSection
 from ringsnap.agent.errors import CommandFailed, CommandTimeout, Conflict
 from ringsnap.agent.mounts import RESTORE_DROP_IN, Host, describe_holders
+from ringsnap.agent.protected import existing, protected_devices, protected_paths
 from ringsnap.agent.restore.attach import VolumeAttacher
 from ringsnap.agent.restore.hooks import run_hook
+from ringsnap.agent.restore.install import Installer, Source
 from ringsnap.agent.restore.model import (
     CassandraStatus,
     DiscardedDirectory,
@@ -58,10 +61,11 @@ from ringsnap.agent.restore.model import (
     on_top,
     ordered,
 )
+from ringsnap.agent.restore.record import InstallRecords, RestoredTable
 from ringsnap.agent.restore.records import RestoreRecords, released_not_attached
 from ringsnap.agent.restore.release import Release, release_plan
 from ringsnap.agent.restore.replay_state import discard_plan, empty_directory
-from ringsnap.agent.restore.snapshot import RestoredTable, SnapshotRestorer
+from ringsnap.agent.restore.snapshot import NativeSnapshot
 from ringsnap.errors import ValidationError
 from ringsnap.mountinfo import Mount
 from ringsnap.names import snapshot_tag
@@ -70,8 +74,9 @@ from ringsnap.volume_facts import VolumeFacts
 log = logs.get_logger(__name__)
 
 RECORDS_DIRECTORY = "restores"
-#: Under the records directory: what each native snapshot restore did (`snapshot`).
-SNAPSHOT_RECORDS = "snapshots"
+#: Under the records directory: what each install in place did (`record`; the directory keeps the
+#: name it had when only native snapshots were installed in place).
+INSTALL_RECORDS = "snapshots"
 _T = TypeVar("_T")
 
 # -- the restorer -------------------------------------------------------------------------------
@@ -103,30 +108,25 @@ class VolumeRestorer:
         self.host = host or Host(settings.by_id_dir)
         self._attacher = VolumeAttacher(self.host, settings)
         self._lock = asyncio.Lock()
-        #: Native snapshot restores, recorded beside the volume records (in a directory of their
-        #: own, which `RestoreRecords.all` does not read).
-        self.snapshots = SnapshotRestorer(
-            self.directories.get("data", []), self.records.directory / SNAPSHOT_RECORDS
-        )
+        #: Installs in place, recorded beside the volume records (in a directory of their own,
+        #: which `RestoreRecords.all` does not read).
+        self.installs = InstallRecords(self.records.directory / INSTALL_RECORDS)
+        self.installer = Installer(self.directories.get("data", []), self.installs)
 
     # -- what is where ------------------------------------------------------------------------
 
     def _protected_paths(self) -> list[tuple[str, str]]:
         """Paths whose filesystems are never released, with the reason; "/" first."""
-        state, records = self.state_directory, self.records.directory
-        return [
-            ("/", "it holds /"),
-            (str(_existing(state)), f"it holds the agent's state ({state})"),
-            (str(_existing(records)), f"it holds the agent's restore records ({records})"),
-            (sys.prefix, f"it holds the agent's own program ({sys.prefix})"),
-            (os.path.dirname(volumes.__file__), "it holds the agent's own program"),
-        ]
+        records = self.records.directory
+        return protected_paths(
+            self.state_directory, [(records, f"it holds the agent's restore records ({records})")]
+        )
 
     def records_on_cassandra_filesystem(self) -> str:
         """Why the restore records' place is wrong ("" if it is not): it is on a filesystem of
         the Cassandra directories, which the agent then never releases (`ringsnap-agent check`)."""
         directory = self.records.directory
-        device = self.host.device_of(str(_existing(directory)))
+        device = self.host.device_of(str(existing(directory)))
         for filesystem in self._filesystems(self.host.entries(), {}):
             if filesystem.device_number == device and filesystem.mount_point != "/":
                 return (
@@ -137,12 +137,7 @@ class VolumeRestorer:
         return ""
 
     def _protected_devices(self) -> dict[int, str]:
-        reasons: dict[int, list[str]] = {}
-        for path, why in self._protected_paths():
-            found = reasons.setdefault(self.host.device_of(path), [])
-            if why not in found:
-                found.append(why)
-        return {device: " and ".join(why) for device, why in reasons.items()}
+        return protected_devices(self._protected_paths(), self.host.device_of)
 
     def _filesystems(
         self, entries: Sequence[Mount], pending: Mapping[str, tuple[str, ReleasedVolume]]
@@ -408,31 +403,34 @@ class VolumeRestorer:
                 results.append(volume.facts(operation_id))
             return tuple(results)
 
-    # -- native snapshots -------------------------------------------------------------------------
+    # -- installs in place ------------------------------------------------------------------------
 
     async def restore_snapshot(self, operation_id: str, tag: str) -> tuple[RestoredTable, ...]:
-        """Put every table that has native snapshot `tag` back to it, in place (see
-        `ringsnap.agent.restore.snapshot`); refused while Cassandra runs or anything holds a file
-        under a data directory, or while a restore's released volumes are not attached again."""
-        check_operation_id(operation_id)
+        """Put the node back to native snapshot `tag`, in place."""
         snapshot_tag(tag)
-        action = f"restore snapshot {tag}"
-        self._refuse_without_host_access(action)
-        async with self._lock:
-            await self._refuse_while_running(action)
-            await asyncio.to_thread(self._check_snapshot_restorable, action)
-            return await asyncio.to_thread(self.snapshots.restore, operation_id, tag)
+        source = NativeSnapshot(self.directories.get("data", []), tag)
+        return await self.install(operation_id, source, f"restore snapshot {tag}")
+
+    async def install(
+        self, operation_id: str, source: Source, action: str
+    ) -> tuple[RestoredTable, ...]:
+        """Put the node's tables back to `source` in place (`ringsnap.agent.restore.install`);
+        refused while Cassandra runs or anything holds a file under a data directory, or while a
+        restore's released volumes are not attached again."""
+        check_operation_id(operation_id)
+        return await self.while_stopped(
+            action, lambda: self.installer.install(operation_id, source)
+        )
 
     async def while_stopped(self, action: str, work: Callable[[], _T]) -> _T:
-        """`work` in a thread under this restorer's lock, with `restore_snapshot`'s checks first
-        (an install from S3, `ringsnap.agent.staging.s3`, replaces the live files the same way)."""
+        """`work` in a thread under this restorer's lock, with `install`'s checks first."""
         self._refuse_without_host_access(action)
         async with self._lock:
             await self._refuse_while_running(action)
-            await asyncio.to_thread(self._check_snapshot_restorable, action)
+            await asyncio.to_thread(self._check_installable, action)
             return await asyncio.to_thread(work)
 
-    def _check_snapshot_restorable(self, action: str) -> None:
+    def _check_installable(self, action: str) -> None:
         _, records, _ = self._read(strict=True)
         away = released_not_attached(records)
         if away:
@@ -485,18 +483,11 @@ class VolumeRestorer:
             hints=hints,
             entries=entries,
             records=records,
-            snapshot_phase=self.snapshots.phase(operation_id),
+            snapshot_phase=self.installs.phase(operation_id),
             directories=self.directories,
             protected=[os.path.realpath(path) for path, _ in self._protected_paths()[1:]],
             host=self.host,
         )
-
-
-def _existing(path: Path) -> Path:
-    """`path`, or its nearest parent that exists (the filesystem it will be created on)."""
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
 
 
 def _covers(volume: ReleasedVolume, path: Path) -> bool:

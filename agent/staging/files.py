@@ -1,6 +1,6 @@
-"""Staged files into table directories: the table directories below a data or staging
-directory, the renames of a staged table's files into its live directory (owned as the data
-directory is, in the way refused), and the removal of an emptied staging tree."""
+"""Staged files into table directories: the renames of a staged table's files into its live
+directory (owned as the data directory is, in the way refused), directories made owned as the data
+directory is, and the removal of an emptied staging tree."""
 
 from __future__ import annotations
 
@@ -10,8 +10,6 @@ from pathlib import Path
 from ringsnap import logs
 from ringsnap.agent.durable import fsync_directory
 from ringsnap.agent.errors import Conflict
-from ringsnap.errors import ValidationError
-from ringsnap.names import keyspace_name
 
 log = logs.get_logger(__name__)
 
@@ -40,22 +38,6 @@ def entry_names(path: Path, *, directories: bool) -> list[str]:
             return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False) == directories)
     except FileNotFoundError:
         return []
-
-
-def table_directories(root: Path) -> list[tuple[str, str]]:
-    """(keyspace, table directory) below a data directory or a staging directory."""
-    found: list[tuple[str, str]] = []
-    for keyspace in entry_names(root, directories=True):
-        if keyspace.startswith(".") or keyspace == "lost+found":
-            continue  # ringsnap's own staging, and anything that is not a keyspace
-        try:
-            keyspace_name(keyspace)
-        except ValidationError:
-            continue
-        for table in entry_names(root / keyspace, directories=True):
-            if not table.startswith("."):
-                found.append((keyspace, table))
-    return found
 
 
 def place_staged(staged: Path, table: Path, owner: tuple[int, int]) -> int:

@@ -9,7 +9,7 @@
   where.
 - `discard` removes `<data dir>/.ringsnap-s3/<operation>/` of each configured data directory, and
   nothing else: never while the operation's download runs, never once its install began moving
-  files into Cassandra's table directories (its snapshot-restore record exists from then on: the
+  files into Cassandra's table directories (its install record exists from then on: the
   restore must be resumed, not given up).
 """
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import shutil
 from collections.abc import Callable
@@ -33,13 +32,14 @@ from ringsnap.agent.restore.model import check_operation_id
 from ringsnap.agent.s3.client import make_client
 from ringsnap.agent.s3.layout import Layout, node_name
 from ringsnap.agent.s3.settings import S3Settings
-from ringsnap.agent.staging.s3 import DOWNLOADED_MARKER, S3Restore
+from ringsnap.agent.staging.s3 import S3Restore
 from ringsnap.agent.staging.s3_check import (
     DownloadCheck,
     commitlog_size,
     object_missing,
     room_of,
 )
+from ringsnap.agent.staging.s3_paths import marker_backup
 from ringsnap.api.v1 import agent_pb2
 from ringsnap.errors import ValidationError
 from ringsnap.names import backup_id as valid_backup_id
@@ -94,7 +94,7 @@ class S3Staging:
         restores = self.restores
         roots = restores.staging(operation_id)
         staged = any(os.path.lexists(root) for root in roots)
-        complete = staged and _marker_backup(roots[0]) == backup_id
+        complete = staged and marker_backup(roots[0]) == backup_id
         directories = restores.data_directories
         one_filesystem = len({os.stat(d).st_dev for d in directories}) <= 1
         if not complete and (staged or not expected_bytes or not one_filesystem):
@@ -150,7 +150,7 @@ class S3Staging:
                 f" restore (ringsnap restore --resume {operation_id}); nothing was removed"
             )
         roots = restores.staging(operation_id)
-        marker = _marker_backup(roots[0])
+        marker = marker_backup(roots[0])
         if marker and marker != backup_id:
             raise Conflict(
                 f"{roots[0]} holds a download of backup {marker}, not {backup_id}; nothing was"
@@ -180,16 +180,6 @@ class S3Staging:
             with contextlib.suppress(OSError):  # .ringsnap-s3 itself, once no other restore uses it
                 root.parent.rmdir()
         return removed
-
-
-def _marker_backup(first_root: Path) -> str:
-    """The backup whose complete download the staging's marker records ('' for none)."""
-    try:
-        document: Any = json.loads((first_root / DOWNLOADED_MARKER).read_bytes())
-    except (OSError, ValueError):
-        return ""
-    value = document.get("backup_id") if isinstance(document, dict) else None
-    return value if isinstance(value, str) else ""
 
 
 def check_response(done: DownloadCheck) -> agent_pb2.CheckS3DownloadResponse:

@@ -1,6 +1,6 @@
 """DownloadFromS3, CheckS3Download and InstallS3Download on the node: the download in a worker
 thread with its progress streamed, one download per operation at a time (a rerun waits for a
-cancelled one to stop), the install under the restorer's stopped-Cassandra checks."""
+cancelled one to stop); the install is the node's (`NodeAgent.install_s3_download`), translated."""
 
 from __future__ import annotations
 
@@ -208,17 +208,10 @@ class S3RestoreRpcs:
     async def _install(
         self, request: agent_pb2.InstallS3DownloadRequest
     ) -> agent_pb2.InstallS3DownloadResponse:
-        restores, restorer = self._restores, self._agent.restorer
         if request.commitlog:
-            done = await restorer.while_stopped(
-                "install the commit log from S3",
-                lambda: restores.install_commitlog(request.operation_id, request.backup_id),
-            )
+            done = await self._agent.install_s3_commitlog(request.operation_id, request.backup_id)
             return agent_pb2.InstallS3DownloadResponse(
                 commitlog_segments=done.segments, commitlog_bytes=done.bytes, commitlog=done.detail
             )
-        tables = await restorer.while_stopped(
-            f"install backup {request.backup_id} from S3",
-            lambda: restores.install(request.operation_id, request.backup_id),
-        )
+        tables = await self._agent.install_s3_download(request.operation_id, request.backup_id)
         return agent_pb2.InstallS3DownloadResponse(tables=restored_table_messages(tables))

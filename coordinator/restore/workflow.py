@@ -378,14 +378,14 @@ class RestoreWorkflow:
                 files_kept_aside=sum(t.files_moved for t in restored),
                 kept_in=f"<table dir>/.ringsnap-replaced/{run.record.id}",
             )
-            untouched = [f"{t.keyspace}/{t.table_directory}" for t in tables if not t.restored]
-            if untouched:
+            absent = [f"{t.keyspace}/{t.table_directory}" for t in tables if not t.restored]
+            if absent:
                 log.warning(
-                    "table directories without the snapshot left as they are (a table created"
-                    " after the backup, or not a table)",
+                    "table directories without the snapshot (a table created after the backup, or"
+                    " not a table): their files are kept aside too, nothing put in their place",
                     node=node.name,
                     tag=tag,
-                    tables=untouched,
+                    tables=absent,
                 )
 
         await self._on_pending(run, RestoreStep.RESTORED, restore)

@@ -1,6 +1,7 @@
 """A whole-ring restore of the real 3-node sandbox from Cassandra's native snapshots: the cluster
 as direct-attached storage (`snapshots = "native"`, no array volumes), a backup taken under a write
-load, rows written after it, then every node restored in place from its own snapshot and proven.
+load, rows written after it (and a table created after it), then every node restored in place
+from its own snapshot and proven.
 
 Real Cassandra, real agents over mutual TLS moving and hard-linking real table directories, the
 real backup and restore workflows; the acknowledged rows are the ground truth.
@@ -23,6 +24,7 @@ from ringsnap.coordinator.model import RestoreState, SnapshotKind, Verification
 from ringsnap.sandbox.cluster import SandboxCluster
 from ringsnap.sandbox.stack import Stack, running_stack
 from tests.support.acked_writes import backup_under_writes, ids_at_all
+from tests.support.late_table import assert_moved_aside, create_late_table
 from tests.support.ring_runs import assert_proven, run_restore
 
 pytestmark = pytest.mark.integration
@@ -63,10 +65,13 @@ def test_whole_ring_restore_from_native_snapshots_brings_back_exactly_the_backup
     assert backup.snapshot_kind is SnapshotKind.NATIVE and backup.snapshots == ()
     for node in sandbox_cluster.nodes:
         assert any(node.data_dir.glob(f"*/*/snapshots/{backup.id}")), node.name
+    late = create_late_table(sandbox_cluster)
 
     record = run_restore(config, backup.id)
 
     assert_proven(record)
+    # A table created after the backup ends as from S3 (test_s3_restore): its files kept aside.
+    assert_moved_aside(sandbox_cluster, late, record.id)
     sandbox_cluster.refresh()
     ids = ids_at_all(sandbox_cluster)
     assert acked_before <= ids, f"{len(acked_before - ids)} acknowledged rows did not come back"

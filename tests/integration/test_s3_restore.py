@@ -21,11 +21,11 @@ import pytest
 from cassandra import ConsistencyLevel
 from cassandra.query import SimpleStatement
 
-from ringsnap.agent.restore.snapshot import REPLACED_DIRECTORY
+from ringsnap.agent.restore.record import REPLACED_DIRECTORY
 from ringsnap.agent.s3.client import make_client
 from ringsnap.agent.s3.layout import Layout
 from ringsnap.agent.s3.settings import S3Settings
-from ringsnap.agent.staging.s3 import STAGING_DIRECTORY
+from ringsnap.agent.staging.s3_paths import STAGING_DIRECTORY
 from ringsnap.config import validate
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
@@ -53,6 +53,7 @@ from ringsnap.sandbox.cluster import SandboxCluster
 from ringsnap.sandbox.s3proxy import S3Server, running_s3proxy
 from ringsnap.sandbox.stack import CLUSTER_NAME, Stack, running_stack
 from tests.support.acked_writes import backup_under_writes, ids_at_all
+from tests.support.late_table import assert_moved_aside, create_late_table
 from tests.support.ring_runs import (
     assert_proven,
     create_keyspace,
@@ -251,6 +252,7 @@ def test_ring_restored_from_s3_with_the_array_lost_and_a_corrupt_object_refused(
 
     # The object repaired, the ring comes back from the bucket alone.
     path.write_bytes(original)
+    late = create_late_table(sandbox_cluster)
     began = time.monotonic()
     restored = _restore_from_s3(config, backup.id)
     print(f"restore from S3 of the ring: {time.monotonic() - began:.1f} s")
@@ -261,6 +263,8 @@ def test_ring_restored_from_s3_with_the_array_lost_and_a_corrupt_object_refused(
     ids = ids_at_all(sandbox_cluster)
     assert acked_before <= ids, f"{len(acked_before - ids)} acknowledged rows did not come back"
     assert not (begun_after & ids), f"{len(begun_after & ids)} rows written after the backup"
+    # A table created after the backup ends as from native snapshots (test_restore_native).
+    assert_moved_aside(sandbox_cluster, late, restored.id)
     # What the install replaced is kept beside each table, never deleted; the staging is gone.
     for node in sandbox_cluster.nodes:
         kept = list(node.data_dir.glob(f"*/*/{REPLACED_DIRECTORY}/{restored.id}"))

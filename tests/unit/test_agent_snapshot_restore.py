@@ -1,7 +1,8 @@
 """The agent's restore of a native snapshot, on real table directories in a temporary directory (the
 host is the fake of test_agent_restore): live files moved aside and kept, the snapshot's files
-hard-linked in place, a repeat after a crash that finishes the job, the refusals, and the discard
-that follows it. The proof on a real ring is tests/integration/test_restore_native.py."""
+hard-linked in place, a table created after the backup moved aside, a repeat after a crash that
+finishes the job, the refusals, and the discard that follows it. The proof on a real ring is
+tests/integration/test_restore_native.py."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from ringsnap.agent.errors import Conflict, NotFound
 from ringsnap.agent.mounts import Holder
 from ringsnap.agent.restore.messages import restored_message
 from ringsnap.agent.restore.model import CassandraStatus
+from ringsnap.agent.restore.record import DONE, LINKING, MOVING, REPLACED_DIRECTORY
 from ringsnap.agent.restore.restorer import VolumeRestorer
-from ringsnap.agent.restore.snapshot import DONE, LINKING, MOVING, REPLACED_DIRECTORY, plan
+from ringsnap.agent.restore.snapshot import plan
 from ringsnap.errors import ValidationError
 from tests.unit.test_agent_restore import OPERATION, Node
 from tests.unit.test_agent_restore import node as node  # noqa: PLC0414 - the fixture
@@ -116,21 +118,25 @@ def test_live_files_move_aside_and_the_snapshot_is_linked_in_their_place(
     assert record["tables"][0]["files_linked"] == 9
 
 
-def test_a_table_without_the_snapshot_is_left_untouched_and_reported(
+def test_a_table_without_the_snapshot_is_moved_aside_kept_and_reported(
     node: Node, table: Table
 ) -> None:
+    """A table created after the backup held nothing at the backup's point in time: its live
+    files are moved aside (kept, never deleted) and nothing is linked in their place, as a
+    restore from S3 does (tests/unit/test_agent_restore_sources.py)."""
     late = node.root / "data/data/ks" / OTHER
     sstable(late, 1)
     before = Table.inodes(late)
 
     results = run(restorer(node).restore_snapshot(OPERATION, TAG))
 
-    untouched = [r for r in results if not r.restored]
-    assert [(r.table_directory, r.files_moved, r.replaced_directory) for r in untouched] == [
-        (OTHER, 0, "")
-    ]
-    assert Table.inodes(late) == before
-    assert not (late / REPLACED_DIRECTORY).exists()
+    absent = [r for r in results if not r.restored]
+    replaced = late / REPLACED_DIRECTORY / OPERATION
+    assert [
+        (r.table_directory, r.files_moved, r.files_linked, r.replaced_directory) for r in absent
+    ] == [(OTHER, 3, 0, str(replaced))]
+    assert not [p for p in late.iterdir() if p.is_file()]
+    assert Table.inodes(replaced) == before
     message = restored_message(results)
     assert [t.restored for t in message.tables] == [False, True]
 

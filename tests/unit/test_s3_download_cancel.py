@@ -19,7 +19,7 @@ from moto import mock_aws
 
 from ringsnap.agent.errors import Conflict
 from ringsnap.agent.manifest import manifest
-from ringsnap.agent.restore.snapshot import SnapshotRecords
+from ringsnap.agent.restore.record import InstallRecords
 from ringsnap.agent.s3.client import make_client
 from ringsnap.agent.s3.download import PARTIAL_SUFFIX, DownloadCancelled, download_node
 from ringsnap.agent.s3.export import export_node
@@ -118,7 +118,7 @@ def _slow_rpcs(
         data_directories=[data],
         commitlog_directory=tmp_path / "commitlog",
         s3=SETTINGS,
-        records=SnapshotRecords(tmp_path / "records"),
+        records=InstallRecords(tmp_path / "records"),
     )
     rpcs = S3RestoreRpcs(cast(Any, _Agent()))
     rpcs.__dict__["_restores"] = restores  # the cached property, on this test's directories

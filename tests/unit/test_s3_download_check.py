@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 
-from ringsnap.agent.restore.snapshot import SnapshotRecords
+from ringsnap.agent.restore.record import InstallRecords
 from ringsnap.agent.s3.commitlog import export_commitlog
-from ringsnap.agent.staging.s3 import STAGING_DIRECTORY, S3Restore
+from ringsnap.agent.staging.s3 import S3Restore
 from ringsnap.agent.staging.s3_check import check_download
+from ringsnap.agent.staging.s3_paths import STAGING_DIRECTORY
 from ringsnap.coordinator.agents.connection import AgentError
 from ringsnap.coordinator.restore.s3_plan import NodeExpectation, room_refusals, s3_plan_findings
 from ringsnap.coordinator.restore.s3_ports import S3DownloadCheck, S3Room
@@ -177,7 +178,7 @@ def test_the_agent_says_whether_its_download_is_still_complete(bucket: Any, tmp_
         data_directories=[data],
         commitlog_directory=tmp_path / "commitlog",
         s3=SETTINGS,
-        records=SnapshotRecords(tmp_path / "records"),
+        records=InstallRecords(tmp_path / "records"),
     )
     assert not node.check("rr-1", "b1", "node1").download_complete
     node.download("rr-1", "b1", "node1")

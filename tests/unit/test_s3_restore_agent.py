@@ -1,8 +1,9 @@
-"""The node side of a restore from S3 after the download (`ringsnap.agent.staging.s3.S3Restore`):
-the install moves every live table file aside (kept) and renames the staged files into place,
-owned as the data directory is; it is refused without a complete download, resumes after a crash,
-and the commit log staged with the download is installed after the discard. The download itself
-runs against a real S3 server in tests/integration/test_s3_restore.py."""
+"""The node side of a restore from S3 after the download (`ringsnap.agent.restore.staged`, through
+the one installer `ringsnap.agent.restore.install`): the install moves every live table file aside
+(kept) and renames the staged files into place, owned as the data directory is; it is refused
+without a complete download, resumes after a crash, and the commit log staged with the download is
+installed after the discard. The download itself runs against a real S3 server in
+tests/integration/test_s3_restore.py."""
 
 from __future__ import annotations
 
@@ -16,19 +17,22 @@ from typing import Any, cast
 import pytest
 
 from ringsnap.agent.errors import Conflict
-from ringsnap.agent.restore.snapshot import DONE, REPLACED_DIRECTORY, SnapshotRecords
+from ringsnap.agent.restore import staged as staged_copy
+from ringsnap.agent.restore.install import Installer
+from ringsnap.agent.restore.record import DONE, REPLACED_DIRECTORY, InstallRecords, RestoredTable
+from ringsnap.agent.restore.staged import CommitlogInstalled, StagedCopy
 from ringsnap.agent.s3.download import DownloadResult
 from ringsnap.agent.s3.progress import Progress
 from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.agent.staging import files as staged_files
 from ringsnap.agent.staging import s3 as s3_restore
 from ringsnap.agent.staging import s3_rpc as s3_restore_rpc
-from ringsnap.agent.staging.s3 import (
+from ringsnap.agent.staging.s3 import S3Restore
+from ringsnap.agent.staging.s3_paths import (
     COMMITLOG_STAGING,
     DOWNLOADED_MARKER,
     NO_COMMITLOG,
     STAGING_DIRECTORY,
-    S3Restore,
 )
 from ringsnap.api.v1 import agent_pb2
 from ringsnap.errors import ValidationError
@@ -49,8 +53,20 @@ def node(tmp_path: Path) -> S3Restore:
         data_directories=[data],
         commitlog_directory=commitlog,
         s3=None,
-        records=SnapshotRecords(tmp_path / "records"),
+        records=InstallRecords(tmp_path / "records"),
     )
+
+
+def _install(node: S3Restore, operation: str, backup: str) -> tuple[RestoredTable, ...]:
+    """The install as the agent runs it (`NodeAgent.install_s3_download`, here without the
+    restorer's lock and checks): the one installer, from the staged copy."""
+    source = StagedCopy(node.data_directories, operation, backup)
+    return Installer(node.data_directories, node.records).install(operation, source)
+
+
+def _install_commitlog(node: S3Restore, operation: str, backup: str) -> CommitlogInstalled:
+    source = StagedCopy(node.data_directories, operation, backup)
+    return source.install_commitlog(node.records, node.commitlog_directory)
 
 
 def _write(path: Path, content: bytes) -> None:
@@ -74,7 +90,7 @@ def test_the_install_replaces_every_live_file_keeping_them_and_owns_the_new_ones
     root = _stage(node)
     data = node.data_directories[0]
 
-    tables = node.install("rr-1", "rs-1")
+    tables = _install(node, "rr-1", "rs-1")
 
     table = data / "ks" / "t-abc"
     assert sorted(p.name for p in table.iterdir() if p.is_file()) == [
@@ -98,7 +114,7 @@ def test_the_install_replaces_every_live_file_keeping_them_and_owns_the_new_ones
     assert not (root / "ks").exists()  # the staging's emptied table directories are gone
 
     # Repeated: answered from the record, nothing touched.
-    assert node.install("rr-1", "rs-1") == tables
+    assert _install(node, "rr-1", "rs-1") == tables
 
 
 def test_the_install_is_refused_without_a_complete_download(node: S3Restore) -> None:
@@ -106,7 +122,7 @@ def test_the_install_is_refused_without_a_complete_download(node: S3Restore) -> 
     (root / DOWNLOADED_MARKER).unlink()  # the download did not finish
 
     with pytest.raises(Conflict, match="run DownloadFromS3 first; nothing was changed"):
-        node.install("rr-1", "rs-1")
+        _install(node, "rr-1", "rs-1")
 
     live = node.data_directories[0] / "ks" / "t-abc" / "nb-1-big-Data.db"
     assert live.read_bytes() == b"live, newer than the backup"
@@ -118,10 +134,10 @@ def test_the_install_of_another_backup_under_the_same_operation_is_refused(
 ) -> None:
     _stage(node, backup="rs-1")
     with pytest.raises(Conflict, match="not complete"):
-        node.install("rr-1", "rs-2")
-    node.install("rr-1", "rs-1")
+        _install(node, "rr-1", "rs-2")
+    _install(node, "rr-1", "rs-1")
     with pytest.raises(Conflict, match="one operation restores one backup"):
-        node.install("rr-1", "rs-2")
+        _install(node, "rr-1", "rs-2")
 
 
 def test_an_install_interrupted_while_placing_finishes_on_repeat(
@@ -138,14 +154,14 @@ def test_an_install_interrupted_while_placing_finishes_on_repeat(
             raise OSError("killed")
         return real(staged, table, owner)
 
-    monkeypatch.setattr(s3_restore, "place_staged", crash_on_second)
+    monkeypatch.setattr(staged_copy, "place_staged", crash_on_second)
     with pytest.raises(OSError, match="killed"):
-        node.install("rr-1", "rs-1")
+        _install(node, "rr-1", "rs-1")
     record = node.records.load("rr-1")
     assert record is not None and record.phase != DONE
 
-    monkeypatch.setattr(s3_restore, "place_staged", real)
-    node.install("rr-1", "rs-1")
+    monkeypatch.setattr(staged_copy, "place_staged", real)
+    _install(node, "rr-1", "rs-1")
 
     data = node.data_directories[0]
     assert (data / "ks" / "t-abc" / "nb-2-big-Data.db").read_bytes() == b"the backup's data"
@@ -169,11 +185,11 @@ def test_the_commit_log_staged_with_the_download_goes_in_after_the_install(
     root = _stage(node)
     _write(root / COMMITLOG_STAGING / "CommitLog-7-42.log", b"acknowledged before the snapshot")
     with pytest.raises(Conflict, match="InstallS3Download first"):
-        node.install_commitlog("rr-1", "rs-1")
-    node.install("rr-1", "rs-1")
+        _install_commitlog(node, "rr-1", "rs-1")
+    _install(node, "rr-1", "rs-1")
     (node.commitlog_directory / "CommitLog-7-99.log").unlink()  # DiscardReplayState's work
 
-    done = node.install_commitlog("rr-1", "rs-1")
+    done = _install_commitlog(node, "rr-1", "rs-1")
 
     segment = node.commitlog_directory / "CommitLog-7-42.log"
     assert segment.read_bytes() == b"acknowledged before the snapshot"
@@ -189,9 +205,9 @@ def test_without_a_commit_log_copy_the_node_restarts_from_its_sstables_alone(
     root = _stage(node)
     marker = {"backup_id": "rs-1", "commitlog": f"{NO_COMMITLOG}: exported without it"}
     (root / DOWNLOADED_MARKER).write_text(json.dumps(marker))
-    node.install("rr-1", "rs-1")
+    _install(node, "rr-1", "rs-1")
 
-    done = node.install_commitlog("rr-1", "rs-1")
+    done = _install_commitlog(node, "rr-1", "rs-1")
 
     assert done.segments == 0 and done.detail.startswith(NO_COMMITLOG)
     assert not root.exists()

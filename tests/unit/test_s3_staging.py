@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 
 from ringsnap.agent.errors import Conflict
-from ringsnap.agent.restore.snapshot import MOVING, SnapshotRecord, SnapshotRecords
+from ringsnap.agent.restore.record import MOVING, InstallRecord, InstallRecords
 from ringsnap.agent.staging import s3_room as s3_staging
-from ringsnap.agent.staging.s3 import STAGING_DIRECTORY, S3Restore
+from ringsnap.agent.staging.s3 import S3Restore
+from ringsnap.agent.staging.s3_paths import STAGING_DIRECTORY
 from ringsnap.agent.staging.s3_room import S3Staging
 from ringsnap.errors import ValidationError
 from tests.unit.test_s3_download_cancel import REQUEST, SETTINGS, _slow_rpcs, bucket
@@ -38,7 +39,7 @@ def _restores(tmp_path: Path) -> S3Restore:
         data_directories=[data],
         commitlog_directory=tmp_path / "commitlog",
         s3=SETTINGS,
-        records=SnapshotRecords(tmp_path / "records"),
+        records=InstallRecords(tmp_path / "records"),
     )
 
 
@@ -142,7 +143,7 @@ def test_discard_removes_the_operations_staging_and_nothing_else(
 def test_discard_is_refused_once_the_install_began(bucket: Any, tmp_path: Path) -> None:
     staging, restores = _staging(tmp_path)
     restores.download("rr-1", "b1", "node1")
-    restores.records.save(SnapshotRecord("rr-1", "s3:b1", MOVING, ()))
+    restores.records.save(InstallRecord("rr-1", "s3:b1", MOVING, ()))
     with pytest.raises(Conflict, match=r"began installing.*ringsnap restore --resume rr-1"):
         staging.discard("rr-1", "b1")
     assert restores.staging("rr-1")[0].exists()

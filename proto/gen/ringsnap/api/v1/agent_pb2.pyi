@@ -911,13 +911,15 @@ class RestoredTable(_message.Message):
     table_directory: _builtins.str
     """<table>-<table id>, as in the manifest."""
     restored: _builtins.bool
-    """False: the table has no snapshot of the tag (it was created after it) and was left untouched."""
+    """False: the backup does not hold the table (it was created after it): its live files were moved
+    aside all the same, and nothing was put in their place.
+    """
     files_moved: _builtins.int
     """Files of the live table (and of its index directories) moved into replaced_directory."""
     files_linked: _builtins.int
-    """Files hard-linked from snapshots/<tag>/ into the table directory."""
+    """Files put in place: hard-linked from snapshots/<tag>/, or renamed from the S3 staging."""
     replaced_directory: _builtins.str
-    """Where the live files were moved to; empty when the table was left untouched."""
+    """Where the live files were moved to."""
     def __init__(
         self,
         *,
