@@ -55,9 +55,10 @@ def test_a_lease_that_runs_out_shows_in_the_scrape(tmp_path: Path, kernel: FakeK
     assert before["ringsnap_agent_lease_expirations_total[]"] == 0
 
     async def scenario() -> None:
-        await freezer.freeze("op-1", lease_seconds=0.3)
+        # A long first lease (a slow disk's record fsync must not outlast it), renewed short.
+        await freezer.freeze("op-1", lease_seconds=5)
         await freezer.renew("op-1", 0.3)
-        await asyncio.sleep(0.8)  # nobody renews again: the watchdog thaws
+        await asyncio.sleep(1.0)  # nobody renews again: the watchdog thaws
         thawed = await freezer.thaw("op-1")
         assert thawed.lease_expired
         await freezer.freeze("op-2", lease_seconds=5)
