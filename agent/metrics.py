@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from ringsnap import __version__
+from ringsnap import package_version
 from ringsnap.agent.s3.progress import Progress
 
 DIRECTIONS = ("upload", "download")
@@ -124,7 +124,7 @@ class AgentMetrics:
             "Always 1; the version label says which.",
             ["version"],
             registry=r,
-        ).labels(version=__version__).set(1)
+        ).labels(version=package_version()).set(1)
         for result in RESULTS:
             self.freezes.labels(result=result)
             self.flushes.labels(result=result)

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ringsnap import logs
+from ringsnap import logs, package_version
 from ringsnap.agent import manifest, mounts, process, volumes
 from ringsnap.agent.config import AgentConfig
 from ringsnap.agent.errors import CommandFailed, CommandTimeout
@@ -30,7 +30,6 @@ from ringsnap.names import keyspace_name, snapshot_tag, table_name
 from ringsnap.volume_facts import VolumeFacts
 
 log = logs.get_logger(__name__)
-AGENT_VERSION = "0.1.0"
 _START_POLL_SECONDS = 1.0
 #: How long Cassandra gets to answer "are you running?" before restores take it as down.
 _PROBE_SECONDS = 30.0
@@ -118,7 +117,7 @@ class NodeAgent:
             data_directories=tuple(str(path) for path in cassandra.data_directories),
             commitlog_directory=str(cassandra.commitlog_directory),
             filesystems=tuple(filesystems),
-            agent_version=AGENT_VERSION,
+            agent_version=package_version(),
             rpc_address=cassandra.rpc_address or facts.native_address,
         )
 

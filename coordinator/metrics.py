@@ -21,7 +21,7 @@ from prometheus_client import (
 )
 from prometheus_client.samples import Sample
 
-from ringsnap import __version__
+from ringsnap import package_version
 from ringsnap.coordinator.drill.model import DrillRecord
 from ringsnap.coordinator.headline import proven_age_seconds
 from ringsnap.coordinator.model import (
@@ -113,7 +113,7 @@ class CoordinatorMetrics:
             ["version"],
             registry=r,
         )
-        self.build_info.labels(version=__version__).set(1)
+        self.build_info.labels(version=package_version()).set(1)
         # Restores run in the operator's CLI process as often as in the daemon, so their figures
         # come from the catalog's records (set at start and after each restore the daemon sees).
         self.last_restore_duration = Gauge(

@@ -5,4 +5,15 @@ that cross a boundary, the error base class, and what both daemons do alike (sd_
 gRPC statuses, Duration/Timestamp conversions, the `[tls]` table).
 """
 
-__version__ = "0.1.0"
+from functools import cache
+
+
+@cache
+def package_version() -> str:
+    """The installed distribution's version, pyproject.toml's (its one source): what `ringsnap
+    --version`, the coordinator's status and build_info metric, and every agent's GetNodeInfo
+    report. Read on first use, not at import: reading distribution metadata takes a tenth of a
+    second, which every command would pay."""
+    from importlib import metadata
+
+    return metadata.version("ringsnap")

@@ -40,10 +40,6 @@ log = get_logger(__name__)
 ERROR_DOMAIN = "ringsnap.coordinator"
 
 
-class NotSupportedError(RingsnapError):
-    """The API has the call or field, the coordinator does not do it (yet)."""
-
-
 #: The one place where errors become status codes and reasons (most specific class first).
 ERRORS: tuple[tuple[type[BaseException], grpc.StatusCode, str], ...] = (
     (ValidationError, grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT"),
@@ -71,7 +67,6 @@ ERRORS: tuple[tuple[type[BaseException], grpc.StatusCode, str], ...] = (
     (CanaryError, grpc.StatusCode.UNAVAILABLE, "CANARY_FAILED"),
     (DriverError, grpc.StatusCode.UNAVAILABLE, "ARRAY_FAILED"),
     (CatalogLockedError, grpc.StatusCode.UNAVAILABLE, "CATALOG_LOCKED"),
-    (NotSupportedError, grpc.StatusCode.UNIMPLEMENTED, "NOT_SUPPORTED"),
     (CatalogError, grpc.StatusCode.FAILED_PRECONDITION, "CATALOG_REFUSED"),
     # Every other error of ours says what to do: the caller's request cannot be served as is.
     (RingsnapError, grpc.StatusCode.FAILED_PRECONDITION, "FAILED_PRECONDITION"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
-from ringsnap import __version__
+from ringsnap import package_version
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
 from ringsnap.coordinator.api.control import ClusterStatus, CoordinatorStatus, RunningBackup
@@ -292,7 +292,7 @@ def status(value: CoordinatorStatus) -> pb.Status:
         clusters=[cluster_status(c) for c in value.clusters],
         pending_cleanups=value.pending_cleanups,
         recent_skips=[skip(s) for s in value.recent_skips],
-        version=__version__,
+        version=package_version(),
     )
 
 

@@ -16,7 +16,7 @@ from ringsnap.api.v1 import coordinator_pb2_grpc, types_pb2
 from ringsnap.coordinator.api import access, control, messages
 from ringsnap.coordinator.api import table_restore_messages as table_restore_api
 from ringsnap.coordinator.api.drill_messages import drill_id_of, drill_message, drill_request
-from ringsnap.coordinator.api.errors import STATUSES, NotSupportedError, error_reason, unary
+from ringsnap.coordinator.api.errors import STATUSES, error_reason, unary
 from ringsnap.coordinator.api.export_listing import off_array_copies
 from ringsnap.coordinator.api.export_messages import export_message
 from ringsnap.coordinator.api.table_restore_messages import table_restore_message
@@ -99,11 +99,6 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     async def StartBackup(
         self, request: pb.StartBackupRequest, context: Context
     ) -> types_pb2.Operation:
-        if request.quiesce_mode != pb.QUIESCE_MODE_UNSPECIFIED or request.allow_partial:
-            raise NotSupportedError(
-                "the quiesce mode and partial backups are set per cluster in the coordinator's"
-                " configuration (clusters.N.quiesce, clusters.N.allow_partial), not per request"
-            )
         trigger = request.trigger or "api"
         if len(trigger) > _MAX_TRIGGER or not trigger.isprintable():
             raise ValidationError(

@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from ringsnap import __version__
+from ringsnap import package_version
 from ringsnap.errors import RingsnapError
 
 app = typer.Typer(
@@ -24,7 +24,7 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"ringsnap {__version__}")
+        typer.echo(f"ringsnap {package_version()}")
         raise typer.Exit()
 
 

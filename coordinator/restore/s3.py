@@ -104,15 +104,8 @@ class S3Steps:
         run = self.run
         agent = self._agent(node.name)
         try:
-            try:
-                # A complete staging is known from its marker alone: no manifest object read.
-                check = await agent.check_s3_room(run.record.id, run.record.backup_id, node.name, 0)
-            except Exception as exc:
-                if getattr(exc, "code", "") != "UNIMPLEMENTED":
-                    raise
-                check = await agent.check_s3_download(
-                    run.record.id, run.record.backup_id, node.name
-                )
+            # A complete staging is known from its marker alone: no manifest object read.
+            check = await agent.check_s3_room(run.record.id, run.record.backup_id, node.name, 0)
         except Exception as exc:
             log.warning(
                 "the node's staging cannot be checked; downloading again (what verifies is kept)",

@@ -90,10 +90,6 @@ def check_refusals(
     return refusals
 
 
-def _unimplemented(exc: Exception) -> bool:
-    return getattr(exc, "code", "") == "UNIMPLEMENTED"
-
-
 async def _check(
     agent: S3RestorePort,
     operation_id: str,
@@ -103,25 +99,15 @@ async def _check(
     whole_copy: bool,
 ) -> S3DownloadCheck:
     """CheckS3Room when the export record knows the node's bytes (no manifest object read on a
-    first plan); CheckS3Download otherwise, and from an agent older than CheckS3Room."""
+    first plan); CheckS3Download otherwise."""
     if whole_copy and expected.bytes_total > 0:
-        try:
-            return await agent.check_s3_room(
-                operation_id, backup_id, expected.name, expected.bytes_total
-            )
-        except Exception as exc:
-            if not _unimplemented(exc):
-                raise
+        return await agent.check_s3_room(
+            operation_id, backup_id, expected.name, expected.bytes_total
+        )
     return await agent.check_s3_download(operation_id, backup_id, expected.name)
 
 
-@dataclass(frozen=True)
-class S3PlanFindings:
-    refusals: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()
-
-
-async def s3_plan_findings(
+async def s3_plan_refusals(
     operation_id: str,
     backup_id: str,
     nodes: Sequence[NodeExpectation],
@@ -129,10 +115,8 @@ async def s3_plan_findings(
     *,
     timeout: float = CHECK_TIMEOUT_SECONDS,
     whole_copy: bool = True,
-) -> S3PlanFindings:
-    """Every reason the nodes' copies cannot be downloaded as planned (read-only calls); an agent
-    too old to check (no CheckS3Download) is a warning: its download still verifies everything."""
-    warnings: list[str] = []
+) -> list[str]:
+    """Every reason the nodes' copies cannot be downloaded as planned (read-only calls)."""
 
     async def ask(expected: NodeExpectation) -> list[str]:
         agent = agents.get(expected.name)
@@ -148,13 +132,6 @@ async def s3_plan_findings(
                 " check its [s3] endpoint and network, then plan again"
             ]
         except Exception as exc:
-            if _unimplemented(exc):
-                warnings.append(
-                    f"node {expected.name}: its agent is older than the plan's bucket check: the"
-                    " copy in the bucket and the room for it are not checked before the download"
-                    " (upgrade the agent)"
-                )
-                return []
             return [
                 f"node {expected.name}: its agent cannot check backup {backup_id}'s copy in the"
                 f" bucket: {exc}"
@@ -162,6 +139,4 @@ async def s3_plan_findings(
         return check_refusals(backup_id, expected, check, whole_copy=whole_copy)
 
     found = await asyncio.gather(*(ask(n) for n in nodes))
-    return S3PlanFindings(
-        refusals=tuple(refusal for node in found for refusal in node), warnings=tuple(warnings)
-    )
+    return [refusal for node in found for refusal in node]

@@ -34,7 +34,7 @@ from ringsnap.coordinator.restore.plan import (
     plan_restore,
 )
 from ringsnap.coordinator.restore.record import new_restore_id
-from ringsnap.coordinator.restore.s3_plan import NodeExpectation, s3_plan_findings
+from ringsnap.coordinator.restore.s3_plan import NodeExpectation, s3_plan_refusals
 from ringsnap.coordinator.restore.s3_ports import S3RestorePort
 from ringsnap.coordinator.restore.workflow import (
     Progress,
@@ -112,7 +112,7 @@ class RestoreSession:
         segments = {n.name: n.commitlog_segments for n in export.nodes} if export else {}
         # What each node's export uploaded or found: its agent then reads no manifest object.
         sizes = {n.name: n.bytes_total for n in export.nodes if n.exported} if export else {}
-        found = await s3_plan_findings(
+        refused = await s3_plan_refusals(
             plan.restore_id,
             plan.backup.id,
             [
@@ -121,11 +121,7 @@ class RestoreSession:
             ],
             self.s3_agents,
         )
-        return replace(
-            plan,
-            refusals=(*plan.refusals, *found.refusals),
-            warnings=(*plan.warnings, *found.warnings),
-        )
+        return replace(plan, refusals=(*plan.refusals, *refused))
 
     async def run(
         self, plan: RestorePlan, requested_by: str, progress: Progress | None = None

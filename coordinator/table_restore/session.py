@@ -21,7 +21,7 @@ from ringsnap.coordinator.catalog.listing import MAX_PAGE_SIZE
 from ringsnap.coordinator.cluster_clients import open_cluster
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.ports import AgentPort, ArrayPort, SSTable
-from ringsnap.coordinator.restore.s3_plan import NodeExpectation, s3_plan_findings
+from ringsnap.coordinator.restore.s3_plan import NodeExpectation, s3_plan_refusals
 from ringsnap.coordinator.restore.s3_ports import S3RestorePort
 from ringsnap.coordinator.runs.resources import Resource, ResourceType
 from ringsnap.coordinator.table_restore.counts import DrilledCounts, newest_drilled_counts
@@ -132,18 +132,14 @@ class TableRestoreSession:
         )
         if request.from_s3 and plan.record.nodes:
             # Each node's copy must be in the bucket before anything is staged.
-            found = await s3_plan_findings(
+            refused = await s3_plan_refusals(
                 plan.record.id,
                 backup.id,
                 [NodeExpectation(n.name) for n in plan.record.nodes],
                 self.s3_agents,
                 whole_copy=False,
             )
-            plan = replace(
-                plan,
-                refusals=(*plan.refusals, *found.refusals),
-                warnings=(*plan.warnings, *found.warnings),
-            )
+            plan = replace(plan, refusals=(*plan.refusals, *refused))
         return plan
 
     async def workflow(

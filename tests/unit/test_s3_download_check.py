@@ -3,7 +3,7 @@
 The agent's (`check_download`) against moto's S3 filled by the real export: the manifest object
 found and counted per data directory (what an earlier run staged with its size is not counted),
 the commit-log list object found or not, a missing manifest object named by its key. The
-coordinator's (`s3_plan_findings`): every refusal names the node, the key or filesystem and the
+coordinator's (`s3_plan_refusals`): every refusal names the node, the key or filesystem and the
 numbers, and what to do; directories on one filesystem share its free space.
 """
 
@@ -23,7 +23,7 @@ from ringsnap.agent.staging.s3 import S3Restore
 from ringsnap.agent.staging.s3_check import check_download
 from ringsnap.agent.staging.s3_paths import STAGING_DIRECTORY
 from ringsnap.coordinator.agents.connection import AgentError
-from ringsnap.coordinator.restore.s3_plan import NodeExpectation, room_refusals, s3_plan_findings
+from ringsnap.coordinator.restore.s3_plan import NodeExpectation, room_refusals, s3_plan_refusals
 from ringsnap.coordinator.restore.s3_ports import S3DownloadCheck, S3Room
 from tests.unit.test_s3_download_cancel import COMPONENTS, SETTINGS, bucket
 
@@ -117,20 +117,17 @@ class _Agent:
 
 
 def _refusals(agents: dict[str, Any], nodes: list[NodeExpectation]) -> list[str]:
-    found = asyncio.run(s3_plan_findings("rr-1", "b1", nodes, agents))
-    assert not found.warnings
-    return list(found.refusals)
+    return asyncio.run(s3_plan_refusals("rr-1", "b1", nodes, agents))
 
 
-def test_an_agent_too_old_to_check_is_a_warning_not_a_refusal() -> None:
-    old = AgentError(
+def test_an_agent_without_the_check_is_a_refusal() -> None:
+    # Agent and coordinator ship together: an agent that does not know the call is no older
+    # release to work around, and the download would go unchecked.
+    missing = AgentError(
         "node n1 (x): CheckS3Download: UNIMPLEMENTED: Method not found!", code="UNIMPLEMENTED"
     )
-    agents: dict[str, Any] = {"n1": _Agent(old)}
-    found = asyncio.run(s3_plan_findings("rr-1", "b1", [NodeExpectation("n1")], agents))
-    assert found.refusals == ()
-    (warning,) = found.warnings
-    assert warning.startswith("node n1: its agent is older") and "upgrade the agent" in warning
+    (refusal,) = _refusals({"n1": _Agent(missing)}, [NodeExpectation("n1")])
+    assert refusal.startswith("node n1: its agent cannot check backup b1's copy in the bucket")
 
 
 def test_a_copy_that_is_there_and_fits_is_no_refusal() -> None:

@@ -1,21 +1,19 @@
 """The plan of a restore from S3 counts the export record's bytes of each node (CheckS3Room: no
-manifest object read by the agent on a first plan), and falls back to CheckS3Download when the
-record does not know them or the agent is older than CheckS3Room."""
+manifest object read by the agent on a first plan), and asks CheckS3Download when the record does
+not know them."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-from ringsnap.coordinator.agents.connection import AgentError
-from ringsnap.coordinator.restore.s3_plan import NodeExpectation, s3_plan_findings
+from ringsnap.coordinator.restore.s3_plan import NodeExpectation, s3_plan_refusals
 from ringsnap.coordinator.restore.s3_ports import S3DownloadCheck, S3Room
 
 
 class _Agent:
-    def __init__(self, *, room_implemented: bool = True, free: int = 10_000) -> None:
+    def __init__(self, *, free: int = 10_000) -> None:
         self.calls: list[tuple[str, int]] = []
-        self.room_implemented = room_implemented
         self.free = free
 
     def _answer(self, needed: int) -> S3DownloadCheck:
@@ -31,8 +29,6 @@ class _Agent:
     async def check_s3_room(
         self, operation_id: str, backup_id: str, node: str, expected_bytes: int
     ) -> S3DownloadCheck:
-        if not self.room_implemented:
-            raise AgentError("node n1: CheckS3Room: UNIMPLEMENTED", code="UNIMPLEMENTED")
         self.calls.append(("room", expected_bytes))
         return self._answer(expected_bytes)
 
@@ -45,8 +41,7 @@ class _Agent:
 
 def _findings(agent: _Agent, expected: NodeExpectation, *, whole_copy: bool = True) -> list[str]:
     agents: dict[str, Any] = {"n1": agent}
-    found = asyncio.run(s3_plan_findings("rr-1", "b1", [expected], agents, whole_copy=whole_copy))
-    return list(found.refusals)
+    return asyncio.run(s3_plan_refusals("rr-1", "b1", [expected], agents, whole_copy=whole_copy))
 
 
 def test_the_export_records_bytes_are_checked_without_the_manifest_read() -> None:
@@ -58,13 +53,10 @@ def test_the_export_records_bytes_are_checked_without_the_manifest_read() -> Non
     assert "needs 9500" in refusal and "node n1" in refusal
 
 
-def test_unknown_bytes_a_table_restore_and_an_older_agent_read_the_manifest() -> None:
+def test_unknown_bytes_and_a_table_restore_read_the_manifest() -> None:
     unknown = _Agent()
     assert _findings(unknown, NodeExpectation("n1")) == []
     assert unknown.calls == [("manifest", 0)]
     table = _Agent()
     assert _findings(table, NodeExpectation("n1", bytes_total=9_000), whole_copy=False) == []
     assert table.calls == [("manifest", 0)]
-    older = _Agent(room_implemented=False)
-    assert _findings(older, NodeExpectation("n1", bytes_total=9_000)) == []
-    assert older.calls == [("manifest", 0)]

@@ -12,6 +12,7 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf import descriptor_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
@@ -97,7 +98,7 @@ def test_start_backup_streams_each_phase_and_records_a_complete_backup(harness: 
     assert not any(agent.frozen for agent in harness.agents.values())
 
 
-def test_start_backup_refuses_unknown_cluster_and_policy_and_per_request_settings(
+def test_start_backup_refuses_unknown_cluster_and_policy(
     harness: Harness,
 ) -> None:
     stub = harness.stub()
@@ -113,10 +114,18 @@ def test_start_backup_refuses_unknown_cluster_and_policy_and_per_request_setting
     error = rpc_error(stub.StartBackup, pb.StartBackupRequest(cluster=""))
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
 
-    error = rpc_error(stub.StartBackup, pb.StartBackupRequest(cluster="prod", allow_partial=True))
-    assert error.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert "allow_partial" in (error.details() or "")
     assert harness.catalog.latest_backup("prod") is None, "nothing was started"
+
+
+def test_the_per_request_backup_settings_are_gone_and_their_numbers_reserved() -> None:
+    # The quiesce mode and partial backups are a cluster's configuration; the two fields the API
+    # always refused are removed, their numbers and names kept from reuse.
+    described = descriptor_pb2.DescriptorProto()
+    pb.StartBackupRequest.DESCRIPTOR.CopyToProto(described)
+    assert {"quiesce_mode", "allow_partial"}.isdisjoint(f.name for f in described.field)
+    reserved = {n for r in described.reserved_range for n in range(r.start, r.end)}
+    assert {2, 3} <= reserved
+    assert {"quiesce_mode", "allow_partial"} <= set(described.reserved_name)
 
 
 def test_second_backup_of_a_busy_cluster_fails_as_cluster_busy(harness: Harness) -> None:

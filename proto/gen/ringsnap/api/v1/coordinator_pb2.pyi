@@ -259,13 +259,9 @@ class StartBackupRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     CLUSTER_FIELD_NUMBER: _builtins.int
-    QUIESCE_MODE_FIELD_NUMBER: _builtins.int
-    ALLOW_PARTIAL_FIELD_NUMBER: _builtins.int
     TRIGGER_FIELD_NUMBER: _builtins.int
     POLICY_FIELD_NUMBER: _builtins.int
     cluster: _builtins.str
-    quiesce_mode: Global___QuiesceMode.ValueType
-    allow_partial: _builtins.bool
     trigger: _builtins.str
     """Who or what asked, recorded in the catalog (e.g. "cli:alice", "schedule:hourly")."""
     policy: _builtins.str
@@ -274,14 +270,12 @@ class StartBackupRequest(_message.Message):
         self,
         *,
         cluster: _builtins.str = ...,
-        quiesce_mode: Global___QuiesceMode.ValueType = ...,
-        allow_partial: _builtins.bool = ...,
         trigger: _builtins.str = ...,
         policy: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_partial", b"allow_partial", "cluster", b"cluster", "policy", b"policy", "quiesce_mode", b"quiesce_mode", "trigger", b"trigger"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "policy", b"policy", "trigger", b"trigger"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
