@@ -108,16 +108,22 @@ _MAX_DM_DEPTH = 8
 _MPATH_PARTITION = re.compile(r"^part\d+-(mpath-.+)$")
 
 
-def _by_id(disk_name: str, by_id_dir: Path) -> dict[str, str]:
+def _by_id(disk_name: str, by_id_dir: Path, backing_file: str = "") -> dict[str, str]:
     """What udev-style links in `by_id_dir` that point at `disk_name` say: wwn, nguid, eui,
-    serial (each from the first link that gives it)."""
+    serial (each from the first link that gives it). A loop device is also named by links to
+    its backing file (the sandbox's fabric names LUN images so: `ringsnap.plugins.simulators.
+    fabric`), which stay right whichever loop device the image is attached to."""
     found: dict[str, str] = {}
     try:
         names = sorted(os.listdir(by_id_dir))
     except OSError:
         return found
+    # A deleted backing file is no longer the file a link names, even at the same path.
+    deleted = backing_file.endswith(" (deleted)")
+    backing = os.path.realpath(backing_file) if backing_file and not deleted else ""
     for name in names:
-        if os.path.basename(os.path.realpath(by_id_dir / name)) != disk_name:
+        target = os.path.realpath(by_id_dir / name)
+        if os.path.basename(target) != disk_name and not (backing and target == backing):
             continue
         if name.startswith(("wwn-", "dm-uuid-mpath-")):
             found.setdefault("wwn", name.removeprefix("wwn-").removeprefix("dm-uuid-"))
@@ -199,7 +205,7 @@ def device_identity(
     wwn = mpath_wwid or _read(disk / "wwid") or _read(disk / "device" / "wwid")
     source = "multipath" if mpath_wwid else "sysfs" if (wwn or nguid or eui) else ""
     if not (wwn or nguid or eui) or not (serial or nvme):
-        links = _by_id(disk.name, by_id_dir)
+        links = _by_id(disk.name, by_id_dir, backing)
         if not (wwn or nguid or eui) and links.keys() & {"wwn", "nguid", "eui"}:
             source = f"by-id links in {by_id_dir}"
         wwn = wwn or links.get("wwn", "")

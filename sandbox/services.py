@@ -308,7 +308,7 @@ def start(
     are stopped and all are started again (the catalog is kept). On failure nothing is left
     running and the error quotes the failing process's log."""
     from ringsnap.sandbox.agents import write_config
-    from ringsnap.sandbox.stack import ARRAY_NAME, agent_data, coordinator_data
+    from ringsnap.sandbox.stack import ARRAY_NAME, agent_data, coordinator_data, present_volumes
 
     say = report or (lambda _message: None)
     if vendor not in VENDORS:
@@ -392,6 +392,7 @@ def start(
         url = found[0]
         simulator = launcher.set_address(simulator, url)
         table = {"driver": vendor, "endpoint": url, "ca_file": str(tls_dir / "ca.pem"), **settings}
+        present_volumes(table)
 
         say("starting the coordinator")
         listen = layout.coordinator_listen

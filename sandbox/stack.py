@@ -22,6 +22,8 @@ from ringsnap.agent.config import AgentConfig
 from ringsnap.config import validate
 from ringsnap.coordinator.api.token import token_path
 from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.plugins.registry import open_driver
+from ringsnap.plugins.simulators import fabric
 from ringsnap.plugins.simulators.flasharray import FlashArrayOptions, FlashArraySimulator
 from ringsnap.plugins.simulators.lunpool import LunPool
 from ringsnap.plugins.simulators.ontap import OntapSimulator
@@ -82,6 +84,7 @@ def array_simulator(vendor: str, pool: LunPool, workdir: Path) -> Iterator[Array
             "ca_file": str(certificates.ca_file),
             **extra,
         }
+        present_volumes(table)
         yield ArraySimulator(vendor, app, server, table)
 
 
@@ -308,8 +311,21 @@ def restore_settings(cluster: SandboxCluster, node: NodeInfo) -> dict[str, dict[
         settings["volumes"] = {
             "detach_command": hook_argv("detach", cluster.pool_dir),
             "attach_command": hook_argv("attach", cluster.pool_dir),
+            # The sandbox's fabric: the simulators name each LUN image by its WWN there.
+            "by_id_dir": str(fabric.by_id_dir(cluster.pool_dir)),
         }
     return settings
+
+
+def present_volumes(table: Mapping[str, Any]) -> None:
+    """Ask the array for its volumes once, through the real driver: the simulator names every
+    LUN image by its WWN on the sandbox's fabric as it answers (`simulators.fabric`), before any
+    agent is asked what is under its directories."""
+    driver = open_driver(ARRAY_NAME, dict(table), "<sandbox>")
+    try:
+        driver.list_volumes()
+    finally:
+        driver.close()
 
 
 def agent_data(
@@ -359,6 +375,7 @@ def drill_host_data(
         **data["volumes"],
         "detach_command": hook_argv("detach", cluster.pool_dir),
         "attach_command": hook_argv("attach", cluster.pool_dir),
+        "by_id_dir": str(fabric.by_id_dir(cluster.pool_dir)),
     }
     data["drill"] = {
         "cassandra_home": str(cassandra_home()),

@@ -4,11 +4,21 @@ array, or why the backup cannot start. A pure function: the workflow asks, this 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ringsnap.coordinator.backup.model import BackupRefused, NodeOutcome, NodeTarget
 from ringsnap.coordinator.ports import NodeFacts
+from ringsnap.coordinator.volume_identity import ExpectedVolume, mismatches
 from ringsnap.plugins.types import Volume
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What one array answered: its volumes, and how a host sees each (by volume name; None
+    when its driver's volumes are no SAN LUNs, e.g. LVM: then nothing is compared)."""
+
+    volumes: Sequence[Volume]
+    host_ids: Mapping[str, tuple[str, ...]] | None = None
 
 
 @dataclass(frozen=True)
@@ -31,27 +41,33 @@ def arrays_of(nodes: Sequence[NodeTarget], configured: Collection[str]) -> list[
 def plan_backup(
     nodes: Sequence[NodeTarget],
     facts: Sequence[NodeFacts | BaseException],
-    listings: Mapping[str, Sequence[Volume] | BaseException],
+    listings: Mapping[str, Listing | Sequence[Volume] | BaseException],
     *,
     allow_partial: bool,
 ) -> Plan:
-    """`facts`: each node's answer (in `nodes` order); `listings`: each array's volumes.
+    """`facts`: each node's answer (in `nodes` order); `listings`: each array's volumes (a bare
+    sequence: no host ids, as from a driver that identifies none).
 
     An unreachable array takes every node on it, so it refuses the backup; an unreachable node
-    is excluded, which refuses it unless `allow_partial`.
+    is excluded, which refuses it unless `allow_partial`. A node whose configured volumes are not
+    the disks its agent reports under its directories refuses it (`volume_identity`).
     """
     by_array: dict[str, dict[str, Volume]] = {}
+    host_ids: dict[str, Mapping[str, tuple[str, ...]] | None] = {}
     problems: list[str] = []
-    for array, listing in listings.items():
-        if isinstance(listing, BaseException):
-            problems.append(f"array {array} unreachable: {listing}")
-        else:
-            by_array[array] = {v.name: v for v in listing}
+    for array, answer in listings.items():
+        if isinstance(answer, BaseException):
+            problems.append(f"array {array} unreachable: {answer}")
+            continue
+        listing = answer if isinstance(answer, Listing) else Listing(answer)
+        by_array[array] = {v.name: v for v in listing.volumes}
+        host_ids[array] = listing.host_ids
     if problems:  # an unreachable array takes every node on it: never partial
         raise BackupRefused("; ".join(problems) + "; fix the array or its credentials and retry")
 
     outcomes: dict[str, NodeOutcome] = {}
     unreachable: list[str] = []
+    identity_problems: list[str] = []
     for node, info in zip(nodes, facts, strict=True):
         if isinstance(info, BaseException):
             reason = f"agent unreachable: {info}"
@@ -67,10 +83,23 @@ def plan_backup(
                     f" {target.array}; check the node's volumes in the coordinator config"
                 )
             volumes.append(volume)
-        outcomes[node.name] = NodeOutcome(node.name, info.host_id, tuple(volumes))
+        outcomes[node.name] = NodeOutcome(
+            node.name,
+            info.host_id,
+            tuple(
+                _with_host_id(v, host_ids.get(t.array))
+                for v, t in zip(volumes, node.volumes, strict=True)
+            ),
+        )
+        identity_problems += _identity_problems(node, info, volumes, host_ids)
     check_one_ring(
         {n.name: f for n, f in zip(nodes, facts, strict=True) if isinstance(f, NodeFacts)}
     )
+    if identity_problems:
+        raise BackupRefused(
+            "the configured volumes are not the disks under Cassandra (nothing was flushed or"
+            " frozen): " + "; ".join(identity_problems)
+        )
     if unreachable and not allow_partial:
         raise BackupRefused(
             "; ".join(unreachable)
@@ -109,3 +138,39 @@ def check_one_ring(facts: Mapping[str, NodeFacts]) -> None:
             "; ".join(f"nodes {', '.join(nodes)} reach the same Cassandra node" for nodes in twice)
             + " (same host id); check each node's agent address in the coordinator config"
         )
+
+
+def _with_host_id(volume: Volume, host_ids: Mapping[str, tuple[str, ...]] | None) -> Volume:
+    """`volume` with the id a host sees it by as its `wwn` where the listing gave none (ONTAP):
+    the catalog records it, and a restore compares it with the device it will revert."""
+    ids = [i for i in (host_ids or {}).get(volume.name, ()) if i]
+    return replace(volume, wwn=ids[0]) if ids and not volume.wwn else volume
+
+
+def _identity_problems(
+    node: NodeTarget,
+    info: NodeFacts,
+    volumes: Sequence[Volume],
+    host_ids: Mapping[str, Mapping[str, tuple[str, ...]] | None],
+) -> list[str]:
+    """Per directory of `node`, why its configured volumes are not the disks its agent reports
+    (see `ringsnap.coordinator.volume_identity`); nothing for volumes of a driver that
+    identifies none (LVM)."""
+    expected = [
+        ExpectedVolume(target.array, target.volume, target.role, ids.get(volume.name, ()))
+        for target, volume in zip(node.volumes, volumes, strict=True)
+        if (ids := host_ids.get(target.array)) is not None
+    ]
+    if not expected:
+        return []
+    known = {
+        (array, name): ids
+        for array, by_name in host_ids.items()
+        for name, ids in (by_name or {}).items()
+    }
+    fix = (
+        f"edit node {node.name}'s volumes in the coordinator's config ([[clusters.nodes]]"
+        f' name = "{node.name}", volumes = [{{ array, volume, role }}]) so that each role'
+        " names the volume its directory is on"
+    )
+    return mismatches(node.name, info.filesystems, expected, known=known, fix=fix)

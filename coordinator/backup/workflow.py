@@ -38,7 +38,7 @@ from ringsnap.coordinator.backup.model import (
     Progress,
     new_backup_id,
 )
-from ringsnap.coordinator.backup.plan import arrays_of, plan_backup
+from ringsnap.coordinator.backup.plan import Listing, arrays_of, plan_backup
 from ringsnap.coordinator.backup.schema_capture import KeyspaceSchemaReader
 from ringsnap.coordinator.backup.tasks import bounded, raise_failures, to_completion
 from ringsnap.coordinator.model import QuiesceMode, SnapshotKind
@@ -297,6 +297,11 @@ class BackupWorkflow:
         raise_failures([f"node {n}" for n in agents], what, results)
 
 
-async def _list_volumes(array: ArrayPort, timeout: float) -> Sequence[Volume]:
+async def _list_volumes(array: ArrayPort, timeout: float) -> Listing:
+    """The array's volumes, and how a host sees each (None: the driver's volumes are no SAN
+    LUNs, e.g. LVM, and nothing is compared)."""
     await asyncio.wait_for(array.check(), timeout)
-    return await asyncio.wait_for(array.list_volumes(), timeout)
+    volumes = await asyncio.wait_for(array.list_volumes(), timeout)
+    if not array.identifies_volumes:
+        return Listing(volumes, None)
+    return Listing(volumes, await asyncio.wait_for(array.host_identities(volumes), timeout))

@@ -28,6 +28,7 @@ from ringsnap.coordinator.model import (
     VolumeRole,
 )
 from ringsnap.coordinator.ports import AgentPort, ArrayPort, NodeVolumeFacts
+from ringsnap.coordinator.restore.identity import revert_identity_check
 from ringsnap.plugins.errors import NotFoundError
 from ringsnap.plugins.types import SnapshotRef
 
@@ -211,12 +212,14 @@ async def plan_restore(  # noqa: PLR0917 - the plan needs every outside view at 
         return state.cassandra_running, host_id, state.volumes, state.detail
 
     looks = await asyncio.gather(*(look(n.name) for n in targets), return_exceptions=True)
+    mounted: dict[str, list[NodeVolumeFacts]] = {}
     nodes: list[NodePlan] = []
     for node, seen in zip(targets, looks, strict=True):
         if isinstance(seen, BaseException):
             refusals.append(f"node {node.name}: the agent cannot be reached: {seen}")
             continue
         running, host_id, facts, detail = seen
+        mounted[node.name] = [f for f in facts if f.mounted]
         released = sorted({f.released_by for f in facts if f.released_by})
         if released:
             refusals.append(
@@ -262,6 +265,11 @@ async def plan_restore(  # noqa: PLR0917 - the plan needs every outside view at 
         nodes[0] = replace(nodes[0], seed=True)
     if native and not from_s3:
         refusals += await _native_snapshots_missing(backup.id, nodes, timeout)
+
+    if request.mode is RestoreMode.REVERT and not native and not from_s3:
+        refused, noted = await revert_identity_check(backup.id, targets, mounted, arrays, timeout)
+        refusals += refused
+        warnings += noted
 
     array_plans: list[ArrayPlan] = []
     lost: list[str] = []

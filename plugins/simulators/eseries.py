@@ -500,6 +500,7 @@ class ESeriesSimulator(SimulatorApp):
             if key == ref
         )
         thin = name in self.options.thin_volumes
+        self.pool.present(name, _wwn(name))  # what hosts see (ringsnap.plugins.simulators.fabric)
         record: dict[str, Any] = {
             "id": ref,
             "volumeRef": ref,
@@ -929,6 +930,8 @@ class ESeriesSimulator(SimulatorApp):
         """A snapshot volume as SANtricity's `PitViewEx`: no `capacity` field, and its consistency
         group view named only in `membership.cgViewRef`."""
         group_view = self._group_views[view.cg_view_ref]
+        if self.pool.has_lun(view.label):
+            self.pool.present(view.label, view.wwn)
         return {
             "id": view.ref,
             "viewRef": view.ref,

@@ -565,6 +565,9 @@ class FlashArraySimulator(SimulatorApp):
 
     def _render_volume(self, volume: _Volume) -> dict[str, Any]:
         source = self._volumes.get(volume.source) if volume.source else None
+        if not volume.destroyed and self.pool.has_lun(volume.name):
+            # Hosts on the sandbox's fabric see it by its NAA id (ringsnap.plugins.simulators.fabric).
+            self.pool.present(volume.name, "624a9370" + volume.serial)
         return {
             "id": volume.id,
             "name": volume.name,

@@ -30,6 +30,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ringsnap.plugins.simulators import fabric
+
 #: ioctl(dest_fd, FICLONE, src_fd): share all of src's extents with dest (linux/fs.h).
 FICLONE = 0x40049409
 
@@ -162,11 +164,16 @@ class LunPool:
         """Remove a LUN image; False if it was already gone. Refuses one held by a loop device."""
         path = self.lun_path(volume)
         self._ensure_unused(path, f"delete LUN {volume!r}")
+        fabric.withdraw(self.root, path)
         try:
             path.unlink()
         except FileNotFoundError:
             return False
         return True
+
+    def present(self, volume: str, host_id: str) -> None:
+        """Let hosts know LUN `volume` by `host_id`, the id its array gives it (`fabric`)."""
+        fabric.present(self.root, self.lun_path(volume), host_id)
 
     # Snapshots
 

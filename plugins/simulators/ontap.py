@@ -579,6 +579,9 @@ class OntapSimulator(SimulatorApp):
 
     def _volume_record(self, volume: _Volume) -> dict[str, Any]:
         size = self.pool.lun_size(volume.name) if self.pool.has_lun(volume.name) else 0
+        if size:
+            # Hosts on the sandbox's fabric see its LUN by NAA id (simulators.fabric).
+            self.pool.present(volume.name, "600a0980" + lun_serial(volume.uuid).encode().hex())
         record: dict[str, Any] = {
             "uuid": volume.uuid,
             "name": volume.name,

@@ -10,6 +10,7 @@ import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,7 +47,12 @@ def _frozen_mounts() -> list[str]:
     """Mounts the kernel reports frozen: none may stay frozen after any test."""
     frozen = []
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        mount_point = line.split()[4]
+        fields = line.split()
+        mount_point, fs_type = fields[4], fields[fields.index("-") + 1]
+        # A drill's network namespace (nsfs under /run/netns/ringsnap-drill-…) is no filesystem
+        # to freeze: FIFREEZE fails on it whatever, which read as "frozen".
+        if fs_type == "nsfs":
+            continue
         if "/ringsnap" in mount_point and _is_frozen(mount_point):
             frozen.append(mount_point)
     return frozen
@@ -225,3 +231,115 @@ def test_retention_removes_old_backups_and_their_array_snapshots(
             driver.close()
         assert ids[-1] in names
         assert not names & set(ids[:-1])
+
+
+# -- identity: the configured volumes must be the disks under Cassandra ----------------------------
+
+
+def _spy_on_agents(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Calls of flush, freeze, stop and release that reach any agent of `stack`, in order."""
+    from ringsnap.sandbox.agents import BackgroundAgent
+
+    calls: list[str] = []
+    for name, agent in stack.agents.items():
+        assert isinstance(agent, BackgroundAgent)
+        node = agent.server.agent
+        for method in ("flush", "freeze", "stop_cassandra", "release_volumes"):
+            real = getattr(node, method)
+
+            async def spied(
+                *args: object, _real: Any = real, _what: str = f"{method} {name}"
+            ) -> Any:
+                calls.append(_what)
+                return await _real(*args)
+
+            monkeypatch.setattr(node, method, spied)
+    return calls
+
+
+def _host_ids(stack: Stack, volumes: list[str]) -> dict[str, str]:
+    """How the array says a host sees each of `volumes` (its first id, as hex)."""
+    from ringsnap import device_ids
+    from ringsnap.plugins.registry import open_driver
+
+    driver = open_driver("array1", stack.array.table, "<test>")
+    try:
+        listed = [v for v in driver.list_volumes() if v.name in volumes]
+        found = driver.host_identities(listed)
+    finally:
+        driver.close()
+    return {name: device_ids.canonical(ids[0]) for name, ids in found.items()}
+
+
+def test_swapped_volumes_refuse_backup_and_revert_before_anything_is_flushed_frozen_or_stopped(
+    sandbox_cluster: SandboxCluster, stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """node1's data and commit-log volumes swapped in the config: the backup is refused naming
+    node1, its directories and both disks' ids; a revert of a backup recorded with them swapped
+    (as a version without the check recorded the issue's) is refused too; no agent was asked to
+    flush, freeze, stop or release anything."""
+    from ringsnap.config import validate
+    from ringsnap.coordinator.restore.plan import RestoreRequest
+    from ringsnap.coordinator.restore.session import open_restore_session
+
+    node = sandbox_cluster.nodes[0]
+    data_lun, log_lun = node.data_lun.volume_name, node.commitlog_lun.volume_name
+    ids = _host_ids(stack, [data_lun, log_lun])
+    assert ids[data_lun] != ids[log_lun]
+    good = stack.coordinator_config()
+    backup = _backup(good)  # with the right volumes: complete
+    assert backup.state is BackupState.COMPLETE, backup.error
+    from ringsnap import device_ids
+
+    (recorded,) = [n for n in backup.nodes if n.name == node.name]
+    # The record holds how a host sees each volume (ONTAP's from its LUN): what a restore compares.
+    assert {device_ids.canonical(v.wwn) for v in recorded.volumes} == set(ids.values())
+    calls = _spy_on_agents(stack, monkeypatch)
+
+    data = stack.coordinator_data()
+    volumes = data["clusters"][0]["nodes"][0]["volumes"]
+    volumes[0]["volume"], volumes[1]["volume"] = log_lun, data_lun
+    swapped = validate(data, CoordinatorConfig, source="<test>")
+    with pytest.raises(BackupRefused) as refused:
+        _backup(swapped)
+    message = str(refused.value)
+    assert f"node {node.name}: the data directory {node.data_dir}" in message, message
+    assert f"node {node.name}: the commitlog directory {node.commitlog_dir}" in message, message
+    assert ids[data_lun] in message and ids[log_lun] in message, message
+    assert f"array volume array1:{data_lun}" in message and f'name = "{node.name}"' in message
+    for other in sandbox_cluster.nodes[1:]:
+        assert f"node {other.name}:" not in message
+
+    # A backup recorded with node1's volumes swapped (as the issue's was): a revert is refused.
+    _swap_recorded_roles(good, backup.id, node.name)
+
+    async def plan() -> Any:
+        async with open_restore_session(good, CLUSTER_NAME) as session:
+            return await session.plan(RestoreRequest(backup.id, requested_by="test"))
+
+    result = asyncio.run(plan())
+    assert result.refused
+    said = "; ".join(result.refusals)
+    assert f"node {node.name}: the data directory" in said, said
+    assert ids[data_lun] in said and ids[log_lun] in said, said
+    assert "named the wrong volumes" in said
+    assert calls == []  # nothing flushed, frozen, stopped or released
+    assert _frozen_mounts() == []
+    assert all(sandbox_cluster.node_running(n) for n in sandbox_cluster.nodes)
+
+
+def _swap_recorded_roles(config: CoordinatorConfig, backup_id: str, node: str) -> None:
+    """Swap the roles of `node`'s two volumes in the catalog's record of `backup_id`."""
+    import sqlite3
+
+    with sqlite3.connect(config.coordinator.catalog) as db:
+        (pk,) = db.execute("SELECT pk FROM backups WHERE id = ?", (backup_id,)).fetchone()
+        (text,) = db.execute(
+            "SELECT volumes FROM backup_nodes WHERE backup = ? AND name = ?", (pk, node)
+        ).fetchone()
+        recorded = json.loads(text)
+        recorded[0]["role"], recorded[1]["role"] = recorded[1]["role"], recorded[0]["role"]
+        db.execute(
+            "UPDATE backup_nodes SET volumes = ? WHERE backup = ? AND name = ?",
+            (json.dumps(recorded), pk, node),
+        )

@@ -281,7 +281,9 @@ class FakeArray:
     identifies_volumes = True
 
     async def host_identities(self, volumes: Sequence[Volume]) -> Mapping[str, tuple[str, ...]]:
-        return {v.name: (v.wwn,) for v in volumes if v.wwn}
+        """The WWNs of its own volumes of those names (as an array looks them up)."""
+        names = {v.name for v in volumes}
+        return {v.name: (v.wwn,) for v in self.volumes if v.name in names and v.wwn}
 
     async def create_group_snapshot(self, volumes: Sequence[Volume], name: str) -> SnapshotRef:
         self.events.append(f"snapshot {self._array}")

@@ -64,6 +64,9 @@ class FakeAgent:
         self.running = running
         self.fail: dict[str, Exception] = {}
         self.manifest_found = [restore_sstable("1")]
+        #: The WWN of the device under each directory: by default that of the node's volume in
+        #: the backup (`<node>-data`, `<node>-log`) as the fake array names it.
+        self.wwns = {"data": host_id(f"{name}-data"), "commitlog": host_id(f"{name}-log")}
 
     @property
     def node(self) -> str:
@@ -84,7 +87,7 @@ class FakeAgent:
                 fs_uuid="u1",
                 kinds=("data", "hints"),
                 serial="",
-                wwn="",
+                wwn=self.wwns["data"],
                 loop_backing_file="",
                 mounted=True,
                 released_by="",
@@ -96,7 +99,7 @@ class FakeAgent:
                 fs_uuid="u2",
                 kinds=("commitlog",),
                 serial="",
-                wwn="",
+                wwn=self.wwns["commitlog"],
                 loop_backing_file="",
                 mounted=True,
                 released_by="",
@@ -139,7 +142,18 @@ class FakeAgent:
         return 1.0
 
 
+def host_id(volume: str) -> str:
+    """The WWN the fake array gives `volume`."""
+    return "wwn-" + volume
+
+
 class FakeArray:
+    #: Its volumes are SAN LUNs with ids (`host_id`); False stands for LVM.
+    identifies_volumes = True
+
+    async def host_identities(self, volumes: Sequence[Volume]) -> dict[str, tuple[str, ...]]:
+        return {v.name: (host_id(v.name),) for v in volumes}
+
     def __init__(self, events: Events, *, deletes_newer: bool = False) -> None:
         self.events = events
         self.deletes_newer = deletes_newer

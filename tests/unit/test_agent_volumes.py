@@ -205,3 +205,35 @@ def test_a_loop_device_is_known_by_the_link_of_the_by_id_dir_it_is_given(tmp_pat
 
 def test_real_mountinfo_holds_root() -> None:
     assert mount_of("/", read()).mount_point == "/"
+
+
+def test_a_loop_device_is_named_by_links_to_its_backing_file(tmp_path: Path) -> None:
+    """The sandbox's fabric names LUN images; whichever loop device an image is attached to is
+    known by that name, and a deleted image names nothing."""
+    from ringsnap.plugins.simulators import fabric
+
+    pool = tmp_path / "pool"
+    (pool / "luns").mkdir(parents=True)
+    image = pool / "luns" / "n1-data.img"
+    image.touch()
+    fabric.present(pool, image, "naa.600A0980383030534D3F463045727A31")
+    fabric.present(pool, image, "naa.600a0980383030534d3f463045727a31")  # idempotent
+    sys_root = tmp_path / "sys"
+    for number, name, backing in (
+        ("7:3", "loop3", str(image)),
+        ("7:4", "loop4", f"{image} (deleted)"),
+    ):
+        loop = sys_root / "devices" / "virtual" / "block" / name
+        (loop / "loop").mkdir(parents=True)
+        (loop / "loop" / "backing_file").write_text(backing + "\n")
+        _link(sys_root, number, loop)
+    by_id = fabric.by_id_dir(pool)
+    assert os.listdir(by_id) == ["wwn-0x600a0980383030534d3f463045727a31"]
+    found = device_identity(7, 3, sys_root=sys_root, by_id_dir=by_id)
+    assert found.identifiers() == {"600a0980383030534d3f463045727a31"}
+    assert device_identity(7, 4, sys_root=sys_root, by_id_dir=by_id).identifiers() == set()
+    # Named again (a volume made anew under that name): the old id goes.
+    fabric.present(pool, image, "600a0980ffffffffffffffffffffffff")
+    assert os.listdir(by_id) == ["wwn-0x600a0980ffffffffffffffffffffffff"]
+    fabric.withdraw(pool, image)
+    assert os.listdir(by_id) == []

@@ -51,6 +51,7 @@ class RestoringAgent(FakeAgent):
     async def volume_state(self) -> VolumeState:
         if self.unreachable:
             raise ConnectionError(f"{self.node} refused connection")
+        wwns = {f.role: f.wwn for f in self.filesystems}  # its volumes' devices
         facts = tuple(
             NodeVolumeFacts(
                 mount_point=f"/{kind}",
@@ -58,6 +59,7 @@ class RestoringAgent(FakeAgent):
                 fs_type="ext4",
                 fs_uuid=f"uuid-{self.node}-{kind}",
                 kinds=(kind,),
+                wwn=wwns[kind],
             )
             for kind in ("data", "commitlog")
         )

@@ -1,0 +1,61 @@
+"""The sandbox's SAN fabric: how a host comes to know a LUN image by the id its array gives it.
+
+On a real SAN udev names each disk in /dev/disk/by-id by its WWN (`wwn-0x600a0980…`); the agent
+reads those links to tell which array volume is under each Cassandra directory. In the sandbox a
+LUN is an image file in the pool, loop-mounted; the simulators, which play the arrays, put a
+`wwn-0x<host id>` link to each volume's image in `<pool>/by-id`, and the agents are configured to
+read that directory (`[volumes] by_id_dir`). A loop device is named by its backing file, so the
+link stays right however often the image is detached and attached again, and the agent's
+discovery code is the one that runs in production.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from ringsnap import device_ids
+
+BY_ID = "by-id"
+
+
+def by_id_dir(pool_root: Path) -> Path:
+    """The by-id directory of the pool at `pool_root` (what agents read as `by_id_dir`)."""
+    return pool_root / BY_ID
+
+
+def present(pool_root: Path, image: Path, host_id: str) -> None:
+    """Name `image` by `host_id` (any spelling of an NAA id): `<pool>/by-id/wwn-0x<hex>` ->
+    the image, and by nothing else. Idempotent; a link of that name to another image is
+    replaced."""
+    value = device_ids.canonical(host_id)
+    if not value:
+        return
+    directory = by_id_dir(pool_root)
+    link = directory / f"wwn-0x{value}"
+    target = str(image)
+    with contextlib.suppress(OSError):
+        if os.readlink(link) == target:
+            return
+    withdraw(pool_root, image)  # an id it had before (a volume made again under its name)
+    directory.mkdir(parents=True, exist_ok=True)
+    staged = directory / f".{link.name}.{os.getpid()}"
+    with contextlib.suppress(FileNotFoundError):
+        staged.unlink()
+    os.symlink(target, staged)
+    os.replace(staged, link)
+
+
+def withdraw(pool_root: Path, image: Path) -> None:
+    """Remove every by-id link that names `image` (its LUN was deleted)."""
+    directory = by_id_dir(pool_root)
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return
+    for name in names:
+        link = directory / name
+        with contextlib.suppress(OSError):
+            if os.readlink(link) == str(image):
+                link.unlink()
