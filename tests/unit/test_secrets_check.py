@@ -157,12 +157,12 @@ def test_the_output_of_a_ringsnap_process_a_test_reads_is_searched(tmp_path: Pat
         # The real agent command, which names its (missing) configuration file in its error.
         missing = f"/nonexistent/{PASSWORD}.toml"
         done = subprocess.run(
-            [*agent, "--config", missing], check=False, capture_output=True, timeout=60
+            [*agent, "--config", missing], check=False, capture_output=True, timeout=300
         )
         assert done.returncode == 78, done.stderr  # EX_CONFIG: the file is missing
         # Another program's plumbing is not ringsnap's output, whatever its path: not searched.
         echo = [str(python), "-c", "import sys; print(sys.argv[-1])"]
-        subprocess.run([*echo, PASSWORD], capture_output=True, check=True, timeout=60)
+        subprocess.run([*echo, PASSWORD], capture_output=True, check=True, timeout=300)
     (leak,) = check.leaks()
     assert leak.what == "the ONTAP password"
     assert leak.where.startswith("the error output of the process `")
