@@ -12,7 +12,7 @@ from ringsnap.errors import RingsnapError
 class DomainError(RingsnapError):
     """Base of the errors a domain call raises for a reason the caller can act on.
 
-    Not the coordinator's `ringsnap.coordinator.agents.connection.AgentError`: that one is what a call to an
+    Not the coordinator's `ringsnap.coordinator.ports.AgentError`: that one is what a call to an
     agent came back with (one of these after the trip, or an agent nobody answers for)."""
 
 

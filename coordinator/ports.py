@@ -1,8 +1,10 @@
 """What the workflows need from the outside world, as domain types.
 
 The backup and restore workflows import nothing from gRPC, the driver or the database: they talk to
-these protocols. `ringsnap.coordinator.agents.connection` implements `AgentPort` over gRPC with mutual TLS;
-`ringsnap.plugins.middleware.AsyncDriver` is the `ArrayPort` of any driver; tests may fake both.
+these protocols. `ringsnap.coordinator.agents.connection` implements `AgentPort` over gRPC with
+mutual TLS (every agent client raises `AgentError`, defined here so that the workflows catch it
+without importing the clients); `ringsnap.plugins.middleware.AsyncDriver` is the `ArrayPort` of any
+driver; tests may fake both.
 """
 
 from __future__ import annotations
@@ -13,9 +15,23 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from ringsnap import device_ids
+from ringsnap.errors import RingsnapError
 from ringsnap.plugins.api import PreparedSnapshot
 from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume
 from ringsnap.volume_facts import VolumeFacts
+
+
+class AgentError(RingsnapError):
+    """An agent call failed; the message names the node, the call and the gRPC status.
+
+    `code` is the gRPC status name ("FAILED_PRECONDITION": the node refused and nothing changed,
+    e.g. Cassandra runs or a file is open; "UNAVAILABLE": unreachable, or a command or hook
+    failed; "" when the error did not come from a call).
+    """
+
+    def __init__(self, message: str, *, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True)

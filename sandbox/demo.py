@@ -115,7 +115,7 @@ def restore_and_prove(
                 raise RuntimeError("the restore plan refused: " + "; ".join(plan.refusals))
             return await session.run(plan, "sandbox demo", ProgressPrinter(quiet=False))
 
-    from ringsnap.coordinator.cli.restore import quiet_cql_driver
+    from ringsnap.coordinator.cli.local_catalog import quiet_cql_driver
 
     quiet_cql_driver()
     out.print(f"\n[bold]ringsnap restore {backup.id} --yes[/bold]")

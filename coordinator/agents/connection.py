@@ -13,6 +13,7 @@ import grpc
 from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc, types_pb2
 from ringsnap.coordinator.clone_mounts import CloneToMount
 from ringsnap.coordinator.ports import (
+    AgentError,
     DiscardedDirectory,
     FilesystemFacts,
     FreezeReceipt,
@@ -24,7 +25,6 @@ from ringsnap.coordinator.ports import (
     ThawReceipt,
     VolumeState,
 )
-from ringsnap.errors import RingsnapError
 from ringsnap.wire import duration as _duration
 from ringsnap.wire import moment
 from ringsnap.wire import seconds as _seconds
@@ -45,19 +45,6 @@ DISCARD_TIMEOUT_SECONDS = 600.0
 SNAPSHOT_TIMEOUT_SECONDS = 600.0
 #: Added to the wait of a start: the start command itself and the last poll.
 START_MARGIN_SECONDS = 120.0
-
-
-class AgentError(RingsnapError):
-    """An agent call failed; the message names the node, the call and the gRPC status.
-
-    `code` is the gRPC status name ("FAILED_PRECONDITION": the node refused and nothing changed,
-    e.g. Cassandra runs or a file is open; "UNAVAILABLE": unreachable, or a command or hook
-    failed; "" when the error did not come from a call).
-    """
-
-    def __init__(self, message: str, *, code: str = "") -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,9 @@ from collections.abc import Callable
 
 from ringsnap.api.v1 import agent_pb2
 from ringsnap.coordinator.agents.clones import CloneMountingConnection
-from ringsnap.coordinator.agents.connection import AgentError, GrpcNodeAgent
+from ringsnap.coordinator.agents.connection import GrpcNodeAgent
 from ringsnap.coordinator.export.ports import NodeUpload, UploadProgress
+from ringsnap.coordinator.ports import AgentError
 
 #: An upload of a whole node may take hours: its stream has no overall deadline but one on silence
 #: (the workflow's PROGRESS_SILENCE_SECONDS; the agent repeats its last progress while it works),

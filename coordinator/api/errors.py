@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import grpc
 
-from ringsnap.coordinator.agents.connection import AgentError
 from ringsnap.coordinator.backup import BackupFailed, BackupRefused
 from ringsnap.coordinator.canary import CanaryError
 from ringsnap.coordinator.catalog import (
@@ -25,6 +24,7 @@ from ringsnap.coordinator.catalog.exports import ExportNotFoundError
 from ringsnap.coordinator.drill.workflow import DrillRefused
 from ringsnap.coordinator.export.model import ExportFailed, ExportRefused
 from ringsnap.coordinator.operations import Operation
+from ringsnap.coordinator.ports import AgentError
 from ringsnap.coordinator.restore.daemon import RestoreNotConfirmed
 from ringsnap.coordinator.restore.workflow import RestoreFailed, RestoreRefused
 from ringsnap.coordinator.scheduler import ClusterBusyError

@@ -1,9 +1,10 @@
-"""Export records as the coordinator API's messages."""
+"""Export records and purges as the coordinator API's messages."""
 
 from __future__ import annotations
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.coordinator.export.model import ExportRecord
+from ringsnap.coordinator.export.retention import ClusterPurge
 from ringsnap.wire import timestamp
 
 
@@ -40,3 +41,27 @@ def export_message(record: ExportRecord) -> pb.Export:
     if record.finished_at is not None:
         message.finished_at.CopyFrom(timestamp(record.finished_at))
     return message
+
+
+def purge_min_age(request: pb.PurgeExportsRequest) -> float | None:
+    """The minimum age the request asks for; None when it leaves it to the default."""
+    return request.min_age_seconds if request.HasField("min_age_seconds") else None
+
+
+def purge_response(result: ClusterPurge, operation_id: str = "") -> pb.PurgeExportsResponse:
+    c = result.components
+    return pb.PurgeExportsResponse(
+        dry_run=c.dry_run,
+        copies_removed=result.copies_removed,
+        copy_objects_deleted=result.copy_objects_deleted,
+        copies_kept=result.copies_kept,
+        listed=c.listed,
+        referenced=c.referenced,
+        deleted=c.deleted,
+        bytes_deleted=c.bytes_deleted,
+        delete_requests=c.delete_requests,
+        too_young=c.too_young,
+        foreign_keys=c.foreign_keys,
+        seconds=c.seconds,
+        operation_id=operation_id,
+    )

@@ -18,7 +18,7 @@ from ringsnap.coordinator.api import table_restore_messages as table_restore_api
 from ringsnap.coordinator.api.drill_messages import drill_id_of, drill_message, drill_request
 from ringsnap.coordinator.api.errors import STATUSES, error_reason, unary
 from ringsnap.coordinator.api.export_listing import off_array_copies
-from ringsnap.coordinator.api.export_messages import export_message
+from ringsnap.coordinator.api.export_messages import export_message, purge_min_age, purge_response
 from ringsnap.coordinator.api.table_restore_messages import table_restore_message
 from ringsnap.coordinator.export.daemon import start_export
 from ringsnap.coordinator.export.purge_daemon import purge_through_daemon
@@ -352,9 +352,16 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         self, request: pb.PurgeExportsRequest, context: Context
     ) -> pb.PurgeExportsResponse:
         c = self._coordinator
-        return await purge_through_daemon(
-            c.config, c.catalog, c.operations, c.scheduler.guard, request, dry_run=True
+        result, operation_id = await purge_through_daemon(
+            c.config,
+            c.catalog,
+            c.operations,
+            c.scheduler.guard,
+            request.cluster,
+            min_age_seconds=purge_min_age(request),
+            dry_run=True,
         )
+        return purge_response(result, operation_id)
 
     @unary
     async def PurgeExports(
@@ -362,15 +369,17 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     ) -> pb.PurgeExportsResponse:
         requested_by = access.attributed(_printable(request.requested_by or "api", "requested_by"))
         c = self._coordinator
-        return await purge_through_daemon(
+        result, operation_id = await purge_through_daemon(
             c.config,
             c.catalog,
             c.operations,
             c.scheduler.guard,
-            request,
+            request.cluster,
+            min_age_seconds=purge_min_age(request),
             dry_run=False,
             requested_by=requested_by,
         )
+        return purge_response(result, operation_id)
 
     @unary
     async def PlanTableRestore(

@@ -9,8 +9,6 @@ do, never a traceback, and exits with a documented code (`EXIT_CODES_HELP`).
 from __future__ import annotations
 
 import contextlib
-import getpass
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -29,23 +27,13 @@ from ringsnap.coordinator.cli.client import (
     ExitCode,
     reason_exit_code,
 )
-from ringsnap.coordinator.cli.console import Output, err, out
+from ringsnap.coordinator.cli.console import Output, err, operator_name, out
 from ringsnap.coordinator.cli.session import CONFIG, COORDINATOR, OUTPUT, YES, follow, session
 
 #: The exit code table as `--help` shows it (typer keeps single newlines in rich mode).
 EXIT_CODES_HELP = "[bold]Exit codes[/bold]\n\n" + "\n".join(
     f"{int(code):<4} {text}" for code, text in EXIT_CODE_TABLE
 )
-
-
-def operator_name() -> str:
-    """Who runs the command, for the catalog (the sudo user behind root, when there is one)."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = f"uid {os.getuid()}"
-    sudo = os.environ.get("SUDO_USER")
-    return f"{sudo} (sudo)" if sudo and sudo != user else user
 
 
 def _interactive() -> bool:
@@ -344,7 +332,8 @@ def status_command(
     Also the array snapshots of failed or deleted backups still to be cleaned up, and backups recently skipped (cluster busy, schedule missed). Restores that did not finish come first, read from the catalog, with each node's state and the exact next step: they show even while the daemon is down. Per cluster, the newest proven backup, the newer ones never proven, and the last restore drill (read from the catalog too).
     """
     from ringsnap.coordinator.cli.drill_status import drill_status_lines
-    from ringsnap.coordinator.cli.restore import config_path, open_restores_lines
+    from ringsnap.coordinator.cli.local_catalog import config_path
+    from ringsnap.coordinator.cli.restore_report import open_restores_lines
 
     restores = list(open_restores_lines(config))
     proofs = list(drill_status_lines(config_path(config)))

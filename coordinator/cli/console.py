@@ -1,12 +1,14 @@
 """What every operator command of `ringsnap` shares on the terminal: the consoles (progress and
 errors on stderr, reports on stdout), the output format, domain values as JSON, the typed
-confirmation, progress lines, and an error's exit."""
+confirmation, progress lines, an error's exit, and who runs the command."""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import getpass
 import json
+import os
 import sys
 import time
 from collections.abc import Collection
@@ -193,3 +195,13 @@ def plan_table(*columns: str) -> Table:
 def backup_fields(backup_id: str, cluster: str, started_at: datetime) -> dict[str, str]:
     """A plan document's fields naming the backup it is of."""
     return {"backup_id": backup_id, "cluster": cluster, "backup_started_at": started_at.isoformat()}
+
+
+def operator_name() -> str:
+    """Who runs the command, for the catalog (the sudo user behind root, when there is one)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid {os.getuid()}"
+    sudo = os.environ.get("SUDO_USER")
+    return f"{sudo} (sudo)" if sudo and sudo != user else user

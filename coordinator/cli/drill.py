@@ -21,7 +21,6 @@ from ringsnap.coordinator.assembly import load_config
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.cli import render
 from ringsnap.coordinator.cli.client import CliError, ExitCode, Target
-from ringsnap.coordinator.cli.commands import operator_name
 from ringsnap.coordinator.cli.console import (
     Output,
     ProgressPrinter,
@@ -30,13 +29,19 @@ from ringsnap.coordinator.cli.console import (
     error_exit_code,
     fail,
     jsonable,
+    operator_name,
     out,
     plan_table,
     print_title,
 )
-from ringsnap.coordinator.cli.local_catalog import ConfigOption, OutputOption, catalog_or_daemon
+from ringsnap.coordinator.cli.local_catalog import (
+    ConfigOption,
+    OutputOption,
+    catalog_or_daemon,
+    config_path,
+    quiet_cql_driver,
+)
 from ringsnap.coordinator.cli.operation import ends_at_plan, finish
-from ringsnap.coordinator.cli.restore import config_path, quiet_cql_driver
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.drill.model import DrillRecord, DrillState, DrillVerdict
 from ringsnap.coordinator.drill.plan import DrillPlan, DrillRequest

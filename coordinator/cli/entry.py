@@ -6,8 +6,11 @@ and turns a RingsnapError into its message and exit code.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.metadata
+import re
 import sys
+from collections.abc import Callable
+from importlib.metadata import EntryPoint
 
 import typer
 
@@ -37,23 +40,59 @@ def _root(
     """Cluster-consistent array snapshots of Apache Cassandra."""
 
 
-#: What the `sandbox` extra installs; without it the sandbox's verbs are not attached.
-SANDBOX_REQUIREMENTS = ("testcontainers", "docker")
+#: The entry-point group of verbs that parts behind an extra add to `ringsnap` (the test bed
+#: declares `sandbox` in pyproject.toml): each names a typer app, attached under its name. The
+#: product never imports them itself, so the CLI depends on no test code.
+VERB_GROUP = "ringsnap.cli"
 
 
-def sandbox_installed() -> bool:
-    return all(importlib.util.find_spec(name) is not None for name in SANDBOX_REQUIREMENTS)
+def missing_requirements(entry: EntryPoint) -> list[str]:
+    """The distributions that the extras an entry point declares (`module:app [extra]`) need and
+    that are not installed: while any is missing, its verbs are not attached."""
+    if not entry.extras or entry.dist is None:
+        return []
+    missing = []
+    for requirement in entry.dist.requires or ():
+        spec, _, marker = requirement.partition(";")
+        extras = set(re.findall(r"extra\s*==\s*['\"]([^'\"]+)['\"]", marker))
+        if not extras & set(entry.extras):
+            continue
+        name = re.match(r"[A-Za-z0-9._-]+", spec.strip())
+        if name is None:
+            continue
+        try:
+            importlib.metadata.distribution(name.group(0))
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(name.group(0))
+    return missing
 
 
-def _sandbox_missing() -> None:
-    """The local test bed: needs the `sandbox` extra (pip install 'ringsnap[sandbox]')."""
-    typer.secho(
-        "the sandbox is not installed: pip install 'ringsnap[sandbox]' (it brings testcontainers"
-        " and docker)",
-        fg="red",
-        err=True,
-    )
-    raise typer.Exit(2)
+def _needs_extra(entry: EntryPoint, missing: list[str]) -> Callable[[], None]:
+    distribution = entry.dist.name if entry.dist is not None else "ringsnap"
+    install = f"pip install '{distribution}[{','.join(entry.extras)}]'"
+
+    def needs_extra() -> None:
+        typer.secho(
+            f"the {entry.name} is not installed: {install} (it brings {' and '.join(missing)})",
+            fg="red",
+            err=True,
+        )
+        raise typer.Exit(2)
+
+    needs_extra.__doc__ = f"Needs the `{','.join(entry.extras)}` extra ({install})."
+    return needs_extra
+
+
+def _attach_entry_points() -> None:
+    for entry in sorted(importlib.metadata.entry_points(group=VERB_GROUP), key=lambda e: e.name):
+        missing = missing_requirements(entry)
+        if missing:
+            app.command(
+                entry.name,
+                context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+            )(_needs_extra(entry, missing))
+        else:
+            app.add_typer(entry.load(), name=entry.name)
 
 
 def _attach_commands() -> None:
@@ -67,15 +106,7 @@ def _attach_commands() -> None:
     app.command("restore")(restore_cli.restore_command)
     app.command("drill")(drill_cli.drill_command)
     app.command("export")(export_cli.export_command)
-    if sandbox_installed():
-        from ringsnap.sandbox.cli import app as sandbox_app
-
-        app.add_typer(sandbox_app, name="sandbox")
-    else:
-        app.command(
-            "sandbox",
-            context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-        )(_sandbox_missing)
+    _attach_entry_points()
 
 
 def main() -> None:

@@ -25,8 +25,12 @@ from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.cli import render
 from ringsnap.coordinator.cli.client import REMOTE_ENV, CliError, ExitCode, Target, resolve_target
 from ringsnap.coordinator.cli.console import Output, err, error_exit_code, fail, jsonable, out
-from ringsnap.coordinator.cli.local_catalog import ConfigOption, OutputOption, catalog_or_daemon
-from ringsnap.coordinator.cli.restore import config_path
+from ringsnap.coordinator.cli.local_catalog import (
+    ConfigOption,
+    OutputOption,
+    catalog_or_daemon,
+    config_path,
+)
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.export.model import ExportFailed, ExportRecord, ExportRefused
 from ringsnap.coordinator.export.purge_daemon import configured_purge

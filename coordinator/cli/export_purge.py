@@ -8,8 +8,7 @@ from __future__ import annotations
 from ringsnap.agent.s3.purge import PurgeResult
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.coordinator.cli.client import LONG_CALL_TIMEOUT, Coordinator, Target
-from ringsnap.coordinator.cli.commands import operator_name
-from ringsnap.coordinator.cli.console import err
+from ringsnap.coordinator.cli.console import err, operator_name
 from ringsnap.coordinator.export.retention import ClusterPurge
 
 

@@ -11,9 +11,16 @@ from typing import Annotated, Any
 import typer
 
 from ringsnap.coordinator.catalog import Catalog, CatalogLockedError
-from ringsnap.coordinator.cli.client import CliError, ExitCode, Target, answers, resolve_target
+from ringsnap.coordinator.cli.client import (
+    CliError,
+    ExitCode,
+    Target,
+    answers,
+    discover_config,
+    resolve_target,
+)
 from ringsnap.coordinator.cli.console import Output
-from ringsnap.coordinator.config import DEFAULT_CATALOG_PATH, CoordinatorConfig
+from ringsnap.coordinator.config import DEFAULT_CATALOG_PATH, DEFAULT_CONFIG_PATH, CoordinatorConfig
 from ringsnap.errors import RingsnapError
 
 #: The `--config` and `--output` options of such a command.
@@ -69,3 +76,30 @@ def viewer_catalog(config_file: Path) -> tuple[dict[str, Any], Catalog | None]:
     if not catalog_file.exists():
         return document, None
     return document, Catalog(catalog_file, exclusive=False)
+
+
+def config_path(config: Path | None) -> Path:
+    """Where the coordinator's config is (`discover_config`); the system-wide file by default."""
+    found, _how = discover_config(config)
+    return found or DEFAULT_CONFIG_PATH
+
+
+def restore_catalog(config: CoordinatorConfig, config_file: Path) -> Catalog | Target:
+    """The catalog, opened exclusively; or, when it is locked and the coordinator daemon answers
+    (the daemon holds it), the daemon to restore through."""
+    return catalog_or_daemon(
+        config,
+        config_file,
+        held="is held by another process, most likely the coordinator daemon (or another restore)",
+        hint="restores run in this process so that they work while the daemon is down; stop"
+        " it for the restore (`systemctl stop ringsnap-coordinator`: no scheduled backup can"
+        " then freeze the ring being restored) and start it again afterwards",
+    )
+
+
+def quiet_cql_driver() -> None:
+    """The driver logs every failed reconnection while the ring restarts (on purpose, during a
+    restore); the restore says itself when the ring does not come back."""
+    import logging
+
+    logging.getLogger("cassandra").setLevel(logging.CRITICAL)

@@ -15,8 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -28,11 +26,8 @@ from ringsnap.coordinator.cli.client import (
     REMOTE_ENV,
     CliError,
     ExitCode,
-    Target,
-    discover_config,
     resolve_target,
 )
-from ringsnap.coordinator.cli.commands import operator_name
 from ringsnap.coordinator.cli.console import (
     Output,
     ProgressPrinter,
@@ -41,47 +36,29 @@ from ringsnap.coordinator.cli.console import (
     error_exit_code,
     fail,
     jsonable,
+    operator_name,
 )
 from ringsnap.coordinator.cli.local_catalog import (
-    UNREADABLE,
     OutputOption,
-    catalog_or_daemon,
-    viewer_catalog,
+    config_path,
+    quiet_cql_driver,
+    restore_catalog,
 )
 from ringsnap.coordinator.cli.restore_report import (
+    RestoreOptions,
     exit_code_of,
     plan_document,
     print_plan,
     print_report,
 )
-from ringsnap.coordinator.config import DEFAULT_CONFIG_PATH, CoordinatorConfig
+from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.model import RestoreMode, RestoreRecord
 from ringsnap.coordinator.restore.plan import RestoreRequest
 from ringsnap.coordinator.restore.session import open_restore_session
 from ringsnap.coordinator.restore.workflow import RestoreFailed, RestoreRefused
 from ringsnap.errors import RingsnapError
 
-
-def config_path(config: Path | None) -> Path:
-    """Where the coordinator's config is (`discover_config`); the system-wide file by default."""
-    found, _how = discover_config(config)
-    return found or DEFAULT_CONFIG_PATH
-
-
 # -- the command ------------------------------------------------------------------------------------
-
-
-def _open_catalog(config: CoordinatorConfig, config_file: Path) -> Catalog | Target:
-    """The catalog, opened exclusively; or, when it is locked and the coordinator daemon answers
-    (the daemon holds it), the daemon to restore through."""
-    return catalog_or_daemon(
-        config,
-        config_file,
-        held="is held by another process, most likely the coordinator daemon (or another restore)",
-        hint="restores run in this process so that they work while the daemon is down; stop"
-        " it for the restore (`systemctl stop ringsnap-coordinator`: no scheduled backup can"
-        " then freeze the ring being restored) and start it again afterwards",
-    )
 
 
 def _finish(record: RestoreRecord, as_json: bool) -> None:
@@ -90,20 +67,6 @@ def _finish(record: RestoreRecord, as_json: bool) -> None:
     else:
         print_report(record)
     raise typer.Exit(int(exit_code_of(record)))
-
-
-@dataclass(frozen=True)
-class RestoreOptions:
-    """What the operator asked for: the same whether the restore runs here or in the daemon."""
-
-    backup_id: str | None
-    nodes: tuple[str, ...]
-    mode: RestoreMode
-    dry_run: bool
-    yes: bool
-    force: bool
-    resume: str | None
-    as_json: bool
 
 
 async def _restore(
@@ -137,14 +100,6 @@ async def _restore(
             return await session.run(plan, operator_name(), progress)
     finally:
         await asyncio.to_thread(catalog.close)
-
-
-def quiet_cql_driver() -> None:
-    """The driver logs every failed reconnection while the ring restarts (on purpose, during a
-    restore); the restore says itself when the ring does not come back."""
-    import logging
-
-    logging.getLogger("cassandra").setLevel(logging.CRITICAL)
 
 
 def restore_command(  # noqa: PLR0917 - typer maps parameters to the command line
@@ -276,7 +231,7 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
         else:
             config_file = config_path(config)
             loaded = load_config(config_file)
-            opened = _open_catalog(loaded, config_file)
+            opened = restore_catalog(loaded, config_file)
             if isinstance(opened, Catalog):
                 result = asyncio.run(_restore(loaded, opened, options))
             else:
@@ -383,7 +338,7 @@ def _table_restore(  # noqa: PLR0917 - the options of the command line
             table_restore_main(lambda: remote.table_restore(daemon, options), options)
         config_file = config_path(config)
         loaded = load_config(config_file)
-        opened = _open_catalog(loaded, config_file)
+        opened = restore_catalog(loaded, config_file)
         if isinstance(opened, Catalog):
             catalog = opened
             table_restore_main(
@@ -399,38 +354,3 @@ def _table_restore(  # noqa: PLR0917 - the options of the command line
         raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
     except RingsnapError as error:
         fail(CliError(str(error), error_exit_code(error)), as_json)
-
-
-def open_restores_lines(config: Path | None) -> Iterator[str]:
-    """For `ringsnap status`: restores that did not finish, each node's state and next step.
-
-    Read from the catalog directly (shared, read-only), so it works with or without the daemon;
-    only `[coordinator] catalog` is read from the config, so it needs none of its secrets.
-    """
-    try:
-        _, catalog = viewer_catalog(config_path(config))
-    except UNREADABLE as exc:
-        yield f"(unfinished restores cannot be listed: {exc})"
-        return
-    if catalog is None:
-        return
-    with catalog:
-        for record in catalog.open_restores():
-            source = " from S3" if record.mode is RestoreMode.S3 else ""
-            yield (
-                f"restore {record.id} of backup {record.backup_id} ({record.cluster}){source}:"
-                f" {record.state.value}{': ' + record.error if record.error else ''}"
-            )
-            for node in record.nodes:
-                if node.next_step:
-                    yield f"  {node.name} (last step: {node.step.value}): {node.next_step}"
-        for table_restore in catalog.list_table_restores():
-            if table_restore.state.finished:
-                continue
-            source = " from S3" if table_restore.from_s3 else ""
-            yield (
-                f"table restore {table_restore.id} of backup {table_restore.backup_id}"
-                f" ({table_restore.cluster}){source}: {table_restore.state.value}"
-                f"{': ' + table_restore.error if table_restore.error else ''}; next step:"
-                f" {table_restore.next_action} (--resume or --abort {table_restore.id})"
-            )

@@ -33,9 +33,15 @@ from ringsnap.coordinator.cli.client import (
     reason_exit_code,
     resolve_target,
 )
-from ringsnap.coordinator.cli.commands import operator_name
-from ringsnap.coordinator.cli.console import ProgressPrinter, err, error_exit_code, fail, jsonable
-from ringsnap.coordinator.cli.restore import _open_catalog, config_path
+from ringsnap.coordinator.cli.console import (
+    ProgressPrinter,
+    err,
+    error_exit_code,
+    fail,
+    jsonable,
+    operator_name,
+)
+from ringsnap.coordinator.cli.local_catalog import config_path, restore_catalog
 from ringsnap.coordinator.cli.restore_report import print_report
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.model import RestoreRecord, RestoreState
@@ -135,7 +141,7 @@ def abort_ring_restore(config: Path | None, restore_id: str, yes: bool, as_json:
         else:
             config_file = config_path(config)
             loaded = load_config(config_file)
-            opened = _open_catalog(loaded, config_file)
+            opened = restore_catalog(loaded, config_file)
             if isinstance(opened, Catalog):
                 record = asyncio.run(_here(loaded, opened, restore_id, yes, as_json))
             else:

@@ -1,11 +1,11 @@
 """`ringsnap restore` through the coordinator daemon, when the daemon holds the catalog.
 
-The same command as in the CLI's own process (`restore_cli`), with the daemon doing the work:
+The same command as in the CLI's own process (`cli.restore`), with the daemon doing the work:
 PlanRestore, the plan printed by `restore_report.print_plan`, the typed confirmation, StartRestore
 (with the cluster's name and the id of the plan shown), the operation followed with one progress
-line per change, GetRestore, and the report and exit code of `restore_cli`. Its results and errors
-are those of `restore_cli._restore` (a record, a plan's document, RestoreRefused, RestoreFailed,
-CliError), so that `restore_cli.restore_command` ends both paths the same way.
+line per change, GetRestore, and the report and exit code of `cli.restore`. Its results and errors
+are those of `cli.restore._restore` (a record, a plan's document, RestoreRefused, RestoreFailed,
+CliError), so that `cli.restore.restore_command` ends both paths the same way.
 
 The daemon plans again when it starts and refuses when what the restore destroys changed since the
 plan was shown (a backup finished meanwhile, say): the operator then reviews the new plan. Ctrl-C
@@ -22,7 +22,6 @@ from ringsnap.api.v1 import types_pb2
 from ringsnap.coordinator.api import messages
 from ringsnap.coordinator.cli import console, restore_report
 from ringsnap.coordinator.cli import operation as operation_cli
-from ringsnap.coordinator.cli import restore as restore_cli
 from ringsnap.coordinator.cli.client import (
     LONG_CALL_TIMEOUT,
     CliError,
@@ -31,7 +30,7 @@ from ringsnap.coordinator.cli.client import (
     Target,
     reason_exit_code,
 )
-from ringsnap.coordinator.cli.commands import operator_name
+from ringsnap.coordinator.cli.console import operator_name
 from ringsnap.coordinator.model import RestoreRecord
 from ringsnap.coordinator.restore.workflow import RestoreFailed, RestoreRefused
 
@@ -71,7 +70,7 @@ def plan_document(message: pb.RestorePlan) -> dict[str, Any]:
     }
 
 
-def restore(target: Target, options: restore_cli.RestoreOptions) -> RestoreRecord | dict[str, Any]:
+def restore(target: Target, options: restore_report.RestoreOptions) -> RestoreRecord | dict[str, Any]:
     """The restore, run by the daemon at `target`: its final record, or the plan's document when
     it ends at the plan (dry run, or a refusal with --output json)."""
     operation_cli.say_the_daemon_runs(target, "the restore", as_json=options.as_json)

@@ -4,8 +4,10 @@ the CLI's process and one run by the daemon."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from rich.text import Text
@@ -20,7 +22,8 @@ from ringsnap.coordinator.cli.console import (
     plan_table,
     print_title,
 )
-from ringsnap.coordinator.model import NodeVerdict, RestoreRecord, RestoreState
+from ringsnap.coordinator.cli.local_catalog import UNREADABLE, config_path, viewer_catalog
+from ringsnap.coordinator.model import NodeVerdict, RestoreMode, RestoreRecord, RestoreState
 from ringsnap.coordinator.restore.plan import RestorePlan
 
 
@@ -144,3 +147,52 @@ def exit_code_of(record: RestoreRecord) -> ExitCode:
         RestoreState.RUNNING: ExitCode.INTERRUPTED,
         RestoreState.ABORTED: ExitCode.OK,
     }[record.state]
+
+
+@dataclass(frozen=True)
+class RestoreOptions:
+    """What the operator asked for: the same whether the restore runs here or in the daemon."""
+
+    backup_id: str | None
+    nodes: tuple[str, ...]
+    mode: RestoreMode
+    dry_run: bool
+    yes: bool
+    force: bool
+    resume: str | None
+    as_json: bool
+
+
+def open_restores_lines(config: Path | None) -> Iterator[str]:
+    """For `ringsnap status`: restores that did not finish, each node's state and next step.
+
+    Read from the catalog directly (shared, read-only), so it works with or without the daemon;
+    only `[coordinator] catalog` is read from the config, so it needs none of its secrets.
+    """
+    try:
+        _, catalog = viewer_catalog(config_path(config))
+    except UNREADABLE as exc:
+        yield f"(unfinished restores cannot be listed: {exc})"
+        return
+    if catalog is None:
+        return
+    with catalog:
+        for record in catalog.open_restores():
+            source = " from S3" if record.mode is RestoreMode.S3 else ""
+            yield (
+                f"restore {record.id} of backup {record.backup_id} ({record.cluster}){source}:"
+                f" {record.state.value}{': ' + record.error if record.error else ''}"
+            )
+            for node in record.nodes:
+                if node.next_step:
+                    yield f"  {node.name} (last step: {node.step.value}): {node.next_step}"
+        for table_restore in catalog.list_table_restores():
+            if table_restore.state.finished:
+                continue
+            source = " from S3" if table_restore.from_s3 else ""
+            yield (
+                f"table restore {table_restore.id} of backup {table_restore.backup_id}"
+                f" ({table_restore.cluster}){source}: {table_restore.state.value}"
+                f"{': ' + table_restore.error if table_restore.error else ''}; next step:"
+                f" {table_restore.next_action} (--resume or --abort {table_restore.id})"
+            )

@@ -17,11 +17,11 @@ from rich.text import Text
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.cli import render
 from ringsnap.coordinator.cli.client import CliError, ExitCode
-from ringsnap.coordinator.cli.commands import operator_name
 from ringsnap.coordinator.cli.console import (
     ProgressPrinter,
     confirm,
     err,
+    operator_name,
     out,
     plan_table,
     print_title,

@@ -26,8 +26,7 @@ from ringsnap.coordinator.cli.client import (
     Target,
     reason_exit_code,
 )
-from ringsnap.coordinator.cli.commands import operator_name
-from ringsnap.coordinator.cli.console import ProgressPrinter, confirm, err
+from ringsnap.coordinator.cli.console import ProgressPrinter, confirm, err, operator_name
 from ringsnap.coordinator.cli.operation import ends_at_plan, follow
 from ringsnap.coordinator.cli.table_restore import TableRestoreOptions, print_plan, request_of
 from ringsnap.coordinator.table_restore.model import (

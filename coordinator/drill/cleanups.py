@@ -21,10 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ringsnap.coordinator.agents.connection import AgentError
 from ringsnap.coordinator.drill.ports import DrillHost
 from ringsnap.coordinator.model import CleanupRequest
-from ringsnap.coordinator.ports import ArrayPort
+from ringsnap.coordinator.ports import AgentError, ArrayPort
 from ringsnap.errors import RingsnapError
 from ringsnap.logs import get_logger
 from ringsnap.plugins.types import Volume

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from ringsnap.agent.s3.client import make_client
 from ringsnap.agent.s3.layout import Layout
 from ringsnap.agent.s3.purge import DEFAULT_MIN_AGE_SECONDS
-from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.export.model import ExportRefused
@@ -34,32 +33,13 @@ log = get_logger(__name__)
 PURGE_TRIGGER_PREFIX = "purge:"
 
 
-def _min_age(request: pb.PurgeExportsRequest) -> float:
-    if not request.HasField("min_age_seconds"):
+def min_age(value: float | None) -> float:
+    """The age under which a component is never purged: `value` as asked (None: the default)."""
+    if value is None:
         return DEFAULT_MIN_AGE_SECONDS
-    value = request.min_age_seconds
     if not math.isfinite(value) or value < 0:
         raise ExportRefused(f"min_age_seconds {value} must be a finite number, 0 or more")
     return value
-
-
-def purge_response(result: ClusterPurge, operation_id: str = "") -> pb.PurgeExportsResponse:
-    c = result.components
-    return pb.PurgeExportsResponse(
-        dry_run=c.dry_run,
-        copies_removed=result.copies_removed,
-        copy_objects_deleted=result.copy_objects_deleted,
-        copies_kept=result.copies_kept,
-        listed=c.listed,
-        referenced=c.referenced,
-        deleted=c.deleted,
-        bytes_deleted=c.bytes_deleted,
-        delete_requests=c.delete_requests,
-        too_young=c.too_young,
-        foreign_keys=c.foreign_keys,
-        seconds=c.seconds,
-        operation_id=operation_id,
-    )
 
 
 def purge_verdict(result: ClusterPurge) -> str:
@@ -114,17 +94,21 @@ async def purge_through_daemon(
     catalog: Catalog,
     operations: Operations,
     guard: ClusterGuard,
-    request: pb.PurgeExportsRequest,
+    cluster: str,
     *,
+    min_age_seconds: float | None,
     dry_run: bool,
     requested_by: str = "api",
-) -> pb.PurgeExportsResponse:
-    cluster = request.cluster
-    min_age = _min_age(request)
-    purge = configured_purge(config, catalog, cluster, dry_run=dry_run, min_age_seconds=min_age)
+) -> tuple[ClusterPurge, str]:
+    """The purge of `cluster`'s copies, and the id of the operation that ran it ("" for a dry
+    run, which runs in the call)."""
+    min_age_checked = min_age(min_age_seconds)
+    purge = configured_purge(
+        config, catalog, cluster, dry_run=dry_run, min_age_seconds=min_age_checked
+    )
 
     if dry_run:
-        return purge_response(await asyncio.to_thread(purge))
+        return await asyncio.to_thread(purge), ""
 
     async def prepare(_stack: contextlib.AsyncExitStack) -> Prepared[ClusterPurge]:
         async def run(_progress: Progress) -> ClusterPurge:
@@ -136,7 +120,7 @@ async def purge_through_daemon(
     log.warning(
         "purge of the copies on S3 through the API",
         cluster=cluster,
-        min_age_seconds=min_age,
+        min_age_seconds=min_age_checked,
         requested_by=requested_by,
     )
     finished: list[ClusterPurge] = []
@@ -155,4 +139,4 @@ async def purge_through_daemon(
         raise operation.error
     if not finished:
         raise ExportRefused(f"the purge of cluster {cluster} was cancelled; run it again")
-    return purge_response(finished[0], operation.current.operation_id)
+    return finished[0], operation.current.operation_id

@@ -25,7 +25,8 @@ import pytest
 from ringsnap.agent import mounts
 from ringsnap.agent.config import AgentConfig
 from ringsnap.config import validate
-from ringsnap.coordinator.agents.connection import AgentError, ClientTls, GrpcNodeAgent
+from ringsnap.coordinator.agents.connection import ClientTls, GrpcNodeAgent
+from ringsnap.coordinator.ports import AgentError
 from ringsnap.sandbox.agents import BackgroundAgent, TestPki, config_data
 from ringsnap.sandbox.loopfs import unavailable_reason
 

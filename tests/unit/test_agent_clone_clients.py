@@ -22,12 +22,13 @@ from ringsnap.agent.node import NodeAgent
 from ringsnap.agent.server import AgentServicer
 from ringsnap.agent.tls import server_credentials
 from ringsnap.api.v1 import agent_pb2_grpc
-from ringsnap.coordinator.agents.connection import AgentError, ClientTls
+from ringsnap.coordinator.agents.connection import ClientTls
 from ringsnap.coordinator.agents.drill import GrpcDrillHost
 from ringsnap.coordinator.agents.export import GrpcExportNode
 from ringsnap.coordinator.agents.table_restore import GrpcTableNode
 from ringsnap.coordinator.clone_mounts import CloneToMount
 from ringsnap.coordinator.drill.ports import DrillSpec
+from ringsnap.coordinator.ports import AgentError
 from ringsnap.plugins.testing.pki import TestCA
 
 REFUSAL = "the clone's serial is attached elsewhere"

@@ -11,9 +11,8 @@ from datetime import datetime
 
 import pytest
 
-from ringsnap.coordinator.agents.connection import AgentError
 from ringsnap.coordinator.backup import BackupFailed, BackupRun, BackupSettings, BackupWorkflow
-from ringsnap.coordinator.ports import ThawReceipt
+from ringsnap.coordinator.ports import AgentError, ThawReceipt
 from ringsnap.plugins.errors import DriverError
 from tests.support.fakes import FakeAgent, FakeArray, node_targets, volumes_of
 

@@ -11,10 +11,9 @@ from datetime import datetime
 
 import pytest
 
-from ringsnap.coordinator.agents.connection import AgentError
 from ringsnap.coordinator.backup import BackupFailed, BackupSettings
 from ringsnap.coordinator.backup.freeze import FreezeBarrier, renew_leases
-from ringsnap.coordinator.ports import AgentPort, FreezeReceipt
+from ringsnap.coordinator.ports import AgentError, AgentPort, FreezeReceipt
 from tests.support.fakes import FakeAgent
 from tests.unit.test_backup_lost_node import cluster
 

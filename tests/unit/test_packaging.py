@@ -101,22 +101,45 @@ def test_the_daemons_import_no_test_helper() -> None:
 def test_the_sandbox_verbs_are_attached_only_with_the_sandbox_extra(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import importlib.util
+    import importlib.metadata
 
     import typer
     from typer.testing import CliRunner
 
     from ringsnap.coordinator.cli import entry as cli
 
-    assert cli.sandbox_installed()  # the dev install has the extra
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util,
-        "find_spec",
-        lambda name, *a: None if name == "testcontainers" else real(name, *a),
-    )
+    (sandbox,) = importlib.metadata.entry_points(group=cli.VERB_GROUP, name="sandbox")
+    assert cli.missing_requirements(sandbox) == []  # the dev install has the extra
+    real = importlib.metadata.distribution
+
+    def distribution(name: str) -> importlib.metadata.Distribution:
+        if name == "testcontainers":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", distribution)
     monkeypatch.setattr(cli, "app", typer.Typer(name="ringsnap", no_args_is_help=True))
     cli._attach_commands()
     result = CliRunner().invoke(cli.app, ["sandbox", "up"])
     assert result.exit_code == 2
     assert "pip install 'ringsnap[sandbox]'" in result.output
+
+
+def test_the_sandbox_verbs_join_the_cli_through_the_entry_point_it_declares(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.metadata
+
+    import typer
+    from typer.testing import CliRunner
+
+    from ringsnap.coordinator.cli import entry as cli
+
+    (sandbox,) = importlib.metadata.entry_points(group=cli.VERB_GROUP, name="sandbox")
+    assert sandbox.value == "ringsnap.sandbox.cli:app [sandbox]"
+    monkeypatch.setattr(cli, "app", typer.Typer(name="ringsnap", no_args_is_help=True))
+    cli._attach_commands()
+    result = CliRunner().invoke(cli.app, ["sandbox", "--help"])
+    assert result.exit_code == 0, result.output
+    for verb in ("up", "status", "down", "demo"):
+        assert f" {verb} " in result.output

@@ -22,7 +22,7 @@ from ringsnap.agent.s3.commitlog import export_commitlog
 from ringsnap.agent.staging.s3 import S3Restore
 from ringsnap.agent.staging.s3_check import check_download
 from ringsnap.agent.staging.s3_paths import STAGING_DIRECTORY
-from ringsnap.coordinator.agents.connection import AgentError
+from ringsnap.coordinator.ports import AgentError
 from ringsnap.coordinator.restore.s3_plan import NodeExpectation, room_refusals, s3_plan_refusals
 from ringsnap.coordinator.restore.s3_ports import S3DownloadCheck, S3Room
 from tests.unit.test_s3_download_cancel import COMPONENTS, SETTINGS, bucket

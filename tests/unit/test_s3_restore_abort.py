@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from ringsnap.coordinator.agents.connection import AgentError
 from ringsnap.coordinator.model import RestoreMode, RestoreRecord, RestoreState, RestoreStep
+from ringsnap.coordinator.ports import AgentError
 from ringsnap.coordinator.restore.s3_abort import S3RestoreAbort
 from ringsnap.coordinator.restore.workflow import RestoreFailed, RestoreRefused
 from tests.support.restore_world import NODES

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ringsnap.coordinator.catalog import Catalog
-from ringsnap.coordinator.cli.restore import open_restores_lines
+from ringsnap.coordinator.cli.restore_report import open_restores_lines
 from ringsnap.coordinator.restore.workflow import RestoreFailed
 from ringsnap.coordinator.table_restore.model import Step, TableRestoreState
 from tests.support.s3_restore_fakes import S3, S3Rig

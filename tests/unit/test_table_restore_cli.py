@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.cli.client import ExitCode
-from ringsnap.coordinator.cli.restore import open_restores_lines, restore_command
+from ringsnap.coordinator.cli.restore import restore_command
+from ringsnap.coordinator.cli.restore_report import open_restores_lines
 from ringsnap.coordinator.cli.table_restore import (
     exit_code_of,
     parse_target,

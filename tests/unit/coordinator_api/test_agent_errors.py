@@ -20,9 +20,10 @@ from ringsnap.agent.server import AgentServicer
 from ringsnap.agent.tls import server_credentials
 from ringsnap.api.v1 import agent_pb2_grpc
 from ringsnap.api.v1 import coordinator_pb2 as pb
-from ringsnap.coordinator.agents.connection import AgentError, ClientTls, GrpcNodeAgent
+from ringsnap.coordinator.agents.connection import ClientTls, GrpcNodeAgent
 from ringsnap.coordinator.api.errors import classify
 from ringsnap.coordinator.cli.client import REASON_EXIT_CODES, ExitCode
+from ringsnap.coordinator.ports import AgentError
 from ringsnap.coordinator.restore.plan import RestoreRequest
 from ringsnap.errors import ValidationError
 from ringsnap.plugins.testing.pki import TestCA

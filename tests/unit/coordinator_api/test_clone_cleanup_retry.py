@@ -17,7 +17,6 @@ from collections.abc import Sequence
 
 import pytest
 
-from ringsnap.coordinator.agents.connection import AgentError
 from ringsnap.coordinator.drill.cleanups import (
     NodeAgentCache,
     cleanup_clone,
@@ -25,6 +24,7 @@ from ringsnap.coordinator.drill.cleanups import (
 )
 from ringsnap.coordinator.export.model import purpose_id
 from ringsnap.coordinator.export.session import export_node_opener
+from ringsnap.coordinator.ports import AgentError
 from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.plugins.types import Volume
 from tests.unit.coordinator_api.conftest import Harness

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from ringsnap.coordinator.agents.connection import AgentError
 from ringsnap.coordinator.drill.cleanups import NodeAgentCache
 from ringsnap.coordinator.export.ledger import clone_resource
 from ringsnap.coordinator.export.model import clone_suffix, purpose_id
+from ringsnap.coordinator.ports import AgentError
 from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.plugins.types import Volume
 from tests.unit.coordinator_api.conftest import Harness

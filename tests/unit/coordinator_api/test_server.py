@@ -17,7 +17,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
-from ringsnap.coordinator.agents.connection import AgentError
 from ringsnap.coordinator.api.errors import classify
 from ringsnap.coordinator.api.listeners import loopback_problem
 from ringsnap.coordinator.backup import BackupFailed, BackupRefused
@@ -27,6 +26,7 @@ from ringsnap.coordinator.catalog import (
     InvalidPageTokenError,
 )
 from ringsnap.coordinator.model import BackupState
+from ringsnap.coordinator.ports import AgentError
 from ringsnap.coordinator.scheduler import BackupRequest, ClusterBusyError
 from ringsnap.coordinator.service import UnknownClusterError, UnknownPolicyError
 from ringsnap.errors import RingsnapError, ValidationError
