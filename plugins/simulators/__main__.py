@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import signal
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -75,8 +76,23 @@ def _pool(args: argparse.Namespace) -> Iterator[LunPool]:
     yield LunPool(root)
 
 
+def _stop_on_signals() -> None:
+    """SIGINT and SIGTERM stop the server even when started as a background job of a script.
+
+    A non-interactive shell starts `cmd &` with SIGINT ignored, and Python then leaves it ignored,
+    so Ctrl-C (or a test's SIGINT) would never reach serve_forever.
+    """
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, interrupt)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
+    _stop_on_signals()
     configure(json=args.json_logs)
     password = args.password_file.read_text().strip() if args.password_file else "password"
     settings = dict(item.split("=", 1) for item in args.set)
