@@ -52,11 +52,13 @@ from ringsnap.coordinator.model import BackupState
 from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.coordinator.service import Coordinator
 from ringsnap.plugins.registry import open_driver
+from ringsnap.plugins.simulators import fabric
 from ringsnap.plugins.simulators.lunpool import LunPool, temporary_xfs_pool
 from ringsnap.plugins.simulators.tls import make_test_ca
 from ringsnap.plugins.testing import mounts
 from ringsnap.sandbox.agents import TestPki, config_data, write_config
 from ringsnap.sandbox.sstables import table_directory, write_sstable
+from ringsnap.sandbox.stack import present_volumes
 from tests.support import netns, secrets
 from tests.support.secrets import LeakCheck
 from tests.support.write_probe import write_and_fsync
@@ -211,6 +213,8 @@ def ring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ring]:
                 listen=f"{host}:{port}",
             )
             data["log"] = {"json": True, "level": "info"}
+            # The simulator names each LUN image by its WWN there, as udev would on a SAN host.
+            data.setdefault("volumes", {})["by_id_dir"] = str(fabric.by_id_dir(pool.root))
             config_file = write_config(workdir / f"agent-{name}.toml", data)
             argv = [sys.executable, "-m", "ringsnap.agent.main", "serve", "--config"]
             log = stack.enter_context((logs / f"agent-{name}.log").open("w"))
@@ -302,6 +306,7 @@ def ring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ring]:
                 }
             },
         }
+        present_volumes(config["arrays"][ARRAY])
         yield Ring(workdir, nodes, agent_ns, array_ns, barrier, config, writer)
 
 
