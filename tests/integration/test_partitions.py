@@ -306,7 +306,9 @@ def ring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ring]:
                 }
             },
         }
-        present_volumes(config["arrays"][ARRAY])
+        arrays = config["arrays"]
+        assert isinstance(arrays, dict)
+        present_volumes(arrays[ARRAY])
         yield Ring(workdir, nodes, agent_ns, array_ns, barrier, config, writer)
 
 
