@@ -65,7 +65,7 @@ def native_cleanup_node(target: str) -> tuple[str, str] | None:
 
 
 class Verification(enum.StrEnum):
-    #: Never restored or drilled: not proven.
+    #: Never restored or drilled: never checked (a check that fails is FAILED).
     UNVERIFIED = "unverified"
     PROVEN = "proven"
     FAILED = "failed"
@@ -328,7 +328,7 @@ class RestoreState(enum.StrEnum):
     #: Every target node was restored and proven.
     PROVEN = "proven"
     #: Every step ran, but the proof failed for at least one node.
-    FAILED_VERIFICATION = "failed-verification"
+    NOT_PROVEN = "not-proven"
     #: A step failed; the record says what was done and what to do next.
     FAILED = "failed"
     #: The coordinator stopped mid-restore (killed, or the process ended); resume it.
@@ -338,7 +338,7 @@ class RestoreState(enum.StrEnum):
 
     @property
     def finished(self) -> bool:
-        return self in (RestoreState.PROVEN, RestoreState.FAILED_VERIFICATION, RestoreState.ABORTED)
+        return self in (RestoreState.PROVEN, RestoreState.NOT_PROVEN, RestoreState.ABORTED)
 
 
 class RestoreStep(enum.StrEnum):
@@ -368,7 +368,8 @@ class RestoreStep(enum.StrEnum):
 class NodeVerdict(enum.StrEnum):
     PENDING = "pending"
     PROVEN = "proven"
-    FAILED = "failed"
+    #: The restore's proof of the node failed (the node's proof lines say which part).
+    NOT_PROVEN = "not-proven"
 
 
 @dataclass(frozen=True, kw_only=True)

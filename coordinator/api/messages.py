@@ -78,7 +78,7 @@ RESTORE_MODES: dict[RestoreMode, pb.RestoreMode.ValueType] = {
 RESTORE_STATES: dict[RestoreState, pb.RestoreState.ValueType] = {
     RestoreState.RUNNING: pb.RESTORE_STATE_RUNNING,
     RestoreState.PROVEN: pb.RESTORE_STATE_PROVEN,
-    RestoreState.FAILED_VERIFICATION: pb.RESTORE_STATE_FAILED_VERIFICATION,
+    RestoreState.NOT_PROVEN: pb.RESTORE_STATE_NOT_PROVEN,
     RestoreState.FAILED: pb.RESTORE_STATE_FAILED,
     RestoreState.INTERRUPTED: pb.RESTORE_STATE_INTERRUPTED,
     RestoreState.ABORTED: pb.RESTORE_STATE_ABORTED,
@@ -99,7 +99,7 @@ RESTORE_STEPS: dict[RestoreStep, pb.RestoreStep.ValueType] = {
 NODE_VERDICTS: dict[NodeVerdict, pb.NodeVerdict.ValueType] = {
     NodeVerdict.PENDING: pb.NODE_VERDICT_PENDING,
     NodeVerdict.PROVEN: pb.NODE_VERDICT_PROVEN,
-    NodeVerdict.FAILED: pb.NODE_VERDICT_FAILED,
+    NodeVerdict.NOT_PROVEN: pb.NODE_VERDICT_NOT_PROVEN,
 }
 OPERATION_KINDS: dict[str, types_pb2.OperationKind.ValueType] = {
     OperationKind.BACKUP.value: types_pb2.OPERATION_KIND_BACKUP,

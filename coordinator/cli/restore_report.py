@@ -103,7 +103,7 @@ def print_plan(plan: RestorePlan | Mapping[str, Any]) -> None:
 
 
 #: A report's state in green, in red (else yellow).
-_GOOD, _BAD = {RestoreState.PROVEN}, {RestoreState.FAILED_VERIFICATION, RestoreState.FAILED}
+_GOOD, _BAD = {RestoreState.PROVEN}, {RestoreState.NOT_PROVEN, RestoreState.FAILED}
 
 
 def print_report(record: RestoreRecord) -> None:
@@ -112,7 +112,7 @@ def print_report(record: RestoreRecord) -> None:
     for node in record.nodes:
         verdict_style = {
             NodeVerdict.PROVEN: "green",
-            NodeVerdict.FAILED: "red",
+            NodeVerdict.NOT_PROVEN: "red",
             NodeVerdict.PENDING: "yellow",
         }[node.verdict]
         out.print(
@@ -141,7 +141,7 @@ def print_report(record: RestoreRecord) -> None:
 def exit_code_of(record: RestoreRecord) -> ExitCode:
     return {
         RestoreState.PROVEN: ExitCode.OK,
-        RestoreState.FAILED_VERIFICATION: ExitCode.NOT_PROVEN,
+        RestoreState.NOT_PROVEN: ExitCode.NOT_PROVEN,
         RestoreState.FAILED: ExitCode.FAILED,
         RestoreState.INTERRUPTED: ExitCode.INTERRUPTED,
         RestoreState.RUNNING: ExitCode.INTERRUPTED,

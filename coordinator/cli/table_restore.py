@@ -139,7 +139,7 @@ def print_plan(doc: Mapping[str, Any]) -> None:
 #: A report's state in green, in red (else yellow).
 _GOOD, _BAD = (
     {TableRestoreState.SUCCEEDED},
-    {TableRestoreState.UNVERIFIED, TableRestoreState.FAILED, TableRestoreState.INTERRUPTED},
+    {TableRestoreState.NOT_PROVEN, TableRestoreState.FAILED, TableRestoreState.INTERRUPTED},
 )
 
 
@@ -183,7 +183,7 @@ def exit_code_of(record: TableRestoreRecord) -> ExitCode:
     return {
         TableRestoreState.SUCCEEDED: ExitCode.OK,
         TableRestoreState.ABORTED: ExitCode.OK,
-        TableRestoreState.UNVERIFIED: ExitCode.NOT_PROVEN,
+        TableRestoreState.NOT_PROVEN: ExitCode.NOT_PROVEN,
         TableRestoreState.FAILED: ExitCode.FAILED,
         TableRestoreState.RUNNING: ExitCode.INTERRUPTED,
         TableRestoreState.INTERRUPTED: ExitCode.INTERRUPTED,

@@ -130,7 +130,7 @@ class RestoreWorkflow:
         self.progress = progress
 
     async def run(self, plan: RestorePlan, requested_by: str) -> RestoreRecord:
-        """Carry out a confirmed plan; returns the final record (PROVEN or FAILED_VERIFICATION)."""
+        """Carry out a confirmed plan; returns the final record (PROVEN or NOT_PROVEN)."""
         if plan.refused:
             raise RestoreRefused("; ".join(plan.refusals))
         record = record_for(plan, requested_by)
@@ -469,14 +469,14 @@ class RestoreWorkflow:
                 node.name,
                 proof=result.proof,
                 unproven=result.unproven,
-                verdict=NodeVerdict.PROVEN if result.proven else NodeVerdict.FAILED,
+                verdict=NodeVerdict.PROVEN if result.proven else NodeVerdict.NOT_PROVEN,
             )
 
         await self._on_pending(run, RestoreStep.VERIFIED, check)
 
     async def _record(self, run: RestoreRun) -> RestoreRecord:
         failed = [n.name for n in run.record.nodes if n.verdict is not NodeVerdict.PROVEN]
-        state = RestoreState.FAILED_VERIFICATION if failed else RestoreState.PROVEN
+        state = RestoreState.NOT_PROVEN if failed else RestoreState.PROVEN
         nodes = tuple(replace(n, next_step="") for n in run.record.nodes)
         await run.update(state=state, nodes=nodes, finished_at=datetime.now(UTC))
         detail = (

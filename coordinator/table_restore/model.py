@@ -32,7 +32,7 @@ class TableRestoreState(enum.StrEnum):
     #: Every node imported every staged SSTable and the rows were checked.
     SUCCEEDED = "succeeded"
     #: Imported, but a check of the rows did not hold (the report says which).
-    UNVERIFIED = "unverified"
+    NOT_PROVEN = "not-proven"
     #: Stopped at `step`; resumable (`--resume`) or abortable (`--abort`).
     FAILED = "failed"
     #: Given up by the operator: staging and clones removed, nothing more imported.
@@ -45,7 +45,7 @@ class TableRestoreState(enum.StrEnum):
     def finished(self) -> bool:
         return self in (
             TableRestoreState.SUCCEEDED,
-            TableRestoreState.UNVERIFIED,
+            TableRestoreState.NOT_PROVEN,
             TableRestoreState.ABORTED,
         )
 

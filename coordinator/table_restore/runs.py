@@ -91,7 +91,7 @@ def project(run: RunRecord[TableRestoreRecord]) -> TableRestoreRecord:
     if run.state is RunState.SUCCEEDED:
         # A count that could not be compared (the backup never drilled) fails nothing.
         failed = any(line.startswith("FAILED:") for line in record.verification)
-        state = TableRestoreState.UNVERIFIED if failed else TableRestoreState.SUCCEEDED
+        state = TableRestoreState.NOT_PROVEN if failed else TableRestoreState.SUCCEEDED
         step = Step.DONE
     else:
         state = _STATES[run.state]

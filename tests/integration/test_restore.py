@@ -189,10 +189,10 @@ def test_a_backup_tampered_with_fails_its_proof_naming_what_is_missing(
 
     record = run_restore(config, backup.id)
 
-    assert record.state is RestoreState.FAILED_VERIFICATION
+    assert record.state is RestoreState.NOT_PROVEN
     verdicts = {n.name: n for n in record.nodes}
     bad = verdicts["node3"]
-    assert bad.verdict is NodeVerdict.FAILED
+    assert bad.verdict is NodeVerdict.NOT_PROVEN
     assert any("missing" in line and "ringsnap.canary" in line for line in bad.proof), bad.proof
     assert any("canary of backup" in line and "MISSING" in line for line in bad.proof), bad.proof
     assert verdicts["node1"].verdict is NodeVerdict.PROVEN

@@ -90,7 +90,7 @@ def test_a_failed_record_says_its_next_step_in_json_and_text(
     ("state", "code"),
     [
         (TableRestoreState.SUCCEEDED, ExitCode.OK),
-        (TableRestoreState.UNVERIFIED, ExitCode.NOT_PROVEN),
+        (TableRestoreState.NOT_PROVEN, ExitCode.NOT_PROVEN),
         (TableRestoreState.FAILED, ExitCode.FAILED),
         (TableRestoreState.ABORTED, ExitCode.OK),
     ],

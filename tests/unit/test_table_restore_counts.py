@@ -44,7 +44,7 @@ def test_a_count_that_differs_on_one_node_fails_the_verification_naming_node_and
     world.cql.primary_rows[("shop.orders", "host-node2")] = 998
     record = world.run(world.plan().record)
 
-    assert record.state is TableRestoreState.UNVERIFIED
+    assert record.state is TableRestoreState.NOT_PROVEN
     failed = [line for line in record.verification if line.startswith("FAILED:")]
     assert len(failed) == 1, record.verification
     assert "node node2: shop.orders: 998 rows" in failed[0]
@@ -89,7 +89,7 @@ def test_as_counts_the_target_table_against_the_source_tables_drilled_count() ->
     assert [e for e in world.events if e.startswith("count:")] == [
         f"count:shop.orders_copy:host-{n}" for n in NODES
     ]
-    assert record.state is TableRestoreState.UNVERIFIED
+    assert record.state is TableRestoreState.NOT_PROVEN
     assert any(
         line.startswith("FAILED: node node3: shop.orders_copy: 7 rows")
         and "the backup's 1000" in line

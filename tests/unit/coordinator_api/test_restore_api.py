@@ -363,12 +363,12 @@ def test_a_restore_not_proven_succeeds_as_an_operation_with_the_failed_verdict(
     operation = start_restore(harness)
     final = watch_to_end(harness, operation.operation_id)[-1]
     assert final.state == types_pb2.OPERATION_STATE_SUCCEEDED
-    assert final.message.endswith(": failed-verification")
+    assert final.message.endswith(": not-proven")
     (record,) = harness.catalog.list_restores()
     verdicts = {n.name: n.verdict for n in restore_of(harness, record.id).nodes}
     assert verdicts == {
         "n1": pb.NODE_VERDICT_PROVEN,
-        "n2": pb.NODE_VERDICT_FAILED,
+        "n2": pb.NODE_VERDICT_NOT_PROVEN,
         "n3": pb.NODE_VERDICT_PROVEN,
     }
 
@@ -437,7 +437,7 @@ def _node(name: str, manifest_ok: bool | None) -> RestoreNode:
         manifest_ok=manifest_ok,
         step=RestoreStep.ATTACHED,
         step_seconds=(("stopped", 1.25), ("released", 0.5)),
-        verdict=NodeVerdict.FAILED,
+        verdict=NodeVerdict.NOT_PROVEN,
         proof=("manifest: 1 SSTables present",),
         unproven=("no pre-restore canary",),
         next_step="start Cassandra",

@@ -101,7 +101,7 @@ def test_exit_codes_not_proven_refused_failed_and_resumed(
     rig.ring.present.discard("canary-n2")
     result = run(app, "rs-1", "--yes", "--config", str(full_config))
     assert result.exit_code == ExitCode.NOT_PROVEN, result.output
-    assert "FAILED-VERIFICATION" in result.stdout and "n2 FAILED" in flat(result.stdout)
+    assert "NOT-PROVEN in" in result.stdout and "n2 NOT-PROVEN" in flat(result.stdout)
     rig.ring.present.add("canary-n2")
 
     rig.agents["n3"].unreachable = True
@@ -243,7 +243,7 @@ def test_with_the_catalog_free_the_restore_runs_in_this_process(
     assert result.exit_code == ExitCode.NOT_PROVEN, result.output
     with Catalog(data["coordinator"]["catalog"]) as catalog:
         states = [r.state for r in catalog.list_restores()]
-    assert states == [RestoreState.FAILED_VERIFICATION, RestoreState.PROVEN]
+    assert states == [RestoreState.NOT_PROVEN, RestoreState.PROVEN]
 
 
 def test_a_bad_config_is_a_usage_error_naming_the_file(app: typer.Typer, tmp_path: Path) -> None:

@@ -76,7 +76,7 @@ class _VerificationStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Ver
     DESCRIPTOR: _descriptor.EnumDescriptor
     VERIFICATION_STATE_UNSPECIFIED: _VerificationState.ValueType  # 0
     VERIFICATION_STATE_UNVERIFIED: _VerificationState.ValueType  # 1
-    """Never restored or drilled: not proven."""
+    """Never restored or drilled: never checked (a check that failed is FAILED)."""
     VERIFICATION_STATE_PROVEN: _VerificationState.ValueType  # 2
     VERIFICATION_STATE_FAILED: _VerificationState.ValueType  # 3
 
@@ -84,7 +84,7 @@ class VerificationState(_VerificationState, metaclass=_VerificationStateEnumType
 
 VERIFICATION_STATE_UNSPECIFIED: VerificationState.ValueType  # 0
 VERIFICATION_STATE_UNVERIFIED: VerificationState.ValueType  # 1
-"""Never restored or drilled: not proven."""
+"""Never restored or drilled: never checked (a check that failed is FAILED)."""
 VERIFICATION_STATE_PROVEN: VerificationState.ValueType  # 2
 VERIFICATION_STATE_FAILED: VerificationState.ValueType  # 3
 Global___VerificationState: _TypeAlias = VerificationState  # noqa: Y015
@@ -145,7 +145,7 @@ class _RestoreStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RestoreS
     """Planned and confirmed; steps are under way."""
     RESTORE_STATE_PROVEN: _RestoreState.ValueType  # 2
     """Every target node was restored and proven."""
-    RESTORE_STATE_FAILED_VERIFICATION: _RestoreState.ValueType  # 3
+    RESTORE_STATE_NOT_PROVEN: _RestoreState.ValueType  # 3
     """Every step ran, but the proof failed for at least one node."""
     RESTORE_STATE_FAILED: _RestoreState.ValueType  # 4
     """A step failed; each node says what it was left in and what to do next."""
@@ -161,7 +161,7 @@ RESTORE_STATE_RUNNING: RestoreState.ValueType  # 1
 """Planned and confirmed; steps are under way."""
 RESTORE_STATE_PROVEN: RestoreState.ValueType  # 2
 """Every target node was restored and proven."""
-RESTORE_STATE_FAILED_VERIFICATION: RestoreState.ValueType  # 3
+RESTORE_STATE_NOT_PROVEN: RestoreState.ValueType  # 3
 """Every step ran, but the proof failed for at least one node."""
 RESTORE_STATE_FAILED: RestoreState.ValueType  # 4
 """A step failed; each node says what it was left in and what to do next."""
@@ -224,14 +224,16 @@ class _NodeVerdictEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_NodeVerdi
     NODE_VERDICT_UNSPECIFIED: _NodeVerdict.ValueType  # 0
     NODE_VERDICT_PENDING: _NodeVerdict.ValueType  # 1
     NODE_VERDICT_PROVEN: _NodeVerdict.ValueType  # 2
-    NODE_VERDICT_FAILED: _NodeVerdict.ValueType  # 3
+    NODE_VERDICT_NOT_PROVEN: _NodeVerdict.ValueType  # 3
+    """The restore's proof of the node failed."""
 
 class NodeVerdict(_NodeVerdict, metaclass=_NodeVerdictEnumTypeWrapper): ...
 
 NODE_VERDICT_UNSPECIFIED: NodeVerdict.ValueType  # 0
 NODE_VERDICT_PENDING: NodeVerdict.ValueType  # 1
 NODE_VERDICT_PROVEN: NodeVerdict.ValueType  # 2
-NODE_VERDICT_FAILED: NodeVerdict.ValueType  # 3
+NODE_VERDICT_NOT_PROVEN: NodeVerdict.ValueType  # 3
+"""The restore's proof of the node failed."""
 Global___NodeVerdict: _TypeAlias = NodeVerdict  # noqa: Y015
 
 class _TableRestoreSource:
@@ -1564,7 +1566,7 @@ class TableRestore(_message.Message):
     cluster: _builtins.str
     backup_id: _builtins.str
     state: _builtins.str
-    """running, succeeded, unverified, failed (resumable), aborted."""
+    """running, succeeded, not-proven (a check of the rows failed), failed (resumable), aborted."""
     step: _builtins.str
     """The last step the whole run finished, the next one, and what it does."""
     next_step: _builtins.str
