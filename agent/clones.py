@@ -54,11 +54,12 @@ ATTACHED = "attached"
 MOUNTED = "mounted"
 
 
-def check_purpose_id(value: str, field: str = "purpose_id") -> str:
-    """`value` if it is a valid purpose id; `field` names the request's field in the error."""
+def check_purpose_id(value: str, field: str = "run_id") -> str:
+    """`value` if it is a valid run id of clones (a drill's, a table restore's, an export's);
+    `field` names the request's field in the error."""
     if not _PURPOSE_ID.fullmatch(value):
         raise ValidationError(
-            f"invalid purpose id {value!r} ({field}): use 1-63 lowercase letters, digits and '-',"
+            f"invalid run id {value!r} ({field}): use 1-63 lowercase letters, digits and '-',"
             " starting with a letter or digit"
         )
     return value

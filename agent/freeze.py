@@ -260,14 +260,14 @@ class FreezeManager:
         if operation.mount_points != wanted:
             raise Conflict(
                 f"operation {operation.operation_id!r} froze {', '.join(operation.mount_points)},"
-                f" not {', '.join(wanted)}; use a new operation id"
+                f" not {', '.join(wanted)}; use a new run id"
             )
         await operation.freeze_done.wait()
         if operation.state is not State.FROZEN or operation.end_reason is not None:
             why = operation.end_reason.value if operation.end_reason else operation.state.value
             raise Conflict(
                 f"operation {operation.operation_id!r} has ended ({why}); its filesystems are"
-                " thawed; use a new operation id"
+                " thawed; use a new run id"
             )
         return self._freeze_result(operation)
 
@@ -490,7 +490,7 @@ def _freeze_error(failures: list[tuple[str, BaseException]]) -> Exception:
 def _check_operation_id(value: str) -> None:
     if not valid_operation_id(value):
         raise ValidationError(
-            f"invalid operation id {value!r}: use 1-128 letters, digits, '.', '-' or '_',"
+            f"invalid run id {value!r}: use 1-128 letters, digits, '.', '-' or '_',"
             " starting with a letter or digit"
         )
 

@@ -66,7 +66,7 @@ class StateStore:
 
     def _path(self, operation_id: str) -> Path:
         if not valid_operation_id(operation_id):
-            raise ValueError(f"operation id {operation_id!r} is not safe as a file name")
+            raise ValueError(f"run id {operation_id!r} is not safe as a file name")
         return self.directory / f"{_PREFIX}{operation_id}{_SUFFIX}"
 
     def write(self, operation_id: str, mount_points: tuple[str, ...]) -> FreezeRecord:

@@ -178,7 +178,7 @@ def mounted_clones_message(mounts: Sequence[MountedClone]) -> agent_pb2.MountClo
 
 def drill_status_message(status: DrillStatus) -> agent_pb2.DrillStatus:
     return agent_pb2.DrillStatus(
-        drill_id=status.drill_id,
+        run_id=status.drill_id,
         state=status.state,
         step=status.step,
         message=status.message,
@@ -192,7 +192,7 @@ def drill_status_message(status: DrillStatus) -> agent_pb2.DrillStatus:
 
 def drill_request(request: agent_pb2.StartDrillRequest) -> DrillRequest:
     return DrillRequest(
-        drill_id=request.drill_id,
+        drill_id=request.run_id,
         node=request.node,
         cluster_name=request.cluster_name,
         address=request.address,
@@ -280,7 +280,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     ) -> agent_pb2.FreezeFilesystemsResponse:
         lease = seconds_of(request.lease, "lease") if request.HasField("lease") else None
         result = await self._agent.freeze(
-            request.operation_id,
+            request.run_id,
             list(request.mount_points),
             lease_seconds=lease,
             sync_first=request.sync_first,
@@ -292,14 +292,14 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         self, request: agent_pb2.RenewLeaseRequest, context: Context
     ) -> agent_pb2.RenewLeaseResponse:
         lease = seconds_of(request.lease, "lease") if request.HasField("lease") else None
-        expires = await self._agent.renew(request.operation_id, lease)
+        expires = await self._agent.renew(request.run_id, lease)
         return agent_pb2.RenewLeaseResponse(lease_expires_at=unix_timestamp(expires))
 
     @unary
     async def ThawFilesystems(
         self, request: agent_pb2.ThawFilesystemsRequest, context: Context
     ) -> agent_pb2.ThawFilesystemsResponse:
-        return thaw_message(await self._agent.thaw(request.operation_id))
+        return thaw_message(await self._agent.thaw(request.run_id))
 
     async def GetManifest(
         self, request: agent_pb2.GetManifestRequest, context: Context
@@ -351,9 +351,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     async def ReleaseVolumes(
         self, request: agent_pb2.ReleaseVolumesRequest, context: Context
     ) -> agent_pb2.ReleaseVolumesResponse:
-        released = await self._agent.release_volumes(
-            request.operation_id, list(request.mount_points)
-        )
+        released = await self._agent.release_volumes(request.run_id, list(request.mount_points))
         return agent_pb2.ReleaseVolumesResponse(
             volumes=[node_volume_message(volume) for volume in released]
         )
@@ -363,7 +361,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         self, request: agent_pb2.AttachVolumesRequest, context: Context
     ) -> agent_pb2.AttachVolumesResponse:
         attached = await self._agent.attach_volumes(
-            request.operation_id,
+            request.run_id,
             [(volume.mount_point, volume.volume_name) for volume in request.volumes],
         )
         return agent_pb2.AttachVolumesResponse(
@@ -374,16 +372,14 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     async def DiscardReplayState(
         self, request: agent_pb2.DiscardReplayStateRequest, context: Context
     ) -> agent_pb2.DiscardReplayStateResponse:
-        discarded = await self._agent.discard_replay_state(
-            request.operation_id, hints=request.hints
-        )
+        discarded = await self._agent.discard_replay_state(request.run_id, hints=request.hints)
         return discarded_message(discarded)
 
     @unary
     async def RestoreSnapshot(
         self, request: agent_pb2.RestoreSnapshotRequest, context: Context
     ) -> agent_pb2.RestoreSnapshotResponse:
-        tables = await self._agent.restore_snapshot(request.operation_id, request.tag)
+        tables = await self._agent.restore_snapshot(request.run_id, request.tag)
         return restored_message(tables)
 
     @unary
@@ -391,7 +387,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         self, request: agent_pb2.MountClonesRequest, context: Context
     ) -> agent_pb2.MountClonesResponse:
         mounts = await self._clones.mount(
-            request.purpose_id,
+            request.run_id,
             [
                 CloneVolume(v.role, v.array, v.volume, v.serial, v.wwn, v.source_mount_point)
                 for v in request.volumes
@@ -405,8 +401,8 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         self, request: agent_pb2.UnmountClonesRequest, context: Context
     ) -> agent_pb2.UnmountClonesResponse:
         # An export of this node reading these clones is stopped first (the clones would be busy).
-        await self._s3_exports.release_purpose(request.purpose_id)
-        detached = await self._clones.unmount(request.purpose_id)
+        await self._s3_exports.release_purpose(request.run_id)
+        detached = await self._clones.unmount(request.run_id)
         return agent_pb2.UnmountClonesResponse(detached_volumes=detached)
 
     @unary
@@ -419,18 +415,18 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     async def GetDrill(
         self, request: agent_pb2.DrillRequest, context: Context
     ) -> agent_pb2.DrillStatus:
-        return drill_status_message(self._drills.get(request.drill_id))
+        return drill_status_message(self._drills.get(request.run_id))
 
     @unary
     async def StopDrill(
         self, request: agent_pb2.DrillRequest, context: Context
     ) -> agent_pb2.DrillStatus:
-        return drill_status_message(await self._drills.stop(request.drill_id))
+        return drill_status_message(await self._drills.stop(request.run_id))
 
     async def GetDrillManifest(
         self, request: agent_pb2.DrillRequest, context: Context
     ) -> AsyncIterator[agent_pb2.GetManifestResponse]:
-        batches = partial(self._drills.manifest, request.drill_id)
+        batches = partial(self._drills.manifest, request.run_id)
         async for message in _stream_manifest(batches, context, "GetDrillManifest"):
             yield message
 

@@ -132,7 +132,7 @@ def _drill_one(
     since = time.monotonic()
     stub.MountClones(
         agent_pb2.MountClonesRequest(
-            purpose_id=drill_id,
+            run_id=drill_id,
             volumes=[
                 agent_pb2.CloneVolume(
                     role=roles[m.volume.name],
@@ -149,7 +149,7 @@ def _drill_one(
     steps["mount"] = time.monotonic() - since
     stub.StartDrill(
         agent_pb2.StartDrillRequest(
-            drill_id=drill_id,
+            run_id=drill_id,
             node=name,
             cluster_name=facts.cluster_name,
             address=sandbox_node.address,
@@ -169,7 +169,7 @@ def _drill_one(
     cpu = rss = 0.0
     namespace = netns.name_for(drill_id)
     while True:
-        status = stub.GetDrill(agent_pb2.DrillRequest(drill_id=drill_id), timeout=30)
+        status = stub.GetDrill(agent_pb2.DrillRequest(run_id=drill_id), timeout=30)
         for pid in asyncio.run(netns.pids(namespace)):
             with contextlib.suppress(OSError):
                 cpu_now, rss_now = _cpu_seconds(pid), _peak_rss_mib(pid)
@@ -177,9 +177,9 @@ def _drill_one(
         if status.state in ("proven", "failed", "stopped"):
             break
         time.sleep(0.25)
-    stub.StopDrill(agent_pb2.DrillRequest(drill_id=drill_id), timeout=300)
+    stub.StopDrill(agent_pb2.DrillRequest(run_id=drill_id), timeout=300)
     since = time.monotonic()
-    stub.UnmountClones(agent_pb2.UnmountClonesRequest(purpose_id=drill_id), timeout=600)
+    stub.UnmountClones(agent_pb2.UnmountClonesRequest(run_id=drill_id), timeout=600)
     steps["unmount"] = time.monotonic() - since
     since = time.monotonic()
     for clone in clones:

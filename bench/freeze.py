@@ -102,9 +102,7 @@ def one_round(nodes: list[BenchNode], pool: ThreadPoolExecutor, operation: str) 
     def freeze(node: BenchNode) -> None:
         started = time.perf_counter()
         answer = node.stub.FreezeFilesystems(
-            agent_pb2.FreezeFilesystemsRequest(
-                operation_id=operation, lease=lease, sync_first=True
-            ),
+            agent_pb2.FreezeFilesystemsRequest(run_id=operation, lease=lease, sync_first=True),
             timeout=30,
         )
         node.freeze_rtt.append(time.perf_counter() - started)
@@ -115,7 +113,7 @@ def one_round(nodes: list[BenchNode], pool: ThreadPoolExecutor, operation: str) 
     def thaw(node: BenchNode) -> None:
         started = time.perf_counter()
         answer = node.stub.ThawFilesystems(
-            agent_pb2.ThawFilesystemsRequest(operation_id=operation), timeout=30
+            agent_pb2.ThawFilesystemsRequest(run_id=operation), timeout=30
         )
         node.thaw_rtt.append(time.perf_counter() - started)
         assert all(fs.was_frozen for fs in answer.filesystems), answer

@@ -138,7 +138,7 @@ class DrillHost:
 
     async def stop(self, drill_id: str) -> DrillStatus:
         """Stop the node and delete the namespace now; the clones stay (UnmountClones)."""
-        check_purpose_id(drill_id, "drill_id")
+        check_purpose_id(drill_id, "run_id")
         drill = self._drills.get(drill_id)
         if drill is None:
             # Unknown here: never started, or torn down by a restart (recover). Nothing runs.
@@ -237,7 +237,7 @@ class DrillHost:
             task.cancel()
 
     def _drill(self, drill_id: str) -> DrillRun:
-        check_purpose_id(drill_id, "drill_id")
+        check_purpose_id(drill_id, "run_id")
         drill = self._drills.get(drill_id)
         if drill is None:
             raise NotFound(f"no drill {drill_id!r} on this agent")

@@ -54,7 +54,7 @@ class DrillRequest:
     def checked(self) -> DrillRequest:
         """The same request with every field validated and normalised (ValidationError names the
         field); paths are mapped onto the clones later, when the clones are known."""
-        check_purpose_id(self.drill_id, "drill_id")
+        check_purpose_id(self.drill_id, "run_id")
         _matching(_NODE, self.node, "node name")
         _matching(_CLUSTER_NAME, self.cluster_name, "cluster name")
         try:

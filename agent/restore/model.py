@@ -106,7 +106,7 @@ def ordered(kinds: Iterable[str]) -> tuple[str, ...]:
 def check_operation_id(value: str) -> str:
     if not valid_operation_id(value):
         raise ValidationError(
-            f"invalid operation id {value!r}: use 1-128 letters, digits, '.', '-' or '_',"
+            f"invalid run id {value!r}: use 1-128 letters, digits, '.', '-' or '_',"
             " starting with a letter or digit"
         )
     return value

@@ -62,14 +62,14 @@ class ExportRequest:
     def of(cls, request: agent_pb2.ExportToS3Request) -> ExportRequest:
         valid_backup_id(request.backup_id)
         node_name(request.node)
-        if bool(request.purpose_id) == bool(request.snapshot_tag):
+        if bool(request.run_id) == bool(request.snapshot_tag):
             raise ValidationError(
                 "ExportToS3 needs exactly one of purpose_id (mounted clones) and snapshot_tag"
                 " (a native snapshot)"
             )
         if request.snapshot_tag:
             snapshot_tag(request.snapshot_tag, "snapshot_tag")
-        return cls(request.backup_id, request.node, request.purpose_id, request.snapshot_tag)
+        return cls(request.backup_id, request.node, request.run_id, request.snapshot_tag)
 
 
 def progress_message(phase: str, progress: Progress) -> agent_pb2.ExportToS3Response:

@@ -217,10 +217,10 @@ class S3StagingRpcs:
     async def check_room(
         self, request: agent_pb2.CheckS3RoomRequest
     ) -> agent_pb2.CheckS3DownloadResponse:
-        check_operation_id(request.operation_id)
+        check_operation_id(request.run_id)
         done = await asyncio.to_thread(
             self._staging.check_room,
-            request.operation_id,
+            request.run_id,
             request.backup_id,
             request.node,
             request.expected_bytes,
@@ -230,9 +230,7 @@ class S3StagingRpcs:
     async def discard(
         self, request: agent_pb2.DiscardS3DownloadRequest
     ) -> agent_pb2.DiscardS3DownloadResponse:
-        removed = await asyncio.to_thread(
-            self._staging.discard, request.operation_id, request.backup_id
-        )
+        removed = await asyncio.to_thread(self._staging.discard, request.run_id, request.backup_id)
         return agent_pb2.DiscardS3DownloadResponse(
             removed=[
                 agent_pb2.DiscardedStaging(path=d.path, files=d.files, bytes=d.bytes)

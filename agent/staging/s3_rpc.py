@@ -112,24 +112,24 @@ class S3RestoreRpcs:
 
         if bool(request.keyspace) != bool(request.table):
             raise ValidationError("a table download from S3 needs both keyspace and table")
-        check_operation_id(request.operation_id)
-        await self._wait_for_previous(request.operation_id)
+        check_operation_id(request.run_id)
+        await self._wait_for_previous(request.run_id)
         cancel = threading.Event()
         if request.keyspace:
             try:
-                restore_id(request.operation_id)
+                restore_id(request.run_id)
             except ValidationError as exc:
                 # The table restore's id rule speaks of a "restore id": name the field.
                 raise ValidationError(f"operation_id: {exc}") from None
             staging = self._table_staging(
-                request.operation_id,
+                request.run_id,
                 request.target_keyspace or request.keyspace,
                 request.target_table or request.table,
             )
             work = asyncio.ensure_future(
                 asyncio.to_thread(
                     lambda: self._restores.download_table(
-                        request.operation_id,
+                        request.run_id,
                         request.backup_id,
                         request.node,
                         keyspace=request.keyspace,
@@ -144,15 +144,15 @@ class S3RestoreRpcs:
             work = asyncio.ensure_future(
                 asyncio.to_thread(
                     self._restores.download,
-                    request.operation_id,
+                    request.run_id,
                     request.backup_id,
                     request.node,
                     report,
                     cancel,
                 )
             )
-        self._running[request.operation_id] = (cancel, work)
-        work.add_done_callback(lambda _: self._forget(request.operation_id, work))
+        self._running[request.run_id] = (cancel, work)
+        work.add_done_callback(lambda _: self._forget(request.run_id, work))
 
         def count_failure(done: asyncio.Future[StagedDownload]) -> None:
             if not done.cancelled() and done.exception() is not None and not cancel.is_set():
@@ -177,7 +177,7 @@ class S3RestoreRpcs:
                 cancel.set()
                 log.warning(
                     "download from S3 cancelled by its caller; stopping it",
-                    operation_id=request.operation_id,
+                    operation_id=request.run_id,
                     backup_id=request.backup_id,
                     node=request.node,
                 )
@@ -193,9 +193,9 @@ class S3RestoreRpcs:
     async def check(
         self, request: agent_pb2.CheckS3DownloadRequest
     ) -> agent_pb2.CheckS3DownloadResponse:
-        check_operation_id(request.operation_id)
+        check_operation_id(request.run_id)
         done = await asyncio.to_thread(
-            self._restores.check, request.operation_id, request.backup_id, request.node
+            self._restores.check, request.run_id, request.backup_id, request.node
         )
         return check_response(done)
 
@@ -209,9 +209,9 @@ class S3RestoreRpcs:
         self, request: agent_pb2.InstallS3DownloadRequest
     ) -> agent_pb2.InstallS3DownloadResponse:
         if request.commitlog:
-            done = await self._agent.install_s3_commitlog(request.operation_id, request.backup_id)
+            done = await self._agent.install_s3_commitlog(request.run_id, request.backup_id)
             return agent_pb2.InstallS3DownloadResponse(
                 commitlog_segments=done.segments, commitlog_bytes=done.bytes, commitlog=done.detail
             )
-        tables = await self._agent.install_s3_download(request.operation_id, request.backup_id)
+        tables = await self._agent.install_s3_download(request.run_id, request.backup_id)
         return agent_pb2.InstallS3DownloadResponse(tables=restored_table_messages(tables))

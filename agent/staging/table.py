@@ -88,7 +88,7 @@ class StagingSpace:
 def restore_id(value: str) -> str:
     if not _RESTORE_ID.fullmatch(value):
         raise ValidationError(
-            f"invalid restore id {value!r}: use 1-63 lowercase letters, digits or '-', starting"
+            f"invalid run id {value!r}: use 1-63 lowercase letters, digits or '-', starting"
             " with a letter or digit"
         )
     return value

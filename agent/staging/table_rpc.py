@@ -42,7 +42,7 @@ class TableImportRpcs:
     async def get_staging_space(
         self, request: agent_pb2.GetStagingSpaceRequest
     ) -> agent_pb2.StagingSpace:
-        space = await asyncio.to_thread(self._importer.space, request.restore_id)
+        space = await asyncio.to_thread(self._importer.space, request.run_id)
         return agent_pb2.StagingSpace(
             staging_directory=space.staging_directory,
             free_bytes=space.free_bytes,
@@ -54,7 +54,7 @@ class TableImportRpcs:
     ) -> agent_pb2.StageTableResponse:
         staged = await asyncio.to_thread(
             self._importer.stage,
-            request.restore_id,
+            request.run_id,
             request.keyspace,
             request.table,
             [(m.source_mount_point, m.mount_point) for m in request.clone_mounts],
@@ -72,7 +72,7 @@ class TableImportRpcs:
         self, request: agent_pb2.ImportStagedTableRequest
     ) -> agent_pb2.ImportStagedTableResponse:
         result = await self._importer.import_staged(
-            request.restore_id, request.keyspace, request.table
+            request.run_id, request.keyspace, request.table
         )
         return agent_pb2.ImportStagedTableResponse(
             sstables_imported=result.sstables_imported,
@@ -84,5 +84,5 @@ class TableImportRpcs:
     async def remove_staging(
         self, request: agent_pb2.RemoveStagingRequest
     ) -> agent_pb2.RemoveStagingResponse:
-        files, size = await asyncio.to_thread(self._importer.remove, request.restore_id)
+        files, size = await asyncio.to_thread(self._importer.remove, request.run_id)
         return agent_pb2.RemoveStagingResponse(files=files, bytes=size)

@@ -28,7 +28,7 @@ class CloneMountingConnection(AgentConnection):
         )
 
     async def unmount_clones(self, purpose_id: str) -> tuple[str, ...]:
-        request = agent_pb2.UnmountClonesRequest(purpose_id=purpose_id)
+        request = agent_pb2.UnmountClonesRequest(run_id=purpose_id)
         with self._calling("UnmountClones"):
             reply = await self._stub.UnmountClones(request, timeout=CLONE_MOUNTS_TIMEOUT_SECONDS)
         return tuple(reply.detached_volumes)

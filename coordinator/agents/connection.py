@@ -84,7 +84,7 @@ def clone_volumes_message(
     """The MountClones request for `clones`, built in one place for every client that mounts
     clones (drill host, table restore, export)."""
     return agent_pb2.MountClonesRequest(
-        purpose_id=purpose_id,
+        run_id=purpose_id,
         read_only=read_only,
         volumes=[
             agent_pb2.CloneVolume(
@@ -181,7 +181,7 @@ class GrpcNodeAgent(AgentConnection):
 
     async def freeze(self, operation_id: str, lease_seconds: float) -> FreezeReceipt:
         request = agent_pb2.FreezeFilesystemsRequest(
-            operation_id=operation_id, lease=_duration(lease_seconds), sync_first=True
+            run_id=operation_id, lease=_duration(lease_seconds), sync_first=True
         )
         with self._calling("FreezeFilesystems"):
             reply = await self._stub.FreezeFilesystems(request, timeout=self._timeout)
@@ -192,9 +192,7 @@ class GrpcNodeAgent(AgentConnection):
         )
 
     async def renew(self, operation_id: str, lease_seconds: float) -> datetime:
-        request = agent_pb2.RenewLeaseRequest(
-            operation_id=operation_id, lease=_duration(lease_seconds)
-        )
+        request = agent_pb2.RenewLeaseRequest(run_id=operation_id, lease=_duration(lease_seconds))
         with self._calling("RenewLease"):
             reply = await self._stub.RenewLease(request, timeout=lease_seconds)
         return moment(reply.lease_expires_at)
@@ -202,7 +200,7 @@ class GrpcNodeAgent(AgentConnection):
     async def thaw(self, operation_id: str) -> ThawReceipt:
         with self._calling("ThawFilesystems"):
             reply = await self._stub.ThawFilesystems(
-                agent_pb2.ThawFilesystemsRequest(operation_id=operation_id),
+                agent_pb2.ThawFilesystemsRequest(run_id=operation_id),
                 timeout=self._timeout,
             )
         thawed = [fs for fs in reply.filesystems if fs.was_frozen]
@@ -267,7 +265,7 @@ class GrpcNodeAgent(AgentConnection):
         self, operation_id: str, mount_points: Sequence[str]
     ) -> tuple[NodeVolumeFacts, ...]:
         request = agent_pb2.ReleaseVolumesRequest(
-            operation_id=operation_id, mount_points=list(mount_points)
+            run_id=operation_id, mount_points=list(mount_points)
         )
         with self._calling("ReleaseVolumes"):
             reply = await self._stub.ReleaseVolumes(request, timeout=VOLUMES_TIMEOUT_SECONDS)
@@ -277,7 +275,7 @@ class GrpcNodeAgent(AgentConnection):
         self, operation_id: str, volumes: Sequence[tuple[str, str]]
     ) -> tuple[NodeVolumeFacts, ...]:
         request = agent_pb2.AttachVolumesRequest(
-            operation_id=operation_id,
+            run_id=operation_id,
             volumes=[
                 agent_pb2.AttachVolume(mount_point=point, volume_name=name)
                 for point, name in volumes
@@ -290,7 +288,7 @@ class GrpcNodeAgent(AgentConnection):
     async def discard_replay_state(
         self, operation_id: str, *, hints: bool
     ) -> tuple[DiscardedDirectory, ...]:
-        request = agent_pb2.DiscardReplayStateRequest(operation_id=operation_id, hints=hints)
+        request = agent_pb2.DiscardReplayStateRequest(run_id=operation_id, hints=hints)
         with self._calling("DiscardReplayState"):
             reply = await self._stub.DiscardReplayState(request, timeout=DISCARD_TIMEOUT_SECONDS)
         return tuple(
@@ -299,7 +297,7 @@ class GrpcNodeAgent(AgentConnection):
         )
 
     async def restore_snapshot(self, operation_id: str, tag: str) -> tuple[RestoredTable, ...]:
-        request = agent_pb2.RestoreSnapshotRequest(operation_id=operation_id, tag=tag)
+        request = agent_pb2.RestoreSnapshotRequest(run_id=operation_id, tag=tag)
         with self._calling("RestoreSnapshot"):
             reply = await self._stub.RestoreSnapshot(request, timeout=VOLUMES_TIMEOUT_SECONDS)
         return tuple(

@@ -28,7 +28,7 @@ class GrpcDrillHost(CloneMountingConnection):
 
     async def start_drill(self, spec: DrillSpec) -> DrillStatus:
         request = agent_pb2.StartDrillRequest(
-            drill_id=spec.purpose_id,
+            run_id=spec.purpose_id,
             node=spec.node,
             cluster_name=spec.cluster_name,
             address=spec.address,
@@ -48,13 +48,13 @@ class GrpcDrillHost(CloneMountingConnection):
         return _status(reply)
 
     async def get_drill(self, purpose_id: str) -> DrillStatus:
-        request = agent_pb2.DrillRequest(drill_id=purpose_id)
+        request = agent_pb2.DrillRequest(run_id=purpose_id)
         with self._calling("GetDrill"):
             reply = await self._stub.GetDrill(request, timeout=self._timeout)
         return _status(reply)
 
     async def drill_manifest(self, purpose_id: str) -> list[SSTable]:
-        request = agent_pb2.DrillRequest(drill_id=purpose_id)
+        request = agent_pb2.DrillRequest(run_id=purpose_id)
         sstables: list[SSTable] = []
         with self._calling("GetDrillManifest"):
             async for batch in self._stub.GetDrillManifest(
@@ -64,7 +64,7 @@ class GrpcDrillHost(CloneMountingConnection):
         return sstables
 
     async def stop_drill(self, purpose_id: str) -> DrillStatus:
-        request = agent_pb2.DrillRequest(drill_id=purpose_id)
+        request = agent_pb2.DrillRequest(run_id=purpose_id)
         with self._calling("StopDrill"):
             reply = await self._stub.StopDrill(request, timeout=STOP_TIMEOUT_SECONDS)
         return _status(reply)
@@ -72,7 +72,7 @@ class GrpcDrillHost(CloneMountingConnection):
 
 def _status(reply: agent_pb2.DrillStatus) -> DrillStatus:
     return DrillStatus(
-        purpose_id=reply.drill_id,
+        purpose_id=reply.run_id,
         state=reply.state,
         step=reply.step,
         message=reply.message,

@@ -54,7 +54,7 @@ class GrpcExportNode(GrpcNodeAgent, CloneMountingConnection):
         progress: Callable[[UploadProgress], None] | None = None,
     ) -> NodeUpload:
         request = agent_pb2.ExportToS3Request(
-            backup_id=backup_id, node=self.node, purpose_id=purpose_id, snapshot_tag=snapshot_tag
+            backup_id=backup_id, node=self.node, run_id=purpose_id, snapshot_tag=snapshot_tag
         )
         result: NodeUpload | None = None
         with self._calling("ExportToS3"):

@@ -35,7 +35,7 @@ class GrpcS3Restore(AgentConnection):
     ) -> StagedCopy:
         target = download.target
         request = agent_pb2.DownloadFromS3Request(
-            operation_id=download.operation_id,
+            run_id=download.operation_id,
             backup_id=download.backup_id,
             node=download.node,
             keyspace=download.keyspace,
@@ -83,7 +83,7 @@ class GrpcS3Restore(AgentConnection):
         self, operation_id: str, backup_id: str, node: str
     ) -> S3DownloadCheck:
         request = agent_pb2.CheckS3DownloadRequest(
-            operation_id=operation_id, backup_id=backup_id, node=node
+            run_id=operation_id, backup_id=backup_id, node=node
         )
         with self._calling("CheckS3Download"):
             reply = await self._stub.CheckS3Download(request, timeout=CHECK_TIMEOUT_SECONDS)
@@ -93,7 +93,7 @@ class GrpcS3Restore(AgentConnection):
         self, operation_id: str, backup_id: str, node: str, expected_bytes: int
     ) -> S3DownloadCheck:
         request = agent_pb2.CheckS3RoomRequest(
-            operation_id=operation_id,
+            run_id=operation_id,
             backup_id=backup_id,
             node=node,
             expected_bytes=expected_bytes,
@@ -105,13 +105,13 @@ class GrpcS3Restore(AgentConnection):
     async def discard_s3_download(
         self, operation_id: str, backup_id: str
     ) -> tuple[DiscardedStaging, ...]:
-        request = agent_pb2.DiscardS3DownloadRequest(operation_id=operation_id, backup_id=backup_id)
+        request = agent_pb2.DiscardS3DownloadRequest(run_id=operation_id, backup_id=backup_id)
         with self._calling("DiscardS3Download"):
             reply = await self._stub.DiscardS3Download(request, timeout=INSTALL_TIMEOUT_SECONDS)
         return tuple(DiscardedStaging(d.path, d.files, d.bytes) for d in reply.removed)
 
     async def install_s3_download(self, operation_id: str, backup_id: str) -> InstalledCopy:
-        request = agent_pb2.InstallS3DownloadRequest(operation_id=operation_id, backup_id=backup_id)
+        request = agent_pb2.InstallS3DownloadRequest(run_id=operation_id, backup_id=backup_id)
         with self._calling("InstallS3Download"):
             reply = await self._stub.InstallS3Download(request, timeout=INSTALL_TIMEOUT_SECONDS)
         return InstalledCopy(
@@ -122,7 +122,7 @@ class GrpcS3Restore(AgentConnection):
 
     async def install_s3_commitlog(self, operation_id: str, backup_id: str, node: str) -> str:
         request = agent_pb2.InstallS3DownloadRequest(
-            operation_id=operation_id, backup_id=backup_id, node=node, commitlog=True
+            run_id=operation_id, backup_id=backup_id, node=node, commitlog=True
         )
         with self._calling("InstallS3Download"):
             reply = await self._stub.InstallS3Download(request, timeout=INSTALL_TIMEOUT_SECONDS)

@@ -52,7 +52,7 @@ class GrpcTableNode(CloneMountingConnection):
     async def staging_space(self, restore_id: str) -> StagingSpace:
         with self._calling("GetStagingSpace"):
             reply = await self._stub.GetStagingSpace(
-                agent_pb2.GetStagingSpaceRequest(restore_id=restore_id), timeout=self._timeout
+                agent_pb2.GetStagingSpaceRequest(run_id=restore_id), timeout=self._timeout
             )
         return StagingSpace(reply.staging_directory, reply.free_bytes, reply.staged_bytes)
 
@@ -65,7 +65,7 @@ class GrpcTableNode(CloneMountingConnection):
         sstables: Sequence[SSTable],
     ) -> StagedTable:
         request = agent_pb2.StageTableRequest(
-            restore_id=restore_id,
+            run_id=restore_id,
             keyspace=keyspace,
             table=table,
             clone_mounts=[
@@ -83,7 +83,7 @@ class GrpcTableNode(CloneMountingConnection):
         self, restore_id: str, keyspace: str, table: str
     ) -> ImportedTable:
         request = agent_pb2.ImportStagedTableRequest(
-            restore_id=restore_id, keyspace=keyspace, table=table
+            run_id=restore_id, keyspace=keyspace, table=table
         )
         with self._calling("ImportStagedTable"):
             reply = await self._stub.ImportStagedTable(request, timeout=IMPORT_TIMEOUT_SECONDS)
@@ -97,6 +97,6 @@ class GrpcTableNode(CloneMountingConnection):
     async def remove_staging(self, restore_id: str) -> tuple[int, int]:
         with self._calling("RemoveStaging"):
             reply = await self._stub.RemoveStaging(
-                agent_pb2.RemoveStagingRequest(restore_id=restore_id), timeout=self._timeout
+                agent_pb2.RemoveStagingRequest(run_id=restore_id), timeout=self._timeout
             )
         return reply.files, reply.bytes

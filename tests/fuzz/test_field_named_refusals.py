@@ -39,14 +39,14 @@ def test_a_bad_tag_or_id_names_its_field() -> None:
 
 
 def test_freezing_root_names_the_mount_points(rig: AgentRig) -> None:
-    request = agent_pb2.FreezeFilesystemsRequest(operation_id="op-1", mount_points=["/"])
+    request = agent_pb2.FreezeFilesystemsRequest(run_id="op-1", mount_points=["/"])
     code, details = _refusal(rig, "FreezeFilesystems", request)
     assert code is grpc.StatusCode.INVALID_ARGUMENT
     assert "refusing to freeze '/'" in details and "mount point" in details
 
 
 def test_releasing_root_names_the_mount_point(rig: AgentRig) -> None:
-    request = agent_pb2.ReleaseVolumesRequest(operation_id="op-1", mount_points=["/"])
+    request = agent_pb2.ReleaseVolumesRequest(run_id="op-1", mount_points=["/"])
     code, details = _refusal(rig, "ReleaseVolumes", request)
     assert code is grpc.StatusCode.INVALID_ARGUMENT
     assert "refusing to release mount point '/'" in details
@@ -57,15 +57,15 @@ def test_data_on_the_root_filesystem_is_a_failed_precondition_not_a_bad_request(
 ) -> None:
     # The rig's data directory is on the test host's root filesystem: releasing "everything" is
     # refused because of the node's layout, whatever the request says.
-    request = agent_pb2.ReleaseVolumesRequest(operation_id="op-1")
+    request = agent_pb2.ReleaseVolumesRequest(run_id="op-1")
     code, details = _refusal(rig, "ReleaseVolumes", request)
     assert code is grpc.StatusCode.FAILED_PRECONDITION, details
     assert "never releases" in details and str(Path("/")) in details
 
 
-def test_a_bad_drill_id_names_drill_id(rig: AgentRig) -> None:
-    """Regression: GetDrill/StopDrill refused a bad drill_id as an "invalid purpose id"."""
+def test_a_bad_drill_run_id_names_run_id(rig: AgentRig) -> None:
+    """Regression: GetDrill/StopDrill refused a bad drill id naming no field of the request."""
     for name in ("GetDrill", "StopDrill"):
-        code, details = _refusal(rig, name, agent_pb2.DrillRequest(drill_id="../x"))
+        code, details = _refusal(rig, name, agent_pb2.DrillRequest(run_id="../x"))
         assert code is grpc.StatusCode.INVALID_ARGUMENT
-        assert "(drill_id)" in details, details
+        assert "(run_id)" in details, details

@@ -345,7 +345,7 @@ def freeze_all(agents: dict[str, AgentUnderTest], operation: str, seconds: float
             pool.map(
                 lambda a: a.stub.FreezeFilesystems(
                     agent_pb2.FreezeFilesystemsRequest(
-                        operation_id=operation, lease=lease(seconds), sync_first=True
+                        run_id=operation, lease=lease(seconds), sync_first=True
                     ),
                     timeout=30,
                 ),
@@ -361,7 +361,7 @@ def thaw_all(
         return list(
             pool.map(
                 lambda a: a.stub.ThawFilesystems(
-                    agent_pb2.ThawFilesystemsRequest(operation_id=operation), timeout=30
+                    agent_pb2.ThawFilesystemsRequest(run_id=operation), timeout=30
                 ),
                 agents.values(),
             )

@@ -157,7 +157,7 @@ def freeze(
     sync_first: bool = False,
 ) -> agent_pb2.FreezeFilesystemsResponse:
     request = agent_pb2.FreezeFilesystemsRequest(
-        operation_id=operation, lease=lease(seconds), sync_first=sync_first
+        run_id=operation, lease=lease(seconds), sync_first=sync_first
     )
     response: agent_pb2.FreezeFilesystemsResponse = stub.FreezeFilesystems(request, timeout=30)
     return response
@@ -178,9 +178,7 @@ def test_freeze_blocks_writes_until_thaw(node: Node, agent: BackgroundAgent, pki
         "a write went through a frozen filesystem"
     )
 
-    thawed = stub.ThawFilesystems(
-        agent_pb2.ThawFilesystemsRequest(operation_id="op-block"), timeout=30
-    )
+    thawed = stub.ThawFilesystems(agent_pb2.ThawFilesystemsRequest(run_id="op-block"), timeout=30)
     assert all(writer.done.wait(10) for writer in writers), "thaw did not release the writers"
     assert {fs.mount_point for fs in thawed.filesystems if fs.was_frozen} == {
         str(node.data.mount_point),
@@ -190,9 +188,7 @@ def test_freeze_blocks_writes_until_thaw(node: Node, agent: BackgroundAgent, pki
     assert not thawed.lease_expired
     assert node.records() == []
 
-    again = stub.ThawFilesystems(
-        agent_pb2.ThawFilesystemsRequest(operation_id="op-block"), timeout=30
-    )
+    again = stub.ThawFilesystems(agent_pb2.ThawFilesystemsRequest(run_id="op-block"), timeout=30)
     assert [fs.was_frozen for fs in again.filesystems] == [False, False]
 
 
@@ -211,7 +207,7 @@ def test_client_that_disappears_is_thawed_by_the_lease_on_time(
         assert 1.0 - 0.1 <= held <= 1.0 + SLACK, f"thawed after {held:.3f} s for a 1 s lease"
     assert node.records_once_removed() == []
     result = stub_for(pki.channel(agent.address)).ThawFilesystems(
-        agent_pb2.ThawFilesystemsRequest(operation_id="op-vanish"), timeout=30
+        agent_pb2.ThawFilesystemsRequest(run_id="op-vanish"), timeout=30
     )
     assert result.lease_expired and not any(fs.was_frozen for fs in result.filesystems)
 
@@ -265,9 +261,7 @@ def test_renewing_client_keeps_it_frozen_exactly_as_long_as_it_renews(
     last_renewal = time.monotonic()
     while time.monotonic() < renewed_until:
         time.sleep(0.2)
-        stub.RenewLease(
-            agent_pb2.RenewLeaseRequest(operation_id="op-renew", lease=lease(0.6)), timeout=5
-        )
+        stub.RenewLease(agent_pb2.RenewLeaseRequest(run_id="op-renew", lease=lease(0.6)), timeout=5)
         last_renewal = time.monotonic()
         assert not writer.done.is_set(), "thawed although the lease was renewed"
     assert writer.done.wait(0.6 + SLACK + 5)
@@ -275,9 +269,7 @@ def test_renewing_client_keeps_it_frozen_exactly_as_long_as_it_renews(
     after = writer.finished - last_renewal
     assert 0.6 - 0.1 <= after <= 0.6 + SLACK, f"thawed {after:.3f} s after the last renewal"
     with pytest.raises(grpc.RpcError) as late:
-        stub.RenewLease(
-            agent_pb2.RenewLeaseRequest(operation_id="op-renew", lease=lease(0.6)), timeout=5
-        )
+        stub.RenewLease(agent_pb2.RenewLeaseRequest(run_id="op-renew", lease=lease(0.6)), timeout=5)
     assert late.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
@@ -291,7 +283,7 @@ def test_second_operation_is_refused_while_frozen(
         freeze(stub, "op-second", 10)
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "op-first" in (refused.value.details() or "")
-    stub.ThawFilesystems(agent_pb2.ThawFilesystemsRequest(operation_id="op-first"), timeout=30)
+    stub.ThawFilesystems(agent_pb2.ThawFilesystemsRequest(run_id="op-first"), timeout=30)
     assert not Writer(node.data_dir).stalled(5)
 
 
@@ -472,54 +464,52 @@ def _hostile_calls(node: Node, tmp_path: Path) -> list[tuple[str, object]]:
     return [
         (
             "FreezeFilesystems",
-            agent_pb2.FreezeFilesystemsRequest(operation_id="op-h", mount_points=["/"]),
+            agent_pb2.FreezeFilesystemsRequest(run_id="op-h", mount_points=["/"]),
         ),
         (
             "FreezeFilesystems",
-            agent_pb2.FreezeFilesystemsRequest(operation_id="op-h", mount_points=[str(tmp_path)]),
+            agent_pb2.FreezeFilesystemsRequest(run_id="op-h", mount_points=[str(tmp_path)]),
+        ),
+        (
+            "FreezeFilesystems",
+            agent_pb2.FreezeFilesystemsRequest(run_id="op-h", mount_points=[str(node.data_dir)]),
         ),
         (
             "FreezeFilesystems",
             agent_pb2.FreezeFilesystemsRequest(
-                operation_id="op-h", mount_points=[str(node.data_dir)]
+                run_id="op-h", mount_points=[f"{node.data.mount_point}/../data"]
+            ),
+        ),
+        (
+            "FreezeFilesystems",
+            agent_pb2.FreezeFilesystemsRequest(run_id="op-h", mount_points=["relative/path"]),
+        ),
+        (
+            "FreezeFilesystems",
+            agent_pb2.FreezeFilesystemsRequest(run_id="op-h", lease=lease(3600)),
+        ),
+        (
+            "FreezeFilesystems",
+            agent_pb2.FreezeFilesystemsRequest(
+                run_id="op-h", lease=duration_pb2.Duration(seconds=-5)
             ),
         ),
         (
             "FreezeFilesystems",
             agent_pb2.FreezeFilesystemsRequest(
-                operation_id="op-h", mount_points=[f"{node.data.mount_point}/../data"]
-            ),
-        ),
-        (
-            "FreezeFilesystems",
-            agent_pb2.FreezeFilesystemsRequest(operation_id="op-h", mount_points=["relative/path"]),
-        ),
-        (
-            "FreezeFilesystems",
-            agent_pb2.FreezeFilesystemsRequest(operation_id="op-h", lease=lease(3600)),
-        ),
-        (
-            "FreezeFilesystems",
-            agent_pb2.FreezeFilesystemsRequest(
-                operation_id="op-h", lease=duration_pb2.Duration(seconds=-5)
+                run_id="op-h", lease=duration_pb2.Duration(seconds=315576000000)
             ),
         ),
         (
             "FreezeFilesystems",
             agent_pb2.FreezeFilesystemsRequest(
-                operation_id="op-h", lease=duration_pb2.Duration(seconds=315576000000)
+                run_id="op-h", lease=duration_pb2.Duration(seconds=1, nanos=-5)
             ),
         ),
-        (
-            "FreezeFilesystems",
-            agent_pb2.FreezeFilesystemsRequest(
-                operation_id="op-h", lease=duration_pb2.Duration(seconds=1, nanos=-5)
-            ),
-        ),
-        ("FreezeFilesystems", agent_pb2.FreezeFilesystemsRequest(operation_id="../../etc/passwd")),
-        ("FreezeFilesystems", agent_pb2.FreezeFilesystemsRequest(operation_id="")),
-        ("RenewLease", agent_pb2.RenewLeaseRequest(operation_id="op/../x", lease=lease(1))),
-        ("ThawFilesystems", agent_pb2.ThawFilesystemsRequest(operation_id="op\x00x")),
+        ("FreezeFilesystems", agent_pb2.FreezeFilesystemsRequest(run_id="../../etc/passwd")),
+        ("FreezeFilesystems", agent_pb2.FreezeFilesystemsRequest(run_id="")),
+        ("RenewLease", agent_pb2.RenewLeaseRequest(run_id="op/../x", lease=lease(1))),
+        ("ThawFilesystems", agent_pb2.ThawFilesystemsRequest(run_id="op\x00x")),
         ("CreateSnapshot", agent_pb2.CreateSnapshotRequest(tag="../../etc")),
         ("CreateSnapshot", agent_pb2.CreateSnapshotRequest(tag="snap/../../x")),
         ("CreateSnapshot", agent_pb2.CreateSnapshotRequest(tag="")),

@@ -303,10 +303,10 @@ def test_a_scheduled_ring_drill_beside_the_live_ring_proves_every_node_and_leave
     with bed.stack.pki.channel(bed.stack.drill_agent.address) as channel:
         stub = agent_pb2_grpc.AgentServiceStub(channel)
         for node in record.nodes:
-            again = stub.StopDrill(agent_pb2.DrillRequest(drill_id=node.purpose_id), timeout=60)
+            again = stub.StopDrill(agent_pb2.DrillRequest(run_id=node.purpose_id), timeout=60)
             assert again.state == "stopped"
             unmounted = stub.UnmountClones(
-                agent_pb2.UnmountClonesRequest(purpose_id=node.purpose_id), timeout=60
+                agent_pb2.UnmountClonesRequest(run_id=node.purpose_id), timeout=60
             )
             assert not unmounted.detached_volumes
 
@@ -375,7 +375,7 @@ def test_an_agent_without_a_drill_section_refuses_start_drill(bed: Bed) -> None:
         pytest.raises(grpc.RpcError) as refused,
     ):
         agent_pb2_grpc.AgentServiceStub(channel).StartDrill(
-            agent_pb2.StartDrillRequest(drill_id="drill-x"), timeout=30
+            agent_pb2.StartDrillRequest(run_id="drill-x"), timeout=30
         )
     error = refused.value
     assert isinstance(error, grpc.Call)

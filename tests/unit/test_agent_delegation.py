@@ -101,12 +101,12 @@ def test_a_delegated_call_answers_with_the_components_response() -> None:
 
     async def call() -> agent_pb2.StagingSpace:
         async with _serving(_use(_table_imports=imports)) as stub:
-            request = agent_pb2.GetStagingSpaceRequest(restore_id="tr-1")
+            request = agent_pb2.GetStagingSpaceRequest(run_id="tr-1")
             return await stub.GetStagingSpace(request, timeout=10)
 
     answer = _run(call())
     assert answer.free_bytes == 123
-    assert [r.restore_id for r in imports.requests] == ["tr-1"]
+    assert [r.run_id for r in imports.requests] == ["tr-1"]
 
 
 def test_a_components_refusal_ends_the_delegated_call_with_its_status_and_words() -> None:
@@ -145,7 +145,7 @@ def test_a_delegated_stream_delivers_every_message_then_the_components_error_sta
             received: list[int] = []
             with pytest.raises(grpc.aio.AioRpcError) as caught:
                 async for message in stub.DownloadFromS3(
-                    agent_pb2.DownloadFromS3Request(operation_id="rr-1"), timeout=10
+                    agent_pb2.DownloadFromS3Request(run_id="rr-1"), timeout=10
                 ):
                     received.append(message.progress.files_done)
             return received, caught.value
@@ -161,7 +161,7 @@ def test_a_caller_that_goes_away_closes_the_components_stream() -> None:
 
     async def call() -> bool:
         async with _serving(_use(_s3_restores=restores)) as stub:
-            stream = stub.DownloadFromS3(agent_pb2.DownloadFromS3Request(operation_id="rr-1"))
+            stream = stub.DownloadFromS3(agent_pb2.DownloadFromS3Request(run_id="rr-1"))
             first = await stream.read()
             assert isinstance(first, agent_pb2.DownloadFromS3Response)
             assert not restores.closed.is_set()

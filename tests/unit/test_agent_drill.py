@@ -68,8 +68,8 @@ def request(**changes: Any) -> DrillRequest:
 @pytest.mark.parametrize(
     ("changes", "names"),
     [
-        ({"drill_id": "../x"}, "purpose id"),
-        ({"drill_id": "Drill"}, "purpose id"),
+        ({"drill_id": "../x"}, "run id"),
+        ({"drill_id": "Drill"}, "run id"),
         ({"node": "node 1;rm"}, "node name"),
         ({"cluster_name": 'a"b'}, "cluster name"),
         ({"cluster_name": "a\nb"}, "cluster name"),

@@ -173,7 +173,7 @@ def test_freeze_is_idempotent_per_operation_id(tmp_path: Path, kernel: FakeKerne
         first = await freezer.freeze("op-1", [DATA], lease_seconds=5)
         again = await freezer.freeze("op-1", [DATA + "/"], lease_seconds=5)
         assert again.filesystems == first.filesystems
-        with pytest.raises(Conflict, match="use a new operation id"):
+        with pytest.raises(Conflict, match="use a new run id"):
             await freezer.freeze("op-1", [COMMITLOG], lease_seconds=5)
         await freezer.thaw("op-1")
         second_thaw = await freezer.thaw("op-1")

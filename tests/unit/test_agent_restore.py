@@ -429,7 +429,7 @@ def test_release_refuses_the_filesystem_of_the_agents_state(node: Node) -> None:
 
 @pytest.mark.parametrize("operation", ["", "../x", "a/b", "x" * 129, ".hidden"])
 def test_release_refuses_unsafe_operation_ids(node: Node, operation: str) -> None:
-    with pytest.raises(ValidationError, match="operation id"):
+    with pytest.raises(ValidationError, match="run id"):
         run(node.restorer().release(operation, [node.data_mount]))
 
 

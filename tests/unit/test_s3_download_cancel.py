@@ -138,7 +138,7 @@ def _slow_rpcs(
     return rpcs, restores, gets
 
 
-REQUEST = agent_pb2.DownloadFromS3Request(operation_id="rr-1", backup_id="b1", node="node1")
+REQUEST = agent_pb2.DownloadFromS3Request(run_id="rr-1", backup_id="b1", node="node1")
 
 
 def test_a_caller_that_goes_away_stops_the_agents_download_thread(

@@ -237,7 +237,7 @@ class _SlowRestore:
 def test_download_from_s3_streams_progress_then_one_result() -> None:
     rpcs = s3_restore_rpc.S3RestoreRpcs(cast(Any, None))
     rpcs.__dict__["_restores"] = _SlowRestore()
-    request = agent_pb2.DownloadFromS3Request(operation_id="rr-1", backup_id="rs-1", node="node1")
+    request = agent_pb2.DownloadFromS3Request(run_id="rr-1", backup_id="rs-1", node="node1")
 
     async def collect() -> list[agent_pb2.DownloadFromS3Response]:
         return [message async for message in rpcs.download(request)]
@@ -254,7 +254,7 @@ def test_download_from_s3_streams_progress_then_one_result() -> None:
 
 def test_a_table_download_needs_both_keyspace_and_table() -> None:
     rpcs = s3_restore_rpc.S3RestoreRpcs(cast(Any, None))
-    request = agent_pb2.DownloadFromS3Request(operation_id="tr-1", backup_id="rs-1", keyspace="k")
+    request = agent_pb2.DownloadFromS3Request(run_id="tr-1", backup_id="rs-1", keyspace="k")
 
     async def collect() -> None:
         async for _ in rpcs.download(request):

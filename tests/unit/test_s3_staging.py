@@ -174,7 +174,7 @@ def test_discard_refuses_another_backups_staging_a_link_and_a_bad_id(
         staging.discard("rr-3", "b1")
     assert (elsewhere / "precious").read_bytes() == b"keep"
 
-    with pytest.raises(ValidationError, match="invalid operation id"):
+    with pytest.raises(ValidationError, match="invalid run id"):
         staging.discard("../data", "b1")
     with pytest.raises(ValidationError):
         staging.discard("rr-1", "../b1")

@@ -139,11 +139,11 @@ Global___FlushMemtablesResponse: _TypeAlias = FlushMemtablesResponse  # noqa: Y0
 class FreezeFilesystemsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
     MOUNT_POINTS_FIELD_NUMBER: _builtins.int
     LEASE_FIELD_NUMBER: _builtins.int
     SYNC_FIRST_FIELD_NUMBER: _builtins.int
-    operation_id: _builtins.str
+    run_id: _builtins.str
     """Chosen by the caller; freezing twice under one id is a no-op that returns the same result."""
     sync_first: _builtins.bool
     """Sync each filesystem just before freezing it (shortens the freeze itself)."""
@@ -158,14 +158,14 @@ class FreezeFilesystemsRequest(_message.Message):
     def __init__(
         self,
         *,
-        operation_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
         mount_points: _abc.Iterable[_builtins.str] | None = ...,
         lease: _duration_pb2.Duration | None = ...,
         sync_first: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "mount_points", b"mount_points", "operation_id", b"operation_id", "sync_first", b"sync_first"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "mount_points", b"mount_points", "run_id", b"run_id", "sync_first", b"sync_first"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -234,20 +234,20 @@ Global___FreezeFilesystemsResponse: _TypeAlias = FreezeFilesystemsResponse  # no
 class RenewLeaseRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
     LEASE_FIELD_NUMBER: _builtins.int
-    operation_id: _builtins.str
+    run_id: _builtins.str
     @_builtins.property
     def lease(self) -> _duration_pb2.Duration: ...
     def __init__(
         self,
         *,
-        operation_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
         lease: _duration_pb2.Duration | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "operation_id", b"operation_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "run_id", b"run_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -277,16 +277,16 @@ Global___RenewLeaseResponse: _TypeAlias = RenewLeaseResponse  # noqa: Y015
 class ThawFilesystemsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    OPERATION_ID_FIELD_NUMBER: _builtins.int
-    operation_id: _builtins.str
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
     def __init__(
         self,
         *,
-        operation_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["operation_id", b"operation_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_id", b"run_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -676,9 +676,9 @@ Global___NodeVolume: _TypeAlias = NodeVolume  # noqa: Y015
 class ReleaseVolumesRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
     MOUNT_POINTS_FIELD_NUMBER: _builtins.int
-    operation_id: _builtins.str
+    run_id: _builtins.str
     """The restore operation; AttachVolumes and DiscardReplayState name it again."""
     @_builtins.property
     def mount_points(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -687,12 +687,12 @@ class ReleaseVolumesRequest(_message.Message):
     def __init__(
         self,
         *,
-        operation_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
         mount_points: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["mount_points", b"mount_points", "operation_id", b"operation_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mount_points", b"mount_points", "run_id", b"run_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -750,20 +750,20 @@ Global___AttachVolume: _TypeAlias = AttachVolume  # noqa: Y015
 class AttachVolumesRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
     VOLUMES_FIELD_NUMBER: _builtins.int
-    operation_id: _builtins.str
+    run_id: _builtins.str
     @_builtins.property
     def volumes(self) -> _containers.RepeatedCompositeFieldContainer[Global___AttachVolume]: ...
     def __init__(
         self,
         *,
-        operation_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
         volumes: _abc.Iterable[Global___AttachVolume] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["operation_id", b"operation_id", "volumes", b"volumes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_id", b"run_id", "volumes", b"volumes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -795,9 +795,9 @@ Global___AttachVolumesResponse: _TypeAlias = AttachVolumesResponse  # noqa: Y015
 class DiscardReplayStateRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
     HINTS_FIELD_NUMBER: _builtins.int
-    operation_id: _builtins.str
+    run_id: _builtins.str
     """The restore operation whose released (and attached again) filesystems are kept; or one that
     restored a native snapshot (RestoreSnapshot), which keeps none: the commit log always goes.
     """
@@ -806,12 +806,12 @@ class DiscardReplayStateRequest(_message.Message):
     def __init__(
         self,
         *,
-        operation_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
         hints: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["hints", b"hints", "operation_id", b"operation_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hints", b"hints", "run_id", b"run_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -873,21 +873,21 @@ Global___DiscardReplayStateResponse: _TypeAlias = DiscardReplayStateResponse  # 
 class RestoreSnapshotRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
     TAG_FIELD_NUMBER: _builtins.int
-    operation_id: _builtins.str
+    run_id: _builtins.str
     """The restore operation; DiscardReplayState names it again."""
     tag: _builtins.str
     """The native snapshot's tag (a backup id)."""
     def __init__(
         self,
         *,
-        operation_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
         tag: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["operation_id", b"operation_id", "tag", b"tag"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_id", b"run_id", "tag", b"tag"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1003,10 +1003,10 @@ Global___CloneVolume: _TypeAlias = CloneVolume  # noqa: Y015
 class MountClonesRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    PURPOSE_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
     VOLUMES_FIELD_NUMBER: _builtins.int
     READ_ONLY_FIELD_NUMBER: _builtins.int
-    purpose_id: _builtins.str
+    run_id: _builtins.str
     """[a-z0-9][a-z0-9-]{0,62}: a drill id, a table-restore id..."""
     read_only: _builtins.bool
     """table restores and exports: true; drills: false"""
@@ -1015,13 +1015,13 @@ class MountClonesRequest(_message.Message):
     def __init__(
         self,
         *,
-        purpose_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
         volumes: _abc.Iterable[Global___CloneVolume] | None = ...,
         read_only: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["purpose_id", b"purpose_id", "read_only", b"read_only", "volumes", b"volumes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["read_only", b"read_only", "run_id", b"run_id", "volumes", b"volumes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1084,16 +1084,16 @@ Global___MountClonesResponse: _TypeAlias = MountClonesResponse  # noqa: Y015
 class UnmountClonesRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    PURPOSE_ID_FIELD_NUMBER: _builtins.int
-    purpose_id: _builtins.str
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
     def __init__(
         self,
         *,
-        purpose_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["purpose_id", b"purpose_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_id", b"run_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1123,7 +1123,7 @@ Global___UnmountClonesResponse: _TypeAlias = UnmountClonesResponse  # noqa: Y015
 class StartDrillRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    DRILL_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
     NODE_FIELD_NUMBER: _builtins.int
     CLUSTER_NAME_FIELD_NUMBER: _builtins.int
     ADDRESS_FIELD_NUMBER: _builtins.int
@@ -1137,8 +1137,8 @@ class StartDrillRequest(_message.Message):
     NUM_TOKENS_FIELD_NUMBER: _builtins.int
     DATACENTER_FIELD_NUMBER: _builtins.int
     RACK_FIELD_NUMBER: _builtins.int
-    drill_id: _builtins.str
-    """its clones were mounted with MountClones(purpose_id = drill_id)"""
+    run_id: _builtins.str
+    """its clones were mounted with MountClones(run_id = the drill's id)"""
     node: _builtins.str
     """the production node's name, for messages"""
     cluster_name: _builtins.str
@@ -1175,7 +1175,7 @@ class StartDrillRequest(_message.Message):
     def __init__(
         self,
         *,
-        drill_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
         node: _builtins.str = ...,
         cluster_name: _builtins.str = ...,
         address: _builtins.str = ...,
@@ -1192,7 +1192,7 @@ class StartDrillRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "backup_id", b"backup_id", "canary_key", b"canary_key", "canary_keyspace", b"canary_keyspace", "cluster_name", b"cluster_name", "commitlog_directory", b"commitlog_directory", "data_directories", b"data_directories", "datacenter", b"datacenter", "deadline", b"deadline", "drill_id", b"drill_id", "host_id", b"host_id", "node", b"node", "num_tokens", b"num_tokens", "rack", b"rack"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "backup_id", b"backup_id", "canary_key", b"canary_key", "canary_keyspace", b"canary_keyspace", "cluster_name", b"cluster_name", "commitlog_directory", b"commitlog_directory", "data_directories", b"data_directories", "datacenter", b"datacenter", "deadline", b"deadline", "host_id", b"host_id", "node", b"node", "num_tokens", b"num_tokens", "rack", b"rack", "run_id", b"run_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1202,16 +1202,16 @@ Global___StartDrillRequest: _TypeAlias = StartDrillRequest  # noqa: Y015
 class DrillRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    DRILL_ID_FIELD_NUMBER: _builtins.int
-    drill_id: _builtins.str
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
     def __init__(
         self,
         *,
-        drill_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["drill_id", b"drill_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_id", b"run_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1261,7 +1261,7 @@ class DrillStatus(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-    DRILL_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
     STEP_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
@@ -1270,7 +1270,7 @@ class DrillStatus(_message.Message):
     BYTES_VERIFIED_FIELD_NUMBER: _builtins.int
     STEP_SECONDS_FIELD_NUMBER: _builtins.int
     ROW_COUNTS_FIELD_NUMBER: _builtins.int
-    drill_id: _builtins.str
+    run_id: _builtins.str
     state: _builtins.str
     """"starting" | "verifying" | "proven" | "failed" | "stopped" """
     step: _builtins.str
@@ -1300,7 +1300,7 @@ class DrillStatus(_message.Message):
     def __init__(
         self,
         *,
-        drill_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
         state: _builtins.str = ...,
         step: _builtins.str = ...,
         message: _builtins.str = ...,
@@ -1312,7 +1312,7 @@ class DrillStatus(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["elapsed", b"elapsed"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_verified", b"bytes_verified", "drill_id", b"drill_id", "elapsed", b"elapsed", "message", b"message", "proof", b"proof", "row_counts", b"row_counts", "state", b"state", "step", b"step", "step_seconds", b"step_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_verified", b"bytes_verified", "elapsed", b"elapsed", "message", b"message", "proof", b"proof", "row_counts", b"row_counts", "run_id", b"run_id", "state", b"state", "step", b"step", "step_seconds", b"step_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1324,17 +1324,17 @@ class GetStagingSpaceRequest(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
-    RESTORE_ID_FIELD_NUMBER: _builtins.int
-    restore_id: _builtins.str
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
     """The table restore; [a-z0-9][a-z0-9-]{0,62}."""
     def __init__(
         self,
         *,
-        restore_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["restore_id", b"restore_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_id", b"run_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1396,12 +1396,12 @@ Global___CloneMount: _TypeAlias = CloneMount  # noqa: Y015
 class StageTableRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    RESTORE_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
     KEYSPACE_FIELD_NUMBER: _builtins.int
     TABLE_FIELD_NUMBER: _builtins.int
     CLONE_MOUNTS_FIELD_NUMBER: _builtins.int
     SSTABLES_FIELD_NUMBER: _builtins.int
-    restore_id: _builtins.str
+    run_id: _builtins.str
     keyspace: _builtins.str
     """Where the SSTables go: <staging>/<keyspace>/<table>/ (the target table, e.g. of --as)."""
     table: _builtins.str
@@ -1416,7 +1416,7 @@ class StageTableRequest(_message.Message):
     def __init__(
         self,
         *,
-        restore_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
         keyspace: _builtins.str = ...,
         table: _builtins.str = ...,
         clone_mounts: _abc.Iterable[Global___CloneMount] | None = ...,
@@ -1424,7 +1424,7 @@ class StageTableRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["clone_mounts", b"clone_mounts", "keyspace", b"keyspace", "restore_id", b"restore_id", "sstables", b"sstables", "table", b"table"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clone_mounts", b"clone_mounts", "keyspace", b"keyspace", "run_id", b"run_id", "sstables", b"sstables", "table", b"table"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1466,22 +1466,22 @@ Global___StageTableResponse: _TypeAlias = StageTableResponse  # noqa: Y015
 class ImportStagedTableRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    RESTORE_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
     KEYSPACE_FIELD_NUMBER: _builtins.int
     TABLE_FIELD_NUMBER: _builtins.int
-    restore_id: _builtins.str
+    run_id: _builtins.str
     keyspace: _builtins.str
     table: _builtins.str
     def __init__(
         self,
         *,
-        restore_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
         keyspace: _builtins.str = ...,
         table: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["keyspace", b"keyspace", "restore_id", b"restore_id", "table", b"table"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["keyspace", b"keyspace", "run_id", b"run_id", "table", b"table"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1525,16 +1525,16 @@ Global___ImportStagedTableResponse: _TypeAlias = ImportStagedTableResponse  # no
 class RemoveStagingRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    RESTORE_ID_FIELD_NUMBER: _builtins.int
-    restore_id: _builtins.str
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
     def __init__(
         self,
         *,
-        restore_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["restore_id", b"restore_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_id", b"run_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1568,14 +1568,14 @@ class DownloadFromS3Request(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
-    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
     BACKUP_ID_FIELD_NUMBER: _builtins.int
     NODE_FIELD_NUMBER: _builtins.int
     KEYSPACE_FIELD_NUMBER: _builtins.int
     TABLE_FIELD_NUMBER: _builtins.int
     TARGET_KEYSPACE_FIELD_NUMBER: _builtins.int
     TARGET_TABLE_FIELD_NUMBER: _builtins.int
-    operation_id: _builtins.str
+    run_id: _builtins.str
     backup_id: _builtins.str
     node: _builtins.str
     """The node's name in the bucket's keys (the coordinator's name for it)."""
@@ -1588,7 +1588,7 @@ class DownloadFromS3Request(_message.Message):
     def __init__(
         self,
         *,
-        operation_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
         backup_id: _builtins.str = ...,
         node: _builtins.str = ...,
         keyspace: _builtins.str = ...,
@@ -1598,7 +1598,7 @@ class DownloadFromS3Request(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "keyspace", b"keyspace", "node", b"node", "operation_id", b"operation_id", "table", b"table", "target_keyspace", b"target_keyspace", "target_table", b"target_table"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "keyspace", b"keyspace", "node", b"node", "run_id", b"run_id", "table", b"table", "target_keyspace", b"target_keyspace", "target_table", b"target_table"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1718,11 +1718,11 @@ Global___DownloadFromS3Response: _TypeAlias = DownloadFromS3Response  # noqa: Y0
 class InstallS3DownloadRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
     BACKUP_ID_FIELD_NUMBER: _builtins.int
     NODE_FIELD_NUMBER: _builtins.int
     COMMITLOG_FIELD_NUMBER: _builtins.int
-    operation_id: _builtins.str
+    run_id: _builtins.str
     backup_id: _builtins.str
     node: _builtins.str
     """The node's name in the bucket's keys (for the commit log)."""
@@ -1731,14 +1731,14 @@ class InstallS3DownloadRequest(_message.Message):
     def __init__(
         self,
         *,
-        operation_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
         backup_id: _builtins.str = ...,
         node: _builtins.str = ...,
         commitlog: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "commitlog", b"commitlog", "node", b"node", "operation_id", b"operation_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "commitlog", b"commitlog", "node", b"node", "run_id", b"run_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1782,12 +1782,12 @@ class ExportToS3Request(_message.Message):
 
     BACKUP_ID_FIELD_NUMBER: _builtins.int
     NODE_FIELD_NUMBER: _builtins.int
-    PURPOSE_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
     SNAPSHOT_TAG_FIELD_NUMBER: _builtins.int
     backup_id: _builtins.str
     node: _builtins.str
     """The node's name in the bucket's keys (the coordinator's name for it)."""
-    purpose_id: _builtins.str
+    run_id: _builtins.str
     """Exactly one of: the purpose whose clones MountClones mounted read-only, or a native snapshot."""
     snapshot_tag: _builtins.str
     def __init__(
@@ -1795,12 +1795,12 @@ class ExportToS3Request(_message.Message):
         *,
         backup_id: _builtins.str = ...,
         node: _builtins.str = ...,
-        purpose_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
         snapshot_tag: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "node", b"node", "purpose_id", b"purpose_id", "snapshot_tag", b"snapshot_tag"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "node", b"node", "run_id", b"run_id", "snapshot_tag", b"snapshot_tag"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1943,23 +1943,23 @@ class CheckS3DownloadRequest(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
-    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
     BACKUP_ID_FIELD_NUMBER: _builtins.int
     NODE_FIELD_NUMBER: _builtins.int
-    operation_id: _builtins.str
+    run_id: _builtins.str
     backup_id: _builtins.str
     node: _builtins.str
     """The node's name in the bucket's keys (the coordinator's name for it)."""
     def __init__(
         self,
         *,
-        operation_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
         backup_id: _builtins.str = ...,
         node: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "node", b"node", "operation_id", b"operation_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "node", b"node", "run_id", b"run_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1974,7 +1974,7 @@ class S3DownloadRoom(_message.Message):
     FREE_BYTES_FIELD_NUMBER: _builtins.int
     FILESYSTEM_FIELD_NUMBER: _builtins.int
     data_directory: _builtins.str
-    """The agent's configured data directory; the download goes to its .ringsnap-s3/<operation_id>/."""
+    """The agent's configured data directory; the download goes to its .ringsnap-s3/<run_id>/."""
     bytes_needed: _builtins.int
     """Bytes of the manifest object's components for this directory not staged yet."""
     free_bytes: _builtins.int
@@ -2017,7 +2017,7 @@ class CheckS3DownloadResponse(_message.Message):
     problem: _builtins.str
     """Why the manifest object cannot be read (empty when it was read)."""
     download_complete: _builtins.bool
-    """The download of this backup for operation_id completed here and its staging is still there."""
+    """The download of this backup for run_id completed here and its staging is still there."""
     @_builtins.property
     def rooms(self) -> _containers.RepeatedCompositeFieldContainer[Global___S3DownloadRoom]:
         """In the order of the agent's data directories; the commit-log segments go to the first one."""
@@ -2048,11 +2048,11 @@ class CheckS3RoomRequest(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
-    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
     BACKUP_ID_FIELD_NUMBER: _builtins.int
     NODE_FIELD_NUMBER: _builtins.int
     EXPECTED_BYTES_FIELD_NUMBER: _builtins.int
-    operation_id: _builtins.str
+    run_id: _builtins.str
     backup_id: _builtins.str
     node: _builtins.str
     """The node's name in the bucket's keys (the coordinator's name for it)."""
@@ -2063,14 +2063,14 @@ class CheckS3RoomRequest(_message.Message):
     def __init__(
         self,
         *,
-        operation_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
         backup_id: _builtins.str = ...,
         node: _builtins.str = ...,
         expected_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "expected_bytes", b"expected_bytes", "node", b"node", "operation_id", b"operation_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "expected_bytes", b"expected_bytes", "node", b"node", "run_id", b"run_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2080,20 +2080,20 @@ Global___CheckS3RoomRequest: _TypeAlias = CheckS3RoomRequest  # noqa: Y015
 class DiscardS3DownloadRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
     BACKUP_ID_FIELD_NUMBER: _builtins.int
-    operation_id: _builtins.str
+    run_id: _builtins.str
     backup_id: _builtins.str
     """The backup the restore downloads (a staging of another backup is refused, untouched)."""
     def __init__(
         self,
         *,
-        operation_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
         backup_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "operation_id", b"operation_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "run_id", b"run_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2107,7 +2107,7 @@ class DiscardedStaging(_message.Message):
     FILES_FIELD_NUMBER: _builtins.int
     BYTES_FIELD_NUMBER: _builtins.int
     path: _builtins.str
-    """<data dir>/.ringsnap-s3/<operation_id>/ as removed."""
+    """<data dir>/.ringsnap-s3/<run_id>/ as removed."""
     files: _builtins.int
     bytes: _builtins.int
     def __init__(

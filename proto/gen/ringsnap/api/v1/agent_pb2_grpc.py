@@ -299,7 +299,7 @@ class AgentServiceServicer:
 
     def RestoreSnapshot(self, request, context):
         """Put the node's tables back to a native snapshot, in place: in every table directory that has
-        snapshots/<tag>/, the live SSTable files move into .ringsnap-replaced/<operation_id>/ (kept,
+        snapshots/<tag>/, the live SSTable files move into .ringsnap-replaced/<run_id>/ (kept,
         never deleted) and the snapshot's files are hard-linked in their place. Refused while
         Cassandra runs or a process holds a file there; repeating it finishes what was started.
         DiscardReplayState under the same operation id then empties the commit log and the rest.
@@ -311,7 +311,7 @@ class AgentServiceServicer:
     def MountClones(self, request, context):
         """Clones of backed-up volumes attached beside the live ones (drills, table restores, exports):
         attached by the configured attach hook, mounted under the agent's state directory, recorded
-        durably so that a restarted agent unmounts and detaches them. Idempotent per purpose_id.
+        durably so that a restarted agent unmounts and detaches them. Idempotent per run_id.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -387,7 +387,7 @@ class AgentServiceServicer:
 
     def DownloadFromS3(self, request, context):
         """Restore from S3 (docs/s3.md, "Restoring from S3"). DownloadFromS3 copies the node's copy of a
-        backup (its manifest object's components) into <data dir>/.ringsnap-s3/<operation_id>/ of
+        backup (its manifest object's components) into <data dir>/.ringsnap-s3/<run_id>/ of
         each data directory, verifying every size and each Data.db against Digest.crc32; Cassandra
         keeps running, nothing live changes; repeating it keeps what verifies. Progress messages, then
         one result. With keyspace and table set, only that table's components are fetched, into the
@@ -399,7 +399,7 @@ class AgentServiceServicer:
 
     def InstallS3Download(self, request, context):
         """With Cassandra stopped: every live table file moves into <table dir>/.ringsnap-replaced/
-        <operation_id>/ (kept, never deleted), the downloaded files are renamed into place (same
+        <run_id>/ (kept, never deleted), the downloaded files are renamed into place (same
         filesystem) and owned as the data directory is. Refused unless the download of the same
         operation completed; repeating it finishes what was started. Then DiscardReplayState, then
         InstallS3Download with commitlog set: the commit-log segments captured with the backup,
@@ -411,7 +411,7 @@ class AgentServiceServicer:
 
     def ExportToS3(self, request, context):
         """Export to S3 (docs/s3.md, "Export"): this node uploads a backup's SSTables and the commit-log
-        segments captured with it, from read-only clones mounted by MountClones(purpose_id) or from a
+        segments captured with it, from read-only clones mounted by MountClones(run_id) or from a
         native snapshot (snapshot_tag); the agent maps its own configured data and commit-log
         directories onto the clones (never a path from the request). Progress messages, then one
         result. Refused (FAILED_PRECONDITION) while another export of this node runs; repeating it
@@ -433,10 +433,10 @@ class AgentServiceServicer:
     def CheckS3Room(self, request, context):
         """Restore from S3, the plan without reading the manifest object and the abort (ringsnap.agent.
         s3_staging). CheckS3Room answers as CheckS3Download but, when nothing is staged yet for
-        operation_id (a first plan) and the data directories share one filesystem, counts
+        run_id (a first plan) and the data directories share one filesystem, counts
         expected_bytes (the export record's bytes of the node) instead of reading the node's whole
         manifest object: one HEAD instead of one GET of every component's line. DiscardS3Download
-        removes operation_id's staging (<data dir>/.ringsnap-s3/<operation_id>/ of each data
+        removes run_id's staging (<data dir>/.ringsnap-s3/<run_id>/ of each data
         directory, nothing else) to give a restore from S3 up; refused (FAILED_PRECONDITION) while
         its download runs or once its install began moving files (the restore must then be resumed).
         """

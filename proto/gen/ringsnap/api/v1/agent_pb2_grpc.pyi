@@ -70,7 +70,7 @@ class AgentServiceStub:
     """
     RestoreSnapshot: _grpc.UnaryUnaryMultiCallable[_agent_pb2.RestoreSnapshotRequest, _agent_pb2.RestoreSnapshotResponse]
     """Put the node's tables back to a native snapshot, in place: in every table directory that has
-    snapshots/<tag>/, the live SSTable files move into .ringsnap-replaced/<operation_id>/ (kept,
+    snapshots/<tag>/, the live SSTable files move into .ringsnap-replaced/<run_id>/ (kept,
     never deleted) and the snapshot's files are hard-linked in their place. Refused while
     Cassandra runs or a process holds a file there; repeating it finishes what was started.
     DiscardReplayState under the same operation id then empties the commit log and the rest.
@@ -78,7 +78,7 @@ class AgentServiceStub:
     MountClones: _grpc.UnaryUnaryMultiCallable[_agent_pb2.MountClonesRequest, _agent_pb2.MountClonesResponse]
     """Clones of backed-up volumes attached beside the live ones (drills, table restores, exports):
     attached by the configured attach hook, mounted under the agent's state directory, recorded
-    durably so that a restarted agent unmounts and detaches them. Idempotent per purpose_id.
+    durably so that a restarted agent unmounts and detaches them. Idempotent per run_id.
     """
     UnmountClones: _grpc.UnaryUnaryMultiCallable[_agent_pb2.UnmountClonesRequest, _agent_pb2.UnmountClonesResponse]
     StartDrill: _grpc.UnaryUnaryMultiCallable[_agent_pb2.StartDrillRequest, _agent_pb2.DrillStatus]
@@ -107,7 +107,7 @@ class AgentServiceStub:
     """Delete the staging of a restore (after its import, or when it is aborted). Idempotent."""
     DownloadFromS3: _grpc.UnaryStreamMultiCallable[_agent_pb2.DownloadFromS3Request, _agent_pb2.DownloadFromS3Response]
     """Restore from S3 (docs/s3.md, "Restoring from S3"). DownloadFromS3 copies the node's copy of a
-    backup (its manifest object's components) into <data dir>/.ringsnap-s3/<operation_id>/ of
+    backup (its manifest object's components) into <data dir>/.ringsnap-s3/<run_id>/ of
     each data directory, verifying every size and each Data.db against Digest.crc32; Cassandra
     keeps running, nothing live changes; repeating it keeps what verifies. Progress messages, then
     one result. With keyspace and table set, only that table's components are fetched, into the
@@ -115,7 +115,7 @@ class AgentServiceStub:
     """
     InstallS3Download: _grpc.UnaryUnaryMultiCallable[_agent_pb2.InstallS3DownloadRequest, _agent_pb2.InstallS3DownloadResponse]
     """With Cassandra stopped: every live table file moves into <table dir>/.ringsnap-replaced/
-    <operation_id>/ (kept, never deleted), the downloaded files are renamed into place (same
+    <run_id>/ (kept, never deleted), the downloaded files are renamed into place (same
     filesystem) and owned as the data directory is. Refused unless the download of the same
     operation completed; repeating it finishes what was started. Then DiscardReplayState, then
     InstallS3Download with commitlog set: the commit-log segments captured with the backup,
@@ -123,7 +123,7 @@ class AgentServiceStub:
     """
     ExportToS3: _grpc.UnaryStreamMultiCallable[_agent_pb2.ExportToS3Request, _agent_pb2.ExportToS3Response]
     """Export to S3 (docs/s3.md, "Export"): this node uploads a backup's SSTables and the commit-log
-    segments captured with it, from read-only clones mounted by MountClones(purpose_id) or from a
+    segments captured with it, from read-only clones mounted by MountClones(run_id) or from a
     native snapshot (snapshot_tag); the agent maps its own configured data and commit-log
     directories onto the clones (never a path from the request). Progress messages, then one
     result. Refused (FAILED_PRECONDITION) while another export of this node runs; repeating it
@@ -137,10 +137,10 @@ class AgentServiceStub:
     CheckS3Room: _grpc.UnaryUnaryMultiCallable[_agent_pb2.CheckS3RoomRequest, _agent_pb2.CheckS3DownloadResponse]
     """Restore from S3, the plan without reading the manifest object and the abort (ringsnap.agent.
     s3_staging). CheckS3Room answers as CheckS3Download but, when nothing is staged yet for
-    operation_id (a first plan) and the data directories share one filesystem, counts
+    run_id (a first plan) and the data directories share one filesystem, counts
     expected_bytes (the export record's bytes of the node) instead of reading the node's whole
     manifest object: one HEAD instead of one GET of every component's line. DiscardS3Download
-    removes operation_id's staging (<data dir>/.ringsnap-s3/<operation_id>/ of each data
+    removes run_id's staging (<data dir>/.ringsnap-s3/<run_id>/ of each data
     directory, nothing else) to give a restore from S3 up; refused (FAILED_PRECONDITION) while
     its download runs or once its install began moving files (the restore must then be resumed).
     """
@@ -188,7 +188,7 @@ class AgentServiceAsyncStub(AgentServiceStub):
     """
     RestoreSnapshot: _aio.UnaryUnaryMultiCallable[_agent_pb2.RestoreSnapshotRequest, _agent_pb2.RestoreSnapshotResponse]  # type: ignore[assignment]
     """Put the node's tables back to a native snapshot, in place: in every table directory that has
-    snapshots/<tag>/, the live SSTable files move into .ringsnap-replaced/<operation_id>/ (kept,
+    snapshots/<tag>/, the live SSTable files move into .ringsnap-replaced/<run_id>/ (kept,
     never deleted) and the snapshot's files are hard-linked in their place. Refused while
     Cassandra runs or a process holds a file there; repeating it finishes what was started.
     DiscardReplayState under the same operation id then empties the commit log and the rest.
@@ -196,7 +196,7 @@ class AgentServiceAsyncStub(AgentServiceStub):
     MountClones: _aio.UnaryUnaryMultiCallable[_agent_pb2.MountClonesRequest, _agent_pb2.MountClonesResponse]  # type: ignore[assignment]
     """Clones of backed-up volumes attached beside the live ones (drills, table restores, exports):
     attached by the configured attach hook, mounted under the agent's state directory, recorded
-    durably so that a restarted agent unmounts and detaches them. Idempotent per purpose_id.
+    durably so that a restarted agent unmounts and detaches them. Idempotent per run_id.
     """
     UnmountClones: _aio.UnaryUnaryMultiCallable[_agent_pb2.UnmountClonesRequest, _agent_pb2.UnmountClonesResponse]  # type: ignore[assignment]
     StartDrill: _aio.UnaryUnaryMultiCallable[_agent_pb2.StartDrillRequest, _agent_pb2.DrillStatus]  # type: ignore[assignment]
@@ -225,7 +225,7 @@ class AgentServiceAsyncStub(AgentServiceStub):
     """Delete the staging of a restore (after its import, or when it is aborted). Idempotent."""
     DownloadFromS3: _aio.UnaryStreamMultiCallable[_agent_pb2.DownloadFromS3Request, _agent_pb2.DownloadFromS3Response]  # type: ignore[assignment]
     """Restore from S3 (docs/s3.md, "Restoring from S3"). DownloadFromS3 copies the node's copy of a
-    backup (its manifest object's components) into <data dir>/.ringsnap-s3/<operation_id>/ of
+    backup (its manifest object's components) into <data dir>/.ringsnap-s3/<run_id>/ of
     each data directory, verifying every size and each Data.db against Digest.crc32; Cassandra
     keeps running, nothing live changes; repeating it keeps what verifies. Progress messages, then
     one result. With keyspace and table set, only that table's components are fetched, into the
@@ -233,7 +233,7 @@ class AgentServiceAsyncStub(AgentServiceStub):
     """
     InstallS3Download: _aio.UnaryUnaryMultiCallable[_agent_pb2.InstallS3DownloadRequest, _agent_pb2.InstallS3DownloadResponse]  # type: ignore[assignment]
     """With Cassandra stopped: every live table file moves into <table dir>/.ringsnap-replaced/
-    <operation_id>/ (kept, never deleted), the downloaded files are renamed into place (same
+    <run_id>/ (kept, never deleted), the downloaded files are renamed into place (same
     filesystem) and owned as the data directory is. Refused unless the download of the same
     operation completed; repeating it finishes what was started. Then DiscardReplayState, then
     InstallS3Download with commitlog set: the commit-log segments captured with the backup,
@@ -241,7 +241,7 @@ class AgentServiceAsyncStub(AgentServiceStub):
     """
     ExportToS3: _aio.UnaryStreamMultiCallable[_agent_pb2.ExportToS3Request, _agent_pb2.ExportToS3Response]  # type: ignore[assignment]
     """Export to S3 (docs/s3.md, "Export"): this node uploads a backup's SSTables and the commit-log
-    segments captured with it, from read-only clones mounted by MountClones(purpose_id) or from a
+    segments captured with it, from read-only clones mounted by MountClones(run_id) or from a
     native snapshot (snapshot_tag); the agent maps its own configured data and commit-log
     directories onto the clones (never a path from the request). Progress messages, then one
     result. Refused (FAILED_PRECONDITION) while another export of this node runs; repeating it
@@ -255,10 +255,10 @@ class AgentServiceAsyncStub(AgentServiceStub):
     CheckS3Room: _aio.UnaryUnaryMultiCallable[_agent_pb2.CheckS3RoomRequest, _agent_pb2.CheckS3DownloadResponse]  # type: ignore[assignment]
     """Restore from S3, the plan without reading the manifest object and the abort (ringsnap.agent.
     s3_staging). CheckS3Room answers as CheckS3Download but, when nothing is staged yet for
-    operation_id (a first plan) and the data directories share one filesystem, counts
+    run_id (a first plan) and the data directories share one filesystem, counts
     expected_bytes (the export record's bytes of the node) instead of reading the node's whole
     manifest object: one HEAD instead of one GET of every component's line. DiscardS3Download
-    removes operation_id's staging (<data dir>/.ringsnap-s3/<operation_id>/ of each data
+    removes run_id's staging (<data dir>/.ringsnap-s3/<run_id>/ of each data
     directory, nothing else) to give a restore from S3 up; refused (FAILED_PRECONDITION) while
     its download runs or once its install began moving files (the restore must then be resumed).
     """
@@ -393,7 +393,7 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_agent_pb2.RestoreSnapshotResponse, _abc.Awaitable[_agent_pb2.RestoreSnapshotResponse]]:
         """Put the node's tables back to a native snapshot, in place: in every table directory that has
-        snapshots/<tag>/, the live SSTable files move into .ringsnap-replaced/<operation_id>/ (kept,
+        snapshots/<tag>/, the live SSTable files move into .ringsnap-replaced/<run_id>/ (kept,
         never deleted) and the snapshot's files are hard-linked in their place. Refused while
         Cassandra runs or a process holds a file there; repeating it finishes what was started.
         DiscardReplayState under the same operation id then empties the commit log and the rest.
@@ -407,7 +407,7 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_agent_pb2.MountClonesResponse, _abc.Awaitable[_agent_pb2.MountClonesResponse]]:
         """Clones of backed-up volumes attached beside the live ones (drills, table restores, exports):
         attached by the configured attach hook, mounted under the agent's state directory, recorded
-        durably so that a restarted agent unmounts and detaches them. Idempotent per purpose_id.
+        durably so that a restarted agent unmounts and detaches them. Idempotent per run_id.
         """
 
     @_abc_1.abstractmethod
@@ -496,7 +496,7 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_agent_pb2.DownloadFromS3Response], _abc.AsyncIterator[_agent_pb2.DownloadFromS3Response]]:
         """Restore from S3 (docs/s3.md, "Restoring from S3"). DownloadFromS3 copies the node's copy of a
-        backup (its manifest object's components) into <data dir>/.ringsnap-s3/<operation_id>/ of
+        backup (its manifest object's components) into <data dir>/.ringsnap-s3/<run_id>/ of
         each data directory, verifying every size and each Data.db against Digest.crc32; Cassandra
         keeps running, nothing live changes; repeating it keeps what verifies. Progress messages, then
         one result. With keyspace and table set, only that table's components are fetched, into the
@@ -510,7 +510,7 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_agent_pb2.InstallS3DownloadResponse, _abc.Awaitable[_agent_pb2.InstallS3DownloadResponse]]:
         """With Cassandra stopped: every live table file moves into <table dir>/.ringsnap-replaced/
-        <operation_id>/ (kept, never deleted), the downloaded files are renamed into place (same
+        <run_id>/ (kept, never deleted), the downloaded files are renamed into place (same
         filesystem) and owned as the data directory is. Refused unless the download of the same
         operation completed; repeating it finishes what was started. Then DiscardReplayState, then
         InstallS3Download with commitlog set: the commit-log segments captured with the backup,
@@ -524,7 +524,7 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_agent_pb2.ExportToS3Response], _abc.AsyncIterator[_agent_pb2.ExportToS3Response]]:
         """Export to S3 (docs/s3.md, "Export"): this node uploads a backup's SSTables and the commit-log
-        segments captured with it, from read-only clones mounted by MountClones(purpose_id) or from a
+        segments captured with it, from read-only clones mounted by MountClones(run_id) or from a
         native snapshot (snapshot_tag); the agent maps its own configured data and commit-log
         directories onto the clones (never a path from the request). Progress messages, then one
         result. Refused (FAILED_PRECONDITION) while another export of this node runs; repeating it
@@ -550,10 +550,10 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_agent_pb2.CheckS3DownloadResponse, _abc.Awaitable[_agent_pb2.CheckS3DownloadResponse]]:
         """Restore from S3, the plan without reading the manifest object and the abort (ringsnap.agent.
         s3_staging). CheckS3Room answers as CheckS3Download but, when nothing is staged yet for
-        operation_id (a first plan) and the data directories share one filesystem, counts
+        run_id (a first plan) and the data directories share one filesystem, counts
         expected_bytes (the export record's bytes of the node) instead of reading the node's whole
         manifest object: one HEAD instead of one GET of every component's line. DiscardS3Download
-        removes operation_id's staging (<data dir>/.ringsnap-s3/<operation_id>/ of each data
+        removes run_id's staging (<data dir>/.ringsnap-s3/<run_id>/ of each data
         directory, nothing else) to give a restore from S3 up; refused (FAILED_PRECONDITION) while
         its download runs or once its install began moving files (the restore must then be resumed).
         """
