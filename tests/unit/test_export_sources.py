@@ -71,7 +71,7 @@ def test_a_native_snapshot_has_no_commit_log() -> None:
         ({"backup_id": "../x", "node": "n1", "snapshot_tag": "t"}, "invalid"),
         ({"backup_id": "rs-1", "node": "../n1", "snapshot_tag": "t"}, "invalid node name"),
         ({"backup_id": "rs-1", "node": "n1"}, "exactly one of"),
-        ({"backup_id": "rs-1", "node": "n1", "snapshot_tag": "t", "purpose_id": "p"}, "exactly"),
+        ({"backup_id": "rs-1", "node": "n1", "snapshot_tag": "t", "run_id": "p"}, "exactly"),
         ({"backup_id": "rs-1", "node": "n1", "snapshot_tag": "a/b"}, "snapshot_tag"),
     ],
 )
