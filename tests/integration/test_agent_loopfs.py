@@ -238,7 +238,7 @@ def test_a_lease_that_runs_out_shows_in_the_agents_own_scrape(node: Node, pki: T
         stub = stub_for(pki.channel(agent.address))
         freeze(stub, "op-metrics", 0.6)
         stub.RenewLease(
-            agent_pb2.RenewLeaseRequest(operation_id="op-metrics", lease=lease(0.6)), timeout=5
+            agent_pb2.RenewLeaseRequest(run_id="op-metrics", lease=lease(0.6)), timeout=5
         )
         writer = Writer(node.data_dir)
         assert writer.done.wait(0.6 + SLACK + 5), "the lease did not thaw"
