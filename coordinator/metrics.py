@@ -181,6 +181,19 @@ class CoordinatorMetrics:
             "When the oldest pending snapshot cleanup was recorded; 0 while none is pending.",
             registry=r,
         )
+        # Apart from the pending cleanups: a different room holds them (the run engine's ledger),
+        # and what to do differs (resume or abort the run that made them).
+        self.ledger_entries = Gauge(
+            "ringsnap_ledger_entries",
+            "Resources (clones, snapshot tags, staging) the run engine's runs left in the ledger,"
+            " not counting those of a cluster a run holds now.",
+            registry=r,
+        )
+        self.oldest_ledger_entry = Gauge(
+            "ringsnap_oldest_ledger_entry_timestamp_seconds",
+            "When the oldest of those ledger entries was recorded; 0 while there is none.",
+            registry=r,
+        )
         self.missing_copies = Gauge(
             "ringsnap_backups_missing_s3_copy",
             "Complete backups of an exporting policy with no S3 copy past the policy's"
@@ -359,6 +372,10 @@ class CoordinatorMetrics:
     def set_pending_cleanups(self, count: int, oldest: datetime | None = None) -> None:
         self.pending_cleanups.set(count)
         self.oldest_cleanup.set(oldest.timestamp() if oldest is not None and count else 0)
+
+    def set_ledger_entries(self, count: int, oldest: datetime | None = None) -> None:
+        self.ledger_entries.set(count)
+        self.oldest_ledger_entry.set(oldest.timestamp() if oldest is not None and count else 0)
 
     def exposition(self) -> bytes:
         """The registry in the Prometheus text format."""

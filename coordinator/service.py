@@ -422,12 +422,16 @@ class Coordinator:
         pending = await asyncio.to_thread(self.catalog.pending_cleanups)
         await self.cleanups.run(pending)
         left = await asyncio.to_thread(self.catalog.pending_cleanups)
+        oldest = min((c.created_at for c in left), default=None)
+        self.metrics.set_pending_cleanups(len(left), oldest)
         await self.ledger.run()
         in_ledger = await asyncio.to_thread(self.catalog.resources)
-        oldest = min(
-            [*(c.created_at for c in left), *(e.created_at for e in in_ledger)], default=None
+        # A cluster a run holds now is using its entries (the retry leaves them alone too): only
+        # the others are left over, and only they may age into the alert.
+        left_over = [e for e in in_ledger if self._held_by(e.resource.cluster) is None]
+        self.metrics.set_ledger_entries(
+            len(left_over), min((e.created_at for e in left_over), default=None)
         )
-        self.metrics.set_pending_cleanups(len(left) + len(in_ledger), oldest)
         return len(left) + len(in_ledger)
 
     def policy(self, name: str) -> RetentionSection:

@@ -193,10 +193,11 @@ def backups() -> dict[str, Any]:
     )
     page.add(
         stat(
-            "Pending snapshot cleanups",
-            "Array snapshots of failed or deleted backups still to delete.",
+            "Pending cleanups",
+            "Array snapshots of failed or deleted backups still to delete; clones, snapshot tags"
+            " and staging runs left in the resource ledger.",
             "none",
-            [("ringsnap_pending_cleanups", "pending")],
+            [("ringsnap_pending_cleanups", "pending"), ("ringsnap_ledger_entries", "ledger")],
         ),
         6,
         5,

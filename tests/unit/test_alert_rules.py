@@ -128,6 +128,20 @@ CASES = [
         [("30m", []), ("2h", [{"instance": "old"}])],
     ),
     Case(
+        "RingsnapLedgerEntriesStale",
+        {
+            # A clone a killed export left at 0 (stale by 2 h); one recorded at 6600 s (fresh);
+            # an empty ledger whose oldest-entry gauge is 0.
+            'ringsnap_ledger_entries{instance="stale"}': "1x200",
+            'ringsnap_oldest_ledger_entry_timestamp_seconds{instance="stale"}': "0x200",
+            'ringsnap_ledger_entries{instance="fresh"}': "1x200",
+            'ringsnap_oldest_ledger_entry_timestamp_seconds{instance="fresh"}': "6600x200",
+            'ringsnap_ledger_entries{instance="empty"}': "0x200",
+            'ringsnap_oldest_ledger_entry_timestamp_seconds{instance="empty"}': "0x200",
+        },
+        [("30m", []), ("2h", [{"instance": "stale"}])],
+    ),
+    Case(
         "RingsnapS3CopyMissing",
         {
             'ringsnap_backups_missing_s3_copy{cluster="bad"}': "2x10",

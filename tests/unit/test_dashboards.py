@@ -81,8 +81,11 @@ def test_every_panel_queries_its_clusters_and_has_a_place_of_its_own() -> None:
             place = panel["gridPos"]
             assert place["x"] + place["w"] <= 24, (name, panel["title"])
         for expr in _exprs(dashboard):
-            # The pending cleanups are the coordinator's, of no one cluster.
-            assert '$cluster"' in expr or expr == "ringsnap_pending_cleanups", (name, expr)
+            # The pending cleanups and the ledger are the coordinator's, of no one cluster.
+            assert '$cluster"' in expr or expr in {
+                "ringsnap_pending_cleanups",
+                "ringsnap_ledger_entries",
+            }, (name, expr)
 
 
 def test_every_metric_a_panel_or_an_alert_names_is_declared_by_the_product() -> None:

@@ -95,3 +95,36 @@ def test_a_clone_of_a_held_cluster_is_left_alone(
     assert events == [] and deleted == []
     assert harness.call(harness.coordinator.run_pending_cleanups()) == 0
     assert events == [f"n2:unmount:{PURPOSE}", f"array:delete:{CLONE.name}"]
+
+
+def _gauge(harness: Harness, name: str) -> float | None:
+    return harness.coordinator.metrics.registry.get_sample_value(name)
+
+
+def test_a_left_over_entry_is_measured_for_its_alert_and_a_held_one_is_not(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[str] = []
+    agent = NodeAgent(events)
+    _left_by_a_killed_export(harness, monkeypatch, agent, events)
+    agent.fail = AgentError("node n2: UnmountClones: UNAVAILABLE", code="UNAVAILABLE")
+    (entry,) = harness.catalog.resources()
+
+    guard = harness.coordinator.scheduler.guard
+    with guard.hold(BackupRequest(cluster="prod", trigger=f"export:{BACKUP}")):
+        assert harness.call(harness.coordinator.run_pending_cleanups()) == 1
+    assert _gauge(harness, "ringsnap_ledger_entries") == 0, "an entry in use was counted"
+    assert _gauge(harness, "ringsnap_oldest_ledger_entry_timestamp_seconds") == 0
+
+    assert harness.call(harness.coordinator.run_pending_cleanups()) == 1
+    assert _gauge(harness, "ringsnap_ledger_entries") == 1
+    assert _gauge(harness, "ringsnap_oldest_ledger_entry_timestamp_seconds") == pytest.approx(
+        entry.created_at.timestamp(), abs=1e-3
+    )
+    # The ledger is not an array snapshot cleanup: that alert keeps its own meaning.
+    assert _gauge(harness, "ringsnap_pending_cleanups") == 0
+
+    agent.fail = None
+    assert harness.call(harness.coordinator.run_pending_cleanups()) == 0
+    assert _gauge(harness, "ringsnap_ledger_entries") == 0
+    assert _gauge(harness, "ringsnap_oldest_ledger_entry_timestamp_seconds") == 0
