@@ -27,11 +27,24 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
+# Where a host running systemd has its runtime directory (a variable for the Makefile's own test).
+SYSTEMD_RUNTIME ?= /run/systemd/system
+
+# Debian's prometheus package enables and starts its own Prometheus on :9090 on a host running
+# systemd. ringsnap needs only the binaries (the sandbox starts its own on 127.0.0.1:29000+k, the
+# tests theirs on free ports): a service installed here is stopped and disabled again, so the
+# machine does not keep a second Prometheus it never asked for. One installed before is left alone.
 system-deps:
 	@missing=""; for pkg in $(DEB_PACKAGES); do dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing || exit 1; \
+	  case " $$missing " in *" prometheus "*) \
+	    if [ -d "$(SYSTEMD_RUNTIME)" ]; then \
+	      echo "stopping and disabling Debian's prometheus.service (:9090): ringsnap starts its own"; \
+	      systemctl disable --now prometheus.service; \
+	    fi;; \
+	  esac; \
 	fi
 
 lint: install typecheck-tree
