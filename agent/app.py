@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 
 import grpc
 import grpc.aio
@@ -22,12 +23,15 @@ from ringsnap.agent import tls
 from ringsnap.agent.clones import CloneMounter
 from ringsnap.agent.config import AgentConfig
 from ringsnap.agent.drill.host import DrillHost
+from ringsnap.agent.lvm.rpc import NodeSnapshotServicer
+from ringsnap.agent.lvm.snapshots import NodeSnapshots
 from ringsnap.agent.node import NodeAgent
 from ringsnap.agent.server import AgentServicer
-from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc
+from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc, node_snapshots_pb2_grpc
 from ringsnap.errors import RingsnapError
 from ringsnap.malformed import MalformedRequestInterceptor
 from ringsnap.metrics_server import MetricsServer
+from ringsnap.plugins.lvm.runner import CommandRunner
 
 log = logs.get_logger(__name__)
 SERVICE_NAME = agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name
@@ -36,9 +40,21 @@ _MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
 
 class AgentServer:
-    def __init__(self, config: AgentConfig, *, agent: NodeAgent | None = None) -> None:
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        agent: NodeAgent | None = None,
+        lvm_runner: CommandRunner | None = None,
+    ) -> None:
+        """`lvm_runner` runs lvm2 for `[lvm]` (default: the real commands on this host)."""
         self.config = config
         self.agent = agent or NodeAgent(config)
+        host = socket.gethostname()
+        self.node_snapshots = (
+            NodeSnapshots(host, config.lvm, lvm_runner) if config.lvm is not None else None
+        )
+        self._node_label = host
         self.clones = CloneMounter(config.volumes, config.volumes.state_directory)
         self.drills = DrillHost(config.drill, self.clones, config.volumes.state_directory)
         self.health = HealthServicer()
@@ -75,6 +91,9 @@ class AgentServer:
             )
             agent_pb2_grpc.add_AgentServiceServicer_to_server(
                 AgentServicer(self.agent, self.clones, self.drills), server
+            )
+            node_snapshots_pb2_grpc.add_NodeSnapshotServiceServicer_to_server(
+                NodeSnapshotServicer(self._node_label, self.node_snapshots), server
             )
             health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
             port = server.add_secure_port(self.config.server.listen, credentials)

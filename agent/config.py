@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
+from ringsnap.agent.lvm.settings import LvmSection
 from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.config import SecretFile, Section, TlsFiles, load
 
@@ -256,6 +257,8 @@ class AgentConfig(Section):
     drill: DrillSection | None = None
     #: Off-array copies: the S3-compatible store this node exports to (docs/s3.md).
     s3: S3Settings | None = None
+    #: Node-local snapshots of this node's logical volumes (direct-attached disks; docs/das.md).
+    lvm: LvmSection | None = None
     log: LogSection = Field(default_factory=LogSection)
     metrics: MetricsSection = Field(default_factory=MetricsSection)
 
@@ -266,6 +269,20 @@ class AgentConfig(Section):
                 f"metrics.listen {self.metrics.listen} is also server.listen: the metrics need an"
                 " address of their own (default 127.0.0.1:9445)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _lvm_holds_cassandra(self) -> AgentConfig:
+        if self.lvm is None:
+            return self
+        cassandra = {*self.cassandra.data_directories, self.cassandra.commitlog_directory}
+        for volume in self.lvm.volumes:
+            strangers = [str(p) for p in volume.directories if p not in cassandra]
+            if strangers:
+                raise ValueError(
+                    f"lvm.volumes {volume.volume}: {', '.join(strangers)} is not a Cassandra"
+                    " directory of [cassandra] (data_directories, commitlog_directory)"
+                )
         return self
 
 

@@ -18,13 +18,12 @@ from ringsnap.coordinator.backup.schema import SchemaRow
 from ringsnap.coordinator.backup.schema_capture import describe_keyspaces
 from ringsnap.coordinator.canary import CanaryStore, CqlCanaries
 from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.cluster_clients import open_array
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.metrics import CoordinatorMetrics
 from ringsnap.coordinator.ports import AgentPort, ArrayPort
 from ringsnap.coordinator.service import ClusterRuntime, Coordinator
 from ringsnap.logs import get_logger
-from ringsnap.plugins.middleware import AsyncDriver
-from ringsnap.plugins.registry import open_driver
 
 log = get_logger(__name__)
 
@@ -94,8 +93,7 @@ async def open_coordinator(
         server_name=config.tls.agent_server_name or "",
     )
     arrays: dict[str, ArrayPort] = {
-        name: AsyncDriver(open_driver(name, section.table(), source))
-        for name, section in config.arrays.items()
+        name: open_array(config, name, source, tls) for name in config.arrays
     }
     agents: list[GrpcNodeAgent] = []
     canaries: list[LazyCqlCanaries] = []

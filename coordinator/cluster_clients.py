@@ -9,8 +9,11 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 from ringsnap.coordinator.agents.connection import ClientTls
+from ringsnap.coordinator.agents.node_snapshots import DRIVER as NODE_LOCAL_DRIVER
+from ringsnap.coordinator.agents.node_snapshots import NodeSnapshotPort
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.ports import ArrayPort
+from ringsnap.errors import ConfigError
 from ringsnap.plugins.middleware import AsyncDriver
 from ringsnap.plugins.registry import open_driver
 
@@ -32,11 +35,46 @@ def client_tls(config: CoordinatorConfig) -> ClientTls:
     )
 
 
+def node_local_agent(config: CoordinatorConfig, name: str, source: str) -> tuple[str, str]:
+    """(node, agent address) of `[arrays.<name>] driver = "agent-lvm"`: the node's own agent
+    takes its snapshots. A missing or unknown `node` is a ConfigError naming the key."""
+    table = config.arrays[name].table()
+    key = f"arrays.{name}"
+    strangers = sorted(set(table) - {"driver", "node"})
+    if strangers:
+        raise ConfigError(
+            source,
+            f"{key}.{strangers[0]}",
+            f"not a setting of driver {NODE_LOCAL_DRIVER!r} (only node)",
+        )
+    node = table.get("node")
+    if not isinstance(node, str) or not node:
+        raise ConfigError(
+            source, f"{key}.node", "name the node whose agent snapshots its own volumes"
+        )
+    for cluster in config.clusters:
+        for member in cluster.nodes:
+            if member.name == node:
+                return node, member.agent
+    raise ConfigError(source, f"{key}.node", f"{node!r} is no node of any [[clusters]]")
+
+
+def open_array(config: CoordinatorConfig, name: str, source: str, tls: ClientTls) -> ArrayPort:
+    """The port of `[arrays.<name>]`: its driver behind the middleware, or for node-local
+    snapshots (`agent-lvm`) the node's agent (contacts nothing yet)."""
+    section = config.arrays[name]
+    if section.driver == NODE_LOCAL_DRIVER:
+        node, address = node_local_agent(config, name, source)
+        return NodeSnapshotPort(name, node, address, tls)
+    return AsyncDriver(open_driver(name, section.table(), source))
+
+
 def cluster_arrays(config: CoordinatorConfig, cluster: ClusterSection) -> dict[str, ArrayPort]:
-    """A driver for each configured array the cluster's volumes are on (contacts none yet)."""
+    """A port for each configured array the cluster's volumes are on (contacts none yet)."""
     used = {v.array for node in cluster.nodes for v in node.volumes}
+    tls = client_tls(config)
     return {
-        name: AsyncDriver(open_driver(name, config.arrays[name].table(), "<config>"))
+        name: open_array(config, name, "<config>", tls)
         for name in sorted(used)
         if name in config.arrays
     }

@@ -27,9 +27,11 @@ from typing import Any
 
 from ringsnap import certs, logs, sdnotify
 from ringsnap.config import redacted
+from ringsnap.coordinator.agents.node_snapshots import DRIVER as NODE_LOCAL_DRIVER
 from ringsnap.coordinator.api.listeners import CoordinatorServer, RemoteListener, loopback_problem
 from ringsnap.coordinator.api.token import remove_token, token_path, write_token
 from ringsnap.coordinator.assembly import load_config, open_coordinator
+from ringsnap.coordinator.cluster_clients import node_local_agent
 from ringsnap.coordinator.config import DEFAULT_CONFIG_PATH, CoordinatorConfig
 from ringsnap.coordinator.metrics import MetricsServer
 from ringsnap.errors import ConfigError, RingsnapError
@@ -181,6 +183,9 @@ def check_config(path: Path) -> int:
     config = load_config(path)
     _check_listen(config, str(path))
     for name, section in config.arrays.items():
+        if section.driver == NODE_LOCAL_DRIVER:
+            node_local_agent(config, name, str(path))
+            continue
         driver = open_driver(name, section.table(), str(path))  # validates; contacts nothing
         driver.close()
     tls = config.tls

@@ -29,6 +29,7 @@ import grpc.aio
 from ringsnap.agent.app import AgentServer
 from ringsnap.agent.config import AgentConfig
 from ringsnap.config import validate
+from ringsnap.plugins.lvm.runner import CommandRunner
 from ringsnap.plugins.testing.pki import IssuedCert, TestCA, TlsPaths
 
 T = TypeVar("T")
@@ -147,9 +148,11 @@ def write_config(path: Path, data: Mapping[str, Mapping[str, Any]]) -> Path:
 class BackgroundAgent:
     """Runs an `AgentServer` on its own event loop in a daemon thread."""
 
-    def __init__(self, config: AgentConfig) -> None:
+    def __init__(self, config: AgentConfig, *, lvm_runner: CommandRunner | None = None) -> None:
+        """`lvm_runner`: the lvm2 the agent's `[lvm]` runs (the emulator on hosts without
+        device-mapper); default the real commands."""
         self.config = config
-        self.server = AgentServer(config)
+        self.server = AgentServer(config, lvm_runner=lvm_runner)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 

@@ -22,11 +22,14 @@ from ringsnap.plugins.errors import (
 from ringsnap.plugins.lvm import names
 from ringsnap.plugins.lvm.report import (
     LV_FIELDS,
+    POOL_FIELDS,
     VG_FIELDS,
     LogicalVolume,
+    PoolUsage,
     ReportError,
     VolumeGroup,
     parse_lvs,
+    parse_pools,
     parse_vgs,
 )
 from ringsnap.plugins.lvm.runner import CommandResult, CommandRunner, CommandTimeout
@@ -70,6 +73,10 @@ class Lvm2:
 
     def volume_groups(self, vgs: Iterable[str]) -> list[VolumeGroup]:
         return self._report("vgs", VG_FIELDS, vgs, "list volume groups", parse_vgs)
+
+    def thin_pools(self, vgs: Iterable[str]) -> list[PoolUsage]:
+        """Every thin pool of `vgs` with its data and metadata use."""
+        return self._report("lvs", POOL_FIELDS, vgs, "list thin pools", parse_pools)
 
     def _report(
         self,

@@ -35,6 +35,8 @@ LV_FIELDS = (
     "lv_uuid",
 )
 VG_FIELDS = ("vg_name", "vg_attr", "vg_size", "vg_free", "lv_count", "snap_count")
+#: The columns of the thin-pool usage report (space checks before a snapshot).
+POOL_FIELDS = ("lv_name", "vg_name", "lv_attr", "data_percent", "metadata_percent")
 
 
 class ReportError(ValueError):
@@ -238,3 +240,37 @@ def parse_vgs(stdout: str) -> list[VolumeGroup]:
         )
         for row in _rows(stdout, "vg")
     ]
+
+
+@dataclass(frozen=True)
+class PoolUsage:
+    """A thin pool's data and metadata use in % (None where device-mapper could not tell)."""
+
+    vg: str
+    name: str
+    data_percent: float | None
+    metadata_percent: float | None
+
+    @property
+    def id(self) -> str:
+        return f"{self.vg}/{self.name}"
+
+
+def parse_pools(stdout: str) -> list[PoolUsage]:
+    """The thin pools of an `lvs` JSON report made with `-o` `POOL_FIELDS` (other LVs left out)."""
+    pools = []
+    for row in _rows(stdout, "lv"):
+        attr = _field(row, "lv_attr")
+        if len(attr) != 10:
+            raise ReportError(f"lv_attr {attr!r} is not ten characters")
+        if attr[0] != "t":
+            continue
+        pools.append(
+            PoolUsage(
+                vg=_field(row, "vg_name"),
+                name=_field(row, "lv_name"),
+                data_percent=_percent(_field(row, "data_percent")),
+                metadata_percent=_percent(_field(row, "metadata_percent")),
+            )
+        )
+    return pools

@@ -51,7 +51,7 @@ _MODPROBE_STDERR = (
     "  /sbin/modprobe: execvp failed: No such file or directory\n  /sbin/modprobe failed: 2\n"
 )
 #: The fields it knows: those the driver asks for (`lvm.report` parses them) and a few more.
-_LV_COLUMNS = (*LV_FIELDS, "lv_active", "lv_device_open")
+_LV_COLUMNS = (*LV_FIELDS, "lv_active", "lv_device_open", "metadata_percent")
 _VG_COLUMNS = (*VG_FIELDS, "vg_uuid")
 
 
@@ -83,6 +83,8 @@ class _Lv:
     merging: bool = False
     #: Thin pool / thin volume: data usage in %.
     data_percent: float = 0.0
+    #: Thin pool: metadata usage in %.
+    metadata_percent: float = 0.0
     #: Extents this LV takes from the VG (thin volumes take none).
     extents: int = 0
 
@@ -219,6 +221,10 @@ class Lvm2Emulator:
     def set_data_percent(self, vg: str, lv: str, percent: float) -> None:
         with self._lock:
             self._vg(vg).lvs[lv].data_percent = percent
+
+    def set_metadata_percent(self, vg: str, pool: str, percent: float) -> None:
+        with self._lock:
+            self._vg(vg).lvs[pool].metadata_percent = percent
 
     def fail_next(self, match: str, *, returncode: int, stderr: str = "", stdout: str = "") -> None:
         """The next command whose command line contains `match` fails with this output."""
@@ -730,6 +736,10 @@ class Lvm2Emulator:
             "lv_uuid": lv.uuid,
             "lv_active": ("active" if lv.active else "") if dm else "unknown",
             "lv_device_open": ("open" if opened == "o" else "") if dm else "unknown",
+            # lvm2 prints it for thin pools only (and only when device-mapper can tell).
+            "metadata_percent": f"{lv.metadata_percent:.2f}"
+            if dm and lv.active and lv.segtype == "thin-pool"
+            else "",
         }
         return {column: values[column] for column in columns}
 
