@@ -103,9 +103,10 @@ class NodeSnapshotPort:
             yield
         except grpc.aio.AioRpcError as exc:
             kind = _ERRORS.get(exc.code(), DriverError)
+            # The agent's provider already names the array; say it once.
+            said = (exc.details() or exc.code().name).removeprefix(f"array {self._array!r}: ")
             raise kind(
-                f"node {self.node} ({self.address}): {rpc}: {exc.details() or exc.code().name}",
-                array=self._array,
+                f"node {self.node} ({self.address}): {rpc}: {said}", array=self._array
             ) from None
 
     async def check(self) -> None:

@@ -4,8 +4,8 @@ Each node has a volume group with a thick data LV and a thin commit-log LV, each
 filesystem mounted where the node keeps its Cassandra data and commit log. Everything between the
 coordinator and the disks is the real thing: `plan_restore` and `RestoreWorkflow`, one real agent
 per node over mutual TLS (its `[volumes]` hooks detach and attach the LVs), and the real
-`LvmDriver` behind the driver middleware (`AsyncDriver(wrap(driver))`), one array per node, run
-against
+`LvmDriver`, run by each node's own agent for its own volumes (the agent's `[lvm]`), asked by the
+coordinator's `NodeSnapshotPort` (driver `agent-lvm`: no lvm2 on the coordinator's side), against
 - `emulated`: the lvm2 2.03.16 emulator, whose LVs are image files in a reflink XFS pool, attached
   as loop devices;
 - `live`: real lvm2 on loop-device physical volumes; only where device-mapper works.
@@ -43,6 +43,7 @@ from ringsnap import mountinfo
 from ringsnap.agent.config import AgentConfig
 from ringsnap.config import validate
 from ringsnap.coordinator.agents.connection import ClientTls, GrpcNodeAgent
+from ringsnap.coordinator.agents.node_snapshots import NodeSnapshotPort
 from ringsnap.coordinator.model import (
     Backup,
     BackupNode,
@@ -61,9 +62,7 @@ from ringsnap.coordinator.restore.plan import RestoreRequest, plan_restore
 from ringsnap.coordinator.restore.record import new_restore_id
 from ringsnap.coordinator.restore.workflow import RestoreSettings, RestoreWorkflow
 from ringsnap.plugins.lvm.config import LvmSettings
-from ringsnap.plugins.lvm.driver import LvmDriver
 from ringsnap.plugins.lvm.runner import CommandResult, CommandRunner, SubprocessRunner
-from ringsnap.plugins.middleware import AsyncDriver, WrappedDriver, wrap
 from ringsnap.plugins.simulators.lunpool import loop_devices_of, temporary_xfs_pool
 from ringsnap.plugins.simulators.lvm2 import Lvm2Emulator
 from ringsnap.plugins.testing import mounts
@@ -324,18 +323,19 @@ class RecordingRunner:
         return [argv[-1] for argv in self.calls if argv[0] == "lvconvert" and "--merge" in argv]
 
 
-class WitnessedPort(AsyncDriver):
-    """An array's port that notes the digest of every origin LV just before it clones them."""
+class WitnessedPort(NodeSnapshotPort):
+    """A node's snapshot port (through its agent) that notes the digest of every origin LV just
+    before it asks the agent to clone them."""
 
-    def __init__(self, wrapped: WrappedDriver, digest_of: Callable[[str], str]) -> None:
-        super().__init__(wrapped)
-        self._digest_of = digest_of
-        self.origins_before_clone: dict[str, str] = {}
+    def __init__(self, node: Node, address: str, tls: ClientTls) -> None:
+        super().__init__(node.array, node.name, address, tls)
+        self._node = node
 
     async def clone(self, ref: SnapshotRef, suffix: str) -> Sequence[Volume]:
         for member in ref.members:
             name = member.volume.name
-            self.origins_before_clone[name] = await asyncio.to_thread(self._digest_of, name)
+            seen = await asyncio.to_thread(self._node.digest_of, name)
+            self._node.origins_before_clone[name] = seen
         return await super().clone(ref, suffix)
 
 
@@ -345,8 +345,19 @@ class Node:
     host_id: str
     root: Path
     vg: str
+    #: The lvm2 this node's agent runs (recorded).
     commands: RecordingRunner
-    port: WitnessedPort
+    #: `lvm_config` of the node's volume group (real lvm2 confined to the test's PV), or None.
+    lvm_config: str | None
+    digest_of: Callable[[str], str]
+    origins_before_clone: dict[str, str] = field(default_factory=dict)
+    #: The coordinator's port of this node's snapshots, on the running scenario's event loop.
+    connected: WitnessedPort | None = None
+
+    @property
+    def port(self) -> WitnessedPort:
+        assert self.connected is not None, "no coordinator connected to the agents"
+        return self.connected
 
     @property
     def array(self) -> str:
@@ -462,9 +473,15 @@ def start_node(stack: ExitStack, rig_root: Path, disks: Disks, name: str) -> Nod
     """Make the node's volume group, mount its LVs, and say Cassandra runs on it."""
     group = disks.volume_group(name)
     commands = RecordingRunner(group.runner)
-    driver = LvmDriver(f"{name}-lvm", group.settings, runner=commands)
-    port = WitnessedPort(wrap(driver), lambda volume: digest(disks.device(volume)))
-    node = Node(name, str(uuid.uuid4()), rig_root / name, group.name, commands, port)
+    node = Node(
+        name,
+        str(uuid.uuid4()),
+        rig_root / name,
+        group.name,
+        commands,
+        group.settings.lvm_config,
+        lambda volume: digest(disks.device(volume)),
+    )
     for point, volume in node.mounts.items():
         point.mkdir(parents=True)
         stack.callback(unmount_everything_at, point)
@@ -498,6 +515,22 @@ def agent_config(
         "attach_command": [*hook, "attach"],
         "hook_timeout_seconds": 60,
     }
+    # The node's own LVM: the agent snapshots, reverts and clones these, never the coordinator.
+    data["lvm"] = {
+        "volumes": [
+            {
+                "volume": node.volume(DATA_LV),
+                "kind": "thick",
+                "directories": [str(node.data_mount / "cassandra")],
+            },
+            {
+                "volume": node.volume(COMMITLOG_LV),
+                "kind": "thin",
+                "directories": [str(node.commitlog)],
+            },
+        ],
+        **({"lvm_config": node.lvm_config} if node.lvm_config else {}),
+    }
     config = validate(data, AgentConfig, source=f"<agent of {node.name}>")
     assert config.volumes.state_directory.is_relative_to(node.root), "records must stay ours"
     return config
@@ -524,7 +557,7 @@ def rig(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Rig]:
             node = start_node(stack, root, disks, name)
             nodes.append(node)
             agents[name] = stack.enter_context(
-                BackgroundAgent(agent_config(node, pki, nodetool, hook))
+                BackgroundAgent(agent_config(node, pki, nodetool, hook), lvm_runner=node.commands)
             )
         canaries = FileCanaries({node.host_id: node.data_mount for node in nodes})
         yield Rig(disks, nodes, pki, agents, canaries, hook_log)
@@ -540,7 +573,15 @@ async def coordinator_agents(rig: Rig) -> AsyncIterator[dict[str, AgentPort]]:
             client = GrpcNodeAgent(name, agent.address, tls, call_timeout=60)
             stack.push_async_callback(client.close)
             clients[name] = client
-        yield clients
+        # Each node's snapshots through its own agent (driver agent-lvm): no lvm2 here.
+        for node in rig.nodes:
+            node.connected = WitnessedPort(node, rig.agents[node.name].address, tls)
+            stack.push_async_callback(node.connected.close)
+        try:
+            yield clients
+        finally:
+            for node in rig.nodes:
+                node.connected = None
 
 
 # -- what is on a node's filesystems -------------------------------------------------------------
@@ -601,10 +642,22 @@ async def take_backup(rig: Rig, agents: Mapping[str, AgentPort]) -> TakenBackup:
     manifests = {node.name: await agents[node.name].manifest() for node in rig.nodes}
     files = {point: files_of(point) for node in rig.nodes for point in node.mounts}
     volumes = {node.name: await node.port.list_volumes() for node in rig.nodes}
-    with mounts.frozen(list(files)):
+    # As a backup run does: every node's space checked before any freeze, every node frozen by
+    # its agent, every agent snapshotting its own volumes at once, then every node thawed.
+    prepared = await asyncio.gather(
+        *(node.port.prepare_group_snapshot(volumes[node.name], backup_id) for node in rig.nodes)
+    )
+    try:
+        await asyncio.gather(*(agents[node.name].freeze(backup_id, 30.0) for node in rig.nodes))
         refs = await asyncio.gather(
-            *(node.port.create_group_snapshot(volumes[node.name], backup_id) for node in rig.nodes)
+            *(
+                node.port.commit_group_snapshot(p)
+                for node, p in zip(rig.nodes, prepared, strict=True)
+            )
         )
+    finally:
+        thawed = await asyncio.gather(*(agents[node.name].thaw(backup_id) for node in rig.nodes))
+    assert all(not receipt.lease_expired for receipt in thawed), thawed
     backup = Backup(
         id=backup_id,
         cluster=CLUSTER,
@@ -808,7 +861,7 @@ def test_clone_attaches_clones_and_leaves_the_origin_lvs_untouched(rig: Rig) -> 
         for point, origin in node.mounts.items():
             assert clone_of[origin] != origin
             attached[point] = clone_of[origin]
-        before_clone = node.port.origins_before_clone
+        before_clone = node.origins_before_clone
         assert sorted(before_clone) == sorted(node.mounts.values())
         for origin, before in before_clone.items():
             assert digest(rig.disks.device(origin)) == before, f"{origin} changed"
