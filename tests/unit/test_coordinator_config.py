@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from ringsnap.config import redacted
+from ringsnap.coordinator.cluster_clients import node_local_agent
 from ringsnap.coordinator.config import CoordinatorConfig, load_config
 from ringsnap.coordinator.model import QuiesceMode, SnapshotKind, VolumeRole
 from ringsnap.coordinator.retention import RetentionPolicy
@@ -305,3 +306,46 @@ def test_a_bad_allow_list_names_the_key(files: Path, clients: str, key: str, pro
         load_config(path)
     assert caught.value.key == key, caught.value
     assert problem in caught.value.problem
+
+
+def _node_local(files: Path, array_table: str) -> str:
+    """The valid config with n1's volumes on its own disks, snapshotted by its agent."""
+    return (
+        valid(files)
+        .replace(
+            """  {{ array = "a1", volume = "n1_data", role = "data" }},
+  {{ array = "a1", volume = "n1_log", role = "commitlog" }},""".replace("{{", "{").replace(
+                "}}", "}"
+            ),
+            """  { array = "n1-das", volume = "cass/data", role = "data" },
+  { array = "n1-das", volume = "cass/commitlog", role = "commitlog" },""",
+        )
+        .replace("[[clusters]]", f"[arrays.n1-das]\n{array_table}\n\n[[clusters]]", 1)
+    )
+
+
+def test_node_local_snapshots_are_asked_of_the_node_s_own_agent(files: Path) -> None:
+    text = _node_local(files, 'driver = "agent-lvm"\nnode = "n1"')
+    config = load_config(write(files, text))
+    assert node_local_agent(config, "n1-das", "<f>") == ("n1", "127.0.0.1:7443")
+
+
+@pytest.mark.parametrize(
+    ("table", "key", "problem"),
+    [
+        ('driver = "agent-lvm"', "arrays.n1-das.node", "name the node"),
+        ('driver = "agent-lvm"\nnode = "n9"', "arrays.n1-das.node", "'n9' is no node"),
+        (
+            'driver = "agent-lvm"\nnode = "n1"\nendpoint = "x"',
+            "arrays.n1-das.endpoint",
+            "only node",
+        ),
+    ],
+)
+def test_a_node_local_array_names_a_known_node(
+    files: Path, table: str, key: str, problem: str
+) -> None:
+    config = load_config(write(files, _node_local(files, table)))
+    with pytest.raises(ConfigError) as refused:
+        node_local_agent(config, "n1-das", "<f>")
+    assert refused.value.key == key and problem in refused.value.problem

@@ -102,9 +102,9 @@ def test_a_kind_lvm2_disagrees_with_is_refused_naming_the_volume(tmp_path: Path)
     pki = TestPki.create(tmp_path / "pki")
     lvm = _lvm(tmp_path)
     lvm["volumes"][0]["kind"] = "thin"
-    with BackgroundAgent(_config(tmp_path, pki, lvm), lvm_runner=_emulator()) as agent:
-        with pytest.raises(DriverError, match=r"cass/data is a thick volume .* kind = 'thin'"):
-            run(_with(Rig(_emulator(), agent, pki), lambda port: port.list_volumes()))
+    refused = pytest.raises(DriverError, match=r"cass/data is a thick volume .* kind = 'thin'")
+    with BackgroundAgent(_config(tmp_path, pki, lvm), lvm_runner=_emulator()) as agent, refused:
+        run(_with(Rig(_emulator(), agent, pki), lambda port: port.list_volumes()))
 
 
 def test_a_directory_outside_cassandra_is_a_config_error(tmp_path: Path) -> None:
@@ -232,9 +232,9 @@ def test_a_merge_lvm2_delays_is_not_a_finished_revert(rig: Rig) -> None:
 
 def test_an_agent_without_lvm_says_which_section_is_missing(tmp_path: Path) -> None:
     pki = TestPki.create(tmp_path / "pki")
-    with BackgroundAgent(_config(tmp_path, pki, None)) as agent:
-        with pytest.raises(DriverError, match=r"no \[lvm\] section"):
-            run(_with(Rig(Lvm2Emulator(), agent, pki), lambda port: port.list_volumes()))
+    refused = pytest.raises(DriverError, match=r"no \[lvm\] section")
+    with BackgroundAgent(_config(tmp_path, pki, None)) as agent, refused:
+        run(_with(Rig(Lvm2Emulator(), agent, pki), lambda port: port.list_volumes()))
 
 
 def test_volumes_outside_the_config_are_refused(rig: Rig) -> None:
