@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ringsnap.agent import manifest as manifest_module
+from ringsnap.agent import manifest_scan
 from ringsnap.agent.manifest import ManifestCache, SSTable, manifest
 from ringsnap.sandbox.sstables import table_directory, write_sstable
 
@@ -22,13 +22,13 @@ def tables(root: Path, cache: ManifestCache | None) -> list[SSTable]:
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The names of the small files (TOC.txt, Digest.crc32) the manifest opens and reads."""
     seen: list[str] = []
-    real = manifest_module._read_small
+    real = manifest_scan.read_small
 
     def counting(name: str, directory_fd: int, signature: object = None) -> bytes:
         seen.append(name)
         return real(name, directory_fd, signature)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(manifest_module, "_read_small", counting)
+    monkeypatch.setattr(manifest_scan, "read_small", counting)
     return seen
 
 
