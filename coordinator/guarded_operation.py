@@ -1,5 +1,5 @@
 """A long run of the daemon (a drill, a table restore) as an API operation that holds its cluster:
-the cluster taken in the guard backups and restores take, the run prepared (a refusal is then the
+the cluster's lease taken (as every run takes it), the run prepared (a refusal is then the
 caller's answer, and nothing is left held), then run as an operation whose phase is the run's step
 and whose message is its latest progress line; at the end, whatever happened, what was opened is
 closed and the cluster given back."""
@@ -14,7 +14,7 @@ from typing import Generic, TypeVar
 
 from ringsnap.coordinator.model import OperationKind
 from ringsnap.coordinator.operations import Operation, Operations
-from ringsnap.coordinator.scheduler import BackupRequest, ClusterGuard
+from ringsnap.coordinator.runs.lease import ClusterLeases, Lease
 from ringsnap.logs import get_logger
 
 log = get_logger(__name__)
@@ -54,24 +54,24 @@ class AtMostOnce:
 
 async def start_guarded(
     operations: Operations,
-    guard: ClusterGuard,
-    hold: BackupRequest,
+    leases: ClusterLeases,
+    lease: Lease,
     kind: OperationKind,
     prepare: Callable[[contextlib.AsyncExitStack], Awaitable[Prepared[T]]],
     *,
     verdict: Callable[[T], str],
     finished: Callable[[], None] = lambda: None,
 ) -> Operation:
-    """Take `hold`'s cluster, `prepare` (entering what it opens into the stack it is given), and
+    """Take `lease`'s cluster, `prepare` (entering what it opens into the stack it is given), and
     start the run as an operation of `kind`. A failure of `prepare` (a refusal) gives everything
     back and is raised."""
-    guard.acquire(hold)
+    leases.take(lease)
     stack = contextlib.AsyncExitStack()
     try:
         prepared = await prepare(stack)
     except BaseException:
         await asyncio.shield(stack.aclose())
-        guard.release(hold)
+        leases.give_back(lease)
         raise
 
     @AtMostOnce
@@ -79,7 +79,7 @@ async def start_guarded(
         try:
             await stack.aclose()
         finally:
-            guard.release(hold)
+            leases.give_back(lease)
             try:
                 finished()
             except Exception as exc:  # metrics never fail a run

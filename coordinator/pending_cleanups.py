@@ -15,7 +15,7 @@ from ringsnap.coordinator.drill.cleanups import NodeAgents, cleanup_clone, delet
 from ringsnap.coordinator.drill.ports import DrillHost
 from ringsnap.coordinator.model import PendingCleanup, native_cleanup_node
 from ringsnap.coordinator.ports import AgentPort, ArrayPort
-from ringsnap.coordinator.scheduler import ClusterGuard
+from ringsnap.coordinator.runs.lease import ClusterLeases
 from ringsnap.errors import RingsnapError
 from ringsnap.logs import get_logger
 from ringsnap.plugins.types import Volume
@@ -39,7 +39,7 @@ class PendingCleanups:
         self,
         catalog: Catalog,
         arrays: Mapping[str, ArrayPort],
-        guard: ClusterGuard,
+        leases: ClusterLeases,
         *,
         drill_hosts: Callable[[], Mapping[str, DrillHost]],
         clone_holders: NodeAgents,
@@ -49,7 +49,7 @@ class PendingCleanups:
     ) -> None:
         self.catalog = catalog
         self.arrays = arrays
-        self.guard = guard
+        self.leases = leases
         self._drill_hosts = drill_hosts
         self._clone_holders = clone_holders
         self._node_agent = node_agent
@@ -65,9 +65,11 @@ class PendingCleanups:
                 elif array is None:
                     raise RingsnapError(f"array {cleanup.array!r} is no longer configured")
                 elif (clone := cleanup_clone(cleanup.snapshot_name)) is not None:
-                    if (holder := self.guard.running(clone.cluster)) is not None:
+                    if (holder := self.leases.holder(clone.cluster)) is not None:
                         # Its drill or export may still be using it: the next round retries.
-                        log.info("clone cleanup deferred", clone=cleanup.name, by=holder.trigger)
+                        log.info(
+                            "clone cleanup deferred", clone=cleanup.name, by=holder.describe()
+                        )
                         continue
                     await delete_clone(clone, array, self._drill_hosts(), self._clone_holders)
                 elif cleanup.ref is not None:

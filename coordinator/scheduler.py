@@ -1,11 +1,12 @@
 """Cron schedules for backups, and the rule that one cluster never has two backups at once.
 
-Overlap: `ClusterGuard` is taken at the entry of every backup of a cluster, scheduled or manual (an
+Overlap: the cluster's lease (`runs.lease`) is taken at the entry of every backup of a cluster,
+scheduled or manual, as every other run takes it (an
 apscheduler `max_instances` only covers one job, while two schedules, or a schedule and an operator,
 can target the same cluster). A backup that finds its cluster busy is SKIPPED, not queued: the one
 running already captures that moment, and a queue would run back-to-back freezes of the same ring
 after a long run. The skip is logged with both triggers, kept in `recent_skips`, handed to
-`on_skip` (metrics), and a manual caller gets `ClusterBusyError` saying what is running.
+`on_skip` (metrics), and a manual caller gets `ClusterHeld` saying what is running.
 
 Misfires, explicitly:
 - in-process (event loop stalled, host suspended): jobs coalesce, so the runs missed in a row are
@@ -21,9 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
-import threading
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -38,7 +37,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.cron import CronTrigger
 
-from ringsnap.errors import RingsnapError
+from ringsnap.coordinator.runs.lease import ClusterHeld, ClusterLeases, Lease, RunKind
 from ringsnap.logs import get_logger
 
 log = get_logger(__name__)
@@ -80,6 +79,8 @@ class BackupRequest:
     catch_up: bool = False
     #: Chosen by the caller when it must know the id before the run starts ("" = the run picks).
     backup_id: str = ""
+    #: The schedule that asked, by name ("" for a manual run).
+    schedule: str = ""
 
 
 #: The backup itself (the workflow); its result is passed back to `BackupScheduler.run` callers.
@@ -98,57 +99,16 @@ class Skip:
     at: datetime
 
 
-class ClusterBusyError(RingsnapError):
-    """A backup of the cluster is already running; this one was skipped."""
-
-    exit_code = 75  # EX_TEMPFAIL: try again later
-
-    def __init__(self, request: BackupRequest, running: BackupRequest, since: datetime) -> None:
-        self.request = request
-        self.running = running
-        self.since = since
-        super().__init__(
-            f"cluster {request.cluster} is already being backed up (by {running.trigger}, since"
-            f" {since:%Y-%m-%dT%H:%M:%SZ}); skipped the backup asked by {request.trigger}"
-        )
-
-
-class ClusterGuard:
-    """At most one backup of a cluster at a time in this coordinator.
-
-    Non-blocking by design: `acquire` either takes the cluster or raises ClusterBusyError.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._running: dict[str, tuple[BackupRequest, datetime]] = {}
-
-    def acquire(self, request: BackupRequest) -> None:
-        with self._lock:
-            holder = self._running.get(request.cluster)
-            if holder is not None:
-                raise ClusterBusyError(request, *holder)
-            self._running[request.cluster] = (request, datetime.now(UTC))
-
-    def release(self, request: BackupRequest) -> None:
-        with self._lock:
-            holder = self._running.get(request.cluster)
-            if holder is None or holder[0] is not request:
-                raise RuntimeError(f"cluster {request.cluster} is not held by {request.trigger}")
-            del self._running[request.cluster]
-
-    @contextlib.contextmanager
-    def hold(self, request: BackupRequest) -> Iterator[None]:
-        self.acquire(request)
-        try:
-            yield
-        finally:
-            self.release(request)
-
-    def running(self, cluster: str) -> BackupRequest | None:
-        with self._lock:
-            holder = self._running.get(cluster)
-        return holder[0] if holder else None
+def backup_lease(request: BackupRequest) -> Lease:
+    """The lease a backup holds its cluster with."""
+    return Lease(
+        request.cluster,
+        RunKind.BACKUP,
+        run_id=request.backup_id,
+        backup_id=request.backup_id,
+        asked_by=request.trigger,
+        schedule=request.schedule,
+    )
 
 
 def cron_trigger(schedule: Schedule) -> BaseTrigger:
@@ -173,7 +133,7 @@ def missed_runs(
 class BackupScheduler:
     """Runs `run_backup` for each schedule at its cron times, one backup per cluster at a time.
 
-    `run` is also the entry for manual backups, so that they share the per-cluster guard.
+    `run` is also the entry for manual backups, so that they share the cluster's lease.
     """
 
     def __init__(
@@ -181,7 +141,8 @@ class BackupScheduler:
         schedules: Sequence[Schedule],
         run_backup: RunBackup,
         *,
-        guard: ClusterGuard | None = None,
+        leases: ClusterLeases | None = None,
+        lease_for: Callable[[BackupRequest], Lease] = backup_lease,
         misfire_grace: timedelta = timedelta(hours=1),
         last_run: LastRun | None = None,
         on_skip: Callable[[Skip], None] | None = None,
@@ -194,7 +155,8 @@ class BackupScheduler:
         if misfire_grace < timedelta(seconds=1):
             raise ValueError("misfire_grace must be at least one second")
         self.schedules = {s.name: s for s in schedules}
-        self.guard = guard or ClusterGuard()
+        self.leases = leases or ClusterLeases()
+        self._lease_for = lease_for
         self.misfire_grace = misfire_grace
         self.recent_skips: collections.deque[Skip] = collections.deque(maxlen=100)
         self._run_backup = run_backup
@@ -222,7 +184,7 @@ class BackupScheduler:
                 name=f"backup of {schedule.cluster} ({schedule.name})",
                 coalesce=True,
                 misfire_grace_time=max(1, int(self.misfire_grace.total_seconds())),
-                # Overlap is the guard's to refuse, so that it is logged and counted in one place.
+                # Overlap is the lease's to refuse, so that it is logged and counted in one place.
                 max_instances=8,
             )
         self._scheduler.start()
@@ -256,17 +218,18 @@ class BackupScheduler:
     # -- running -----------------------------------------------------------------------------------
 
     async def run(self, request: BackupRequest) -> object:
-        """Run one backup if its cluster is free; raise ClusterBusyError (after recording the skip)
-        if another backup of the cluster is running."""
+        """Run one backup if its cluster is free; raise ClusterHeld (after recording the skip) if
+        another run holds the cluster."""
+        lease = self._lease_for(request)
         try:
-            self.guard.acquire(request)
-        except ClusterBusyError as busy:
+            self.leases.take(lease)
+        except ClusterHeld as busy:
             self._skip(request, "busy", str(busy))
             raise
         try:
             return await self._run_backup(request)
         finally:
-            self.guard.release(request)
+            self.leases.give_back(lease)
 
     async def _fire(self, name: str, catch_up: bool = False) -> None:
         schedule = self.schedules[name]
@@ -274,6 +237,7 @@ class BackupScheduler:
             cluster=schedule.cluster,
             trigger=schedule.trigger,
             policy=schedule.policy,
+            schedule=schedule.name,
             # Set by the submission event (or the catch-up) just before this coroutine starts.
             scheduled_at=self._scheduled_at.get(name),
             catch_up=catch_up,
@@ -283,7 +247,7 @@ class BackupScheduler:
             self._tasks.add(task)
         try:
             await self.run(request)
-        except ClusterBusyError:
+        except ClusterHeld:
             return  # recorded by run()
         except Exception as exc:
             # The workflow records its own failures in the catalog; this only keeps the schedule alive.

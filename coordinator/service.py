@@ -50,8 +50,9 @@ from ringsnap.coordinator.model import (
 from ringsnap.coordinator.operations import Operation, Operations
 from ringsnap.coordinator.pending_cleanups import PendingCleanups
 from ringsnap.coordinator.ports import AgentPort, ArrayPort, CanaryWriter
-from ringsnap.coordinator.restore.daemon import DaemonRestores, RestoreAwareGuard
+from ringsnap.coordinator.restore.daemon import DaemonRestores
 from ringsnap.coordinator.retention import RetentionPlan, apply_policy
+from ringsnap.coordinator.runs.lease import ClusterLeases
 from ringsnap.coordinator.runs.ledger import Ledger, LedgerRetry
 from ringsnap.coordinator.scheduler import (
     BackupRequest,
@@ -128,10 +129,12 @@ class Coordinator:
         self.drill_hosts = DrillHosts(lambda: drill_hosts(config, client_tls(config)))
         # Nodes' agents, for the pending cleanups of clones a node mounted (exports).
         self.clone_nodes = NodeAgentCache(export_node_opener(config))
+        # Which run holds which cluster: every run of every kind takes its cluster's lease.
+        self.leases = ClusterLeases()
         self.scheduler = BackupScheduler(
             [s.schedule() for s in config.schedules],
             self._scheduled_backup,
-            guard=RestoreAwareGuard(),
+            leases=self.leases,
             on_skip=self._skipped,
             misfire_grace=timedelta(seconds=config.coordinator.misfire_grace_seconds),
             last_run=self._last_run,
@@ -139,7 +142,7 @@ class Coordinator:
         self.cleanups = PendingCleanups(
             catalog,
             arrays,
-            self.scheduler.guard,
+            self.leases,
             drill_hosts=self._drill_hosts,
             clone_holders=self._clone_holder,
             node_agent=self._node_agent,
@@ -152,28 +155,28 @@ class Coordinator:
             arrays,
             node_agent=self._clone_holder,
             tag_agent=self._node_agent,
-            held=self._held_by,
+            held=self.leases.holder,
             now=now,
         )
         self.restores = DaemonRestores(
             config,
             catalog,
             self.operations,
-            self.scheduler.guard,
+            self.leases,
             cluster=self.cluster,
             clusters=lambda: self.clusters,
             finished=self.refresh_restore_metrics,
             track=self._track,
             now=now,
         )
-        # Scheduled drills hold the cluster in the same guard as backups and restores.
+        # Scheduled drills hold their cluster's lease, as backups and restores do.
         self.drills = DrillService(
             config, catalog, finished=lambda _record: self.refresh_restore_metrics()
         )
         self.drill_scheduler = drill_scheduler(
             drill_schedules(config),
             self.drills.scheduled,
-            guard=self.scheduler.guard,
+            leases=self.leases,
             misfire_grace=timedelta(seconds=config.coordinator.misfire_grace_seconds),
             last_run=self.drills.last_run,
         )
@@ -253,10 +256,6 @@ class Coordinator:
     def _clone_holder(self, cluster: str, node: str) -> CloneHolder | None:
         return self.clone_nodes.get(cluster, node)
 
-    def _held_by(self, cluster: str) -> str | None:
-        holder = self.scheduler.guard.running(cluster)
-        return holder.trigger if holder is not None else None
-
     def _node_agent(self, cluster: str, node: str) -> AgentPort | None:
         runtime = self.clusters.get(cluster)
         return runtime.agents.get(node) if runtime is not None else None
@@ -271,7 +270,7 @@ class Coordinator:
         }
 
     def start_backup(self, request: BackupRequest) -> Operation:
-        """Start a backup as an operation; the per-cluster guard refuses a second one at once."""
+        """Start a backup as an operation; the cluster's lease refuses a second run at once."""
         self.cluster(request.cluster)
         if request.policy:
             self.policy(request.policy)
@@ -387,7 +386,7 @@ class Coordinator:
             self.config,
             self.catalog,
             self.operations,
-            self.scheduler.guard,
+            self.leases,
             request,
             drill_id=drill_id,
             finished=self.refresh_restore_metrics,
@@ -405,7 +404,7 @@ class Coordinator:
             self.config,
             self.catalog,
             self.operations,
-            self.scheduler.guard,
+            self.leases,
             start,
             self.refresh_restore_metrics,
         )
@@ -428,7 +427,7 @@ class Coordinator:
         in_ledger = await asyncio.to_thread(self.catalog.resources)
         # A cluster a run holds now is using its entries (the retry leaves them alone too): only
         # the others are left over, and only they may age into the alert.
-        left_over = [e for e in in_ledger if self._held_by(e.resource.cluster) is None]
+        left_over = [e for e in in_ledger if self.leases.holder(e.resource.cluster) is None]
         self.metrics.set_ledger_entries(
             len(left_over), min((e.created_at for e in left_over), default=None)
         )

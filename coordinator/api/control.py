@@ -13,6 +13,7 @@ from datetime import datetime
 from ringsnap.coordinator.catalog import BackupStateError, OperationNotFoundError
 from ringsnap.coordinator.model import Backup, BackupState, OperationKind
 from ringsnap.coordinator.operations import Operation
+from ringsnap.coordinator.runs.lease import RunKind
 from ringsnap.coordinator.scheduler import Skip
 from ringsnap.coordinator.service import Coordinator
 from ringsnap.logs import get_logger
@@ -85,16 +86,20 @@ async def coordinator_status(coordinator: Coordinator) -> CoordinatorStatus:
             catalog.latest_backup, name, states=[BackupState.COMPLETE]
         )
         running = None
-        request = coordinator.scheduler.guard.running(name)
-        if request is not None:
-            # A scheduled request learns its id only when the run starts: the catalog knows it.
+        lease = coordinator.leases.holder(name)
+        if lease is not None:
+            # A scheduled backup learns its id only when the run starts: the catalog knows it.
             row = await asyncio.to_thread(catalog.latest_backup, name, states=[BackupState.RUNNING])
-            backup_id = request.backup_id or (row.id if row is not None else "")
+            backup_id = lease.backup_id or (row.id if row is not None else "")
             operation = coordinator.operations.for_backup(backup_id) if backup_id else None
+            if row is not None and row.id == backup_id:
+                since: datetime | None = row.started_at
+            else:
+                since = None if lease.kind is RunKind.BACKUP else lease.since
             running = RunningBackup(
                 backup_id=backup_id,
-                trigger=request.trigger,
-                since=row.started_at if row is not None and row.id == backup_id else None,
+                trigger=lease.trigger,
+                since=since,
                 operation_id=operation.current.operation_id if operation is not None else "",
             )
         schedules = sorted(

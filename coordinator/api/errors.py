@@ -27,7 +27,7 @@ from ringsnap.coordinator.operations import Operation
 from ringsnap.coordinator.ports import AgentError
 from ringsnap.coordinator.restore.daemon import RestoreNotConfirmed
 from ringsnap.coordinator.restore.workflow import RestoreFailed, RestoreRefused
-from ringsnap.coordinator.scheduler import ClusterBusyError
+from ringsnap.coordinator.runs.lease import ClusterHeld
 from ringsnap.coordinator.service import UnknownClusterError, UnknownPolicyError
 from ringsnap.coordinator.table_restore.model import TableRestoreFailed, TableRestoreRefused
 from ringsnap.errors import RingsnapError, ValidationError
@@ -50,7 +50,7 @@ ERRORS: tuple[tuple[type[BaseException], grpc.StatusCode, str], ...] = (
     (DrillNotFoundError, grpc.StatusCode.NOT_FOUND, "DRILL_NOT_FOUND"),
     (UnknownClusterError, grpc.StatusCode.NOT_FOUND, "UNKNOWN_CLUSTER"),
     (UnknownPolicyError, grpc.StatusCode.NOT_FOUND, "UNKNOWN_POLICY"),
-    (ClusterBusyError, grpc.StatusCode.ABORTED, "CLUSTER_BUSY"),
+    (ClusterHeld, grpc.StatusCode.ABORTED, "CLUSTER_BUSY"),
     (BackupRefused, grpc.StatusCode.FAILED_PRECONDITION, "BACKUP_REFUSED"),
     (BackupStateError, grpc.StatusCode.FAILED_PRECONDITION, "BACKUP_STATE"),
     (BackupFailed, grpc.StatusCode.UNAVAILABLE, "BACKUP_FAILED"),

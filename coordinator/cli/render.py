@@ -385,9 +385,10 @@ def status_view(status: pb.Status, now: datetime | None = None) -> RenderableTyp
             if success_at is not None
             else Text("never: no complete backup", style="bold red")
         )
-        if cluster.running_trigger.startswith("restore:"):
-            restore_id = cluster.running_trigger.removeprefix("restore:")
-            running = Text(f"restore {restore_id}", style="bold yellow")
+        kind, _, run_id = cluster.running_trigger.partition(":")
+        if kind in {"restore", "table-restore"} and run_id:
+            # The lease's "<kind>:<run id>" (`runs.lease.Lease.trigger`).
+            running = Text(f"{kind.replace('-', ' ')} {run_id}", style="bold yellow")
             running.append(f"\nof backup {cluster.running_backup_id}")
         elif cluster.running_backup_id or cluster.running_trigger:
             running = Text(cluster.running_backup_id or "(starting)", style="cyan")

@@ -1,6 +1,6 @@
 """Drills run by the coordinator daemon for its API (`ringsnap drill` while the daemon holds the
 catalog): the same session and workflow as in the CLI's own process, run as an operation of kind
-DRILL that holds the cluster in the guard backups and restores take (docs/drills.md)."""
+DRILL that holds the cluster's lease, as backups and restores do (docs/drills.md)."""
 
 from __future__ import annotations
 
@@ -16,34 +16,38 @@ from ringsnap.coordinator.drill.workflow import DrillRefused
 from ringsnap.coordinator.guarded_operation import Prepared, start_guarded
 from ringsnap.coordinator.model import OperationKind
 from ringsnap.coordinator.operations import Operation, Operations
-from ringsnap.coordinator.scheduler import BackupRequest, ClusterGuard
+from ringsnap.coordinator.runs.lease import ClusterLeases, Lease, RunKind
 from ringsnap.errors import ValidationError
 from ringsnap.logs import get_logger
 
 log = get_logger(__name__)
 
-#: A drill holds its cluster in the guard under this trigger prefix and its drill id.
-DRILL_TRIGGER_PREFIX = "drill:"
 
 
 async def start_drill(
     config: CoordinatorConfig,
     catalog: Catalog,
     operations: Operations,
-    guard: ClusterGuard,
+    leases: ClusterLeases,
     request: DrillRequest,
     *,
     drill_id: str = "",
     finished: Callable[[], None] = lambda: None,
 ) -> Operation:
     """Take the cluster, plan, and run the drill as an operation; refused (DrillRefused,
-    ClusterBusyError) before anything is made. The plan is made here so that a refusal is the
+    ClusterHeld) before anything is made. The plan is made here so that a refusal is the
     caller's answer, not a failed operation."""
     if drill_id and not DRILL_ID.fullmatch(drill_id):
         raise ValidationError(f"drill_id {drill_id!r} is not dr-YYYYMMDD-HHMMSS-xxxx")
     drill_id = drill_id or new_drill_id()
     config.cluster(request.cluster)
-    hold = BackupRequest(cluster=request.cluster, trigger=f"{DRILL_TRIGGER_PREFIX}{drill_id}")
+    lease = Lease(
+        request.cluster,
+        RunKind.DRILL,
+        run_id=drill_id,
+        backup_id=request.backup_id,
+        asked_by=request.requested_by,
+    )
 
     async def prepare(stack: contextlib.AsyncExitStack) -> Prepared[DrillRecord]:
         session = await stack.enter_async_context(
@@ -68,8 +72,8 @@ async def start_drill(
 
     return await start_guarded(
         operations,
-        guard,
-        hold,
+        leases,
+        lease,
         OperationKind.DRILL,
         prepare,
         verdict=lambda record: f"drill {record.id}: {record.state.value}",

@@ -2,8 +2,8 @@
 one node at a time, so that each scheduled drill can prove that backup (a backup is proven once
 every node it holds is; one-node drills of ever newer backups would never complete one).
 
-Overlap, decided: a drill holds its cluster in the coordinator's per-cluster guard, the one backups
-and restores take, for its whole run. So a drill never starts while a backup or a restore of the
+Overlap, decided: a drill holds its cluster's lease (`runs.lease`), the one backups and restores
+take, for its whole run. So a drill never starts while a backup or a restore of the
 cluster runs (it is skipped as busy, like a backup), and a backup due while a drill runs is skipped
 as busy too. The arrays need it: the drill clones the backup's snapshot and deletes its clones at
 the end, and retention (which runs after each backup) could otherwise delete that very snapshot
@@ -26,10 +26,10 @@ from ringsnap.coordinator.drill.plan import DrillRequest
 from ringsnap.coordinator.drill.session import open_drill_session
 from ringsnap.coordinator.drill.workflow import DrillRefused
 from ringsnap.coordinator.model import BackupState
+from ringsnap.coordinator.runs.lease import ClusterLeases, Lease, RunKind
 from ringsnap.coordinator.scheduler import (
     BackupRequest,
     BackupScheduler,
-    ClusterGuard,
     LastRun,
     RunBackup,
     Schedule,
@@ -81,7 +81,7 @@ class DrillService:
         self._finished = finished
 
     async def scheduled(self, request: BackupRequest) -> DrillRecord:
-        """One scheduled drill (the guard is held by the scheduler meanwhile)."""
+        """One scheduled drill (the scheduler holds the cluster's lease meanwhile)."""
         backup_id = await asyncio.to_thread(
             newest_of_policy, self.catalog, request.cluster, request.policy
         )
@@ -124,21 +124,33 @@ def _skipped(skip: Skip) -> None:
     )
 
 
+def drill_lease(request: BackupRequest) -> Lease:
+    """A scheduled drill's lease: its id is picked when it starts; it is named by the operator's
+    backup schedule whose `drill_cron` started it."""
+    return Lease(
+        request.cluster,
+        RunKind.DRILL,
+        asked_by=request.trigger,
+        schedule=request.schedule.removeprefix(PREFIX),
+    )
+
+
 def drill_scheduler(
     schedules: Sequence[Schedule],
     run_drill: RunBackup,
     *,
-    guard: ClusterGuard,
+    leases: ClusterLeases,
     misfire_grace: timedelta,
     last_run: LastRun | None = None,
     trigger_for: Callable[[Schedule], BaseTrigger] = cron_trigger,
 ) -> BackupScheduler:
-    """The cron of drills: the backups' scheduler over the drill schedules, sharing `guard` with the
-    backups and restores (so that none of them overlaps a drill of the same cluster)."""
+    """The cron of drills: the backups' scheduler over the drill schedules, sharing `leases` with
+    the backups and restores (so that none of them overlaps a drill of the same cluster)."""
     return BackupScheduler(
         schedules,
         run_drill,
-        guard=guard,
+        leases=leases,
+        lease_for=drill_lease,
         misfire_grace=misfire_grace,
         last_run=last_run,
         on_skip=_skipped,

@@ -14,20 +14,18 @@ from ringsnap.coordinator.export.session import open_export_session
 from ringsnap.coordinator.export.workflow import DEFAULT_PARALLEL_NODES
 from ringsnap.coordinator.model import OperationKind
 from ringsnap.coordinator.operations import Operation, Operations
-from ringsnap.coordinator.scheduler import BackupRequest, ClusterGuard
+from ringsnap.coordinator.runs.lease import ClusterLeases, Lease, RunKind
 from ringsnap.logs import get_logger
 from ringsnap.names import backup_id as valid_backup_id
 
 log = get_logger(__name__)
-
-EXPORT_TRIGGER_PREFIX = "export:"
 
 
 async def start_export(  # noqa: PLR0917 - the daemon's parts and the request
     config: CoordinatorConfig,
     catalog: Catalog,
     operations: Operations,
-    guard: ClusterGuard,
+    leases: ClusterLeases,
     backup_id: str,
     nodes: Sequence[str] = (),
     parallel_nodes: int = 0,
@@ -43,15 +41,17 @@ async def start_export(  # noqa: PLR0917 - the daemon's parts and the request
         raise ExportRefused(f"backup {backup_id} has no included node {', '.join(unknown)}")
     if config.s3 is None:
         log.warning("export without the coordinator's [s3]: the catalog is not mirrored")
-    hold = BackupRequest(cluster=backup.cluster, trigger=f"{EXPORT_TRIGGER_PREFIX}{backup_id}")
-    guard.acquire(hold)  # ClusterBusyError: refused, nothing made
+    lease = Lease(
+        backup.cluster, RunKind.EXPORT, run_id=backup_id, backup_id=backup_id, asked_by=requested_by
+    )
+    leases.take(lease)  # ClusterHeld: refused, nothing made
     released = False
 
     def release() -> None:
         nonlocal released
         if not released:
             released = True
-            guard.release(hold)
+            leases.give_back(lease)
 
     async def work(operation: Operation) -> None:
         def progress(node: str, message: str) -> None:

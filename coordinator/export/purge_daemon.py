@@ -2,7 +2,7 @@
 the same `purge_cluster` as `ringsnap export purge` in the CLI's own process.
 
 PlanPurge is the dry run, a viewer's read: it lists what would go and deletes nothing. PurgeExports
-deletes, as an operation of kind export that holds the cluster in the scheduler's guard (no backup,
+deletes, as an operation of kind export that holds the cluster's lease (no backup,
 restore, drill or export of the cluster meanwhile: an export skips the components it finds in the
 bucket, and the purge could delete them under it), and answers once the operation ended; a caller
 that goes away stops following, not the purge."""
@@ -24,13 +24,11 @@ from ringsnap.coordinator.export.retention import ClusterPurge, purge_cluster
 from ringsnap.coordinator.guarded_operation import Prepared, Progress, start_guarded
 from ringsnap.coordinator.model import OperationKind
 from ringsnap.coordinator.operations import Operations
-from ringsnap.coordinator.scheduler import BackupRequest, ClusterGuard
+from ringsnap.coordinator.runs.lease import ClusterLeases, Lease, RunKind
 from ringsnap.logs import get_logger
 
 log = get_logger(__name__)
 
-#: A purge holds its cluster in the guard under this trigger prefix and the cluster's name.
-PURGE_TRIGGER_PREFIX = "purge:"
 
 
 def min_age(value: float | None) -> float:
@@ -93,7 +91,7 @@ async def purge_through_daemon(
     config: CoordinatorConfig,
     catalog: Catalog,
     operations: Operations,
-    guard: ClusterGuard,
+    leases: ClusterLeases,
     cluster: str,
     *,
     min_age_seconds: float | None,
@@ -116,7 +114,7 @@ async def purge_through_daemon(
 
         return Prepared(run, f"purge of cluster {cluster}'s copies on S3", "")
 
-    hold = BackupRequest(cluster=cluster, trigger=f"{PURGE_TRIGGER_PREFIX}{cluster}")
+    lease = Lease(cluster, RunKind.PURGE, run_id=cluster, asked_by=requested_by)
     log.warning(
         "purge of the copies on S3 through the API",
         cluster=cluster,
@@ -130,7 +128,7 @@ async def purge_through_daemon(
         return purge_verdict(result)
 
     operation = await start_guarded(
-        operations, guard, hold, OperationKind.EXPORT, prepare, verdict=verdict
+        operations, leases, lease, OperationKind.EXPORT, prepare, verdict=verdict
     )
     if operation.task is not None:
         # Waiting is not awaiting: a caller that goes away does not cancel the purge.

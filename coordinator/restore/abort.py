@@ -13,11 +13,10 @@ from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.guarded_operation import Prepared, start_guarded
 from ringsnap.coordinator.model import OperationKind, RestoreRecord
 from ringsnap.coordinator.operations import Operation, Operations
-from ringsnap.coordinator.restore.daemon import RESTORE_TRIGGER_PREFIX
 from ringsnap.coordinator.restore.s3_abort import S3RestoreAbort, refusal
 from ringsnap.coordinator.restore.session import RestoreSession, open_restore_session
 from ringsnap.coordinator.restore.workflow import Progress, RestoreRefused
-from ringsnap.coordinator.scheduler import BackupRequest, ClusterGuard
+from ringsnap.coordinator.runs.lease import ClusterLeases, Lease, RunKind
 from ringsnap.logs import get_logger
 
 log = get_logger(__name__)
@@ -68,12 +67,12 @@ async def start_abort(  # noqa: PLR0917 - the daemon's parts and the request
     config: CoordinatorConfig,
     catalog: Catalog,
     operations: Operations,
-    guard: ClusterGuard,
+    leases: ClusterLeases,
     restore_id: str,
     confirm_cluster: str,
     requested_by: str,
 ) -> Operation:
-    """The abort as the daemon's operation; refusals (RestoreRefused, ClusterBusyError) are the
+    """The abort as the daemon's operation; refusals (RestoreRefused, ClusterHeld) are the
     caller's answer and leave nothing held."""
     record = await asyncio.to_thread(catalog.get_restore, restore_id)
     check_abortable(record, confirm_cluster)
@@ -84,10 +83,12 @@ async def start_abort(  # noqa: PLR0917 - the daemon's parts and the request
             f"restore {restore_id} is of cluster {record.cluster}, which this coordinator's"
             " configuration does not name; nothing was done"
         ) from None
-    hold = BackupRequest(
-        cluster=record.cluster,
-        trigger=f"{RESTORE_TRIGGER_PREFIX}{restore_id}",
+    lease = Lease(
+        record.cluster,
+        RunKind.RESTORE,
+        run_id=restore_id,
         backup_id=record.backup_id,
+        asked_by=requested_by,
     )
 
     async def prepare(stack: contextlib.AsyncExitStack) -> Prepared[RestoreRecord]:
@@ -106,5 +107,5 @@ async def start_abort(  # noqa: PLR0917 - the daemon's parts and the request
         requested_by=requested_by,
     )
     return await start_guarded(
-        operations, guard, hold, OperationKind.RESTORE, prepare, verdict=abort_verdict
+        operations, leases, lease, OperationKind.RESTORE, prepare, verdict=abort_verdict
     )

@@ -1,6 +1,6 @@
 """Whole-ring restores run by the daemon (`ringsnap restore` through the API, also from a bastion):
 plans held for the operator's confirmation, the restore run as an operation that holds its cluster
-in the scheduler's guard, resumes, and the refusals a running restore imposes on backups, deletions
+by the cluster's lease, resumes, and the refusals a running restore imposes on backups, deletions
 and retention. The same session and workflow as in the CLI's own process (docs/restore.md).
 """
 
@@ -23,7 +23,7 @@ from ringsnap.coordinator.restore.plan import RestorePlan, RestoreRequest
 from ringsnap.coordinator.restore.record import new_restore_id
 from ringsnap.coordinator.restore.session import RestoreSession, open_restore_session
 from ringsnap.coordinator.restore.workflow import Progress, RestoreRefused
-from ringsnap.coordinator.scheduler import BackupRequest, ClusterBusyError, ClusterGuard
+from ringsnap.coordinator.runs.lease import RESTORING, ClusterLeases, Lease, RunKind
 from ringsnap.logs import get_logger
 
 log = get_logger(__name__)
@@ -32,80 +32,11 @@ log = get_logger(__name__)
 RESTORE_PLAN_TTL_SECONDS = 1800.0
 #: At most this many plans are held (the oldest go first).
 _HELD_PLANS = 100
-#: A restore holds its cluster in the backup guard under this trigger prefix and its restore id.
-RESTORE_TRIGGER_PREFIX = "restore:"
-
 _Prepared = TypeVar("_Prepared")
 
 
 class RestoreNotConfirmed(RestoreRefused):
     """The cluster name given to confirm a restore is not the cluster's; nothing was changed."""
-
-
-def _restoring(request: BackupRequest) -> bool:
-    return request.trigger.startswith(RESTORE_TRIGGER_PREFIX)
-
-
-#: What holds a cluster besides a backup, by the prefix of its trigger: (what it is doing to the
-#: cluster, what it is called). Table restores hold it as restores do.
-_HOLDERS = (
-    (RESTORE_TRIGGER_PREFIX, "being restored by restore {}", "restore {}"),
-    ("drill:", "being drilled by drill {}", "drill {}"),
-    # A scheduled drill holds it under its schedule's trigger: "schedule:drill-<backup schedule>".
-    ("schedule:drill-", "being drilled (scheduled by {})", "the drill scheduled by {}"),
-    ("export:", "being exported (backup {})", "the export of backup {}"),
-    ("purge:", "having its copies on S3 purged", "the purge of cluster {}'s copies on S3"),
-)
-
-
-def _holder(request: BackupRequest) -> str:
-    """What `request` is doing to its cluster, in words: "being drilled by drill dr-..."."""
-    for prefix, doing, _ in _HOLDERS:
-        if request.trigger.startswith(prefix):
-            return doing.format(request.trigger.removeprefix(prefix))
-    return f"being backed up (by {request.trigger})"
-
-
-def _asked(request: BackupRequest) -> str | None:
-    """What was asked, when it is not a backup: "drill dr-...", "restore rr-..."."""
-    for prefix, _, called in _HOLDERS:
-        if request.trigger.startswith(prefix):
-            return called.format(request.trigger.removeprefix(prefix))
-    return None
-
-
-class ClusterHeldError(ClusterBusyError):
-    """A restore, drill or export holds the cluster, or asked for it while something else held it:
-    the refusal names both by what they are (a drill is not "being backed up")."""
-
-    def __init__(self, request: BackupRequest, running: BackupRequest, since: datetime) -> None:
-        super().__init__(request, running, since)
-        when = f"since {since:%Y-%m-%dT%H:%M:%SZ}"
-        asked = _asked(request)
-        if asked is not None:
-            self.args = (
-                f"cluster {request.cluster} is {_holder(running)}, {when}: {asked} did not start"
-                " and nothing was changed; try again once it has ended (`ringsnap status` shows"
-                " it)",
-            )
-        else:
-            self.args = (
-                f"cluster {request.cluster} is {_holder(running)}, {when}; skipped the backup"
-                f" asked by {request.trigger}",
-            )
-
-
-class RestoreAwareGuard(ClusterGuard):
-    """The scheduler's per-cluster guard, which restores, drills and exports take too: its
-    refusals say which of them is involved (by the holder's or the requester's trigger)."""
-
-    def acquire(self, request: BackupRequest) -> None:
-        try:
-            super().acquire(request)
-        except ClusterBusyError as busy:
-            if _asked(busy.request) is not None or _asked(busy.running) is not None:
-                raise ClusterHeldError(busy.request, busy.running, busy.since) from None
-            raise
 
 
 def restore_progress_line(node: str, step: str, message: str) -> str:
@@ -156,7 +87,7 @@ class DaemonRestores:
         config: CoordinatorConfig,
         catalog: Catalog,
         operations: Operations,
-        guard: ClusterGuard,
+        leases: ClusterLeases,
         *,
         cluster: Callable[[str], object],
         clusters: Callable[[], Iterable[str]],
@@ -167,7 +98,7 @@ class DaemonRestores:
         self._config = config
         self._catalog = catalog
         self._operations = operations
-        self._guard = guard
+        self._leases = leases
         self._cluster = cluster
         self._clusters = clusters
         self._finished = finished
@@ -199,7 +130,7 @@ class DaemonRestores:
         `restore_id` names the plan the operator confirmed (from `plan_restore`): the restore runs
         under that id, and is refused if this coordinator no longer holds that plan or if what the
         fresh plan changes or destroys differs from it. Refused before anything changes when
-        `confirm_cluster` is not the backup's cluster, when the plan refuses, and (ClusterBusyError)
+        `confirm_cluster` is not the backup's cluster, when the plan refuses, and (ClusterHeld)
         while a backup or another restore of the cluster runs; while it runs, the cluster's backups
         are skipped as busy.
         """
@@ -210,10 +141,12 @@ class DaemonRestores:
         if restore_id:
             shown = self._held_plan(restore_id)
         restore_id = restore_id or new_restore_id(self._now())
-        hold = BackupRequest(
-            cluster=backup.cluster,
-            trigger=f"{RESTORE_TRIGGER_PREFIX}{restore_id}",
+        lease = Lease(
+            backup.cluster,
+            RunKind.RESTORE,
+            run_id=restore_id,
             backup_id=backup.id,
+            asked_by=request.requested_by,
         )
 
         async def prepare(session: RestoreSession) -> RestorePlan:
@@ -231,7 +164,7 @@ class DaemonRestores:
                     )
             return plan
 
-        session, plan, release = await self._open_restore(hold, prepare)
+        session, plan, release = await self._open_restore(lease, prepare)
         self._restore_plans.pop(restore_id, None)
         log.warning(
             "restore starting through the API",
@@ -264,16 +197,18 @@ class DaemonRestores:
             raise RestoreRefused(
                 f"restore {restore_id} is finished ({record.state.value}); nothing to resume"
             )
-        hold = BackupRequest(
-            cluster=record.cluster,
-            trigger=f"{RESTORE_TRIGGER_PREFIX}{restore_id}",
+        lease = Lease(
+            record.cluster,
+            RunKind.RESTORE,
+            run_id=restore_id,
             backup_id=record.backup_id,
+            asked_by=requested_by,
         )
 
         async def prepare(session: RestoreSession) -> None:
             return None
 
-        session, _, release = await self._open_restore(hold, prepare)
+        session, _, release = await self._open_restore(lease, prepare)
         log.warning(
             "restore resuming through the API",
             restore_id=restore_id,
@@ -291,12 +226,12 @@ class DaemonRestores:
 
     async def _open_restore(
         self,
-        hold: BackupRequest,
+        lease: Lease,
         prepare: Callable[[RestoreSession], Awaitable[_Prepared]],
     ) -> tuple[RestoreSession, _Prepared, Callable[[], Awaitable[None]]]:
         """Take the cluster, open its restore session and `prepare` in it; on any failure give
         both back. Returns the session, what `prepare` returned, and the (idempotent) release."""
-        self._guard.acquire(hold)
+        self._leases.take(lease)
         stack = contextlib.AsyncExitStack()
 
         @AtMostOnce
@@ -304,11 +239,11 @@ class DaemonRestores:
             try:
                 await stack.aclose()
             finally:
-                self._guard.release(hold)
+                self._leases.give_back(lease)
 
         try:
             session = await stack.enter_async_context(
-                open_restore_session(self._config, hold.cluster, catalog=self._catalog)
+                open_restore_session(self._config, lease.cluster, catalog=self._catalog)
             )
             prepared = await prepare(session)
         except BaseException:
@@ -374,11 +309,11 @@ class DaemonRestores:
             operation.task.add_done_callback(finished)
         return operation
 
-    def running_restore(self, cluster: str) -> BackupRequest | None:
-        """What a restore of `cluster` running in this coordinator holds it with (its trigger
-        `restore:<id>`, the restored backup's id), or None."""
-        holder = self._guard.running(cluster)
-        return holder if holder is not None and _restoring(holder) else None
+    def running_restore(self, cluster: str) -> Lease | None:
+        """The lease a restore (or table restore) of `cluster` running in this coordinator holds
+        it with (its id, the restored backup's id), or None."""
+        holder = self._leases.holder(cluster)
+        return holder if holder is not None and holder.kind in RESTORING else None
 
     def refuse_while_restored(self, backup_id: str) -> None:
         """A backup a running restore reads its snapshots from is not deleted under it."""
@@ -386,7 +321,7 @@ class DaemonRestores:
             holder = self.running_restore(cluster)
             if holder is not None and holder.backup_id == backup_id:
                 raise BackupStateError(
-                    f"backup {backup_id} is {_holder(holder)}: its snapshots are in use; delete it"
+                    f"backup {backup_id} is {holder.doing}: its snapshots are in use; delete it"
                     " once the restore has ended (`ringsnap status` shows it)"
                 )
 
@@ -396,16 +331,16 @@ class DaemonRestores:
         holder = self.running_restore(cluster)
         if holder is not None:
             raise BackupStateError(
-                f"cluster {cluster} is {_holder(holder)}: retention is applied once the restore"
+                f"cluster {cluster} is {holder.doing}: retention is applied once the restore"
                 " has ended (a dry run shows the plan meanwhile)"
             )
 
     def _refused_while_busy(self, plan: RestorePlan) -> RestorePlan:
-        running = self._guard.running(plan.backup.cluster)
+        running = self._leases.holder(plan.backup.cluster)
         if running is None:
             return plan
         refusal = (
-            f"cluster {plan.backup.cluster} is {_holder(running)}: a restore cannot start"
+            f"cluster {plan.backup.cluster} is {running.doing}: a restore cannot start"
             " meanwhile; plan it again once that has ended (`ringsnap status` shows it)"
         )
         return replace(plan, refusals=(*plan.refusals, refusal))

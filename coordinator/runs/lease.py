@@ -1,12 +1,20 @@
 """Which run of which kind holds which cluster: at most one run per cluster in a coordinator.
 
-Typed in place of a `BackupRequest` whose `trigger` prefix said restore/drill/export/purge: the
-holder says its kind and run id, and the ledger's retries leave the resources of a held cluster
-alone (its run may be using them)."""
+Every run takes its cluster's lease before it makes anything (a backup, a restore or table
+restore, a drill, an export, a purge of the copies on S3) and gives it back at its end, whatever
+happened. Typed: the holder says its kind, its run id and the backup it reads; nothing is parsed
+out of a trigger string. The refusals name both runs by what they are (a drill is not "being
+backed up"); the ledger's retries leave the resources of a held cluster alone (its run may be
+using them); backups of the backup a restore reads are not deleted under it.
+
+Non-blocking by design: `take` holds the cluster or raises ClusterHeld. A backup that finds its
+cluster held is skipped, not queued (docs: the scheduler's overlap rule).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -15,30 +23,111 @@ from datetime import UTC, datetime
 from ringsnap.errors import RingsnapError
 
 
+class RunKind(enum.StrEnum):
+    BACKUP = "backup"
+    RESTORE = "restore"
+    TABLE_RESTORE = "table-restore"
+    DRILL = "drill"
+    EXPORT = "export"
+    PURGE = "purge"
+
+
+#: Kinds that read a backup's snapshots in place: that backup is not deleted while they run, and
+#: retention waits for them.
+RESTORING = frozenset({RunKind.RESTORE, RunKind.TABLE_RESTORE})
+
+
 @dataclass(frozen=True)
 class Lease:
+    """One run's hold on `cluster`. `run_id` is "" while the run has not picked it yet (a
+    scheduled backup or drill learns it when it starts); `asked_by` says who asked ("cli:ann", a
+    schedule's trigger), `schedule` the operator's schedule that started it, if one did."""
+
     cluster: str
-    kind: str
-    run_id: str
+    kind: RunKind
+    run_id: str = ""
+    #: The backup the run reads or makes ("" when none yet).
+    backup_id: str = ""
+    asked_by: str = ""
+    schedule: str = ""
     since: datetime = field(default_factory=lambda: datetime.now(UTC))
 
+    @property
+    def doing(self) -> str:
+        """What the holder is doing to its cluster: "being drilled by drill dr-1"."""
+        match self.kind:
+            case RunKind.BACKUP:
+                return f"being backed up (by {self.asked_by or self.run_id})"
+            case RunKind.RESTORE | RunKind.TABLE_RESTORE:
+                return f"being restored by {self.called}"
+            case RunKind.DRILL if not self.run_id:
+                return f"being drilled (scheduled by {self.schedule or self.asked_by})"
+            case RunKind.DRILL:
+                return f"being drilled by {self.called}"
+            case RunKind.EXPORT:
+                return f"being exported (backup {self.backup_id or self.run_id})"
+            case RunKind.PURGE:
+                return "having its copies on S3 purged"
+
+    @property
+    def called(self) -> str:
+        """The run in words: "restore rr-1", "the backup asked by cli:ann"."""
+        match self.kind:
+            case RunKind.BACKUP:
+                return f"the backup asked by {self.asked_by or self.run_id}"
+            case RunKind.RESTORE:
+                return f"restore {self.run_id}"
+            case RunKind.TABLE_RESTORE:
+                return f"table restore {self.run_id}"
+            case RunKind.DRILL if not self.run_id:
+                return f"the drill scheduled by {self.schedule or self.asked_by}"
+            case RunKind.DRILL:
+                return f"drill {self.run_id}"
+            case RunKind.EXPORT:
+                return f"the export of backup {self.backup_id or self.run_id}"
+            case RunKind.PURGE:
+                return f"the purge of cluster {self.cluster}'s copies on S3"
+
+    @property
+    def trigger(self) -> str:
+        """The holder as `status` shows it on the wire (`running_trigger`): the backup's asker,
+        or "<kind>:<run id>". For people and the status line only; nothing parses it back."""
+        if self.kind is RunKind.BACKUP:
+            return self.asked_by
+        return f"{self.kind.value}:{self.run_id or self.schedule}"
+
     def describe(self) -> str:
-        return f"{self.kind} {self.run_id} (since {self.since:%Y-%m-%d %H:%M:%S} UTC)"
+        return f"{self.called} (since {self.since:%Y-%m-%d %H:%M:%S} UTC)"
 
 
 class ClusterHeld(RingsnapError):
-    exit_code = 5
+    """The cluster is held by another run; `wanted` did not start and nothing was changed."""
+
+    exit_code = 75  # EX_TEMPFAIL: try again later
 
     def __init__(self, wanted: Lease, holder: Lease) -> None:
-        super().__init__(
-            f"cluster {wanted.cluster} is held by {holder.describe()}; {wanted.kind}"
-            f" {wanted.run_id} was not started: wait for it to end, then try again"
-        )
+        self.wanted = wanted
         self.holder = holder
+        when = f"{holder.since:%Y-%m-%dT%H:%M:%SZ}"
+        cluster = wanted.cluster
+        if wanted.kind is not RunKind.BACKUP:
+            message = (
+                f"cluster {cluster} is {holder.doing}, since {when}: {wanted.called} did not"
+                " start and nothing was changed; try again once it has ended (`ringsnap status`"
+                " shows it)"
+            )
+        elif holder.kind is RunKind.BACKUP:
+            message = (
+                f"cluster {cluster} is already being backed up (by"
+                f" {holder.asked_by or holder.run_id}, since {when}); skipped {wanted.called}"
+            )
+        else:
+            message = f"cluster {cluster} is {holder.doing}, since {when}; skipped {wanted.called}"
+        super().__init__(message)
 
 
 class ClusterLeases:
-    """Non-blocking: `take` holds the cluster or raises ClusterHeld naming the holder."""
+    """The coordinator's leases, one per cluster at most."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

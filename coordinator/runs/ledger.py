@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from ringsnap.coordinator.runs.lease import Lease
 from ringsnap.coordinator.runs.resources import LedgerEntry, Resource, ResourceType
 from ringsnap.errors import RingsnapError
 from ringsnap.logs import get_logger
@@ -97,7 +98,7 @@ class NotConfirmed(RingsnapError):
 
 class LedgerRetry:
     """Undoes the ledger's entries. `node_agent(cluster, node)` is that node's agent (None when
-    the configuration no longer has it); `held(cluster)` says which run holds it (None: free)."""
+    the configuration no longer has it); `held(cluster)` is the lease on it (None: free)."""
 
     def __init__(
         self,
@@ -106,7 +107,7 @@ class LedgerRetry:
         *,
         node_agent: Callable[[str, str], NodeHolder | None],
         tag_agent: Callable[[str, str], TagHolder | None],
-        held: Callable[[str], str | None],
+        held: Callable[[str], Lease | None],
         now: Callable[[], datetime],
         unmount_timeout: float = UNMOUNT_TIMEOUT_SECONDS,
     ) -> None:
@@ -126,7 +127,11 @@ class LedgerRetry:
                 continue
             holder = self.held(resource.cluster)
             if holder is not None:
-                log.info("resource retry deferred", resource=resource.describe(), by=holder)
+                log.info(
+                    "resource retry deferred",
+                    resource=resource.describe(),
+                    held_by=holder.describe(),
+                )
                 continue
             try:
                 gone = await self.undo(entry)

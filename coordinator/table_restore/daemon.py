@@ -1,7 +1,7 @@
 """Table restores run by the coordinator daemon for its API (`ringsnap restore --keyspace` while the
 daemon holds the catalog, or from a bastion): the same session and workflow as in the CLI's own
-process, run as an operation of kind RESTORE that holds the cluster in the guard backups, restores
-and drills take, so that no backup freezes the ring while its tables are imported."""
+process, run as an operation of kind RESTORE that holds the cluster's lease, as backups,
+restores and drills do, so that no backup freezes the ring while its tables are imported."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.guarded_operation import Prepared, start_guarded
 from ringsnap.coordinator.model import OperationKind
 from ringsnap.coordinator.operations import Operation, Operations
-from ringsnap.coordinator.scheduler import BackupRequest, ClusterGuard
+from ringsnap.coordinator.runs.lease import ClusterLeases, Lease, RunKind
 from ringsnap.coordinator.table_restore.documents import plan_document
 from ringsnap.coordinator.table_restore.model import (
     TableRestoreRecord,
@@ -33,9 +33,6 @@ from ringsnap.logs import get_logger
 
 log = get_logger(__name__)
 
-#: The whole-ring restore's prefix: the guard, `status` and backup deletion treat a table restore
-#: as the restore it is (its snapshots are read: its backup is not deleted meanwhile).
-TRIGGER_PREFIX = "restore:"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,12 +68,12 @@ async def start_table_restore(  # noqa: PLR0917 - the daemon's parts a run needs
     config: CoordinatorConfig,
     catalog: Catalog,
     operations: Operations,
-    guard: ClusterGuard,
+    leases: ClusterLeases,
     start: TableRestoreStart,
     finished: Callable[[], None] = lambda: None,
 ) -> Operation:
     """Take the cluster, plan (a new run) or load the record (resume, abort), and run it as an
-    operation; refused (TableRestoreRefused, ClusterBusyError) before anything is made."""
+    operation; refused (TableRestoreRefused, ClusterHeld) before anything is made."""
     existing = start.resume_id or start.abort_id
     if existing:
         record = await asyncio.to_thread(catalog.get_table_restore, existing)
@@ -110,10 +107,10 @@ async def start_table_restore(  # noqa: PLR0917 - the daemon's parts a run needs
 
     return await start_guarded(
         operations,
-        guard,
-        BackupRequest(
-            cluster=cluster, trigger=f"{TRIGGER_PREFIX}{restore_id}", backup_id=backup_id
-        ),
+        leases,
+        # A restore kind: `status` shows it, and its backup (whose snapshots it reads) is not
+        # deleted meanwhile.
+        Lease(cluster, RunKind.TABLE_RESTORE, run_id=restore_id, backup_id=backup_id),
         OperationKind.RESTORE,
         prepare,
         verdict=lambda record: f"table restore {record.id}: {record.state.value}",

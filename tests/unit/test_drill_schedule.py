@@ -18,11 +18,10 @@ from ringsnap.coordinator.drill.model import DrillRecord, DrillState
 from ringsnap.coordinator.drill.plan import DrillSettings
 from ringsnap.coordinator.drill.schedule import drill_scheduler, drill_schedules
 from ringsnap.coordinator.model import QuiesceMode, Verification
-from ringsnap.coordinator.restore.daemon import RestoreAwareGuard
+from ringsnap.coordinator.runs.lease import ClusterHeld, ClusterLeases, Lease, RunKind
 from ringsnap.coordinator.scheduler import (
     BackupRequest,
     BackupScheduler,
-    ClusterBusyError,
     Schedule,
 )
 from ringsnap.errors import ConfigError
@@ -94,7 +93,7 @@ def test_the_drill_cron_fires_and_drills_the_schedules_policy(tmp_path: Path) ->
         scheduler = drill_scheduler(
             drill_schedules(config),
             run_drill,
-            guard=RestoreAwareGuard(),
+            leases=ClusterLeases(),
             misfire_grace=timedelta(minutes=10),
             last_run=last_run,
         )
@@ -114,7 +113,7 @@ def test_the_drill_cron_fires_and_drills_the_schedules_policy(tmp_path: Path) ->
 
 def test_drills_and_backups_of_a_cluster_never_overlap(tmp_path: Path) -> None:
     config = _config(tmp_path, drill_cron="* * * * *")
-    guard = RestoreAwareGuard()
+    leases = ClusterLeases()
     drilling = asyncio.Event()
     release = asyncio.Event()
     drills: list[str] = []
@@ -128,33 +127,35 @@ def test_drills_and_backups_of_a_cluster_never_overlap(tmp_path: Path) -> None:
         await release.wait()
 
     async def main() -> None:
-        backups = BackupScheduler([], run_backup, guard=guard)
+        backups = BackupScheduler([], run_backup, leases=leases)
         scheduler = drill_scheduler(
-            drill_schedules(config), run_drill, guard=guard, misfire_grace=timedelta(minutes=10)
+            drill_schedules(config), run_drill, leases=leases, misfire_grace=timedelta(minutes=10)
+        )
+        # As the scheduler's own firing asks (`_fire`): by the drill schedule's name.
+        scheduled = BackupRequest(
+            "c1", trigger="schedule:drill-hourly", policy="p", schedule="drill-hourly"
         )
         # A backup holds the cluster: the drill due now is skipped as busy, never run.
         backup = asyncio.create_task(backups.run(BackupRequest("c1", trigger="schedule:hourly")))
         await asyncio.sleep(0)
-        with pytest.raises(ClusterBusyError):
-            await scheduler.run(BackupRequest("c1", trigger="schedule:drill-hourly", policy="p"))
+        with pytest.raises(ClusterHeld):
+            await scheduler.run(scheduled)
         assert drills == []
         assert scheduler.recent_skips[-1].kind == "busy"
         release.set()
         await backup
         release.clear()
         # A drill holds the cluster: a backup (and a restore) due meanwhile is skipped as busy.
-        drill = asyncio.create_task(
-            scheduler.run(BackupRequest("c1", trigger="schedule:drill-hourly", policy="p"))
-        )
+        drill = asyncio.create_task(scheduler.run(scheduled))
         await asyncio.wait_for(drilling.wait(), 5)
-        with pytest.raises(ClusterBusyError, match=r"being drilled \(scheduled by hourly\)"):
+        with pytest.raises(ClusterHeld, match=r"being drilled \(scheduled by hourly\)"):
             await backups.run(BackupRequest("c1", trigger="schedule:hourly"))
-        with pytest.raises(ClusterBusyError):
-            guard.acquire(BackupRequest("c1", trigger="restore:rr-1"))
+        with pytest.raises(ClusterHeld, match="restore rr-1 did not start"):
+            leases.take(Lease("c1", RunKind.RESTORE, run_id="rr-1"))
         release.set()
         await drill
         assert drills == ["schedule:drill-hourly"]
-        assert guard.running("c1") is None
+        assert leases.holder("c1") is None
 
     asyncio.run(main())
 

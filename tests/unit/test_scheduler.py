@@ -17,11 +17,10 @@ import pytest
 import structlog
 from apscheduler.triggers.base import BaseTrigger
 
+from ringsnap.coordinator.runs.lease import ClusterHeld, ClusterLeases, Lease, RunKind
 from ringsnap.coordinator.scheduler import (
     BackupRequest,
     BackupScheduler,
-    ClusterBusyError,
-    ClusterGuard,
     Schedule,
     Skip,
     cron_trigger,
@@ -97,13 +96,13 @@ def test_two_schedules_of_one_cluster_never_run_at_once() -> None:
         # A manual backup of c1 arrives while the schedules fire.
         await asyncio.sleep(0.4)
         manual = BackupRequest(cluster="c1", trigger="cli:alice")
-        with pytest.raises(ClusterBusyError, match=r"already being backed up \(by schedule:"):
+        with pytest.raises(ClusterHeld, match=r"already being backed up \(by schedule:"):
             await scheduler.run(manual)
         await asyncio.sleep(1.8)
         scheduler.shutdown()
 
         assert recorder.peak["c1"] == 1
-        assert recorder.peak_overall >= 2  # the guard is per cluster: c2 ran alongside c1
+        assert recorder.peak_overall >= 2  # the lease is per cluster: c2 ran alongside c1
         c1_runs = [r for r in recorder.requests if r.cluster == "c1"]
         c1_skips = [s for s in skips if s.request.cluster == "c1"]
         assert len(c1_runs) + len(c1_skips) == 2 * len(times) + 1  # every fire, and the manual one
@@ -124,22 +123,25 @@ def test_a_manual_backup_waits_for_nothing_and_says_what_runs() -> None:
         scheduler = BackupScheduler([], recorder)
         first = asyncio.create_task(scheduler.run(BackupRequest("c1", "schedule:hourly")))
         await asyncio.sleep(0.05)
-        assert scheduler.guard.running("c1") == BackupRequest("c1", "schedule:hourly")
-        with pytest.raises(ClusterBusyError) as busy:
+        holder = scheduler.leases.holder("c1")
+        assert holder is not None
+        assert (holder.kind, holder.asked_by) == (RunKind.BACKUP, "schedule:hourly")
+        with pytest.raises(ClusterHeld) as busy:
             await scheduler.run(BackupRequest("c1", "cli:bob"))
-        assert busy.value.running.trigger == "schedule:hourly"
+        assert busy.value.holder.asked_by == "schedule:hourly"
+        assert busy.value.wanted.asked_by == "cli:bob"
         assert busy.value.exit_code == 75
         # Another cluster is free.
         recorder.hold = False
         assert await scheduler.run(BackupRequest("c2", "cli:bob")) == "backup of c2"
         recorder.release.set()
         assert await first == "backup of c1"
-        assert scheduler.guard.running("c1") is None
-        # The guard is released after a failure too.
+        assert scheduler.leases.holder("c1") is None
+        # The lease is given back after a failure too.
         failing = BackupScheduler([], _fail)
         with pytest.raises(RuntimeError, match="array on fire"):
             await failing.run(BackupRequest("c1", "cli:bob"))
-        assert failing.guard.running("c1") is None
+        assert failing.leases.holder("c1") is None
 
     run(main)
 
@@ -324,15 +326,16 @@ def test_bad_schedules_are_refused() -> None:
         )
 
 
-def test_the_guard_is_released_only_by_its_holder() -> None:
-    guard = ClusterGuard()
-    first = BackupRequest("c1", "schedule:hourly")
-    with guard.hold(first):
-        with pytest.raises(ClusterBusyError):
-            guard.acquire(BackupRequest("c1", "cli:bob"))
+def test_the_lease_is_given_back_only_by_its_holder() -> None:
+    leases = ClusterLeases()
+    first = Lease("c1", RunKind.BACKUP, asked_by="schedule:hourly")
+    second = Lease("c1", RunKind.BACKUP, asked_by="cli:bob")
+    with leases.hold(first):
+        with pytest.raises(ClusterHeld):
+            leases.take(second)
         with pytest.raises(RuntimeError, match="not held"):
-            guard.release(BackupRequest("c1", "cli:bob"))
-    assert guard.running("c1") is None
+            leases.give_back(second)
+    assert leases.holder("c1") is None
 
 
 def test_shutdown_cancels_the_scheduled_backups_and_wait_idle_sees_them_end() -> None:
@@ -354,10 +357,10 @@ def test_shutdown_cancels_the_scheduled_backups_and_wait_idle_sees_them_end() ->
         )
         await scheduler.start()
         await asyncio.sleep(0.4)
-        assert scheduler.guard.running("c1") is not None
+        assert scheduler.leases.holder("c1") is not None
         scheduler.shutdown()
         await asyncio.wait_for(scheduler.wait_idle(), 5)
         assert [r.trigger for r in cancelled] == ["schedule:hourly"]
-        assert scheduler.guard.running("c1") is None
+        assert scheduler.leases.holder("c1") is None
 
     run(main)

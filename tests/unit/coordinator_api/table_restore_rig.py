@@ -16,7 +16,7 @@ from ringsnap.coordinator.cli.table_restore import TableRestoreOptions
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.model import BackupNode, NodeVolume, QuiesceMode, VolumeRole
 from ringsnap.coordinator.restore.s3_ports import S3RestorePort
-from ringsnap.coordinator.scheduler import BackupRequest
+from ringsnap.coordinator.runs.lease import Lease
 from ringsnap.coordinator.table_restore.session import TableRestoreSession
 from tests.support.clone_fakes import CloneArray
 from tests.support.fakes import snapshot_ref, volume
@@ -35,7 +35,7 @@ class Fakes:
         self.agents = {n: FakeAgent(n, self.events) for n in NODES}
         self.array = CloneArray(self.events)
         self.cql = FakeCql(self.events)
-        self.held: list[BackupRequest | None] = []
+        self.held: list[Lease | None] = []
         #: Cleared by a test that watches a run: the array's first step waits until it is set.
         self.go = threading.Event()
         self.go.set()

@@ -25,7 +25,7 @@ from ringsnap.coordinator.drill.cleanups import (
 from ringsnap.coordinator.export.model import purpose_id
 from ringsnap.coordinator.export.session import export_node_opener
 from ringsnap.coordinator.ports import AgentError
-from ringsnap.coordinator.scheduler import BackupRequest
+from ringsnap.coordinator.runs.lease import Lease, RunKind
 from ringsnap.plugins.types import Volume
 from tests.unit.coordinator_api.conftest import Harness
 
@@ -185,9 +185,9 @@ def test_a_clone_of_a_busy_cluster_is_left_alone_until_the_cluster_is_free(
 ) -> None:
     events: list[str] = []
     deleted = _setup(harness, monkeypatch, NodeAgent(events), events)
-    guard = harness.coordinator.scheduler.guard
+    leases = harness.coordinator.leases
 
-    with guard.hold(BackupRequest(cluster="prod", trigger=f"export:{BACKUP}")):
+    with leases.hold(Lease("prod", RunKind.EXPORT, run_id=BACKUP, backup_id=BACKUP)):
         assert harness.call(harness.coordinator.run_pending_cleanups()) == 1
     assert events == [] and deleted == [], "a clone of a running export was touched"
     (pending,) = harness.catalog.pending_cleanups()

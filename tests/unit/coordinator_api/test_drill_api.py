@@ -20,7 +20,7 @@ from ringsnap.coordinator.drill.cleanups import DrillHosts, clone_cleanup
 from ringsnap.coordinator.drill.model import DrillState, DrillStep, DrillVerdict
 from ringsnap.coordinator.drill.plan import DrillSettings
 from ringsnap.coordinator.model import Verification
-from ringsnap.coordinator.scheduler import BackupRequest
+from ringsnap.coordinator.runs.lease import Lease, RunKind
 from ringsnap.plugins.types import Volume
 from tests.support.coordinator_rpc import reason_of, rpc_error
 from tests.support.drill_fakes import DrillArray, FakeFacts, FakeHost, session_opener
@@ -57,12 +57,12 @@ def _start(harness: Harness, **fields: Any) -> types_pb2.Operation:
 def test_a_ring_drill_through_the_api_is_proven_recorded_and_held_the_cluster(
     harness: Harness, fakes: Fakes
 ) -> None:
-    held: list[BackupRequest | None] = []
+    held: list[Lease | None] = []
     original = fakes.host.get_drill
     watching = threading.Event()
 
     async def get_drill(purpose_id: str) -> Any:
-        held.append(harness.coordinator.scheduler.guard.running("prod"))
+        held.append(harness.coordinator.leases.holder("prod"))
         # The drill goes on once the test's watch is attached (at most 10 s): no node's progress
         # line goes out before anyone listens.
         for _ in range(1000):
@@ -84,8 +84,11 @@ def test_a_ring_drill_through_the_api_is_proven_recorded_and_held_the_cluster(
     assert updates[-1].message == "drill dr-20261124-090000-00aa: proven"
     assert any(u.message.startswith("n2: ") for u in updates)
     # The drill held the cluster, as a backup does, and gave it back.
-    assert held and all(h is not None and h.trigger.startswith("drill:dr-") for h in held)
-    assert harness.coordinator.scheduler.guard.running("prod") is None
+    assert held and all(
+        h is not None and h.kind is RunKind.DRILL and h.run_id == "dr-20261124-090000-00aa"
+        for h in held
+    )
+    assert harness.coordinator.leases.holder("prod") is None
     found = harness.stub().GetDrill(
         pb.GetRestoreDrillRequest(drill_id="dr-20261124-090000-00aa"), timeout=10
     )
@@ -109,18 +112,13 @@ def test_a_drill_refused_by_its_plan_says_why_and_gives_the_cluster_back(
     assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert reason_of(error) == "DRILL_REFUSED"
     assert "array a1: its driver (ontap) cannot clone" in (error.details() or "")
-    assert harness.coordinator.scheduler.guard.running("prod") is None
+    assert harness.coordinator.leases.holder("prod") is None
     assert harness.catalog.list_drills() == [] and fakes.events == []
 
 
 def test_a_busy_cluster_refuses_a_drill(harness: Harness, fakes: Fakes) -> None:
-    guard = harness.coordinator.scheduler.guard
-    hold = BackupRequest("prod", trigger="schedule:yearly")
-    guard.acquire(hold)
-    try:
+    with harness.coordinator.leases.hold(Lease("prod", RunKind.BACKUP, asked_by="schedule:yearly")):
         error = rpc_error(harness.stub().StartDrill, pb.StartRestoreDrillRequest(cluster="prod"))
-    finally:
-        guard.release(hold)
     assert error.code() == grpc.StatusCode.ABORTED
     assert reason_of(error) == "CLUSTER_BUSY"
     assert fakes.events == []

@@ -12,7 +12,7 @@ from ringsnap.coordinator.drill.cleanups import NodeAgentCache
 from ringsnap.coordinator.export.ledger import clone_resource
 from ringsnap.coordinator.export.model import clone_suffix, purpose_id
 from ringsnap.coordinator.ports import AgentError
-from ringsnap.coordinator.scheduler import BackupRequest
+from ringsnap.coordinator.runs.lease import Lease, RunKind
 from ringsnap.plugins.types import Volume
 from tests.unit.coordinator_api.conftest import Harness
 
@@ -89,8 +89,8 @@ def test_a_clone_of_a_held_cluster_is_left_alone(
 ) -> None:
     events: list[str] = []
     deleted = _left_by_a_killed_export(harness, monkeypatch, NodeAgent(events), events)
-    guard = harness.coordinator.scheduler.guard
-    with guard.hold(BackupRequest(cluster="prod", trigger=f"export:{BACKUP}")):
+    leases = harness.coordinator.leases
+    with leases.hold(Lease("prod", RunKind.EXPORT, run_id=BACKUP, backup_id=BACKUP)):
         assert harness.call(harness.coordinator.run_pending_cleanups()) == 1
     assert events == [] and deleted == []
     assert harness.call(harness.coordinator.run_pending_cleanups()) == 0
@@ -110,8 +110,8 @@ def test_a_left_over_entry_is_measured_for_its_alert_and_a_held_one_is_not(
     agent.fail = AgentError("node n2: UnmountClones: UNAVAILABLE", code="UNAVAILABLE")
     (entry,) = harness.catalog.resources()
 
-    guard = harness.coordinator.scheduler.guard
-    with guard.hold(BackupRequest(cluster="prod", trigger=f"export:{BACKUP}")):
+    leases = harness.coordinator.leases
+    with leases.hold(Lease("prod", RunKind.EXPORT, run_id=BACKUP, backup_id=BACKUP)):
         assert harness.call(harness.coordinator.run_pending_cleanups()) == 1
     assert _gauge(harness, "ringsnap_ledger_entries") == 0, "an entry in use was counted"
     assert _gauge(harness, "ringsnap_oldest_ledger_entry_timestamp_seconds") == 0

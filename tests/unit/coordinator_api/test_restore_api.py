@@ -129,7 +129,7 @@ def test_start_restore_needs_the_clusters_name_typed(harness: Harness, rig: Rest
         assert reason_of(error) == "RESTORE_NOT_CONFIRMED"
         assert "confirmed with the cluster's name" in (error.details() or "")
     assert rig.opened == [] and not harness.catalog.list_restores()
-    assert harness.coordinator.scheduler.guard.running("prod") is None
+    assert harness.coordinator.leases.holder("prod") is None
 
 
 def test_start_restore_runs_the_confirmed_plan_with_progress_through_watch(
@@ -186,7 +186,7 @@ def test_start_restore_runs_the_confirmed_plan_with_progress_through_watch(
     assert backup.verification is Verification.PROVEN
     assert backup.verified_by == plan.restore_id
     assert rig.opened == rig.closed == ["prod", "prod"]
-    assert harness.coordinator.scheduler.guard.running("prod") is None
+    assert harness.coordinator.leases.holder("prod") is None
     assert refreshed, "the restore metrics are refreshed after each restore"
 
     again = rpc_error(
@@ -311,7 +311,7 @@ def test_start_restore_refuses_a_refused_unknown_or_changed_plan(
     assert "changed since it was shown (what is destroyed)" in (error.details() or "")
     assert not rig.stops() and not harness.catalog.list_restores()
     assert rig.opened == rig.closed
-    assert harness.coordinator.scheduler.guard.running("prod") is None
+    assert harness.coordinator.leases.holder("prod") is None
 
 
 def test_a_failed_restore_fails_its_operation_and_resumes(
@@ -329,7 +329,7 @@ def test_a_failed_restore_fails_its_operation_and_resumes(
     for node in failed.nodes:
         assert node.step == pb.RESTORE_STEP_RELEASED
         assert f"ringsnap restore --resume {record.id}" in node.next_step
-    assert harness.coordinator.scheduler.guard.running("prod") is None
+    assert harness.coordinator.leases.holder("prod") is None
 
     stub = harness.stub()
     error = rpc_error(
@@ -387,7 +387,7 @@ def test_stopping_the_coordinator_interrupts_a_running_restore(
     (record,) = harness.catalog.list_restores()
     assert record.state is RestoreState.INTERRUPTED
     assert rig.opened == rig.closed
-    assert harness.coordinator.scheduler.guard.running("prod") is None
+    assert harness.coordinator.leases.holder("prod") is None
 
 
 # -- GetRestore, ListRestores ----------------------------------------------------------------------

@@ -152,7 +152,7 @@ def test_confirmation_through_the_daemon(
     assert result.exit_code == ExitCode.REFUSED, result.output
     assert "nothing was done: 'edge' is not 'prod'" in flat(result.stderr)
     assert not rig.stops() and not harness.catalog.list_restores()
-    assert harness.coordinator.scheduler.guard.running("prod") is None
+    assert harness.coordinator.leases.holder("prod") is None
 
     result = run(app, "rs-1", "--config", str(full_config), input="prod\n")
     assert result.exit_code == ExitCode.OK, result.output

@@ -47,7 +47,7 @@ from ringsnap.coordinator.model import (
     RestoreStep,
 )
 from ringsnap.coordinator.restore import abort as restore_abort
-from ringsnap.coordinator.scheduler import BackupRequest
+from ringsnap.coordinator.runs.lease import Lease, RunKind
 from ringsnap.sandbox.sstables import table_directory, write_sstable
 from tests.support.coordinator_config import write_config
 from tests.support.coordinator_rpc import reason_of, rpc_error, watch_to_end
@@ -133,16 +133,11 @@ def test_abort_restore_is_refused_before_anything_when_unconfirmed_or_busy(
     assert refused.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert reason_of(refused) == "RESTORE_REFUSED"
 
-    guard = harness.coordinator.scheduler.guard
-    holder = BackupRequest(cluster="prod", trigger="schedule:test")
-    guard.acquire(holder)
-    try:
+    with harness.coordinator.leases.hold(Lease("prod", RunKind.BACKUP, asked_by="schedule:test")):
         busy = rpc_error(
             stub.AbortRestore,
             pb.AbortRestoreRequest(restore_id=RESTORE_ID, confirm_cluster="prod"),
         )
-    finally:
-        guard.release(holder)
     assert busy.code() == grpc.StatusCode.ABORTED
     assert aborting.events == [], "a refused abort asked a node"
     assert harness.catalog.get_restore(RESTORE_ID).state is RestoreState.FAILED
@@ -280,13 +275,8 @@ def test_purge_is_refused_while_an_export_runs_or_the_cluster_is_held(
 ) -> None:
     client, kept, old = bucket
     stub = harness.stub()
-    guard = harness.coordinator.scheduler.guard
-    holder = BackupRequest(cluster="prod", trigger="schedule:test")
-    guard.acquire(holder)
-    try:
+    with harness.coordinator.leases.hold(Lease("prod", RunKind.BACKUP, asked_by="schedule:test")):
         busy = rpc_error(stub.PurgeExports, _request())
-    finally:
-        guard.release(holder)
     assert busy.code() == grpc.StatusCode.ABORTED
 
     running = harness.catalog.get_export("rs-1")

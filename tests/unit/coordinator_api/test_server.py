@@ -27,7 +27,8 @@ from ringsnap.coordinator.catalog import (
 )
 from ringsnap.coordinator.model import BackupState
 from ringsnap.coordinator.ports import AgentError
-from ringsnap.coordinator.scheduler import BackupRequest, ClusterBusyError
+from ringsnap.coordinator.runs.lease import ClusterHeld, Lease, RunKind
+from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.coordinator.service import UnknownClusterError, UnknownPolicyError
 from ringsnap.errors import RingsnapError, ValidationError
 from ringsnap.plugins.errors import DriverError
@@ -388,7 +389,10 @@ def test_status_reports_last_backup_success_schedules_and_cleanups(harness: Harn
         (UnknownClusterError("x"), grpc.StatusCode.NOT_FOUND, "UNKNOWN_CLUSTER"),
         (UnknownPolicyError("x"), grpc.StatusCode.NOT_FOUND, "UNKNOWN_POLICY"),
         (
-            ClusterBusyError(BackupRequest("c", "a"), BackupRequest("c", "b"), T0),
+            ClusterHeld(
+                Lease("c", RunKind.BACKUP, asked_by="a", since=T0),
+                Lease("c", RunKind.BACKUP, asked_by="b", since=T0),
+            ),
             grpc.StatusCode.ABORTED,
             "CLUSTER_BUSY",
         ),

@@ -22,6 +22,7 @@ from ringsnap.coordinator.api import access
 from ringsnap.coordinator.api.table_restore_messages import record_of
 from ringsnap.coordinator.cli import table_restore_remote as remote
 from ringsnap.coordinator.cli.client import Target
+from ringsnap.coordinator.runs.lease import RunKind
 from ringsnap.coordinator.table_restore import daemon
 from ringsnap.coordinator.table_restore.model import TableRestoreFailed, TableRestoreState
 from tests.support.coordinator_rpc import reason_of, rpc_error
@@ -37,7 +38,7 @@ def fakes(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> Fakes:
     original = made.agents["n2"].import_staged_table
 
     async def import_staged_table(restore_id: str, keyspace: str, table: str) -> Any:
-        made.held.append(harness.coordinator.scheduler.guard.running("prod"))
+        made.held.append(harness.coordinator.leases.holder("prod"))
         return await original(restore_id, keyspace, table)
 
     made.agents["n2"].import_staged_table = import_staged_table  # type: ignore[method-assign]
@@ -90,7 +91,7 @@ def test_an_unconfirmed_cluster_or_a_refused_plan_is_refused_before_anything_is_
     )
     assert reason_of(error) == "RESTORE_REFUSED"
     assert "materialized view shop.orders_by_note" in (error.details() or "")
-    assert harness.coordinator.scheduler.guard.running("prod") is None
+    assert harness.coordinator.leases.holder("prod") is None
     assert fakes.events == [] and harness.catalog.list_table_restores() == []
 
 
@@ -129,10 +130,13 @@ def test_a_run_through_the_api_holds_the_cluster_and_records_the_restore(
     assert updates[-1].message == "table restore tr-20261124-050000-00aa: succeeded"
     assert any(u.message.startswith("n2: import") for u in updates)
     assert fakes.held and all(
-        h is not None and h.trigger == "restore:tr-20261124-050000-00aa" and h.backup_id == BACKUP
+        h is not None
+        and h.kind is RunKind.TABLE_RESTORE
+        and h.run_id == "tr-20261124-050000-00aa"
+        and h.backup_id == BACKUP
         for h in fakes.held
     )
-    assert harness.coordinator.scheduler.guard.running("prod") is None
+    assert harness.coordinator.leases.holder("prod") is None
     record = harness.catalog.get_table_restore("tr-20261124-050000-00aa")
     assert record.state is TableRestoreState.SUCCEEDED and record.requested_by == "alice"
     # Never drilled: the counts could not be compared, and the report says how to get them.
@@ -156,7 +160,7 @@ def test_the_cli_through_the_daemon_plans_runs_and_resumes_a_failed_restore(
     record = failed.value.record
     assert record is not None and record.state is TableRestoreState.FAILED
     assert "disk full" in record.error and record.next_action.startswith("import")
-    assert harness.coordinator.scheduler.guard.running("prod") is None
+    assert harness.coordinator.leases.holder("prod") is None
 
     resumed = remote.table_restore(target, options(backup_id=None, resume=record.id))
     assert not isinstance(resumed, dict)

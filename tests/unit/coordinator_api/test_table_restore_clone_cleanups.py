@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from ringsnap.coordinator.scheduler import BackupRequest
+from ringsnap.coordinator.runs.lease import Lease, RunKind
 from ringsnap.coordinator.table_restore.session import CatalogTableJournal
 from ringsnap.plugins.types import Volume
 from tests.support.table_restore_world import World
@@ -71,8 +71,8 @@ def test_a_table_restores_clones_are_retried_like_every_clone(
     )
 
     # While the restore holds the cluster, its clones are its own.
-    guard = harness.coordinator.scheduler.guard
-    with guard.hold(BackupRequest(cluster="prod", trigger=f"restore:{record.id}")):
+    lease = Lease("prod", RunKind.TABLE_RESTORE, run_id=record.id, backup_id=record.backup_id)
+    with harness.coordinator.leases.hold(lease):
         assert harness.call(harness.coordinator.run_pending_cleanups()) == 3
     assert events == []
 

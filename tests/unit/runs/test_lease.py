@@ -4,20 +4,31 @@ from __future__ import annotations
 
 import pytest
 
-from ringsnap.coordinator.runs.lease import ClusterHeld, ClusterLeases, Lease
+from ringsnap.coordinator.runs.lease import RESTORING, ClusterHeld, ClusterLeases, Lease, RunKind
 
 
 def test_one_run_holds_a_cluster_and_a_second_is_refused_naming_it() -> None:
     leases = ClusterLeases()
-    export = Lease("c1", "export", "rs-1")
+    export = Lease("c1", RunKind.EXPORT, "rs-1", backup_id="rs-1")
     with leases.hold(export):
         assert leases.holder("c1") is export
         assert leases.holder("c2") is None
         with pytest.raises(
-            ClusterHeld, match=r"cluster c1 is held by export rs-1 .* table-restore"
-        ):
-            leases.take(Lease("c1", "table-restore", "tr-1"))
-        leases.take(Lease("c2", "drill", "d-1"))
+            ClusterHeld,
+            match=r"cluster c1 is being exported \(backup rs-1\), since .*: table restore tr-1 did"
+            " not start",
+        ) as refused:
+            leases.take(Lease("c1", RunKind.TABLE_RESTORE, "tr-1"))
+        assert refused.value.holder is export
+        assert refused.value.wanted.run_id == "tr-1"
+        leases.take(Lease("c2", RunKind.DRILL, "d-1"))
     assert leases.holder("c1") is None
     with pytest.raises(RuntimeError, match="not held by"):
         leases.give_back(export)
+
+
+def test_the_status_line_shows_each_kind_and_its_run() -> None:
+    assert Lease("c", RunKind.BACKUP, asked_by="cli:ann").trigger == "cli:ann"
+    assert Lease("c", RunKind.RESTORE, "rr-1").trigger == "restore:rr-1"
+    assert Lease("c", RunKind.TABLE_RESTORE, "tr-1").trigger == "table-restore:tr-1"
+    assert {RunKind.RESTORE, RunKind.TABLE_RESTORE} == RESTORING

@@ -16,6 +16,7 @@ import pytest
 
 from ringsnap.agent.errors import Conflict
 from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.runs.lease import Lease, RunKind
 from ringsnap.coordinator.runs.ledger import UNNAMED_GRACE, Ledger, LedgerRetry
 from ringsnap.coordinator.runs.resources import Resource, ResourceType
 from ringsnap.plugins.errors import NotFoundError
@@ -85,7 +86,7 @@ def retry(
     array: FakeArray,
     nodes: dict[str, FakeNode],
     *,
-    held: str | None = None,
+    held: Lease | None = None,
     now: datetime | None = None,
 ) -> int:
     ledger = LedgerRetry(
@@ -139,13 +140,16 @@ def test_a_node_that_does_not_confirm_the_unmount_keeps_the_clone(tmp_path: Path
     assert events == ["node2:unmount:export-abc", "array1:delete:data1_rsx_1234"]
 
 
+EXPORT_B1 = Lease("c1", RunKind.EXPORT, run_id="b1", backup_id="b1")
+
+
 def test_a_held_cluster_is_left_alone(tmp_path: Path) -> None:
     events: Events = []
     with Catalog(tmp_path / "catalog.db") as catalog:
         entry = catalog.add_resource(CLONE)
         catalog.resource_made(entry.id, "data1_rsx_1234", "vol-77")
         array = FakeArray(events, [Volume("data1_rsx_1234", "vol-77")])
-        assert retry(catalog, array, {"node2": FakeNode("node2", events)}, held="export b1") == 1
+        assert retry(catalog, array, {"node2": FakeNode("node2", events)}, held=EXPORT_B1) == 1
         assert catalog.resources()[0].attempts == 0
     assert events == []
 
