@@ -26,6 +26,8 @@ from ringsnap.agent.drill.host import DrillHost
 from ringsnap.agent.lvm.rpc import NodeSnapshotServicer
 from ringsnap.agent.lvm.snapshots import NodeSnapshots
 from ringsnap.agent.node import NodeAgent
+from ringsnap.agent.pitr.metrics import register_pitr_metrics
+from ringsnap.agent.pitr.node_side import PitrNode
 from ringsnap.agent.server import AgentServicer
 from ringsnap.api.v1 import agent_pb2, agent_pb2_grpc, node_snapshots_pb2_grpc
 from ringsnap.errors import RingsnapError
@@ -57,6 +59,7 @@ class AgentServer:
         self._node_label = host
         self.clones = CloneMounter(config.volumes, config.volumes.state_directory)
         self.drills = DrillHost(config.drill, self.clones, config.volumes.state_directory)
+        self.pitr = PitrNode(config, self._cassandra_running)
         self.health = HealthServicer()
         self.port: int | None = None
         self._server: grpc.aio.Server | None = None
@@ -90,7 +93,7 @@ class AgentServer:
                 ],
             )
             agent_pb2_grpc.add_AgentServiceServicer_to_server(
-                AgentServicer(self.agent, self.clones, self.drills), server
+                AgentServicer(self.agent, self.clones, self.drills, self.pitr), server
             )
             node_snapshots_pb2_grpc.add_NodeSnapshotServiceServicer_to_server(
                 NodeSnapshotServicer(self._node_label, self.node_snapshots), server
@@ -100,6 +103,9 @@ class AgentServer:
             if port == 0:
                 raise RuntimeError(f"cannot listen on {self.config.server.listen}")
             await server.start()
+            self.pitr.start()
+            self._exit.callback(self.pitr.stop)
+            register_pitr_metrics(self.agent.metrics.registry, self.pitr)
             self._serve_metrics()
         except BaseException:
             self._exit.close()
@@ -114,6 +120,9 @@ class AgentServer:
             allowed_clients=list(self.config.server.allowed_clients),
         )
         return port
+
+    async def _cassandra_running(self) -> bool:
+        return (await self.agent.cassandra_status()).running
 
     def _serve_metrics(self) -> None:
         settings = self.config.metrics

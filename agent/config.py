@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
 from ringsnap.agent.lvm.settings import LvmSection
+from ringsnap.agent.pitr.settings import PitrSettings
 from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.config import SecretFile, Section, TlsFiles, load
 
@@ -259,8 +260,16 @@ class AgentConfig(Section):
     s3: S3Settings | None = None
     #: Node-local snapshots of this node's logical volumes (direct-attached disks; docs/das.md).
     lvm: LvmSection | None = None
+    #: Point-in-time recovery: the commit log shipped to `[s3]` as it grows (docs/pitr.md).
+    pitr: PitrSettings | None = None
     log: LogSection = Field(default_factory=LogSection)
     metrics: MetricsSection = Field(default_factory=MetricsSection)
+
+    @model_validator(mode="after")
+    def _pitr_needs_s3(self) -> AgentConfig:
+        if self.pitr is not None and self.pitr.enabled and self.s3 is None:
+            raise ValueError("pitr.enabled needs [s3]: the commit log is shipped to its bucket")
+        return self
 
     @model_validator(mode="after")
     def _metrics_apart(self) -> AgentConfig:

@@ -21,6 +21,7 @@ from ringsnap.agent.drill.host import DrillHost, TooManyDrills
 from ringsnap.agent.drill.model import DrillRequest, DrillStatus
 from ringsnap.agent.freeze import FreezeResult, ThawResult
 from ringsnap.agent.node import NodeAgent, NodeInfo
+from ringsnap.agent.pitr.node_side import PitrNode
 from ringsnap.agent.restore.messages import (
     discarded_message,
     node_volume_message,
@@ -232,8 +233,10 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         agent: NodeAgent,
         clones: CloneMounter | None = None,
         drills: DrillHost | None = None,
+        pitr: PitrNode | None = None,
     ) -> None:
         self._agent = agent
+        self._pitr = pitr or PitrNode(agent.config, self._running)
         self._table_imports = TableImportRpcs(agent)
         self._s3_restores = S3RestoreRpcs(agent)
         # Staging is never discarded under its own download (its running ones, by operation id).
@@ -367,6 +370,31 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         return agent_pb2.AttachVolumesResponse(
             volumes=[node_volume_message(volume) for volume in attached]
         )
+
+    async def _running(self) -> bool:
+        return (await self._agent.cassandra_status()).running
+
+    @unary
+    async def PlacePointInTime(
+        self, request: agent_pb2.PlacePointInTimeRequest, context: Context
+    ) -> agent_pb2.PlacePointInTimeResponse:
+        placed = await self._pitr.place(request.target_ms, dry_run=request.dry_run)
+        return agent_pb2.PlacePointInTimeResponse(
+            base_segment=placed.base_segment,
+            segments=[
+                agent_pb2.PlacedSegment(name=s.name, bytes=s.bytes, fetched=s.replaces_local)
+                for s in placed.segments
+            ],
+            restore_point=placed.restore_point,
+            bytes_fetched=placed.bytes,
+        )
+
+    @unary
+    async def FinishPointInTime(
+        self, request: agent_pb2.FinishPointInTimeRequest, context: Context
+    ) -> agent_pb2.FinishPointInTimeResponse:
+        await self._pitr.finish()
+        return agent_pb2.FinishPointInTimeResponse()
 
     @unary
     async def DiscardReplayState(

@@ -246,6 +246,9 @@ class SandboxCluster:
         )
         for path in (node.data_dir, node.commitlog_dir, node.saved_caches_dir, node.hints_dir):
             path.mkdir(parents=True, exist_ok=True)
+        from ringsnap.sandbox.pitr import prepare_archiving  # needs NodeInfo from here
+
+        prepare_archiving(luns["commitlog"].mount_point)
         return node
 
     def node_environment(self, node: NodeInfo) -> dict[str, str]:
@@ -267,6 +270,8 @@ class SandboxCluster:
             "CASSANDRA_NATIVE_PORT": str(NATIVE_PORT),
             "CASSANDRA_JOLOKIA_PORT": str(JOLOKIA_PORT),
             "CASSANDRA_JIT": self.jit,
+            # commitlog_archiving.properties (ringsnap.sandbox.pitr) is read from the classpath.
+            "CASSANDRA_EXTRA_CLASSPATH": str(node.commitlog_lun.mount_point / "ringsnap-conf"),
         }
 
     def _run_container(self, node: NodeInfo) -> None:

@@ -34,6 +34,7 @@ from ringsnap.sandbox import services
 from ringsnap.sandbox.agents import BackgroundAgent, TestPki, config_data, write_config
 from ringsnap.sandbox.cluster import NodeInfo, SandboxCluster
 from ringsnap.sandbox.image import cassandra_home, java17_flags
+from ringsnap.sandbox.pitr import disarm, pitr_table
 
 ARRAY_NAME = "array1"
 CLUSTER_NAME = services.CLUSTER_NAME
@@ -400,6 +401,7 @@ def running_stack(
     drill_host: bool = False,
     s3: dict[str, Any] | None = None,
     agent_metrics: bool = False,
+    pitr: bool = False,
 ) -> Iterator[Stack]:
     """Agents for every node of `cluster` (threads, or processes) and a `vendor` simulator; with
     `drill_host`, a fourth agent process that runs restore drills (`Stack.drill_agent`); with
@@ -420,6 +422,10 @@ def running_stack(
             )
             if s3 is not None:
                 data["s3"] = dict(s3)  # every node's `[s3]` table (docs/s3.md)
+            if pitr:
+                # Commit-log shipping (docs/pitr.md); disarmed again when the stack goes.
+                data["pitr"] = pitr_table(node)
+                stack.callback(disarm, node)
             if agent_metrics:
                 metrics[node.name] = f"127.0.0.1:{_free_port()}"
                 data["metrics"] = {"enabled": True, "listen": metrics[node.name]}

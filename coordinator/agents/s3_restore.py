@@ -23,7 +23,6 @@ INSTALL_TIMEOUT_SECONDS = 1800.0
 CHECK_TIMEOUT_SECONDS = 300.0
 
 
-
 class GrpcS3Restore(AgentConnection):
     """`S3RestorePort` over the agent's mutual-TLS channel."""
 

@@ -70,7 +70,9 @@ def plan_document(message: pb.RestorePlan) -> dict[str, Any]:
     }
 
 
-def restore(target: Target, options: restore_report.RestoreOptions) -> RestoreRecord | dict[str, Any]:
+def restore(
+    target: Target, options: restore_report.RestoreOptions
+) -> RestoreRecord | dict[str, Any]:
     """The restore, run by the daemon at `target`: its final record, or the plan's document when
     it ends at the plan (dry run, or a refusal with --output json)."""
     operation_cli.say_the_daemon_runs(target, "the restore", as_json=options.as_json)

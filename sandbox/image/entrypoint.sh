@@ -16,6 +16,9 @@ set -eu
 : "${CASSANDRA_STORAGE_PORT:=7000}"
 : "${CASSANDRA_NATIVE_PORT:=9042}"
 : "${CASSANDRA_ENDPOINT_SNITCH:=SimpleSnitch}"
+# A directory put first on the classpath (Cassandra reads commitlog_archiving.properties from the
+# classpath): the ringsnap sandbox keeps it on the commit-log volume, where the agent writes it.
+: "${CASSANDRA_EXTRA_CLASSPATH:=}"
 # Empty: no Jolokia. Else Jolokia (JMX over HTTP) listens on the node's address at this port.
 : "${CASSANDRA_JOLOKIA_PORT:=}"
 # quick: the JIT's first tier only (C1): about half the CPU to start a node, for test and
@@ -59,7 +62,7 @@ require CASSANDRA_COMMITLOG_DIR
 
 for name in CASSANDRA_CLUSTER_NAME CASSANDRA_LISTEN_ADDRESS CASSANDRA_RPC_ADDRESS CASSANDRA_SEEDS \
         CASSANDRA_DATA_DIR CASSANDRA_COMMITLOG_DIR CASSANDRA_SAVED_CACHES_DIR CASSANDRA_HINTS_DIR \
-        CASSANDRA_ENDPOINT_SNITCH CASSANDRA_HEAP; do
+        CASSANDRA_ENDPOINT_SNITCH CASSANDRA_HEAP CASSANDRA_EXTRA_CLASSPATH; do
     check "$name"
 done
 for name in CASSANDRA_NUM_TOKENS CASSANDRA_JMX_PORT CASSANDRA_STORAGE_PORT CASSANDRA_NATIVE_PORT; do
@@ -136,5 +139,5 @@ exec java \
     -Dcassandra.memtable_row_overhead_computation_step=100 \
     "-Dcassandra.triggers_dir=${CASSANDRA_CONF_DIR}/triggers" \
     "-Dlogback.configurationFile=${RINGSNAP_DIR}/logback.xml" \
-    -cp "${CASSANDRA_HOME}/lib/*" \
+    -cp "${CASSANDRA_EXTRA_CLASSPATH:+${CASSANDRA_EXTRA_CLASSPATH}:}${CASSANDRA_HOME}/lib/*" \
     org.apache.cassandra.service.CassandraDaemon

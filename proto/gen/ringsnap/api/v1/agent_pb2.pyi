@@ -2146,3 +2146,120 @@ class DiscardS3DownloadResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DiscardS3DownloadResponse: _TypeAlias = DiscardS3DownloadResponse  # noqa: Y015
+
+@_typing.final
+class PlacePointInTimeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    TARGET_MS_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    target_ms: _builtins.int
+    """The time to restore to: milliseconds since the epoch, UTC."""
+    dry_run: _builtins.bool
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        target_ms: _builtins.int = ...,
+        dry_run: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dry_run", b"dry_run", "run_id", b"run_id", "target_ms", b"target_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlacePointInTimeRequest: _TypeAlias = PlacePointInTimeRequest  # noqa: Y015
+
+@_typing.final
+class PlacedSegment(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    BYTES_FIELD_NUMBER: _builtins.int
+    FETCHED_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    bytes: _builtins.int
+    fetched: _builtins.bool
+    """Fetched from the bucket (false: the backup's own copy is as long already)."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        bytes: _builtins.int = ...,
+        fetched: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "fetched", b"fetched", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlacedSegment: _TypeAlias = PlacedSegment  # noqa: Y015
+
+@_typing.final
+class PlacePointInTimeResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BASE_SEGMENT_FIELD_NUMBER: _builtins.int
+    SEGMENTS_FIELD_NUMBER: _builtins.int
+    RESTORE_POINT_FIELD_NUMBER: _builtins.int
+    BYTES_FETCHED_FIELD_NUMBER: _builtins.int
+    base_segment: _builtins.str
+    """The backup's commit-log position: its oldest segment."""
+    restore_point: _builtins.str
+    """As written into the properties (GMT, Cassandra's format)."""
+    bytes_fetched: _builtins.int
+    @_builtins.property
+    def segments(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlacedSegment]: ...
+    def __init__(
+        self,
+        *,
+        base_segment: _builtins.str = ...,
+        segments: _abc.Iterable[Global___PlacedSegment] | None = ...,
+        restore_point: _builtins.str = ...,
+        bytes_fetched: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_segment", b"base_segment", "bytes_fetched", b"bytes_fetched", "restore_point", b"restore_point", "segments", b"segments"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlacePointInTimeResponse: _TypeAlias = PlacePointInTimeResponse  # noqa: Y015
+
+@_typing.final
+class FinishPointInTimeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FinishPointInTimeRequest: _TypeAlias = FinishPointInTimeRequest  # noqa: Y015
+
+@_typing.final
+class FinishPointInTimeResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FinishPointInTimeResponse: _TypeAlias = FinishPointInTimeResponse  # noqa: Y015

@@ -189,6 +189,16 @@ class AgentServiceStub:
                 request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DiscardS3DownloadRequest.SerializeToString,
                 response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DiscardS3DownloadResponse.FromString,
                 _registered_method=True)
+        self.PlacePointInTime = channel.unary_unary(
+                '/ringsnap.api.v1.AgentService/PlacePointInTime',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.PlacePointInTimeRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.PlacePointInTimeResponse.FromString,
+                _registered_method=True)
+        self.FinishPointInTime = channel.unary_unary(
+                '/ringsnap.api.v1.AgentService/FinishPointInTime',
+                request_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.FinishPointInTimeRequest.SerializeToString,
+                response_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.FinishPointInTimeResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -450,6 +460,25 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PlacePointInTime(self, request, context):
+        """Restore to a time (docs/pitr.md), Cassandra stopped and the base backup's volumes back: put
+        the shipped commit-log segments from the backup's commit-log position on into the commit-log
+        directory (each verified piece by piece) and write restore_point_in_time into the archiving
+        properties. Refused (FAILED_PRECONDITION) when the bucket does not reach the time or a hole
+        lies on the way; dry_run only says what it would place.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FinishPointInTime(self, request, context):
+        """The node replayed and serves: the restore lines leave the properties (the archive_command
+        stays), so the next restart does not replay again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -607,6 +636,16 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.DiscardS3Download,
                     request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DiscardS3DownloadRequest.FromString,
                     response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.DiscardS3DownloadResponse.SerializeToString,
+            ),
+            'PlacePointInTime': grpc.unary_unary_rpc_method_handler(
+                    servicer.PlacePointInTime,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.PlacePointInTimeRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.PlacePointInTimeResponse.SerializeToString,
+            ),
+            'FinishPointInTime': grpc.unary_unary_rpc_method_handler(
+                    servicer.FinishPointInTime,
+                    request_deserializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.FinishPointInTimeRequest.FromString,
+                    response_serializer=ringsnap_dot_api_dot_v1_dot_agent__pb2.FinishPointInTimeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1446,6 +1485,60 @@ class AgentService:
             '/ringsnap.api.v1.AgentService/DiscardS3Download',
             ringsnap_dot_api_dot_v1_dot_agent__pb2.DiscardS3DownloadRequest.SerializeToString,
             ringsnap_dot_api_dot_v1_dot_agent__pb2.DiscardS3DownloadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PlacePointInTime(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.AgentService/PlacePointInTime',
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.PlacePointInTimeRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.PlacePointInTimeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FinishPointInTime(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringsnap.api.v1.AgentService/FinishPointInTime',
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.FinishPointInTimeRequest.SerializeToString,
+            ringsnap_dot_api_dot_v1_dot_agent__pb2.FinishPointInTimeResponse.FromString,
             options,
             channel_credentials,
             insecure,

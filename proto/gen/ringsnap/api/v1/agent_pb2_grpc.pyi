@@ -145,6 +145,17 @@ class AgentServiceStub:
     its download runs or once its install began moving files (the restore must then be resumed).
     """
     DiscardS3Download: _grpc.UnaryUnaryMultiCallable[_agent_pb2.DiscardS3DownloadRequest, _agent_pb2.DiscardS3DownloadResponse]
+    PlacePointInTime: _grpc.UnaryUnaryMultiCallable[_agent_pb2.PlacePointInTimeRequest, _agent_pb2.PlacePointInTimeResponse]
+    """Restore to a time (docs/pitr.md), Cassandra stopped and the base backup's volumes back: put
+    the shipped commit-log segments from the backup's commit-log position on into the commit-log
+    directory (each verified piece by piece) and write restore_point_in_time into the archiving
+    properties. Refused (FAILED_PRECONDITION) when the bucket does not reach the time or a hole
+    lies on the way; dry_run only says what it would place.
+    """
+    FinishPointInTime: _grpc.UnaryUnaryMultiCallable[_agent_pb2.FinishPointInTimeRequest, _agent_pb2.FinishPointInTimeResponse]
+    """The node replayed and serves: the restore lines leave the properties (the archive_command
+    stays), so the next restart does not replay again.
+    """
 
 @_typing.type_check_only
 class AgentServiceAsyncStub(AgentServiceStub):
@@ -263,6 +274,17 @@ class AgentServiceAsyncStub(AgentServiceStub):
     its download runs or once its install began moving files (the restore must then be resumed).
     """
     DiscardS3Download: _aio.UnaryUnaryMultiCallable[_agent_pb2.DiscardS3DownloadRequest, _agent_pb2.DiscardS3DownloadResponse]  # type: ignore[assignment]
+    PlacePointInTime: _aio.UnaryUnaryMultiCallable[_agent_pb2.PlacePointInTimeRequest, _agent_pb2.PlacePointInTimeResponse]  # type: ignore[assignment]
+    """Restore to a time (docs/pitr.md), Cassandra stopped and the base backup's volumes back: put
+    the shipped commit-log segments from the backup's commit-log position on into the commit-log
+    directory (each verified piece by piece) and write restore_point_in_time into the archiving
+    properties. Refused (FAILED_PRECONDITION) when the bucket does not reach the time or a hole
+    lies on the way; dry_run only says what it would place.
+    """
+    FinishPointInTime: _aio.UnaryUnaryMultiCallable[_agent_pb2.FinishPointInTimeRequest, _agent_pb2.FinishPointInTimeResponse]  # type: ignore[assignment]
+    """The node replayed and serves: the restore lines leave the properties (the archive_command
+    stays), so the next restart does not replay again.
+    """
 
 class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -564,5 +586,28 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _agent_pb2.DiscardS3DownloadRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_agent_pb2.DiscardS3DownloadResponse, _abc.Awaitable[_agent_pb2.DiscardS3DownloadResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def PlacePointInTime(
+        self,
+        request: _agent_pb2.PlacePointInTimeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.PlacePointInTimeResponse, _abc.Awaitable[_agent_pb2.PlacePointInTimeResponse]]:
+        """Restore to a time (docs/pitr.md), Cassandra stopped and the base backup's volumes back: put
+        the shipped commit-log segments from the backup's commit-log position on into the commit-log
+        directory (each verified piece by piece) and write restore_point_in_time into the archiving
+        properties. Refused (FAILED_PRECONDITION) when the bucket does not reach the time or a hole
+        lies on the way; dry_run only says what it would place.
+        """
+
+    @_abc_1.abstractmethod
+    def FinishPointInTime(
+        self,
+        request: _agent_pb2.FinishPointInTimeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.FinishPointInTimeResponse, _abc.Awaitable[_agent_pb2.FinishPointInTimeResponse]]:
+        """The node replayed and serves: the restore lines leave the properties (the archive_command
+        stays), so the next restart does not replay again.
+        """
 
 def add_AgentServiceServicer_to_server(servicer: AgentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

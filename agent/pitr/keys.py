@@ -1,0 +1,111 @@
+"""Where the shipped commit log lives in the cluster's bucket, and the checks every key read back
+from it must pass (the coordinator's window and the restore read the same keys).
+
+    <prefix>pitr/<node>/log/<segment>/<start>-<end>-<crc32>   one piece: bytes [start, end) of the
+                                                               segment (12 digits each, CRC32 hex)
+    <prefix>pitr/<node>/log/<segment>/complete                 the segment was completed (archived)
+                                                               and every byte of it is in its pieces
+    <prefix>pitr/<node>/point.json                             the newest point shipped (see shipper)
+    <prefix>pitr/<node>/holes/<segment>.json                   a segment whose tail may be lost
+
+A segment's pieces follow one another from offset 0 without a gap; a piece is never rewritten (the
+synced prefix only grows), so a piece's key says all about it and a rerun skips what is there.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ringsnap.agent.pitr.segment import SEGMENT_FILE
+from ringsnap.agent.s3.layout import node_name
+
+COMPLETE = "complete"
+_PIECE = re.compile(r"(?P<start>[0-9]{12})-(?P<end>[0-9]{12})-(?P<crc>[0-9a-f]{8})")
+
+
+@dataclass(frozen=True, order=True)
+class Piece:
+    start: int
+    end: int
+    crc32: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.start:012d}-{self.end:012d}-{self.crc32:08x}"
+
+
+class PitrKeys:
+    def __init__(self, prefix: str, node: str) -> None:
+        self.root = f"{prefix}pitr/{node_name(node)}/"
+        self.log = f"{self.root}log/"
+        self.point = f"{self.root}point.json"
+        self.holes = f"{self.root}holes/"
+
+    @staticmethod
+    def cluster_root(prefix: str) -> str:
+        return f"{prefix}pitr/"
+
+    def piece(self, segment: str, piece: Piece) -> str:
+        return f"{self.log}{segment}/{piece.name}"
+
+    def complete(self, segment: str) -> str:
+        return f"{self.log}{segment}/{COMPLETE}"
+
+    def hole(self, segment: str) -> str:
+        return f"{self.holes}{segment}.json"
+
+    def parse_log_key(self, key: str) -> tuple[str, Piece | None] | None:
+        """(segment, piece) of a key below `log/` (piece None: the complete marker); None for a
+        key that is none of these (ignored, never trusted)."""
+        if not key.startswith(self.log):
+            return None
+        segment, _, last = key[len(self.log) :].partition("/")
+        if SEGMENT_FILE.fullmatch(segment) is None:
+            return None
+        if last == COMPLETE:
+            return segment, None
+        match = _PIECE.fullmatch(last)
+        if match is None:
+            return None
+        piece = Piece(int(match["start"]), int(match["end"]), int(match["crc"], 16))
+        if piece.end <= piece.start:
+            return None
+        return segment, piece
+
+
+@dataclass
+class SegmentState:
+    """What the bucket holds of one segment."""
+
+    name: str
+    pieces: list[Piece]
+    complete: bool = False
+
+    @property
+    def shipped(self) -> int:
+        """Bytes shipped from offset 0 without a gap."""
+        end = 0
+        for piece in sorted(self.pieces):
+            if piece.start != end:
+                break
+            end = piece.end
+        return end
+
+
+def list_segments(client: object, bucket: str, keys: PitrKeys) -> dict[str, SegmentState]:
+    """Every segment the bucket holds for the node, with its pieces."""
+    found: dict[str, SegmentState] = {}
+    paginator = client.get_paginator("list_objects_v2")  # type: ignore[attr-defined]
+    for page in paginator.paginate(Bucket=bucket, Prefix=keys.log):
+        for item in page.get("Contents", ()):
+            parsed = keys.parse_log_key(item["Key"])
+            if parsed is None:
+                continue
+            segment, piece = parsed
+            state = found.setdefault(segment, SegmentState(segment, []))
+            if piece is None:
+                state.complete = True
+            else:
+                state.pieces.append(piece)
+    return found
