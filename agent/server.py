@@ -236,7 +236,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         pitr: PitrNode | None = None,
     ) -> None:
         self._agent = agent
-        self._pitr = pitr or PitrNode(agent.config, self._running)
+        self._pitr_made = pitr
         self._table_imports = TableImportRpcs(agent)
         self._s3_restores = S3RestoreRpcs(agent)
         # Staging is never discarded under its own download (its running ones, by operation id).
@@ -373,6 +373,13 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
 
     async def _running(self) -> bool:
         return (await self._agent.cassandra_status()).running
+
+    @property
+    def _pitr(self) -> PitrNode:
+        # Made on first use (no shipper: `AgentServer` passes its own, which ships).
+        if self._pitr_made is None:
+            self._pitr_made = PitrNode(self._agent.config, self._running)
+        return self._pitr_made
 
     @unary
     async def PlacePointInTime(

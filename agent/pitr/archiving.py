@@ -25,7 +25,7 @@ _SCRIPT_TEXT = """#!/bin/sh
 # A hard link into this spool (same filesystem); the agent ships it and removes the link.
 spool=$(dirname "$0")
 [ -e "$spool/armed" ] || exit 0
-ln -f "$1" "$spool/$2" && exit 0
+ln -fT "$1" "$spool/$2" && exit 0
 date -u +%Y-%m-%dT%H:%M:%SZ > "$spool/failed-$2"
 exit 1
 """

@@ -29,9 +29,7 @@ def _promtool() -> str:
 
 def _rules() -> dict[str, dict[str, Any]]:
     document = yaml.safe_load(RULES.read_text())
-    return {
-        rule["alert"]: rule for group in document["groups"] for rule in group["rules"]
-    }
+    return {rule["alert"]: rule for group in document["groups"] for rule in group["rules"]}
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,9 @@ def test_the_test_bed_check_sees_a_lazy_import(tmp_path: Path) -> None:
     package = tmp_path / "pkg"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    (package / "cli.py").write_text("def attach() -> None:\n    from ringsnap.sandbox.cli import app\n")
+    (package / "cli.py").write_text(
+        "def attach() -> None:\n    from ringsnap.sandbox.cli import app\n"
+    )
     assert external_imports(package, "pkg", "ringsnap.sandbox") == {
         "pkg.cli": {"ringsnap.sandbox.cli", "ringsnap.sandbox.cli.app"}
     }
@@ -78,7 +80,9 @@ def test_the_domain_rooms_import_no_generated_code() -> None:
     """Messages are translated in `agents` (the agents' clients) and `api` (the servicers)."""
     found: dict[str, set[str]] = {}
     for room in DOMAIN_ROOMS:
-        found |= external_imports(ROOT / "coordinator" / room, f"{COORDINATOR}.{room}", "ringsnap.api")
+        found |= external_imports(
+            ROOT / "coordinator" / room, f"{COORDINATOR}.{room}", "ringsnap.api"
+        )
     assert found == {}
 
 
