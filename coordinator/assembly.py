@@ -21,6 +21,7 @@ from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.cluster_clients import open_array
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.metrics import CoordinatorMetrics
+from ringsnap.coordinator.pitr_window import PitrCollector, pitr_clusters
 from ringsnap.coordinator.ports import AgentPort, ArrayPort
 from ringsnap.coordinator.service import ClusterRuntime, Coordinator
 from ringsnap.logs import get_logger
@@ -109,6 +110,9 @@ async def open_coordinator(
         clusters[cluster.name] = ClusterRuntime(cluster, cluster_agents, writer)
     catalog = await asyncio.to_thread(Catalog, config.coordinator.catalog)
     metrics = CoordinatorMetrics(clusters)
+    if config.s3 is not None:
+        # Each node's recovery-point lag, read from the bucket when scraped (docs/pitr.md).
+        metrics.registry.register(PitrCollector(config.s3, pitr_clusters(config)))
     coordinator = Coordinator(config, catalog, metrics, arrays, clusters)
     try:
         if start:

@@ -333,6 +333,7 @@ def status_command(
     """
     from ringsnap.coordinator.cli.drill_status import drill_status_lines
     from ringsnap.coordinator.cli.local_catalog import config_path
+    from ringsnap.coordinator.cli.pitr import pitr_status_lines
     from ringsnap.coordinator.cli.restore_report import open_restores_lines
 
     restores = list(open_restores_lines(config))
@@ -351,6 +352,8 @@ def status_command(
                 out.print(Text("Proven backups and drills", style="bold"))
                 for line in proofs:
                     out.print(line)
+            for line in pitr_status_lines(config):
+                out.print(line)
 
 
 # -- retention -------------------------------------------------------------------------------------

@@ -161,6 +161,15 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
     as_table: str = typer.Option(
         None, "--as", metavar="K.T2", help="With --keyspace and one --table: restore into K.T2."
     ),
+    to: str = typer.Option(
+        None,
+        "--to",
+        metavar="TIME",
+        help="Restore the whole ring to this moment (UTC, ms precision, e.g."
+        " 2026-11-29T06:40:00.123Z): the newest backup before it, then the shipped commit log"
+        " replayed up to it (docs/pitr.md). With --cluster when several are configured.",
+    ),
+    cluster: str = typer.Option("", "--cluster", help="With --to: the cluster."),
     abort: str = typer.Option(
         None,
         "--abort",
@@ -186,6 +195,11 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
     """
     as_json = output is Output.JSON
     quiet_cql_driver()
+    if to:
+        from ringsnap.coordinator.cli.pitr import restore_to_time
+
+        restore_to_time(config, cluster, to, dry_run=dry_run, yes=yes, as_json=as_json)
+        return
     if abort and abort.startswith("rr-"):
         from ringsnap.coordinator.cli.restore_abort import abort_ring_restore
 

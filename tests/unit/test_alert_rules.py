@@ -169,6 +169,23 @@ CASES = [
         },
         [("3m", []), ("10m", [{"job": "ringsnap-agent", "instance": "n1"}])],
     ),
+    Case(
+        "RingsnapRecoveryPointLagging",
+        {
+            # Shipping stops at 10 minutes (the lag grows a minute a minute); shipping on time.
+            'ringsnap_pitr_recovery_point_lag_seconds{cluster="c",node="stuck"}': "15x10 75+60x60",
+            'ringsnap_pitr_recovery_point_lag_seconds{cluster="c",node="fine"}': "15x70",
+        },
+        [("13m", []), ("20m", [{"cluster": "c", "node": "stuck"}])],
+    ),
+    Case(
+        "RingsnapCommitLogHole",
+        {
+            'ringsnap_pitr_holes{cluster="c",node="lost"}': "0x5 1x30",
+            'ringsnap_pitr_holes{cluster="c",node="whole"}': "0x35",
+        },
+        [("3m", []), ("10m", [{"cluster": "c", "node": "lost"}])],
+    ),
 ]
 
 _LABEL = re.compile(r"\{\{\s*\$labels\.(\w+)\s*\}\}")

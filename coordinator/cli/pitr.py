@@ -1,0 +1,93 @@
+"""`ringsnap restore --to TIME` (a restore to a time, docs/pitr.md) and the point-in-time lines of
+`ringsnap status`. Both run in this process from the coordinator's config: the window needs the
+bucket's keys, the restore the agents, arrays and catalog (as `ringsnap restore`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import typer
+
+from ringsnap.coordinator.assembly import load_config
+from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.cli.client import CliError
+from ringsnap.coordinator.cli.console import (
+    ProgressPrinter,
+    confirm,
+    err,
+    error_exit_code,
+    fail,
+    operator_name,
+)
+from ringsnap.coordinator.cli.local_catalog import config_path
+from ringsnap.coordinator.cli.restore_report import exit_code_of, print_report
+from ringsnap.coordinator.pitr_window import status_lines
+from ringsnap.coordinator.restore.pitr import parse_time
+from ringsnap.coordinator.restore.pitr_session import plan_point_in_time, run_point_in_time
+from ringsnap.errors import RingsnapError
+
+
+def pitr_status_lines(config: Path | None) -> list[str]:
+    try:
+        loaded = load_config(config_path(config))
+        with Catalog(loaded.coordinator.catalog, exclusive=False) as catalog:
+            return status_lines(loaded, catalog)
+    except Exception as exc:
+        return [f"(point-in-time window cannot be read: {exc})"]
+
+
+def restore_to_time(
+    config: Path | None, cluster: str, when: str, *, dry_run: bool, yes: bool, as_json: bool
+) -> None:
+    """Plan (the base backup, each node's segments and bytes), confirm, run, report."""
+    try:
+        loaded = load_config(config_path(config))
+        target_ms = parse_time(when)
+        names = [c.name for c in loaded.clusters]
+        if not cluster:
+            if len(names) != 1:
+                raise RingsnapError(f"several clusters are configured ({names}): give --cluster")
+            cluster = names[0]
+        plan = asyncio.run(plan_point_in_time(loaded, cluster, target_ms))
+        document = {
+            "base_backup": plan.base.id,
+            "target_ms": target_ms,
+            "nodes": {
+                n: {
+                    "segments": [s.name for s in p.segments],
+                    "bytes": sum(s.bytes for s in p.segments),
+                    "restore_point": p.restore_point,
+                }
+                for n, p in plan.placements.items()
+            },
+            "refusals": list(plan.refusals),
+        }
+        if as_json:
+            typer.echo(json.dumps(document, indent=2))
+        else:
+            typer.echo(f"restore cluster {cluster} to {when} (UTC): base backup {plan.base.id}")
+            for node, placement in sorted(plan.placements.items()):
+                total = sum(s.bytes for s in placement.segments)
+                typer.echo(
+                    f"  {node}: {len(placement.segments)} shipped segment(s), {total} bytes,"
+                    f" replayed up to {placement.restore_point} GMT"
+                )
+            for refusal in plan.refusals:
+                err.print(f"refused: {refusal}")
+        if plan.refusals:
+            raise typer.Exit(3)
+        if dry_run:
+            return
+        confirm(cluster, yes)
+        record = asyncio.run(
+            run_point_in_time(
+                loaded, cluster, target_ms, operator_name(), ProgressPrinter(quiet=as_json)
+            )
+        )
+    except RingsnapError as exc:
+        hint = "`ringsnap status` shows the window a time must lie in"
+        fail(CliError(str(exc), error_exit_code(exc), hint=hint), as_json)
+    print_report(record)
+    raise typer.Exit(int(exit_code_of(record)))
