@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -123,7 +123,13 @@ def window_lines(window: Window, now_ms: int | None = None) -> list[str]:
 class PitrCollector(Collector):
     """Each node's recovery-point lag and holes, read from the bucket when scraped (cached)."""
 
-    def __init__(self, settings: S3Settings, clusters: dict[str, list[str]]) -> None:
+    def __init__(
+        self,
+        settings: S3Settings,
+        clusters: dict[str, list[str]],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._clock = clock
         self._settings = settings
         self._clusters = clusters
         self._client: S3Client | None = None
@@ -159,7 +165,7 @@ class PitrCollector(Collector):
             "Commit-log segments of a node reported lost (no restore to a time across them).",
             labels=["cluster", "node"],
         )
-        now = time.time()
+        now = self._clock()
         for cluster, points in self._points().items():
             for node, point in points.items():
                 lag.add_metric([cluster, node], max(0.0, now - point.recoverable_through_ms / 1000))

@@ -108,9 +108,8 @@ def test_points_are_read_from_the_bucket_and_exported_as_lag(
     assert set(points) == {"n1"} and points["n1"].recoverable_through_ms == now_ms - 15000
 
     monkeypatch.setattr(window_module, "make_client", lambda _settings: client)
-    monkeypatch.setattr(window_module.time, "time", lambda: now_ms / 1000)
     registry = CollectorRegistry()
-    registry.register(PitrCollector(S3, {"c": ["n1", "n2"]}))
+    registry.register(PitrCollector(S3, {"c": ["n1", "n2"]}, clock=lambda: now_ms / 1000))
     text = generate_latest(registry).decode()
     assert 'ringsnap_pitr_recovery_point_lag_seconds{cluster="c",node="n1"} 15.0' in text
     assert 'ringsnap_pitr_holes{cluster="c",node="n1"} 0.0' in text
