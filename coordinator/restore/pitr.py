@@ -130,7 +130,7 @@ class PointInTimeWorkflow(RestoreWorkflow):
             verdict = node.verdict
             unproven = node.unproven
             if not proof.proven:
-                verdict = NodeVerdict.FAILED
+                verdict = NodeVerdict.NOT_PROVEN
                 unproven = (*unproven, proof.line)
             await run.node_update(
                 node.name,
