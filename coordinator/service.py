@@ -10,25 +10,19 @@ does. Nothing here speaks gRPC; `ringsnap.coordinator.api.servicer` translates f
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from ringsnap.coordinator import catalog_metrics
 from ringsnap.coordinator.backup import (
-    BackupRun,
-    BackupSettings,
-    BackupWorkflow,
-    NodeTarget,
     new_backup_id,
 )
-from ringsnap.coordinator.backup.nodes import arrays_of, planned_nodes
-from ringsnap.coordinator.backup.record import record_completed, record_failed
-from ringsnap.coordinator.backup.schema_capture import KeyspaceSchemaReader
+from ringsnap.coordinator.backup.daemon import DaemonBackups, recover_interrupted
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.cluster_clients import client_tls
-from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig, RetentionSection
+from ringsnap.coordinator.cluster_runtime import ClusterRuntime, UnknownClusterError
+from ringsnap.coordinator.config import CoordinatorConfig, RetentionSection
 from ringsnap.coordinator.drill.cleanups import CloneHolder, DrillHosts, NodeAgentCache
 from ringsnap.coordinator.drill.daemon import start_drill
 from ringsnap.coordinator.drill.plan import DrillRequest
@@ -41,15 +35,10 @@ from ringsnap.coordinator.metrics import CoordinatorMetrics
 from ringsnap.coordinator.model import (
     Backup,
     BackupState,
-    CleanupRequest,
-    NodeVolume,
-    QuiesceMode,
-    SnapshotKind,
-    native_cleanups,
 )
 from ringsnap.coordinator.operations import Operation, Operations
 from ringsnap.coordinator.pending_cleanups import PendingCleanups
-from ringsnap.coordinator.ports import AgentPort, ArrayPort, CanaryWriter
+from ringsnap.coordinator.ports import AgentPort, ArrayPort
 from ringsnap.coordinator.restore.daemon import DaemonRestores
 from ringsnap.coordinator.retention import RetentionPlan, apply_policy
 from ringsnap.coordinator.runs.lease import ClusterLeases
@@ -73,33 +62,8 @@ log = get_logger(__name__)
 CLEANUP_INTERVAL_SECONDS = 300.0
 
 
-class UnknownClusterError(RingsnapError):
-    exit_code = 2
-
-
 class UnknownPolicyError(RingsnapError):
     exit_code = 2
-
-
-@dataclass
-class ClusterRuntime:
-    """One configured cluster and the live handles to reach it."""
-
-    config: ClusterSection
-    agents: dict[str, AgentPort]
-    canaries: CanaryWriter | None
-
-    def targets(self) -> list[NodeTarget]:
-        return [
-            NodeTarget(
-                node.name,
-                self.agents[node.name],
-                tuple(
-                    NodeVolume(array=v.array, volume=v.volume, role=v.role) for v in node.volumes
-                ),
-            )
-            for node in self.config.nodes
-        ]
 
 
 class Coordinator:
@@ -120,7 +84,6 @@ class Coordinator:
         self.clusters = clusters
         self.operations = Operations()
         self._now = now
-        self._runs: dict[str, BackupRun] = {}
         self._cleaner: asyncio.Task[None] | None = None
         # Every backup running in this process (scheduled ones have no operation): stop() cancels
         # them so that their nodes are thawed and the catalog says why they failed.
@@ -129,6 +92,9 @@ class Coordinator:
         self.drill_hosts = DrillHosts(lambda: drill_hosts(config, client_tls(config)))
         # Nodes' agents, for the pending cleanups of clones a node mounted (exports).
         self.clone_nodes = NodeAgentCache(export_node_opener(config))
+        self.backups = DaemonBackups(
+            config, catalog, metrics, arrays, self.operations, now, self.run_pending_cleanups
+        )
         # Which run holds which cluster: every run of every kind takes its cluster's lease.
         self.leases = ClusterLeases()
         self.scheduler = BackupScheduler(
@@ -298,85 +264,13 @@ class Coordinator:
             self._backup_tasks.discard(task)
 
     async def _run_backup(self, request: BackupRequest) -> Backup:
-        backup_id = request.backup_id or new_backup_id(self._now())
-        operation = self.operations.for_backup(backup_id)
-        runtime = self.cluster(request.cluster)
-        cluster = runtime.config
-        settings = BackupSettings(
-            snapshots=cluster.snapshots,
-            quiesce=cluster.quiesce,
-            freeze_budget=cluster.freeze_budget_seconds
-            or self.config.coordinator.freeze_budget_seconds,
-            lease=self.config.coordinator.lease_seconds,
-            allow_partial=cluster.allow_partial,
-        )
-
-        def progress(phase: str, message: str) -> None:
-            if operation is not None:
-                operation.update_soon(phase=phase, message=message)
-
-        workflow = BackupWorkflow(
-            cluster.name,
-            runtime.targets(),
-            {name: self.arrays[name] for name in arrays_of(cluster)},
-            runtime.canaries,
-            progress=progress,
-            schemas=runtime.canaries
-            if isinstance(runtime.canaries, KeyspaceSchemaReader)
-            else None,
-        )
-        started = time.monotonic()
-
-        async def begin(run: BackupRun) -> None:
-            self._runs[backup_id] = run
-            await asyncio.to_thread(
-                self.catalog.begin_backup,
-                backup_id=backup_id,
-                cluster=cluster.name,
-                # A native backup flushes and freezes nothing: flush-only, whatever `quiesce` says.
-                quiesce_mode=QuiesceMode.FLUSH_ONLY
-                if cluster.snapshots is SnapshotKind.NATIVE
-                else cluster.quiesce,
-                trigger=request.trigger,
-                policy=request.policy,
-                started_at=run.started_at,
-                nodes=planned_nodes(cluster),
-                snapshot_kind=cluster.snapshots,
-            )
-
-        try:
-            run = await workflow.run(
-                settings,
-                trigger=request.trigger,
-                policy=request.policy,
-                backup_id=backup_id,
-                on_start=begin,
-            )
-            backup = await asyncio.to_thread(
-                record_completed, self.catalog, self.cluster(run.cluster).config, run
-            )
-        except BaseException as exc:
-            failed = self._runs.get(backup_id)
-            if failed is not None:
-                await asyncio.shield(asyncio.to_thread(record_failed, self.catalog, failed, exc))
-                self.metrics.backup_finished(
-                    cluster.name,
-                    BackupState.FAILED,
-                    time.monotonic() - started,
-                    freeze_window=failed.window,
-                    phases=failed.clock.phases,
-                )
-                if not isinstance(exc, asyncio.CancelledError):
-                    await self.run_pending_cleanups()
-            raise
-        finally:
-            self._runs.pop(backup_id, None)
+        backup = await self.backups.run(request, self.cluster(request.cluster))
         self.metrics.record_backup(backup)
         if request.policy and exports_policy(self.config, request.policy):
             await export_scheduled_backup(self.config, self.catalog, self.arrays, backup)
             await asyncio.to_thread(self.refresh_restore_metrics)
         if request.policy:
-            await self.apply_retention(cluster.name, request.policy)
+            await self.apply_retention(request.cluster, request.policy)
         return backup
 
     async def start_drill(self, request: DrillRequest, *, drill_id: str = "") -> Operation:
@@ -470,35 +364,7 @@ class Coordinator:
     async def recover(self) -> None:
         """Runs that died with a previous process: thaw their nodes, find what their arrays made,
         mark them failed. Then retry every pending cleanup."""
-        for backup in await asyncio.to_thread(self.catalog.interrupted_backups):
-            log.warning("found an interrupted backup", backup_id=backup.id, cluster=backup.cluster)
-            runtime = self.clusters.get(backup.cluster)
-            if runtime is not None:
-                results = await asyncio.gather(
-                    *(agent.thaw(backup.id) for agent in runtime.agents.values()),
-                    return_exceptions=True,
-                )
-                for name, result in zip(runtime.agents, results, strict=True):
-                    if isinstance(result, BaseException):
-                        log.warning("thaw on recovery failed; the lease has thawed it", node=name)
-            cleanups = [
-                CleanupRequest(
-                    array=array,
-                    reason=f"backup {backup.id} interrupted by a coordinator stop",
-                    snapshot_name=backup.id,
-                )
-                for array in backup.arrays
-            ]
-            if backup.snapshot_kind is SnapshotKind.NATIVE:
-                cleanups += native_cleanups(
-                    backup, f"backup {backup.id} interrupted by a coordinator stop"
-                )
-            await asyncio.to_thread(
-                self.catalog.fail_backup,
-                backup.id,
-                "the coordinator stopped during the run; nodes were thawed by their leases",
-                cleanups=cleanups,
-            )
+        await recover_interrupted(self.catalog, self.clusters)
         await self.run_pending_cleanups()
 
     async def _last_run(self, schedule: Schedule) -> datetime | None:
@@ -509,3 +375,12 @@ class Coordinator:
 
     def _skipped(self, skip: Skip) -> None:
         self.metrics.backup_skipped(skip.request.cluster, skip.kind)
+
+
+__all__ = [
+    "CLEANUP_INTERVAL_SECONDS",
+    "ClusterRuntime",
+    "Coordinator",
+    "UnknownClusterError",
+    "UnknownPolicyError",
+]

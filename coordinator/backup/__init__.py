@@ -5,7 +5,8 @@
 - freeze.py: the freeze barrier (freeze under leases, renew, thaw always, the window);
 - arrays.py: the arrays' side of one run (prepare, commit within the budget, finish; on failure
   abort, delete, and what is left running or left behind);
-- tasks.py: waiting on what a run starts (bounded, to completion, triage of a task).
+- tasks.py: waiting on what a run starts (bounded, to completion, triage of a task);
+- daemon.py: the daemon's runs, request to catalog record, and the recovery of interrupted ones.
 """
 
 from ringsnap.coordinator.backup.model import (
