@@ -16,7 +16,9 @@ from types import ModuleType
 import yaml
 
 from ringsnap.agent.metrics import AgentMetrics
+from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.coordinator.metrics import CoordinatorMetrics
+from ringsnap.coordinator.pitr_window import PitrCollector
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = re.compile(r"\bringsnap_[a-z0-9_]+")
@@ -49,6 +51,10 @@ def _declared() -> set[str]:
         for family in registry.collect():
             names.add(family.name)
             names.update(family.name + suffix for suffix in _SUFFIXES)
+    # The point-in-time recovery series the coordinator reads from its bucket when scraped (no
+    # cluster here: the families without samples, no S3 call).
+    bucket = S3Settings.model_validate({"bucket": "declared", "endpoint_url": "http://127.0.0.1:9"})
+    names.update(family.name for family in PitrCollector(bucket, {}).collect())
     return names
 
 
