@@ -13,6 +13,7 @@ survives the node.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from collections.abc import Iterator, Mapping, Sequence
 
 import grpc
@@ -34,6 +35,8 @@ from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volu
 from ringsnap.snapshot_wire import ref_message, ref_of, volume_message, volume_of
 
 DRIVER = "agent-lvm"
+#: The attribute of a node-local snapshot's ref that names its node.
+NODE_ATTRIBUTE = "node_local"
 #: What every plan, `show` and `list` say of a node-local snapshot.
 DIES_WITH_THE_NODE = (
     "node-local: on {node}'s own disks, it dies with them; the S3 export is the copy that survives"
@@ -139,7 +142,15 @@ class NodeSnapshotPort:
                 ),
                 timeout=self._long,
             )
-        return ref_of(answer.ref)
+        return self._ours(ref_of(answer.ref))
+
+    def _ours(self, ref: SnapshotRef) -> SnapshotRef:
+        """The ref as the catalog keeps it: made by this driver on this node (`node_local`), so
+        that `show`, `list` and plans can say where it lives without asking anyone."""
+        kept = tuple(item for item in ref.attributes if item[0] != NODE_ATTRIBUTE)
+        return replace(
+            ref, driver=DRIVER, attributes=tuple(sorted((*kept, (NODE_ATTRIBUTE, self.node))))
+        )
 
     async def prepare_group_snapshot(
         self, volumes: Sequence[Volume], name: str
@@ -169,7 +180,7 @@ class NodeSnapshotPort:
 
     def _info(self, found: pb.LocalSnapshot) -> SnapshotInfo:
         return SnapshotInfo(
-            ref=ref_of(found.ref),
+            ref=self._ours(ref_of(found.ref)),
             space_bytes=found.space_bytes if found.space_known else None,
             warnings=tuple(found.warnings),
         )

@@ -197,6 +197,9 @@ def backup(value: Backup, *, full: bool = True) -> pb.Backup:
         excluded_node_count=sum(1 for n in value.nodes if not n.included),
         snapshot_count=len(value.snapshots),
         warnings=value.warnings,
+        node_local_nodes=sorted(
+            {r.attribute("node_local") for r in value.snapshots if r.attribute("node_local")}
+        ),
     )
     if value.finished_at is not None:
         message.finished_at.CopyFrom(timestamp(value.finished_at))

@@ -224,6 +224,24 @@ def nodes_summary(backup: pb.Backup) -> str:
 # -- renderables -----------------------------------------------------------------------------------
 
 
+def node_local_note(backup: pb.Backup) -> Text | None:
+    """For a backup with node-local snapshots (an agent's own LVM): on which nodes they are, that
+    they die with those nodes' disks, and whether the S3 copy that survives them exists."""
+    nodes = list(backup.node_local_nodes)
+    if not nodes:
+        return None
+    said = (
+        f"{backup.backup_id}: node-local snapshots on the own disks of {', '.join(nodes)}; they"
+        " die with those disks: "
+    )
+    if backup.off_array_copy:
+        return Text.assemble(("NODE-LOCAL ", "bold"), said + "the S3 copy is the one that survives")
+    return Text.assemble(
+        ("NODE-LOCAL ", "bold yellow"),
+        said + f"no S3 copy yet, nothing survives a lost node (ringsnap export {backup.backup_id})",
+    )
+
+
 def backups_table(backups: Iterable[pb.Backup]) -> RenderableType:
     """`ringsnap list`: one row per backup, then a line for each backup whose snapshots are lost."""
     backups = list(backups)
@@ -259,6 +277,7 @@ def backups_table(backups: Iterable[pb.Backup]) -> RenderableType:
         for backup in backups
         if backup.lost_reason
     ]
+    notes += [note for note in map(node_local_note, backups) if note is not None]
     if not notes:
         return table
     return Group(table, Text(""), *notes)
@@ -362,6 +381,9 @@ def backup_detail(backup: pb.Backup) -> RenderableType:
                 members,
             )
         parts += [Text(""), snaps]
+        local = node_local_note(backup)
+        if local is not None:
+            parts.append(local)
     elif backup.state in (pb.BACKUP_STATE_COMPLETE, pb.BACKUP_STATE_PARTIAL):
         parts += [Text(""), Text("no array snapshots recorded", style="red")]
     return Group(*parts)

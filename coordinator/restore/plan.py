@@ -277,6 +277,12 @@ async def plan_restore(  # noqa: PLR0917 - the plan needs every outside view at 
         array_plans, lost = await _plan_arrays(
             backup, request.mode, nodes, arrays, newer_backups, refusals, timeout
         )
+    for array_plan in array_plans:
+        # Node-local snapshots (an agent's own LVM): the plan says where they are and that they
+        # die with that node's disks.
+        survives = arrays[array_plan.array].capabilities().extra.get("survives")
+        if survives:
+            warnings.append(f"array {array_plan.array}: {survives}")
     destroyed = [
         "every write made since the backup on "
         + ("the whole ring" if whole_ring else ", ".join(n.name for n in nodes))

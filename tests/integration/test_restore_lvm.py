@@ -27,13 +27,13 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import uuid
 import zlib
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
@@ -44,6 +44,8 @@ from ringsnap.agent.config import AgentConfig
 from ringsnap.config import validate
 from ringsnap.coordinator.agents.connection import ClientTls, GrpcNodeAgent
 from ringsnap.coordinator.agents.node_snapshots import NodeSnapshotPort
+from ringsnap.coordinator.backup.model import BackupSettings, NodeTarget
+from ringsnap.coordinator.backup.workflow import BackupWorkflow
 from ringsnap.coordinator.model import (
     Backup,
     BackupNode,
@@ -269,6 +271,7 @@ answers = {
     "describecluster": "Cluster Information:\n\tName: lvm-ring",
     "gossipinfo": f"/127.0.0.1:7000\n  HOST_ID:1:{host_id}\n  RPC_ADDRESS:1:127.0.0.1",
     "drain": "",
+    "flush": "",
 }
 if not arguments or arguments[0] not in answers:
     sys.exit(f"the stand-in nodetool does not know {arguments}")
@@ -412,6 +415,13 @@ class FileCanaries:
 
     def write(self, key: str, host_id: str) -> None:
         self._path(key, host_id).write_text(key)
+
+    async def write_canaries(self, backup_id: str, host_ids: Sequence[str]) -> dict[str, str]:
+        """The backup's canaries (`CanaryWriter`)."""
+        keys = {host_id: f"{backup_id}.{host_id}" for host_id in host_ids}
+        for host_id, key in keys.items():
+            self.write(key, host_id)
+        return keys
 
     async def write_pre_restore_canaries(
         self, restore_id: str, host_ids: Sequence[str]
@@ -607,11 +617,11 @@ def delete_sstable(table: Path, generation: int) -> None:
 
 
 def files_of(root: Path) -> dict[str, bytes]:
-    """Every file below `root` (lost+found aside): relative path -> contents."""
+    """Every file below `root` (lost+found and the load aside): relative path -> contents."""
     return {
         str(path.relative_to(root)): path.read_bytes()
         for path in sorted(root.rglob("*"))
-        if path.is_file() and "lost+found" not in path.parts
+        if path.is_file() and "lost+found" not in path.parts and LOAD not in path.parts
     }
 
 
@@ -631,60 +641,108 @@ class TakenBackup:
 
 
 async def take_backup(rig: Rig, agents: Mapping[str, AgentPort]) -> TakenBackup:
-    """Write data, canaries and the agents' manifests, then snapshot every node's LVs, frozen."""
-    backup_id = f"rs-lvm-{uuid.uuid4().hex[:8]}"
+    """Write data, then back the ring up with the coordinator's own backup workflow while every
+    node is written to: plan, canary, flush, manifest, every node's space checked (prepare)
+    before any freeze, every node frozen by its agent, every agent snapshotting its own volumes
+    at once, thaw, record."""
     for node in rig.nodes:
         for generation in (1, 2, 3):
             write_sstable(node.table, generation, node.name)
         (node.data_mount / MARKER).write_text("as backed up")
         (node.commitlog / "CommitLog-7-1.log").write_bytes(b"segment one" * 100)
-        rig.canaries.write(f"{backup_id}.{node.name}", node.host_id)
     manifests = {node.name: await agents[node.name].manifest() for node in rig.nodes}
     files = {point: files_of(point) for node in rig.nodes for point in node.mounts}
-    volumes = {node.name: await node.port.list_volumes() for node in rig.nodes}
-    # As a backup run does: every node's space checked before any freeze, every node frozen by
-    # its agent, every agent snapshotting its own volumes at once, then every node thawed.
-    prepared = await asyncio.gather(
-        *(node.port.prepare_group_snapshot(volumes[node.name], backup_id) for node in rig.nodes)
+    workflow = BackupWorkflow(
+        CLUSTER, targets(rig, agents), {node.array: node.port for node in rig.nodes}, rig.canaries
     )
-    try:
-        await asyncio.gather(*(agents[node.name].freeze(backup_id, 30.0) for node in rig.nodes))
-        refs = await asyncio.gather(
-            *(
-                node.port.commit_group_snapshot(p)
-                for node, p in zip(rig.nodes, prepared, strict=True)
-            )
-        )
-    finally:
-        thawed = await asyncio.gather(*(agents[node.name].thaw(backup_id) for node in rig.nodes))
-    assert all(not receipt.lease_expired for receipt in thawed), thawed
+    with writing_load(rig):
+        run = await workflow.run(BACKUP_SETTINGS, trigger="test_restore_lvm")
+    assert run.window is not None and run.window.total < BACKUP_SETTINGS.freeze_budget
+    for node in rig.nodes:
+        # The workflow's canary, written before the freeze: in the snapshot too.
+        key = run.nodes[node.name].canary_id
+        assert key, f"{node.name}: no canary written"
+        files[node.data_mount][f"canary.{key}"] = key.encode()
     backup = Backup(
-        id=backup_id,
+        id=run.backup_id,
         cluster=CLUSTER,
         state=BackupState.COMPLETE,
         quiesce_mode=QuiesceMode.FREEZE,
-        trigger="test",
+        trigger=run.trigger,
         policy="",
-        started_at=datetime.now(UTC),
+        started_at=run.started_at,
         nodes=tuple(
             BackupNode(
                 name=node.name,
-                host_id=node.host_id,
-                volumes=(
-                    NodeVolume(array=node.array, volume=node.volume(DATA_LV), role=VolumeRole.DATA),
-                    NodeVolume(
-                        array=node.array,
-                        volume=node.volume(COMMITLOG_LV),
-                        role=VolumeRole.COMMITLOG,
-                    ),
-                ),
-                canary_id=f"{backup_id}.{node.name}",
+                host_id=run.nodes[node.name].host_id,
+                volumes=configured_volumes(node),
+                canary_id=run.nodes[node.name].canary_id,
             )
             for node in rig.nodes
         ),
-        snapshots=tuple(refs),
+        snapshots=tuple(run.snapshots),
     )
+    assert {ref.array for ref in backup.snapshots} == {node.array for node in rig.nodes}
+    assert all(ref.driver == "agent-lvm" for ref in backup.snapshots)
     return TakenBackup(backup, manifests, files)
+
+
+#: Generous for a machine shared by several rings; the agents' leases end a stuck freeze anyway.
+BACKUP_SETTINGS = BackupSettings(freeze_budget=20.0, lease=10.0, agent_timeout=120.0)
+LOAD = "load"
+
+
+def configured_volumes(node: Node) -> tuple[NodeVolume, ...]:
+    return (
+        NodeVolume(array=node.array, volume=node.volume(DATA_LV), role=VolumeRole.DATA),
+        NodeVolume(array=node.array, volume=node.volume(COMMITLOG_LV), role=VolumeRole.COMMITLOG),
+    )
+
+
+def targets(rig: Rig, agents: Mapping[str, AgentPort]) -> list[NodeTarget]:
+    return [
+        NodeTarget(node.name, agents[node.name], configured_volumes(node)) for node in rig.nodes
+    ]
+
+
+@contextmanager
+def writing_load(rig: Rig) -> Iterator[None]:
+    """Writes on every node's data filesystem all through the backup (a freeze stalls them):
+    numbered files of 64 KiB, each written whole and fsynced."""
+    stop = threading.Event()
+
+    def write(node: Node) -> None:
+        folder = node.data_mount / LOAD
+        folder.mkdir(exist_ok=True)
+        number = 0
+        while not stop.is_set():
+            block = hashlib.sha256(f"{node.name}/{number}".encode()).digest() * 2048
+            with open(folder / f"{number:06d}", "wb") as handle:
+                handle.write(block)
+                handle.flush()
+                os.fsync(handle.fileno())
+            number += 1
+
+    threads = [threading.Thread(target=write, args=(node,), daemon=True) for node in rig.nodes]
+    for thread in threads:
+        thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+
+
+def assert_load_not_torn(rig: Rig) -> None:
+    """What the load wrote and a snapshot caught: never a partly written file."""
+    for node in rig.nodes:
+        for path in sorted((node.data_mount / LOAD).iterdir()):
+            data = path.read_bytes()
+            block = hashlib.sha256(f"{node.name}/{int(path.name)}".encode()).digest() * 2048
+            # The last file may have been caught before its write reached the disk (empty), never
+            # half written.
+            assert data in (block, b""), f"{path}: {len(data)} bytes, torn"
 
 
 def write_after_the_backup(rig: Rig) -> None:
@@ -733,6 +791,12 @@ async def restore(
     )
     assert not plan.refused, plan.refusals
     assert plan.whole_ring and all(node.running for node in plan.nodes), plan.warnings
+    for node in rig.nodes:
+        said = (
+            f"array {node.array}: node-local: on {node.name}'s own disks, it dies with them; the"
+            " S3 export is the copy that survives"
+        )
+        assert said in plan.warnings, plan.warnings
     journal = MemoryJournal(taken.manifests)
     workflow = RestoreWorkflow(
         agents, arrays, rig.canaries, journal, seeds=[SEED], settings=SETTINGS
@@ -836,6 +900,7 @@ def test_revert_brings_every_node_back_to_the_snapshot_and_proves_it(rig: Rig) -
 
     assert_proven(outcome.record, outcome.journal)
     assert_holds_the_backup(rig, outcome.taken)
+    assert_load_not_torn(rig)
     for node in rig.nodes:
         members = [member.snapshot_id for member in outcome.taken.ref(node).members]
         assert sorted(node.commands.merged()) == sorted(members), "one merge per member"
@@ -854,6 +919,7 @@ def test_clone_attaches_clones_and_leaves_the_origin_lvs_untouched(rig: Rig) -> 
 
     assert_proven(outcome.record, outcome.journal)
     assert_holds_the_backup(rig, outcome.taken)
+    assert_load_not_torn(rig)
     clone_of = {original: clone for _, original, clone in outcome.record.clones}
     attached: dict[Path, str] = {}
     for node in rig.nodes:

@@ -174,3 +174,47 @@ def test_status_names_a_running_restore_as_a_restore() -> None:
     text = console.export_text()
     assert "restore rr-9" in text and "of backup rs-1" in text
     assert "by restore:" not in text
+
+
+def _node_local(backup_id: str) -> Backup:
+    """A backup whose snapshots are the nodes' own (driver agent-lvm), as the port records them."""
+    refs = tuple(
+        SnapshotRef(
+            array=f"{node}-das",
+            driver="agent-lvm",
+            group="cass/data,cass/commitlog",
+            snapshot_id=backup_id,
+            snapshot_name=backup_id,
+            created_at=T0,
+            members=(
+                VolumeSnapshot(
+                    volume=Volume(name="cass/data", id="cass/data"),
+                    snapshot_id=f"cass/data.rs.{backup_id}",
+                    snapshot_name=f"data.rs.{backup_id}",
+                ),
+            ),
+            attributes=(("kind", "thick"), ("node_local", node)),
+        )
+        for node in ("n1", "n2")
+    )
+    return backup(backup_id, snapshots=refs)
+
+
+def test_show_and_list_say_node_local_snapshots_die_with_their_node() -> None:
+    shown = text(render.backup_detail(messages.backup(_node_local("rs-9"))))
+    assert (
+        "NODE-LOCAL rs-9: node-local snapshots on the own disks of n1, n2; they die with those"
+        " disks: no S3 copy yet, nothing survives a lost node (ringsnap export rs-9)"
+    ) in shown
+    listed = text(render.backups_table([messages.backup(_node_local("rs-9"), full=False)]))
+    assert "NODE-LOCAL rs-9: node-local snapshots on the own disks of n1, n2" in listed
+    array_only = text(render.backups_table([messages.backup(PROVEN, full=False)]))
+    assert "NODE-LOCAL" not in array_only
+
+
+def test_a_node_local_backup_with_an_s3_copy_names_the_copy_that_survives() -> None:
+    message = messages.backup(_node_local("rs-10"))
+    message.off_array_copy = "s3://bucket/prefix/"
+    assert "they die with those disks: the S3 copy is the one that survives" in text(
+        render.backup_detail(message)
+    )

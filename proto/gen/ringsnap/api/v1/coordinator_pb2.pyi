@@ -484,6 +484,7 @@ class Backup(_message.Message):
     LOST_REASON_FIELD_NUMBER: _builtins.int
     LOST_AT_FIELD_NUMBER: _builtins.int
     OFF_ARRAY_COPY_FIELD_NUMBER: _builtins.int
+    NODE_LOCAL_NODES_FIELD_NUMBER: _builtins.int
     backup_id: _builtins.str
     cluster: _builtins.str
     state: Global___BackupState.ValueType
@@ -538,6 +539,12 @@ class Backup(_message.Message):
     def lost_at(self) -> _timestamp_pb2.Timestamp:
         """When the loss was recorded; absent while the snapshots exist."""
 
+    @_builtins.property
+    def node_local_nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Nodes whose snapshots of this backup are node-local (their agent's own LVM): they die with
+        that node's disks; in every view.
+        """
+
     def __init__(
         self,
         *,
@@ -566,10 +573,11 @@ class Backup(_message.Message):
         lost_reason: _builtins.str = ...,
         lost_at: _timestamp_pb2.Timestamp | None = ...,
         off_array_copy: _builtins.str = ...,
+        node_local_nodes: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["finished_at", b"finished_at", "freeze", b"freeze", "freeze_window", b"freeze_window", "lost_at", b"lost_at", "started_at", b"started_at", "verified_at", b"verified_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "cluster", b"cluster", "error", b"error", "excluded_node_count", b"excluded_node_count", "finished_at", b"finished_at", "freeze", b"freeze", "freeze_window", b"freeze_window", "lost_at", b"lost_at", "lost_reason", b"lost_reason", "node_count", b"node_count", "nodes", b"nodes", "off_array_copy", b"off_array_copy", "policy", b"policy", "quiesce_mode", b"quiesce_mode", "snapshot_count", b"snapshot_count", "snapshots", b"snapshots", "started_at", b"started_at", "state", b"state", "timings", b"timings", "trigger", b"trigger", "verification", b"verification", "verification_detail", b"verification_detail", "verified_at", b"verified_at", "verified_by", b"verified_by", "warnings", b"warnings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "cluster", b"cluster", "error", b"error", "excluded_node_count", b"excluded_node_count", "finished_at", b"finished_at", "freeze", b"freeze", "freeze_window", b"freeze_window", "lost_at", b"lost_at", "lost_reason", b"lost_reason", "node_count", b"node_count", "node_local_nodes", b"node_local_nodes", "nodes", b"nodes", "off_array_copy", b"off_array_copy", "policy", b"policy", "quiesce_mode", b"quiesce_mode", "snapshot_count", b"snapshot_count", "snapshots", b"snapshots", "started_at", b"started_at", "state", b"state", "timings", b"timings", "trigger", b"trigger", "verification", b"verification", "verification_detail", b"verification_detail", "verified_at", b"verified_at", "verified_by", b"verified_by", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
