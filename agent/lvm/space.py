@@ -50,7 +50,8 @@ def check_space(
     pools: Sequence[PoolUsage],
     groups: Sequence[VolumeGroup],
 ) -> SpaceReport:
-    """Room for one snapshot of each of `volumes` (`vg/lv`) on `node`."""
+    """Room for one snapshot of each of `volumes` (`vg/lv`) on `node` (the caller's messages name
+    the node; these name the pool or volume group and the numbers)."""
     refusals: list[str] = []
     warnings: list[str] = []
     figures: list[PoolFigure] = []
@@ -61,7 +62,7 @@ def check_space(
     for volume_id in volumes:
         lv = lvs.get(volume_id)
         if lv is None:
-            refusals.append(f"host {node}: logical volume {volume_id} does not exist")
+            refusals.append(f"logical volume {volume_id} does not exist")
         elif lv.is_thin_volume:
             thin_pools.add(f"{lv.vg}/{lv.pool}")
         else:
@@ -69,34 +70,30 @@ def check_space(
     for pool_id in sorted(thin_pools):
         pool = pool_by_id.get(pool_id)
         if pool is None:
-            refusals.append(f"host {node}: thin pool {pool_id} is not in lvm2's report")
+            refusals.append(f"thin pool {pool_id} is not in lvm2's report")
             continue
         figures.append(PoolFigure(pool_id, pool.data_percent or 0.0, pool.metadata_percent or 0.0))
-        for what, used, limit, key in (
-            (
-                "data",
-                pool.data_percent,
-                settings.pool_data_limit_percent,
-                "pool_data_limit_percent",
-            ),
+        for what, used, limit, key, grow in (
+            ("data", pool.data_percent, settings.pool_data_limit_percent, "pool_data", "-L"),
             (
                 "metadata",
                 pool.metadata_percent,
                 settings.pool_metadata_limit_percent,
-                "pool_metadata_limit_percent",
+                "pool_metadata",
+                "--poolmetadatasize",
             ),
         ):
             if used is None:
-                warnings.append(f"host {node}: thin pool {pool_id} {what} use is unknown to lvm2")
+                warnings.append(f"thin pool {pool_id} {what} use is unknown to lvm2")
             elif used >= limit:
                 refusals.append(
-                    f"host {node}: thin pool {pool_id} {what} {used:.2f}% used, at or above the"
-                    f" limit of {limit:g}% ([lvm] {key}); a full pool stops writes to every thin"
-                    f" volume in it. Extend it (lvextend --poolmetadatasize / -L on {pool_id}) or"
-                    " free space in it, then back up again"
+                    f"thin pool {pool_id} {what} {used:.2f}% used, at or above the limit of"
+                    f" {limit:g}% ([lvm] {key}_limit_percent); a full pool stops writes to every"
+                    f" thin volume in it. Extend it (lvextend {grow} +SIZE {pool_id}) or free space"
+                    " in it, then back up again"
                 )
             elif used >= settings.usage_warn_percent:
-                warnings.append(f"host {node}: thin pool {pool_id} {what} {used:.2f}% used")
+                warnings.append(f"thin pool {pool_id} {what} {used:.2f}% used")
     for vg, origins in sorted(needed.items()):
         group = group_by_name.get(vg)
         want = sum(
@@ -106,7 +103,7 @@ def check_space(
         figures.append(PoolFigure(vg, free_bytes=free, needed_bytes=want))
         if want > free:
             refusals.append(
-                f"host {node}: volume group {vg} has {free} bytes free, the thick snapshots of"
+                f"volume group {vg} has {free} bytes free, the thick snapshots of"
                 f" {', '.join(lv.id for lv in origins)} need {want} bytes"
                 f" ({settings.thick_snapshot_percent}% of their origins, [lvm]"
                 " thick_snapshot_percent); add a physical volume (vgextend), remove old"

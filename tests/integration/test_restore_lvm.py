@@ -35,7 +35,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, cast
 
 import pytest
 
@@ -44,7 +44,7 @@ from ringsnap.agent.config import AgentConfig
 from ringsnap.config import validate
 from ringsnap.coordinator.agents.connection import ClientTls, GrpcNodeAgent
 from ringsnap.coordinator.agents.node_snapshots import NodeSnapshotPort
-from ringsnap.coordinator.backup.model import BackupSettings, NodeTarget
+from ringsnap.coordinator.backup.model import BackupFailed, BackupRun, BackupSettings, NodeTarget
 from ringsnap.coordinator.backup.workflow import BackupWorkflow
 from ringsnap.coordinator.model import (
     Backup,
@@ -59,10 +59,11 @@ from ringsnap.coordinator.model import (
     Verification,
     VolumeRole,
 )
-from ringsnap.coordinator.ports import AgentPort, SSTable
-from ringsnap.coordinator.restore.plan import RestoreRequest, plan_restore
+from ringsnap.coordinator.ports import AgentPort, FreezeReceipt, SSTable
+from ringsnap.coordinator.restore.plan import RestorePlan, RestoreRequest, plan_restore
 from ringsnap.coordinator.restore.record import new_restore_id
 from ringsnap.coordinator.restore.workflow import RestoreSettings, RestoreWorkflow
+from ringsnap.plugins.api import PreparedSnapshot
 from ringsnap.plugins.lvm.config import LvmSettings
 from ringsnap.plugins.lvm.runner import CommandResult, CommandRunner, SubprocessRunner
 from ringsnap.plugins.simulators.lunpool import loop_devices_of, temporary_xfs_pool
@@ -937,3 +938,157 @@ def test_clone_attaches_clones_and_leaves_the_origin_lvs_untouched(rig: Rig) -> 
     attaches = [volume for hook, _, volume in rig.hook_calls() if hook == "attach"]
     assert sorted(attaches) == sorted(attached.values())
     assert sorted(outcome.agents_see) == sorted((str(p), True, "") for p in attached)
+
+
+# -- faults (the emulator fills pools and snapshots to order) ------------------------------------
+
+
+class WatchedAgent:
+    """A node's agent client that notes every freeze asked of it (the rest passes through)."""
+
+    def __init__(self, inner: AgentPort, frozen: list[str]) -> None:
+        self._inner = inner
+        self._frozen = frozen
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    async def freeze(self, operation_id: str, lease_seconds: float) -> FreezeReceipt:
+        self._frozen.append(self._inner.node)
+        return await self._inner.freeze(operation_id, lease_seconds)
+
+
+def emulator_of(node: Node) -> Lvm2Emulator:
+    inner = node.commands.inner
+    assert isinstance(inner, Lvm2Emulator)
+    return inner
+
+
+def created(node: Node) -> list[tuple[str, ...]]:
+    return [argv for argv in node.commands.calls if argv[0] == "lvcreate"]
+
+
+@pytest.mark.parametrize("rig", ["emulated"], indirect=True)
+def test_a_thin_pool_too_full_refuses_the_backup_before_any_node_is_frozen(rig: Rig) -> None:
+    full = rig.nodes[1]
+    emulator_of(full).set_data_percent(full.vg, "pool", 95.25)
+    frozen: list[str] = []
+
+    async def scenario() -> None:
+        async with coordinator_agents(rig) as agents:
+            watched = {n: cast(AgentPort, WatchedAgent(a, frozen)) for n, a in agents.items()}
+            workflow = BackupWorkflow(
+                CLUSTER,
+                targets(rig, watched),
+                {node.array: node.port for node in rig.nodes},
+                rig.canaries,
+            )
+            await workflow.run(BACKUP_SETTINGS, trigger="test_restore_lvm")
+
+    with pytest.raises(BackupFailed) as refused:
+        asyncio.run(scenario())
+    text = str(refused.value)
+    assert "preparing the snapshot failed" in text, text
+    assert f"node {full.name}" in text, text
+    assert f"thin pool {full.vg}/pool data 95.25% used" in text and "limit of 90%" in text, text
+    assert frozen == [], f"frozen before the refusal: {frozen}"
+    assert [created(node) for node in rig.nodes] == [[], [], []], "a snapshot was taken"
+
+
+@pytest.mark.parametrize("rig", ["emulated"], indirect=True)
+def test_an_overflowed_thick_snapshot_refuses_that_node_s_restore_by_name(rig: Rig) -> None:
+    lost = rig.nodes[2]
+
+    async def scenario() -> RestorePlan:
+        async with coordinator_agents(rig) as agents:
+            taken = await take_backup(rig, agents)
+            member = next(
+                m.snapshot_name for m in taken.ref(lost).members if m.volume.id.endswith(DATA_LV)
+            )
+            emulator_of(lost).fill_snapshot(lost.vg, member, 100)
+            arrays = {node.array: node.port for node in rig.nodes}
+            return await plan_restore(
+                new_restore_id(),
+                RestoreRequest(taken.backup.id, mode=RestoreMode.REVERT),
+                taken.backup,
+                agents,
+                [SEED],
+                arrays,
+                rig.canaries,
+            )
+
+    plan = asyncio.run(scenario())
+    invalid = [r for r in plan.refusals if f"node {lost.name}: snapshot" in r and "is invalid" in r]
+    assert len(invalid) == 1, plan.refusals
+    assert "restore this node from the backup's S3 copy" in invalid[0]
+    assert all(rig.nodes[i].name not in " ".join(plan.refusals) for i in (0, 1)), plan.refusals
+    assert [node.commands.merged() for node in rig.nodes] == [[], [], []]
+
+
+class KilledAgentPort(WitnessedPort):
+    """Node 3's snapshot port: its agent dies once the other nodes have snapshotted, before its
+    own snapshot is asked for."""
+
+    def __init__(self, node: Node, address: str, tls: ClientTls, rig: Rig) -> None:
+        super().__init__(node, address, tls)
+        self._rig = rig
+
+    async def commit_group_snapshot(self, prepared: PreparedSnapshot) -> SnapshotRef:
+        others = [n for n in self._rig.nodes if n.name != self.node]
+        for _ in range(200):
+            if all(created(n) for n in others):
+                break
+            await asyncio.sleep(0.05)
+        assert all(created(n) for n in others), "the other nodes never snapshotted"
+        # The agent's server goes away as a killed agent's would; what it froze stays frozen
+        # until its lease runs out, as after a crash until its restart.
+        agent = self._rig.agents[self.node]
+        server = agent.server._server
+        assert server is not None
+        await asyncio.to_thread(agent.call, server.stop(0))
+        return await super().commit_group_snapshot(prepared)
+
+
+@pytest.mark.parametrize("rig", ["emulated"], indirect=True)
+def test_an_agent_killed_after_the_others_snapshotted_fails_thaws_and_cleans_up(
+    rig: Rig,
+) -> None:
+    victim = rig.nodes[2]
+    runs: list[BackupRun] = []
+
+    async def remember(run: BackupRun) -> None:
+        runs.append(run)
+
+    async def scenario() -> None:
+        async with coordinator_agents(rig) as agents:
+            tls = ClientTls(rig.pki.client.cert_pem, rig.pki.client.key_pem, rig.pki.ca.cert_pem)
+            killed = KilledAgentPort(victim, rig.agents[victim.name].address, tls, rig)
+            victim.connected = killed
+            try:
+                workflow = BackupWorkflow(
+                    CLUSTER,
+                    targets(rig, agents),
+                    {node.array: node.port for node in rig.nodes},
+                    rig.canaries,
+                )
+                await workflow.run(BACKUP_SETTINGS, trigger="test_restore_lvm", on_start=remember)
+            finally:
+                await killed.close()
+
+    with pytest.raises(BackupFailed) as failed:
+        asyncio.run(scenario())
+    assert victim.array in str(failed.value), str(failed.value)
+    # Every node thawed: the survivors' filesystems take writes, and no freeze is left.
+    for node in rig.nodes:
+        for point in node.mounts:
+            (point / "after-the-failure").write_text("writable")
+    for node in rig.nodes[:2]:
+        made = {argv[argv.index("-n") + 1] for argv in created(node)}
+        assert made, f"{node.name} made no snapshot"
+        left = set(emulator_of(node).names(node.vg)) & made
+        assert left == set(), f"{node.name}: snapshots of the failed run left: {left}"
+    # The dead node's snapshot, if its agent made it, is a cleanup recorded by name.
+    (run,) = runs
+    assert run.snapshots == []
+    named = [c for c in run.pending_cleanups if c.array == victim.array]
+    assert named or not created(victim), run.pending_cleanups
