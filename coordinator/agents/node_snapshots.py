@@ -13,8 +13,8 @@ survives the node.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import replace
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 
 import grpc
 
