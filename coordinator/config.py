@@ -210,6 +210,9 @@ class ClusterSection(Section):
     seeds: list[Name] = Field(default_factory=list)
     #: The drill host for restore drills of this cluster's backups; none: no drills.
     drill: DrillSection | None = None
+    #: The nodes' agents ship the commit log (`[pitr]`, docs/pitr.md): the daemon writes a time
+    #: canary per node every second, `status` and the metrics show the window (needs `[s3]`).
+    pitr: bool = False
 
     @model_validator(mode="after")
     def _consistent(self) -> ClusterSection:
@@ -339,6 +342,11 @@ class CoordinatorConfig(Section):
             if cluster.name in seen_clusters:
                 raise fail(f"clusters.{c}.name", f"duplicate cluster name {cluster.name!r}")
             seen_clusters.add(cluster.name)
+            if cluster.pitr and self.s3 is None:
+                raise fail(
+                    f"clusters.{c}.pitr",
+                    "needs [s3]: the window is read from the bucket the agents ship to",
+                )
             budget = self.freeze_budget_seconds(cluster.name)
             if budget >= cluster.write_timeout_seconds:
                 key = (

@@ -34,6 +34,7 @@ from ringsnap.coordinator.assembly import load_config, open_coordinator
 from ringsnap.coordinator.cluster_clients import node_local_agent
 from ringsnap.coordinator.config import DEFAULT_CONFIG_PATH, CoordinatorConfig
 from ringsnap.coordinator.metrics import MetricsServer
+from ringsnap.coordinator.time_canary_daemon import running_time_canaries
 from ringsnap.errors import ConfigError, RingsnapError
 from ringsnap.plugins.registry import open_driver
 
@@ -129,7 +130,10 @@ async def serve(config: CoordinatorConfig, source: str) -> None:
     listen = config.coordinator.listen
     log.info("coordinator starting", config=source, listen=listen)
     async with open_coordinator(config, source=source) as coordinator:
-        with _metrics(config, coordinator.metrics.registry) as metrics:
+        with (
+            _metrics(config, coordinator.metrics.registry) as metrics,
+            running_time_canaries(config),
+        ):
             token_file = token_path(config.coordinator.catalog)
             token = write_token(token_file)
             remote = RemoteListener.from_config(config.remote) if config.remote else None

@@ -178,10 +178,11 @@ class PitrCollector(Collector):
 
 
 def pitr_clusters(config: Any) -> dict[str, list[str]]:
-    """The clusters whose window is read: all, when the coordinator has `[s3]`."""
+    """The clusters whose window is read: those with `pitr = true`, when the coordinator has
+    `[s3]`."""
     if config.s3 is None:
         return {}
-    return {c.name: [n.name for n in c.nodes] for c in config.clusters}
+    return {c.name: [n.name for n in c.nodes] for c in config.clusters if c.pitr}
 
 
 def status_lines(config: Any, catalog: Any) -> list[str]:

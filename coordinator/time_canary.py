@@ -7,8 +7,6 @@ of it, and no canary after T is there.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -103,33 +101,3 @@ class TimeCanaries:
             True,
             f"time canary at {max(before)} ms present, none after the point {target_ms} ms",
         )
-
-
-class TimeCanaryWriter:
-    """Writes a tick every `interval` seconds in a thread of its own until stopped."""
-
-    def __init__(
-        self, canaries: TimeCanaries, host_ids: Sequence[UUID], interval: float = 1.0
-    ) -> None:
-        self._canaries = canaries
-        self._host_ids = list(host_ids)
-        self.interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="time-canaries", daemon=True)
-        self.ticks = 0
-
-    def start(self) -> TimeCanaryWriter:
-        self._canaries.ensure_schema()
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            started = time.time()
-            if self._canaries.tick(self._host_ids, int(started * 1000)):
-                self.ticks += 1
-            self._stop.wait(max(0.0, self.interval - (time.time() - started)))
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)

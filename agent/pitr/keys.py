@@ -3,13 +3,20 @@ from it must pass (the coordinator's window and the restore read the same keys).
 
     <prefix>pitr/<node>/log/<segment>/<start>-<end>-<crc32>   one piece: bytes [start, end) of the
                                                                segment (12 digits each, CRC32 hex)
-    <prefix>pitr/<node>/log/<segment>/complete                 the segment was completed (archived)
-                                                               and every byte of it is in its pieces
+    <prefix>pitr/<node>/log/<segment>/complete-<bytes>         the segment was completed (archived)
+                                                               and its pieces hold its <bytes>
     <prefix>pitr/<node>/point.json                             the newest point shipped (see shipper)
     <prefix>pitr/<node>/holes/<segment>.json                   a segment whose tail may be lost
 
 A segment's pieces follow one another from offset 0 without a gap; a piece is never rewritten (the
 synced prefix only grows), so a piece's key says all about it and a rerun skips what is there.
+
+`gaps` finds what the bucket lost (an object deleted by hand, a lifecycle rule): pieces that do not
+follow one another, a complete segment whose pieces hold fewer bytes than its marker says, and
+segments missing from a node's sequence. Cassandra numbers a process's segments one after the
+other from the time it started, in milliseconds: a jump of 2 to `MAX_SEQUENCE_STEP` ids between
+two shipped segments is a missing segment; a larger one is a restart (which takes far longer than
+`MAX_SEQUENCE_STEP` ms).
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ from dataclasses import dataclass
 from ringsnap.agent.pitr.segment import SEGMENT_FILE
 from ringsnap.agent.s3.layout import node_name
 
-COMPLETE = "complete"
+COMPLETE = "complete-"
+#: A larger jump between consecutive segment ids is a Cassandra restart, not a lost segment.
+MAX_SEQUENCE_STEP = 5000
 _PIECE = re.compile(r"(?P<start>[0-9]{12})-(?P<end>[0-9]{12})-(?P<crc>[0-9a-f]{8})")
 
 
@@ -49,22 +58,22 @@ class PitrKeys:
     def piece(self, segment: str, piece: Piece) -> str:
         return f"{self.log}{segment}/{piece.name}"
 
-    def complete(self, segment: str) -> str:
-        return f"{self.log}{segment}/{COMPLETE}"
+    def complete(self, segment: str, size: int) -> str:
+        return f"{self.log}{segment}/{COMPLETE}{size:012d}"
 
     def hole(self, segment: str) -> str:
         return f"{self.holes}{segment}.json"
 
-    def parse_log_key(self, key: str) -> tuple[str, Piece | None] | None:
-        """(segment, piece) of a key below `log/` (piece None: the complete marker); None for a
-        key that is none of these (ignored, never trusted)."""
+    def parse_log_key(self, key: str) -> tuple[str, Piece | int] | None:
+        """(segment, piece) of a key below `log/`, or (segment, bytes) of its complete marker;
+        None for a key that is none of these (ignored, never trusted)."""
         if not key.startswith(self.log):
             return None
         segment, _, last = key[len(self.log) :].partition("/")
         if SEGMENT_FILE.fullmatch(segment) is None:
             return None
-        if last == COMPLETE:
-            return segment, None
+        if last.startswith(COMPLETE) and last[len(COMPLETE) :].isdigit():
+            return segment, int(last[len(COMPLETE) :])
         match = _PIECE.fullmatch(last)
         if match is None:
             return None
@@ -81,6 +90,8 @@ class SegmentState:
     name: str
     pieces: list[Piece]
     complete: bool = False
+    #: What the complete marker says the pieces hold (-1: no marker).
+    complete_bytes: int = -1
 
     @property
     def shipped(self) -> int:
@@ -104,8 +115,32 @@ def list_segments(client: object, bucket: str, keys: PitrKeys) -> dict[str, Segm
                 continue
             segment, piece = parsed
             state = found.setdefault(segment, SegmentState(segment, []))
-            if piece is None:
-                state.complete = True
+            if isinstance(piece, int):
+                state.complete, state.complete_bytes = True, piece
             else:
                 state.pieces.append(piece)
+    return found
+
+
+def gaps(states: dict[str, SegmentState], from_id: int = 0) -> list[str]:
+    """What the bucket lost from segment id `from_id` on, one sentence each (see the module)."""
+    found: list[str] = []
+    ordered = sorted(
+        (int(m["id"]), name)
+        for name in states
+        if (m := SEGMENT_FILE.fullmatch(name)) is not None and int(m["id"]) >= from_id
+    )
+    for (previous, _), (current, name) in zip(ordered, ordered[1:], strict=False):
+        if 1 < current - previous <= MAX_SEQUENCE_STEP:
+            found.append(f"{current - previous - 1} segment(s) missing before {name}")
+    for _, name in ordered:
+        state = states[name]
+        end = max((p.end for p in state.pieces), default=0)
+        if state.shipped != end:
+            found.append(f"segment {name}: pieces missing (they stop at byte {state.shipped})")
+        elif state.complete and state.complete_bytes != state.shipped:
+            found.append(
+                f"segment {name}: complete with {state.complete_bytes} bytes, pieces hold"
+                f" {state.shipped}"
+            )
     return found

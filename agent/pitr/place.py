@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ringsnap.agent.durable import fsync_directory
 from ringsnap.agent.pitr.archiving import restore_time, write_properties
-from ringsnap.agent.pitr.keys import PitrKeys, SegmentState, list_segments
+from ringsnap.agent.pitr.keys import PitrKeys, SegmentState, gaps, list_segments
 from ringsnap.agent.pitr.segment import SegmentName, synced_end
 from ringsnap.agent.pitr.settings import PitrSettings
 from ringsnap.agent.s3.client import S3Client
@@ -95,6 +95,13 @@ def plan_placement(
         )
     base = min(local.values())
     shipped = list_segments(client, s3.bucket, keys)
+    lost = gaps(shipped, base.id)
+    if lost:
+        raise PlacementRefused(
+            f"node {node}: the shipped commit log under {keys.log} has holes from the base"
+            f" backup's position on ({'; '.join(lost)}): choose a time in the window before"
+            " them (`ringsnap status`), or restore a backup alone"
+        )
     holes = {str(h) for h in point.get("holes", ()) or ()}  # type: ignore[attr-defined]
     planned: list[PlannedSegment] = []
     for name, state in sorted(shipped.items(), key=lambda kv: _order(kv[0])):
@@ -107,10 +114,6 @@ def plan_placement(
                 " be lost): choose a time before it, or restore the backup alone"
             )
         size = state.shipped
-        if size != max((p.end for p in state.pieces), default=0):
-            raise PlacementRefused(
-                f"node {node}: the pieces of segment {name} under {keys.log} are not contiguous"
-            )
         have = 0
         if name in local:
             have = synced_end(commitlog_directory / name, parsed.id)

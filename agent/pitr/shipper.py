@@ -168,9 +168,8 @@ class CommitlogShipper:
                 continue
             self._ship(seg, path, end, report)
             if complete:
-                body = json.dumps({"segment": name, "bytes": seg.shipped}).encode()
                 self._client.put_object(
-                    Bucket=self._bucket, Key=self.keys.complete(name), Body=body
+                    Bucket=self._bucket, Key=self.keys.complete(name, seg.shipped), Body=b""
                 )
                 seg.complete = True
                 report.completed.append(name)

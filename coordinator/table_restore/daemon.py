@@ -34,7 +34,6 @@ from ringsnap.logs import get_logger
 log = get_logger(__name__)
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class TableRestoreStart:
     """One of: a new run (`request`, under `restore_id` when a plan was shown), a resume, an abort."""

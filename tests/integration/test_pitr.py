@@ -14,12 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import statistics
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from uuid import UUID
 
 import pytest
 from cassandra import ConsistencyLevel
@@ -28,16 +28,21 @@ from cassandra.query import SimpleStatement
 from ringsnap.agent.pitr.keys import PitrKeys
 from ringsnap.agent.s3.client import make_client
 from ringsnap.agent.s3.settings import S3Settings
+from ringsnap.config import validate
 from ringsnap.coordinator.canary import CanaryStore
+from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.model import RestoreState
+from ringsnap.coordinator.pitr_window import status_lines
 from ringsnap.coordinator.restore.pitr import PLACE, PROVE
 from ringsnap.coordinator.restore.pitr_session import run_point_in_time
-from ringsnap.coordinator.time_canary import TimeCanaries, TimeCanaryWriter
+from ringsnap.coordinator.time_canary import TimeCanaries
+from ringsnap.coordinator.time_canary_daemon import ClusterTimeCanaries
 from ringsnap.sandbox.cluster import SandboxCluster
 from ringsnap.sandbox.s3proxy import S3Server, running_s3proxy
 from ringsnap.sandbox.stack import CLUSTER_NAME, Stack, running_stack
 from tests.support.ring_runs import assert_proven, complete_backup, create_keyspace
-from tests.support.s3_bucket import fresh_bucket
+from tests.support.s3_bucket import fresh_bucket, with_s3
 
 pytestmark = pytest.mark.integration
 
@@ -65,18 +70,22 @@ def shipping(
 
 
 class StampedWriter:
-    """Rows (id, stamp) at QUORUM from a thread, each written `USING TIMESTAMP` its stamp (the
-    client's clock when the write began, in ms): the truth a restore to a time is judged by."""
+    """Rows (id, stamp) at QUORUM from threads (ids interleaved), each written `USING TIMESTAMP`
+    its stamp (the client's clock when the write began, in ms): the truth a restore to a time is
+    judged by."""
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Any, threads: int = 2) -> None:
         self._session = session
+        self._threads_count = threads
         self.stamps: dict[int, int] = {}
         self.acked: set[int] = set()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._threads = [
+            threading.Thread(target=self._run, args=(n,), daemon=True) for n in range(threads)
+        ]
 
-    def _run(self) -> None:
-        next_id = 0
+    def _run(self, first: int) -> None:
+        next_id = first
         while not self._stop.is_set():
             stamp = int(time.time() * 1000)
             statement = SimpleStatement(
@@ -90,16 +99,18 @@ class StampedWriter:
                 self.acked.add(next_id)
             except Exception:
                 pass
-            next_id += 1
-            time.sleep(0.005)
+            next_id += self._threads_count
+            time.sleep(0.002)
 
     def __enter__(self) -> StampedWriter:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join(30)
+        for thread in self._threads:
+            thread.join(30)
 
 
 def _points(table: dict[str, Any], nodes: list[str]) -> dict[str, dict[str, Any]]:
@@ -115,10 +126,16 @@ def _points(table: dict[str, Any], nodes: list[str]) -> dict[str, dict[str, Any]
     return points
 
 
-def _wait_for_points(table: dict[str, Any], nodes: list[str], past_ms: int, timeout: float) -> None:
+def _wait_for_points(
+    table: dict[str, Any], nodes: list[str], past_ms: int, timeout: float, lags: list[float]
+) -> None:
+    """Until every node's recoverable point is past `past_ms`; each node's recovery-point lag
+    (now minus its recoverable point) is sampled into `lags` meanwhile."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         points = _points(table, nodes)
+        now_ms = time.time() * 1000
+        lags.extend((now_ms - p["recoverable_through_ms"]) / 1000 for p in points.values())
         if len(points) == len(nodes) and all(
             p["recoverable_through_ms"] >= past_ms for p in points.values()
         ):
@@ -131,9 +148,12 @@ def test_the_ring_restored_to_a_time_holds_exactly_the_rows_up_to_it(
     sandbox_cluster: SandboxCluster, shipping: tuple[Stack, dict[str, Any]]
 ) -> None:
     stack, table = shipping
-    config = stack.coordinator_config()
+    data = with_s3(stack, table)
+    data["clusters"][0]["pitr"] = True
+    config = validate(data, CoordinatorConfig, source="<pitr test>")
     nodes = [n.name for n in sandbox_cluster.nodes]
-    _wait_for_points(table, nodes, 0, 60)
+    lags: list[float] = []
+    _wait_for_points(table, nodes, 0, 60, [])
 
     sandbox_cluster.wait_for_session()
     session = sandbox_cluster.session()
@@ -144,25 +164,28 @@ def test_the_ring_restored_to_a_time_holds_exactly_the_rows_up_to_it(
     # schema Cassandra loads before replay (docs/pitr.md, pitfalls).
     dcs = {h.datacenter for h in session.cluster.metadata.all_hosts()}
     CanaryStore(session).ensure_schema(dcs)
-    canaries = TimeCanaries(session)
-    canaries.ensure_schema()
-    host_ids = [UUID(str(h.host_id)) for h in session.cluster.metadata.all_hosts()]
+    TimeCanaries(session).ensure_schema()
 
     with StampedWriter(session) as writer:
         time.sleep(3)
         backup = complete_backup(config)
         assert backup.finished_at is not None
-        ticker = TimeCanaryWriter(canaries, host_ids).start()
+        # The coordinator daemon's writer of the cluster's time canaries, one per node a second.
+        ticker = ClusterTimeCanaries(config.clusters[0]).start()
         time.sleep(8)
         # T: the stamp of a write 8 s after the backup, minus 1 ms (between two writes).
         target_ms = max(writer.stamps[i] for i in writer.acked) - 1
         time.sleep(6)
         stamps, acked = dict(writer.stamps), set(writer.acked)
     try:
-        _wait_for_points(table, nodes, target_ms + 5000, 120)
+        _wait_for_points(table, nodes, target_ms + 5000, 120, lags)
     finally:
         ticker.stop()
     assert ticker.ticks > 10
+    with Catalog(config.coordinator.catalog, exclusive=False) as catalog:
+        window = status_lines(config, catalog)
+    assert window[0].startswith("sandbox: point-in-time window "), window
+    assert not any("hole" in line for line in window), window
 
     started = time.monotonic()
     record = asyncio.run(run_point_in_time(config, CLUSTER_NAME, target_ms, "test"))
@@ -195,5 +218,7 @@ def test_the_ring_restored_to_a_time_holds_exactly_the_rows_up_to_it(
     assert all(s <= target_ms for s in rows.values())
     print(
         f"PITR: {len(up_to)} rows up to T back, {len(after)} after T absent,"
-        f" restore {seconds:.1f} s, phases {[(t.phase, t.seconds) for t in record.timings]}"
+        f" restore {seconds:.1f} s, phases {[(t.phase, t.seconds) for t in record.timings]};"
+        f" recovery-point lag under load: median {statistics.median(lags):.1f} s,"
+        f" max {max(lags):.1f} s over {len(lags)} samples"
     )

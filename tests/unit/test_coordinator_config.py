@@ -161,6 +161,7 @@ def test_the_shipped_example_is_valid(tmp_path: Path, monkeypatch: pytest.Monkey
         ('name = "c1"\n', 'name = "c1"\nwrite_timeout_seconds = 1.0\n', "coordinator.freeze_budget_seconds", "must be below the write timeout"),
         ('name = "c1"\n', 'name = "c1"\nfreeze_budget_seconds = 2.5\n', "clusters.0.freeze_budget_seconds", "(2.5 s) must be below"),
         ("freeze_budget_seconds = 1.2", "freeze_budget_seconds = 1.2\nlease_seconds = 3", "coordinator.lease_seconds", "must be below the write timeout"),
+        ('name = "c1"\n', 'name = "c1"\npitr = true\n', "clusters.0.pitr", "needs [s3]"),
     ],
 )  # fmt: skip
 def test_bad_config_names_the_file_and_the_key(

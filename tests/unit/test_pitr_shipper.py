@@ -319,3 +319,21 @@ def test_a_damaged_piece_is_refused_and_nothing_replaced(
         )
     assert not (commitlog / "CommitLog-7-21.log").exists()
     assert not [p for p in commitlog.iterdir() if p.name.startswith(".")]
+
+
+def test_a_quiet_node_s_point_still_advances(client: Any, node: tuple[Path, PitrSettings]) -> None:
+    """No write for a while: nothing is sent, yet each cycle moves the recoverable point on (the
+    open segment's synced part is already in the bucket)."""
+    commitlog, _ = node
+    shipper = _shipper(client, node)
+    FakeSegment(commitlog, 40).sync(b"q" * 100)
+    shipper.cycle()
+    points = []
+    for _ in range(3):
+        time.sleep(0.05)
+        report = shipper.cycle()
+        assert report.pieces == 0
+        body = client.get_object(Bucket=BUCKET, Key=shipper.keys.point)["Body"].read()
+        points.append(json.loads(body)["recoverable_through_ms"])
+    assert points == sorted(points) and points[0] < points[-1]
+    assert shipper.lag_seconds() < 1
