@@ -17,7 +17,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ringsnap.agent.pitr.keys import PitrKeys
+from ringsnap.agent.pitr.keys import PitrKeys, gaps, list_segments
 from ringsnap.agent.s3.client import S3Client, make_client
 from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.coordinator.model import BackupSummary
@@ -46,6 +46,8 @@ class Window:
     points: dict[str, NodePoint]
     #: Nodes with nothing in the bucket.
     silent: tuple[str, ...] = field(default=())
+    #: Per node, what the bucket lost (`ringsnap.agent.pitr.keys.gaps`), when it was listed.
+    lost: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def holes(self) -> dict[str, tuple[str, ...]]:
@@ -117,6 +119,8 @@ def window_lines(window: Window, now_ms: int | None = None) -> list[str]:
         )
         for hole in point.holes:
             lines.append(f"    hole: segment {hole} (its tail may be lost; no --to across it)")
+        for gap in window.lost.get(node, ()):
+            lines.append(f"    hole in the bucket: {gap} (no --to across it)")
     return lines
 
 
@@ -197,5 +201,10 @@ def status_lines(config: Any, catalog: Any) -> list[str]:
         if not points:
             continue
         window = compute_window(cluster, nodes, points, catalog.backup_summaries(cluster))
+        for node in points:
+            # Listing every piece: for the operator's status, not for every scrape.
+            found = gaps(list_segments(client, config.s3.bucket, PitrKeys(config.s3.prefix, node)))
+            if found:
+                window.lost[node] = found
         lines += window_lines(window)
     return lines

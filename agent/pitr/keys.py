@@ -21,6 +21,7 @@ two shipped segments is a missing segment; a larger one is a restart (which take
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 
@@ -130,7 +131,7 @@ def gaps(states: dict[str, SegmentState], from_id: int = 0) -> list[str]:
         for name in states
         if (m := SEGMENT_FILE.fullmatch(name)) is not None and int(m["id"]) >= from_id
     )
-    for (previous, _), (current, name) in zip(ordered, ordered[1:], strict=False):
+    for (previous, _), (current, name) in itertools.pairwise(ordered):
         if 1 < current - previous <= MAX_SEQUENCE_STEP:
             found.append(f"{current - previous - 1} segment(s) missing before {name}")
     for _, name in ordered:

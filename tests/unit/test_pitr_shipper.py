@@ -25,7 +25,7 @@ from ringsnap.agent.pitr.archiving import (
     restore_point_of,
     restore_time,
 )
-from ringsnap.agent.pitr.keys import PitrKeys, list_segments
+from ringsnap.agent.pitr.keys import Piece, PitrKeys, SegmentState, gaps, list_segments
 from ringsnap.agent.pitr.settings import PitrSettings
 from ringsnap.agent.pitr.shipper import CommitlogShipper
 from ringsnap.agent.s3.settings import S3Settings
@@ -337,3 +337,54 @@ def test_a_quiet_node_s_point_still_advances(client: Any, node: tuple[Path, Pitr
         points.append(json.loads(body)["recoverable_through_ms"])
     assert points == sorted(points) and points[0] < points[-1]
     assert shipper.lag_seconds() < 1
+
+
+def test_objects_removed_from_the_bucket_by_hand_are_holes(
+    client: Any, node: tuple[Path, PitrSettings]
+) -> None:
+    """A whole segment deleted from the middle of a node's sequence, or the last piece of a
+    completed one: the placement refuses, naming what is missing."""
+    commitlog, _ = node
+    shipper = _shipper(client, node)
+    segments = [FakeSegment(commitlog, 50 + n) for n in range(3)]
+    for segment in segments:
+        segment.sync(os.urandom(200))
+    for segment in segments[:2]:
+        segment.sync(os.urandom(100))
+        shipper.cycle()
+        _archive(shipper, segment)
+    shipped_at = shipper.cycle().started_ms
+    keys = shipper.keys
+    states = list_segments(client, BUCKET, keys)
+    assert gaps(states) == []
+
+    def plan() -> None:
+        placing.plan_placement(
+            client, S3, node="node1", commitlog_directory=commitlog, target_ms=shipped_at
+        )
+
+    FakeSegment(commitlog, 50)  # the base backup's copy of the first one
+    last = sorted(states["CommitLog-7-50.log"].pieces)[-1]
+    client.delete_object(Bucket=BUCKET, Key=keys.piece("CommitLog-7-50.log", last))
+    with pytest.raises(placing.PlacementRefused, match=r"CommitLog-7-50\.log: complete with"):
+        plan()
+    for item in client.list_objects_v2(Bucket=BUCKET, Prefix=f"{keys.log}CommitLog-7-51.log/")[
+        "Contents"
+    ]:
+        client.delete_object(Bucket=BUCKET, Key=item["Key"])
+    with pytest.raises(
+        placing.PlacementRefused, match=r"1 segment\(s\) missing before CommitLog-7-52"
+    ):
+        plan()
+
+
+def test_a_restart_s_jump_in_segment_ids_is_no_hole() -> None:
+    states = {
+        n: SegmentState(n, [Piece(0, 10, 0)])
+        for n in ("CommitLog-7-1000.log", "CommitLog-7-1001.log", "CommitLog-7-90000.log")
+    }
+    assert gaps(states) == []
+    del states["CommitLog-7-1001.log"]
+    states["CommitLog-7-1002.log"] = SegmentState("CommitLog-7-1002.log", [Piece(0, 10, 0)])
+    assert gaps(states) == ["1 segment(s) missing before CommitLog-7-1002.log"]
+    assert gaps(states, from_id=1002) == []

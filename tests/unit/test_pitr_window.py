@@ -79,6 +79,11 @@ def test_the_window_runs_from_the_oldest_backup_to_the_slowest_node() -> None:
     )
     assert "  n2: recoverable through 2026-11-29T11:59:00.000+00:00, shipped 70 s ago" in lines
     assert any("hole: segment CommitLog-7-9.log" in line for line in lines)
+    window.lost["n1"] = ["1 segment(s) missing before CommitLog-7-12.log"]
+    assert (
+        "    hole in the bucket: 1 segment(s) missing before CommitLog-7-12.log (no --to across it)"
+        in window_lines(window)
+    )
 
 
 def test_a_node_that_ships_nothing_closes_the_window() -> None:
