@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from ringsnap.coordinator.gathering import failures_of
-from ringsnap.coordinator.model import BackupSummary, NodeVerdict, RestoreNode
+from ringsnap.coordinator.model import BackupSummary, NodeVerdict, RestoreNode, RestoreRecord
 from ringsnap.coordinator.restore.pitr_ports import NodePlacement, PitrPort
+from ringsnap.coordinator.restore.plan import RestorePlan
 from ringsnap.coordinator.restore.record import RestoreRun
 from ringsnap.coordinator.restore.workflow import RestoreFailed, RestoreRefused, RestoreWorkflow
 from ringsnap.coordinator.time_canary import TimeProof
@@ -85,11 +86,17 @@ class PointInTimeWorkflow(RestoreWorkflow):
         self.point = point
         self.placements: dict[str, NodePlacement] = {}
 
+    async def run(self, plan: RestorePlan, requested_by: str) -> RestoreRecord:
+        if not plan.whole_ring:
+            raise RestoreRefused(
+                "a restore to a time restores the whole ring, not single nodes: replay would put"
+                " them at that time and their replicas at now"
+            )
+        return await super().run(plan, requested_by)
+
     def _steps(
         self, run: RestoreRun, snapshots: Mapping[str, SnapshotRef], lost: Sequence[str]
     ) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
-        if not run.record.whole_ring:
-            raise RestoreRefused("a restore to a time restores the whole ring, not single nodes")
         steps = super()._steps(run, snapshots, lost)
         names = [name for name, _ in steps]
         at = names.index("start")

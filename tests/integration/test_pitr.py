@@ -35,7 +35,7 @@ from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.model import RestoreState
 from ringsnap.coordinator.pitr_window import status_lines
 from ringsnap.coordinator.restore.pitr import PLACE, PROVE
-from ringsnap.coordinator.restore.pitr_session import run_point_in_time
+from ringsnap.coordinator.restore.pitr_session import plan_point_in_time, run_point_in_time
 from ringsnap.coordinator.time_canary import TimeCanaries
 from ringsnap.coordinator.time_canary_daemon import ClusterTimeCanaries
 from ringsnap.sandbox.cluster import SandboxCluster
@@ -186,6 +186,14 @@ def test_the_ring_restored_to_a_time_holds_exactly_the_rows_up_to_it(
         window = status_lines(config, catalog)
     assert window[0].startswith("sandbox: point-in-time window "), window
     assert not any("hole" in line for line in window), window
+
+    # --dry-run: the base backup and each node's shipped segments; a time past the window refused.
+    plan = asyncio.run(plan_point_in_time(config, CLUSTER_NAME, target_ms))
+    assert plan.base.id == backup.id and not plan.refusals, plan.refusals
+    assert set(plan.placements) == set(nodes)
+    assert all(p.segments and p.restore_point for p in plan.placements.values())
+    late = asyncio.run(plan_point_in_time(config, CLUSTER_NAME, int(time.time() * 1000) + 60_000))
+    assert len(late.refusals) == len(nodes) and all("reaches" in r for r in late.refusals)
 
     started = time.monotonic()
     record = asyncio.run(run_point_in_time(config, CLUSTER_NAME, target_ms, "test"))
