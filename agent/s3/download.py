@@ -42,7 +42,7 @@ from ringsnap.agent.s3.crypto.envelope import (
 )
 from ringsnap.agent.s3.crypto.fetching import fetch_sealed_part, sealed_parts
 from ringsnap.agent.s3.crypto.recipients import Identity
-from ringsnap.agent.s3.crypto.sealing import Unsealing, is_sealed
+from ringsnap.agent.s3.crypto.sealing import KEY_HINT, Unsealing, is_sealed
 from ringsnap.agent.s3.fetch import Fetcher, FetchHalted, ObjectCorrupt, Span, read_object, spans
 from ringsnap.agent.s3.layout import Layout, node_name
 from ringsnap.agent.s3.progress import Reporter, Tracker
@@ -167,7 +167,7 @@ def download_node(
             except EnvelopeError as exc:
                 raise DownloadRefused(
                     f"backup {backup_id} node {node}: the copy is encrypted and cannot be opened:"
-                    f" {exc}"
+                    f" {exc}; {KEY_HINT}"
                 ) from None
             spool = opened
 

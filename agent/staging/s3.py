@@ -31,6 +31,7 @@ from ringsnap.agent.restore.record import InstallRecords
 from ringsnap.agent.restore.restorer import VolumeRestorer
 from ringsnap.agent.s3.backup_manifest import Entry
 from ringsnap.agent.s3.client import make_client
+from ringsnap.agent.s3.crypto.recipients import Identity
 from ringsnap.agent.s3.download import DownloadCancelled, DownloadResult, download_node
 from ringsnap.agent.s3.layout import node_name
 from ringsnap.agent.s3.progress import Progress
@@ -96,8 +97,15 @@ class S3Restore:
 
     # -- 0. the plan's check (read-only) ----------------------------------------------------------
 
-    def check(self, operation_id: str, backup_id: str, node: str) -> DownloadCheck:
-        """Whether the bucket holds this node's copy, and the room its download needs."""
+    def check(
+        self,
+        operation_id: str,
+        backup_id: str,
+        node: str,
+        identities: Sequence[Identity] = (),
+    ) -> DownloadCheck:
+        """Whether the bucket holds this node's copy, the room its download needs, and whether
+        `identities` (the restore's keys, for this call only) open it when it is encrypted."""
         settings = self.settings()
         found = check_download(
             make_client(settings),
@@ -106,6 +114,7 @@ class S3Restore:
             node=node,
             data_directories=self.data_directories,
             staging=self.staging(operation_id),
+            identities=identities,
         )
         try:
             marker = self._marker(operation_id)
@@ -123,7 +132,10 @@ class S3Restore:
         node: str,
         progress: Callable[[Progress], None] | None = None,
         cancel: threading.Event | None = None,
+        *,
+        identities: Sequence[Identity] = (),
     ) -> StagedDownload:
+        """`identities`: the restore's keys of an encrypted copy, held for this call only."""
         settings = self.settings()
         valid_backup_id(backup_id)
         node_name(node)
@@ -146,13 +158,16 @@ class S3Restore:
             destinations=roots,
             progress=progress,
             cancel=cancel,
+            identities=identities,
         )
         if cancel is not None and cancel.is_set():
             raise DownloadCancelled(
                 f"backup {backup_id} node {node}: download cancelled by its caller before the"
                 " commit log; the SSTables verified are kept for a rerun"
             )
-        commitlog = self._download_commitlog(client, settings, backup_id, node, roots[0])
+        commitlog = self._download_commitlog(
+            client, settings, backup_id, node, roots[0], identities
+        )
         # The files are written without fsync; the marker lets the install go on after a crash,
         # so they are on disk first (one syncfs per data filesystem, not an fsync per file).
         for root in roots:
@@ -176,8 +191,14 @@ class S3Restore:
         )
         return StagedDownload(result, tuple(map(str, roots)), commitlog)
 
-    def _download_commitlog(
-        self, client: Any, settings: S3Settings, backup_id: str, node: str, root: Path
+    def _download_commitlog(  # noqa: PLR0917 - what one node's download hands on
+        self,
+        client: Any,
+        settings: S3Settings,
+        backup_id: str,
+        node: str,
+        root: Path,
+        identities: Sequence[Identity],
     ) -> str:
         try:
             module: Any = importlib.import_module("ringsnap.agent.s3.commitlog")
@@ -185,7 +206,7 @@ class S3Restore:
             return f"{NO_COMMITLOG}: this agent cannot read commit-log copies"
         try:
             done = module.download_commitlog(
-                client, settings, backup_id, node, root / COMMITLOG_STAGING
+                client, settings, backup_id, node, root / COMMITLOG_STAGING, identities=identities
             )
         except module.CommitlogMissing as exc:
             log.warning("restoring without a commit log", backup_id=backup_id, reason=str(exc))
@@ -206,9 +227,10 @@ class S3Restore:
         staging: Path,
         progress: Callable[[Progress], None] | None = None,
         cancel: threading.Event | None = None,
+        identities: Sequence[Identity] = (),
     ) -> StagedDownload:
         """Only `keyspace`.`table`'s components (not its indexes'), flat into `staging` (the
-        table-restore staging directory of `operation_id`)."""
+        table-restore staging directory of `operation_id`); `identities` as `download`'s."""
         settings = self.settings()
         valid_backup_id(backup_id)
         node_name(node)
@@ -232,6 +254,7 @@ class S3Restore:
             progress=progress,
             place=place,
             cancel=cancel,
+            identities=identities,
         )
         if not result.components:
             raise Conflict(

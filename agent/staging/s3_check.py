@@ -19,8 +19,9 @@ from typing import Any
 from ringsnap.agent.s3.backup_manifest import read_entries
 from ringsnap.agent.s3.client import S3Client
 from ringsnap.agent.s3.commitlog import read_commitlog_object
-from ringsnap.agent.s3.crypto.envelope import HEADER_SIZE
-from ringsnap.agent.s3.crypto.sealing import is_sealed, not_restorable_yet
+from ringsnap.agent.s3.crypto.envelope import HEADER_SIZE, EnvelopeError
+from ringsnap.agent.s3.crypto.recipients import Identity
+from ringsnap.agent.s3.crypto.sealing import Unsealing, is_sealed, key_problem
 from ringsnap.agent.s3.fetch import read_object
 from ringsnap.agent.s3.layout import Layout, node_name
 from ringsnap.agent.s3.settings import S3Settings
@@ -79,25 +80,45 @@ def check_download(
     node: str,
     data_directories: Sequence[Path],
     staging: Sequence[Path],
+    identities: Sequence[Identity] = (),
 ) -> DownloadCheck:
-    """`staging[i]` is where data directory `i`'s files go (`.ringsnap-s3/<operation>/`)."""
+    """`staging[i]` is where data directory `i`'s files go (`.ringsnap-s3/<operation>/`).
+
+    An encrypted copy is opened with `identities` (the restore's keys, for this call only): a key
+    that does not open it is the check's problem, naming the recipients that would."""
     valid_backup_id(backup_id)
     node_name(node)
     layout = Layout(settings.prefix)
     key = layout.manifest_key(backup_id, node)
     needed = [0] * len(data_directories)
     found, problem = True, ""
-    with tempfile.TemporaryFile(prefix="ringsnap-s3-manifest-") as spool:
+    with (
+        tempfile.TemporaryFile(prefix="ringsnap-s3-manifest-") as fetched,
+        tempfile.TemporaryFile(prefix="ringsnap-s3-manifest-") as opened,
+    ):
         try:
-            read_object(client, settings.bucket, key, spool)
+            read_object(client, settings.bucket, key, fetched)
         except Exception as exc:
             found = False
             problem = "no such object" if object_missing(exc) else f"it cannot be read: {exc}"
-        spool.seek(0)
-        head = spool.read(HEADER_SIZE)
-        if found and is_sealed(head):
-            problem = not_restorable_yet(client, settings.bucket, layout, node, key=key, head=head)
-        elif found:
+        fetched.seek(0)
+        head = fetched.read(HEADER_SIZE)
+        sealed = found and is_sealed(head)
+        spool = fetched
+        if sealed:
+            problem = key_problem(
+                client, settings.bucket, layout, node, identities, key=key, head=head
+            )
+            if not problem:
+                fetched.seek(0)
+                try:
+                    Unsealing(client, settings.bucket, layout, node, identities).decrypt_file(
+                        fetched, opened, key
+                    )
+                except EnvelopeError as exc:
+                    problem = f"{key!r} does not open: {exc}"
+                spool = opened
+        if found and not problem:
             spool.seek(0)
             try:
                 for entry in read_entries(
@@ -107,6 +128,7 @@ def check_download(
                     backup_id=backup_id,
                     node=node,
                     roots=len(data_directories),
+                    sealed=sealed,
                 ):
                     target = staging[entry.root] / entry.parsed.relative_path
                     if not _staged(target, entry.size_bytes):
@@ -115,7 +137,13 @@ def check_download(
                 problem = str(exc)
     commitlog_key = layout.commitlog_manifest_key(backup_id, node)
     commitlog_found, commitlog_bytes, commitlog_problem = commitlog_size(
-        client, settings.bucket, layout, commitlog_key, backup_id=backup_id, node=node
+        client,
+        settings.bucket,
+        layout,
+        commitlog_key,
+        backup_id=backup_id,
+        node=node,
+        identities=identities,
     )
     problem = problem or commitlog_problem
     if data_directories:
@@ -133,10 +161,17 @@ def check_download(
 
 
 def commitlog_size(
-    client: S3Client, bucket: str, layout: Layout, key: str, *, backup_id: str, node: str
+    client: S3Client,
+    bucket: str,
+    layout: Layout,
+    key: str,
+    *,
+    backup_id: str,
+    node: str,
+    identities: Sequence[Identity] = (),
 ) -> tuple[bool, int, str]:
     """The commit-log list object `key`: (found, bytes of its segments, why it cannot be used);
-    read whole (it is small)."""
+    read whole (it is small), opened with `identities` when it is encrypted."""
     try:
         data: Any = client.get_object(Bucket=bucket, Key=key)["Body"].read()
     except Exception as exc:
@@ -144,11 +179,15 @@ def commitlog_size(
             return False, 0, ""
         return False, 0, f"the commit-log list object {key!r} cannot be read: {exc}"
     if is_sealed(data):
-        return (
-            True,
-            0,
-            not_restorable_yet(client, bucket, layout, node, key=key, head=data[:HEADER_SIZE]),
+        problem = key_problem(
+            client, bucket, layout, node, identities, key=key, head=data[:HEADER_SIZE]
         )
+        if problem:
+            return True, 0, problem
+        try:
+            data = Unsealing(client, bucket, layout, node, identities).decrypt_bytes(data, key)
+        except EnvelopeError as exc:
+            return True, 0, f"the commit-log list object {key!r} does not open: {exc}"
     try:
         segments = read_commitlog_object(data, layout, name=key, backup_id=backup_id, node=node)
     except ValidationError as exc:

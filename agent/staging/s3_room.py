@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -30,6 +30,9 @@ from ringsnap.agent.errors import Conflict
 from ringsnap.agent.node import NodeAgent
 from ringsnap.agent.restore.model import check_operation_id
 from ringsnap.agent.s3.client import make_client
+from ringsnap.agent.s3.crypto.envelope import HEADER_SIZE
+from ringsnap.agent.s3.crypto.recipients import Identity
+from ringsnap.agent.s3.crypto.sealing import is_sealed, key_problem
 from ringsnap.agent.s3.layout import Layout, node_name
 from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.agent.staging.s3 import S3Restore
@@ -39,6 +42,7 @@ from ringsnap.agent.staging.s3_check import (
     object_missing,
     room_of,
 )
+from ringsnap.agent.staging.s3_keys import identities_of
 from ringsnap.agent.staging.s3_paths import marker_backup
 from ringsnap.api.v1 import agent_pb2
 from ringsnap.errors import ValidationError
@@ -85,7 +89,12 @@ class S3Staging:
     # -- the plan --------------------------------------------------------------------------------
 
     def check_room(
-        self, operation_id: str, backup_id: str, node: str, expected_bytes: int
+        self,
+        operation_id: str,
+        backup_id: str,
+        node: str,
+        expected_bytes: int,
+        identities: Sequence[Identity] = (),
     ) -> DownloadCheck:
         valid_backup_id(backup_id)
         node_name(node)
@@ -98,7 +107,7 @@ class S3Staging:
         directories = restores.data_directories
         one_filesystem = len({os.stat(d).st_dev for d in directories}) <= 1
         if not complete and (staged or not expected_bytes or not one_filesystem):
-            return restores.check(operation_id, backup_id, node)
+            return restores.check(operation_id, backup_id, node, identities)
         settings = restores.settings()
         client = self.client(settings)
         layout = Layout(settings.prefix)
@@ -109,10 +118,20 @@ class S3Staging:
         except Exception as exc:
             found = False
             problem = "no such object" if object_missing(exc) else f"it cannot be read: {exc}"
+        if found and not complete and (identities or settings.encryption is not None):
+            problem = sealed_problem(client, settings.bucket, layout, node, identities, key)
         commitlog_key = layout.commitlog_manifest_key(backup_id, node)
         commitlog_found, commitlog_bytes, commitlog_problem = commitlog_size(
-            client, settings.bucket, layout, commitlog_key, backup_id=backup_id, node=node
+            client,
+            settings.bucket,
+            layout,
+            commitlog_key,
+            backup_id=backup_id,
+            node=node,
+            identities=() if complete else identities,
         )
+        if complete and commitlog_problem.startswith(f"{commitlog_key!r} is encrypted"):
+            commitlog_problem = ""  # staged already: a resume's install needs no key
         # A complete download needs nothing more; a first one the whole copy and its commit log.
         needed = 0 if complete else expected_bytes + commitlog_bytes
         rooms = tuple(
@@ -182,6 +201,24 @@ class S3Staging:
         return removed
 
 
+def sealed_problem(  # noqa: PLR0917 - the object, where it is and the restore's keys
+    client: Any, bucket: str, layout: Layout, node: str, identities: Sequence[Identity], key: str
+) -> str:
+    """With keys given (or an encrypting node): the manifest object's first bytes only (one small
+    ranged GET), and whether the keys open it when it is encrypted."""
+    try:
+        body = client.get_object(Bucket=bucket, Key=key, Range=f"bytes=0-{HEADER_SIZE - 1}")["Body"]
+        try:
+            head = body.read(HEADER_SIZE)
+        finally:
+            body.close()
+    except Exception as exc:
+        return f"it cannot be read: {exc}"
+    if not is_sealed(head):
+        return ""
+    return key_problem(client, bucket, layout, node, identities, key=key, head=head)
+
+
 def check_response(done: DownloadCheck) -> agent_pb2.CheckS3DownloadResponse:
     return agent_pb2.CheckS3DownloadResponse(
         manifest_key=done.manifest_key,
@@ -218,12 +255,14 @@ class S3StagingRpcs:
         self, request: agent_pb2.CheckS3RoomRequest
     ) -> agent_pb2.CheckS3DownloadResponse:
         check_operation_id(request.run_id)
+        identities = identities_of(request.keys)
         done = await asyncio.to_thread(
             self._staging.check_room,
             request.run_id,
             request.backup_id,
             request.node,
             request.expected_bytes,
+            identities,
         )
         return check_response(done)
 

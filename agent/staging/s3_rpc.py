@@ -19,6 +19,7 @@ from ringsnap.agent.restore.messages import restored_table_messages
 from ringsnap.agent.restore.model import check_operation_id
 from ringsnap.agent.s3.progress import Progress
 from ringsnap.agent.staging.s3 import S3Restore, StagedDownload
+from ringsnap.agent.staging.s3_keys import identities_of
 from ringsnap.agent.staging.s3_room import check_response
 from ringsnap.agent.staging.table import TableImporter, restore_id
 from ringsnap.api.v1 import agent_pb2
@@ -113,6 +114,7 @@ class S3RestoreRpcs:
         if bool(request.keyspace) != bool(request.table):
             raise ValidationError("a table download from S3 needs both keyspace and table")
         check_operation_id(request.run_id)
+        identities = identities_of(request.keys)
         await self._wait_for_previous(request.run_id)
         cancel = threading.Event()
         if request.keyspace:
@@ -137,18 +139,21 @@ class S3RestoreRpcs:
                         staging=staging,
                         progress=report,
                         cancel=cancel,
+                        identities=identities,
                     )
                 )
             )
         else:
             work = asyncio.ensure_future(
                 asyncio.to_thread(
-                    self._restores.download,
-                    request.run_id,
-                    request.backup_id,
-                    request.node,
-                    report,
-                    cancel,
+                    lambda: self._restores.download(
+                        request.run_id,
+                        request.backup_id,
+                        request.node,
+                        report,
+                        cancel,
+                        identities=identities,
+                    )
                 )
             )
         self._running[request.run_id] = (cancel, work)
@@ -195,7 +200,11 @@ class S3RestoreRpcs:
     ) -> agent_pb2.CheckS3DownloadResponse:
         check_operation_id(request.run_id)
         done = await asyncio.to_thread(
-            self._restores.check, request.run_id, request.backup_id, request.node
+            self._restores.check,
+            request.run_id,
+            request.backup_id,
+            request.node,
+            identities_of(request.keys),
         )
         return check_response(done)
 

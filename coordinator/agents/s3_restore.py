@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from ringsnap.api.v1 import agent_pb2
 from ringsnap.coordinator.agents.connection import AgentConnection, ClientTls
+from ringsnap.coordinator.restore.s3_keys import NO_KEYS, RestoreKeys
 from ringsnap.coordinator.restore.s3_ports import (
     DiscardedStaging,
     DownloadProgress,
@@ -41,6 +42,7 @@ class GrpcS3Restore(AgentConnection):
             table=download.table,
             target_keyspace=target[0] if target else "",
             target_table=target[1] if target else "",
+            keys=key_messages(download.keys),
         )
         result: agent_pb2.S3DownloadResult | None = None
         with self._calling("DownloadFromS3"):
@@ -79,23 +81,29 @@ class GrpcS3Restore(AgentConnection):
         )
 
     async def check_s3_download(
-        self, operation_id: str, backup_id: str, node: str
+        self, operation_id: str, backup_id: str, node: str, keys: RestoreKeys = NO_KEYS
     ) -> S3DownloadCheck:
         request = agent_pb2.CheckS3DownloadRequest(
-            run_id=operation_id, backup_id=backup_id, node=node
+            run_id=operation_id, backup_id=backup_id, node=node, keys=key_messages(keys)
         )
         with self._calling("CheckS3Download"):
             reply = await self._stub.CheckS3Download(request, timeout=CHECK_TIMEOUT_SECONDS)
         return check_of(reply)
 
     async def check_s3_room(
-        self, operation_id: str, backup_id: str, node: str, expected_bytes: int
+        self,
+        operation_id: str,
+        backup_id: str,
+        node: str,
+        expected_bytes: int,
+        keys: RestoreKeys = NO_KEYS,
     ) -> S3DownloadCheck:
         request = agent_pb2.CheckS3RoomRequest(
             run_id=operation_id,
             backup_id=backup_id,
             node=node,
             expected_bytes=expected_bytes,
+            keys=key_messages(keys),
         )
         with self._calling("CheckS3Room"):
             reply = await self._stub.CheckS3Room(request, timeout=CHECK_TIMEOUT_SECONDS)
@@ -126,6 +134,11 @@ class GrpcS3Restore(AgentConnection):
         with self._calling("InstallS3Download"):
             reply = await self._stub.InstallS3Download(request, timeout=INSTALL_TIMEOUT_SECONDS)
         return reply.commitlog
+
+
+def key_messages(keys: RestoreKeys) -> list[agent_pb2.RestoreKey]:
+    """The restore's keys as a request carries them (the channel is the agent's mutual TLS)."""
+    return [agent_pb2.RestoreKey(kind="age", secret=secret) for secret in keys.age]
 
 
 def check_of(reply: agent_pb2.CheckS3DownloadResponse) -> S3DownloadCheck:

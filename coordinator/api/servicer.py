@@ -26,6 +26,7 @@ from ringsnap.coordinator.model import RestoreMode
 from ringsnap.coordinator.operations import Operation
 from ringsnap.coordinator.restore.abort import start_abort
 from ringsnap.coordinator.restore.plan import RestoreRequest
+from ringsnap.coordinator.restore.s3_keys import restore_keys_of
 from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.coordinator.service import Coordinator
 from ringsnap.errors import ValidationError
@@ -76,6 +77,8 @@ def _restore_request(
     mode: pb.RestoreMode.ValueType,
     force: bool,
     requested_by: str,
+    *,
+    age_keys: Sequence[str] = (),
 ) -> RestoreRequest:
     if mode not in _RESTORE_MODES:
         raise ValidationError(f"unknown restore mode {mode}")
@@ -85,6 +88,7 @@ def _restore_request(
         mode=_RESTORE_MODES[mode],
         force=force,
         requested_by=requested_by,
+        keys=restore_keys_of(age_keys),
     )
 
 
@@ -181,7 +185,12 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     @unary
     async def PlanRestore(self, request: pb.PlanRestoreRequest, context: Context) -> pb.RestorePlan:
         restore = _restore_request(
-            request.backup_id, request.nodes, request.mode, request.force, ""
+            request.backup_id,
+            request.nodes,
+            request.mode,
+            request.force,
+            "",
+            age_keys=request.age_keys,
         )
         plan = await self._coordinator.restores.plan_restore(restore)
         return messages.restore_plan(plan)
@@ -197,11 +206,17 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
                 _restore_id(request.resume_id, "resume_id"),
                 confirm_cluster=confirm,
                 requested_by=requested_by,
+                keys=restore_keys_of(request.age_keys),
             )
         else:
             operation = await self._coordinator.restores.start_restore(
                 _restore_request(
-                    request.backup_id, request.nodes, request.mode, request.force, requested_by
+                    request.backup_id,
+                    request.nodes,
+                    request.mode,
+                    request.force,
+                    requested_by,
+                    age_keys=request.age_keys,
                 ),
                 confirm_cluster=confirm,
                 restore_id=_restore_id(request.restore_id) if request.restore_id else "",

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
+from ringsnap.coordinator.restore.s3_keys import restore_keys_of
 from ringsnap.coordinator.table_restore.daemon import TableRestoreStart
 from ringsnap.coordinator.table_restore.model import (
     TABLE_RESTORE_ID,
@@ -99,6 +100,7 @@ def request_of(
         ),
         requested_by=requested_by,
         from_s3=message.source == pb.TABLE_RESTORE_SOURCE_S3,
+        keys=restore_keys_of(message.age_keys),
     )
 
 
@@ -112,6 +114,7 @@ def request_fields(request: TableRestoreRequest) -> dict[str, Any]:
         "as_keyspace": keyspace,
         "as_table": table,
         "source": pb.TABLE_RESTORE_SOURCE_S3 if request.from_s3 else pb.TABLE_RESTORE_SOURCE_ARRAY,
+        "age_keys": list(request.keys.age),
     }
 
 
@@ -201,7 +204,9 @@ def start_of(message: pb.StartTableRestoreRequest, requested_by: str) -> TableRe
         raise ValidationError("confirm_cluster must be printable and at most 200 characters")
     if message.resume_id:
         return TableRestoreStart(
-            resume_id=table_restore_id_of(message.resume_id, "resume_id"), confirm_cluster=confirm
+            resume_id=table_restore_id_of(message.resume_id, "resume_id"),
+            confirm_cluster=confirm,
+            keys=restore_keys_of(message.age_keys),
         )
     if message.abort_id:
         return TableRestoreStart(

@@ -54,9 +54,10 @@ from ringsnap.coordinator.cli.restore_report import (
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.model import RestoreMode, RestoreRecord
 from ringsnap.coordinator.restore.plan import RestoreRequest
+from ringsnap.coordinator.restore.s3_keys import NO_KEYS, RestoreKeys
 from ringsnap.coordinator.restore.session import open_restore_session
 from ringsnap.coordinator.restore.workflow import RestoreFailed, RestoreRefused
-from ringsnap.errors import RingsnapError
+from ringsnap.errors import RingsnapError, ValidationError
 
 # -- the command ------------------------------------------------------------------------------------
 
@@ -84,9 +85,14 @@ async def _restore(
         async with open_restore_session(config, cluster, catalog=catalog) as session:
             progress = ProgressPrinter(quiet=options.as_json)
             if options.resume:
-                return await session.resume(options.resume, progress)
+                return await session.resume(options.resume, progress, options.keys)
             request = RestoreRequest(
-                options.backup_id or "", options.nodes, options.mode, options.force, operator_name()
+                options.backup_id or "",
+                options.nodes,
+                options.mode,
+                options.force,
+                operator_name(),
+                keys=options.keys,
             )
             plan = await session.plan(request)
             if options.as_json and (options.dry_run or plan.refused):
@@ -170,6 +176,14 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
         " replayed up to it (docs/pitr.md). With --cluster when several are configured.",
     ),
     cluster: str = typer.Option("", "--cluster", help="With --to: the cluster."),
+    key_file: str = typer.Option(
+        "",
+        "--key-file",
+        metavar="PATH",
+        help="With --from s3, an encrypted copy: the age secret key file (AGE-SECRET-KEY-1...) of"
+        " one of its recipients, or credential:NAME for a systemd credential. Sent to each node"
+        " for its download only; never stored, so a --resume needs it again (docs/s3.md).",
+    ),
     abort: str = typer.Option(
         None,
         "--abort",
@@ -217,6 +231,7 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
             abort,
             as_json,
             source=source,
+            key_file=key_file,
         )
     try:
         if bool(backup) == bool(resume):
@@ -226,6 +241,7 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
                 reason="INVALID_ARGUMENT",
             )
         mode = _mode_with_source(mode, source)
+        keys = _keys(key_file, mode is RestoreMode.S3 or bool(resume))
         options = RestoreOptions(
             backup_id=backup,
             nodes=tuple(n.strip() for n in nodes.split(",") if n.strip()),
@@ -235,6 +251,7 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
             force=force,
             resume=resume,
             as_json=as_json,
+            keys=keys,
         )
         result: RestoreRecord | dict[str, Any]
         if config is None and os.environ.get(REMOTE_ENV):
@@ -287,6 +304,22 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
     _finish(result, as_json)
 
 
+def _keys(key_file: str, from_s3: bool) -> RestoreKeys:
+    """The keys of `--key-file` (none without it); refused unless the restore reads S3."""
+    if not key_file:
+        return NO_KEYS
+    if not from_s3:
+        raise CliError(
+            "--key-file opens an encrypted copy on S3: it goes with --from s3 (or --resume)",
+            ExitCode.USAGE,
+            reason="INVALID_ARGUMENT",
+        )
+    try:
+        return RestoreKeys.of_reference(key_file)
+    except ValidationError as exc:
+        raise CliError(str(exc), ExitCode.USAGE, reason="INVALID_ARGUMENT") from None
+
+
 def _mode_with_source(mode: RestoreMode, source: str) -> RestoreMode:
     """`--from s3` is the S3 mode; the array's modes are for restores from snapshots."""
     if source not in ("", "s3"):
@@ -317,6 +350,7 @@ def _table_restore(  # noqa: PLR0917 - the options of the command line
     as_json: bool,
     *,
     source: str = "",
+    key_file: str = "",
 ) -> None:
     """`--keyspace` (or a table restore's --resume/--abort): ringsnap.coordinator.table_restore.
     In this process; through the daemon while it holds the catalog, or from another host."""
@@ -345,6 +379,7 @@ def _table_restore(  # noqa: PLR0917 - the options of the command line
             abort=abort,
             as_json=as_json,
             from_s3=_mode_with_source(RestoreMode.REVERT, source) is RestoreMode.S3,
+            keys=_keys(key_file, bool(source) or bool(resume)),
         )
         if config is None and os.environ.get(REMOTE_ENV):
             # An operator on another host: the daemon restores, reached by its remote listener.

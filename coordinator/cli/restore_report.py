@@ -5,7 +5,7 @@ the CLI's process and one run by the daemon."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from ringsnap.coordinator.cli.console import (
 from ringsnap.coordinator.cli.local_catalog import UNREADABLE, config_path, viewer_catalog
 from ringsnap.coordinator.model import NodeVerdict, RestoreMode, RestoreRecord, RestoreState
 from ringsnap.coordinator.restore.plan import RestorePlan
+from ringsnap.coordinator.restore.s3_keys import NO_KEYS, RestoreKeys
 
 
 def plan_document(plan: RestorePlan) -> dict[str, Any]:
@@ -161,6 +162,8 @@ class RestoreOptions:
     force: bool
     resume: str | None
     as_json: bool
+    #: `--key-file`: an encrypted copy's secret keys (in memory only, never shown).
+    keys: RestoreKeys = field(default=NO_KEYS, repr=False, compare=False)
 
 
 def open_restores_lines(config: Path | None) -> Iterator[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 import typer
@@ -28,6 +28,7 @@ from ringsnap.coordinator.cli.console import (
 )
 from ringsnap.coordinator.cli.operation import ends_at_plan, finish
 from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.restore.s3_keys import NO_KEYS, RestoreKeys
 from ringsnap.coordinator.table_restore.counts import NOT_COMPARED
 from ringsnap.coordinator.table_restore.documents import plan_document, record_document
 from ringsnap.coordinator.table_restore.model import (
@@ -55,6 +56,8 @@ class TableRestoreOptions:
     as_json: bool
     #: `--from s3`: staged from the backup's copy on S3 instead of array clones.
     from_s3: bool = False
+    #: `--key-file`: an encrypted copy's secret keys (in memory only).
+    keys: RestoreKeys = field(default=NO_KEYS, repr=False, compare=False)
 
 
 def parse_target(value: str) -> tuple[str, str]:
@@ -199,6 +202,7 @@ def request_of(options: TableRestoreOptions) -> TableRestoreRequest:
         target=parse_target(options.target) if options.target else None,
         requested_by=operator_name(),
         from_s3=options.from_s3,
+        keys=options.keys,
     )
 
 
@@ -218,7 +222,7 @@ async def run_table_restore(
             if options.abort:
                 return await session.abort(options.abort, progress)
             if options.resume:
-                return await session.resume(options.resume, progress)
+                return await session.resume(options.resume, progress, options.keys)
             plan = await session.plan(request_of(options))
             ended = ends_at_plan(
                 plan_document(plan),

@@ -21,6 +21,7 @@ from ringsnap.coordinator.model import OperationKind, RestoreRecord
 from ringsnap.coordinator.operations import Operation, Operations
 from ringsnap.coordinator.restore.plan import RestorePlan, RestoreRequest
 from ringsnap.coordinator.restore.record import new_restore_id
+from ringsnap.coordinator.restore.s3_keys import NO_KEYS, RestoreKeys
 from ringsnap.coordinator.restore.session import RestoreSession, open_restore_session
 from ringsnap.coordinator.restore.workflow import Progress, RestoreRefused
 from ringsnap.coordinator.runs.lease import RESTORING, ClusterLeases, Lease, RunKind
@@ -119,7 +120,8 @@ class DaemonRestores:
         plan = self._refused_while_busy(plan)
         if not plan.refused:
             self._forget_stale_plans()
-            self._restore_plans[plan.restore_id] = (plan, time.monotonic())
+            # Held to compare with, not to run: without the operator's keys.
+            self._restore_plans[plan.restore_id] = (replace(plan, keys=NO_KEYS), time.monotonic())
         return plan
 
     async def start_restore(
@@ -186,7 +188,12 @@ class DaemonRestores:
         return self._restore_operation(backup.id, intro, run, release)
 
     async def resume_restore(
-        self, restore_id: str, *, confirm_cluster: str, requested_by: str = ""
+        self,
+        restore_id: str,
+        *,
+        confirm_cluster: str,
+        requested_by: str = "",
+        keys: RestoreKeys = NO_KEYS,
     ) -> Operation:
         """Go on with an unfinished restore from each node's last finished step, as an operation
         (the same refusals as `start_restore`; a finished restore is refused)."""
@@ -219,7 +226,7 @@ class DaemonRestores:
         )
 
         async def run(progress: Progress) -> RestoreRecord:
-            return await session.resume(restore_id, progress)
+            return await session.resume(restore_id, progress, keys)
 
         intro = f"restore {restore_id} of backup {record.backup_id} resumed"
         return self._restore_operation(record.backup_id, intro, run, release)

@@ -29,6 +29,7 @@ from ringsnap.coordinator.model import (
 )
 from ringsnap.coordinator.ports import AgentPort, ArrayPort, NodeVolumeFacts
 from ringsnap.coordinator.restore.identity import revert_identity_check
+from ringsnap.coordinator.restore.s3_keys import NO_KEYS, RestoreKeys
 from ringsnap.plugins.errors import NotFoundError
 from ringsnap.plugins.types import SnapshotRef
 
@@ -67,6 +68,9 @@ class RestoreRequest:
     #: Restore a node alone even from a backup older than gc_grace_seconds.
     force: bool = False
     requested_by: str = ""
+    #: The secret keys of an encrypted copy (`--from s3 --key-file`): in memory only, never
+    #: shown, recorded or journaled.
+    keys: RestoreKeys = field(default=NO_KEYS, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,8 @@ class RestorePlan:
     refusals: tuple[str, ...] = ()
     expected_seconds: float | None = None
     destroyed: tuple[str, ...] = field(default=())
+    #: The request's keys, for the run of this plan (never in its document).
+    keys: RestoreKeys = field(default=NO_KEYS, repr=False, compare=False)
 
     @property
     def refused(self) -> bool:

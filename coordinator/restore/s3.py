@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from ringsnap.coordinator.gathering import failures_of
 from ringsnap.coordinator.model import RestoreNode, RestoreRecord, RestoreStep
+from ringsnap.coordinator.restore.s3_keys import NO_KEYS, RestoreKeys
 from ringsnap.coordinator.restore.s3_ports import DownloadProgress, S3Download, S3RestorePort
 from ringsnap.logs import get_logger
 
@@ -43,11 +44,17 @@ class S3Steps:
     """The S3-specific steps of one run of `workflow`."""
 
     def __init__(
-        self, workflow: RestoreWorkflow, run: RestoreRun, agents: Mapping[str, S3RestorePort]
+        self,
+        workflow: RestoreWorkflow,
+        run: RestoreRun,
+        agents: Mapping[str, S3RestorePort],
+        keys: RestoreKeys = NO_KEYS,
     ) -> None:
         self.workflow = workflow
         self.run = run
         self.agents = agents
+        #: Sent with each node's download request, for that download only.
+        self.keys = keys
         #: Nodes a previous run left stopped before their install: resumed, their staging is
         #: checked first (it may have been removed by hand).
         self.stopped_before = {n.name for n in run.record.nodes if n.step is RestoreStep.STOPPED}
@@ -78,7 +85,7 @@ class S3Steps:
                 workflow.progress(node.name, DOWNLOAD, progress.describe())
 
         staged = await self._agent(node.name).download_from_s3(
-            S3Download(run.record.id, run.record.backup_id, node.name), report
+            S3Download(run.record.id, run.record.backup_id, node.name, keys=self.keys), report
         )
         log.info(
             "node's copy downloaded from S3 and verified",

@@ -13,12 +13,15 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ringsnap.coordinator.restore.s3_keys import NO_KEYS, RestoreKeys
 from ringsnap.coordinator.restore.s3_ports import S3DownloadCheck, S3RestorePort, S3Room
 
 #: Free space asked beyond the bytes to download (the filesystem also holds the live data, which
 #: keeps growing while the download runs).
 SPACE_MARGIN = 1.1
 CHECK_TIMEOUT_SECONDS = 300.0
+#: In an agent's problem with an encrypted copy the restore's keys do not open (its `KEY_HINT`).
+ENCRYPTED_MARK = "--key-file"
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,11 @@ def check_refusals(
             f" (ringsnap export {backup_id}) or fix the node's [s3] settings, then plan again"
         ]
     refusals: list[str] = []
-    if check.problem:
+    if ENCRYPTED_MARK in check.problem:
+        # Exporting again would not help: the restore needs the secret key (the agent's words
+        # name the recipients and how to give one).
+        refusals.append(f"node {node}: backup {backup_id}'s copy: {check.problem}")
+    elif check.problem:
         refusals.append(
             f"node {node}: backup {backup_id}'s copy in the bucket cannot be used: {check.problem};"
             f" export it again (ringsnap export {backup_id}), then plan again"
@@ -97,14 +104,15 @@ async def _check(
     expected: NodeExpectation,
     *,
     whole_copy: bool,
+    keys: RestoreKeys,
 ) -> S3DownloadCheck:
     """CheckS3Room when the export record knows the node's bytes (no manifest object read on a
-    first plan); CheckS3Download otherwise."""
+    first plan); CheckS3Download otherwise. Both open an encrypted copy's key object with `keys`."""
     if whole_copy and expected.bytes_total > 0:
         return await agent.check_s3_room(
-            operation_id, backup_id, expected.name, expected.bytes_total
+            operation_id, backup_id, expected.name, expected.bytes_total, keys
         )
-    return await agent.check_s3_download(operation_id, backup_id, expected.name)
+    return await agent.check_s3_download(operation_id, backup_id, expected.name, keys)
 
 
 async def s3_plan_refusals(
@@ -115,8 +123,10 @@ async def s3_plan_refusals(
     *,
     timeout: float = CHECK_TIMEOUT_SECONDS,
     whole_copy: bool = True,
+    keys: RestoreKeys = NO_KEYS,
 ) -> list[str]:
-    """Every reason the nodes' copies cannot be downloaded as planned (read-only calls)."""
+    """Every reason the nodes' copies cannot be downloaded as planned (read-only calls); an
+    encrypted copy that `keys` (the restore's) do not open is refused naming its recipients."""
 
     async def ask(expected: NodeExpectation) -> list[str]:
         agent = agents.get(expected.name)
@@ -124,7 +134,8 @@ async def s3_plan_refusals(
             return [f"node {expected.name}: no agent connection for restores from S3"]
         try:
             check = await asyncio.wait_for(
-                _check(agent, operation_id, backup_id, expected, whole_copy=whole_copy), timeout
+                _check(agent, operation_id, backup_id, expected, whole_copy=whole_copy, keys=keys),
+                timeout,
             )
         except TimeoutError:
             return [

@@ -8,8 +8,10 @@ staged; `install` and `install_commitlog` run with Cassandra stopped (see ringsn
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
+
+from ringsnap.coordinator.restore.s3_keys import NO_KEYS, RestoreKeys
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,8 @@ class S3Download:
     keyspace: str = ""
     table: str = ""
     target: tuple[str, str] | None = None
+    #: The restore's keys of an encrypted copy, sent with this download only.
+    keys: RestoreKeys = field(default=NO_KEYS, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -112,13 +116,20 @@ class S3RestorePort(Protocol):
     async def install_s3_download(self, operation_id: str, backup_id: str) -> InstalledCopy: ...
 
     async def check_s3_download(
-        self, operation_id: str, backup_id: str, node: str
-    ) -> S3DownloadCheck: ...
+        self, operation_id: str, backup_id: str, node: str, keys: RestoreKeys = NO_KEYS
+    ) -> S3DownloadCheck:
+        """`keys`: the restore's, which the check opens an encrypted copy's key object with."""
+        ...
 
     async def install_s3_commitlog(self, operation_id: str, backup_id: str, node: str) -> str: ...
 
     async def check_s3_room(
-        self, operation_id: str, backup_id: str, node: str, expected_bytes: int
+        self,
+        operation_id: str,
+        backup_id: str,
+        node: str,
+        expected_bytes: int,
+        keys: RestoreKeys = NO_KEYS,
     ) -> S3DownloadCheck:
         """As `check_s3_download`, counting `expected_bytes` (the export record's) instead of
         reading the node's manifest object when nothing is staged yet."""

@@ -34,6 +34,7 @@ from ringsnap.coordinator.restore.plan import (
     plan_restore,
 )
 from ringsnap.coordinator.restore.record import new_restore_id
+from ringsnap.coordinator.restore.s3_keys import NO_KEYS, RestoreKeys
 from ringsnap.coordinator.restore.s3_plan import NodeExpectation, s3_plan_refusals
 from ringsnap.coordinator.restore.s3_ports import S3RestorePort
 from ringsnap.coordinator.restore.workflow import (
@@ -70,7 +71,9 @@ class RestoreSession:
     #: The agents' restore-from-S3 calls (`restore --from s3`).
     s3_agents: dict[str, S3RestorePort] = field(default_factory=dict)
 
-    def workflow(self, progress: Progress | None = None) -> RestoreWorkflow:
+    def workflow(
+        self, progress: Progress | None = None, keys: RestoreKeys = NO_KEYS
+    ) -> RestoreWorkflow:
         kwargs = {"progress": progress} if progress is not None else {}
         return RestoreWorkflow(
             self.agents,
@@ -80,6 +83,7 @@ class RestoreSession:
             seeds=self.cluster.seeds,
             settings=self.settings,
             s3_agents=self.s3_agents,
+            keys=keys,
             **kwargs,
         )
 
@@ -103,7 +107,7 @@ class RestoreSession:
             past_seconds=past,
         )
         if request.mode is RestoreMode.S3 and plan.nodes:
-            plan = await self._check_s3_copies(plan)
+            plan = await self._check_s3_copies(replace(plan, keys=request.keys))
         return plan
 
     async def _check_s3_copies(self, plan: RestorePlan) -> RestorePlan:
@@ -120,15 +124,20 @@ class RestoreSession:
                 for n in plan.nodes
             ],
             self.s3_agents,
+            keys=plan.keys,
         )
         return replace(plan, refusals=(*plan.refusals, *refused))
 
     async def run(
         self, plan: RestorePlan, requested_by: str, progress: Progress | None = None
     ) -> RestoreRecord:
-        return await self.workflow(progress).run(plan, requested_by)
+        return await self.workflow(progress, plan.keys).run(plan, requested_by)
 
-    async def resume(self, restore_id: str, progress: Progress | None = None) -> RestoreRecord:
+    async def resume(
+        self, restore_id: str, progress: Progress | None = None, keys: RestoreKeys = NO_KEYS
+    ) -> RestoreRecord:
+        """`keys`: an encrypted copy's, given again (a run's keys are never recorded); needed
+        only by nodes whose download did not complete."""
         record = await asyncio.to_thread(self.catalog.get_restore, restore_id)
         if record.state.finished:
             raise RestoreRefused(
@@ -145,7 +154,7 @@ class RestoreSession:
                 if self._revert_deletes_newer({array}):
                     lost.extend(lost_by_revert(backup, ref, others))
         native = backup.snapshot_kind is SnapshotKind.NATIVE
-        return await self.workflow(progress).resume(
+        return await self.workflow(progress, keys).resume(
             record, snapshots, sorted(set(lost)), native=native
         )
 

@@ -58,6 +58,7 @@ from ringsnap.coordinator.restore.record import (
     record_for,
 )
 from ringsnap.coordinator.restore.s3 import DOWNLOAD, INSTALL, S3Steps
+from ringsnap.coordinator.restore.s3_keys import NO_KEYS, RestoreKeys
 from ringsnap.coordinator.restore.s3_ports import S3RestorePort
 from ringsnap.errors import RingsnapError
 from ringsnap.logs import get_logger
@@ -118,8 +119,11 @@ class RestoreWorkflow:
         settings: RestoreSettings | None = None,
         progress: Progress = _quiet,
         s3_agents: Mapping[str, S3RestorePort] | None = None,
+        keys: RestoreKeys = NO_KEYS,
     ) -> None:
         self.agents = agents
+        #: The restore's keys of an encrypted copy (in memory for this run only, never recorded).
+        self.keys = keys
         #: For restores from S3 (`RestoreMode.S3`).
         self.s3_agents = s3_agents or {}
         self.arrays = arrays
@@ -218,7 +222,7 @@ class RestoreWorkflow:
     def _s3_steps(self, run: RestoreRun) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
         """From S3 (ringsnap.coordinator.restore.s3): every node downloads and verifies its copy
         before anything is stopped; the install replaces release, revert and attach."""
-        s3 = S3Steps(self, run, self.s3_agents)
+        s3 = S3Steps(self, run, self.s3_agents, self.keys)
         return [
             (DOWNLOAD, s3.download),
             ("pre-restore canary", lambda: self._canary(run)),

@@ -12,6 +12,7 @@ from ringsnap.coordinator.clone_mounts import CloneToMount
 from ringsnap.coordinator.clone_session import CloneSession, CloneTimedOut
 from ringsnap.coordinator.model import Backup
 from ringsnap.coordinator.restore.plan import narrowed
+from ringsnap.coordinator.restore.s3_keys import RestoreKeys
 from ringsnap.coordinator.restore.s3_ports import S3RestorePort
 from ringsnap.coordinator.runs.engine import StepContext
 from ringsnap.coordinator.table_restore.from_s3 import stage_node_from_s3
@@ -35,6 +36,8 @@ class CloneSteps:
     clones: CloneSession
     legacy_clones: CloneSession
     s3_agents: dict[str, S3RestorePort]
+    #: An encrypted copy's keys (`--from s3 --key-file`), for the downloads of this run.
+    keys: RestoreKeys
     progress: Callable[[str, str, str], None]
 
     async def _node_table(self, ctx: Ctx, table: str, **changes: object) -> None:

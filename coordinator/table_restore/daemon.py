@@ -8,13 +8,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.guarded_operation import Prepared, start_guarded
 from ringsnap.coordinator.model import OperationKind
 from ringsnap.coordinator.operations import Operation, Operations
+from ringsnap.coordinator.restore.s3_keys import NO_KEYS, RestoreKeys
 from ringsnap.coordinator.runs.lease import ClusterLeases, Lease, RunKind
 from ringsnap.coordinator.table_restore.documents import plan_document
 from ringsnap.coordinator.table_restore.model import (
@@ -44,6 +45,8 @@ class TableRestoreStart:
     abort_id: str = ""
     #: The cluster's name as the operator typed it.
     confirm_cluster: str = ""
+    #: A resume's keys of an encrypted copy, given again (a new run's are in `request`).
+    keys: RestoreKeys = field(default=NO_KEYS, repr=False, compare=False)
 
 
 async def plan_table_restore(
@@ -125,7 +128,7 @@ async def _prepare(
     if start.abort_id:
         return lambda progress: session.abort(start.abort_id, progress)
     if start.resume_id:
-        return lambda progress: session.resume(start.resume_id, progress)
+        return lambda progress: session.resume(start.resume_id, progress, start.keys)
     assert start.request is not None
     plan = await session.plan(start.request, restore_id)
     if plan.refused:

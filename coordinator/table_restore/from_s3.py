@@ -61,6 +61,7 @@ async def stage_node_from_s3(
             keyspace=target.source_keyspace,
             table=target.source_table,
             target=(target.keyspace, target.table),
+            keys=workflow.keys,
         )
         staged = await agent.download_from_s3(download, reporter(target.name))
         expected = sum(len(s.components) for s in found)

@@ -8,6 +8,7 @@ import secrets
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from ringsnap.coordinator.restore.s3_keys import NO_KEYS, RestoreKeys
 from ringsnap.errors import RingsnapError
 
 
@@ -109,6 +110,9 @@ class TableRestoreRequest:
     requested_by: str = ""
     #: `--from s3`: the staging is filled from the backup's copy on S3, not from array clones.
     from_s3: bool = False
+    #: With `from_s3`, an encrypted copy's secret keys (`--key-file`): in memory only, never
+    #: shown, recorded or journaled.
+    keys: RestoreKeys = field(default=NO_KEYS, repr=False, compare=False)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,6 +12,7 @@ from ringsnap.coordinator.backup.schema import KeyspaceSchema
 from ringsnap.coordinator.model import Backup, SnapshotKind, VolumeRole
 from ringsnap.coordinator.ports import AgentPort, ArrayPort, SSTable
 from ringsnap.coordinator.restore.plan import match_volume
+from ringsnap.coordinator.restore.s3_keys import NO_KEYS, RestoreKeys
 from ringsnap.coordinator.table_restore.model import (
     CloneRecord,
     NodeProgress,
@@ -37,6 +38,8 @@ class TableRestorePlan:
     warnings: tuple[str, ...] = ()
     #: Per node, per target table: the backup's SSTables to stage.
     sstables: Mapping[str, Mapping[str, tuple[SSTable, ...]]] = field(default_factory=dict)
+    #: The request's keys of an encrypted copy, for the run of this plan (never recorded).
+    keys: RestoreKeys = field(default=NO_KEYS, repr=False, compare=False)
 
     @property
     def refused(self) -> bool:

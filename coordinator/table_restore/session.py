@@ -21,6 +21,7 @@ from ringsnap.coordinator.catalog.listing import MAX_PAGE_SIZE
 from ringsnap.coordinator.cluster_clients import open_cluster
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.ports import AgentPort, ArrayPort, SSTable
+from ringsnap.coordinator.restore.s3_keys import NO_KEYS, RestoreKeys
 from ringsnap.coordinator.restore.s3_plan import NodeExpectation, s3_plan_refusals
 from ringsnap.coordinator.restore.s3_ports import S3RestorePort
 from ringsnap.coordinator.runs.resources import Resource, ResourceType
@@ -138,12 +139,13 @@ class TableRestoreSession:
                 [NodeExpectation(n.name) for n in plan.record.nodes],
                 self.s3_agents,
                 whole_copy=False,
+                keys=request.keys,
             )
-            plan = replace(plan, refusals=(*plan.refusals, *refused))
+            plan = replace(plan, refusals=(*plan.refusals, *refused), keys=request.keys)
         return plan
 
     async def workflow(
-        self, record: TableRestoreRecord, progress: Progress | None
+        self, record: TableRestoreRecord, progress: Progress | None, keys: RestoreKeys = NO_KEYS
     ) -> TableRestoreWorkflow:
         backup = await asyncio.to_thread(self.catalog.get_backup, record.backup_id)
         keyspaces = {t.source_keyspace for t in record.targets}
@@ -161,21 +163,25 @@ class TableRestoreSession:
             CatalogTableJournal(self.catalog),
             progress=progress,
             s3_agents=self.s3_agents,
+            keys=keys,
         )
 
     async def run(self, plan: TableRestorePlan, progress: Progress | None) -> TableRestoreRecord:
         if plan.refused:
             raise TableRestoreRefused("the plan refused: " + "; ".join(plan.refusals))
-        workflow = await self.workflow(plan.record, progress)
+        workflow = await self.workflow(plan.record, progress, plan.keys)
         return await workflow.run(plan.record)
 
-    async def resume(self, restore_id: str, progress: Progress | None) -> TableRestoreRecord:
+    async def resume(
+        self, restore_id: str, progress: Progress | None, keys: RestoreKeys = NO_KEYS
+    ) -> TableRestoreRecord:
+        """`keys`: an encrypted copy's, given again (a run's keys are never recorded)."""
         record = await asyncio.to_thread(self.catalog.get_table_restore, restore_id)
         if record.state.finished:
             raise TableRestoreRefused(
                 f"table restore {restore_id} is {record.state.value}; nothing to resume"
             )
-        workflow = await self.workflow(record, progress)
+        workflow = await self.workflow(record, progress, keys)
         return await workflow.run(record)
 
     async def abort(self, restore_id: str, progress: Progress | None) -> TableRestoreRecord:

@@ -3,6 +3,14 @@ array's snapshots gone: a TRUNCATEd table restored from the bucket into the live
 object refused before anything is stopped, then the whole ring restored from the bucket and proven
 by its canaries.
 
+The copy is encrypted on the nodes (`[s3.encryption]`: the agents hold an age public key and the
+name key, never a secret key): the bucket holds no row of the table in plain text and no Data.db
+digest in its names; the table restore and the ring restore are given the secret key
+(`RestoreKeys`, as `--key-file` gives it), which travels to each node with its download only. Before
+the ring restore the copy's keys are rotated (re-wrapped for a new key, the old one removed: only
+key objects are written, no data object), and the ring is restored with the new key; a plan without
+it, or with the removed key, is refused naming the recipient that opens the copy.
+
 The bucket is filled by the coordinator's export (`ringsnap export`: clones mounted read-only on
 each node, SSTables and commit-log segments uploaded, the catalog mirrored); the ring is restored by
 a fresh coordinator whose catalog was rebuilt from the bucket alone.
@@ -11,19 +19,24 @@ a fresh coordinator whose catalog was rebuilt from the bucket alone.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyrage
 import pytest
 from cassandra import ConsistencyLevel
 from cassandra.query import SimpleStatement
 
 from ringsnap.agent.restore.record import REPLACED_DIRECTORY
 from ringsnap.agent.s3.client import make_client
+from ringsnap.agent.s3.crypto.recipients import AgeRecipient, age_identities
 from ringsnap.agent.s3.layout import Layout
+from ringsnap.agent.s3.rekey import rekey
 from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.agent.staging.s3_paths import STAGING_DIRECTORY
 from ringsnap.config import validate
@@ -40,7 +53,8 @@ from ringsnap.coordinator.model import (
     RestoreStep,
 )
 from ringsnap.coordinator.restore.abort import abort_in_session
-from ringsnap.coordinator.restore.plan import RestoreRequest
+from ringsnap.coordinator.restore.plan import RestorePlan, RestoreRequest
+from ringsnap.coordinator.restore.s3_keys import NO_KEYS, RestoreKeys
 from ringsnap.coordinator.restore.session import open_restore_session
 from ringsnap.coordinator.restore.workflow import RestoreFailed
 from ringsnap.coordinator.table_restore.model import (
@@ -66,6 +80,23 @@ pytestmark = pytest.mark.integration
 
 TABLES = "s3_table_test"
 ROWS = 500
+#: In every value of the restored table (stored uncompressed): must appear nowhere in the bucket.
+MARKER = "ringsnap-plaintext-canary"
+
+
+class Keys:
+    """The copy's age key pair (the secret written to a key file, as an operator keeps it)."""
+
+    def __init__(self, directory: Path, name: str) -> None:
+        identity = pyrage.x25519.Identity.generate()
+        self.recipient = str(identity.to_public())
+        self.secret = str(identity)
+        self.file = directory / f"{name}.age"
+        self.file.write_text(f"# {name}: public key {self.recipient}\n{self.secret}\n")
+        self.file.chmod(0o600)
+
+    def restore_keys(self) -> RestoreKeys:
+        return RestoreKeys.of_reference(str(self.file))
 
 
 @pytest.fixture(scope="module")
@@ -75,10 +106,21 @@ def s3_server() -> Iterator[S3Server]:
 
 
 @pytest.fixture
-def s3_table(s3_server: S3Server, tmp_path: Path) -> dict[str, Any]:
+def copy_keys(tmp_path: Path) -> Keys:
+    operator = tmp_path / "operator"
+    operator.mkdir()
+    return Keys(operator, "copies")
+
+
+@pytest.fixture
+def s3_table(s3_server: S3Server, tmp_path: Path, copy_keys: Keys) -> dict[str, Any]:
     keys = tmp_path / "s3-keys"
     keys.mkdir()
-    return fresh_bucket(s3_server, keys)
+    name_key = keys / "name.key"
+    name_key.write_text(os.urandom(32).hex() + "\n")
+    # The nodes' [s3.encryption]: the public key and the name key, never a secret key.
+    encryption = {"recipients": [copy_keys.recipient], "name_key_file": str(name_key)}
+    return fresh_bucket(s3_server, keys, encryption=encryption)
 
 
 @pytest.fixture
@@ -124,17 +166,71 @@ def _delete_array_snapshots(config: CoordinatorConfig, backup: Backup) -> None:
     asyncio.run(run())
 
 
-def _restore_from_s3(config: CoordinatorConfig, backup_id: str) -> RestoreRecord:
+def _restore_from_s3(config: CoordinatorConfig, backup_id: str, keys: RestoreKeys) -> RestoreRecord:
     async def run() -> RestoreRecord:
         async with open_restore_session(config, CLUSTER_NAME) as session:
             plan = await session.plan(
-                RestoreRequest(backup_id, (), RestoreMode.S3, requested_by="t")
+                RestoreRequest(backup_id, (), RestoreMode.S3, requested_by="t", keys=keys)
             )
             assert not plan.refused, plan.refusals
             assert not plan.arrays
             return await session.run(plan, "test", lambda *_: None)
 
     return asyncio.run(run())
+
+
+def _plan_from_s3(config: CoordinatorConfig, backup_id: str, keys: RestoreKeys) -> RestorePlan:
+    async def run() -> RestorePlan:
+        async with open_restore_session(config, CLUSTER_NAME) as session:
+            return await session.plan(
+                RestoreRequest(backup_id, (), RestoreMode.S3, requested_by="t", keys=keys)
+            )
+
+    return asyncio.run(run())
+
+
+def _bucket_objects(settings: S3Settings) -> dict[str, str]:
+    """Every object's key and ETag (S3Proxy's filesystem backend also lists its directories,
+    `copies/`, without an ETag: they are not objects)."""
+    return {
+        item["Key"]: item["ETag"]
+        for page in make_client(settings)
+        .get_paginator("list_objects_v2")
+        .paginate(Bucket=settings.bucket)
+        for item in page.get("Contents", ())
+        if not item["Key"].endswith("/")
+    }
+
+
+def _assert_nothing_in_plain_text(
+    cluster: SandboxCluster, settings: S3Settings, s3_server: S3Server, keys: Keys
+) -> None:
+    """No object holds a row of the table (which the nodes' own files do, so the search finds
+    it where it is), no name holds a Data.db digest, no node's setting a secret key."""
+    marker = MARKER.encode()
+    local = [
+        path
+        for node in cluster.nodes
+        for path in (node.data_dir / TABLES).rglob("*-Data.db")
+        if marker in path.read_bytes()
+    ]
+    assert local, "the table's rows are not in its nodes' own files: the search proves nothing"
+    digests = {
+        path.read_text().strip()
+        for node in cluster.nodes
+        for path in (node.data_dir / TABLES).rglob("*-Digest.crc32")
+    }
+    objects = _bucket_objects(settings)
+    for key in objects:
+        assert marker not in s3_server.object_path(settings.bucket, key).read_bytes(), key
+        assert not any(f"-{digest}/" in key for digest in digests if digest), key
+    data_objects = [k for k in objects if k.split("/")[-1].startswith("Data.db-")]
+    assert data_objects and all(
+        k.split("/")[-2].split("-")[-1].startswith("k") for k in data_objects
+    )
+    settings_text = json.dumps(settings.model_dump(mode="json"))
+    assert keys.secret not in settings_text and "AGE-SECRET-KEY" not in settings_text
+    assert keys.recipient in settings_text
 
 
 def _abort(config: CoordinatorConfig, restore_id: str) -> RestoreRecord:
@@ -145,13 +241,16 @@ def _abort(config: CoordinatorConfig, restore_id: str) -> RestoreRecord:
     return asyncio.run(run())
 
 
-def _table_restore_from_s3(config: CoordinatorConfig, backup_id: str) -> TableRestoreRecord:
+def _table_restore_from_s3(
+    config: CoordinatorConfig, backup_id: str, keys: RestoreKeys
+) -> TableRestoreRecord:
     request = TableRestoreRequest(
         backup_id=backup_id,
         keyspace=TABLES,
         tables=("restored",),
         requested_by="test",
         from_s3=True,
+        keys=keys,
     )
     return run_table_restore(config, request)
 
@@ -168,11 +267,16 @@ def _tables_before_the_backup(cluster: SandboxCluster) -> Any:
     session.execute(f"DROP KEYSPACE IF EXISTS {TABLES}", timeout=120)
     create_keyspace(session, TABLES)
     for table in ("restored", "other"):
-        session.execute(f"CREATE TABLE {TABLES}.{table} (id int PRIMARY KEY, v text)", timeout=120)
+        # Uncompressed: the rows are in the SSTables as written (what the bucket must not show).
+        session.execute(
+            f"CREATE TABLE {TABLES}.{table} (id int PRIMARY KEY, v text)"
+            " WITH compression = {'enabled': 'false'}",
+            timeout=120,
+        )
     insert = session.prepare(f"INSERT INTO {TABLES}.restored (id, v) VALUES (?, ?)")
     insert.consistency_level = ConsistencyLevel.ALL
     for i in range(ROWS):
-        session.execute(insert, (i, f"row-{i}"))
+        session.execute(insert, (i, f"{MARKER}-{i}"))
     return session
 
 
@@ -182,12 +286,14 @@ def test_ring_restored_from_s3_with_the_array_lost_and_a_corrupt_object_refused(
     s3_table: dict[str, Any],
     s3_server: S3Server,
     tmp_path: Path,
+    copy_keys: Keys,
 ) -> None:
     config = validate(with_s3(s3_stack, s3_table), CoordinatorConfig, source="<test>")
     settings = S3Settings.model_validate(s3_table)
     session = _tables_before_the_backup(sandbox_cluster)
     backup, acked_before, begun_after = backup_under_writes(sandbox_cluster, config)
     _export(config, backup)
+    _assert_nothing_in_plain_text(sandbox_cluster, settings, s3_server, copy_keys)
     _delete_array_snapshots(config, backup)
 
     # A table TRUNCATEd, restored from the bucket into the live ring; the other keeps its writes.
@@ -199,7 +305,7 @@ def test_ring_restored_from_s3_with_the_array_lost_and_a_corrupt_object_refused(
     assert not _ids_of(session, "restored")
     running = {n.name: started_at(sandbox_cluster, n.name) for n in sandbox_cluster.nodes}
 
-    table = _table_restore_from_s3(config, backup.id)
+    table = _table_restore_from_s3(config, backup.id, copy_keys.restore_keys())
 
     assert table.state is TableRestoreState.SUCCEEDED, (table.error, table.verification)
     assert table.from_s3 and not table.clones
@@ -227,7 +333,7 @@ def test_ring_restored_from_s3_with_the_array_lost_and_a_corrupt_object_refused(
     started = {n.name: started_at(sandbox_cluster, n.name) for n in sandbox_cluster.nodes}
 
     with pytest.raises(RestoreFailed) as refused:
-        _restore_from_s3(config, backup.id)
+        _restore_from_s3(config, backup.id, copy_keys.restore_keys())
 
     assert corrupt in str(refused.value), str(refused.value)
     record = refused.value.record
@@ -250,11 +356,48 @@ def test_ring_restored_from_s3_with_the_array_lost_and_a_corrupt_object_refused(
         ), aborted.warnings
     assert started == {n.name: started_at(sandbox_cluster, n.name) for n in sandbox_cluster.nodes}
 
-    # The object repaired, the ring comes back from the bucket alone.
+    # The object repaired. The copy's keys are rotated: re-wrapped for a new key, the old one
+    # removed, with one PUT per key object and no data object written (every ETag unchanged).
     path.write_bytes(original)
+    rotated = Keys(copy_keys.file.parent, "rotated")
+    before = _bucket_objects(settings)
+    client = make_client(settings)
+    writes: list[str] = []
+    for operation in ("PutObject", "CopyObject", "CreateMultipartUpload", "UploadPart"):
+        client.meta.events.register(
+            f"before-parameter-build.s3.{operation}",
+            lambda params, _op=operation, **_: writes.append(f"{_op} {params['Key']}"),
+        )
+    done = rekey(
+        client,
+        settings.bucket,
+        layout,
+        age_identities(copy_keys.file.read_text(), str(copy_keys.file)),
+        add=[AgeRecipient(rotated.recipient)],
+        remove=[f"age:{copy_keys.recipient}"],
+    )
+    key_objects = sorted(k for k in before if k.startswith(layout.keys_prefix("")))
+    assert done.rewritten == done.key_objects == len(key_objects) >= 3, done
+    assert sorted(writes) == sorted(f"PutObject {k}" for k in key_objects), writes
+    after = _bucket_objects(settings)
+    assert set(after) == set(before)
+    assert {k: e for k, e in after.items() if k not in key_objects} == {
+        k: e for k, e in before.items() if k not in key_objects
+    }
+    print(f"rotation: {len(writes)} PUTs, all key objects; {len(before) - len(writes)} untouched")
+
+    # Without a key, or with the removed one, the plan refuses naming the key that opens it.
+    for given in (NO_KEYS, copy_keys.restore_keys()):
+        plan = _plan_from_s3(config, backup.id, given)
+        assert plan.refused and len(plan.refusals) == len(sandbox_cluster.nodes), plan.refusals
+        for refusal in plan.refusals:
+            assert f"age:{rotated.recipient}" in refusal and "--key-file" in refusal, refusal
+            assert copy_keys.secret not in refusal and rotated.secret not in refusal
+
+    # The ring comes back from the bucket alone, opened with the new key.
     late = create_late_table(sandbox_cluster)
     began = time.monotonic()
-    restored = _restore_from_s3(config, backup.id)
+    restored = _restore_from_s3(config, backup.id, rotated.restore_keys())
     print(f"restore from S3 of the ring: {time.monotonic() - began:.1f} s")
     print("  phases: " + ", ".join(f"{t.phase} {t.seconds:.1f} s" for t in restored.timings))
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from ringsnap.coordinator.model import RestoreMode
 from ringsnap.coordinator.restore.plan import RestoreRequest
+from ringsnap.coordinator.restore.s3_keys import NO_KEYS, RestoreKeys
 from ringsnap.coordinator.restore.s3_ports import (
     DiscardedStaging,
     DownloadProgress,
@@ -42,6 +43,8 @@ class FakeS3Agent:
             rooms=(S3Room("/data", 200, 10 * 2**30, "2049"),),
             download_complete=True,
         )
+        #: The restore keys each call was given, in order: (call, keys).
+        self.keys_seen: list[tuple[str, RestoreKeys]] = []
         #: What DiscardS3Download removes.
         self.staged: tuple[DiscardedStaging, ...] = (
             DiscardedStaging("/data/.ringsnap-s3/rr-1", 12, 3 * 2**20),
@@ -56,6 +59,7 @@ class FakeS3Agent:
         self, download: S3Download, progress: Callable[[DownloadProgress], None]
     ) -> StagedCopy:
         assert download.node == self.name
+        self.keys_seen.append(("download", download.keys))
         return self._download(download, progress)
 
     def _download(
@@ -66,14 +70,20 @@ class FakeS3Agent:
         return StagedCopy(2, 200, 2, 200, 0, 4.0, ("/data/.ringsnap-s3/rr-1",), "none")
 
     async def check_s3_download(
-        self, operation_id: str, backup_id: str, node: str
+        self, operation_id: str, backup_id: str, node: str, keys: RestoreKeys = NO_KEYS
     ) -> S3DownloadCheck:
-        return await self.check_s3_room(operation_id, backup_id, node, 0)
+        return await self.check_s3_room(operation_id, backup_id, node, 0, keys)
 
     async def check_s3_room(
-        self, operation_id: str, backup_id: str, node: str, expected_bytes: int
+        self,
+        operation_id: str,
+        backup_id: str,
+        node: str,
+        expected_bytes: int,
+        keys: RestoreKeys = NO_KEYS,
     ) -> S3DownloadCheck:
         assert node == self.name
+        self.keys_seen.append(("check", keys))
         self._call("check")
         return self.check
 
@@ -117,7 +127,7 @@ class S3Rig(Rig):
         self.s3 = {n: FakeS3Agent(n, self.events) for n in NODES}
         self.lines: list[tuple[str, str, str]] = []
 
-    def workflow(self) -> RestoreWorkflow:
+    def workflow(self, keys: RestoreKeys = NO_KEYS) -> RestoreWorkflow:
         return RestoreWorkflow(
             self.agents,
             {"array1": self.array},
@@ -126,4 +136,5 @@ class S3Rig(Rig):
             seeds=["node2"],
             s3_agents=self.s3,
             progress=lambda *line: self.lines.append(line),
+            keys=keys,
         )

@@ -110,7 +110,9 @@ class _Agent:
     def __init__(self, answer: S3DownloadCheck | Exception) -> None:
         self.answer = answer
 
-    async def check_s3_download(self, operation_id: str, backup_id: str, node: str) -> Any:
+    async def check_s3_download(
+        self, operation_id: str, backup_id: str, node: str, keys: Any = None
+    ) -> Any:
         if isinstance(self.answer, Exception):
             raise self.answer
         return self.answer

@@ -218,23 +218,45 @@ def test_an_object_under_another_name_is_refused(copy: Copy, tmp_path: Path) -> 
     _tampered(copy, tmp_path, tocs[1], first, f"{tocs[1]}.*corrupt.*does not verify")
 
 
-def test_the_plans_check_refuses_naming_the_recipients(copy: Copy, tmp_path: Path) -> None:
-    """The coordinator hands no identity to the agents yet: its plan refuses an encrypted copy
-    before anything is stopped, naming the keys that open it and the way that works."""
+def test_the_plans_check_opens_the_copy_with_the_restores_key_or_refuses_naming_recipients(
+    copy: Copy, tmp_path: Path
+) -> None:
+    """The plan's check (CheckS3Download) opens the copy's key object with the keys the restore
+    was given: without them, or with another key, it refuses before anything is stopped, naming
+    the recipients that open it and how to give one; with the right key it counts the room the
+    download needs from the decrypted manifest, and nothing is written."""
     from ringsnap.agent.staging.s3_check import check_download
 
     recipient = copy.settings.encryption.recipients[0]  # type: ignore[union-attr]
-    check = check_download(
-        copy.client,
-        copy.settings,
-        backup_id="b1",
-        node="node1",
-        data_directories=[tmp_path],
-        staging=[tmp_path / "staging"],
-    )
-    assert check.manifest_found
-    assert f"one of: age:{recipient}" in check.problem
-    assert "--identity" in check.problem
+
+    def check(identities: list[AgeIdentity]) -> Any:
+        return check_download(
+            copy.client,
+            copy.settings,
+            backup_id="b1",
+            node="node1",
+            data_directories=[tmp_path],
+            staging=[tmp_path / "staging"],
+            identities=identities,
+        )
+
+    without = check([])
+    assert without.manifest_found
+    assert f"one of: age:{recipient}" in without.problem
+    assert "--key-file" in without.problem and "resumed restore needs it again" in without.problem
+
+    other = AgeIdentity(str(pyrage.x25519.Identity.generate()))
+    wrong = check([other])
+    assert f"one of: age:{recipient}" in wrong.problem and other.label in wrong.problem
+    assert copy.secret not in wrong.problem and str(other) not in wrong.problem
+
+    opened = check([copy.identity])
+    assert not opened.problem, opened.problem
+    (room,) = opened.rooms
+    source_bytes = sum(p.stat().st_size for p in copy.source.rglob("*") if p.is_file())
+    assert room.bytes_needed >= source_bytes  # the components, plus the commit-log segments
+    assert opened.commitlog_found and opened.commitlog_bytes > 0
+    assert not (tmp_path / "staging").exists()
 
 
 def test_the_command_line_download_takes_an_age_key_file(copy: Copy, tmp_path: Path) -> None:

@@ -27,13 +27,18 @@ class _Agent:
         )
 
     async def check_s3_room(
-        self, operation_id: str, backup_id: str, node: str, expected_bytes: int
+        self,
+        operation_id: str,
+        backup_id: str,
+        node: str,
+        expected_bytes: int,
+        keys: Any = None,
     ) -> S3DownloadCheck:
         self.calls.append(("room", expected_bytes))
         return self._answer(expected_bytes)
 
     async def check_s3_download(
-        self, operation_id: str, backup_id: str, node: str
+        self, operation_id: str, backup_id: str, node: str, keys: Any = None
     ) -> S3DownloadCheck:
         self.calls.append(("manifest", 0))
         return self._answer(500)

@@ -225,7 +225,14 @@ class _SlowRestore:
     """An `S3Restore` whose download reports progress from its thread."""
 
     def download(
-        self, operation_id: str, backup_id: str, node: str, progress: Any, cancel: Any
+        self,
+        operation_id: str,
+        backup_id: str,
+        node: str,
+        progress: Any,
+        cancel: Any,
+        *,
+        identities: Any = (),
     ) -> s3_restore.StagedDownload:
         for done in (1, 2):
             progress(Progress(2, 20, done, 10 * done, 10 * done, 10 * done, 1.0 * done, False))

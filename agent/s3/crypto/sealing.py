@@ -49,23 +49,37 @@ def is_sealed(first_bytes: bytes) -> bool:
     return first_bytes[: len(MAGIC)] == MAGIC
 
 
-def not_restorable_yet(
-    client: S3Client, bucket: str, layout: Layout, node: str, *, key: str, head: bytes
+#: What a refusal of an encrypted copy tells the operator to do.
+KEY_HINT = (
+    "give the restore the secret key of one of those recipients (`ringsnap restore ... --from s3"
+    " --key-file FILE`, a path or credential:NAME); a resumed restore needs it again: the key is"
+    " held for that run only, never stored"
+)
+
+
+def key_problem(
+    client: S3Client,
+    bucket: str,
+    layout: Layout,
+    node: str,
+    identities: Sequence[Identity],
+    *,
+    key: str,
+    head: bytes,
 ) -> str:
-    """Why a restore through the coordinator refuses the encrypted object `key` (whose first
-    bytes are `head`): the coordinator does not hand a restore's identity to the agents yet. Names
-    the recipients (read from the key object, which needs no identity)."""
+    """Why the restore's `identities` cannot open the encrypted object `key` (whose first bytes
+    are `head`), naming the recipients that would; '' when one opens its run key. Nothing is
+    decrypted but the run key (unwrapped once, then forgotten)."""
     try:
         header = Header.parse(head, key)
-        keys = Unsealing(client, bucket, layout, node, ())
-        recipients = ", ".join(keys.recipients_of(header.key_id))
-    except Exception as exc:
-        recipients = f"recipients unknown: {exc}"
-    return (
-        f"{key!r} is encrypted (it opens with the secret key of one of: {recipients}); a restore"
-        " of an encrypted copy through `ringsnap restore` is not available yet: download it on"
-        " the node with `python -m ringsnap.agent.s3 download --identity KEYFILE`"
-    )
+    except EnvelopeError as exc:
+        return str(exc)
+    keys = Unsealing(client, bucket, layout, node, identities)
+    try:
+        keys.run_key_of(header.key_id)
+    except EnvelopeError as exc:
+        return f"{key!r} is encrypted and the restore's keys do not open it: {exc}; {KEY_HINT}"
+    return ""
 
 
 class ExportSealing:

@@ -1575,6 +1575,7 @@ class DownloadFromS3Request(_message.Message):
     TABLE_FIELD_NUMBER: _builtins.int
     TARGET_KEYSPACE_FIELD_NUMBER: _builtins.int
     TARGET_TABLE_FIELD_NUMBER: _builtins.int
+    KEYS_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     backup_id: _builtins.str
     node: _builtins.str
@@ -1585,6 +1586,12 @@ class DownloadFromS3Request(_message.Message):
     target_keyspace: _builtins.str
     """The table they are imported into (its staging directory); empty: keyspace and table."""
     target_table: _builtins.str
+    @_builtins.property
+    def keys(self) -> _containers.RepeatedCompositeFieldContainer[Global___RestoreKey]:
+        """The restore's keys of an encrypted copy (docs/s3.md, "Encryption"), for this download only:
+        the agent holds them in memory while it runs, never logs or stores them.
+        """
+
     def __init__(
         self,
         *,
@@ -1595,14 +1602,42 @@ class DownloadFromS3Request(_message.Message):
         table: _builtins.str = ...,
         target_keyspace: _builtins.str = ...,
         target_table: _builtins.str = ...,
+        keys: _abc.Iterable[Global___RestoreKey] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "keyspace", b"keyspace", "node", b"node", "run_id", b"run_id", "table", b"table", "target_keyspace", b"target_keyspace", "target_table", b"target_table"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "keys", b"keys", "keyspace", b"keyspace", "node", b"node", "run_id", b"run_id", "table", b"table", "target_keyspace", b"target_keyspace", "target_table", b"target_table"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DownloadFromS3Request: _TypeAlias = DownloadFromS3Request  # noqa: Y015
+
+@_typing.final
+class RestoreKey(_message.Message):
+    """A secret key given to one restore from S3 of an encrypted copy. kind "age": secret is an age
+    X25519 secret key (AGE-SECRET-KEY-1...). Nodes hold public keys only: without one of these, an
+    encrypted copy is refused before anything is written, naming the recipients that would open it.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    SECRET_FIELD_NUMBER: _builtins.int
+    kind: _builtins.str
+    secret: _builtins.str
+    def __init__(
+        self,
+        *,
+        kind: _builtins.str = ...,
+        secret: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "secret", b"secret"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoreKey: _TypeAlias = RestoreKey  # noqa: Y015
 
 @_typing.final
 class S3DownloadProgress(_message.Message):
@@ -1946,20 +1981,28 @@ class CheckS3DownloadRequest(_message.Message):
     RUN_ID_FIELD_NUMBER: _builtins.int
     BACKUP_ID_FIELD_NUMBER: _builtins.int
     NODE_FIELD_NUMBER: _builtins.int
+    KEYS_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     backup_id: _builtins.str
     node: _builtins.str
     """The node's name in the bucket's keys (the coordinator's name for it)."""
+    @_builtins.property
+    def keys(self) -> _containers.RepeatedCompositeFieldContainer[Global___RestoreKey]:
+        """As DownloadFromS3Request's: the check opens the copy's key object with them (for this call
+        only), so that a key that does not open it is refused at plan time.
+        """
+
     def __init__(
         self,
         *,
         run_id: _builtins.str = ...,
         backup_id: _builtins.str = ...,
         node: _builtins.str = ...,
+        keys: _abc.Iterable[Global___RestoreKey] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "node", b"node", "run_id", b"run_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "keys", b"keys", "node", b"node", "run_id", b"run_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2052,6 +2095,7 @@ class CheckS3RoomRequest(_message.Message):
     BACKUP_ID_FIELD_NUMBER: _builtins.int
     NODE_FIELD_NUMBER: _builtins.int
     EXPECTED_BYTES_FIELD_NUMBER: _builtins.int
+    KEYS_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     backup_id: _builtins.str
     node: _builtins.str
@@ -2060,6 +2104,10 @@ class CheckS3RoomRequest(_message.Message):
     """Bytes of the node's components as its export recorded them (0: unknown; the manifest object
     is then read, as CheckS3Download does).
     """
+    @_builtins.property
+    def keys(self) -> _containers.RepeatedCompositeFieldContainer[Global___RestoreKey]:
+        """As CheckS3DownloadRequest's."""
+
     def __init__(
         self,
         *,
@@ -2067,10 +2115,11 @@ class CheckS3RoomRequest(_message.Message):
         backup_id: _builtins.str = ...,
         node: _builtins.str = ...,
         expected_bytes: _builtins.int = ...,
+        keys: _abc.Iterable[Global___RestoreKey] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "expected_bytes", b"expected_bytes", "node", b"node", "run_id", b"run_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "expected_bytes", b"expected_bytes", "keys", b"keys", "node", b"node", "run_id", b"run_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -631,6 +631,7 @@ class PlanRestoreRequest(_message.Message):
     NODES_FIELD_NUMBER: _builtins.int
     MODE_FIELD_NUMBER: _builtins.int
     FORCE_FIELD_NUMBER: _builtins.int
+    AGE_KEYS_FIELD_NUMBER: _builtins.int
     backup_id: _builtins.str
     mode: Global___RestoreMode.ValueType
     """UNSPECIFIED: REVERT."""
@@ -640,6 +641,13 @@ class PlanRestoreRequest(_message.Message):
     def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Node names to restore alone; empty: every node of the backup (the whole ring)."""
 
+    @_builtins.property
+    def age_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """With mode S3 (or a resume of one), an encrypted copy: the age secret keys (AGE-SECRET-KEY-1...)
+        the operator gives this restore (`--key-file`). Held in memory for the run and sent to each
+        node with its download only; never logged, recorded or journaled (a resume gives them again).
+        """
+
     def __init__(
         self,
         *,
@@ -647,10 +655,11 @@ class PlanRestoreRequest(_message.Message):
         nodes: _abc.Iterable[_builtins.str] | None = ...,
         mode: Global___RestoreMode.ValueType = ...,
         force: _builtins.bool = ...,
+        age_keys: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "force", b"force", "mode", b"mode", "nodes", b"nodes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["age_keys", b"age_keys", "backup_id", b"backup_id", "force", b"force", "mode", b"mode", "nodes", b"nodes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -668,6 +677,7 @@ class StartRestoreRequest(_message.Message):
     RESTORE_ID_FIELD_NUMBER: _builtins.int
     RESUME_ID_FIELD_NUMBER: _builtins.int
     REQUESTED_BY_FIELD_NUMBER: _builtins.int
+    AGE_KEYS_FIELD_NUMBER: _builtins.int
     backup_id: _builtins.str
     """The backup to restore; empty with resume_id."""
     mode: Global___RestoreMode.ValueType
@@ -692,6 +702,13 @@ class StartRestoreRequest(_message.Message):
     def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Empty: every node of the backup."""
 
+    @_builtins.property
+    def age_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """With mode S3 (or a resume of one), an encrypted copy: the age secret keys (AGE-SECRET-KEY-1...)
+        the operator gives this restore (`--key-file`). Held in memory for the run and sent to each
+        node with its download only; never logged, recorded or journaled (a resume gives them again).
+        """
+
     def __init__(
         self,
         *,
@@ -703,10 +720,11 @@ class StartRestoreRequest(_message.Message):
         restore_id: _builtins.str = ...,
         resume_id: _builtins.str = ...,
         requested_by: _builtins.str = ...,
+        age_keys: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_id", b"backup_id", "confirm_cluster", b"confirm_cluster", "force", b"force", "mode", b"mode", "nodes", b"nodes", "requested_by", b"requested_by", "restore_id", b"restore_id", "resume_id", b"resume_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["age_keys", b"age_keys", "backup_id", b"backup_id", "confirm_cluster", b"confirm_cluster", "force", b"force", "mode", b"mode", "nodes", b"nodes", "requested_by", b"requested_by", "restore_id", b"restore_id", "resume_id", b"resume_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1896,6 +1914,7 @@ class PlanTableRestoreRequest(_message.Message):
     AS_KEYSPACE_FIELD_NUMBER: _builtins.int
     AS_TABLE_FIELD_NUMBER: _builtins.int
     SOURCE_FIELD_NUMBER: _builtins.int
+    AGE_KEYS_FIELD_NUMBER: _builtins.int
     backup_id: _builtins.str
     keyspace: _builtins.str
     as_keyspace: _builtins.str
@@ -1907,6 +1926,10 @@ class PlanTableRestoreRequest(_message.Message):
     def tables(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Empty: every table of the keyspace in the backup's schema."""
 
+    @_builtins.property
+    def age_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """As PlanRestoreRequest.age_keys, for a restore from S3."""
+
     def __init__(
         self,
         *,
@@ -1916,10 +1939,11 @@ class PlanTableRestoreRequest(_message.Message):
         as_keyspace: _builtins.str = ...,
         as_table: _builtins.str = ...,
         source: Global___TableRestoreSource.ValueType = ...,
+        age_keys: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["as_keyspace", b"as_keyspace", "as_table", b"as_table", "backup_id", b"backup_id", "keyspace", b"keyspace", "source", b"source", "tables", b"tables"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["age_keys", b"age_keys", "as_keyspace", b"as_keyspace", "as_table", b"as_table", "backup_id", b"backup_id", "keyspace", b"keyspace", "source", b"source", "tables", b"tables"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1974,6 +1998,7 @@ class StartTableRestoreRequest(_message.Message):
     ABORT_ID_FIELD_NUMBER: _builtins.int
     REQUESTED_BY_FIELD_NUMBER: _builtins.int
     SOURCE_FIELD_NUMBER: _builtins.int
+    AGE_KEYS_FIELD_NUMBER: _builtins.int
     backup_id: _builtins.str
     """A new run: as PlanTableRestoreRequest."""
     keyspace: _builtins.str
@@ -1991,6 +2016,10 @@ class StartTableRestoreRequest(_message.Message):
     """A new run: as PlanTableRestoreRequest.source."""
     @_builtins.property
     def tables(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def age_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """As PlanRestoreRequest.age_keys (a resume gives them again)."""
+
     def __init__(
         self,
         *,
@@ -2005,10 +2034,11 @@ class StartTableRestoreRequest(_message.Message):
         abort_id: _builtins.str = ...,
         requested_by: _builtins.str = ...,
         source: Global___TableRestoreSource.ValueType = ...,
+        age_keys: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort_id", b"abort_id", "as_keyspace", b"as_keyspace", "as_table", b"as_table", "backup_id", b"backup_id", "confirm_cluster", b"confirm_cluster", "keyspace", b"keyspace", "requested_by", b"requested_by", "resume_id", b"resume_id", "source", b"source", "table_restore_id", b"table_restore_id", "tables", b"tables"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort_id", b"abort_id", "age_keys", b"age_keys", "as_keyspace", b"as_keyspace", "as_table", b"as_table", "backup_id", b"backup_id", "confirm_cluster", b"confirm_cluster", "keyspace", b"keyspace", "requested_by", b"requested_by", "resume_id", b"resume_id", "source", b"source", "table_restore_id", b"table_restore_id", "tables", b"tables"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,94 @@
+"""The secret keys an operator gives one restore from S3 of an encrypted copy.
+
+Nodes hold public keys only (`[s3.encryption] recipients`): they write copies they cannot read.
+The secret key (an age X25519 identity, `AGE-SECRET-KEY-1...`) is given to the restore that needs
+it (`ringsnap restore ... --from s3 --key-file FILE`, a path or `credential:NAME` for a systemd
+credential) and travels with each node's download request over the agent's mutual-TLS channel,
+for that download only. It is never logged, never in a plan's document, the catalog or the run
+journal: a resumed restore is given it again.
+
+`RestoreKeys` hides its secrets from `repr` (and so from logs and tracebacks) and compares by
+identity only, so that a plan holding one shows nothing of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ringsnap.agent.s3.crypto.recipients import WrapError, age_identities
+from ringsnap.config import read_secret
+from ringsnap.errors import ValidationError
+
+#: As many as a key object may have recipients.
+MAX_KEYS = 32
+#: An age key file is small; a larger one is not one.
+MAX_KEY_FILE_BYTES = 64 * 1024
+#: An age X25519 secret key is 74 characters; room for whitespace around it.
+_MAX_SECRET = 256
+
+
+@dataclass(frozen=True, eq=False)
+class RestoreKeys:
+    """Age secret keys for one restore; empty: none given (a plain copy needs none)."""
+
+    age: tuple[str, ...] = field(default=(), repr=False)
+    #: Their public keys (`age1...`), what refusals and logs may name.
+    recipients: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.age)
+
+    def __repr__(self) -> str:
+        return f"RestoreKeys(age for {', '.join(self.recipients) or 'nobody'})"
+
+    @classmethod
+    def of_text(cls, text: str, source: str) -> RestoreKeys:
+        """The keys of an age key file's text (`age-keygen`'s: `#` comments, one key a line);
+        refused naming `source`, never quoting a line of it."""
+        try:
+            identities = age_identities(text, source)
+        except WrapError as exc:
+            raise ValidationError(f"{source}: {exc}") from None
+        if len(identities) > MAX_KEYS:
+            raise ValidationError(f"{source}: {len(identities)} keys (at most {MAX_KEYS})")
+        secrets = tuple(
+            line.strip()
+            for line in text.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")
+        )
+        return cls(secrets, tuple(i.label for i in identities))
+
+    @classmethod
+    def of_reference(cls, reference: str) -> RestoreKeys:
+        """The keys of the file at `reference`, or of the systemd credential `credential:NAME`."""
+        source = f"--key-file {reference}"
+        if not reference.startswith("credential:"):
+            try:
+                size = Path(reference).stat().st_size
+            except OSError as exc:
+                raise ValidationError(f"{source}: cannot read it ({exc.strerror})") from None
+            if size > MAX_KEY_FILE_BYTES:
+                raise ValidationError(f"{source}: larger than an age key file; refused")
+        try:
+            text = read_secret(reference).get_secret_value()
+        except ValueError as exc:
+            raise ValidationError(f"{source}: {exc}") from None
+        return cls.of_text(text, source)
+
+
+NO_KEYS = RestoreKeys()
+
+
+def restore_keys_of(age_keys: Sequence[str], field: str = "age_keys") -> RestoreKeys:
+    """The keys an API request carries (`age_keys`), each an age secret key; refused naming the
+    field and the index, never quoting one."""
+    if not age_keys:
+        return NO_KEYS
+    if len(age_keys) > MAX_KEYS:
+        raise ValidationError(f"{field}: {len(age_keys)} keys (at most {MAX_KEYS})")
+    for index, secret in enumerate(age_keys):
+        if len(secret) > _MAX_SECRET or "\n" in secret:
+            raise ValidationError(f"{field}[{index}]: not an age secret key (AGE-SECRET-KEY-1...)")
+    return RestoreKeys.of_text("\n".join(age_keys), field)
