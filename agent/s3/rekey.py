@@ -80,6 +80,9 @@ def rekey(
     for page in paginator.paginate(Bucket=bucket, Prefix=layout.keys_prefix(node)):
         for item in page.get("Contents", ()):
             key = item["Key"]
+            if key.endswith("/"):
+                # A directory marker some stores list (S3Proxy's filesystem backend): no object.
+                continue
             layout.parse_key_object_key(key)
             found += 1
             wrapped = _read(client, bucket, key)

@@ -208,3 +208,21 @@ def test_a_listed_key_that_is_not_a_key_object_is_refused(key: str) -> None:
     with pytest.raises(ValidationError, match="not a key object"):
         LAYOUT.parse_key_object_key(key)
     assert LAYOUT.parse_key_object_key(f"{PREFIX}keys/node1/{'a' * 32}.json") == ("node1", "a" * 32)
+
+
+def test_directory_markers_a_store_lists_are_not_key_objects(copy: Copy) -> None:
+    """S3Proxy's filesystem backend lists its directories (`copies/keys/node1/`, no ETag): a
+    rotation skips them instead of refusing the whole run."""
+    for marker in (f"{PREFIX}keys/", f"{PREFIX}keys/node1/"):
+        copy.client.put_object(Bucket=BUCKET, Key=marker, Body=b"")
+    new = _age()
+
+    result = rekey(
+        copy.client,
+        BUCKET,
+        LAYOUT,
+        [AgeIdentity(str(copy.old))],
+        add=[AgeRecipient(str(new.to_public()))],
+    )
+
+    assert (result.key_objects, result.rewritten) == (3, 3)
