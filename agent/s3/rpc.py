@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncGenerator, Callable, Generator, Iterator
+from collections.abc import AsyncGenerator, Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 
 from ringsnap.agent.clones import CloneMounter
@@ -33,6 +33,7 @@ from ringsnap.agent.s3.export import (
 )
 from ringsnap.agent.s3.layout import node_name
 from ringsnap.agent.s3.progress import Progress, Tracker
+from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.agent.s3.sources import ExportSource, clone_source, native_source
 from ringsnap.api.v1 import agent_pb2
 from ringsnap.errors import ValidationError
@@ -72,6 +73,12 @@ class ExportRequest:
         return cls(request.backup_id, request.node, request.run_id, request.snapshot_tag)
 
 
+def copy_recipients(settings: S3Settings) -> list[str]:
+    """Who an export of this node encrypts for (what its key objects name), or [] in plain text."""
+    encryption = settings.encryption
+    return [f"age:{r}" for r in encryption.recipients] if encryption is not None else []
+
+
 def progress_message(phase: str, progress: Progress) -> agent_pb2.ExportToS3Response:
     return agent_pb2.ExportToS3Response(
         progress=agent_pb2.S3ExportProgress(
@@ -84,7 +91,11 @@ def progress_message(phase: str, progress: Progress) -> agent_pb2.ExportToS3Resp
 
 
 def result_message(
-    sstables: ExportResult, commitlog: CommitlogExport, note: str, seconds: float
+    sstables: ExportResult,
+    commitlog: CommitlogExport,
+    note: str,
+    seconds: float,
+    recipients: Sequence[str] = (),
 ) -> agent_pb2.ExportToS3Response:
     return agent_pb2.ExportToS3Response(
         result=agent_pb2.S3ExportResult(
@@ -101,6 +112,7 @@ def result_message(
             commitlog_bytes_uploaded=commitlog.bytes_uploaded,
             commitlog_note=note,
             seconds=seconds,
+            recipients=list(recipients),
         )
     )
 
@@ -261,7 +273,13 @@ class S3Exports:
                 # until garbage collected: the unmount that follows would find them busy.
                 for walk in opened:
                     walk.close()
-            return result_message(sstables, commitlog, source.commitlog_note, loop.time() - started)
+            return result_message(
+                sstables,
+                commitlog,
+                source.commitlog_note,
+                loop.time() - started,
+                copy_recipients(settings),
+            )
 
         def release(done: asyncio.Future[agent_pb2.ExportToS3Response]) -> None:
             with self._lock:

@@ -39,6 +39,7 @@ def node_upload(message: agent_pb2.S3ExportResult) -> NodeUpload:
         commitlog_bytes=message.commitlog_bytes,
         commitlog_note=message.commitlog_note,
         seconds=message.seconds,
+        recipients=tuple(message.recipients),
     )
 
 

@@ -17,7 +17,7 @@ def _copies(catalog: Catalog, backup_ids: list[str]) -> dict[str, str]:
     for backup_id in found:
         record = catalog.find_export(backup_id)
         if record is not None and record.state is ExportState.SUCCEEDED:
-            copies[backup_id] = record.destination or "s3"
+            copies[backup_id] = record.copy_description()
     return copies
 
 

@@ -88,6 +88,9 @@ class NodeExport:
     seconds: float = 0.0
     #: "<step>: <what failed>" of the last attempt ('' when it did not fail).
     error: str = ""
+    #: Encrypted on the node for these recipients ("age:age1...", as at the export: a rotation
+    #: since re-wrapped the keys in the bucket); () in plain text.
+    recipients: tuple[str, ...] = ()
 
     @property
     def files_skipped(self) -> int:
@@ -127,6 +130,21 @@ class ExportRecord:
 
     def with_node(self, node: NodeExport) -> ExportRecord:
         return replace(self, nodes=tuple(node if n.name == node.name else n for n in self.nodes))
+
+    @property
+    def recipients(self) -> tuple[str, ...]:
+        """Every recipient a node's copy was encrypted for, at the export (() in plain text)."""
+        return tuple(dict.fromkeys(r for n in self.nodes for r in n.recipients))
+
+    def copy_description(self) -> str:
+        """Where the copy is and, encrypted, for whom (`ringsnap show`)."""
+        where = self.destination or "s3"
+        recipients = self.recipients
+        if not recipients:
+            return where
+        plain = [n.name for n in self.nodes if n.exported and not n.recipients]
+        described = f"{where} (encrypted on the nodes for {', '.join(recipients)}, at export"
+        return described + (f"; in plain text: {', '.join(plain)})" if plain else ")")
 
     @property
     def exported_nodes(self) -> tuple[str, ...]:

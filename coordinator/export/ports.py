@@ -42,6 +42,8 @@ class NodeUpload:
     commitlog_bytes: int
     commitlog_note: str
     seconds: float
+    #: An encrypted copy's recipients ("age:age1..."); () in plain text.
+    recipients: tuple[str, ...] = ()
 
 
 class ExportNodePort(CloneMounter, Protocol):

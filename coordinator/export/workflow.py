@@ -311,6 +311,7 @@ class ExportWorkflow:
             commitlog_segments=upload.commitlog_segments,
             commitlog_bytes=upload.commitlog_bytes,
             commitlog_note=upload.commitlog_note,
+            recipients=upload.recipients,
             manifest_key=upload.manifest_key,
             seconds=time.monotonic() - started,
         )

@@ -132,7 +132,7 @@ def s3_stack(
     sandbox_cluster.wait_until_up_normal()
 
 
-def _export(config: CoordinatorConfig, backup: Backup) -> None:
+def _export(config: CoordinatorConfig, backup: Backup, recipient: str) -> None:
     async def run() -> None:
         catalog = Catalog(config.coordinator.catalog)
         try:
@@ -140,6 +140,8 @@ def _export(config: CoordinatorConfig, backup: Backup) -> None:
                 record = await session.export(backup.id, parallel_nodes=3)
                 assert record.state is ExportState.SUCCEEDED, record
                 assert all(n.commitlog_segments > 0 for n in record.nodes), record.nodes
+                # `ringsnap show` says the copy is encrypted, and for whom.
+                assert f"encrypted on the nodes for age:{recipient}" in record.copy_description()
         finally:
             catalog.close()
 
@@ -292,7 +294,7 @@ def test_ring_restored_from_s3_with_the_array_lost_and_a_corrupt_object_refused(
     settings = S3Settings.model_validate(s3_table)
     session = _tables_before_the_backup(sandbox_cluster)
     backup, acked_before, begun_after = backup_under_writes(sandbox_cluster, config)
-    _export(config, backup)
+    _export(config, backup, copy_keys.recipient)
     _assert_nothing_in_plain_text(sandbox_cluster, settings, s3_server, copy_keys)
     _delete_array_snapshots(config, backup)
 

@@ -66,7 +66,7 @@ def test_a_systemd_credential_gives_the_key(
 def test_what_is_not_a_key_file_is_refused_naming_it_without_quoting_it(tmp_path: Path) -> None:
     path = tmp_path / "notes.txt"
     path.write_text("AGE-SECRET-KEY-1NOTAKEYATALLBUTCLOSE\n")
-    with pytest.raises(ValidationError, match="notes.txt") as refused:
+    with pytest.raises(ValidationError, match=r"notes\.txt") as refused:
         RestoreKeys.of_reference(str(path))
     assert "NOTAKEY" not in str(refused.value)
     with pytest.raises(ValidationError, match="cannot read"):
@@ -188,9 +188,7 @@ def test_the_daemons_api_carries_the_keys_of_a_restore_and_of_a_table_restore(
     from ringsnap.coordinator.restore.s3_keys import restore_keys_of
 
     _, secret, public = _key_file(tmp_path)
-    ring = servicer._restore_request(
-        "rs-1", [], pb.RESTORE_MODE_S3, False, "me", age_keys=[secret]
-    )
+    ring = servicer._restore_request("rs-1", [], pb.RESTORE_MODE_S3, False, "me", age_keys=[secret])
     assert ring.keys.age == (secret,) and ring.keys.recipients == (public,)
     assert secret not in repr(ring)
 

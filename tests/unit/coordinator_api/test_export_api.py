@@ -6,7 +6,9 @@ The proof of an export itself is tests/integration/test_s3_copy.py (real ring, a
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import grpc
 
@@ -92,6 +94,57 @@ def test_export_records_and_the_copy_in_list_and_show(harness: Harness) -> None:
         BACKUP: "s3://copies/prod/",
         "rs-20261124-040000-abcd": "",
     }
+
+
+def test_show_says_a_copy_is_encrypted_and_for_whom(harness: Harness) -> None:
+    """`ringsnap show` (GetBackup's off_array_copy): an encrypted copy names its recipients as
+    the nodes' exports reported them; a node exported in plain text is named too."""
+    harness.seed_backup(BACKUP, STARTED)
+    stub = harness.stub()
+    age = "age:age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p"
+    nodes = tuple(
+        NodeExport(name, step=NodeStep.DONE, exported=True, recipients=(age,))
+        for name in ("n1", "n2")
+    )
+    record = ExportRecord(
+        backup_id=BACKUP,
+        cluster="prod",
+        started_at=STARTED,
+        nodes=nodes,
+        state=ExportState.SUCCEEDED,
+        destination="s3://copies/prod/",
+    )
+    harness.catalog.save_export(record)
+
+    shown = stub.GetBackup(pb.GetBackupRequest(backup_id=BACKUP), timeout=10).off_array_copy
+
+    assert shown == f"s3://copies/prod/ (encrypted on the nodes for {age}, at export)"
+    harness.catalog.save_export(replace(record, nodes=(nodes[0], replace(nodes[1], recipients=()))))
+    mixed = stub.GetBackup(pb.GetBackupRequest(backup_id=BACKUP), timeout=10).off_array_copy
+    assert mixed.endswith(f"for {age}, at export; in plain text: n2)"), mixed
+
+
+def test_the_agents_export_result_names_the_recipients_it_encrypted_for(tmp_path: Path) -> None:
+    from ringsnap.agent.s3.commitlog import CommitlogExport
+    from ringsnap.agent.s3.export import ExportResult
+    from ringsnap.agent.s3.rpc import copy_recipients, result_message
+    from ringsnap.agent.s3.settings import S3Settings
+    from ringsnap.coordinator.agents.export import node_upload
+
+    recipient = "age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p"
+    name_key = tmp_path / "name.key"
+    name_key.write_text("ab" * 32)
+    encrypted = S3Settings(
+        bucket="copies",
+        encryption={"recipients": [recipient], "name_key_file": str(name_key)},  # type: ignore[arg-type]
+    )
+    assert copy_recipients(encrypted) == [f"age:{recipient}"]
+    assert copy_recipients(S3Settings(bucket="copies")) == []
+    sstables = ExportResult("b1", "n1", "k", 1, 2, 1, 2, 0, 1, 1.0)
+    message = result_message(
+        sstables, CommitlogExport("c", 0, 0, 0, 0), "", 1.0, copy_recipients(encrypted)
+    )
+    assert node_upload(message.result).recipients == (f"age:{recipient}",)
 
 
 def test_start_export_refuses_before_anything_is_made(harness: Harness) -> None:

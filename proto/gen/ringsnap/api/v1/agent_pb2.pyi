@@ -1907,6 +1907,7 @@ class S3ExportResult(_message.Message):
     COMMITLOG_BYTES_UPLOADED_FIELD_NUMBER: _builtins.int
     COMMITLOG_NOTE_FIELD_NUMBER: _builtins.int
     SECONDS_FIELD_NUMBER: _builtins.int
+    RECIPIENTS_FIELD_NUMBER: _builtins.int
     manifest_key: _builtins.str
     components: _builtins.int
     bytes_total: _builtins.int
@@ -1921,6 +1922,12 @@ class S3ExportResult(_message.Message):
     commitlog_note: _builtins.str
     """Why no segment was copied (a native snapshot, a commit log on no clone); empty otherwise."""
     seconds: _builtins.float
+    @_builtins.property
+    def recipients(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """An encrypted copy (`[s3.encryption]`): the recipients its run keys were wrapped for
+        ("age:age1..."); empty: the copy is in plain text.
+        """
+
     def __init__(
         self,
         *,
@@ -1937,10 +1944,11 @@ class S3ExportResult(_message.Message):
         commitlog_bytes_uploaded: _builtins.int = ...,
         commitlog_note: _builtins.str = ...,
         seconds: _builtins.float = ...,
+        recipients: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_total", b"bytes_total", "bytes_uploaded", b"bytes_uploaded", "commitlog_bytes", b"commitlog_bytes", "commitlog_bytes_uploaded", b"commitlog_bytes_uploaded", "commitlog_key", b"commitlog_key", "commitlog_note", b"commitlog_note", "commitlog_segments", b"commitlog_segments", "commitlog_segments_uploaded", b"commitlog_segments_uploaded", "components", b"components", "files_uploaded", b"files_uploaded", "manifest_key", b"manifest_key", "multipart_uploads_aborted", b"multipart_uploads_aborted", "seconds", b"seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_total", b"bytes_total", "bytes_uploaded", b"bytes_uploaded", "commitlog_bytes", b"commitlog_bytes", "commitlog_bytes_uploaded", b"commitlog_bytes_uploaded", "commitlog_key", b"commitlog_key", "commitlog_note", b"commitlog_note", "commitlog_segments", b"commitlog_segments", "commitlog_segments_uploaded", b"commitlog_segments_uploaded", "components", b"components", "files_uploaded", b"files_uploaded", "manifest_key", b"manifest_key", "multipart_uploads_aborted", b"multipart_uploads_aborted", "recipients", b"recipients", "seconds", b"seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
