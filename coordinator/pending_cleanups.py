@@ -67,7 +67,9 @@ class PendingCleanups:
                 elif (clone := cleanup_clone(cleanup.snapshot_name)) is not None:
                     if (holder := self.leases.holder(clone.cluster)) is not None:
                         # Its drill or export may still be using it: the next round retries.
-                        log.info("clone cleanup deferred", clone=cleanup.name, by=holder.describe())
+                        log.info(
+                            "clone cleanup deferred", clone=cleanup.name, by=holder.describe()
+                        )
                         continue
                     await delete_clone(clone, array, self._drill_hosts(), self._clone_holders)
                 elif cleanup.ref is not None:
