@@ -94,7 +94,7 @@ def test_the_request_carries_the_keys_and_the_agent_opens_them_for_the_call(
 ) -> None:
     path, secret, public = _key_file(tmp_path)
     messages = key_messages(RestoreKeys.of_reference(str(path)))
-    request = agent_pb2.DownloadFromS3Request(operation_id="rr-1", keys=messages)
+    request = agent_pb2.DownloadFromS3Request(run_id="rr-1", keys=messages)
     wire = agent_pb2.DownloadFromS3Request.FromString(request.SerializeToString())
 
     (identity,) = identities_of(wire.keys)
