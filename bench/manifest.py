@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ringsnap.agent import manifest as manifest_module
-from ringsnap.agent.server import manifest_batch_message
+from ringsnap.agent.messages import manifest_batch_message
 from ringsnap.sandbox.loopfs import loop_filesystem, unavailable_reason
 
 BTI = ("Data.db", "Partitions.db", "Rows.db", "Filter.db", "Statistics.db", "CompressionInfo.db")

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ringsnap.agent.manifest import SSTable, manifest
-from ringsnap.agent.server import manifest_batch_message
+from ringsnap.agent.messages import manifest_batch_message
 from ringsnap.errors import ValidationError
 
 TABLE_ID = "5a1c395e2f1b11ef9a3c5b1d0c6e8f00"
