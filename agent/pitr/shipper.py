@@ -29,12 +29,18 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ringsnap.agent.pitr.archiving import FAILED_PREFIX, install_spool, write_properties
+from ringsnap.agent.pitr.archiving import (
+    FAILED_PREFIX,
+    install_spool,
+    restore_point_of,
+    write_properties,
+)
 from ringsnap.agent.pitr.keys import Piece, PitrKeys, SegmentState, list_segments
 from ringsnap.agent.pitr.segment import SegmentName, SegmentUnreadable, synced_end
 from ringsnap.agent.pitr.settings import PitrSettings
 from ringsnap.agent.s3.client import S3Client
 from ringsnap.agent.s3.settings import S3Settings
+from ringsnap.errors import RingsnapError
 from ringsnap.logs import get_logger
 
 log = get_logger(__name__)
@@ -107,8 +113,15 @@ class CommitlogShipper:
         """The spool (armed) and the properties file with the archive_command. Enabling archiving
         takes a Cassandra restart (it reads the file at start-up only)."""
         install_spool(self.spool)
-        from ringsnap.agent.pitr.archiving import restore_point_of
-
+        spool_device = os.stat(self.spool).st_dev
+        commitlog_device = os.stat(self.commitlog_directory).st_dev
+        if spool_device != commitlog_device:
+            # Every hard link would fail: each completed segment would be a hole.
+            raise RingsnapError(
+                f"pitr.spool_directory {self.spool} is not on the filesystem of the commit log"
+                f" ({self.commitlog_directory}): the archive_command hard-links segments into it;"
+                " choose a directory on the commit log's filesystem"
+            )
         if restore_point_of(self.settings.properties_file) is None:
             write_properties(self.settings.properties_file, self.spool)
 

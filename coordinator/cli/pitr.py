@@ -39,7 +39,14 @@ def pitr_status_lines(config: Path | None) -> list[str]:
 
 
 def restore_to_time(
-    config: Path | None, cluster: str, when: str, *, dry_run: bool, yes: bool, as_json: bool
+    config: Path | None,
+    cluster: str,
+    when: str,
+    *,
+    dry_run: bool,
+    yes: bool,
+    as_json: bool,
+    from_s3: bool = False,
 ) -> None:
     """Plan (the base backup, each node's segments and bytes), confirm, run, report."""
     try:
@@ -83,7 +90,12 @@ def restore_to_time(
         confirm(cluster, yes)
         record = asyncio.run(
             run_point_in_time(
-                loaded, cluster, target_ms, operator_name(), ProgressPrinter(quiet=as_json)
+                loaded,
+                cluster,
+                target_ms,
+                operator_name(),
+                ProgressPrinter(quiet=as_json),
+                from_s3=from_s3,
             )
         )
     except RingsnapError as exc:

@@ -212,7 +212,13 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
     if to:
         from ringsnap.coordinator.cli.pitr import restore_to_time
 
-        restore_to_time(config, cluster, to, dry_run=dry_run, yes=yes, as_json=as_json)
+        try:
+            from_s3 = _mode_with_source(mode, source) is RestoreMode.S3
+        except CliError as error:
+            fail(error, as_json)
+        restore_to_time(
+            config, cluster, to, dry_run=dry_run, yes=yes, as_json=as_json, from_s3=from_s3
+        )
         return
     if abort and abort.startswith("rr-"):
         from ringsnap.coordinator.cli.restore_abort import abort_ring_restore

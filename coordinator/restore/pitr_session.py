@@ -86,14 +86,23 @@ async def run_point_in_time(
     target_ms: int,
     requested_by: str,
     progress: Progress | None = None,
+    *,
+    from_s3: bool = False,
 ) -> RestoreRecord:
+    """`from_s3`: the base backup comes from its S3 copy (the array's snapshots lost), as
+    `restore --from s3`; the commit log is placed the same way after its install."""
     catalog = await asyncio.to_thread(Catalog, config.coordinator.catalog)
     try:
         async with open_restore_session(config, cluster_name, catalog=catalog) as session:
             summaries = await asyncio.to_thread(catalog.backup_summaries, cluster_name)
             base = base_backup(summaries, target_ms)
             plan = await session.plan(
-                RestoreRequest(base.id, (), RestoreMode.REVERT, requested_by=requested_by)
+                RestoreRequest(
+                    base.id,
+                    (),
+                    RestoreMode.S3 if from_s3 else RestoreMode.REVERT,
+                    requested_by=requested_by,
+                )
             )
             if plan.refused:
                 raise RestoreRefused("; ".join(plan.refusals))
@@ -107,6 +116,7 @@ async def run_point_in_time(
                     CatalogRestoreJournal(catalog),
                     seeds=session.cluster.seeds,
                     settings=session.settings,
+                    s3_agents=session.s3_agents,
                     point=PointInTime(target_ms, pitr, _prover(config, cluster_name)),
                     **kwargs,
                 )

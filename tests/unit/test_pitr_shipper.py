@@ -29,6 +29,7 @@ from ringsnap.agent.pitr.keys import Piece, PitrKeys, SegmentState, gaps, list_s
 from ringsnap.agent.pitr.settings import PitrSettings
 from ringsnap.agent.pitr.shipper import CommitlogShipper
 from ringsnap.agent.s3.settings import S3Settings
+from ringsnap.errors import RingsnapError
 from tests.support.segments import FakeSegment
 
 BUCKET = "pitr-test"
@@ -388,3 +389,23 @@ def test_a_restart_s_jump_in_segment_ids_is_no_hole() -> None:
     states["CommitLog-7-1002.log"] = SegmentState("CommitLog-7-1002.log", [Piece(0, 10, 0)])
     assert gaps(states) == ["1 segment(s) missing before CommitLog-7-1002.log"]
     assert gaps(states, from_id=1002) == []
+
+
+def test_a_spool_on_another_filesystem_is_refused_at_start(
+    client: Any, node: tuple[Path, PitrSettings]
+) -> None:
+    """Every hard link would fail there: the agent refuses to ship rather than report a hole for
+    each segment."""
+    commitlog, settings = node
+    elsewhere = Path("/dev/shm") / f"ringsnap-spool-test-{os.getpid()}"
+    if os.stat("/dev/shm").st_dev == os.stat(commitlog).st_dev:
+        pytest.fail("/dev/shm is expected on a filesystem of its own (tmpfs)")
+    moved = settings.model_copy(update={"spool_directory": elsewhere})
+    shipper = CommitlogShipper(client, S3, moved, "node1", commitlog)
+    try:
+        with pytest.raises(RingsnapError, match="not on the filesystem of the commit log"):
+            shipper.install()
+    finally:
+        for entry in elsewhere.glob("*"):
+            entry.unlink()
+        elsewhere.rmdir()

@@ -5,6 +5,7 @@ node whose time canaries do not show T is not proven; a single node is refused."
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
@@ -14,7 +15,15 @@ from ringsnap.coordinator.restore.pitr_ports import NodePlacement, PlacedSegment
 from ringsnap.coordinator.restore.plan import RestoreRequest
 from ringsnap.coordinator.restore.workflow import RestoreRefused
 from ringsnap.coordinator.time_canary import TimeProof
-from tests.support.restore_world import NODES, Events, Rig, first_index, last_index
+from tests.support.restore_world import (
+    NODES,
+    Events,
+    Rig,
+    first_index,
+    last_index,
+    restore_backup,
+)
+from tests.support.s3_restore_fakes import S3, S3Rig
 
 TARGET = 1_764_396_000_123
 
@@ -81,3 +90,32 @@ def test_a_single_node_is_refused_before_anything_changes() -> None:
     with pytest.raises(RestoreRefused, match="whole ring"):
         asyncio.run(_workflow(rig, {}).run(plan, "me"))
     assert not [e for e in rig.events if e.endswith((":stop", ":place"))]
+
+
+def test_from_the_s3_copy_the_log_is_placed_after_the_copy_s_own_commit_log() -> None:
+    """The array lost: the base comes from its S3 copy (downloaded, installed, its own segments
+    put in the emptied commit-log directory), then the shipped log is placed before the start."""
+    rig = S3Rig()
+    rig.array.missing = True
+    plan = rig.plan(S3, replace(restore_backup(), lost_reason="array destroyed"))
+    assert not plan.refused, plan.refusals
+
+    async def prove(host_id: str, target_ms: int) -> TimeProof:
+        return TimeProof(True, "time canary at T present")
+
+    point = PointInTime(TARGET, {n: FakePitr(n, rig.events) for n in NODES}, prove)
+    workflow = PointInTimeWorkflow(
+        rig.agents,
+        {"array1": rig.array},
+        rig.ring,
+        rig.journal,
+        seeds=["node2"],
+        s3_agents=rig.s3,
+        point=point,
+    )
+    record = asyncio.run(workflow.run(plan, "me"))
+    assert record.state is RestoreState.PROVEN, record.error
+    events = rig.events
+    assert last_index(events, ":commitlog") < first_index(events, ":place")
+    assert last_index(events, ":place") < first_index(events, ":start:gossip")
+    assert not any(e.startswith("array:") for e in events)
