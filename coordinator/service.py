@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+from ringsnap.agent.s3.client import make_client
 from ringsnap.coordinator import catalog_metrics
 from ringsnap.coordinator.backup import (
     new_backup_id,
@@ -38,6 +39,8 @@ from ringsnap.coordinator.model import (
 )
 from ringsnap.coordinator.operations import Operation, Operations
 from ringsnap.coordinator.pending_cleanups import PendingCleanups
+from ringsnap.coordinator.pitr_retention import purge_shipped_log
+from ringsnap.coordinator.pitr_window import pitr_clusters
 from ringsnap.coordinator.ports import AgentPort, ArrayPort
 from ringsnap.coordinator.restore.daemon import DaemonRestores
 from ringsnap.coordinator.retention import RetentionPlan, apply_policy
@@ -357,7 +360,19 @@ class Coordinator:
             )
             await self.delete_backup(decision.backup.id, f"retention ({policy}): {decision.reason}")
             self.metrics.retention_deleted(cluster)
+        await self._purge_shipped_log(cluster)
         return plan
+
+    async def _purge_shipped_log(self, cluster: str) -> None:
+        """The shipped commit log no retained backup needs goes with them (docs/pitr.md)."""
+        nodes = pitr_clusters(self.config).get(cluster)
+        if not nodes or self.config.s3 is None:
+            return
+        summaries = await asyncio.to_thread(self.catalog.backup_summaries, cluster)
+        starts = [s.started_at for s in summaries if s.restorable]
+        if starts:
+            client = make_client(self.config.s3)
+            await asyncio.to_thread(purge_shipped_log, client, self.config.s3, nodes, min(starts))
 
     # -- recovery --------------------------------------------------------------------------------
 
