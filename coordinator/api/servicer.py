@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import TypeVar
 
 from ringsnap import names
 from ringsnap.api.v1 import coordinator_pb2 as pb
@@ -34,6 +35,8 @@ from ringsnap.logs import get_logger
 from ringsnap.rpcerrors import Context
 
 log = get_logger(__name__)
+
+_Record = TypeVar("_Record")
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["CoordinatorService"].full_name
 #: ListBackups in the FULL view: at most this many backups a page (each holds its whole ring).
@@ -61,6 +64,21 @@ def _printable(value: str, field: str) -> str:
     if len(value) > _MAX_TRIGGER or not value.isprintable():
         raise ValidationError(f"{field} must be printable and at most {_MAX_TRIGGER} characters")
     return value
+
+
+async def _newest(
+    lister: Callable[..., list[_Record]], cluster: str, limit: int, **filters: object
+) -> list[_Record]:
+    """A catalog listing, newest first: one cluster's or every cluster's (""), at most `limit`
+    records (0: the default)."""
+    return await asyncio.to_thread(
+        lister, cluster or None, limit=limit or DEFAULT_RESTORE_LIMIT, **filters
+    )
+
+
+def _requested_by(value: str) -> str:
+    """Who asked, as the audit records it: the request's words (or "api") and the caller."""
+    return access.attributed(_printable(value or "api", "requested_by"))
 
 
 _RESTORE_MODES = {
@@ -199,7 +217,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     async def StartRestore(
         self, request: pb.StartRestoreRequest, context: Context
     ) -> types_pb2.Operation:
-        requested_by = access.attributed(_printable(request.requested_by or "api", "requested_by"))
+        requested_by = _requested_by(request.requested_by)
         confirm = _printable(request.confirm_cluster, "confirm_cluster")
         if request.resume_id:
             operation = await self._coordinator.restores.resume_restore(
@@ -240,10 +258,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     async def ListRestores(
         self, request: pb.ListRestoresRequest, context: Context
     ) -> pb.ListRestoresResponse:
-        records = await asyncio.to_thread(
-            self._coordinator.catalog.list_restores,
-            request.cluster or None,
-            limit=request.limit or DEFAULT_RESTORE_LIMIT,
+        records = await _newest(
+            self._coordinator.catalog.list_restores, request.cluster, request.limit
         )
         return pb.ListRestoresResponse(restores=[messages.restore(r) for r in records])
 
@@ -251,7 +267,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     async def StartDrill(
         self, request: pb.StartRestoreDrillRequest, context: Context
     ) -> types_pb2.Operation:
-        requested_by = access.attributed(_printable(request.requested_by or "api", "requested_by"))
+        requested_by = _requested_by(request.requested_by)
         operation = await self._coordinator.start_drill(
             drill_request(request, requested_by), drill_id=request.drill_id
         )
@@ -280,11 +296,11 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
             raise ValidationError(
                 f"limit {request.limit} is negative: give 0 (the default) or more"
             )
-        records = await asyncio.to_thread(
+        records = await _newest(
             self._coordinator.catalog.list_drills,
-            request.cluster or None,
+            request.cluster,
+            request.limit,
             backup_id=request.backup_id or None,
-            limit=request.limit or DEFAULT_RESTORE_LIMIT,
         )
         return pb.ListRestoreDrillsResponse(drills=[drill_message(r) for r in records])
 
@@ -300,10 +316,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     async def ListTableRestores(
         self, request: pb.ListTableRestoresRequest, context: Context
     ) -> pb.ListTableRestoresResponse:
-        records = await asyncio.to_thread(
-            self._coordinator.catalog.list_table_restores,
-            request.cluster or None,
-            limit=request.limit or DEFAULT_RESTORE_LIMIT,
+        records = await _newest(
+            self._coordinator.catalog.list_table_restores, request.cluster, request.limit
         )
         return pb.ListTableRestoresResponse(
             table_restores=[table_restore_message(r) for r in records]
@@ -315,7 +329,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     async def StartExport(
         self, request: pb.StartExportRequest, context: Context
     ) -> types_pb2.Operation:
-        requested_by = access.attributed(_printable(request.requested_by or "api", "requested_by"))
+        requested_by = _requested_by(request.requested_by)
         operation = await start_export(
             self._coordinator.config,
             self._coordinator.catalog,
@@ -339,10 +353,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     async def ListExports(
         self, request: pb.ListExportsRequest, context: Context
     ) -> pb.ListExportsResponse:
-        records = await asyncio.to_thread(
-            self._coordinator.catalog.list_exports,
-            request.cluster or None,
-            limit=request.limit or DEFAULT_RESTORE_LIMIT,
+        records = await _newest(
+            self._coordinator.catalog.list_exports, request.cluster, request.limit
         )
         return pb.ListExportsResponse(exports=[export_message(r) for r in records])
 
@@ -350,7 +362,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     async def AbortRestore(
         self, request: pb.AbortRestoreRequest, context: Context
     ) -> types_pb2.Operation:
-        requested_by = access.attributed(_printable(request.requested_by or "api", "requested_by"))
+        requested_by = _requested_by(request.requested_by)
         operation = await start_abort(
             self._coordinator.config,
             self._coordinator.catalog,
@@ -366,23 +378,19 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     async def PlanPurge(
         self, request: pb.PurgeExportsRequest, context: Context
     ) -> pb.PurgeExportsResponse:
-        c = self._coordinator
-        result, operation_id = await purge_through_daemon(
-            c.config,
-            c.catalog,
-            c.operations,
-            c.leases,
-            request.cluster,
-            min_age_seconds=purge_min_age(request),
-            dry_run=True,
-        )
-        return purge_response(result, operation_id)
+        return await self._purge(request, dry_run=True)
 
     @unary
     async def PurgeExports(
         self, request: pb.PurgeExportsRequest, context: Context
     ) -> pb.PurgeExportsResponse:
-        requested_by = access.attributed(_printable(request.requested_by or "api", "requested_by"))
+        return await self._purge(
+            request, dry_run=False, requested_by=_requested_by(request.requested_by)
+        )
+
+    async def _purge(
+        self, request: pb.PurgeExportsRequest, *, dry_run: bool, requested_by: str = "api"
+    ) -> pb.PurgeExportsResponse:
         c = self._coordinator
         result, operation_id = await purge_through_daemon(
             c.config,
@@ -391,7 +399,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
             c.leases,
             request.cluster,
             min_age_seconds=purge_min_age(request),
-            dry_run=False,
+            dry_run=dry_run,
             requested_by=requested_by,
         )
         return purge_response(result, operation_id)
@@ -409,7 +417,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     async def StartTableRestore(
         self, request: pb.StartTableRestoreRequest, context: Context
     ) -> types_pb2.Operation:
-        requested_by = access.attributed(_printable(request.requested_by or "api", "requested_by"))
+        requested_by = _requested_by(request.requested_by)
         operation = await self._coordinator.start_table_restore(
             table_restore_api.start_of(request, requested_by)
         )
