@@ -7,7 +7,10 @@
 
 Each clone is attached by the configured `[volumes] attach_command` (the same hook a clone restore
 uses: RINGSNAP_VOLUME, RINGSNAP_ARRAY, RINGSNAP_SERIAL, RINGSNAP_WWN in its environment; its last
-stdout line is the device) and mounted at `<state>/clones/<purpose>/<role>[-n]`. A clone carries
+stdout line is the device) or, without a hook, found by the identity the array gave when the
+coordinator presented it to this host (`agent.discovery`: rescans until its by-id link appears),
+then checked to hold the source volume's filesystem (its UUID, when the coordinator gives it), and
+mounted at `<state>/clones/<purpose>/<role>[-n]`. A clone carries
 the filesystem UUID of the live volume, possibly on the same host, so XFS is mounted with `nouuid`;
 read-only mounts also skip log recovery (`norecovery` for XFS, `noload` for ext4) so that nothing
 is written to the clone at all.
@@ -33,6 +36,7 @@ from pathlib import Path
 from ringsnap import logs
 from ringsnap.agent import process
 from ringsnap.agent.config import VolumesSection
+from ringsnap.agent.discovery import Rescan, SysfsRescan, check_fs_uuid, wait_for_device
 from ringsnap.agent.durable import write_durably
 from ringsnap.agent.errors import CommandFailed, CommandTimeout, Conflict, NotFound
 from ringsnap.agent.mounts import Host
@@ -83,6 +87,8 @@ class CloneVolume:
     serial: str = ""
     wwn: str = ""
     source_mount_point: str = ""
+    #: The filesystem UUID of the volume it is a clone of ("": not checked).
+    fs_uuid: str = ""
 
     def checked(self) -> CloneVolume:
         if self.role not in ROLES:
@@ -93,6 +99,7 @@ class CloneVolume:
         _check_word(self.array, "array name")
         _check_word(self.serial, "serial")
         _check_word(self.wwn, "WWN")
+        _check_word(self.fs_uuid, "filesystem UUID")
         return replace(self, source_mount_point=check_mount_point(self.source_mount_point))
 
 
@@ -111,11 +118,18 @@ class MountedClone:
     device: str = ""
     fs_type: str = ""
     options: tuple[str, ...] = ()
+    expected_fs_uuid: str = ""
 
     @property
     def request(self) -> CloneVolume:
         return CloneVolume(
-            self.role, self.array, self.volume, self.serial, self.wwn, self.source_mount_point
+            self.role,
+            self.array,
+            self.volume,
+            self.serial,
+            self.wwn,
+            self.source_mount_point,
+            self.expected_fs_uuid,
         )
 
 
@@ -218,6 +232,7 @@ class CloneMounter:
         *,
         host: Host | None = None,
         before_unmount: Callable[[str], Awaitable[None]] | None = None,
+        rescan: Rescan | None = None,
     ) -> None:
         self.settings = settings
         self.directory = state_directory / CLONES_DIRECTORY
@@ -225,6 +240,8 @@ class CloneMounter:
         self.host = host or Host()
         #: Called with the purpose before its clones are unmounted (a drill stops its node).
         self.before_unmount = before_unmount
+        #: How a clone attached by identity is looked for (SCSI host scans, NVMe rescans).
+        self.rescan: Rescan = rescan or SysfsRescan()
         self._lock = asyncio.Lock()
 
     def base(self, purpose_id: str) -> Path:
@@ -253,10 +270,12 @@ class CloneMounter:
         names = [volume.volume for volume in wanted]
         if len(set(names)) != len(names):
             raise ValidationError(f"MountClones for {purpose_id!r} names a volume twice")
-        if not self.settings.attach_command:
+        unknown = [v.volume for v in wanted if not v.wwn]
+        if not self.settings.attach_command and unknown:
             raise Conflict(
-                "MountClones needs [volumes] attach_command in the agent's configuration: it is"
-                " what attaches a clone to this host"
+                f"clones {', '.join(unknown)} come with no identity (the coordinator did not"
+                " present them to this host: is the array's driver able to?) and this agent has"
+                " no [volumes] attach_command to attach them otherwise"
             )
         async with self._lock:
             record = self.records.load(purpose_id)
@@ -274,6 +293,7 @@ class CloneMounter:
                             volume.wwn,
                             volume.source_mount_point,
                             point,
+                            expected_fs_uuid=volume.fs_uuid,
                         )
                         for volume, point in zip(wanted, points, strict=True)
                     ],
@@ -304,6 +324,14 @@ class CloneMounter:
             self.records.save(record)
             return updated
 
+        if (clone.state == ATTACHING or not clone.device) and not self.settings.attach_command:
+            device = await wait_for_device(
+                clone.wwn,
+                self.settings.by_id_dir,
+                rescan=self.rescan,
+                is_block_device=lambda path: self.host.block_device_number(path) is not None,
+            )
+            clone = save(replace(clone, state=ATTACHED, device=device))
         if clone.state == ATTACHING or not clone.device:
             assert self.settings.attach_command is not None
             result = await self._hook(
@@ -338,6 +366,9 @@ class CloneMounter:
         busy = await asyncio.to_thread(self.host.busy_reason, clone.device)
         if busy:
             raise Conflict(f"clone {clone.volume} ({clone.device}) cannot be mounted: {busy}")
+        if clone.expected_fs_uuid:
+            found = await self.host.fs_uuid(clone.device)
+            check_fs_uuid(clone.volume, clone.device, found, clone.expected_fs_uuid)
         fs_type = await self.fs_type(clone.device)
         if not fs_type:
             raise Conflict(f"clone {clone.volume} ({clone.device}) holds no filesystem blkid knows")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from functools import partial
+from pathlib import Path
 
 import grpc
 import grpc.aio
@@ -18,6 +19,7 @@ from ringsnap.agent import errors as agent_errors
 from ringsnap.agent import manifest
 from ringsnap.agent.clones import CloneMounter, CloneVolume
 from ringsnap.agent.drill.host import DrillHost, TooManyDrills
+from ringsnap.agent.initiators import read_initiators
 from ringsnap.agent.messages import (
     drill_request,
     drill_status_message,
@@ -90,6 +92,9 @@ def delegated_stream(
 
 
 class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
+    #: Where the host's initiator files are read (`agent.initiators`); tests point it elsewhere.
+    initiators_root = Path("/")
+
     def __init__(
         self,
         agent: NodeAgent,
@@ -210,7 +215,8 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     async def GetVolumeState(
         self, request: agent_pb2.GetVolumeStateRequest, context: Context
     ) -> agent_pb2.VolumeState:
-        return volume_state_message(await self._agent.volume_state())
+        initiators = await asyncio.to_thread(read_initiators, self.initiators_root)
+        return volume_state_message(await self._agent.volume_state(), initiators)
 
     @unary
     async def ReleaseVolumes(
@@ -286,7 +292,9 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         mounts = await self._clones.mount(
             request.run_id,
             [
-                CloneVolume(v.role, v.array, v.volume, v.serial, v.wwn, v.source_mount_point)
+                CloneVolume(
+                    v.role, v.array, v.volume, v.serial, v.wwn, v.source_mount_point, v.fs_uuid
+                )
                 for v in request.volumes
             ],
             read_only=request.read_only,

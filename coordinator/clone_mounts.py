@@ -4,8 +4,10 @@ types for the drill host, table restores and exports."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
+
+from ringsnap.coordinator.ports import VolumeState
 
 
 @dataclass(frozen=True)
@@ -19,6 +21,10 @@ class CloneToMount:
     serial: str = ""
     wwn: str = ""
     source_mount_point: str = ""
+    #: The source volume's filesystem UUID: the agent refuses a device holding another.
+    fs_uuid: str = ""
+    #: The clone's id on the array (presenting it needs it; never sent to the agent).
+    volume_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -41,3 +47,20 @@ class CloneMounter(Protocol):
     ) -> Sequence[MountedClone]: ...
 
     async def unmount_clones(self, purpose_id: str) -> Sequence[str]: ...
+
+
+class VolumeReporter(Protocol):
+    """A node's agent as GetVolumeState answers (the filesystems under its Cassandra
+    directories, with their UUIDs)."""
+
+    async def volume_state(self) -> VolumeState: ...
+
+
+async def with_source_uuids(
+    node: VolumeReporter, clones: Sequence[CloneToMount]
+) -> list[CloneToMount]:
+    """`clones` with the filesystem UUID of the volume each stands for, as the node reports it
+    mounted at the source mount point: the agent refuses a device that holds another."""
+    state = await node.volume_state()
+    uuids = {v.mount_point: v.fs_uuid for v in state.volumes if v.mounted}
+    return [replace(c, fs_uuid=c.fs_uuid or uuids.get(c.source_mount_point, "")) for c in clones]

@@ -88,6 +88,19 @@ def _timezone(value: str) -> str:
     return value
 
 
+_ARRAY_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,95}$")
+
+
+def _array_host(value: str) -> str:
+    if not _ARRAY_HOST.match(value):
+        raise ValueError(
+            f"{value!r} is not an array host object name: 1-96 letters, digits, '_', '.', ':'"
+            " or '-', starting with a letter or digit (the name of the host, initiator group or"
+            " E-Series host on the array that holds this host's initiators)"
+        )
+    return value
+
+
 def _keyspace(value: str) -> str:
     return names.keyspace_name(value)
 
@@ -96,6 +109,7 @@ Name = Annotated[str, AfterValidator(_name)]
 ListenAddress = Annotated[str, AfterValidator(_listen)]
 AgentAddress = Annotated[str, AfterValidator(_agent)]
 ContactPoint = Annotated[str, AfterValidator(_contact_point)]
+ArrayHost = Annotated[str, AfterValidator(_array_host)]
 Seconds = Annotated[float, Field(gt=0, le=3600)]
 
 
@@ -162,6 +176,9 @@ class NodeSection(Section):
     agent: AgentAddress
     #: The node's array volumes: data and commit log (`snapshots = "array"`); none with "native".
     volumes: list[VolumeSection] = Field(default_factory=list)
+    #: The array's host object for this node (FlashArray host, ONTAP igroup, E-Series host) that
+    #: clones are mapped to; default: the one holding an initiator the node's agent reports.
+    array_host: ArrayHost | None = None
 
     def missing_roles(self) -> list[VolumeRole]:
         """The roles an array backup of this node needs and no volume has."""
@@ -181,6 +198,8 @@ class DrillSection(Section):
     max_parallel: int = Field(default=1, ge=1, le=64)
     #: The drill host tears a node's drill down by itself after this long.
     deadline_seconds: float = Field(default=1800.0, gt=0, le=86400)
+    #: The drill host's host object on the arrays (see `NodeSection.array_host`).
+    array_host: ArrayHost | None = None
 
 
 class ClusterSection(Section):
@@ -223,6 +242,17 @@ class ClusterSection(Section):
                 f"drill.agent {self.drill.agent} is the agent of a node of cluster {self.name}:"
                 " drills run on a drill host of their own"
             )
+        hosts = [(f"node {n.name}", n.array_host) for n in self.nodes if n.array_host]
+        if self.drill is not None and self.drill.array_host:
+            hosts.append(("the drill host", self.drill.array_host))
+        for index, (who, host) in enumerate(hosts):
+            other = next((w for w, h in hosts[:index] if h.lower() == host.lower()), None)
+            if other is not None:
+                raise ValueError(
+                    f"array_host {host!r} is named for {other} and {who} of cluster {self.name}:"
+                    " each host needs a host object of its own on the array (else a clone"
+                    " presented to one is visible to the other)"
+                )
         unknown = sorted(set(self.seeds) - {node.name for node in self.nodes})
         if unknown:
             raise ValueError(f"seeds {', '.join(unknown)} are not nodes of cluster {self.name}")

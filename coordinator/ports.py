@@ -139,6 +139,10 @@ class VolumeState:
     #: How that was determined, or why Cassandra is taken as not running.
     detail: str
     volumes: tuple[NodeVolumeFacts, ...] = ()
+    #: The host's initiators (iSCSI IQNs, FC WWPNs, NVMe host NQNs): whom arrays map clones to.
+    iqns: tuple[str, ...] = ()
+    wwpns: tuple[str, ...] = ()
+    nqns: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
 from ringsnap.agent.s3.client import make_client
 from ringsnap.coordinator import catalog_metrics
@@ -42,6 +43,12 @@ from ringsnap.coordinator.pending_cleanups import PendingCleanups
 from ringsnap.coordinator.pitr_retention import purge_shipped_log
 from ringsnap.coordinator.pitr_window import pitr_clusters
 from ringsnap.coordinator.ports import AgentPort, ArrayPort
+from ringsnap.coordinator.presentation import (
+    DRILL_HOST_NODE,
+    HostLookup,
+    InitiatorSource,
+    cluster_hosts,
+)
 from ringsnap.coordinator.restore.daemon import DaemonRestores
 from ringsnap.coordinator.retention import RetentionPlan, apply_policy
 from ringsnap.coordinator.runs.lease import ClusterLeases
@@ -126,6 +133,7 @@ class Coordinator:
             tag_agent=self._node_agent,
             held=self.leases.holder,
             now=now,
+            node_host=self._node_host,
         )
         self.restores = DaemonRestores(
             config,
@@ -223,7 +231,15 @@ class Coordinator:
         return self.drill_hosts.get()
 
     def _clone_holder(self, cluster: str, node: str) -> CloneHolder | None:
+        if node == DRILL_HOST_NODE:  # clones presented to the drill host (the ledger)
+            return self._drill_hosts().get(cluster)
         return self.clone_nodes.get(cluster, node)
+
+    def _node_host(self, cluster: str) -> HostLookup | None:
+        runtime = self.clusters.get(cluster)
+        drill = self._drill_hosts().get(cluster)
+        source = cast(InitiatorSource, drill) if hasattr(drill, "volume_state") else None
+        return cluster_hosts(runtime.config, runtime.agents, source) if runtime else None
 
     def _node_agent(self, cluster: str, node: str) -> AgentPort | None:
         runtime = self.clusters.get(cluster)

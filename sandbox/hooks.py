@@ -13,7 +13,10 @@ LUN is an image file `<pool>/luns/<volume>.img` on a loop device, so:
   an image the kernel still caches.
 - `attach` (run before mounting): attach `<pool>/luns/$RINGSNAP_VOLUME.img` to a loop device and
   print the device on the last line of stdout (the agent mounts that). An image already attached
-  to a loop device (a retried attach) is given that device again, not a second one.
+  to a loop device (a retried attach) is given that device again, not a second one. Only a LUN
+  the fabric shows to hosts is attached (a by-id link names its image, or the loop device the
+  array's mapping made: `plugins.simulators.fabric`): a clone no one presented is refused, as a
+  real host would not see it.
 
 Exit codes: 0 done (also: nothing to detach); 1 refused or failed (the message says why);
 2 usage. Commands run without a shell; the environment names nothing that reaches a shell.
@@ -29,6 +32,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from ringsnap.plugins.simulators import fabric
 from ringsnap.plugins.simulators.lunpool import LunPoolError, check_name
 
 DEVICE_ENV = "RINGSNAP_DEVICE"
@@ -202,6 +206,15 @@ def attach(
     volume = required_env(environ, VOLUME_ENV)
     image = volume_image(pool, volume)
     existing = attached_devices(image, sys_block)
+    seen = [d for d in existing if fabric.named(pool, Path(d))]
+    if seen:
+        return seen[0]  # the loop device a mapping made
+    if not fabric.named(pool, image):
+        raise HookRefused(
+            f"volume {volume!r} is not presented to this host: no link in"
+            f" {fabric.by_id_dir(pool)} names it (the array maps a clone to a host when ringsnap"
+            " presents it)"
+        )
     if existing:
         print(f"{image} is already attached to {existing[0]}: using it", file=sys.stderr)
         return existing[0]

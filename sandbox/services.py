@@ -308,7 +308,13 @@ def start(
     are stopped and all are started again (the catalog is kept). On failure nothing is left
     running and the error quotes the failing process's log."""
     from ringsnap.sandbox.agents import write_config
-    from ringsnap.sandbox.stack import ARRAY_NAME, agent_data, coordinator_data, present_volumes
+    from ringsnap.sandbox.stack import (
+        ARRAY_NAME,
+        agent_data,
+        coordinator_data,
+        host_objects,
+        present_volumes,
+    )
 
     say = report or (lambda _message: None)
     if vendor not in VENDORS:
@@ -376,6 +382,8 @@ def start(
                 "--tls-dir",
                 str(tls_dir),
                 "--json-logs",
+                "--fabric-loops",
+                *(f"--host-object={name}={iqn}" for name, iqn in host_objects(cluster).items()),
                 *login,
             ],
         )

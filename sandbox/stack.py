@@ -37,6 +37,18 @@ from ringsnap.sandbox.image import cassandra_home, java17_flags
 from ringsnap.sandbox.pitr import disarm, pitr_table
 
 ARRAY_NAME = "array1"
+#: The drill host's host object on the sandbox's array.
+DRILL_HOST = "drill-host"
+
+
+def host_objects(cluster: SandboxCluster) -> dict[str, str]:
+    """The array's host objects of the sandbox (named as its nodes, and the drill host), each
+    with its iSCSI initiator: what an administrator creates on a real array once, and what the
+    coordinator's `array_host` names. Presenting a clone maps it to one of them."""
+    names = [node.name for node in cluster.nodes] + [DRILL_HOST]
+    return {name: f"iqn.2026-11.net.ringsnap.sandbox:{name}" for name in names}
+
+
 CLUSTER_NAME = services.CLUSTER_NAME
 VENDORS = ("ontap", "flasharray", "eseries")
 _SECRET = "sandbox-secret"  # noqa: S105 - the simulators' throwaway login
@@ -151,6 +163,8 @@ def coordinator_data(
         {
             "name": node.name,
             "agent": agents[node.name],
+            # Its host object on the array (`host_objects`): clones are presented to it.
+            "array_host": node.name,
             "volumes": [
                 {"array": ARRAY_NAME, "volume": node.data_lun.volume_name, "role": "data"},
                 {
@@ -203,7 +217,9 @@ class Stack:
         client = self.pki.client.write(self.workdir / "pki", "coordinator")
         if self.drill_agent is not None:
             # The cluster's drill host (`[clusters.drill]`), for `ringsnap drill`.
-            cluster_settings.setdefault("drill", {"agent": self.drill_agent.address})
+            cluster_settings.setdefault(
+                "drill", {"agent": self.drill_agent.address, "array_host": DRILL_HOST}
+            )
         return coordinator_data(
             self.cluster,
             {name: agent.address for name, agent in self.agents.items()},
@@ -358,8 +374,8 @@ def agent_data(
 def drill_host_data(
     cluster: SandboxCluster, pki: TestPki, workdir: Path, listen: str
 ) -> dict[str, Any]:
-    """The agent.toml of the sandbox's drill host: the pool's attach/detach hooks for clones and a
-    `[drill]` section running the host's Java with the cached Cassandra jars. It has no Cassandra
+    """The agent.toml of the sandbox's drill host: the fabric's by-id directory, where presented
+    clones appear, and a `[drill]` section running the host's Java with the cached Cassandra jars. It has no Cassandra
     of its own; `[cassandra]` (which every agent configuration requires) names empty directories
     of its work directory and a nodetool that always fails."""
     root = workdir / "drill-host"
@@ -372,12 +388,9 @@ def drill_host_data(
         state_directory=root / "state",
         listen=listen,
     )
-    data["volumes"] = {
-        **data["volumes"],
-        "detach_command": hook_argv("detach", cluster.pool_dir),
-        "attach_command": hook_argv("attach", cluster.pool_dir),
-        "by_id_dir": str(fabric.by_id_dir(cluster.pool_dir)),
-    }
+    # No attach hook: the drill host finds each clone by the identity the array gave when the
+    # coordinator presented it (the fabric's loop device behind its by-id link), as on a SAN.
+    data["volumes"] = {**data["volumes"], "by_id_dir": str(fabric.by_id_dir(cluster.pool_dir))}
     data["drill"] = {
         "cassandra_home": str(cassandra_home()),
         "jvm_options": java17_flags(),
@@ -436,9 +449,11 @@ def running_stack(
             else:
                 config = validate(data, AgentConfig, source=f"<agent {node.name}>")
                 agents[node.name] = stack.enter_context(BackgroundAgent(config))
-        array = stack.enter_context(
-            array_simulator(vendor, LunPool(cluster.pool_dir), workdir / vendor)
-        )
+        # Mapped clones appear as loop devices behind their by-id links (`fabric`).
+        pool = LunPool(cluster.pool_dir, fabric_loops=True)
+        array = stack.enter_context(array_simulator(vendor, pool, workdir / vendor))
+        for name, iqn in host_objects(cluster).items():
+            array.app.add_host(name, iqn)
         drill_agent = None
         if drill_host:
             port = _free_port()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ringsnap.agent.initiators import Initiators
 from ringsnap.agent.restore.model import DiscardedDirectory, VolumeState
 from ringsnap.agent.restore.record import RestoredTable
 from ringsnap.api.v1 import agent_pb2
@@ -41,11 +42,17 @@ def node_volume_message(volume: VolumeFacts) -> agent_pb2.NodeVolume:
     )
 
 
-def volume_state_message(state: VolumeState) -> agent_pb2.VolumeState:
+def volume_state_message(
+    state: VolumeState, initiators: Initiators | None = None
+) -> agent_pb2.VolumeState:
+    found = initiators or Initiators()
     return agent_pb2.VolumeState(
         cassandra_running=state.cassandra.running,
         cassandra_detail=state.cassandra.detail,
         volumes=[node_volume_message(volume) for volume in state.volumes],
+        iqns=list(found.iqns),
+        wwpns=list(found.wwpns),
+        nqns=list(found.nqns),
     )
 
 

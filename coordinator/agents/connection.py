@@ -94,6 +94,7 @@ def clone_volumes_message(
                 serial=c.serial,
                 wwn=c.wwn,
                 source_mount_point=c.source_mount_point,
+                fs_uuid=c.fs_uuid,
             )
             for c in clones
         ],
@@ -117,6 +118,22 @@ class AgentConnection:
 
     async def close(self) -> None:
         await self._channel.close()
+
+    # Every agent answers it, Cassandra up or down, the drill host too: its volumes and the
+    # initiators its host reaches arrays with.
+    async def volume_state(self) -> VolumeState:
+        with self._calling("GetVolumeState"):
+            reply = await self._stub.GetVolumeState(
+                agent_pb2.GetVolumeStateRequest(), timeout=max(self._timeout, 60.0)
+            )
+        return VolumeState(
+            cassandra_running=reply.cassandra_running,
+            detail=reply.cassandra_detail,
+            volumes=tuple(_volume(volume) for volume in reply.volumes),
+            iqns=tuple(reply.iqns),
+            wwpns=tuple(reply.wwpns),
+            nqns=tuple(reply.nqns),
+        )
 
     @contextlib.contextmanager
     def _calling(self, rpc: str) -> Iterator[None]:
@@ -233,17 +250,6 @@ class GrpcNodeAgent(AgentConnection):
             )
 
     # -- restores ---------------------------------------------------------------------------------
-
-    async def volume_state(self) -> VolumeState:
-        with self._calling("GetVolumeState"):
-            reply = await self._stub.GetVolumeState(
-                agent_pb2.GetVolumeStateRequest(), timeout=max(self._timeout, 60.0)
-            )
-        return VolumeState(
-            cassandra_running=reply.cassandra_running,
-            detail=reply.cassandra_detail,
-            volumes=tuple(_volume(volume) for volume in reply.volumes),
-        )
 
     async def stop_cassandra(self, *, drain: bool) -> bool:
         with self._calling("StopCassandra"):

@@ -23,7 +23,7 @@ log = get_logger(__name__)
 _RUNS_VERSION = 10
 _COLUMNS = (
     "type, cluster, run_id, run_kind, reason, array, name, volume_id, name_hint, node,"
-    " mount_purpose"
+    " mount_purpose, host"
 )
 
 
@@ -42,6 +42,7 @@ def _entry(row: sqlite3.Row) -> LedgerEntry:
             name_hint=row["name_hint"],
             node=row["node"],
             mount_purpose=row["mount_purpose"],
+            host=row["host"],
         ),
         created_at=from_us(row["created_us"]) or EPOCH,
         attempts=row["attempts"],
@@ -126,13 +127,14 @@ class RunStore(Database):
             resource.name_hint,
             resource.node,
             resource.mount_purpose,
+            resource.host,
             to_us(utc(at) if at is not None else now()),
         )
         with self._tx(write=True) as conn:
             try:
                 row = conn.execute(
                     f"INSERT INTO resources ({_COLUMNS}, created_us)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
                     values,
                 ).fetchone()
             except sqlite3.IntegrityError as exc:
@@ -145,6 +147,10 @@ class RunStore(Database):
         if not name:
             raise CatalogError(f"ledger entry {entry_id}: a made resource needs its name")
         self._update(entry_id, "name = ?, volume_id = ?", (name, volume_id))
+
+    def resource_host(self, entry_id: int, host: str) -> None:
+        """A mapping was made: the array's host object it names."""
+        self._update(entry_id, "host = ?", (host,))
 
     def resource_failed(self, entry_id: int, error: str, *, at: datetime | None = None) -> None:
         moment = utc(at) if at is not None else now()

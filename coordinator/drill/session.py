@@ -30,6 +30,7 @@ from ringsnap.coordinator.drill.plan import DrillPlan, DrillRequest, DrillSettin
 from ringsnap.coordinator.drill.workflow import DrillRefused, DrillWorkflow, Progress, quiet
 from ringsnap.coordinator.model import Backup, BackupState
 from ringsnap.coordinator.ports import ArrayPort
+from ringsnap.coordinator.presentation import Presenter, RunOf, cluster_hosts
 from ringsnap.plugins.types import Volume
 
 
@@ -148,6 +149,12 @@ class DrillSession:
             CatalogDrillJournal(self.catalog),
             settings=self.settings,
             progress=progress or quiet,
+            presenter=Presenter(
+                self.arrays,
+                self.catalog,
+                RunOf(self.cluster.name, plan.drill_id, "drill"),
+                cluster_hosts(self.cluster, {}, drill_host=self.host),
+            ),
         )
         return await workflow.run(plan, request.trigger, request.requested_by)
 

@@ -45,6 +45,7 @@ from ringsnap.coordinator.drill.plan import DrillPlan, DrillSettings, NodeDrillP
 from ringsnap.coordinator.drill.ports import DrillHost, DrillJournal, DrillSpec, DrillStatus
 from ringsnap.coordinator.drill.verdict import drill_outcome, mark_backup
 from ringsnap.coordinator.ports import ArrayPort
+from ringsnap.coordinator.presentation import DRILL_HOST_NODE, Presenter
 from ringsnap.coordinator.restore.proof import compare_manifests
 from ringsnap.coordinator.saved_record import SavedRecord
 from ringsnap.errors import RingsnapError
@@ -108,8 +109,11 @@ class DrillWorkflow:
         settings: DrillSettings | None = None,
         progress: Progress = quiet,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        presenter: Presenter | None = None,
     ) -> None:
         self.host = host
+        #: Maps the clones to the drill host before the mount, and unmaps them after.
+        self.presenter = presenter
         self.arrays = arrays
         self.journal = journal
         self.settings = settings or DrillSettings()
@@ -183,11 +187,13 @@ class DrillWorkflow:
             await advance(DrillStep.CLONED, clones=tuple(c for c, _ in made))
             self.progress(node.name, "mount", f"on the drill host {plan.drill_host}")
             mounted = True  # a mount that failed halfway is unmounted too
+            clones = _mounts(node, [c for c, _ in made])
+            if self.presenter is not None:
+                clones = await self._call(
+                    "present", self.presenter.present(DRILL_HOST_NODE, node.purpose_id, clones)
+                )
             await self._call(
-                "mount",
-                self.host.mount_clones(
-                    node.purpose_id, _mounts(node, [c for c, _ in made]), read_only=False
-                ),
+                "mount", self.host.mount_clones(node.purpose_id, clones, read_only=False)
             )
             await advance(DrillStep.MOUNTED)
             self.progress(node.name, "start", "")
@@ -347,6 +353,14 @@ class DrillWorkflow:
             unmounted = await self._attempt(
                 failures, "unmount the clones", self.host.unmount_clones(node.purpose_id)
             )
+            if unmounted and self.presenter is not None:
+                # A clone still mapped to the drill host is not deleted: the ledger unmaps it.
+                unmounted = await self._attempt(
+                    failures,
+                    "unpresent the clones",
+                    self.presenter.unpresent(DRILL_HOST_NODE, node.purpose_id),
+                    timeout=self.settings.array_timeout,
+                )
         deleted: dict[tuple[str, str], bool] = {}
         for clone, cleanup in made:
             ok = False

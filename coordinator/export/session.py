@@ -23,6 +23,7 @@ from ringsnap.coordinator.export.plan import plan_export
 from ringsnap.coordinator.export.ports import ExportNodePort
 from ringsnap.coordinator.export.workflow import DEFAULT_PARALLEL_NODES, ExportWorkflow, Progress
 from ringsnap.coordinator.ports import ArrayPort
+from ringsnap.coordinator.presentation import Presenter, RunOf, cluster_hosts
 
 
 class CatalogExportJournal(CatalogCleanups, CatalogResources):
@@ -90,6 +91,12 @@ class ExportSession:
             parallel_nodes=parallel_nodes,
             progress=progress,
             mirror=self.mirror,
+            presenter=Presenter(
+                self.arrays,
+                self.catalog,
+                RunOf(backup.cluster, backup.id, "export"),
+                cluster_hosts(self.cluster, self.nodes),
+            ),
         )
         return await workflow.run(record, nodes)
 

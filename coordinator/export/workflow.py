@@ -29,7 +29,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 
-from ringsnap.coordinator.clone_mounts import CloneToMount
+from ringsnap.coordinator.clone_mounts import CloneToMount, with_source_uuids
 from ringsnap.coordinator.clone_session import CloneSession, CloneTimedOut
 from ringsnap.coordinator.export.ledger import LedgerCleanups, clone_resource
 from ringsnap.coordinator.export.model import (
@@ -50,6 +50,7 @@ from ringsnap.coordinator.export.ports import (
 from ringsnap.coordinator.export.runs import KIND, as_run, project
 from ringsnap.coordinator.model import Backup, SnapshotKind, VolumeRole
 from ringsnap.coordinator.ports import ArrayPort
+from ringsnap.coordinator.presentation import Presenter
 from ringsnap.coordinator.restore.plan import match_volume, narrowed
 from ringsnap.coordinator.runs.engine import RunEngine, RunFailed, StepContext
 from ringsnap.coordinator.runs.kind import Step
@@ -113,8 +114,11 @@ class ExportWorkflow:
         progress: Progress | None = None,
         mirror: Mirror | None = None,
         silence_seconds: float = PROGRESS_SILENCE_SECONDS,
+        presenter: Presenter | None = None,
     ) -> None:
         self.backup = backup
+        #: Maps each node's clones to its host before the mount, and unmaps them after.
+        self.presenter = presenter
         self.nodes = dict(nodes)
         self.arrays = dict(arrays)
         self.journal = journal
@@ -281,15 +285,17 @@ class ExportWorkflow:
                 array=c.array,
                 volume=c.clone,
                 source_mount_point=c.source_mount_point,
+                volume_id=c.clone_id,
             )
             for c in node.clones
         ]
 
     async def _mount(self, ctx: Ctx) -> None:
         node = ctx.payload.node(ctx.node)
-        mounted = await self.nodes[ctx.node].mount_clones(
-            self.purpose, self._to_mount(node), read_only=True
-        )
+        clones = await with_source_uuids(self.nodes[ctx.node], self._to_mount(node))
+        if self.presenter is not None:
+            clones = await self.presenter.present(ctx.node, self.purpose, clones)
+        mounted = await self.nodes[ctx.node].mount_clones(self.purpose, clones, read_only=True)
         self.progress(
             ctx.node, "clones mounted read-only: " + ", ".join(m.mount_point for m in mounted)
         )
@@ -364,6 +370,8 @@ class ExportWorkflow:
             return
         try:
             await self.nodes[name].unmount_clones(self.purpose)
+            if self.presenter is not None:
+                await self.presenter.unpresent(name, self.purpose)
         except Exception as exc:
             names = ", ".join(c.clone for c in made)
             log.error(

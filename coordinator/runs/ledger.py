@@ -5,6 +5,8 @@ array (a clone), or clear on the node (a native snapshot tag).
 Safety, in one place:
 - a resource is in the ledger before it exists (a clone: before the array is asked, by the hint
   its names will contain), so a process killed at any point leaves nothing only it knew about;
+- a mapping (a clone presented to a host) is undone first, each round: unmounted on its node
+  (confirmed), then unmapped on the array; a clone is deleted only once no mapping of it is left;
 - a clone is never deleted while it may be mounted: the unmount on its node must be confirmed
   first (nothing mounted, or the agent knowing no such purpose, is a confirmation); a node that
   does not answer, or is no longer configured, keeps the entry;
@@ -21,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from ringsnap.coordinator.presentation import HostLookup, unpresent_entry
 from ringsnap.coordinator.runs.lease import Lease
 from ringsnap.coordinator.runs.resources import LedgerEntry, Resource, ResourceType
 from ringsnap.errors import RingsnapError
@@ -110,6 +113,7 @@ class LedgerRetry:
         held: Callable[[str], Lease | None],
         now: Callable[[], datetime],
         unmount_timeout: float = UNMOUNT_TIMEOUT_SECONDS,
+        node_host: Callable[[str], HostLookup | None] | None = None,
     ) -> None:
         self.ledger = ledger
         self.arrays = arrays
@@ -118,10 +122,17 @@ class LedgerRetry:
         self.held = held
         self.now = now
         self.unmount_timeout = unmount_timeout
+        #: `node_host(cluster)`: how a node's host is found by its initiators, for a mapping
+        #: recorded before the array named its host object.
+        self.node_host = node_host
 
     async def run(self, entries: Sequence[LedgerEntry] | None = None) -> int:
         """Undo each entry (all of the ledger by default); how many are left."""
-        for entry in await self.ledger.entries() if entries is None else entries:
+        todo = list(await self.ledger.entries() if entries is None else entries)
+        # Mappings first: a clone still mapped to a host is not deleted behind its back.
+        todo.sort(key=lambda e: e.resource.type is not ResourceType.MAPPING)
+        mapped: set[tuple[str, str]] = set()
+        for entry in todo:
             resource = entry.resource
             if resource.type is ResourceType.STAGING:
                 continue
@@ -133,9 +144,14 @@ class LedgerRetry:
                     held_by=holder.describe(),
                 )
                 continue
+            if resource.type is ResourceType.CLONE and (resource.array, resource.name) in mapped:
+                await self.ledger.failed(entry.id, "still presented to a host: unmapped first")
+                continue
             try:
                 gone = await self.undo(entry)
             except Exception as exc:
+                if resource.type is ResourceType.MAPPING:
+                    mapped.add((resource.array, resource.name))
                 log.warning(
                     "resource not undone; will retry", resource=resource.describe(), error=str(exc)
                 )
@@ -156,6 +172,12 @@ class LedgerRetry:
                     f" clear its snapshot by hand (nodetool clearsnapshot -t {resource.name})"
                 )
             await agent.clear_snapshot(resource.name)
+            return True
+        if resource.type is ResourceType.MAPPING:
+            if resource.mount_purpose:
+                await self.unmount(resource)
+            hosts = self.node_host(resource.cluster) if self.node_host is not None else None
+            await unpresent_entry(entry, self.arrays, hosts)
             return True
         if resource.mount_purpose:
             await self.unmount(resource)

@@ -21,6 +21,9 @@ class ResourceType(enum.StrEnum):
     #: Files staged on `node` under the run's purpose `name`; removed by the run itself (once
     #: imported, or by its abort), never by the retries: a resume needs them.
     STAGING = "staging"
+    #: Volume `name` (id `volume_id`) on `array` mapped to `host`, the array's host object of
+    #: `node` (issue 20): unmounted there (`mount_purpose`) first, then unpresented.
+    MAPPING = "mapping"
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,9 @@ class Resource:
     node: str = ""
     #: The MountClones purpose the node's agent mounts it under ("": never mounted).
     mount_purpose: str = ""
+    #: A mapping's host object on the array ("" until the array named it, when the config does
+    #: not: the retry then finds it by the node's initiators).
+    host: str = ""
 
     @property
     def made(self) -> bool:
@@ -50,6 +56,12 @@ class Resource:
     def describe(self) -> str:
         where = f"array {self.array}" if self.array else f"node {self.node}"
         name = self.name or f"(not named yet; names contain {self.name_hint!r})"
+        if self.type is ResourceType.MAPPING:
+            host = f"host {self.host}" if self.host else "the host"
+            return (
+                f"mapping of {name} to {host} of node {self.node} on array {self.array},"
+                f" made by {self.run_kind} {self.run_id}"
+            )
         return f"{self.type.value} {name} on {where}, made by {self.run_kind} {self.run_id}"
 
 

@@ -5,12 +5,13 @@ before the array is asked for it, named there once made, gone once deleted."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from ringsnap.coordinator.clone_mounts import CloneToMount
+from ringsnap.coordinator.clone_mounts import CloneToMount, with_source_uuids
 from ringsnap.coordinator.clone_session import CloneSession, CloneTimedOut
 from ringsnap.coordinator.model import Backup
+from ringsnap.coordinator.presentation import Presenter
 from ringsnap.coordinator.restore.plan import narrowed
 from ringsnap.coordinator.restore.s3_keys import RestoreKeys
 from ringsnap.coordinator.restore.s3_ports import S3RestorePort
@@ -39,6 +40,8 @@ class CloneSteps:
     #: An encrypted copy's keys (`--from s3 --key-file`), for the downloads of this run.
     keys: RestoreKeys
     progress: Callable[[str, str, str], None]
+    #: Maps each node's clones to its host before the mount, and unmaps them after.
+    presenter: Presenter | None
 
     async def _node_table(self, ctx: Ctx, table: str, **changes: object) -> None:
         name = ctx.node
@@ -115,21 +118,31 @@ class CloneSteps:
         if failures:
             raise TableRestoreFailed("; ".join(failures))
 
-    def _to_mount(self, record: TableRestoreRecord, name: str) -> list[CloneToMount]:
-        """The node's clones, as MountClones is given them (read-only, for the staging)."""
-        return [
+    async def _to_mount(self, record: TableRestoreRecord, name: str) -> list[CloneToMount]:
+        """The node's clones, as MountClones is given them (read-only, for the staging): each
+        with its source's filesystem UUID and presented to the node's host (idempotent, so that
+        asking again gives the same list, which MountClones requires)."""
+        clones = [
             CloneToMount(
-                role="data", array=c.array, volume=c.clone, source_mount_point=c.source_mount_point
+                role="data",
+                array=c.array,
+                volume=c.clone,
+                source_mount_point=c.source_mount_point,
+                volume_id=c.clone_id,
             )
             for c in record.clones
             if c.node == name
         ]
+        clones = await with_source_uuids(self.nodes[name], clones)
+        if self.presenter is not None:
+            clones = await self.presenter.present(name, record.id, clones)
+        return clones
 
     async def _mount(self, ctx: Ctx) -> None:
         record = ctx.payload
         port = self.nodes[ctx.node]
         mounted = await port.mount_clones(
-            record.id, self._to_mount(record, ctx.node), read_only=True
+            record.id, await self._to_mount(record, ctx.node), read_only=True
         )
         self.progress(ctx.node, "mount", ", ".join(m.mount_point for m in mounted))
 
@@ -140,7 +153,8 @@ class CloneSteps:
         name, record = ctx.node, ctx.payload
         port = self.nodes[name]
         # MountClones is idempotent per purpose: asking again gives the mounts it made.
-        mounted = await port.mount_clones(record.id, self._to_mount(record, name), read_only=True)
+        clones = await self._to_mount(record, name)
+        mounted = await port.mount_clones(record.id, clones, read_only=True)
         clone_mounts = [(m.source_mount_point, m.mount_point) for m in mounted]
         manifest = list(await self.journal.manifest(record.backup_id, name))
         for target in record.targets:
@@ -176,14 +190,27 @@ class CloneSteps:
         if not any(c.node == name and c.clone and not c.deleted for c in ctx.payload.clones):
             return
         detached = await self.nodes[name].unmount_clones(ctx.payload.id)
+        await self._unpresent(name, ctx.payload.id)
         self.progress(name, "unmount", ", ".join(detached) or "nothing mounted")
+
+    async def _unpresent(self, name: str, restore_id: str) -> None:
+        """Once the node confirmed the unmount: unmap its clones (kept in the ledger on failure,
+        so the clones are not deleted while mapped)."""
+        if self.presenter is not None:
+            try:
+                await self.presenter.unpresent(name, restore_id)
+            except Exception as exc:
+                raise TableRestoreFailed(f"node {name}: {exc}") from None
 
     async def _unmount_all(self, ctx: Ctx) -> None:
         names = sorted({c.node for c in ctx.payload.clones if c.clone and not c.deleted})
-        results = await asyncio.gather(
-            *(self.nodes[n].unmount_clones(ctx.payload.id) for n in names),
-            return_exceptions=True,
-        )
+
+        async def unmount(name: str) -> Sequence[str]:
+            detached = await self.nodes[name].unmount_clones(ctx.payload.id)
+            await self._unpresent(name, ctx.payload.id)
+            return detached
+
+        results = await asyncio.gather(*(unmount(n) for n in names), return_exceptions=True)
         failures = []
         for name, result in zip(names, results, strict=True):
             if isinstance(result, BaseException):

@@ -9,7 +9,7 @@ from typing import Protocol
 
 from ringsnap.coordinator.clone_mounts import CloneMounter
 from ringsnap.coordinator.clone_session import CloneCleanups
-from ringsnap.coordinator.ports import SSTable
+from ringsnap.coordinator.ports import SSTable, VolumeState
 from ringsnap.coordinator.table_restore.counts import DrilledCounts
 from ringsnap.coordinator.table_restore.model import CloneRecord, TableRestoreRecord
 
@@ -43,6 +43,8 @@ class TableNodePort(CloneMounter, Protocol):
 
     @property
     def node(self) -> str: ...
+
+    async def volume_state(self) -> VolumeState: ...
 
     async def staging_space(self, restore_id: str) -> StagingSpace: ...
 

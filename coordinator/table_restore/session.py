@@ -21,6 +21,7 @@ from ringsnap.coordinator.catalog.listing import MAX_PAGE_SIZE
 from ringsnap.coordinator.cluster_clients import open_cluster
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.ports import AgentPort, ArrayPort, SSTable
+from ringsnap.coordinator.presentation import Presenter, RunOf, cluster_hosts
 from ringsnap.coordinator.restore.s3_keys import NO_KEYS, RestoreKeys
 from ringsnap.coordinator.restore.s3_plan import NodeExpectation, s3_plan_refusals
 from ringsnap.coordinator.restore.s3_ports import S3RestorePort
@@ -164,6 +165,12 @@ class TableRestoreSession:
             progress=progress,
             s3_agents=self.s3_agents,
             keys=keys,
+            presenter=Presenter(
+                self.arrays,
+                self.catalog,
+                RunOf(backup.cluster, record.id, "table-restore"),
+                cluster_hosts(self.cluster, self.nodes),
+            ),
         )
 
     async def run(self, plan: TableRestorePlan, progress: Progress | None) -> TableRestoreRecord:

@@ -29,6 +29,7 @@ from ringsnap.coordinator.backup.schema import KeyspaceSchema
 from ringsnap.coordinator.clone_session import CloneSession
 from ringsnap.coordinator.model import Backup
 from ringsnap.coordinator.ports import ArrayPort
+from ringsnap.coordinator.presentation import Presenter
 from ringsnap.coordinator.restore.s3_keys import NO_KEYS, RestoreKeys
 from ringsnap.coordinator.restore.s3_ports import S3RestorePort
 from ringsnap.coordinator.runs.engine import RunEngine, RunFailed, StepContext
@@ -98,8 +99,10 @@ class TableRestoreWorkflow(CloneSteps):
         progress: Progress | None = None,
         s3_agents: Mapping[str, S3RestorePort] | None = None,
         keys: RestoreKeys = NO_KEYS,
+        presenter: Presenter | None = None,
     ) -> None:
         self.backup = backup
+        self.presenter = presenter
         #: For a restore `--from s3` (`table_restore.from_s3`).
         self.s3_agents = dict(s3_agents or {})
         #: An encrypted copy's keys, sent with each node's download (never recorded).

@@ -54,6 +54,18 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--json-logs", action="store_true")
+    parser.add_argument(
+        "--fabric-loops",
+        action="store_true",
+        help="a mapped clone is a loop device behind its by-id link (needs root)",
+    )
+    parser.add_argument(
+        "--host-object",
+        action="append",
+        default=[],
+        metavar="NAME=IQN",
+        help="create the array's host object NAME holding the iSCSI initiator IQN",
+    )
     return parser.parse_args(argv)
 
 
@@ -103,9 +115,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not pool.has_lun(name):
                 pool.create_lun(name, _size(size or "64M"))
         options = SimulatorOptions(
-            pool.root, args.username, password, settings, clock=AdvancingClock()
+            pool.root,
+            args.username,
+            password,
+            settings,
+            clock=AdvancingClock(),
+            fabric_loops=args.fabric_loops,
         )
         app = module.create_app(options)
+        for spec in args.host_object:
+            name, _, iqn = spec.partition("=")
+            app.add_host(name, iqn)
         tls: ServerTls | None = None
         if args.tls_dir:
             tls = make_test_ca(args.tls_dir).server_tls

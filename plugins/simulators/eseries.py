@@ -930,8 +930,7 @@ class ESeriesSimulator(SimulatorApp):
         """A snapshot volume as SANtricity's `PitViewEx`: no `capacity` field, and its consistency
         group view named only in `membership.cgViewRef`."""
         group_view = self._group_views[view.cg_view_ref]
-        if self.pool.has_lun(view.label):
-            self.pool.present(view.label, view.wwn)
+        # A view is seen on the sandbox's fabric only while it is mapped (`_fabric`).
         return {
             "id": view.ref,
             "viewRef": view.ref,
@@ -1147,6 +1146,12 @@ class ESeriesSimulator(SimulatorApp):
         self._hosts[host.ref] = host
         return Response(200, self._host_json(host))
 
+    def add_host(self, name: str, iqn: str) -> None:
+        """An administrator's host `name` with the iSCSI port `iqn` (the sandbox)."""
+        if not any(h.label == name for h in self._hosts.values()):
+            host = _Host(_ref("84", f"host:{name}"), name, 28, [("iscsi", iqn.lower(), name)])
+            self._hosts[host.ref] = host
+
     def _mapping_json(self, mapping: _Mapping) -> dict[str, Any]:
         """A volume mapping as SANtricity's `LUNMapping`."""
         return {
@@ -1194,14 +1199,28 @@ class ESeriesSimulator(SimulatorApp):
             raise _Fail(422, f"LUN {lun} is already in use on host {target}", "partLunCollision")
         mapping = _Mapping(_ref("88", f"map:{volume}:{target}"), volume, target, lun)
         self._mappings[mapping.ref] = mapping
+        self._fabric(volume, mapped=True)
         return Response(200, self._mapping_json(mapping))
 
     def _delete_mapping(self, request: Request, ref: str) -> Response:
-        if self._mappings.pop(ref, None) is None:
+        mapping = self._mappings.pop(ref, None)
+        if mapping is None:
             raise _Fail(
                 404, f"volume mapping {ref} does not exist", "resourceNotFound", "webservice"
             )
+        self._fabric(mapping.volume_ref, mapped=False)
         return Response(204)
+
+    def _fabric(self, volume_ref: str, *, mapped: bool) -> None:
+        """A view (a clone) is seen on the sandbox's fabric while it is mapped; a volume is seen
+        by every host from the start (`_volume`)."""
+        view = self._views.get(volume_ref)
+        if view is None or (mapped and not self.pool.has_lun(view.label)):
+            return
+        if mapped:
+            self.pool.map_to_host(view.label, view.wwn)
+        else:
+            self.pool.unmap_from_host(view.label, view.wwn)
 
     # -- key-values --------------------------------------------------------------------------
 
@@ -1240,5 +1259,7 @@ class ESeriesSimulator(SimulatorApp):
 def create_app(options: SimulatorOptions) -> ESeriesSimulator:
     """For `python -m ringsnap.plugins.simulators eseries` (Basic auth with --username/password)."""
     return ESeriesSimulator(
-        LunPool(options.pool), ESeriesOptions.from_settings(options), clock=options.clock
+        LunPool(options.pool, fabric_loops=options.fabric_loops),
+        ESeriesOptions.from_settings(options),
+        clock=options.clock,
     )

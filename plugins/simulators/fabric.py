@@ -7,6 +7,14 @@ LUN is an image file in the pool, loop-mounted; the simulators, which play the a
 read that directory (`[volumes] by_id_dir`). A loop device is named by its backing file, so the
 link stays right however often the image is detached and attached again, and the agent's
 discovery code is the one that runs in production.
+
+A clone is different: like a new LUN on a real SAN it is seen by no host until the array maps it
+(issue 20, presentation). The simulators link it only when a mapping is made (`LunPool.
+map_to_host`): with `fabric_loops` (the sandbox) to a loop device of its image, which is what an
+agent finds by the identity and mounts with no hook at all; when the last mapping goes, the link
+goes and the loop device is detached. One by-id directory serves every host of the sandbox (they
+share one machine): a clone mapped to any host is seen by all of them; a flow that forgot to
+present is seen by none.
 """
 
 from __future__ import annotations
@@ -59,3 +67,22 @@ def withdraw(pool_root: Path, image: Path) -> None:
         with contextlib.suppress(OSError):
             if os.readlink(link) == str(image):
                 link.unlink()
+
+
+def withdraw_id(pool_root: Path, host_id: str) -> None:
+    """Remove the link that names `host_id` (its mapping went)."""
+    value = device_ids.canonical(host_id)
+    if value:
+        with contextlib.suppress(FileNotFoundError):
+            (by_id_dir(pool_root) / f"wwn-0x{value}").unlink()
+
+
+def named(pool_root: Path, target: Path) -> bool:
+    """Whether a link in the by-id directory names `target` (an image or a device)."""
+    directory = by_id_dir(pool_root)
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return False
+    wanted = os.path.realpath(target)
+    return any(os.path.realpath(directory / name) == wanted for name in names)

@@ -565,8 +565,9 @@ class FlashArraySimulator(SimulatorApp):
 
     def _render_volume(self, volume: _Volume) -> dict[str, Any]:
         source = self._volumes.get(volume.source) if volume.source else None
-        if not volume.destroyed and self.pool.has_lun(volume.name):
-            # Hosts on the sandbox's fabric see it by its NAA id (ringsnap.plugins.simulators.fabric).
+        if not volume.destroyed and volume.source is None and self.pool.has_lun(volume.name):
+            # Hosts on the sandbox's fabric see it by its NAA id (ringsnap.plugins.simulators.fabric);
+            # a copy only while it is connected (`_fabric`).
             self.pool.present(volume.name, "624a9370" + volume.serial)
         return {
             "id": volume.id,
@@ -872,6 +873,11 @@ class FlashArraySimulator(SimulatorApp):
             made.append(host)
         return Response(200, {"items": [self._render_host(h) for h in made]})
 
+    def add_host(self, name: str, iqn: str) -> None:
+        """An administrator's host `name` holding `iqn` (the sandbox)."""
+        if name not in self._hosts:
+            self._hosts[name] = _Host(name=name, created_ms=self._now_ms(), iqns=[iqn.lower()])
+
     def _render_connection(self, host: _Host, volume: str) -> dict[str, Any]:
         return {
             "host": {"name": host.name},
@@ -926,6 +932,7 @@ class FlashArraySimulator(SimulatorApp):
                     raise _fail(400, "LUN is already in use.", str(chosen))
                 host.connections[volume.name] = chosen
                 made.append(self._render_connection(host, volume.name))
+                self._fabric(volume, connected=True)
         return Response(200, {"items": made})
 
     def _delete_connections(self, request: Request) -> Response:
@@ -941,13 +948,27 @@ class FlashArraySimulator(SimulatorApp):
         for host in hosts:
             for name in names:
                 del host.connections[name]
+        for name in names:
+            if not any(name in h.connections for h in self._hosts.values()):
+                self._fabric(self._volumes[name], connected=False)
         return Response(200, {})
+
+    def _fabric(self, volume: _Volume, *, connected: bool) -> None:
+        """A copy (a clone) is seen on the sandbox's fabric while connected to a host."""
+        if volume.source is not None:
+            naa = "624a9370" + volume.serial
+            if connected:
+                self.pool.map_to_host(volume.name, naa)
+            else:
+                self.pool.unmap_from_host(volume.name, naa)
 
 
 def create_app(options: SimulatorOptions) -> FlashArraySimulator:
     """For `python -m ringsnap.plugins.simulators flasharray`: the password is the API token."""
     return FlashArraySimulator(
-        LunPool(options.pool), FlashArrayOptions.from_settings(options), clock=options.clock
+        LunPool(options.pool, fabric_loops=options.fabric_loops),
+        FlashArrayOptions.from_settings(options),
+        clock=options.clock,
     )
 
 

@@ -89,6 +89,15 @@ def reflink(source: Path, destination: Path, *, replace: bool = False) -> None:
         os.close(fd)
 
 
+def _losetup(*argv: str | Path) -> str:
+    done = subprocess.run(
+        ["losetup", *map(str, argv)], capture_output=True, text=True, check=False, timeout=60
+    )
+    if done.returncode != 0:
+        raise LunPoolError(f"losetup {' '.join(map(str, argv))} failed: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
 def loop_devices_of(path: Path) -> list[str]:
     """Loop devices whose backing file is `path` (from /sys/block/loop*/loop/backing_file)."""
     target = os.path.realpath(path)
@@ -117,6 +126,9 @@ class LunPool:
     """A pool directory holding LUN images and their snapshots."""
 
     root: Path
+    #: Mapped clones are loop devices behind their by-id link (the sandbox; needs root and
+    #: /dev/loop-control), else the link names the image (tests of the simulators alone).
+    fabric_loops: bool = False
 
     def __post_init__(self) -> None:
         (self.root / "luns").mkdir(parents=True, exist_ok=True)
@@ -174,6 +186,23 @@ class LunPool:
     def present(self, volume: str, host_id: str) -> None:
         """Let hosts know LUN `volume` by `host_id`, the id its array gives it (`fabric`)."""
         fabric.present(self.root, self.lun_path(volume), host_id)
+
+    def map_to_host(self, volume: str, host_id: str) -> None:
+        """A mapping of a clone was made: hosts see it by `host_id` (`fabric`). Idempotent."""
+        image = self.lun_path(volume)
+        target = image
+        if self.fabric_loops:
+            devices = loop_devices_of(image)
+            target = Path(devices[0]) if devices else Path(_losetup("--find", "--show", image))
+        fabric.present(self.root, target, host_id)
+
+    def unmap_from_host(self, volume: str, host_id: str) -> None:
+        """The clone's last mapping went: no host sees it; its loop device is detached (one
+        still mounted is detached by the kernel once unmounted)."""
+        fabric.withdraw_id(self.root, host_id)
+        if self.fabric_loops:
+            for device in loop_devices_of(self.lun_path(volume)):
+                _losetup("--detach", device)
 
     # Snapshots
 

@@ -579,8 +579,9 @@ class OntapSimulator(SimulatorApp):
 
     def _volume_record(self, volume: _Volume) -> dict[str, Any]:
         size = self.pool.lun_size(volume.name) if self.pool.has_lun(volume.name) else 0
-        if size:
-            # Hosts on the sandbox's fabric see its LUN by NAA id (simulators.fabric).
+        if size and volume.clone_parent is None:
+            # Hosts on the sandbox's fabric see its LUN by NAA id (simulators.fabric); a
+            # FlexClone's only once it is mapped (`ontap_san`).
             self.pool.present(volume.name, "600a0980" + lun_serial(volume.uuid).encode().hex())
         record: dict[str, Any] = {
             "uuid": volume.uuid,
@@ -621,6 +622,13 @@ class OntapSimulator(SimulatorApp):
         with self._lock:
             records = self.lun_records()
         return self._collection(request, records)
+
+    def add_host(self, name: str, iqn: str) -> None:
+        self.san.add_host(name, iqn)
+
+    def is_clone(self, volume_uuid: str) -> bool:
+        volume = self._volumes.get(volume_uuid)
+        return volume is not None and volume.clone_parent is not None
 
     def lun_records(self) -> list[dict[str, Any]]:
         """One LUN `/vol/<volume>/lun0` in every volume (the pool's image is the LUN's blocks),
@@ -1500,7 +1508,7 @@ def create_app(options: SimulatorOptions) -> OntapSimulator:
     settings = options.settings
     state_file = settings.get("state_file", str(options.pool / "ontap-state.json"))
     return OntapSimulator(
-        LunPool(options.pool),
+        LunPool(options.pool, fabric_loops=options.fabric_loops),
         state_file=Path(state_file) if state_file else None,
         username=options.username,
         password=options.password,

@@ -151,6 +151,14 @@ class OntapSan:
             code=CODE_IGROUP_NOT_FOUND,
         )
 
+    def add_host(self, name: str, iqn: str) -> None:
+        """An administrator's igroup `name` holding `iqn` in the first SVM (the sandbox)."""
+        with self._sim.lock:
+            if not any(g.name == name for g in self.igroups.values()):
+                svm = sorted(self._sim.svms)[0]
+                group = _Igroup(str(uuid.uuid4()), name, svm, "iscsi", "linux", [iqn.lower()])
+                self.igroups[group.uuid] = group
+
     # LUN maps
 
     def _map_record(self, lun_map: _LunMap) -> dict[str, Any]:
@@ -212,6 +220,7 @@ class OntapSan:
             lun_map = _LunMap(lun["uuid"], group.uuid, number)
             self.maps[(lun["uuid"], group.uuid)] = lun_map
             record = self._map_record(lun_map)
+            self._fabric(lun, mapped=True)
         location = f"/api/protocols/san/lun-maps/{lun_map.lun_uuid}/{lun_map.igroup_uuid}"
         return Response(201, {"num_records": 1, "records": [record]}, {"Location": location})
 
@@ -219,4 +228,16 @@ class OntapSan:
         with self._sim.lock:
             lun_map = self._found_map(request)
             del self.maps[(lun_map.lun_uuid, lun_map.igroup_uuid)]
+            if not any(m.lun_uuid == lun_map.lun_uuid for m in self.maps.values()):
+                self._fabric(self._lun({"uuid": lun_map.lun_uuid}), mapped=False)
         return Response(200, {})
+
+    def _fabric(self, lun: dict[str, Any], *, mapped: bool) -> None:
+        """A FlexClone's LUN is seen on the sandbox's fabric while it is mapped (`fabric`)."""
+        volume = lun["location"]["volume"]
+        if self._sim.is_clone(volume["uuid"]):
+            naa = "600a0980" + str(lun["serial_number"]).encode().hex()
+            if mapped:
+                self._sim.pool.map_to_host(volume["name"], naa)
+            else:
+                self._sim.pool.unmap_from_host(volume["name"], naa)

@@ -187,6 +187,11 @@ class SimulatorApp(ABC):
         #: Replaced by the server's plan when the app is served.
         self.faults = FaultPlan()
 
+    def add_host(self, name: str, iqn: str) -> None:
+        """Create the array's host object `name` holding the iSCSI initiator `iqn`, as an
+        administrator would (the sandbox's hosts: its nodes and drill host)."""
+        raise NotImplementedError(f"the {self.vendor} simulator has no host objects")
+
     @abstractmethod
     def handle(self, request: Request) -> Response:
         """Answer one API request; raise HttpError for errors."""
@@ -213,6 +218,8 @@ class SimulatorOptions:
     #: Vendor-specific settings from `--set key=value`.
     settings: Mapping[str, str] = field(default_factory=dict)
     clock: Clock | None = None
+    #: Mapped clones are loop devices behind their by-id link (`LunPool.fabric_loops`).
+    fabric_loops: bool = False
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,13 @@ simulator, as an administrator would):
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from ringsnap.device_ids import canonical
 from ringsnap.plugins.errors import NotFoundError
+from ringsnap.plugins.simulators import fabric
 from ringsnap.plugins.testing.harness import Harness
 from ringsnap.plugins.types import HostInitiators
 
@@ -102,11 +105,21 @@ class PresentationConformance:
         self.make_host(harness, "rs-node1", ISCSI_HOST)
         ref = harness.driver.create_group_snapshot(harness.volumes, harness.snapshot_name("pr"))
         clones = list(harness.driver.clone(ref, "pr_clone"))
+        harness.driver.list_volumes()  # a listing names every volume on the fabric (not clones)
+        by_id = fabric.by_id_dir(harness.pool.root)
+        assert not any(fabric.named(harness.pool.root, harness.lun(c)) for c in clones), (
+            "the sandbox's fabric shows a clone no host was presented"
+        )
         presented = harness.driver.present(clones, ISCSI_HOST)
+        for item in presented:  # the mapping is what makes the clone appear to hosts
+            link = by_id / f"wwn-0x{item.identity}"
+            assert os.path.realpath(link) == os.path.realpath(harness.lun(item.volume))
         originals = harness.driver.present(harness.volumes, ISCSI_HOST)
         identities = [p.identity for p in (*presented, *originals)]
         assert len(set(identities)) == len(identities), "a clone is a device of its own"
         harness.driver.unpresent(clones, ISCSI_HOST)
         assert set(self.mappings(harness, "rs-node1")) == {v.id for v in harness.volumes}
+        for item in presented:
+            assert not (by_id / f"wwn-0x{item.identity}").is_symlink(), "unmapped, still seen"
         for clone in clones:
             harness.driver.delete_clone(clone)

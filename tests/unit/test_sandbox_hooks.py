@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ringsnap.plugins.simulators import fabric
 from ringsnap.sandbox import hooks
 from ringsnap.sandbox.hooks import HookRefused
 
@@ -32,6 +33,8 @@ def pool(tmp_path: Path) -> Path:
     root = tmp_path / "pool"
     (root / "luns").mkdir(parents=True)
     (root / "luns" / "play-node1-data.img").write_bytes(b"\0" * 4096)
+    # The array shows the volume to hosts (`fabric`): the hook attaches nothing else.
+    fabric.present(root, root / "luns" / "play-node1-data.img", "600a0980" + "ab" * 12)
     return root
 
 
@@ -321,3 +324,34 @@ def test_attach_then_detach_a_real_loop_image(
     assert detached.returncode == 0, detached.stderr
     # Not asserted by number afterwards: another session may take the freed loop device at once.
     assert hooks.attached_devices(image) == []
+
+
+def test_attach_refuses_a_clone_no_one_presented(pool: Path, tmp_path: Path) -> None:
+    (pool / "luns" / "play-node1-data-clone.img").write_bytes(b"\0" * 4096)
+    losetup = FakeLosetup("/dev/loop7\n")
+    with pytest.raises(HookRefused, match="not presented to this host") as refused:
+        hooks.attach(
+            pool,
+            {"RINGSNAP_VOLUME": "play-node1-data-clone"},
+            losetup=losetup,
+            sys_block=_sys_block(tmp_path, {}),
+        )
+    assert str(fabric.by_id_dir(pool)) in str(refused.value)
+    assert losetup.calls == []
+
+
+def test_attach_gives_the_loop_device_a_mapping_made(pool: Path, tmp_path: Path) -> None:
+    """A presented clone: the array's mapping attached its image to a loop device and named
+    that device by its WWN; the hook hands that device over, attaching nothing."""
+    clone = pool / "luns" / "play-node1-data-clone.img"
+    clone.write_bytes(b"\0" * 4096)
+    fabric.present(pool, Path("/dev/loop4"), "600a0980" + "cd" * 12)
+    losetup = FakeLosetup("/dev/loop7\n")
+    found = hooks.attach(
+        pool,
+        {"RINGSNAP_VOLUME": "play-node1-data-clone"},
+        losetup=losetup,
+        sys_block=_sys_block(tmp_path, {"loop4": str(clone)}),
+    )
+    assert found == "/dev/loop4"
+    assert losetup.calls == []

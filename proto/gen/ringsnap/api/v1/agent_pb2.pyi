@@ -590,6 +590,9 @@ class VolumeState(_message.Message):
     CASSANDRA_RUNNING_FIELD_NUMBER: _builtins.int
     CASSANDRA_DETAIL_FIELD_NUMBER: _builtins.int
     VOLUMES_FIELD_NUMBER: _builtins.int
+    IQNS_FIELD_NUMBER: _builtins.int
+    WWPNS_FIELD_NUMBER: _builtins.int
+    NQNS_FIELD_NUMBER: _builtins.int
     cassandra_running: _builtins.bool
     """Whether Cassandra answers (nodetool info, or Jolokia when configured)."""
     cassandra_detail: _builtins.str
@@ -600,16 +603,29 @@ class VolumeState(_message.Message):
         released by a restore operation and not attached again.
         """
 
+    @_builtins.property
+    def iqns(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The initiators this host reaches arrays with (issue 20: the array maps clones to the host
+        object holding them): iSCSI IQNs, FC WWPNs (16 lowercase hex digits), NVMe host NQNs.
+        """
+
+    @_builtins.property
+    def wwpns(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def nqns(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
         self,
         *,
         cassandra_running: _builtins.bool = ...,
         cassandra_detail: _builtins.str = ...,
         volumes: _abc.Iterable[Global___NodeVolume] | None = ...,
+        iqns: _abc.Iterable[_builtins.str] | None = ...,
+        wwpns: _abc.Iterable[_builtins.str] | None = ...,
+        nqns: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cassandra_detail", b"cassandra_detail", "cassandra_running", b"cassandra_running", "volumes", b"volumes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cassandra_detail", b"cassandra_detail", "cassandra_running", b"cassandra_running", "iqns", b"iqns", "nqns", b"nqns", "volumes", b"volumes", "wwpns", b"wwpns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -971,6 +987,7 @@ class CloneVolume(_message.Message):
     SERIAL_FIELD_NUMBER: _builtins.int
     WWN_FIELD_NUMBER: _builtins.int
     SOURCE_MOUNT_POINT_FIELD_NUMBER: _builtins.int
+    FS_UUID_FIELD_NUMBER: _builtins.int
     role: _builtins.str
     """"data" or "commitlog", as in the backup's node volumes"""
     array: _builtins.str
@@ -981,6 +998,11 @@ class CloneVolume(_message.Message):
     wwn: _builtins.str
     source_mount_point: _builtins.str
     """the production mount point this volume stood at"""
+    fs_uuid: _builtins.str
+    """The filesystem UUID of the volume it is a clone of: the agent refuses to mount a device that
+    holds another ("": not checked). Without an attach hook the agent finds the clone by `wwn`
+    (the identity the array gave when it was presented to this host).
+    """
     def __init__(
         self,
         *,
@@ -990,10 +1012,11 @@ class CloneVolume(_message.Message):
         serial: _builtins.str = ...,
         wwn: _builtins.str = ...,
         source_mount_point: _builtins.str = ...,
+        fs_uuid: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["array", b"array", "role", b"role", "serial", b"serial", "source_mount_point", b"source_mount_point", "volume", b"volume", "wwn", b"wwn"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["array", b"array", "fs_uuid", b"fs_uuid", "role", b"role", "serial", b"serial", "source_mount_point", b"source_mount_point", "volume", b"volume", "wwn", b"wwn"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
