@@ -26,6 +26,7 @@ from typing import Protocol, cast
 
 from ringsnap.coordinator.clone_mounts import CloneToMount
 from ringsnap.coordinator.config import ClusterSection
+from ringsnap.coordinator.model import RestoreNode
 from ringsnap.coordinator.ports import VolumeState
 from ringsnap.coordinator.runs.resources import LedgerEntry, Resource, ResourceType
 from ringsnap.errors import RingsnapError
@@ -39,6 +40,8 @@ class PresentingArray(Protocol):
     """An array port whose driver can present (`ringsnap.plugins.api.Presentable`)."""
 
     def capabilities(self) -> Capabilities: ...
+
+    async def list_volumes(self) -> Sequence[Volume]: ...
 
     async def present(
         self, volumes: Sequence[Volume], host: HostInitiators
@@ -143,18 +146,23 @@ class Presenter:
         ]
 
     async def present(
-        self, node: str, purpose: str, clones: Sequence[CloneToMount]
+        self, node: str, purpose: str, clones: Sequence[CloneToMount], *, keep: bool = False
     ) -> list[CloneToMount]:
         """Map each clone to `node`'s host; the clones with the identity the host will see
         (`wwn`), in their order. A clone already presented for this purpose is asked again
-        (idempotent on the array) under its existing entry."""
+        (idempotent on the array) under its existing entry.
+
+        `keep`: the mapping is what the run is for (a clone-mode restore: the clones become the
+        node's disks), so its entry leaves the ledger once the array confirmed it, before the
+        node attaches the clone: a retry never unmaps a disk a node may have mounted."""
         wanted = [c for c in clones if self._array(c.array) is not None]
         if not wanted:
             return list(clones)
         host = await self.hosts(node)
+        wanted_ids = await self._with_ids(wanted)
         known = {(e.resource.array, e.resource.name): e for e in await self._entries(node, purpose)}
         identities: dict[tuple[str, str], str] = {}
-        for clone in wanted:
+        for clone in wanted_ids:
             port = self._array(clone.array)
             assert port is not None
             entry = known.get((clone.array, clone.volume))
@@ -184,7 +192,9 @@ class Presenter:
                     f"array {clone.array} did not present clone {clone.volume} to node {node}"
                     f" ({host.describe()}): {exc}"
                 ) from exc
-            if presentation.host != entry.resource.host:
+            if keep:
+                await asyncio.to_thread(self.store.resource_gone, entry.id)
+            elif presentation.host != entry.resource.host:
                 await asyncio.to_thread(self.store.resource_host, entry.id, presentation.host)
             identities[(clone.array, clone.volume)] = presentation.identity
             log.info(
@@ -201,6 +211,18 @@ class Presenter:
             replace(c, wwn=identities[(c.array, c.volume)])
             if (c.array, c.volume) in identities
             else c
+            for c in clones
+        ]
+
+    async def _with_ids(self, clones: Sequence[CloneToMount]) -> list[CloneToMount]:
+        """`clones`, each with its id on the array (listed when the run did not record it)."""
+        ids: dict[tuple[str, str], str] = {}
+        for array in sorted({c.array for c in clones if not c.volume_id}):
+            port = self._array(array)
+            assert port is not None
+            ids.update({(array, v.name): v.id for v in await port.list_volumes()})
+        return [
+            c if c.volume_id else replace(c, volume_id=ids.get((c.array, c.volume), ""))
             for c in clones
         ]
 
@@ -285,3 +307,15 @@ def cluster_hosts(
         return found[node]
 
     return lookup
+
+
+async def present_restored_clones(presenter: Presenter, node: RestoreNode) -> None:
+    """A clone-mode restore: map the node's clones to its host before it attaches them; they
+    become its disks, so the mappings are kept (`keep`)."""
+    clones = [
+        CloneToMount(role="data", array=v.array, volume=v.attached_volume)
+        for v in node.volumes
+        if v.attached_volume and v.attached_volume != v.volume
+    ]
+    if clones:
+        await presenter.present(node.name, presenter.run.run_id, clones, keep=True)

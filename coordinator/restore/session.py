@@ -26,6 +26,7 @@ from ringsnap.coordinator.model import (
     SnapshotKind,
 )
 from ringsnap.coordinator.ports import AgentPort, ArrayPort
+from ringsnap.coordinator.presentation import Presenter, RunOf, cluster_hosts
 from ringsnap.coordinator.restore.plan import (
     RestorePlan,
     RestoreRequest,
@@ -84,6 +85,12 @@ class RestoreSession:
             settings=self.settings,
             s3_agents=self.s3_agents,
             keys=keys,
+            presenter=lambda restore_id: Presenter(
+                self.arrays,
+                self.catalog,
+                RunOf(self.cluster.name, restore_id, "restore"),
+                cluster_hosts(self.cluster, self.agents),
+            ),
             **kwargs,
         )
 

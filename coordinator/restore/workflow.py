@@ -49,6 +49,7 @@ from ringsnap.coordinator.model import (
     Verification,
 )
 from ringsnap.coordinator.ports import AgentPort, ArrayPort
+from ringsnap.coordinator.presentation import Presenter, present_restored_clones
 from ringsnap.coordinator.restore.plan import RestorePlan, RingPort
 from ringsnap.coordinator.restore.proof import CanaryCheck, compare_manifests, verdict
 from ringsnap.coordinator.restore.record import (
@@ -120,8 +121,11 @@ class RestoreWorkflow:
         progress: Progress = _quiet,
         s3_agents: Mapping[str, S3RestorePort] | None = None,
         keys: RestoreKeys = NO_KEYS,
+        presenter: Callable[[str], Presenter] | None = None,
     ) -> None:
         self.agents = agents
+        #: The presenter of a restore, by its id (clone mode: a clone is mapped before attach).
+        self.presenter = presenter
         #: The restore's keys of an encrypted copy (in memory for this run only, never recorded).
         self.keys = keys
         #: For restores from S3 (`RestoreMode.S3`).
@@ -362,6 +366,8 @@ class RestoreWorkflow:
 
     async def _attach(self, run: RestoreRun) -> None:
         async def attach(node: RestoreNode) -> None:
+            if self.presenter is not None:  # a clone-mode restore's clones become its disks
+                await present_restored_clones(self.presenter(run.record.id), node)
             pairs = [(v.mount_point, v.attached_volume or v.volume) for v in node.volumes]
             await self.agents[node.name].attach_volumes(run.record.id, pairs)
 
