@@ -350,3 +350,36 @@ def test_a_node_local_array_names_a_known_node(
     with pytest.raises(ConfigError) as refused:
         node_local_agent(config, "n1-das", "<f>")
     assert refused.value.key == key and problem in refused.value.problem
+
+
+def test_array_host_names_each_hosts_object_on_the_array(files: Path) -> None:
+    text = valid(files).replace(
+        'agent = "127.0.0.1:7443"\n', 'agent = "127.0.0.1:7443"\narray_host = "ig_n1"\n', 1
+    )
+    config = load_config(write(files, text))
+    assert [n.array_host for n in config.clusters[0].nodes] == ["ig_n1", None]
+
+
+@pytest.mark.parametrize(
+    ("n1", "n2", "key", "problem"),
+    [
+        ("bad host", None, "clusters.0.nodes.0.array_host", "is not an array host object name"),
+        ("-x", None, "clusters.0.nodes.0.array_host", "starting with a letter or digit"),
+        ("ig1", "IG1", "clusters.0", "array_host 'IG1' is named for node n1 and node n2"),
+    ],
+)
+def test_a_bad_or_shared_array_host_is_refused_naming_the_key(
+    files: Path, n1: str, n2: str | None, key: str, problem: str
+) -> None:
+    text = valid(files).replace(
+        'agent = "127.0.0.1:7443"\n', f'agent = "127.0.0.1:7443"\narray_host = "{n1}"\n', 1
+    )
+    if n2 is not None:
+        text = text.replace(
+            'agent = "127.0.0.2:7443"\n', f'agent = "127.0.0.2:7443"\narray_host = "{n2}"\n', 1
+        )
+    path = write(files, text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert caught.value.key == key
+    assert problem in caught.value.problem

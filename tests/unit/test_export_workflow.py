@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ringsnap.agent.errors import Conflict
+from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.clone_mounts import CloneToMount, MountedClone
 from ringsnap.coordinator.export.model import (
     ExportFailed,
@@ -31,8 +34,9 @@ from ringsnap.coordinator.model import (
     BackupState,
     SnapshotKind,
 )
+from ringsnap.coordinator.presentation import Presenter, RunOf
 from ringsnap.coordinator.runs.resources import Resource
-from ringsnap.plugins.types import SnapshotRef, Volume
+from ringsnap.plugins.types import Capabilities, HostInitiators, Presentation, SnapshotRef, Volume
 from tests.support.clone_fakes import BACKUP_ID, CloneArray, Events, cloneable_backup
 from tests.support.export_fakes import ExportJournal, ExportNode, Progress
 
@@ -366,4 +370,78 @@ def test_cancelled_during_the_array_clone_records_and_deletes_what_it_made() -> 
 
     asyncio.run(main())
     assert any(e.startswith("array:delete:node1_") for e in setup.events)
+    setup.assert_nothing_left()
+
+
+class _PresentingArray:
+    """The array's presentation side: each call an event beside the clones' and the nodes'."""
+
+    def __init__(self, events: Events) -> None:
+        self.events = events
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(atomic_group_snapshot=True, clone=True, present=True)
+
+    async def list_volumes(self) -> Sequence[Volume]:
+        return []
+
+    async def present(
+        self, volumes: Sequence[Volume], host: HostInitiators
+    ) -> Sequence[Presentation]:
+        self.events.extend(f"array:present:{v.name}:{host.array_host}" for v in volumes)
+        return [Presentation(v, host.array_host, 1, f"600a0980{v.name}") for v in volumes]
+
+    async def unpresent(self, volumes: Sequence[Volume], host: HostInitiators) -> None:
+        self.events.extend(f"array:unpresent:{v.name}:{host.array_host}" for v in volumes)
+
+
+def test_each_nodes_clones_are_presented_to_its_host_before_the_mount_and_after(
+    tmp_path: Path,
+) -> None:
+    """present → mount (by the identity the array gave) → export → unmount → unpresent →
+    delete, per node, every mapping in the ledger until the array unmapped it."""
+    setup = Setup()
+    mounted: dict[str, list[str]] = {}
+    for name, node in setup.nodes.items():
+        original = node.mount_clones
+
+        async def mount(
+            purpose: str,
+            volumes: Sequence[CloneToMount],
+            *,
+            read_only: bool,
+            _name: str = name,
+            _original: Any = original,
+        ) -> list[MountedClone]:
+            mounted[_name] = sorted(v.wwn for v in volumes)
+            result: list[MountedClone] = await _original(purpose, volumes, read_only=read_only)
+            return result
+
+        node.mount_clones = mount  # type: ignore[method-assign]
+
+    async def hosts(node: str) -> HostInitiators:
+        return HostInitiators(iqns=(f"iqn.x:{node}",), array_host=f"host-{node}")
+
+    with Catalog(tmp_path / "catalog.db") as catalog:
+        presenter = Presenter(
+            {"array1": _PresentingArray(setup.events)},
+            catalog,
+            RunOf("c1", BACKUP_ID, "export"),
+            hosts,
+        )
+        workflow = setup.workflow()
+        workflow.presenter = presenter
+        record = asyncio.run(workflow.run(setup.plan()))
+        assert record.state is ExportState.SUCCEEDED
+        assert catalog.resources() == [], "a mapping left in the ledger"
+    for name in NODES:
+        clones = [c.clone for c in record.node(name).clones]
+        assert len(clones) == 2
+        assert mounted[name] == sorted(f"600a0980{c}" for c in clones)
+        at = setup.events.index
+        for clone in clones:
+            present = at(f"array:present:{clone}:host-{name}")
+            unpresent = at(f"array:unpresent:{clone}:host-{name}")
+            assert present < at(f"{name}:mount") < at(f"{name}:unmount") < unpresent
+            assert unpresent < at(f"array:delete:{clone}")
     setup.assert_nothing_left()
