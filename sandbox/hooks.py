@@ -192,6 +192,9 @@ def detach(
             f"refusing to detach {device} (volume {volume}): it is still mounted; unmount it first"
         )
     losetup(["--detach", device])
+    # As udev does when a device goes: no by-id link may name a loop device that is gone (it
+    # would name the next image attached to it).
+    fabric.forget_device(pool, device)
     return f"detached {device} (volume {volume}, {backing})"
 
 

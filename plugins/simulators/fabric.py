@@ -77,6 +77,27 @@ def withdraw_id(pool_root: Path, host_id: str) -> None:
             (by_id_dir(pool_root) / f"wwn-0x{value}").unlink()
 
 
+def forget_device(pool_root: Path, device: str) -> None:
+    """Remove every link that names the block device `device` (it was detached)."""
+    directory = by_id_dir(pool_root)
+    with contextlib.suppress(FileNotFoundError):
+        for name in os.listdir(directory):
+            with contextlib.suppress(OSError):
+                if os.readlink(directory / name) == device:
+                    (directory / name).unlink()
+
+
+def forget_devices(pool_root: Path) -> None:
+    """Remove every link that names a device rather than an image: the mappings of a simulator
+    that is gone (a new one starts with none)."""
+    directory = by_id_dir(pool_root)
+    with contextlib.suppress(FileNotFoundError):
+        for name in os.listdir(directory):
+            with contextlib.suppress(OSError):
+                if os.readlink(directory / name).startswith("/dev/"):
+                    (directory / name).unlink()
+
+
 def named(pool_root: Path, target: Path) -> bool:
     """Whether a link in the by-id directory names `target` (an image or a device)."""
     directory = by_id_dir(pool_root)

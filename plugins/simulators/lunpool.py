@@ -133,6 +133,8 @@ class LunPool:
     def __post_init__(self) -> None:
         (self.root / "luns").mkdir(parents=True, exist_ok=True)
         (self.root / "snapshots").mkdir(parents=True, exist_ok=True)
+        if self.fabric_loops:
+            fabric.forget_devices(self.root)  # a new array has no mappings yet
 
     @property
     def luns_dir(self) -> Path:
@@ -203,6 +205,7 @@ class LunPool:
         if self.fabric_loops:
             for device in loop_devices_of(self.lun_path(volume)):
                 _losetup("--detach", device)
+                fabric.forget_device(self.root, device)
 
     # Snapshots
 
