@@ -355,3 +355,19 @@ def test_attach_gives_the_loop_device_a_mapping_made(pool: Path, tmp_path: Path)
     )
     assert found == "/dev/loop4"
     assert losetup.calls == []
+
+
+def test_detach_takes_the_devices_by_id_links_with_it(pool: Path, tmp_path: Path) -> None:
+    """A mapped clone's link names its loop device: once detached, no link may name the device
+    (the next image attached to it would be taken for the clone)."""
+    clone = os.path.realpath(pool) + "/luns/play-node1-data.img"
+    fabric.present(pool, Path("/dev/loop3"), "600a0980" + "ef" * 12)
+    hooks.detach(
+        pool,
+        {"RINGSNAP_DEVICE": "/dev/loop3"},
+        losetup=FakeLosetup(),
+        sys_block=_sys_block(tmp_path, {"loop3": clone}),
+        mountinfo=_mountinfo(tmp_path, "/dev/loop4"),
+    )
+    assert not fabric.named(pool, Path("/dev/loop3"))
+    assert fabric.named(pool, Path(clone)), "the image's own link stays"
