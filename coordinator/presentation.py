@@ -309,13 +309,16 @@ def cluster_hosts(
     return lookup
 
 
-async def present_restored_clones(presenter: Presenter, node: RestoreNode) -> None:
+async def present_restored_clones(
+    presenter: Callable[[str], Presenter] | None, restore_id: str, node: RestoreNode
+) -> None:
     """A clone-mode restore: map the node's clones to its host before it attaches them; they
-    become its disks, so the mappings are kept (`keep`)."""
+    become its disks, so the mappings are kept (`keep`). `presenter`: the restore's, by its id
+    (None: nothing is presented)."""
     clones = [
         CloneToMount(role="data", array=v.array, volume=v.attached_volume)
         for v in node.volumes
         if v.attached_volume and v.attached_volume != v.volume
     ]
-    if clones:
-        await presenter.present(node.name, presenter.run.run_id, clones, keep=True)
+    if clones and presenter is not None:
+        await presenter(restore_id).present(node.name, restore_id, clones, keep=True)

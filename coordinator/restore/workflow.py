@@ -1,14 +1,12 @@
-"""One restore of a backup from its array snapshots, or from the nodes' native snapshots, and its
-proof.
+"""One restore of a backup from array snapshots or the nodes' native snapshots, and its proof.
 
 The order of `run` is the protocol (docs/restore.md): pre-restore canary, stop Cassandra on every
-target node (draining first where it answers), release the node's volumes, revert or clone them on
-the arrays (arrays in parallel), attach and mount them, discard the replay state that lives outside
-them, check the manifest, start Cassandra (seeds first, the rest in parallel), wait until the ring
-serves and agrees on its schema, verify every node, record. For a backup of native snapshots, the
-release, the arrays and the attach are one step instead: each node's agent puts its tables back to
-its own snapshot, in place (keeping the files it replaces); the discard then empties all of the
-replay state, the commit log first of all.
+target node (draining it where it answers), release its volumes, revert or clone them on the arrays
+(in parallel; a clone is presented to its node's host: docs/san.md), attach and mount them, discard
+the replay state outside them, check the manifest, start Cassandra (seeds first), wait until the
+ring serves and agrees on its schema, verify every node, record. For native snapshots, release,
+arrays and attach are one step: each agent puts its tables back to its own snapshot in place
+(keeping the files it replaces); the discard then empties all replay state, the commit log first.
 
 Its safety rules, in one place:
 - nothing changes before the plan found no reason to refuse and the operator confirmed it;
@@ -124,8 +122,7 @@ class RestoreWorkflow:
         presenter: Callable[[str], Presenter] | None = None,
     ) -> None:
         self.agents = agents
-        #: The presenter of a restore, by its id (clone mode: a clone is mapped before attach).
-        self.presenter = presenter
+        self.presenter = presenter  # by restore id: clone mode maps each clone before attach
         #: The restore's keys of an encrypted copy (in memory for this run only, never recorded).
         self.keys = keys
         #: For restores from S3 (`RestoreMode.S3`).
@@ -366,8 +363,7 @@ class RestoreWorkflow:
 
     async def _attach(self, run: RestoreRun) -> None:
         async def attach(node: RestoreNode) -> None:
-            if self.presenter is not None:  # a clone-mode restore's clones become its disks
-                await present_restored_clones(self.presenter(run.record.id), node)
+            await present_restored_clones(self.presenter, run.record.id, node)
             pairs = [(v.mount_point, v.attached_volume or v.volume) for v in node.volumes]
             await self.agents[node.name].attach_volumes(run.record.id, pairs)
 
