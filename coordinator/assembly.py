@@ -21,7 +21,7 @@ from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.cluster_clients import open_array
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.metrics import CoordinatorMetrics
-from ringsnap.coordinator.pitr_window import PitrCollector, pitr_clusters
+from ringsnap.coordinator.pitr.window import PitrCollector, pitr_clusters
 from ringsnap.coordinator.ports import AgentPort, ArrayPort
 from ringsnap.coordinator.service import ClusterRuntime, Coordinator
 from ringsnap.logs import get_logger

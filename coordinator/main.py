@@ -34,7 +34,7 @@ from ringsnap.coordinator.assembly import load_config, open_coordinator
 from ringsnap.coordinator.cluster_clients import node_local_agent
 from ringsnap.coordinator.config import DEFAULT_CONFIG_PATH, CoordinatorConfig
 from ringsnap.coordinator.metrics import MetricsServer
-from ringsnap.coordinator.time_canary_daemon import running_time_canaries
+from ringsnap.coordinator.pitr.time_canaries import running_time_canaries
 from ringsnap.errors import ConfigError, RingsnapError
 from ringsnap.plugins.registry import open_driver
 

@@ -40,8 +40,8 @@ from ringsnap.coordinator.model import (
 )
 from ringsnap.coordinator.operations import Operation, Operations
 from ringsnap.coordinator.pending_cleanups import PendingCleanups
-from ringsnap.coordinator.pitr_retention import purge_shipped_log
-from ringsnap.coordinator.pitr_window import pitr_clusters
+from ringsnap.coordinator.pitr.retention import purge_shipped_log
+from ringsnap.coordinator.pitr.window import pitr_clusters
 from ringsnap.coordinator.ports import AgentPort, ArrayPort
 from ringsnap.coordinator.presentation import (
     DRILL_HOST_NODE,

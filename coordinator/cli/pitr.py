@@ -23,7 +23,7 @@ from ringsnap.coordinator.cli.console import (
 )
 from ringsnap.coordinator.cli.local_catalog import config_path
 from ringsnap.coordinator.cli.restore_report import exit_code_of, print_report
-from ringsnap.coordinator.pitr_window import status_lines
+from ringsnap.coordinator.pitr.window import status_lines
 from ringsnap.coordinator.restore.pitr import parse_time
 from ringsnap.coordinator.restore.pitr_session import plan_point_in_time, run_point_in_time
 from ringsnap.errors import RingsnapError

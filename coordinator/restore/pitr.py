@@ -17,11 +17,11 @@ from datetime import UTC, datetime
 
 from ringsnap.coordinator.gathering import failures_of
 from ringsnap.coordinator.model import BackupSummary, NodeVerdict, RestoreNode, RestoreRecord
+from ringsnap.coordinator.pitr.time_canary import TimeProof
 from ringsnap.coordinator.restore.pitr_ports import NodePlacement, PitrPort
 from ringsnap.coordinator.restore.plan import RestorePlan
 from ringsnap.coordinator.restore.record import RestoreRun
 from ringsnap.coordinator.restore.workflow import RestoreFailed, RestoreRefused, RestoreWorkflow
-from ringsnap.coordinator.time_canary import TimeProof
 from ringsnap.logs import get_logger
 from ringsnap.plugins.types import SnapshotRef
 

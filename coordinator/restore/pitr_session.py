@@ -15,13 +15,13 @@ from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.gathering import failures_of
 from ringsnap.coordinator.model import BackupSummary, RestoreMode, RestoreRecord
+from ringsnap.coordinator.pitr.time_canary import TimeCanaries, TimeProof
 from ringsnap.coordinator.restore.pitr import PointInTime, PointInTimeWorkflow, base_backup
 from ringsnap.coordinator.restore.pitr_ports import NodePlacement
 from ringsnap.coordinator.restore.plan import RestoreRequest
 from ringsnap.coordinator.restore.session import CatalogRestoreJournal, open_restore_session
 from ringsnap.coordinator.restore.workflow import Progress, RestoreRefused
 from ringsnap.coordinator.ring import open_session
-from ringsnap.coordinator.time_canary import TimeCanaries, TimeProof
 
 
 @dataclass(frozen=True)

@@ -33,11 +33,11 @@ from ringsnap.coordinator.canary import CanaryStore
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.model import RestoreState
-from ringsnap.coordinator.pitr_window import status_lines
+from ringsnap.coordinator.pitr.time_canaries import ClusterTimeCanaries
+from ringsnap.coordinator.pitr.time_canary import TimeCanaries
+from ringsnap.coordinator.pitr.window import status_lines
 from ringsnap.coordinator.restore.pitr import PLACE, PROVE
 from ringsnap.coordinator.restore.pitr_session import plan_point_in_time, run_point_in_time
-from ringsnap.coordinator.time_canary import TimeCanaries
-from ringsnap.coordinator.time_canary_daemon import ClusterTimeCanaries
 from ringsnap.sandbox.cluster import SandboxCluster
 from ringsnap.sandbox.s3proxy import S3Server, running_s3proxy
 from ringsnap.sandbox.stack import CLUSTER_NAME, Stack, running_stack

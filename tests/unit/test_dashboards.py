@@ -18,7 +18,7 @@ import yaml
 from ringsnap.agent.metrics import AgentMetrics
 from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.coordinator.metrics import CoordinatorMetrics
-from ringsnap.coordinator.pitr_window import PitrCollector
+from ringsnap.coordinator.pitr.window import PitrCollector
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = re.compile(r"\bringsnap_[a-z0-9_]+")

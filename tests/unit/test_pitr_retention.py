@@ -14,7 +14,7 @@ from moto import mock_aws
 
 from ringsnap.agent.pitr.keys import Piece, PitrKeys, list_segments
 from ringsnap.agent.s3.settings import S3Settings
-from ringsnap.coordinator.pitr_retention import purge_shipped_log
+from ringsnap.coordinator.pitr.retention import purge_shipped_log
 
 S3 = S3Settings(bucket="retention-test", prefix="p/")
 KEYS = PitrKeys(S3.prefix, "n1")

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from ringsnap.agent.pitr.keys import PitrKeys
 from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.coordinator.model import BackupState, BackupSummary, QuiesceMode
-from ringsnap.coordinator.pitr_window import (
+from ringsnap.coordinator.pitr.window import (
     NodePoint,
     PitrCollector,
     compute_window,
@@ -104,7 +104,7 @@ def client() -> Iterator[Any]:
 def test_points_are_read_from_the_bucket_and_exported_as_lag(
     client: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import ringsnap.coordinator.pitr_window as window_module
+    import ringsnap.coordinator.pitr.window as window_module
 
     now_ms = _ms("2026-11-29T12:00:00+00:00")
     body = {"shipped_at_ms": now_ms - 5000, "recoverable_through_ms": now_ms - 15000, "holes": []}

@@ -10,11 +10,11 @@ from dataclasses import replace
 import pytest
 
 from ringsnap.coordinator.model import NodeVerdict, RestoreState
+from ringsnap.coordinator.pitr.time_canary import TimeProof
 from ringsnap.coordinator.restore.pitr import PointInTime, PointInTimeWorkflow
 from ringsnap.coordinator.restore.pitr_ports import NodePlacement, PlacedSegment
 from ringsnap.coordinator.restore.plan import RestoreRequest
 from ringsnap.coordinator.restore.workflow import RestoreRefused
-from ringsnap.coordinator.time_canary import TimeProof
 from tests.support.restore_world import (
     NODES,
     Events,

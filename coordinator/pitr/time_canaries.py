@@ -1,5 +1,5 @@
 """The coordinator daemon's time canaries: for every cluster with `pitr = true`, a thread writes a
-time canary per node every second (ringsnap.coordinator.time_canary), connecting again after any
+time canary per node every second (ringsnap.coordinator.pitr.time_canary), connecting again after any
 failure, so that a restore to any moment of the window can be proven to within a second."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from uuid import UUID
 
 from ringsnap.coordinator.canary import CanaryStore
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
+from ringsnap.coordinator.pitr.time_canary import TimeCanaries
 from ringsnap.coordinator.ring import open_session
-from ringsnap.coordinator.time_canary import TimeCanaries
 from ringsnap.logs import get_logger
 
 log = get_logger(__name__)
