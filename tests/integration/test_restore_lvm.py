@@ -21,10 +21,13 @@ there holds it: a restore that put back anything but the snapshot fails its proo
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import hashlib
 import json
+import multiprocessing
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import threading
@@ -32,10 +35,11 @@ import uuid
 import zlib
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import AsyncExitStack, ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, cast
+from typing import Protocol, TypeVar, cast
 
 import pytest
 
@@ -75,6 +79,7 @@ from tests.plugins.test_lvm import device_mapper_error
 
 pytestmark = pytest.mark.integration
 
+T = TypeVar("T")
 NODES = ("node1", "node2", "node3")
 SEED = "node1"
 CLUSTER = "lvm-ring"  # as the stand-in nodetool names it
@@ -445,6 +450,18 @@ class FileCanaries:
         pass
 
 
+class Side(Protocol):
+    """What the coordinator's side of a scenario knows of the ring: the nodes, the ring's
+    canaries, each agent's address and the client certificate (no disk, no lvm2)."""
+
+    nodes: list[Node]
+    canaries: FileCanaries
+
+    def addresses(self) -> dict[str, str]: ...
+
+    def tls(self) -> ClientTls: ...
+
+
 @dataclass
 class Rig:
     disks: Disks
@@ -453,6 +470,12 @@ class Rig:
     agents: dict[str, BackgroundAgent]
     canaries: FileCanaries
     hook_log: Path
+
+    def addresses(self) -> dict[str, str]:
+        return {name: agent.address for name, agent in self.agents.items()}
+
+    def tls(self) -> ClientTls:
+        return ClientTls(self.pki.client.cert_pem, self.pki.client.key_pem, self.pki.ca.cert_pem)
 
     def hook_calls(self) -> list[tuple[str, str, str]]:
         """(hook, mount point, volume name or "") of every hook run, in order."""
@@ -547,10 +570,20 @@ def agent_config(
     return config
 
 
+def share_mounts_below(stack: ExitStack, root: Path) -> None:
+    """Make `root` a shared mount, so that what the agents mount and unmount below it reaches a
+    coordinator confined in a mount namespace of its own (a slave of this one), as the mounts
+    of a host reach a unit with PrivateDevices=yes."""
+    _run("mount", "--bind", str(root), str(root))
+    stack.callback(subprocess.run, ["umount", "-l", str(root)], check=False, capture_output=True)
+    _run("mount", "--make-shared", str(root))
+
+
 @pytest.fixture(params=["emulated", "live"])
 def rig(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Rig]:
     root = tmp_path.resolve()
     with ExitStack() as stack:
+        share_mounts_below(stack, root)
         disks: Disks
         if request.param == "emulated":
             disks = stack.enter_context(emulated_disks(root))
@@ -575,18 +608,19 @@ def rig(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Rig]:
 
 
 @asynccontextmanager
-async def coordinator_agents(rig: Rig) -> AsyncIterator[dict[str, AgentPort]]:
+async def coordinator_agents(rig: Side) -> AsyncIterator[dict[str, AgentPort]]:
     """The coordinator's own gRPC clients of the agents, over mutual TLS."""
-    tls = ClientTls(rig.pki.client.cert_pem, rig.pki.client.key_pem, rig.pki.ca.cert_pem)
+    tls = rig.tls()
+    addresses = rig.addresses()
     async with AsyncExitStack() as stack:
         clients: dict[str, AgentPort] = {}
-        for name, agent in rig.agents.items():
-            client = GrpcNodeAgent(name, agent.address, tls, call_timeout=60)
+        for name, address in addresses.items():
+            client = GrpcNodeAgent(name, address, tls, call_timeout=60)
             stack.push_async_callback(client.close)
             clients[name] = client
         # Each node's snapshots through its own agent (driver agent-lvm): no lvm2 here.
         for node in rig.nodes:
-            node.connected = WitnessedPort(node, rig.agents[node.name].address, tls)
+            node.connected = WitnessedPort(node, addresses[node.name], tls)
             stack.push_async_callback(node.connected.close)
         try:
             yield clients
@@ -641,9 +675,9 @@ class TakenBackup:
         return next(ref for ref in self.backup.snapshots if ref.array == node.array)
 
 
-async def take_backup(rig: Rig, agents: Mapping[str, AgentPort]) -> TakenBackup:
-    """Write data, then back the ring up with the coordinator's own backup workflow while every
-    node is written to: plan, canary, flush, manifest, every node's space checked (prepare)
+async def take_backup(rig: Side, agents: Mapping[str, AgentPort]) -> TakenBackup:
+    """Write data, then back the ring up with the coordinator's own backup workflow (the callers
+    write to every node meanwhile, `writing_load`): plan, canary, flush, manifest, every node's space checked (prepare)
     before any freeze, every node frozen by its agent, every agent snapshotting its own volumes
     at once, thaw, record."""
     for node in rig.nodes:
@@ -656,8 +690,7 @@ async def take_backup(rig: Rig, agents: Mapping[str, AgentPort]) -> TakenBackup:
     workflow = BackupWorkflow(
         CLUSTER, targets(rig, agents), {node.array: node.port for node in rig.nodes}, rig.canaries
     )
-    with writing_load(rig):
-        run = await workflow.run(BACKUP_SETTINGS, trigger="test_restore_lvm")
+    run = await workflow.run(BACKUP_SETTINGS, trigger="test_restore_lvm")
     assert run.window is not None and run.window.total < BACKUP_SETTINGS.freeze_budget
     for node in rig.nodes:
         # The workflow's canary, written before the freeze: in the snapshot too.
@@ -691,6 +724,7 @@ async def take_backup(rig: Rig, agents: Mapping[str, AgentPort]) -> TakenBackup:
 #: Generous for a machine shared by several rings; the agents' leases end a stuck freeze anyway.
 BACKUP_SETTINGS = BackupSettings(freeze_budget=20.0, lease=10.0, agent_timeout=120.0)
 LOAD = "load"
+LOAD_FILES = 64
 
 
 def configured_volumes(node: Node) -> tuple[NodeVolume, ...]:
@@ -700,7 +734,7 @@ def configured_volumes(node: Node) -> tuple[NodeVolume, ...]:
     )
 
 
-def targets(rig: Rig, agents: Mapping[str, AgentPort]) -> list[NodeTarget]:
+def targets(rig: Side, agents: Mapping[str, AgentPort]) -> list[NodeTarget]:
     return [
         NodeTarget(node.name, agents[node.name], configured_volumes(node)) for node in rig.nodes
     ]
@@ -709,7 +743,8 @@ def targets(rig: Rig, agents: Mapping[str, AgentPort]) -> list[NodeTarget]:
 @contextmanager
 def writing_load(rig: Rig) -> Iterator[None]:
     """Writes on every node's data filesystem all through the backup (a freeze stalls them):
-    numbered files of 64 KiB, each written whole and fsynced."""
+    files of 64 KiB, each written whole and fsynced, over and over in a set of 64 (4 MiB: the
+    node's 32 MiB volume never fills)."""
     stop = threading.Event()
 
     def write(node: Node) -> None:
@@ -717,12 +752,13 @@ def writing_load(rig: Rig) -> Iterator[None]:
         folder.mkdir(exist_ok=True)
         number = 0
         while not stop.is_set():
-            block = hashlib.sha256(f"{node.name}/{number}".encode()).digest() * 2048
-            with open(folder / f"{number:06d}", "wb") as handle:
+            block = hashlib.sha256(f"{node.name}/{number % LOAD_FILES}".encode()).digest() * 2048
+            with open(folder / f"{number % LOAD_FILES:06d}", "wb") as handle:
                 handle.write(block)
                 handle.flush()
                 os.fsync(handle.fileno())
             number += 1
+            stop.wait(0.005)
 
     threads = [threading.Thread(target=write, args=(node,), daemon=True) for node in rig.nodes]
     for thread in threads:
@@ -782,7 +818,7 @@ class MemoryJournal:
 
 
 async def restore(
-    rig: Rig, agents: Mapping[str, AgentPort], taken: TakenBackup, mode: RestoreMode
+    rig: Side, agents: Mapping[str, AgentPort], taken: TakenBackup, mode: RestoreMode
 ) -> tuple[RestoreRecord, MemoryJournal]:
     """Plan the whole-ring restore, check the plan found nothing to refuse, run it."""
     arrays = {node.array: node.port for node in rig.nodes}
@@ -885,7 +921,8 @@ def backup_write_on_and_restore(rig: Rig, mode: RestoreMode) -> Outcome:
 
     async def scenario() -> Outcome:
         async with coordinator_agents(rig) as agents:
-            taken = await take_backup(rig, agents)
+            with writing_load(rig):
+                taken = await take_backup(rig, agents)
             write_after_the_backup(rig)
             record, journal = await restore(rig, agents, taken, mode)
             return Outcome(taken, record, journal, await volumes_as_agents_see_them(agents))
@@ -1092,3 +1129,184 @@ def test_an_agent_killed_after_the_others_snapshotted_fails_thaws_and_cleans_up(
     assert run.snapshots == []
     named = [c for c in run.pending_cleanups if c.array == victim.array]
     assert named or not created(victim), run.pending_cleanups
+
+
+# -- the coordinator as its unit runs it: its own mount namespace, no devices, no capability ------
+
+CLONE_NEWNS = 0x00020000
+MS_NOSUID, MS_NOEXEC, MS_REC, MS_SLAVE = 0x2, 0x8, 0x4000, 0x80000
+PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP = 38, 24
+#: What systemd's PrivateDevices=yes leaves in /dev (besides tty and pseudo-terminals).
+PRIVATE_DEVICES = {"null": 3, "zero": 5, "full": 7, "random": 8, "urandom": 9}
+
+
+def _libc_call(result: int, what: str) -> None:
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def confine_like_the_coordinator_unit() -> None:
+    """In a fresh process: a mount namespace of its own (a slave of the host's), a /dev holding
+    only PrivateDevices=yes's devices, then every capability dropped for good (bounding set,
+    effective, permitted, inheritable) with no_new_privs. Its uid stays 0 only because this
+    machine's interpreter lives under /root (mode 0700): without CAP_DAC_OVERRIDE it reads and
+    writes only what root owns, it can mount nothing, create no device, reach no device-mapper."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    _libc_call(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    _libc_call(libc.mount(b"none", b"/", None, MS_REC | MS_SLAVE, None), "make / a slave")
+    _libc_call(
+        libc.mount(b"tmpfs", b"/dev", b"tmpfs", MS_NOSUID | MS_NOEXEC, b"mode=0755"),
+        "mount a private /dev",
+    )
+    for name, minor in PRIVATE_DEVICES.items():
+        os.mknod(f"/dev/{name}", 0o666 | stat.S_IFCHR, os.makedev(1, minor))
+        os.chmod(f"/dev/{name}", 0o666)
+    # Everything the scenario needs is imported before the capabilities go.
+    __import__("tests.integration.test_restore_lvm")
+    for capability in range(64):
+        libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0)  # EINVAL past the last one: fine
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable (x2): all empty
+    _libc_call(libc.capset(header, data), "capset")
+    _libc_call(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    host_id: str
+    root: Path
+    vg: str
+
+
+@dataclass(frozen=True)
+class RingSpec:
+    """The ring as the coordinator's config would describe it (picklable)."""
+
+    nodes: tuple[NodeSpec, ...]
+    addresses: dict[str, str]
+    tls: ClientTls
+
+
+class NoLvm2:
+    """The coordinator's side has no lvm2: any command would be a failure of this design."""
+
+    def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
+        raise AssertionError(f"the coordinator ran {argv[0]}")
+
+
+@dataclass
+class CoordinatorView:
+    """`Side` built in the confined process from a `RingSpec`."""
+
+    nodes: list[Node]
+    canaries: FileCanaries
+    spec: RingSpec
+
+    @classmethod
+    def of(cls, spec: RingSpec) -> CoordinatorView:
+        nodes = [
+            Node(n.name, n.host_id, n.root, n.vg, RecordingRunner(NoLvm2()), None, lambda v: "")
+            for n in spec.nodes
+        ]
+        return cls(nodes, FileCanaries({n.host_id: n.data_mount for n in nodes}), spec)
+
+    def addresses(self) -> dict[str, str]:
+        return dict(self.spec.addresses)
+
+    def tls(self) -> ClientTls:
+        return self.spec.tls
+
+
+def ring_spec(rig: Rig) -> RingSpec:
+    return RingSpec(
+        tuple(NodeSpec(n.name, n.host_id, n.root, n.vg) for n in rig.nodes),
+        rig.addresses(),
+        rig.tls(),
+    )
+
+
+def confinement() -> dict[str, object]:
+    """What the confined process can see and do, for the test to check."""
+    status = Path("/proc/self/status").read_text()
+    caps = {
+        line.split(":")[0]: int(line.split()[1], 16)
+        for line in status.splitlines()
+        if line.startswith("Cap")
+    }
+    try:
+        os.mknod("/dev/loop-probe", 0o600 | stat.S_IFBLK, os.makedev(7, 0))
+        mknod = "allowed"
+    except OSError as exc:
+        mknod = exc.strerror or str(exc)
+    return {
+        "dev": sorted(os.listdir("/dev")),
+        "caps": caps,
+        "mknod": mknod,
+        "mapper": Path("/dev/mapper/control").exists(),
+    }
+
+
+def coordinator_backup(spec: RingSpec) -> tuple[TakenBackup, dict[str, object]]:
+    """In the confined process: the backup workflow through the agents."""
+
+    async def scenario() -> TakenBackup:
+        view = CoordinatorView.of(spec)
+        async with coordinator_agents(view) as agents:
+            return await take_backup(view, agents)
+
+    return asyncio.run(scenario()), confinement()
+
+
+def coordinator_restore(
+    spec: RingSpec, taken: TakenBackup
+) -> tuple[RestoreRecord, MemoryJournal, dict[str, object]]:
+    """In the confined process: plan and revert the whole ring through the agents."""
+
+    async def scenario() -> tuple[RestoreRecord, MemoryJournal]:
+        view = CoordinatorView.of(spec)
+        async with coordinator_agents(view) as agents:
+            return await restore(view, agents, taken, RestoreMode.REVERT)
+
+    record, journal = asyncio.run(scenario())
+    return record, journal, confinement()
+
+
+def as_the_coordinator_unit(function: Callable[..., T], *args: object) -> T:
+    """`function(*args)` in a fresh process confined like the coordinator's unit."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(
+        1, mp_context=context, initializer=confine_like_the_coordinator_unit
+    ) as pool:
+        return pool.submit(function, *args).result(timeout=600)
+
+
+def assert_confined(seen: dict[str, object]) -> None:
+    assert seen["dev"] == sorted(PRIVATE_DEVICES), seen
+    assert seen["mapper"] is False, seen
+    caps = cast(dict[str, int], seen["caps"])
+    assert caps["CapEff"] == caps["CapPrm"] == caps["CapBnd"] == 0, caps
+    assert seen["mknod"] != "allowed", seen
+
+
+@pytest.mark.parametrize("rig", ["emulated"], indirect=True)
+def test_an_unprivileged_coordinator_without_devices_backs_up_and_restores_through_the_agents(
+    rig: Rig,
+) -> None:
+    spec = ring_spec(rig)
+    with writing_load(rig):
+        taken, during_backup = as_the_coordinator_unit(coordinator_backup, spec)
+    assert_confined(during_backup)
+    write_after_the_backup(rig)
+    record, journal, during_restore = as_the_coordinator_unit(coordinator_restore, spec, taken)
+    assert_confined(during_restore)
+
+    assert_proven(record, journal)
+    assert_holds_the_backup(rig, taken)
+    assert_load_not_torn(rig)
+    for node in rig.nodes:
+        # Every lvm2 command ran in the node's own agent.
+        members = [m.snapshot_id for m in taken.ref(node).members]
+        assert sorted(node.commands.merged()) == sorted(members)
+        assert created(node), f"{node.name}: its agent took no snapshot"
