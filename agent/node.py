@@ -21,8 +21,8 @@ from ringsnap.agent.freezestate import StateStore
 from ringsnap.agent.jmx import open_control
 from ringsnap.agent.lease import LeasePolicy
 from ringsnap.agent.metrics import AgentMetrics
+from ringsnap.agent.restore.install_record import RestoredTable
 from ringsnap.agent.restore.model import CassandraStatus, DiscardedDirectory, VolumeState
-from ringsnap.agent.restore.record import RestoredTable
 from ringsnap.agent.restore.restorer import RECORDS_DIRECTORY, VolumeRestorer
 from ringsnap.agent.restore.staged import CommitlogInstalled, StagedCopy
 from ringsnap.errors import ValidationError

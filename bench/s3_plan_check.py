@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from ringsnap.agent.restore.record import InstallRecords
+from ringsnap.agent.restore.install_record import InstallRecords
 from ringsnap.agent.s3.backup_manifest import ManifestWriter
 from ringsnap.agent.s3.layout import Layout
 from ringsnap.agent.s3.settings import S3Settings

@@ -22,7 +22,7 @@ Rules:
 - what is moved aside is NEVER deleted: it is the node's data as it was before the restore, kept
   for a rollback (put the files back by hand). Removing `.ringsnap-replaced/<operation>/` is the
   operator's call once the restore is proven;
-- the record (`ringsnap.agent.restore.record`) is written before anything moves, again before the
+- the record (`ringsnap.agent.restore.install_record`) is written before anything moves, again before the
   first file is placed, and at the end. A repeat after a crash finishes the job: a file already
   moved is no longer in the table directory, a file already placed is the source's own. A file
   that is neither is refused, never overwritten. A finished operation answers from its record and
@@ -44,7 +44,7 @@ from typing import Protocol
 from ringsnap import logs
 from ringsnap.agent.durable import fsync_directory
 from ringsnap.agent.errors import Conflict
-from ringsnap.agent.restore.record import (
+from ringsnap.agent.restore.install_record import (
     DONE,
     LINKING,
     MOVING,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ringsnap.agent.initiators import Initiators
+from ringsnap.agent.restore.install_record import RestoredTable
 from ringsnap.agent.restore.model import DiscardedDirectory, VolumeState
-from ringsnap.agent.restore.record import RestoredTable
 from ringsnap.api.v1 import agent_pb2
 from ringsnap.volume_facts import VolumeFacts
 

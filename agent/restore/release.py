@@ -13,7 +13,7 @@ from ringsnap.agent import volumes
 from ringsnap.agent.errors import Conflict
 from ringsnap.agent.mounts import Host, describe_holders
 from ringsnap.agent.restore.model import RELEASED, ReleasedVolume, on_top
-from ringsnap.agent.restore.records import released_not_attached
+from ringsnap.agent.restore.release_records import released_not_attached
 from ringsnap.errors import ValidationError
 from ringsnap.mountinfo import Mount
 

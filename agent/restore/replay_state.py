@@ -13,9 +13,9 @@ from ringsnap import logs
 from ringsnap.agent import volumes
 from ringsnap.agent.errors import Conflict
 from ringsnap.agent.mounts import Host, describe_holders
+from ringsnap.agent.restore.install_record import DONE as SNAPSHOT_DONE
 from ringsnap.agent.restore.model import ATTACHED, REPLAY_KINDS, ReleasedVolume, on_top
-from ringsnap.agent.restore.record import DONE as SNAPSHOT_DONE
-from ringsnap.agent.restore.records import released_not_attached
+from ringsnap.agent.restore.release_records import released_not_attached
 from ringsnap.mountinfo import Mount
 
 log = logs.get_logger(__name__)

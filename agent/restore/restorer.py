@@ -49,6 +49,7 @@ from ringsnap.agent.protected import existing, protected_devices, protected_path
 from ringsnap.agent.restore.attach import VolumeAttacher
 from ringsnap.agent.restore.hooks import run_hook
 from ringsnap.agent.restore.install import Installer, Source
+from ringsnap.agent.restore.install_record import InstallRecords, RestoredTable
 from ringsnap.agent.restore.model import (
     CassandraStatus,
     DiscardedDirectory,
@@ -61,9 +62,8 @@ from ringsnap.agent.restore.model import (
     on_top,
     ordered,
 )
-from ringsnap.agent.restore.record import InstallRecords, RestoredTable
-from ringsnap.agent.restore.records import RestoreRecords, released_not_attached
 from ringsnap.agent.restore.release import Release, release_plan
+from ringsnap.agent.restore.release_records import RestoreRecords, released_not_attached
 from ringsnap.agent.restore.replay_state import discard_plan, empty_directory
 from ringsnap.agent.restore.snapshot import NativeSnapshot
 from ringsnap.errors import ValidationError

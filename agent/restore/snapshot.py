@@ -19,7 +19,7 @@ from ringsnap.agent.durable import fsync_directory
 from ringsnap.agent.errors import Conflict, NotFound
 from ringsnap.agent.restore import install
 from ringsnap.agent.restore.install import TableLocation, ensure_directory, files, pairs
-from ringsnap.agent.restore.record import InstallRecord, RestoredTable
+from ringsnap.agent.restore.install_record import InstallRecord, RestoredTable
 from ringsnap.names import snapshot_tag
 
 SNAPSHOTS = "snapshots"

@@ -26,7 +26,7 @@ from ringsnap.agent.durable import fsync_directory
 from ringsnap.agent.errors import Conflict
 from ringsnap.agent.restore import install
 from ringsnap.agent.restore.install import TableLocation
-from ringsnap.agent.restore.record import (
+from ringsnap.agent.restore.install_record import (
     DONE,
     S3_TAG_PREFIX,
     InstallRecord,

@@ -27,7 +27,7 @@ from ringsnap.agent.config import AgentConfig
 from ringsnap.agent.durable import write_durably
 from ringsnap.agent.errors import Conflict
 from ringsnap.agent.fsfreeze import syncfs
-from ringsnap.agent.restore.record import InstallRecords
+from ringsnap.agent.restore.install_record import InstallRecords
 from ringsnap.agent.restore.restorer import VolumeRestorer
 from ringsnap.agent.s3.backup_manifest import Entry
 from ringsnap.agent.s3.client import make_client

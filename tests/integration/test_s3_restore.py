@@ -32,7 +32,7 @@ import pytest
 from cassandra import ConsistencyLevel
 from cassandra.query import SimpleStatement
 
-from ringsnap.agent.restore.record import REPLACED_DIRECTORY
+from ringsnap.agent.restore.install_record import REPLACED_DIRECTORY
 from ringsnap.agent.s3.client import make_client
 from ringsnap.agent.s3.crypto.recipients import AgeRecipient, age_identities
 from ringsnap.agent.s3.layout import Layout

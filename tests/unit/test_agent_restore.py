@@ -27,7 +27,7 @@ from ringsnap.agent.mounts import RESTORE_DROP_IN, Holder, Host
 from ringsnap.agent.node import NodeAgent
 from ringsnap.agent.nodetool import NodeIdentity
 from ringsnap.agent.restore.model import ATTACHED, RELEASED, CassandraStatus, check_volume_name
-from ringsnap.agent.restore.records import RestoreRecords
+from ringsnap.agent.restore.release_records import RestoreRecords
 from ringsnap.agent.restore.replay_state import empty_directory
 from ringsnap.agent.restore.restorer import VolumeRestorer
 from ringsnap.config import validate

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from ringsnap.agent.restore.record import DONE, REPLACED_DIRECTORY, RestoredTable
+from ringsnap.agent.restore.install_record import DONE, REPLACED_DIRECTORY, RestoredTable
 from ringsnap.agent.restore.restorer import VolumeRestorer
 from ringsnap.agent.restore.staged import StagedCopy
 from ringsnap.agent.staging.s3_paths import DOWNLOADED_MARKER, STAGING_DIRECTORY

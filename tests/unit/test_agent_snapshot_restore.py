@@ -17,9 +17,9 @@ import pytest
 
 from ringsnap.agent.errors import Conflict, NotFound
 from ringsnap.agent.mounts import Holder
+from ringsnap.agent.restore.install_record import DONE, LINKING, MOVING, REPLACED_DIRECTORY
 from ringsnap.agent.restore.messages import restored_message
 from ringsnap.agent.restore.model import CassandraStatus
-from ringsnap.agent.restore.record import DONE, LINKING, MOVING, REPLACED_DIRECTORY
 from ringsnap.agent.restore.restorer import VolumeRestorer
 from ringsnap.agent.restore.snapshot import plan
 from ringsnap.errors import ValidationError

@@ -19,7 +19,7 @@ from moto import mock_aws
 
 from ringsnap.agent.errors import Conflict
 from ringsnap.agent.manifest import manifest
-from ringsnap.agent.restore.record import InstallRecords
+from ringsnap.agent.restore.install_record import InstallRecords
 from ringsnap.agent.s3.client import make_client
 from ringsnap.agent.s3.download import PARTIAL_SUFFIX, DownloadCancelled, download_node
 from ringsnap.agent.s3.export import export_node

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from ringsnap.agent.restore.record import InstallRecords
+from ringsnap.agent.restore.install_record import InstallRecords
 from ringsnap.agent.s3.commitlog import export_commitlog
 from ringsnap.agent.staging.s3 import S3Restore
 from ringsnap.agent.staging.s3_check import check_download

@@ -19,7 +19,12 @@ import pytest
 from ringsnap.agent.errors import Conflict
 from ringsnap.agent.restore import staged as staged_copy
 from ringsnap.agent.restore.install import Installer
-from ringsnap.agent.restore.record import DONE, REPLACED_DIRECTORY, InstallRecords, RestoredTable
+from ringsnap.agent.restore.install_record import (
+    DONE,
+    REPLACED_DIRECTORY,
+    InstallRecords,
+    RestoredTable,
+)
 from ringsnap.agent.restore.staged import CommitlogInstalled, StagedCopy
 from ringsnap.agent.s3.download import DownloadResult
 from ringsnap.agent.s3.progress import Progress

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from ringsnap.agent.errors import Conflict
-from ringsnap.agent.restore.record import MOVING, InstallRecord, InstallRecords
+from ringsnap.agent.restore.install_record import MOVING, InstallRecord, InstallRecords
 from ringsnap.agent.staging import s3_room as s3_staging
 from ringsnap.agent.staging.s3 import S3Restore
 from ringsnap.agent.staging.s3_paths import STAGING_DIRECTORY
