@@ -251,6 +251,8 @@ def export_node(
         TransferManager(client, transfer_config(settings, largest), osutil=files) as manager,
     ):
         writer = ManifestWriter(spool, backup_id=backup_id, node=node)
+        #: An encrypted copy's component keys, for its reference list (`crypto.references`).
+        referenced: list[str] = []
         window: deque[_Pending] = deque()
         try:
             for table, component, key in _components(manifest(), layout, node, sealing):
@@ -259,6 +261,8 @@ def export_node(
                 writer.add(
                     key, root, component.size_bytes, component.mtime_ns, table.data_digest_crc32
                 )
+                if sealing is not None:
+                    referenced.append(key)
                 prefix = layout.table_prefix(node, table.keyspace, table.table_directory)
                 stored = cipher_size(component.size_bytes) if sealing else component.size_bytes
                 if listing.has(prefix, key, stored):
@@ -289,6 +293,12 @@ def export_node(
         if sealing is None:
             manager.upload(spool, settings.bucket, manifest_key).result()
         else:
+            # Before the manifest: a purge without the secret key reads the references here.
+            client.put_object(
+                Bucket=settings.bucket,
+                Key=layout.references_key(backup_id, node),
+                Body=sealing.references(backup_id, referenced),
+            )
             size = spool.seek(0, os.SEEK_END)
             sealer = sealing.sealer(manifest_key)
             source = os.fdopen(os.dup(spool.fileno()), "rb")

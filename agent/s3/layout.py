@@ -4,6 +4,7 @@
     <prefix>backups/<backup id>/<node>.manifest.jsonl.gz
     <prefix>commitlog/<node>/<backup id>/<segment>
     <prefix>backups/<backup id>/<node>.commitlog.jsonl.gz
+    <prefix>backups/<backup id>/<node>.refs.gz   (encrypted copies: the component keys, MACed)
     <prefix>catalog/<backup id>/<object>
     <prefix>keys/<node>/<run key id>.json        (encrypted copies: an export run's wrapped key)
 
@@ -37,6 +38,7 @@ from ringsnap.names import relative_path
 MUTABLE_COMPONENTS = frozenset(("Statistics.db", "Summary.db", "TOC.txt"))
 MANIFEST_SUFFIX = ".manifest.jsonl.gz"
 COMMITLOG_SUFFIX = ".commitlog.jsonl.gz"
+REFERENCES_SUFFIX = ".refs.gz"
 #: Cassandra's commit-log segments (and, with CDC, their index files).
 SEGMENT_NAME = re.compile(r"CommitLog-[0-9]{1,3}-[0-9]{1,20}(?:\.log|_cdc\.idx)")
 #: The names of the catalog mirror's objects below `catalog/<backup id>/`.
@@ -150,6 +152,10 @@ class Layout:
 
     def commitlog_manifest_key(self, backup: str, node: str) -> str:
         return f"{self.backups_prefix(backup)}{node_name(node)}{COMMITLOG_SUFFIX}"
+
+    def references_key(self, backup: str, node: str) -> str:
+        """An encrypted copy's reference list (`crypto.references`), written before its manifest."""
+        return f"{self.backups_prefix(backup)}{node_name(node)}{REFERENCES_SUFFIX}"
 
     def parse_segment_key(self, key: str, *, node: str, backup: str) -> str:
         """The segment's file name of a key read from the bucket; refuses anything else."""

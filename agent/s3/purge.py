@@ -25,6 +25,7 @@ from ringsnap.agent.errors import DomainError
 from ringsnap.agent.s3.backup_manifest import read_entries
 from ringsnap.agent.s3.client import S3Client
 from ringsnap.agent.s3.crypto.envelope import MAGIC
+from ringsnap.agent.s3.crypto.references import read_references
 from ringsnap.agent.s3.crypto.sealing import is_sealed
 from ringsnap.agent.s3.layout import Layout
 from ringsnap.errors import ValidationError
@@ -56,9 +57,17 @@ class PurgeResult:
 
 
 def referenced_keys(
-    client: S3Client, bucket: str, layout: Layout, backups: Iterable[tuple[str, str, int]]
+    client: S3Client,
+    bucket: str,
+    layout: Layout,
+    backups: Iterable[tuple[str, str, int]],
+    name_key: bytes | None = None,
 ) -> set[str]:
-    """Every component key of the given (backup id, node, data directory count) manifest objects."""
+    """Every component key of the given (backup id, node, data directory count) manifest objects.
+
+    An encrypted copy's manifest does not open without a recipient's secret key: its reference
+    list (`crypto.references`) is read instead, verified with the cluster's `name_key`. Any
+    failure raises, and then nothing is deleted: the purge needs every kept copy's references."""
     keys: set[str] = set()
     for backup, node, roots in backups:
         key = layout.manifest_key(backup, node)
@@ -66,17 +75,45 @@ def referenced_keys(
             client.download_fileobj(bucket, key, spool)
             spool.seek(0)
             if is_sealed(spool.read(len(MAGIC))):
-                # Failing here deletes nothing: the purge needs every kept copy's references.
-                raise ValidationError(
-                    f"manifest object {key!r} is encrypted: a purge cannot read the references"
-                    " of encrypted copies yet; nothing was deleted"
-                )
+                keys |= _sealed_references(client, bucket, layout, backup, node, name_key)
+                continue
             spool.seek(0)
             for entry in read_entries(
                 spool, layout, name=key, backup_id=backup, node=node, roots=roots
             ):
                 keys.add(entry.key)
     return keys
+
+
+def _sealed_references(  # noqa: PLR0917 - where the list is and the key that verifies it
+    client: S3Client,
+    bucket: str,
+    layout: Layout,
+    backup: str,
+    node: str,
+    name_key: bytes | None,
+) -> set[str]:
+    manifest = layout.manifest_key(backup, node)
+    if name_key is None:
+        raise ValidationError(
+            f"manifest object {manifest!r} is encrypted: its reference list is verified with the"
+            " cluster's name key, and this [s3] has no [s3.encryption] name_key_file (give the"
+            " coordinator the nodes' one); nothing was deleted"
+        )
+    key = layout.references_key(backup, node)
+    try:
+        body = client.get_object(Bucket=bucket, Key=key)["Body"]
+        try:
+            data = body.read()
+        finally:
+            body.close()
+    except Exception as exc:
+        raise ValidationError(
+            f"manifest object {manifest!r} is encrypted and its reference list {key!r} cannot be"
+            f" read ({exc}; a copy exported before ringsnap wrote one has none): export backup"
+            f" {backup} again, or remove it by hand; nothing was deleted"
+        ) from None
+    return read_references(name_key, layout, backup, node, data)
 
 
 def purge(

@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable
 
 from ringsnap.agent.s3.client import make_client
+from ringsnap.agent.s3.crypto.references import name_key_of
 from ringsnap.agent.s3.layout import Layout
 from ringsnap.agent.s3.purge import DEFAULT_MIN_AGE_SECONDS
 from ringsnap.coordinator.catalog import Catalog
@@ -82,6 +83,7 @@ def configured_purge(
             nodes=[n.name for n in section.nodes],
             dry_run=dry_run,
             min_age_seconds=min_age_seconds,
+            name_key=name_key_of(settings),
         )
 
     return purge

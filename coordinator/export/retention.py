@@ -90,7 +90,10 @@ def purge_cluster(
     nodes: list[str],
     dry_run: bool = False,
     min_age_seconds: float = DEFAULT_MIN_AGE_SECONDS,
+    name_key: bytes | None = None,
 ) -> ClusterPurge:
+    """`name_key`: the cluster's (`[s3.encryption] name_key_file`), which verifies the reference
+    lists of encrypted copies (`ringsnap.agent.s3.crypto.references`)."""
     records = catalog.list_exports(cluster, limit=MAX_PAGE_SIZE)
     running = [r.backup_id for r in records if r.state is ExportState.RUNNING]
     if running:
@@ -116,7 +119,7 @@ def purge_cluster(
             continue
         kept += [(record.backup_id, n.name, _ANY_ROOTS) for n in record.nodes if n.exported]
     result.copies_kept = len({b for b, _, _ in kept})
-    referenced = referenced_keys(client, bucket, layout, kept)
+    referenced = referenced_keys(client, bucket, layout, kept, name_key)
     total = PurgeResult(dry_run=dry_run)
     for node in nodes:
         one = purge(

@@ -35,6 +35,7 @@ from cassandra.query import SimpleStatement
 from ringsnap.agent.restore.install_record import REPLACED_DIRECTORY
 from ringsnap.agent.s3.client import make_client
 from ringsnap.agent.s3.crypto.recipients import AgeRecipient, age_identities
+from ringsnap.agent.s3.crypto.references import name_key_of
 from ringsnap.agent.s3.layout import Layout
 from ringsnap.agent.s3.rekey import rekey
 from ringsnap.agent.s3.settings import S3Settings
@@ -44,6 +45,7 @@ from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.export.model import ExportState
 from ringsnap.coordinator.export.rebuild_cli import rebuild_command
+from ringsnap.coordinator.export.retention import ClusterPurge, purge_cluster
 from ringsnap.coordinator.export.session import open_export_session
 from ringsnap.coordinator.model import (
     Backup,
@@ -62,6 +64,7 @@ from ringsnap.coordinator.table_restore.model import (
     TableRestoreRequest,
     TableRestoreState,
 )
+from ringsnap.errors import ValidationError
 from ringsnap.sandbox import services
 from ringsnap.sandbox.cluster import SandboxCluster
 from ringsnap.sandbox.s3proxy import S3Server, running_s3proxy
@@ -295,7 +298,9 @@ def test_ring_restored_from_s3_with_the_array_lost_and_a_corrupt_object_refused(
     session = _tables_before_the_backup(sandbox_cluster)
     backup, acked_before, begun_after = backup_under_writes(sandbox_cluster, config)
     _export(config, backup, copy_keys.recipient)
+    began = time.monotonic()
     _assert_nothing_in_plain_text(sandbox_cluster, settings, s3_server, copy_keys)
+    print(f"encryption: bucket searched for plain text in {time.monotonic() - began:.1f} s")
     _delete_array_snapshots(config, backup)
 
     # A table TRUNCATEd, restored from the bucket into the live ring; the other keeps its writes.
@@ -316,6 +321,7 @@ def test_ring_restored_from_s3_with_the_array_lost_and_a_corrupt_object_refused(
     assert running == {n.name: started_at(sandbox_cluster, n.name) for n in sandbox_cluster.nodes}
 
     # The coordinator is lost too: a new one rebuilds its catalog from the bucket.
+    first = config
     config = _fresh_coordinator(s3_stack, s3_table, tmp_path)
 
     # A Data.db object of node2 corrupted in the bucket by hand (same size, other bytes).
@@ -361,6 +367,7 @@ def test_ring_restored_from_s3_with_the_array_lost_and_a_corrupt_object_refused(
     # The object repaired. The copy's keys are rotated: re-wrapped for a new key, the old one
     # removed, with one PUT per key object and no data object written (every ETag unchanged).
     path.write_bytes(original)
+    began = time.monotonic()
     rotated = Keys(copy_keys.file.parent, "rotated")
     before = _bucket_objects(settings)
     client = make_client(settings)
@@ -395,6 +402,7 @@ def test_ring_restored_from_s3_with_the_array_lost_and_a_corrupt_object_refused(
         for refusal in plan.refusals:
             assert f"age:{rotated.recipient}" in refusal and "--key-file" in refusal, refusal
             assert copy_keys.secret not in refusal and rotated.secret not in refusal
+    print(f"encryption: rotation and two refused plans in {time.monotonic() - began:.1f} s")
 
     # The ring comes back from the bucket alone, opened with the new key.
     late = create_late_table(sandbox_cluster)
@@ -418,3 +426,51 @@ def test_ring_restored_from_s3_with_the_array_lost_and_a_corrupt_object_refused(
         # As an operator once the restore is proven: the kept files go.
         for directory in kept:
             shutil.rmtree(directory)
+
+    # Retention without the secret key: the purge reads the encrypted copy's reference lists
+    # (verified with the name key) and keeps all it references; once retention removed the
+    # backup from the catalog, it deletes the copy whole. Without the name key it deletes nothing.
+    began = time.monotonic()
+    _purge_without_the_secret_key(first, settings, backup.id, sandbox_cluster)
+    print(f"encryption: purge of the encrypted copy in {time.monotonic() - began:.1f} s")
+
+
+def _purge_without_the_secret_key(
+    config: CoordinatorConfig, settings: S3Settings, backup_id: str, cluster: SandboxCluster
+) -> None:
+    client, layout = make_client(settings), Layout(settings.prefix)
+    nodes = [n.name for n in cluster.nodes]
+    catalog = Catalog(config.coordinator.catalog)
+    try:
+
+        def purged(name_key: bytes | None, *, dry_run: bool) -> ClusterPurge:
+            return purge_cluster(
+                client,
+                settings.bucket,
+                layout,
+                catalog,
+                CLUSTER_NAME,
+                nodes=nodes,
+                dry_run=dry_run,
+                min_age_seconds=0,
+                name_key=name_key,
+            )
+
+        with pytest.raises(ValidationError, match="name_key_file"):
+            purged(None, dry_run=True)
+        name_key = name_key_of(settings)
+        kept = purged(name_key, dry_run=True)
+        assert kept.copies_kept == 1 and kept.components.deleted == 0, kept
+        assert kept.components.referenced == kept.components.listed > 0, kept
+        catalog.delete_backup(backup_id, reason="retention (test)")
+        gone = purged(name_key, dry_run=False)
+        assert gone.copies_removed == [backup_id], gone
+        assert gone.components.deleted == kept.components.listed, gone
+        left = _bucket_objects(settings)
+        assert not [
+            k
+            for k in left
+            if k.startswith((layout.sstables_prefix(""), f"{layout.prefix}backups/"))
+        ], left
+    finally:
+        catalog.close()

@@ -39,6 +39,7 @@ from ringsnap.agent.s3.crypto.keyring import (
 )
 from ringsnap.agent.s3.crypto.names import NameKey
 from ringsnap.agent.s3.crypto.recipients import AgeRecipient, Identity, Recipient
+from ringsnap.agent.s3.crypto.references import write_references
 from ringsnap.agent.s3.crypto.streams import DecryptingWriter, EncryptingReader
 from ringsnap.agent.s3.layout import Layout
 from ringsnap.agent.s3.settings import S3Encryption
@@ -87,10 +88,8 @@ class ExportSealing:
 
     def __init__(self, encryption: S3Encryption, layout: Layout, node: str) -> None:
         self._recipients: list[Recipient] = [AgeRecipient(r) for r in encryption.recipients]
-        self._names = NameKey(
-            bytes.fromhex(encryption.name_key_file.get_secret_value().strip()),
-            "[s3.encryption] name_key_file",
-        )
+        self._name_secret = bytes.fromhex(encryption.name_key_file.get_secret_value().strip())
+        self._names = NameKey(self._name_secret, "[s3.encryption] name_key_file")
         self._layout = layout
         self._node = node
         self._run_key: RunKey | None = None
@@ -108,6 +107,10 @@ class ExportSealing:
         if self._run_key is None:
             raise RuntimeError("ExportSealing.start was not called")
         return self._run_key
+
+    def references(self, backup_id: str, keys: list[str]) -> bytes:
+        """The reference list object of this run's manifest (`crypto.references`)."""
+        return write_references(self._name_secret, self._layout, backup_id, self._node, keys)
 
     def sstable_tag(self, plain_address: str) -> str:
         """What stands for the Data.db CRC32 in an encrypted copy's component keys."""
