@@ -8,6 +8,7 @@ flexible-checksum headers are neither computed nor sent, for stores that reject 
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import logging
 import threading
@@ -16,6 +17,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
+from ringsnap.agent.s3 import sent_digest
 from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.agent.s3.sse import register_sse
 
@@ -61,8 +63,14 @@ def make_client(settings: S3Settings) -> S3Client:
         **keys,
     )
     if not flexible:
+        # An encrypted body's MD5 is taken while it is sent and checked against the ETag, which
+        # is the body's MD5 unless SSE-KMS or SSE-C (`sent_digest`).
+        after = settings.server_side_encryption in (None, "AES256")
+        hook = functools.partial(_content_md5_only, hash_sealed_on_send=after)
         for operation in _MD5_OPERATIONS:
-            client.meta.events.register(f"before-sign.s3.{operation}", _content_md5_only)
+            client.meta.events.register(f"before-sign.s3.{operation}", hook)
+        if after:
+            sent_digest.register(client)
     register_sse(client, settings, _MASK.add)
     return client
 
@@ -105,8 +113,9 @@ _BOTOCORE_LOGGERS = ("botocore.endpoint", "botocore.auth", "botocore.hooks", "bo
 _MASK = _CredentialMask()
 
 
-def _content_md5_only(request: Any, **_: Any) -> None:
-    """Replace any flexible checksum botocore added by a Content-MD5 of the body.
+def _content_md5_only(request: Any, hash_sealed_on_send: bool = False, **_: Any) -> None:
+    """Replace any flexible checksum botocore added by a Content-MD5 of the body (an encrypted
+    body's, with `hash_sealed_on_send`, is taken while it is sent instead: `sent_digest`).
 
     Runs while the request is signed: s3transfer has switched its progress callbacks and bandwidth
     accounting off for that moment, so reading the body here neither counts as transferred nor
@@ -120,6 +129,11 @@ def _content_md5_only(request: Any, **_: Any) -> None:
     if "Content-MD5" in headers:
         return
     body = request.body
+    sealed = hash_sealed_on_send and sent_digest.is_sealed(body)
+    if request.method == "PUT":
+        sent_digest.expect(sealed)
+    if sealed:
+        return
     digest = hashlib.md5(usedforsecurity=False)
     if body is None:
         pass

@@ -167,6 +167,10 @@ class _TrackedFiles(OSUtils):  # type: ignore[misc]
         with self._lock:
             self._sealed.pop(filename, None)
 
+    def opens_sealed(self, filename: str) -> bool:
+        """Whether `open(filename)` gives the encrypted object (`sent_digest`)."""
+        return filename in self._sealed and self._sealing is not None
+
     def get_file_size(self, filename: str) -> int:
         sealed = self._sealed.get(filename)
         return cipher_size(sealed[0]) if sealed else int(super().get_file_size(filename))

@@ -184,12 +184,19 @@ def _restore_from_s3(config: CoordinatorConfig, backup_id: str, keys: RestoreKey
     return asyncio.run(run())
 
 
-def _plan_from_s3(config: CoordinatorConfig, backup_id: str, keys: RestoreKeys) -> RestorePlan:
-    async def run() -> RestorePlan:
+def _plans_from_s3(
+    config: CoordinatorConfig, backup_id: str, keys: list[RestoreKeys]
+) -> list[RestorePlan]:
+    """One plan per keys, in one session."""
+
+    async def run() -> list[RestorePlan]:
         async with open_restore_session(config, CLUSTER_NAME) as session:
-            return await session.plan(
-                RestoreRequest(backup_id, (), RestoreMode.S3, requested_by="t", keys=keys)
-            )
+            return [
+                await session.plan(
+                    RestoreRequest(backup_id, (), RestoreMode.S3, requested_by="t", keys=given)
+                )
+                for given in keys
+            ]
 
     return asyncio.run(run())
 
@@ -396,8 +403,7 @@ def test_ring_restored_from_s3_with_the_array_lost_and_a_corrupt_object_refused(
     print(f"rotation: {len(writes)} PUTs, all key objects; {len(before) - len(writes)} untouched")
 
     # Without a key, or with the removed one, the plan refuses naming the key that opens it.
-    for given in (NO_KEYS, copy_keys.restore_keys()):
-        plan = _plan_from_s3(config, backup.id, given)
+    for plan in _plans_from_s3(config, backup.id, [NO_KEYS, copy_keys.restore_keys()]):
         assert plan.refused and len(plan.refusals) == len(sandbox_cluster.nodes), plan.refusals
         for refusal in plan.refusals:
             assert f"age:{rotated.recipient}" in refusal and "--key-file" in refusal, refusal
