@@ -255,8 +255,7 @@ def export_node(
         TransferManager(client, transfer_config(settings, largest), osutil=files) as manager,
     ):
         writer = ManifestWriter(spool, backup_id=backup_id, node=node)
-        #: An encrypted copy's component keys, for its reference list (`crypto.references`).
-        referenced: list[str] = []
+        referenced: list[str] = []  # an encrypted copy's keys, for its reference list
         window: deque[_Pending] = deque()
         try:
             for table, component, key in _components(manifest(), layout, node, sealing):
@@ -297,12 +296,8 @@ def export_node(
         if sealing is None:
             manager.upload(spool, settings.bucket, manifest_key).result()
         else:
-            # Before the manifest: a purge without the secret key reads the references here.
-            client.put_object(
-                Bucket=settings.bucket,
-                Key=layout.references_key(backup_id, node),
-                Body=sealing.references(backup_id, referenced),
-            )
+            # Before the manifest: a purge without the secret key reads the references there.
+            sealing.put_references(client, settings.bucket, backup_id, referenced)
             size = spool.seek(0, os.SEEK_END)
             sealer = sealing.sealer(manifest_key)
             source = os.fdopen(os.dup(spool.fileno()), "rb")

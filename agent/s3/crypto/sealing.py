@@ -108,9 +108,13 @@ class ExportSealing:
             raise RuntimeError("ExportSealing.start was not called")
         return self._run_key
 
-    def references(self, backup_id: str, keys: list[str]) -> bytes:
-        """The reference list object of this run's manifest (`crypto.references`)."""
-        return write_references(self._name_secret, self._layout, backup_id, self._node, keys)
+    def put_references(
+        self, client: S3Client, bucket: str, backup_id: str, keys: list[str]
+    ) -> None:
+        """Write the reference list of this run's manifest (`crypto.references`)."""
+        body = write_references(self._name_secret, self._layout, backup_id, self._node, keys)
+        key = self._layout.references_key(backup_id, self._node)
+        client.put_object(Bucket=bucket, Key=key, Body=body)
 
     def sstable_tag(self, plain_address: str) -> str:
         """What stands for the Data.db CRC32 in an encrypted copy's component keys."""
