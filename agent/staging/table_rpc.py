@@ -71,7 +71,9 @@ class TableImportRpcs:
     async def import_staged_table(
         self, request: agent_pb2.ImportStagedTableRequest
     ) -> agent_pb2.ImportStagedTableResponse:
-        result = await self._importer.import_staged(request.run_id, request.keyspace, request.table)
+        result = await self._importer.import_staged(
+            request.run_id, request.keyspace, request.table
+        )
         return agent_pb2.ImportStagedTableResponse(
             sstables_imported=result.sstables_imported,
             failed_directories=list(result.failed_directories),
