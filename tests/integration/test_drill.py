@@ -24,7 +24,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,6 +43,7 @@ from ringsnap.plugins.registry import open_driver
 from ringsnap.sandbox.cluster import SandboxCluster
 from ringsnap.sandbox.stack import CLUSTER_NAME, Stack, running_stack
 from tests.support.ring_runs import complete_backup, create_keyspace, run_drill
+from tests.support.snapshot_damage import flip_a_byte_of_a_data_file, snapshot_image
 
 pytestmark = pytest.mark.integration
 
@@ -319,41 +320,12 @@ def test_a_scheduled_ring_drill_beside_the_live_ring_proves_every_node_and_leave
     )
 
 
-def _snapshot_image(bed: Bed, node_name: str) -> Path:
-    """The array's image of the node's data volume in the backup's snapshot (the simulator keeps
-    each member snapshot as `<pool>/snapshots/<volume>/<snapshot id>.img`)."""
-    data_volumes = {v.volume for v in bed.backup.node(node_name).volumes if v.role.value == "data"}
-    (ref,) = bed.backup.snapshots
-    (member,) = [m for m in ref.members if m.volume.name in data_volumes]
-    image = bed.cluster.pool_dir / "snapshots" / member.volume.name / f"{member.snapshot_id}.img"
-    assert image.is_file(), f"no snapshot image at {image}"
-    return image
-
-
-def _flip_a_byte_of_a_data_file(image: Path, mount_point: Path) -> str:
-    """Damage the snapshot by hand: mount its image, flip one byte in the middle of one of the
-    test table's Data.db files, unmount. Returns the file's path relative to the volume."""
-    mount_point.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-o", "loop", str(image), str(mount_point)], check=True)
-    try:
-        candidates: Sequence[Path] = sorted(mount_point.glob(f"data/{KEYSPACE}/rows-*/*-Data.db"))
-        assert candidates, f"no {KEYSPACE}.rows SSTable in {image}"
-        damaged = candidates[0]
-        with open(damaged, "r+b") as stream:
-            stream.seek(damaged.stat().st_size // 2)
-            byte = stream.read(1)
-            stream.seek(-1, os.SEEK_CUR)
-            stream.write(bytes([byte[0] ^ 0xFF]))
-        return str(damaged.relative_to(mount_point))
-    finally:
-        subprocess.run(["umount", str(mount_point)], check=True)
-
-
 def test_a_drill_of_a_snapshot_damaged_by_hand_is_not_proven_and_names_the_file(
     bed: Bed, tmp_path: Path
 ) -> None:
     name = bed.cluster.nodes[1].name
-    damaged = _flip_a_byte_of_a_data_file(_snapshot_image(bed, name), tmp_path / "image")
+    image = snapshot_image(bed.cluster.pool_dir, bed.backup, name)
+    damaged = flip_a_byte_of_a_data_file(image, tmp_path / "image", KEYSPACE, "rows")
 
     record = run_drill(bed.config, lambda *_: None, backup_id=bed.backup.id, nodes=(name,))
     report = _report(record)
