@@ -7,10 +7,12 @@ alert is accepted and returns a series (no metric name the product does not expo
 without a run that sets it), and the backup, restore and drill failure alerts are pending or
 firing in Prometheus's own API.
 
-The drill and the restore are the cheapest real ones: one node's drill stops at the digest step,
-before any Cassandra starts; the restore is cancelled as Ctrl-C cancels `ringsnap restore`, at the
-pre-restore canary, before any node is stopped. Both run before the daemon starts, which reads
-them from the catalog as it would a CLI's."""
+Every agent ships its commit log to a real S3 server (S3Proxy) and the coordinator is given the
+bucket, so the point-in-time recovery series (each node's recovery-point lag and holes) are real
+too. The drill and the restore are the cheapest real ones: one node's drill stops at the digest
+step, before any Cassandra starts; the restore is cancelled as Ctrl-C cancels `ringsnap restore`,
+at the pre-restore canary, before any node is stopped. Both run before the daemon starts, which
+reads them from the catalog as it would a CLI's."""
 
 from __future__ import annotations
 
@@ -34,8 +36,10 @@ from ringsnap.plugins.simulators.faults import Fault
 from ringsnap.sandbox import prometheus
 from ringsnap.sandbox.cluster import SandboxCluster
 from ringsnap.sandbox.errors import SandboxError
+from ringsnap.sandbox.s3proxy import running_s3proxy
 from ringsnap.sandbox.stack import CLUSTER_NAME, Stack, running_stack
 from tests.support.ring_runs import complete_backup, create_keyspace, run_drill, run_restore
+from tests.support.s3_bucket import fresh_bucket
 from tests.support.snapshot_damage import flip_a_byte_of_a_data_file, snapshot_image
 
 pytestmark = pytest.mark.integration
@@ -127,11 +131,23 @@ def _a_failed_drill_and_restore(cluster: SandboxCluster, stack: Stack, tmp_path:
 def watched(
     sandbox_cluster: SandboxCluster, tmp_path: Path
 ) -> Iterator[tuple[Any, Path, prometheus.PrometheusApi]]:
-    """The stack around the session's ring with a failed drill and restore in its catalog, its
+    """The stack around the session's ring with a failed drill and restore in its catalog and
+    every agent shipping its commit log to a real S3 server (point-in-time recovery: the
+    coordinator, given the bucket, exports each node's recovery-point lag and holes), its
     coordinator daemon, and Prometheus watching both."""
-    with running_stack(
-        sandbox_cluster, tmp_path / "stack", agent_metrics=True, drill_host=True
-    ) as stack:
+    keys = tmp_path / "s3-keys"
+    keys.mkdir()
+    with (
+        running_s3proxy() as s3_server,
+        running_stack(
+            sandbox_cluster,
+            tmp_path / "stack",
+            agent_metrics=True,
+            drill_host=True,
+            s3=(bucket := fresh_bucket(s3_server, keys)),
+            pitr=True,
+        ) as stack,
+    ):
         try:
             _a_failed_drill_and_restore(sandbox_cluster, stack, tmp_path)
         except BaseException:
@@ -140,7 +156,7 @@ def watched(
         metrics = prometheus.free_listen()
         stack.coordinator_settings["metrics_listen"] = metrics
         with (
-            stack.coordinator_daemon(top=SCHEDULE) as config_file,
+            stack.coordinator_daemon(top={**SCHEDULE, "s3": bucket}, pitr=True) as config_file,
             prometheus.running(
                 tmp_path / "prometheus", metrics, list(stack.agent_metrics.values()), CLUSTER_NAME
             ) as api,
@@ -206,6 +222,18 @@ def test_prometheus_answers_every_panel_and_alert_and_fires_on_a_failed_backup(
     assert never_proven.get("RingsnapRestoreFailed") == "firing"
     assert "RingsnapAgentDown" not in never_proven
 
+    # Each node's shipped point, read from the bucket when scraped (cached for a few seconds).
+    def every_point() -> bool:
+        return len(api.query("ringsnap_pitr_recovery_point_lag_seconds")) == len(stack.agents)
+
+    try:
+        _until("every node's recovery-point lag scraped", every_point)
+    except AssertionError as late:
+        said = (stack.workdir / "coordinator.log").read_text(errors="replace").splitlines()
+        raise AssertionError(
+            f"{late}; the coordinator said: {[line for line in said if 'point' in line][-5:]}"
+            f"; the coordinator target: {api.targets()}"
+        ) from None
     unanswered: list[str] = []
     selectors: dict[str, str] = {}
     for where, expr in _expressions():
