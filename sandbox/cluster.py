@@ -14,22 +14,30 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from ringsnap.logs import get_logger
 from ringsnap.sandbox import instance as instances
 from ringsnap.sandbox.commands import run
+from ringsnap.sandbox.cql_session import RingSession
 from ringsnap.sandbox.errors import SandboxError
-from ringsnap.sandbox.image import ensure_image, nodetool_argv
+from ringsnap.sandbox.image import ensure_image
 from ringsnap.sandbox.instance import DEFAULT_INSTANCE, InstanceLayout
-from ringsnap.sandbox.mounts import mount_at
+from ringsnap.sandbox.node_container import STARTUP_MESSAGE, run_node_container
+from ringsnap.sandbox.node_info import (
+    JOLOKIA_PORT,
+    NATIVE_PORT,
+    NodeInfo,
+    NodeState,
+    node_from_json,
+    node_to_json,
+)
 from ringsnap.sandbox.nodetool import RingMember, nodetool, parse_status
 from ringsnap.sandbox.pool import (
     DEFAULT_LUN_SIZES,
-    Lun,
     Pool,
     create_lun,
     create_pool,
@@ -44,68 +52,14 @@ from ringsnap.sandbox.teardown import (
 )
 
 if TYPE_CHECKING:
-    from cassandra.cluster import Cluster, Session
+    from cassandra.cluster import Session
 
 log = get_logger(__name__)
 
 # The reaper image cannot be pulled here; teardown removes containers by their label instead.
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
-STARTUP_MESSAGE = "Startup complete"
-NATIVE_PORT = 9042
-_PROBE = "SELECT release_version FROM system.local"  # answered by the node itself
-_STALE_SESSION = 15.0  # seconds a session may fail its probes before it is replaced
-#: Jolokia (JMX over HTTP) on each node's own loopback address; the agents use it, not nodetool.
-JOLOKIA_PORT = 8778
 Reporter = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class NodeInfo:
-    """Everything a test, the agent or a simulator needs to know about one node."""
-
-    name: str  # node1, node2, ...
-    index: int
-    address: str  # its own loopback address: listen, rpc and native transport
-    jmx_port: int  # JMX on 127.0.0.1
-    container_name: str
-    data_dir: Path  # Cassandra's data_file_directories entry, on the data LUN
-    commitlog_dir: Path  # on the commit-log LUN
-    saved_caches_dir: Path
-    hints_dir: Path
-    data_lun: Lun
-    commitlog_lun: Lun
-
-    @property
-    def luns(self) -> tuple[Lun, Lun]:
-        return (self.data_lun, self.commitlog_lun)
-
-    @property
-    def native_port(self) -> int:
-        return NATIVE_PORT
-
-    @property
-    def jolokia_url(self) -> str:
-        """Cassandra's JMX over HTTP on this node (the Jolokia agent in its JVM)."""
-        return f"http://{self.address}:{JOLOKIA_PORT}/jolokia/"
-
-    def nodetool_argv(self) -> list[str]:
-        """nodetool for this node, as a command line (append the subcommand)."""
-        return nodetool_argv(self.jmx_port)
-
-
-@dataclass(frozen=True)
-class NodeState:
-    """What `status` found for one node right now."""
-
-    node: NodeInfo
-    container: str  # docker's state: running, exited, ... or "missing"
-    ring: RingMember | None  # as the first answering node sees it
-    devices: tuple[str | None, str | None]  # loop devices of the data and commit-log LUN mounts
-
-    @property
-    def mounted(self) -> tuple[bool, bool]:
-        return (self.devices[0] is not None, self.devices[1] is not None)
 
 
 class SandboxCluster:
@@ -143,8 +97,7 @@ class SandboxCluster:
         self._layout: InstanceLayout | None = None
         self._pool: Pool | None = None
         self._nodes: list[NodeInfo] = []
-        self._driver: Cluster | None = None
-        self._session: Session | None = None
+        self._cql = RingSession(lambda: self.addresses)
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -275,35 +228,13 @@ class SandboxCluster:
         }
 
     def _run_container(self, node: NodeInfo) -> None:
-        from testcontainers.core.config import testcontainers_config
-        from testcontainers.core.container import DockerContainer
-        from testcontainers.core.wait_strategies import LogMessageWaitStrategy
-
-        testcontainers_config.ryuk_disabled = True
         assert self._layout is not None
-        container = DockerContainer(self.image_tag).with_name(node.container_name)
-        for key, value in self.node_environment(node).items():
-            container.with_env(key, value)
-        for lun in node.luns:
-            # Same path inside as outside: the agent, the node and the tests all agree on paths.
-            container.with_volume_mapping(str(lun.mount_point), str(lun.mount_point), mode="rw")
-        container.with_kwargs(
-            network_mode="host",
-            labels=self._layout.labels(node.index),
-            init=True,
-        )
-        container.waiting_for(
-            LogMessageWaitStrategy(STARTUP_MESSAGE)
-            .with_startup_timeout(int(self.start_timeout))
-            .with_poll_interval(1.0)
-        )
-        started = time.monotonic()
-        container.start()
-        log.info(
-            "node started",
-            node=node.name,
-            address=node.address,
-            seconds=round(time.monotonic() - started, 1),
+        run_node_container(
+            self.image_tag,
+            node,
+            self.node_environment(node),
+            self._layout.labels(node.index),
+            self.start_timeout,
         )
 
     def close(self) -> DownReport:
@@ -325,7 +256,7 @@ class SandboxCluster:
         )
         cluster.image_tag = state["image_tag"]
         cluster._layout = layout
-        cluster._nodes = [_node_from_json(raw) for raw in state["nodes"]]
+        cluster._nodes = [node_from_json(raw) for raw in state["nodes"]]
         return cluster
 
     def _save_state(self) -> None:
@@ -337,7 +268,7 @@ class SandboxCluster:
             "image_tag": self.image_tag,
             "heap": self.heap,
             "num_tokens": self.num_tokens,
-            "nodes": [_node_to_json(node) for node in self._nodes],
+            "nodes": [node_to_json(node) for node in self._nodes],
         }
         self._layout.state_file.write_text(json.dumps(state, indent=2) + "\n")
 
@@ -383,28 +314,7 @@ class SandboxCluster:
 
     def session(self, keyspace: str | None = None) -> Session:
         """A cassandra-driver session that only ever talks to this cluster's nodes."""
-        if self._session is None:
-            from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
-            from cassandra.policies import ConstantReconnectionPolicy, WhiteListRoundRobinPolicy
-
-            # The whitelist keeps the driver on this instance's nodes, whatever peers they report.
-            profile = ExecutionProfile(
-                load_balancing_policy=WhiteListRoundRobinPolicy(self.addresses)
-            )
-            self._driver = Cluster(
-                contact_points=self.addresses,
-                port=NATIVE_PORT,
-                execution_profiles={EXEC_PROFILE_DEFAULT: profile},
-                protocol_version=5,
-                connect_timeout=10,
-                # Nodes restarted by a test or a restore are back within a second, not after
-                # the default exponential back-off (up to 10 minutes) has run its course.
-                reconnection_policy=ConstantReconnectionPolicy(1.0, max_attempts=None),
-            )
-            self._session = self._driver.connect()
-        if keyspace is not None:
-            self._session.set_keyspace(keyspace)
-        return self._session
+        return self._cql.session(keyspace)
 
     def wait_until_up_normal(
         self,
@@ -457,7 +367,7 @@ class SandboxCluster:
                         f" {node.address}:{NATIVE_PORT} within {timeout:.0f} s"
                     )
                 time.sleep(min(poll, 0.5))
-        self._wait_for_driver(wanted, deadline, timeout)
+        self._cql.wait(wanted, deadline, timeout)
 
     def refresh(self) -> list[NodeInfo]:
         """Read every node's LUN facts (which loop device each LUN is mounted from) from the
@@ -478,80 +388,11 @@ class SandboxCluster:
     def wait_for_session(self, *, timeout: float = 120) -> None:
         """Wait until the open driver session queries every node again: after a restore restarted
         the ring, the nodes answer CQL before the session has reconnected to them."""
-        self._wait_for_driver({n.address for n in self._nodes}, time.monotonic() + timeout, timeout)
-
-    def _wait_for_driver(self, addresses: set[str], deadline: float, timeout: float) -> None:
-        """Wait until a query to each of `addresses` goes through the open driver session.
-
-        Seeing the hosts up is not enough: a pool may still hold connections from before a
-        restart, which fail at the first query (NoHostAvailable, "defunct"). The driver mends
-        that by itself within a second or two; a session still failing after `_STALE_SESSION`
-        seconds is replaced by a fresh one, as a client would reconnect.
-        """
-        if self._driver is None:
-            return
-        waiting = set(addresses)
-        replace_at = time.monotonic() + _STALE_SESSION
-        problem = ""
-        while True:
-            problem = self._probe(waiting) or problem
-            if not waiting:
-                return
-            now = time.monotonic()
-            if now > deadline:
-                raise SandboxError(
-                    f"the driver session still cannot query {', '.join(sorted(waiting))}"
-                    f" {timeout:.0f} s after the wait began, though they are Up/Normal and take"
-                    f" CQL connections{problem}"
-                )
-            if now > replace_at:
-                log.info("replacing a driver session that cannot query", nodes=sorted(waiting))
-                self._reconnect()
-                replace_at = now + _STALE_SESSION
-            time.sleep(0.5)
-
-    def _probe(self, waiting: set[str]) -> str:
-        """Query each host in `waiting` that the session sees up; drop those that answer.
-        Returns the last failure, for the timeout's message."""
-        from cassandra.cluster import NoHostAvailable, OperationTimedOut
-
-        driver, session = self._driver, self._session
-        if driver is None or session is None:
-            return ""
-        problem = ""
-        for host in driver.metadata.all_hosts():
-            address = str(host.endpoint.address)
-            if address not in waiting or not host.is_up:
-                continue
-            try:
-                session.execute(_PROBE, host=host, timeout=10)
-            except (NoHostAvailable, OperationTimedOut) as exc:
-                problem = f" (last: {address}: {exc})"
-            else:
-                waiting.discard(address)
-        return problem
-
-    def _reconnect(self) -> None:
-        """A new driver session in place of the open one (whose holders must ask again)."""
-        from cassandra.cluster import NoHostAvailable
-
-        keyspace = self._session.keyspace if self._session is not None else None
-        self.close_session()
-        try:
-            self.session(keyspace)
-        except NoHostAvailable as exc:  # the next round tries again
-            log.info("a fresh driver session could not connect yet", error=str(exc))
-            self.close_session()
+        self._cql.wait({n.address for n in self._nodes}, time.monotonic() + timeout, timeout)
 
     def close_session(self) -> None:
         """Shut the driver session down; the next `session()` opens a new one."""
-        if self._driver is not None:
-            try:
-                self._driver.shutdown()
-            except Exception as exc:
-                log.warning("driver shutdown failed", error=str(exc))
-            self._driver = None
-            self._session = None
+        self._cql.close()
 
     def stop_node(self, node: str | int | NodeInfo, *, timeout: int = 60) -> None:
         """Stop one node's container (SIGTERM, then SIGKILL after timeout); its LUNs stay mounted."""
@@ -638,49 +479,12 @@ class SandboxCluster:
         ]
 
 
-def _node_to_json(node: NodeInfo) -> dict[str, Any]:
-    raw = asdict(node)
-    return json.loads(json.dumps(raw, default=str))  # type: ignore[no-any-return]
-
-
-def _node_from_json(raw: dict[str, Any]) -> NodeInfo:
-    def lun(value: dict[str, Any]) -> Lun:
-        return Lun(
-            volume_name=value["volume_name"],
-            image_path=Path(value["image_path"]),
-            pool_dir=Path(value["pool_dir"]),
-            mount_point=Path(value["mount_point"]),
-            loop_device=_mounted_device(Path(value["mount_point"])),
-            size_bytes=int(value["size_bytes"]),
-            fs_type=value["fs_type"],
-        )
-
-    return NodeInfo(
-        name=raw["name"],
-        index=int(raw["index"]),
-        address=raw["address"],
-        jmx_port=int(raw["jmx_port"]),
-        container_name=raw["container_name"],
-        data_dir=Path(raw["data_dir"]),
-        commitlog_dir=Path(raw["commitlog_dir"]),
-        saved_caches_dir=Path(raw["saved_caches_dir"]),
-        hints_dir=Path(raw["hints_dir"]),
-        data_lun=lun(raw["data_lun"]),
-        commitlog_lun=lun(raw["commitlog_lun"]),
-    )
-
-
 def _accepts(address: str, port: int, timeout: float = 1.0) -> bool:
     try:
         with socket.create_connection((address, port), timeout):
             return True
     except OSError:
         return False
-
-
-def _mounted_device(mount_point: Path) -> str | None:
-    mounted = mount_at(mount_point)
-    return mounted.source if mounted is not None else None
 
 
 __all__ = ["NodeInfo", "NodeState", "SandboxCluster", "down"]
