@@ -1,0 +1,44 @@
+"""The sandbox's fabric (`plugins.simulators.fabric`): a mapped clone's link names a device; a
+device that goes takes its links with it, and a new array (simulator) starts with no mapping."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ringsnap.plugins.simulators import fabric
+from ringsnap.plugins.simulators.lunpool import LunPool
+
+NAA = "600a0980" + "ab" * 12
+CLONE_NAA = "600a0980" + "cd" * 12
+
+
+def _pool(tmp_path: Path) -> Path:
+    (tmp_path / "luns").mkdir(parents=True)
+    image = tmp_path / "luns" / "data.img"
+    image.write_bytes(b"\0" * 512)
+    fabric.present(tmp_path, image, NAA)
+    fabric.present(tmp_path, Path("/dev/loop7"), CLONE_NAA)  # a mapping of the last simulator
+    return image
+
+
+def test_a_new_array_starts_with_no_mapping_links(tmp_path: Path) -> None:
+    image = _pool(tmp_path)
+    LunPool(tmp_path, fabric_loops=True)
+    assert fabric.named(tmp_path, image), "a volume's own link stays"
+    assert not fabric.named(tmp_path, Path("/dev/loop7"))
+    assert not (fabric.by_id_dir(tmp_path) / f"wwn-0x{CLONE_NAA}").is_symlink()
+
+
+def test_without_loop_devices_nothing_is_swept(tmp_path: Path) -> None:
+    _pool(tmp_path)
+    LunPool(tmp_path)  # the simulators' own tests: links name images, none is swept
+    assert fabric.named(tmp_path, Path("/dev/loop7"))
+
+
+def test_withdraw_id_and_forget_device(tmp_path: Path) -> None:
+    image = _pool(tmp_path)
+    fabric.withdraw_id(tmp_path, f"naa.{CLONE_NAA}")
+    assert not fabric.named(tmp_path, Path("/dev/loop7"))
+    fabric.present(tmp_path, Path("/dev/loop7"), CLONE_NAA)
+    fabric.forget_device(tmp_path, "/dev/loop7")
+    assert not fabric.named(tmp_path, Path("/dev/loop7")) and fabric.named(tmp_path, image)
