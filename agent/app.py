@@ -96,7 +96,8 @@ class AgentServer:
                 AgentServicer(self.agent, self.clones, self.drills, self.pitr), server
             )
             node_snapshots_pb2_grpc.add_NodeSnapshotServiceServicer_to_server(
-                NodeSnapshotServicer(self._node_label, self.node_snapshots), server
+                NodeSnapshotServicer(self._node_label, self.node_snapshots, self.agent.metrics),
+                server,
             )
             health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
             port = server.add_secure_port(self.config.server.listen, credentials)

@@ -119,6 +119,20 @@ class AgentMetrics:
             buckets=_STEP_BUCKETS,
             registry=r,
         )
+        self.lvm_pool_used = Gauge(
+            "ringsnap_agent_lvm_pool_used_percent",
+            "Use of a thin pool of this node's [lvm] volumes (part: data or metadata), as of the"
+            " last space check before a node-local snapshot.",
+            ["pool", "part"],
+            registry=r,
+        )
+        self.lvm_free_bytes = Gauge(
+            "ringsnap_agent_lvm_volume_group_free_bytes",
+            "Free bytes of a volume group holding thick [lvm] volumes (their snapshots' copy-on-"
+            "write space comes from it), as of the last space check.",
+            ["vg"],
+            registry=r,
+        )
         Gauge(
             "ringsnap_agent_build_info",
             "Always 1; the version label says which.",

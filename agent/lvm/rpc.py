@@ -10,6 +10,7 @@ import grpc
 from ringsnap import logs
 from ringsnap.agent.lvm.snapshots import LocalSnapshotInfo, NodeSnapshots
 from ringsnap.agent.lvm.space import SpaceReport
+from ringsnap.agent.metrics import AgentMetrics
 from ringsnap.api.v1 import node_snapshots_pb2 as pb
 from ringsnap.api.v1 import node_snapshots_pb2_grpc as pb_grpc
 from ringsnap.errors import ValidationError
@@ -63,6 +64,18 @@ def space_message(report: SpaceReport) -> pb.LocalSpace:
     )
 
 
+def record_space(metrics: AgentMetrics, report: SpaceReport) -> None:
+    """Each pool's use and each volume group's room, for the agent's metrics."""
+    for figure in report.pools:
+        if "/" in figure.pool:
+            metrics.lvm_pool_used.labels(pool=figure.pool, part="data").set(figure.data_percent)
+            metrics.lvm_pool_used.labels(pool=figure.pool, part="metadata").set(
+                figure.metadata_percent
+            )
+        else:
+            metrics.lvm_free_bytes.labels(vg=figure.pool).set(figure.free_bytes)
+
+
 def snapshot_message(node: str, found: LocalSnapshotInfo) -> pb.LocalSnapshot:
     info = found.info
     return pb.LocalSnapshot(
@@ -78,9 +91,12 @@ def snapshot_message(node: str, found: LocalSnapshotInfo) -> pb.LocalSnapshot:
 class NodeSnapshotServicer(pb_grpc.NodeSnapshotServiceServicer):
     """Answers for a node without `[lvm]` with FAILED_PRECONDITION naming the section."""
 
-    def __init__(self, node: str, snapshots: NodeSnapshots | None) -> None:
+    def __init__(
+        self, node: str, snapshots: NodeSnapshots | None, metrics: AgentMetrics | None = None
+    ) -> None:
         self._node = node
         self._snapshots = snapshots
+        self._metrics = metrics
 
     def _lvm(self) -> NodeSnapshots:
         if self._snapshots is None:
@@ -112,6 +128,8 @@ class NodeSnapshotServicer(pb_grpc.NodeSnapshotServiceServicer):
     ) -> pb.LocalSpace:
         volumes = [volume_of(v) for v in request.volumes]
         report = await asyncio.to_thread(self._lvm().space, request.array, volumes)
+        if self._metrics is not None:
+            record_space(self._metrics, report)
         return space_message(report)
 
     @unary

@@ -163,6 +163,11 @@ def test_thin_pool_metadata_is_checked_too(rig: Rig) -> None:
     assert [r for r in space.refusals if "metadata 85.00% used" in r], space.refusals
     pool = next(p for p in space.pools if p.pool == "cass/pool")
     assert pool.metadata_percent == 85.0
+    registry = rig.agent.server.agent.metrics.registry
+    used = {"pool": "cass/pool", "part": "metadata"}
+    assert registry.get_sample_value("ringsnap_agent_lvm_pool_used_percent", used) == 85.0
+    free = registry.get_sample_value("ringsnap_agent_lvm_volume_group_free_bytes", {"vg": "cass"})
+    assert free is not None and free > 0
 
 
 def test_no_room_for_thick_copy_on_write_refuses(tmp_path: Path) -> None:
