@@ -1,11 +1,13 @@
 """The array side of a run that reads a backup through clones (table restores, exports): clone a
-snapshot's volumes, and delete the clones again with their pending cleanups kept true.
+snapshot's volumes, and delete the clones again with their ledger entries kept true.
 
-The run records each clone as a pending cleanup of the catalog the moment the array made it
-(`drill.cleanups.clone_cleanup`); deleting goes through here so that every run leaves the catalog
-the same way: a clone the coordinator's retries deleted meanwhile is taken as deleted, a deleted
-clone's cleanup is done, and one the array would not delete stays pending with the array's error.
-Mounting and unmounting are the node's side (`clone_client`); drills keep their own teardown
+The run records each clone in the resource ledger before the array is asked (`runs.ledger`);
+deleting goes through here so that every run leaves the catalog the same way: a clone the
+coordinator's retries deleted meanwhile is taken as deleted, a deleted clone's entry goes, and one
+the array would not delete stays with the array's error. A record from before the ledger names a
+pending cleanup instead (`cleanup_id`): catalog migration 13 moved those rows to the ledger, so
+such a clone is the ledger's retries' to delete and is taken as deleted here. Mounting and
+unmounting are the node's side (`clone_client`); drills keep their own teardown
 (`drill.workflow`), which never raises and records each failure on the node instead.
 """
 

@@ -11,6 +11,7 @@ import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from ringsnap.coordinator.runs.resources import Resource, native_tag
 from ringsnap.plugins.types import SnapshotRef
 
 
@@ -43,25 +44,6 @@ class SnapshotKind(enum.StrEnum):
     #: Cassandra's own snapshots (`nodetool snapshot`): hard links in each table directory of each
     #: node, tagged with the backup id; for nodes on direct-attached storage.
     NATIVE = "native"
-
-
-#: A pending cleanup whose `array` starts with this names a node, not an array: the native snapshot
-#: `<snapshot_name>` (a tag) must still be cleared on node `<cluster>/<node>`. Array names cannot
-#: hold ':' or '/', so the two never collide.
-NATIVE_CLEANUP_PREFIX = "native:"
-
-
-def native_cleanup_target(cluster: str, node: str) -> str:
-    """The `array` of a cleanup that clears a native snapshot on `node` of `cluster`."""
-    return f"{NATIVE_CLEANUP_PREFIX}{cluster}/{node}"
-
-
-def native_cleanup_node(target: str) -> tuple[str, str] | None:
-    """(cluster, node) of a native snapshot's cleanup target; None for an array's."""
-    if not target.startswith(NATIVE_CLEANUP_PREFIX):
-        return None
-    cluster, _, node = target.removeprefix(NATIVE_CLEANUP_PREFIX).partition("/")
-    return cluster, node
 
 
 class Verification(enum.StrEnum):
@@ -261,17 +243,11 @@ class CleanupRequest:
             )
 
 
-def native_cleanups(backup: Backup, reason: str) -> list[CleanupRequest]:
-    """Clearing the native snapshot of `backup` (tagged with its id) on each included node (every
-    planned node, for a run that died before its plan excluded any)."""
+def native_tags(backup: Backup, reason: str) -> list[Resource]:
+    """The native snapshot of `backup` (tagged with its id) on each included node (every planned
+    node, for a run that died before its plan excluded any), as ledger entries to clear."""
     return [
-        CleanupRequest(
-            array=native_cleanup_target(backup.cluster, node.name),
-            reason=reason,
-            snapshot_name=backup.id,
-        )
-        for node in backup.nodes
-        if node.included
+        native_tag(backup.cluster, n.name, backup.id, reason) for n in backup.nodes if n.included
     ]
 
 

@@ -1,8 +1,7 @@
-"""The pending cleanups the catalog holds, retried until each is done: array snapshots (by their
-reference, or by name while a call that never answered may still make them), clones (unmounted
-first by the agent that mounted them, and left alone while an operation holds their cluster), and
-native snapshots (cleared by the node's agent). A cleanup that fails stays pending with its error;
-nothing is lost."""
+"""The pending cleanups the catalog holds, retried until each is done: array snapshots of backups
+(by their reference, or by name while a call that never answered may still make them). A cleanup
+that fails stays pending with its error; nothing is lost. Clones and native snapshot tags are in
+the resource ledger (`runs.ledger`), retried by its own path."""
 
 from __future__ import annotations
 
@@ -11,11 +10,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from ringsnap.coordinator.catalog import Catalog
-from ringsnap.coordinator.drill.cleanups import NodeAgents, cleanup_clone, delete_clone
-from ringsnap.coordinator.drill.ports import DrillHost
-from ringsnap.coordinator.model import PendingCleanup, native_cleanup_node
-from ringsnap.coordinator.ports import AgentPort, ArrayPort
-from ringsnap.coordinator.runs.lease import ClusterLeases
+from ringsnap.coordinator.model import PendingCleanup
+from ringsnap.coordinator.ports import ArrayPort
 from ringsnap.errors import RingsnapError
 from ringsnap.logs import get_logger
 from ringsnap.plugins.types import Volume
@@ -24,35 +20,24 @@ log = get_logger(__name__)
 
 #: How long a snapshot known only by name is looked for before the cleanup lets it go.
 NAME_CLEANUP_GRACE = timedelta(minutes=15)
+#: How an older ringsnap named a clone in a cleanup row (`clone:` and JSON).
+_UNREADABLE_CLONE = "clone:"
 
 
 class PendingCleanups:
-    """Runs pending cleanups against the configured arrays and agents.
-
-    `drill_hosts()` are the drill hosts by cluster and `clone_holders(cluster, node)` the agent
-    of a node that mounts clones (both opened on first use); `node_agent(cluster, node)` is the
-    configured node's agent (None when it is no longer configured); `volume_names(array)` the
-    names of the configured volumes on an array.
-    """
+    """Runs pending cleanups against the configured arrays; `volume_names(array)` are the names
+    of the configured volumes on an array."""
 
     def __init__(
         self,
         catalog: Catalog,
         arrays: Mapping[str, ArrayPort],
-        leases: ClusterLeases,
         *,
-        drill_hosts: Callable[[], Mapping[str, DrillHost]],
-        clone_holders: NodeAgents,
-        node_agent: Callable[[str, str], AgentPort | None],
         volume_names: Callable[[str], set[str]],
         now: Callable[[], datetime],
     ) -> None:
         self.catalog = catalog
         self.arrays = arrays
-        self.leases = leases
-        self._drill_hosts = drill_hosts
-        self._clone_holders = clone_holders
-        self._node_agent = node_agent
         self._volume_names = volume_names
         self._now = now
 
@@ -60,19 +45,16 @@ class PendingCleanups:
         for cleanup in cleanups:
             array = self.arrays.get(cleanup.array)
             try:
-                if (node := native_cleanup_node(cleanup.array)) is not None:
-                    await self._clear_native_snapshot(*node, cleanup.name)
-                elif array is None:
+                if array is None:
                     raise RingsnapError(f"array {cleanup.array!r} is no longer configured")
-                elif (clone := cleanup_clone(cleanup.snapshot_name)) is not None:
-                    if (holder := self.leases.holder(clone.cluster)) is not None:
-                        # Its drill or export may still be using it: the next round retries.
-                        log.info(
-                            "clone cleanup deferred", clone=cleanup.name, by=holder.describe()
-                        )
-                        continue
-                    await delete_clone(clone, array, self._drill_hosts(), self._clone_holders)
-                elif cleanup.ref is not None:
+                if cleanup.ref is None and cleanup.snapshot_name.startswith(_UNREADABLE_CLONE):
+                    # Only a row ringsnap never wrote: catalog migration 13 moved every readable
+                    # clone record to the ledger. Kept, saying what to do.
+                    raise RingsnapError(
+                        f"cleanup {cleanup.id} holds an unreadable clone record"
+                        f" {cleanup.snapshot_name!r}: delete that clone by hand"
+                    )
+                if cleanup.ref is not None:
                     await array.delete_snapshot(cleanup.ref)
                 elif not await self._delete_by_name(array, cleanup):
                     continue
@@ -92,15 +74,6 @@ class PendingCleanups:
                 reason=cleanup.reason,
             )
             await asyncio.to_thread(self.catalog.cleanup_done, cleanup.id)
-
-    async def _clear_native_snapshot(self, cluster: str, node: str, tag: str) -> None:
-        agent = self._node_agent(cluster, node)
-        if agent is None:
-            raise RingsnapError(
-                f"node {node} of cluster {cluster} is no longer configured; clear its native"
-                f" snapshot by hand (nodetool clearsnapshot -t {tag})"
-            )
-        await agent.clear_snapshot(tag)
 
     async def _delete_by_name(self, array: ArrayPort, cleanup: PendingCleanup) -> bool:
         """Delete a snapshot known only by name; False while it may still appear.

@@ -53,6 +53,7 @@ from ringsnap.coordinator.restore.daemon import DaemonRestores
 from ringsnap.coordinator.retention import RetentionPlan, apply_policy
 from ringsnap.coordinator.runs.lease import ClusterLeases
 from ringsnap.coordinator.runs.ledger import Ledger, LedgerRetry
+from ringsnap.coordinator.runs.resources import ResourceType
 from ringsnap.coordinator.scheduler import (
     BackupRequest,
     BackupScheduler,
@@ -103,7 +104,7 @@ class Coordinator:
         # Nodes' agents, for the pending cleanups of clones a node mounted (exports).
         self.clone_nodes = NodeAgentCache(export_node_opener(config))
         self.backups = DaemonBackups(
-            config, catalog, metrics, arrays, self.operations, now, self.run_pending_cleanups
+            config, catalog, metrics, arrays, self.operations, now, self._after_failed_backup
         )
         # Which run holds which cluster: every run of every kind takes its cluster's lease.
         self.leases = ClusterLeases()
@@ -115,22 +116,14 @@ class Coordinator:
             misfire_grace=timedelta(seconds=config.coordinator.misfire_grace_seconds),
             last_run=self._last_run,
         )
-        self.cleanups = PendingCleanups(
-            catalog,
-            arrays,
-            self.leases,
-            drill_hosts=self._drill_hosts,
-            clone_holders=self._clone_holder,
-            node_agent=self._node_agent,
-            volume_names=self._volume_names,
-            now=now,
-        )
+        self.cleanups = PendingCleanups(catalog, arrays, volume_names=self._volume_names, now=now)
         # The resource ledger: clones of runs on the engine, unmounted on their node first.
         self.ledger = LedgerRetry(
             Ledger(catalog),
             arrays,
             node_agent=self._clone_holder,
             tag_agent=self._node_agent,
+            drill_host=lambda cluster: self._drill_hosts().get(cluster),
             held=self.leases.holder,
             now=now,
             node_host=self._node_host,
@@ -327,6 +320,19 @@ class Coordinator:
     async def delete_backup(self, backup_id: str, reason: str) -> None:
         cleanups = await asyncio.to_thread(self.catalog.delete_backup, backup_id, reason=reason)
         await self.cleanups.run(cleanups)
+        await self._clear_native_tags(backup_id)
+
+    async def _after_failed_backup(self, backup_id: str) -> None:
+        await self._clear_native_tags(backup_id)
+        await self.run_pending_cleanups()
+
+    async def _clear_native_tags(self, backup_id: str) -> None:
+        """A failed or deleted backup's native snapshots, at once: no run uses them, whoever holds
+        the cluster (its own failing run, or the backup whose retention deletes it)."""
+        tags = await asyncio.to_thread(self.catalog.resources, backup_id)
+        await self.ledger.run(
+            [e for e in tags if e.resource.type is ResourceType.NATIVE_TAG], even_if_held=True
+        )
 
     async def run_pending_cleanups(self) -> int:
         """Retry the pending cleanups, then undo what the resource ledger holds (the run

@@ -26,7 +26,7 @@ from ringsnap.coordinator.model import (
     CleanupRequest,
     QuiesceMode,
     SnapshotKind,
-    native_cleanups,
+    native_tags,
 )
 from ringsnap.coordinator.operations import Operations
 from ringsnap.coordinator.ports import ArrayPort
@@ -37,8 +37,8 @@ log = get_logger(__name__)
 
 
 class DaemonBackups:
-    """Runs backups and records them; `after_failure` runs once a failed run is recorded (the
-    coordinator retries the pending cleanups the failure left)."""
+    """Runs backups and records them; `after_failure(backup_id)` runs once a failed run is
+    recorded (the coordinator clears its native tags and retries the cleanups it left)."""
 
     def __init__(  # noqa: PLR0917 - the daemon's parts a backup uses
         self,
@@ -48,7 +48,7 @@ class DaemonBackups:
         arrays: Mapping[str, ArrayPort],
         operations: Operations,
         now: Callable[[], datetime],
-        after_failure: Callable[[], Awaitable[object]],
+        after_failure: Callable[[str], Awaitable[object]],
     ) -> None:
         self.config = config
         self.catalog = catalog
@@ -130,7 +130,7 @@ class DaemonBackups:
                     phases=failed.clock.phases,
                 )
                 if not isinstance(exc, asyncio.CancelledError):
-                    await self.after_failure()
+                    await self.after_failure(backup_id)
             raise
         finally:
             self._runs.pop(backup_id, None)
@@ -138,7 +138,8 @@ class DaemonBackups:
 
 async def recover_interrupted(catalog: Catalog, clusters: Mapping[str, ClusterRuntime]) -> None:
     """Backups that died with a previous process: thaw their nodes, and mark them failed with what
-    their arrays (or nodes, for native snapshots) may hold as pending cleanups."""
+    their arrays may hold as pending cleanups (and their nodes' native snapshots as ledger
+    entries)."""
     for backup in await asyncio.to_thread(catalog.interrupted_backups):
         log.warning("found an interrupted backup", backup_id=backup.id, cluster=backup.cluster)
         runtime = clusters.get(backup.cluster)
@@ -150,21 +151,16 @@ async def recover_interrupted(catalog: Catalog, clusters: Mapping[str, ClusterRu
             for name, result in zip(runtime.agents, results, strict=True):
                 if isinstance(result, BaseException):
                     log.warning("thaw on recovery failed; the lease has thawed it", node=name)
+        why = f"backup {backup.id} interrupted by a coordinator stop"
         cleanups = [
-            CleanupRequest(
-                array=array,
-                reason=f"backup {backup.id} interrupted by a coordinator stop",
-                snapshot_name=backup.id,
-            )
+            CleanupRequest(array=array, reason=why, snapshot_name=backup.id)
             for array in backup.arrays
         ]
-        if backup.snapshot_kind is SnapshotKind.NATIVE:
-            cleanups += native_cleanups(
-                backup, f"backup {backup.id} interrupted by a coordinator stop"
-            )
+        tags = native_tags(backup, why) if backup.snapshot_kind is SnapshotKind.NATIVE else []
         await asyncio.to_thread(
             catalog.fail_backup,
             backup.id,
             "the coordinator stopped during the run; nodes were thawed by their leases",
             cleanups=cleanups,
+            native_tags=tags,
         )

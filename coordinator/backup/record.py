@@ -9,7 +9,8 @@ from ringsnap.coordinator.backup import BackupRun
 from ringsnap.coordinator.backup.nodes import recorded_node
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import ClusterSection
-from ringsnap.coordinator.model import Backup, CleanupRequest, native_cleanup_target
+from ringsnap.coordinator.model import Backup, CleanupRequest
+from ringsnap.coordinator.runs.resources import native_tag
 
 
 def record_completed(catalog: Catalog, cluster: ClusterSection, run: BackupRun) -> Backup:
@@ -31,19 +32,16 @@ def record_completed(catalog: Catalog, cluster: ClusterSection, run: BackupRun) 
 
 
 def record_failed(catalog: Catalog, run: BackupRun, error: BaseException) -> None:
-    """Mark the backup failed; every snapshot it holds becomes a pending cleanup."""
+    """Mark the backup failed; every array snapshot it holds becomes a pending cleanup, every
+    native snapshot it may have taken a ledger entry."""
     cleanups = list(run.pending_cleanups)
     # Snapshots the workflow took but the catalog refused (e.g. incomplete) are still held.
     cleanups += [
         CleanupRequest(array=ref.array, reason=f"backup failed: {error}", ref=ref)
         for ref in run.snapshots
     ]
-    cleanups += [
-        CleanupRequest(
-            array=native_cleanup_target(run.cluster, node),
-            reason=f"backup failed: {error}",
-            snapshot_name=run.backup_id,
-        )
+    tags = [
+        native_tag(run.cluster, node, run.backup_id, f"backup failed: {error}")
         for node in run.native_snapshots
     ]
     message = str(error) or type(error).__name__
@@ -53,6 +51,7 @@ def record_failed(catalog: Catalog, run: BackupRun, error: BaseException) -> Non
         run.backup_id,
         message,
         cleanups=cleanups,
+        native_tags=tags,
         timings=run.clock.phases,
         freeze_window=run.window,
         warnings=run.array_warnings,

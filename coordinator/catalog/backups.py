@@ -20,6 +20,7 @@ from ringsnap.coordinator.catalog.backup_rows import COLUMNS
 from ringsnap.coordinator.catalog.columns import now, placeholders, to_us, utc
 from ringsnap.coordinator.catalog.database import Database
 from ringsnap.coordinator.catalog.errors import BackupStateError, IncompleteBackupError
+from ringsnap.coordinator.catalog.runs import insert_resource
 from ringsnap.coordinator.model import (
     Backup,
     BackupNode,
@@ -31,8 +32,9 @@ from ringsnap.coordinator.model import (
     QuiesceMode,
     SnapshotKind,
     Verification,
-    native_cleanups,
+    native_tags,
 )
+from ringsnap.coordinator.runs.resources import Resource
 from ringsnap.logs import get_logger
 from ringsnap.plugins.types import SnapshotRef
 
@@ -193,6 +195,7 @@ class BackupStore(Database):
         error: str,
         *,
         cleanups: Sequence[CleanupRequest] = (),
+        native_tags: Sequence[Resource] = (),
         finished_at: datetime | None = None,
         timings: Timings | None = None,
         freeze_window: FreezeWindow | None = None,
@@ -201,7 +204,8 @@ class BackupStore(Database):
         """Mark a running backup failed with `error`.
 
         In the same transaction, every snapshot recorded for it moves to the pending cleanups, with
-        `cleanups` (snapshots the run made but could not delete, or only knows by name).
+        `cleanups` (snapshots the run made but could not delete, or only knows by name), and its
+        `native_tags` (native snapshots it may have taken) go in the resource ledger.
         """
         if not error:
             raise ValueError("a failed backup needs its error")
@@ -216,6 +220,8 @@ class BackupStore(Database):
             ]
             for request in [*moved, *cleanups]:
                 cleanup_rows.insert(conn, backup_id, request, finished)
+            for tag in native_tags:
+                insert_resource(conn, tag, finished)
             conn.execute("DELETE FROM snapshots WHERE backup = ?", (pk,))
             conn.execute(
                 "UPDATE backups SET state = 'failed', finished_us = ?, error = ?, warnings = ?"
@@ -248,7 +254,7 @@ class BackupStore(Database):
         Its snapshots move to the pending cleanups in the same transaction and are returned: the
         caller deletes them from the arrays and calls `cleanup_done` (a crash in between leaves them
         pending, never forgotten). A native backup's snapshot is one tag per included node: each
-        becomes a cleanup of that node (`native_cleanup_target`).
+        goes in the resource ledger (`runs.resources.native_tag`), retried by its one path.
         """
         if not reason:
             raise ValueError("say why the backup is deleted (e.g. 'retention: beyond all buckets')")
@@ -264,7 +270,8 @@ class BackupStore(Database):
             ]
             backup = backup_rows.get_pk(conn, pk)
             if backup.snapshot_kind is SnapshotKind.NATIVE:
-                requests += native_cleanups(backup, why)
+                for tag in native_tags(backup, why):
+                    insert_resource(conn, tag, at)
             ids = [cleanup_rows.insert(conn, backup_id, request, at) for request in requests]
             conn.execute("DELETE FROM backups WHERE pk = ?", (pk,))
             pending = cleanup_rows.by_ids(conn, ids)

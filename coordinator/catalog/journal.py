@@ -1,7 +1,7 @@
 """What the journals of the workflows that read a backup (restores, drills, table restores, exports)
 share: the catalog calls they make, each off the event loop (SQLite blocks): the manifests, the
-pending cleanups (`CatalogCleanups`, runs not yet on the engine, and older exports' clones) and
-the resource ledger (`CatalogResources`, runs on the engine)."""
+pending cleanups (`CatalogCleanups`: the clones of records from before the ledger, whose rows
+catalog migration 13 moved to the ledger) and the resource ledger (`CatalogResources`)."""
 
 from __future__ import annotations
 

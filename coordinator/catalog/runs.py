@@ -23,7 +23,7 @@ log = get_logger(__name__)
 _RUNS_VERSION = 10
 _COLUMNS = (
     "type, cluster, run_id, run_kind, reason, array, name, volume_id, name_hint, node,"
-    " mount_purpose, host"
+    " mount_purpose, host, drill_host"
 )
 
 
@@ -43,12 +43,43 @@ def _entry(row: sqlite3.Row) -> LedgerEntry:
             node=row["node"],
             mount_purpose=row["mount_purpose"],
             host=row["host"],
+            drill_host=bool(row["drill_host"]),
         ),
         created_at=from_us(row["created_us"]) or EPOCH,
         attempts=row["attempts"],
         last_error=row["last_error"],
         last_attempt_at=from_us(row["last_attempt_us"]),
     )
+
+
+def insert_resource(conn: sqlite3.Connection, resource: Resource, at: datetime) -> LedgerEntry:
+    """One ledger entry, in the caller's transaction (a failed or deleted backup's native tags go
+    in with the change of the backup)."""
+    values = (
+        resource.type.value,
+        resource.cluster,
+        resource.run_id,
+        resource.run_kind,
+        resource.reason,
+        resource.array,
+        resource.name,
+        resource.volume_id,
+        resource.name_hint,
+        resource.node,
+        resource.mount_purpose,
+        resource.host,
+        int(resource.drill_host),
+        to_us(at),
+    )
+    try:
+        row = conn.execute(
+            f"INSERT INTO resources ({_COLUMNS}, created_us)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
+            values,
+        ).fetchone()
+    except sqlite3.IntegrityError as exc:
+        raise CatalogError(f"ledger entry refused ({exc}): {resource}") from None
+    return _entry(row)
 
 
 class RunStore(Database):
@@ -115,32 +146,10 @@ class RunStore(Database):
 
     def add_resource(self, resource: Resource, *, at: datetime | None = None) -> LedgerEntry:
         """Record a resource before it is made (its name may come later: `resource_made`)."""
-        values = (
-            resource.type.value,
-            resource.cluster,
-            resource.run_id,
-            resource.run_kind,
-            resource.reason,
-            resource.array,
-            resource.name,
-            resource.volume_id,
-            resource.name_hint,
-            resource.node,
-            resource.mount_purpose,
-            resource.host,
-            to_us(utc(at) if at is not None else now()),
-        )
         with self._tx(write=True) as conn:
-            try:
-                row = conn.execute(
-                    f"INSERT INTO resources ({_COLUMNS}, created_us)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
-                    values,
-                ).fetchone()
-            except sqlite3.IntegrityError as exc:
-                raise CatalogError(f"ledger entry refused ({exc}): {resource}") from None
+            entry = insert_resource(conn, resource, utc(at) if at is not None else now())
         log.info("resource recorded", resource=resource.describe())
-        return _entry(row)
+        return entry
 
     def resource_made(self, entry_id: int, name: str, volume_id: str = "") -> None:
         """The array answered: the resource's name (and id)."""

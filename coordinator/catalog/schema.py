@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ringsnap.coordinator.catalog.columns import now, sql_text, to_us
 from ringsnap.coordinator.catalog.errors import CatalogSchemaError
+from ringsnap.coordinator.catalog.schema_ledger import LEDGER_FOLD
 from ringsnap.coordinator.catalog.schema_mappings import MAPPINGS
 from ringsnap.coordinator.catalog.schema_not_proven import NOT_PROVEN
 from ringsnap.logs import get_logger
@@ -403,6 +404,11 @@ MIGRATIONS: list[Migration] = [
     Migration(10, "the run engine's records and resource ledger; interrupted exports", _V10),
     Migration(11, "one name for a failed proof: 'not-proven'", NOT_PROVEN),
     Migration(12, "the resource ledger: clones mapped to hosts ('mapping', host)", MAPPINGS),
+    Migration(
+        13,
+        "drills' clones and native snapshot tags in the ledger; encoded cleanups moved",
+        LEDGER_FOLD,
+    ),
 ]
 
 

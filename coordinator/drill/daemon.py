@@ -23,7 +23,6 @@ from ringsnap.logs import get_logger
 log = get_logger(__name__)
 
 
-
 async def start_drill(
     config: CoordinatorConfig,
     catalog: Catalog,

@@ -13,7 +13,7 @@ from ringsnap.coordinator.clone_mounts import CloneMounter
 from ringsnap.coordinator.drill.model import DrillRecord
 from ringsnap.coordinator.model import Verification
 from ringsnap.coordinator.ports import NodeVolumeFacts, SSTable
-from ringsnap.plugins.types import Volume
+from ringsnap.coordinator.runs.resources import Resource
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ class NodeFactsPort(Protocol):
 
 
 class DrillJournal(Protocol):
-    """Where a drill keeps its record and its clones' pending cleanups (the catalog)."""
+    """Where a drill keeps its record and its clones' ledger entries (the catalog)."""
 
     async def save(self, record: DrillRecord) -> None: ...
 
@@ -115,13 +115,13 @@ class DrillJournal(Protocol):
         """The nodes the backup holds (the included ones)."""
         ...
 
-    async def clones_made(
-        self, drill_id: str, purpose_id: str, array: str, clones: Sequence[Volume]
-    ) -> list[int]:
-        """Record the clones (mounted under `purpose_id` on the drill host) as pending cleanups,
-        before they are used; their cleanup ids."""
+    async def record_resources(self, resources: Sequence[Resource]) -> list[int]:
+        """Record the clones about to be made in the resource ledger, before the array is asked;
+        their entry ids, in order."""
         ...
 
-    async def cleanup_done(self, cleanup_id: int) -> None: ...
+    async def resource_made(self, entry_id: int, name: str, volume_id: str) -> None: ...
 
-    async def cleanup_failed(self, cleanup_id: int, error: str) -> None: ...
+    async def resource_gone(self, entry_id: int) -> None: ...
+
+    async def resource_failed(self, entry_id: int, error: str) -> None: ...

@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 
 from ringsnap.coordinator.agents.connection import ClientTls
 from ringsnap.coordinator.agents.drill import GrpcDrillHost, GrpcNodeFacts
 from ringsnap.coordinator.catalog import Catalog
-from ringsnap.coordinator.catalog.journal import CatalogCleanups, CatalogJournalBase
+from ringsnap.coordinator.catalog.journal import CatalogJournalBase, CatalogResources
 from ringsnap.coordinator.cluster_clients import open_cluster
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
-from ringsnap.coordinator.drill.cleanups import clone_cleanup
 from ringsnap.coordinator.drill.model import (
     DrillRecord,
     DrillState,
@@ -31,10 +30,9 @@ from ringsnap.coordinator.drill.workflow import DrillRefused, DrillWorkflow, Pro
 from ringsnap.coordinator.model import Backup, BackupState
 from ringsnap.coordinator.ports import ArrayPort
 from ringsnap.coordinator.presentation import Presenter, RunOf, cluster_hosts
-from ringsnap.plugins.types import Volume
 
 
-class CatalogDrillJournal(CatalogJournalBase, CatalogCleanups):
+class CatalogDrillJournal(CatalogJournalBase, CatalogResources):
     """`DrillJournal` over the catalog (every call off the event loop)."""
 
     async def save(self, record: DrillRecord) -> None:
@@ -46,22 +44,6 @@ class CatalogDrillJournal(CatalogJournalBase, CatalogCleanups):
     async def backup_nodes(self, backup_id: str) -> list[str]:
         backup = await asyncio.to_thread(self.catalog.get_backup, backup_id)
         return [n.name for n in backup.nodes if n.included]
-
-    async def clones_made(
-        self, drill_id: str, purpose: str, array: str, clones: Sequence[Volume]
-    ) -> list[int]:
-        record = await asyncio.to_thread(self.catalog.get_drill, drill_id)
-        requests = [
-            clone_cleanup(
-                array,
-                clone,
-                f"clone made by drill {drill_id} of backup {record.backup_id}",
-                cluster=record.cluster,
-                purpose_id=purpose,
-            )
-            for clone in clones
-        ]
-        return await self.add_cleanups(record.backup_id, requests)
 
 
 def proven_nodes(catalog: Catalog, backup_id: str) -> dict[str, str]:

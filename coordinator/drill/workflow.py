@@ -2,14 +2,15 @@
 isolation, verified, compared with the backup's manifest, and torn down; then recorded.
 
 Per node, in order (docs/drills.md):
-1. clone the node's volumes from the backup's snapshot on each array; the clones are recorded as
-   pending cleanups at once, before anything uses them;
+1. clone the node's volumes from the backup's snapshot on each array; each clone is in the
+   resource ledger before the array is asked, named once made;
 2. MountClones on the drill host (purpose id: the drill id and the node);
 3. StartDrill with the node's identity, directories and canary; poll GetDrill until it ends;
 4. GetDrillManifest compared with the backup's recorded manifest;
 5. always, whatever failed before: StopDrill, UnmountClones, delete every clone on its array. Each
    teardown step runs even when the one before failed; each failure is recorded on the node, and a
-   clone that cannot be deleted stays a pending cleanup that the coordinator retries.
+   clone that cannot be deleted stays in the ledger, and the coordinator retries it (unmounted on
+   the drill host first).
 
 Nodes are drilled one at a time unless the plan allows more (each node's canary lives on that node:
 a node alone proves its own data). The drill host keeps its own deadline too: a coordinator that
@@ -32,7 +33,8 @@ from datetime import UTC, datetime
 from typing import TypeVar
 
 from ringsnap.coordinator.clone_mounts import CloneToMount
-from ringsnap.coordinator.clone_session import clone_in_time
+from ringsnap.coordinator.clone_session import CloneTimedOut, clone_in_time
+from ringsnap.coordinator.drill.ledger import clone_entry
 from ringsnap.coordinator.drill.model import (
     DrillClone,
     DrillNode,
@@ -275,29 +277,46 @@ class DrillWorkflow:
     async def _clone(
         self, run: _Run, node: NodeDrillPlan, made: list[tuple[DrillClone, int]]
     ) -> None:
-        """Clone the node's volumes on each array into `made` (with their cleanup ids), so that
-        what was cloned before a failure is torn down like the rest."""
+        """Clone the node's volumes on each array into `made` (with their ledger entries), so that
+        what was cloned before a failure is torn down like the rest. Each clone is in the ledger
+        before the array is asked (found by the suffix its name will contain until the array
+        answered), as mounted by the drill host under the node's purpose: a coordinator killed at
+        any point leaves nothing the retries do not know."""
         suffix = node.purpose_id.replace("-", "_")
         roles = {(v.array, v.volume): v.role for v in node.volumes}
         for ref in node.snapshots:
             port = self.arrays[ref.array]
+            ids = await self.journal.record_resources(
+                [
+                    clone_entry(run.record, node, ref.array, suffix, m.volume.name)
+                    for m in ref.members
+                ]
+            )
             try:
                 clones = await clone_in_time(
                     port, ref.array, ref, suffix, self.settings.array_timeout
                 )
             except Exception as exc:
+                if not isinstance(exc, CloneTimedOut):
+                    for entry_id in ids:  # the array refused: nothing was made
+                        await self.journal.resource_gone(entry_id)
                 raise _StepFailed(
                     "clone",
                     f"array {ref.array}: cloning snapshot {ref.snapshot_name} failed:"
                     f" {exc or type(exc).__name__}",
                 ) from None
-            ids = await self.journal.clones_made(
-                run.record.id, node.purpose_id, ref.array, list(clones)
-            )
+            if len(clones) > len(ids):  # more than asked: each is torn down too
+                ids += await self.journal.record_resources(
+                    [clone_entry(run.record, node, ref.array, suffix, "")]
+                    * (len(clones) - len(ids))
+                )
+            for entry_id in ids[len(clones) :]:  # fewer: the rest were not made
+                await self.journal.resource_gone(entry_id)
             # Drivers return the clones in the order of the snapshot's members (restores rely on
             # it too); a clone without a member is still torn down.
             sources = [m.volume.name for m in ref.members] + [""] * len(clones)
-            for source, clone, cleanup in zip(sources, clones, ids, strict=False):
+            for source, clone, entry_id in zip(sources, clones, ids, strict=False):
+                await self.journal.resource_made(entry_id, clone.name, clone.id)
                 drill_clone = DrillClone(
                     array=ref.array,
                     source=source,
@@ -306,7 +325,7 @@ class DrillWorkflow:
                     role=roles.get((ref.array, source), ""),
                     wwn=clone.wwn,
                 )
-                made.append((drill_clone, cleanup))
+                made.append((drill_clone, entry_id))
             if len(clones) != len(ref.members):
                 raise _StepFailed(
                     "clone",
@@ -362,18 +381,18 @@ class DrillWorkflow:
                     timeout=self.settings.array_timeout,
                 )
         deleted: dict[tuple[str, str], bool] = {}
-        for clone, cleanup in made:
+        for clone, entry_id in made:
             ok = False
             port = self.arrays.get(clone.array)
             what = f"delete clone {clone.array}:{clone.name}"
             if not unmounted:
-                # Never delete a volume under a mount: the cleanup unmounts it on the drill host
-                # first (UnmountClones is idempotent, and survives an agent restart), then deletes.
+                # Never delete a volume under a mount: the ledger's retry unmounts it on the drill
+                # host first (UnmountClones is idempotent, and survives an agent restart).
                 failures.append(
                     f"{what}: kept, because the drill host did not confirm the unmount; the"
-                    " coordinator's pending cleanups unmount and delete it"
+                    " coordinator's ledger retries unmount and delete it"
                 )
-                log.warning("clone kept for the pending cleanups", node=node.name, clone=clone.name)
+                log.warning("clone kept in the ledger", node=node.name, clone=clone.name)
             elif port is None:
                 failures.append(f"{what}: array {clone.array} is not configured")
             else:
@@ -386,11 +405,11 @@ class DrillWorkflow:
             deleted[(clone.array, clone.name)] = ok
             try:
                 if ok:
-                    await self.journal.cleanup_done(cleanup)
+                    await self.journal.resource_gone(entry_id)
                 else:
-                    await self.journal.cleanup_failed(cleanup, failures[-1])
-            except Exception as exc:  # the cleanup row stays: it is retried, never lost
-                log.error("clone cleanup not updated", cleanup=cleanup, error=str(exc))
+                    await self.journal.resource_failed(entry_id, failures[-1])
+            except Exception as exc:  # the ledger entry stays: it is retried, never lost
+                log.error("clone's ledger entry not updated", entry=entry_id, error=str(exc))
         if failures:
             log.error("drill teardown incomplete", node=node.name, failures=failures)
         await run.node(

@@ -31,7 +31,6 @@ from ringsnap.logs import get_logger
 log = get_logger(__name__)
 
 
-
 def min_age(value: float | None) -> float:
     """The age under which a component is never purged: `value` as asked (None: the default)."""
     if value is None:

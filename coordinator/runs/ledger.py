@@ -1,6 +1,6 @@
 """The resource ledger as runs and the retries use it (every call off the event loop), and the one
-retry path that undoes what a run left: unmount on the node that mounts it, then delete on the
-array (a clone), or clear on the node (a native snapshot tag).
+retry path that undoes what a run left: unmount on the node (or the drill host) that mounts it,
+then delete on the array (a clone), or clear on the node (a native snapshot tag).
 
 Safety, in one place:
 - a resource is in the ledger before it exists (a clone: before the array is asked, by the hint
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -85,6 +85,14 @@ class NodeHolder(Protocol):
     async def unmount_clones(self, purpose_id: str) -> Sequence[str]: ...
 
 
+class DrillHostHolder(Protocol):
+    """A cluster's drill host, as the retries need it (both calls idempotent)."""
+
+    async def stop_drill(self, purpose_id: str) -> object: ...
+
+    async def unmount_clones(self, purpose_id: str) -> Sequence[str]: ...
+
+
 class TagHolder(Protocol):
     async def clear_snapshot(self, tag: str) -> None: ...
 
@@ -95,13 +103,27 @@ class ArrayClones(Protocol):
     async def delete_clone(self, volume: Volume) -> None: ...
 
 
+class _NotFound(Exception):
+    """The agent knows no such purpose (its NOT_FOUND): nothing runs or is mounted under it."""
+
+
+async def _known(call: Awaitable[object]) -> None:
+    try:
+        await call
+    except Exception as exc:
+        if getattr(exc, "code", "") == "NOT_FOUND":
+            raise _NotFound(str(exc)) from None
+        raise
+
+
 class NotConfirmed(RingsnapError):
     """The node did not confirm the unmount: the clone is kept."""
 
 
 class LedgerRetry:
     """Undoes the ledger's entries. `node_agent(cluster, node)` is that node's agent (None when
-    the configuration no longer has it); `held(cluster)` is the lease on it (None: free)."""
+    the configuration no longer has it), `drill_host(cluster)` the cluster's drill host (None:
+    none configured); `held(cluster)` is the lease on it (None: free)."""
 
     def __init__(
         self,
@@ -110,6 +132,7 @@ class LedgerRetry:
         *,
         node_agent: Callable[[str, str], NodeHolder | None],
         tag_agent: Callable[[str, str], TagHolder | None],
+        drill_host: Callable[[str], DrillHostHolder | None],
         held: Callable[[str], Lease | None],
         now: Callable[[], datetime],
         unmount_timeout: float = UNMOUNT_TIMEOUT_SECONDS,
@@ -119,6 +142,7 @@ class LedgerRetry:
         self.arrays = arrays
         self.node_agent = node_agent
         self.tag_agent = tag_agent
+        self.drill_host = drill_host
         self.held = held
         self.now = now
         self.unmount_timeout = unmount_timeout
@@ -126,8 +150,11 @@ class LedgerRetry:
         #: recorded before the array named its host object.
         self.node_host = node_host
 
-    async def run(self, entries: Sequence[LedgerEntry] | None = None) -> int:
-        """Undo each entry (all of the ledger by default); how many are left."""
+    async def run(
+        self, entries: Sequence[LedgerEntry] | None = None, *, even_if_held: bool = False
+    ) -> int:
+        """Undo each entry (all of the ledger by default); how many are left. `even_if_held`: the
+        caller knows no run uses them (a deleted backup's native tags)."""
         todo = list(await self.ledger.entries() if entries is None else entries)
         # Mappings first: a clone still mapped to a host is not deleted behind its back.
         todo.sort(key=lambda e: e.resource.type is not ResourceType.MAPPING)
@@ -136,7 +163,7 @@ class LedgerRetry:
             resource = entry.resource
             if resource.type is ResourceType.STAGING:
                 continue
-            holder = self.held(resource.cluster)
+            holder = None if even_if_held else self.held(resource.cluster)
             if holder is not None:
                 log.info(
                     "resource retry deferred",
@@ -179,7 +206,16 @@ class LedgerRetry:
             hosts = self.node_host(resource.cluster) if self.node_host is not None else None
             await unpresent_entry(entry, self.arrays, hosts)
             return True
-        if resource.mount_purpose:
+        if resource.type is not ResourceType.CLONE:
+            # The catalog allows 'snapshot' entries (backups' array snapshots are still pending
+            # cleanups): never undo one as if it were a clone.
+            raise RingsnapError(
+                f"{resource.describe()}: this ringsnap does not undo {resource.type.value}"
+                " entries; delete it by hand"
+            )
+        if resource.mount_purpose and resource.drill_host:
+            await self.unmount_on_drill_host(resource)
+        elif resource.mount_purpose:
             await self.unmount(resource)
         return await self._delete_clone(entry)
 
@@ -188,7 +224,7 @@ class LedgerRetry:
         agent = self.node_agent(resource.cluster, resource.node)
         if agent is None:
             raise NotConfirmed(
-                f"{resource.describe()}: node {resource.node} of cluster {resource.cluster} mounts"
+                f"{resource.describe()}: node {resource.node} of cluster {resource.cluster} mounted"
                 f" it (purpose {resource.mount_purpose}) and is not in the configuration; it is"
                 " not deleted while it may be mounted: unmount it there by hand, then delete it"
             )
@@ -206,6 +242,36 @@ class LedgerRetry:
             detached = ()  # the agent knows no such purpose: nothing mounted
         log.info(
             "clone unmounted on its node before its deletion",
+            resource=resource.describe(),
+            detached=list(detached),
+        )
+
+    async def unmount_on_drill_host(self, resource: Resource) -> None:
+        """Stop the drill of the resource's purpose on its cluster's drill host (a drill that
+        ended or never started is fine), then unmount; raises NotConfirmed unless confirmed."""
+        host = self.drill_host(resource.cluster)
+        if host is None:
+            raise NotConfirmed(
+                f"{resource.describe()}: cluster {resource.cluster} has no drill host configured"
+                " to unmount it from; it is not deleted while it may be mounted: unmount it there"
+                " by hand, then configure the drill host again or delete the clone by hand"
+            )
+        try:
+            with contextlib.suppress(_NotFound):
+                await asyncio.wait_for(
+                    _known(host.stop_drill(resource.mount_purpose)), self.unmount_timeout
+                )
+            detached = await asyncio.wait_for(
+                host.unmount_clones(resource.mount_purpose), self.unmount_timeout
+            )
+        except TimeoutError:
+            raise self._not_confirmed(
+                resource, f"no answer in {self.unmount_timeout:g} s"
+            ) from None
+        except Exception as exc:
+            raise self._not_confirmed(resource, str(exc)) from None
+        log.info(
+            "clone unmounted on the drill host before its deletion",
             resource=resource.describe(),
             detached=list(detached),
         )

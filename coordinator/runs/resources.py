@@ -12,7 +12,8 @@ from datetime import datetime
 
 class ResourceType(enum.StrEnum):
     #: A volume cloned from a snapshot on `array` (name and id once the array answered); mounted
-    #: by the agent of `node` under `mount_purpose` when those are set.
+    #: under `mount_purpose` by the agent of `node`, or by the cluster's drill host
+    #: (`drill_host`), when those are set.
     CLONE = "clone"
     #: A snapshot on `array`, by name.
     SNAPSHOT = "snapshot"
@@ -48,6 +49,9 @@ class Resource:
     #: A mapping's host object on the array ("" until the array named it, when the config does
     #: not: the retry then finds it by the node's initiators).
     host: str = ""
+    #: Mounted by the cluster's drill host (a drill's clones), not by a node: a retry stops the
+    #: drill of `mount_purpose` there and unmounts it before the array deletes the clone.
+    drill_host: bool = False
 
     @property
     def made(self) -> bool:
@@ -55,6 +59,8 @@ class Resource:
 
     def describe(self) -> str:
         where = f"array {self.array}" if self.array else f"node {self.node}"
+        if self.drill_host and self.mount_purpose:
+            where += f" (mounted by the drill host under {self.mount_purpose})"
         name = self.name or f"(not named yet; names contain {self.name_hint!r})"
         if self.type is ResourceType.MAPPING:
             host = f"host {self.host}" if self.host else "the host"
@@ -73,3 +79,17 @@ class LedgerEntry:
     attempts: int = 0
     last_error: str = ""
     last_attempt_at: datetime | None = None
+
+
+def native_tag(cluster: str, node: str, backup_id: str, reason: str) -> Resource:
+    """A backup's native snapshot on `node` (Cassandra's snapshot tagged with the backup id), to
+    clear: the backup failed, was interrupted, or was deleted."""
+    return Resource(
+        type=ResourceType.NATIVE_TAG,
+        cluster=cluster,
+        run_id=backup_id,
+        run_kind="backup",
+        reason=reason,
+        name=backup_id,
+        node=node,
+    )

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import TypeVar
 
 from ringsnap.coordinator.backup.schema import KeyspaceSchema
@@ -124,20 +123,29 @@ class TableRestoreWorkflow(CloneSteps):
             return not record.payload.from_s3
 
         def step(
-            step: Step, do: Callable[[Ctx], object], *, run: bool = False, cloning: bool = False
+            step: Step,
+            do: Callable[[Ctx], object],
+            *,
+            run: bool = False,
+            cloning: bool = False,
+            undo: Callable[[Ctx], object] | None = None,
         ) -> RunStep[TableRestoreRecord]:
             return RunStep(
                 step.value,
                 do,  # type: ignore[arg-type]
                 scope=Scope.RUN if run else Scope.NODE,
+                undo=undo,  # type: ignore[arg-type]
                 barrier=True,
                 applies=clones if cloning else None,
             )
 
+        # The undos are the abort's (`RunEngine.abort`, in reverse): staging removed on each node
+        # that staged, clones unmounted on each node, then deleted on their arrays. Tables
+        # already recreated or imported stay as they are (no undo: the record says which).
         return [
-            step(Step.CLONE, self._clone, run=True, cloning=True),
-            step(Step.MOUNT, self._mount, cloning=True),
-            step(Step.STAGE, self._stage),
+            step(Step.CLONE, self._clone, run=True, cloning=True, undo=self._delete_clones),
+            step(Step.MOUNT, self._mount, cloning=True, undo=self._unmount),
+            step(Step.STAGE, self._stage, undo=self._drop_staging),
             step(Step.UNMOUNT, self._unmount, cloning=True),
             step(Step.DELETE_CLONES, self._delete_clones, run=True, cloning=True),
             step(Step.SCHEMA, self._recreate_schema, run=True),
@@ -328,34 +336,39 @@ class TableRestoreWorkflow(CloneSteps):
     # -- abort ---------------------------------------------------------------------------------
 
     async def abort(self, record: TableRestoreRecord) -> TableRestoreRecord:
-        """Give a failed restore up: clones unmounted and deleted, staging removed everywhere.
-        Tables already recreated or imported stay as they are (the record says which)."""
+        """Give a failed restore up through the engine's abort: the undos of the steps reached,
+        in reverse (staging removed, clones unmounted, then deleted). Tables already recreated or
+        imported stay as they are (the record says which). An abort that stops (an undo failed)
+        keeps the record's marks: it is run again from where it stopped."""
         if record.state.finished:
             raise TableRestoreRefused(f"table restore {record.id} is {record.state.value}")
-        engine = RunEngine(self, _Journal(self.journal))
-        engine.load(as_run(record))
-        ctx = StepContext(engine, RUN, "abort")
-        await self._unmount_all(ctx)
-        await self._delete_clones(ctx)
-        names = [n.name for n in record.nodes]
-        results = await asyncio.gather(
-            *(self._drop_staging(record.id, n) for n in names), return_exceptions=True
-        )
-        failures = [
-            f"node {n}: {r}"
-            for n, r in zip(names, results, strict=True)
-            if isinstance(r, Exception)
-        ]
-        if failures:
-            raise TableRestoreFailed("removing the staging failed: " + "; ".join(failures))
-        done = await engine.change(
-            lambda r: replace(r, state=RunState.ABORTED, finished_at=datetime.now(UTC))
-        )
+        engine = RunEngine(self, _Journal(self.journal), parallel_nodes=len(self.nodes) or 1)
+        engine.progress = self._said
+        try:
+            done = await engine.abort(_failed_staging_begun(as_run(record)))
+        except RunFailed as exc:
+            raise TableRestoreFailed(
+                f"table restore {record.id}: {exc}", project(engine.record)
+            ) from exc
         return project(done)
 
-    async def _drop_staging(self, restore_id: str, name: str) -> None:
-        files, size = await self.nodes[name].remove_staging(restore_id)
-        self.progress(name, "abort", f"staging removed ({files} files, {size} bytes)")
+    async def _drop_staging(self, ctx: Ctx) -> None:
+        files, size = await self.nodes[ctx.node].remove_staging(ctx.payload.id)
+        self.progress(ctx.node, "abort", f"staging removed ({files} files, {size} bytes)")
+
+
+def _failed_staging_begun(run: RunRecord[TableRestoreRecord]) -> RunRecord[TableRestoreRecord]:
+    """Every node that has not finished staging may have staged part of its files (a stage that
+    raises does not remove what it wrote: a resume stages the rest; the record keeps no node's
+    error): the abort removes its staging too, as begun. On a node that staged nothing, removing
+    it is a no-op."""
+    stage = step_index(Step.STAGE)
+
+    def unfinished(n: NodeProgress) -> bool:
+        return not n.begun and (not n.reached or step_index(Step(n.reached)) < stage)
+
+    nodes = tuple(replace(n, begun=Step.STAGE.value) if unfinished(n) else n for n in run.nodes)
+    return replace(run, nodes=nodes)
 
 
 def _reached_delete_clones(run: RunRecord[TableRestoreRecord]) -> RunRecord[TableRestoreRecord]:

@@ -183,6 +183,7 @@ def _leftovers(bed: Bed, record: DrillRecord) -> dict[str, list[str]]:
                 loops.append(backing.parent.parent.name)
     with Catalog(config.coordinator.catalog, exclusive=False) as catalog:
         pending = [repr(p) for p in catalog.pending_cleanups()]
+        ledger = [repr(e) for e in catalog.resources()]
     return {
         "clones": clones,
         "mounts": [p for p in points if p.startswith(str(bed.drill_root))],
@@ -190,6 +191,7 @@ def _leftovers(bed: Bed, record: DrillRecord) -> dict[str, list[str]]:
         "processes": processes,
         "loop devices": loops,
         "pending cleanups": pending,
+        "ledger entries": ledger,
     }
 
 
@@ -199,6 +201,7 @@ NOTHING_LEFT: dict[str, list[str]] = {
     "namespaces": [],
     "processes": [],
     "loop devices": [],
+    "ledger entries": [],
     "pending cleanups": [],
 }
 

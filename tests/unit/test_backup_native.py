@@ -18,6 +18,7 @@ from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.metrics import CoordinatorMetrics
 from ringsnap.coordinator.model import BackupNode, BackupState, QuiesceMode, SnapshotKind
 from ringsnap.coordinator.ports import AgentPort
+from ringsnap.coordinator.runs.resources import ResourceType
 from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.coordinator.service import ClusterRuntime, Coordinator
 from tests.support.coordinator_config import unread_tls
@@ -155,12 +156,18 @@ def test_a_failed_native_backup_clears_the_tag_wherever_it_was_asked_for(
         assert failed.state is BackupState.FAILED
         assert r.agents["n2"].native_snapshots == set()
         assert "clear-snapshot n3" in r.agents["n3"].events
-        # n1 did not answer: its clearing stays pending, and is retried.
-        (pending,) = r.catalog.pending_cleanups()
-        assert (pending.array, pending.name) == ("native:das/n1", failed.id)
+        # n1 did not answer: its clearing stays in the ledger, and is retried.
+        assert r.catalog.pending_cleanups() == []
+        (left,) = r.catalog.resources()
+        assert (left.resource.type, left.resource.cluster, left.resource.node) == (
+            ResourceType.NATIVE_TAG,
+            "das",
+            "n1",
+        )
+        assert (left.resource.name, left.resource.run_id) == (failed.id, failed.id)
         r.agents["n1"].fail_clear = None
         assert await r.coordinator.run_pending_cleanups() == 0
-        assert r.agents["n1"].native_snapshots == set()
+        assert r.agents["n1"].native_snapshots == set(), r.agents["n1"].events
 
     run_in(rig, work)
 
@@ -187,6 +194,7 @@ def test_a_native_backup_left_running_by_a_dead_coordinator_is_cleared_on_every_
             assert again.catalog.get_backup("rs-dead").state is BackupState.FAILED
             assert all(a.native_snapshots == set() for a in again.agents.values())
             assert again.catalog.pending_cleanups() == []
+            assert again.catalog.resources() == []
         finally:
             await again.coordinator.stop()
             again.catalog.close()

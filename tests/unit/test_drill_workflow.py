@@ -9,14 +9,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ringsnap.coordinator.catalog import Catalog
-from ringsnap.coordinator.drill.cleanups import cleanup_clone, delete_clone
 from ringsnap.coordinator.drill.model import DrillState, DrillStep, DrillVerdict, purpose_id
 from ringsnap.coordinator.drill.plan import DrillRequest, DrillSettings, plan_drill
 from ringsnap.coordinator.drill.session import CatalogDrillJournal
@@ -26,6 +25,7 @@ from ringsnap.coordinator.model import (
     SnapshotKind,
     Verification,
 )
+from ringsnap.coordinator.runs.ledger import Ledger, LedgerRetry
 from ringsnap.plugins.errors import DriverError
 from tests.support.drill_fakes import (
     T0,
@@ -104,6 +104,7 @@ class Rig:
         assert self.host.mounted == set()
         assert self.host.running == set()
         assert self.catalog.pending_cleanups() == []
+        assert self.catalog.resources() == []
 
 
 @pytest.fixture
@@ -212,7 +213,7 @@ def test_a_manifest_differing_from_the_backup_is_not_proven(rig: Rig) -> None:
     rig.nothing_left()
 
 
-def test_a_drill_host_lost_mid_drill_keeps_the_clones_as_pending_cleanups(rig: Rig) -> None:
+def test_a_drill_host_lost_mid_drill_keeps_the_clones_in_the_ledger(rig: Rig) -> None:
     lost = ConnectionError("drill host (127.0.0.1:7450): GetDrill: UNAVAILABLE")
     rig.host.fail.update(get=lost, stop=lost, unmount=lost)
     record = rig.drill(nodes=("n1",))
@@ -227,27 +228,43 @@ def test_a_drill_host_lost_mid_drill_keeps_the_clones_as_pending_cleanups(rig: R
     assert n1.step is DrillStep.STARTED  # not torn down
     # Never a volume deleted under a mount: the clones stay, recorded for the retries.
     assert not [e for e in rig.events if e.startswith("array:delete")]
-    pending = rig.catalog.pending_cleanups()
-    assert len(pending) == 2 and all(p.attempts == 1 for p in pending)
+    assert rig.catalog.pending_cleanups() == []
+    kept = rig.catalog.resources()
+    assert len(kept) == 2 and all(e.attempts == 1 for e in kept)
+    assert sorted(e.resource.name for e in kept) == sorted(c.name for c in n1.clones)
+    assert all(
+        (e.resource.cluster, e.resource.mount_purpose, e.resource.drill_host, e.resource.run_id)
+        == ("c1", n1.purpose_id, True, record.id)
+        for e in kept
+    )
     assert "teardown incomplete" in record.warnings[-1]
-    # The coordinator's retry unmounts the purpose on the drill host, then deletes the clone.
+    # The coordinator's retry stops the drill and unmounts the purpose on the drill host, then
+    # deletes the clone.
     rig.host.fail.clear()
-    for cleanup in pending:
-        clone = cleanup_clone(cleanup.snapshot_name)
-        assert clone is not None and clone.purpose_id == n1.purpose_id and clone.cluster == "c1"
-        asyncio.run(delete_clone(clone, rig.array, {"c1": rig.host}))  # type: ignore[arg-type]
-        rig.catalog.cleanup_done(cleanup.id)
+    rig.events.clear()
+    retry = LedgerRetry(
+        Ledger(rig.catalog),
+        {"a1": rig.array},  # type: ignore[dict-item]
+        node_agent=lambda cluster, node: None,
+        tag_agent=lambda cluster, node: None,
+        drill_host=lambda cluster: rig.host if cluster == "c1" else None,
+        held=lambda cluster: None,
+        now=lambda: datetime.now(UTC),
+    )
+    assert asyncio.run(retry.run()) == 0
+    first_delete = next(i for i, e in enumerate(rig.events) if e.startswith("array:delete"))
+    assert f"host:unmount:{n1.purpose_id}" in rig.events[:first_delete]
     rig.nothing_left()
 
 
-def test_a_clone_that_cannot_be_deleted_stays_a_pending_cleanup(rig: Rig) -> None:
+def test_a_clone_that_cannot_be_deleted_stays_in_the_ledger(rig: Rig) -> None:
     rig.array.fail_delete = DriverError("volume busy", array="a1")
     record = rig.drill(nodes=("n3",))
     assert record.state is DrillState.PROVEN  # the proof stands; the leftover is a warning
     assert [c.deleted for c in record.clones] == [False, False]
-    pending = rig.catalog.pending_cleanups()
-    assert sorted(p.array for p in pending) == ["a1", "a1"]
-    assert all("volume busy" in p.last_error for p in pending)
+    kept = rig.catalog.resources()
+    assert sorted(e.resource.array for e in kept) == ["a1", "a1"]
+    assert all("volume busy" in e.last_error for e in kept)
     assert "teardown incomplete" in record.warnings[-1]
 
 

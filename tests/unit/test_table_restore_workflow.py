@@ -217,6 +217,45 @@ def test_abort_removes_the_staging_and_the_clones() -> None:
     assert sum("remove-staging" in e for e in world.events) == 3
 
 
+def test_abort_runs_the_engines_undos_in_reverse_and_an_abort_that_stopped_goes_on() -> None:
+    world = World()
+    world.agents["node1"].fail["stage:shop.orders"] = RuntimeError("disk full")
+    world.array.fail_delete = 100  # the failed run could not delete its clones
+    with pytest.raises(TableRestoreFailed) as failed:
+        world.run(world.plan().record)
+    record = failed.value.record
+    assert record is not None and world.array.live
+    world.array.fail_delete = 1  # the abort's first deletion fails: it stops there
+    world.events.clear()
+
+    with pytest.raises(TableRestoreFailed, match="abort stopped") as stopped:
+        asyncio.run(world.workflow().abort(record))
+
+    first = list(world.events)
+    staged = [e for e in first if e.endswith(":remove-staging")]
+    unmounted = [e for e in first if e.endswith(":unmount")]
+    # node1's staging failed halfway: what it staged goes too.
+    assert sorted(staged) == [f"node{i}:remove-staging" for i in (1, 2, 3)], first
+    assert unmounted, first
+    # In reverse of the steps: staging (after mount) first, then the unmounts, then the array.
+    assert max(first.index(e) for e in staged) < min(first.index(e) for e in unmounted)
+    assert max(first.index(e) for e in unmounted) < first.index(
+        next(e for e in first if e.startswith("array:delete"))
+    )
+    kept = stopped.value.record
+    assert kept is not None and kept.state is not TableRestoreState.ABORTED
+
+    deleted_first = {e.split(":")[-1] for e in first if e.startswith("array:delete:")}
+    (refused,) = [e.split(":")[-1] for e in first if e.startswith("array:delete-failed:")]
+    world.events.clear()
+    aborted = asyncio.run(world.workflow().abort(kept))
+    assert aborted.state is TableRestoreState.ABORTED
+    # Only what the first abort left: the clone the array refused, not those already deleted.
+    again = {e.split(":")[-1] for e in world.events if e.startswith("array:delete")}
+    assert again == {refused} and not again & deleted_first
+    assert world.array.live == set()
+
+
 def test_as_creates_the_copy_without_the_old_id() -> None:
     world = World()
     request = TableRestoreRequest(

@@ -1,5 +1,5 @@
 """Native backups in the catalog: their kind kept, complete with a manifest per included node (no
-volumes, no arrays), and deleted into one pending cleanup per node that holds the tag."""
+volumes, no arrays), and deleted into one ledger entry per node that holds the tag."""
 
 from __future__ import annotations
 
@@ -15,9 +15,8 @@ from ringsnap.coordinator.model import (
     BackupState,
     QuiesceMode,
     SnapshotKind,
-    native_cleanup_node,
-    native_cleanup_target,
 )
+from ringsnap.coordinator.runs.resources import ResourceType
 
 from .conftest import T0, sstables
 
@@ -69,7 +68,7 @@ def test_an_array_backup_still_needs_its_volumes_and_snapshots(catalog: Catalog)
     assert catalog.get_backup("rs-1").snapshot_kind is SnapshotKind.ARRAY
 
 
-def test_deleting_a_native_backup_leaves_a_cleanup_per_node_that_holds_the_tag(
+def test_deleting_a_native_backup_leaves_a_ledger_entry_per_node_that_holds_the_tag(
     catalog: Catalog,
 ) -> None:
     _begin_native(catalog, "rs-1", _nodes())
@@ -79,18 +78,16 @@ def test_deleting_a_native_backup_leaves_a_cleanup_per_node_that_holds_the_tag(
 
     pending = catalog.delete_backup("rs-1", reason="retention (hourly): beyond all buckets")
 
-    assert [(native_cleanup_node(c.array), c.name, c.ref) for c in pending] == [
-        (("c1", "n1"), "rs-1", None),
-        (("c1", "n2"), "rs-1", None),
+    assert pending == [] and catalog.pending_cleanups() == []
+    tags = catalog.resources("rs-1")
+    assert [
+        (e.resource.type, e.resource.cluster, e.resource.node, e.resource.name) for e in tags
+    ] == [
+        (ResourceType.NATIVE_TAG, "c1", "n1", "rs-1"),
+        (ResourceType.NATIVE_TAG, "c1", "n2", "rs-1"),
     ]
-    assert all("retention (hourly)" in c.reason for c in pending)
-    assert catalog.pending_cleanups() == pending
-
-
-def test_cleanup_targets_of_nodes_never_look_like_arrays() -> None:
-    target = native_cleanup_target("c1", "n1")
-    assert native_cleanup_node(target) == ("c1", "n1")
-    assert native_cleanup_node("a1") is None
+    assert all("retention (hourly)" in e.resource.reason for e in tags)
+    assert all(e.resource.array == "" for e in tags)
 
 
 def test_a_catalog_of_version_3_migrates_its_backups_to_the_array_kind(

@@ -1,4 +1,6 @@
-"""The daemon's pending-cleanup retry of a clone a node mounted (an export's): one path for every
+"""The daemon's ledger retry of a clone a node mounted, as catalog migration 13 leaves a cleanup
+row an older ringsnap wrote for an export's clone (`clone:` and JSON naming the node and purpose;
+tests/unit/catalog/test_ledger_migration.py proves the row becomes this entry): one path for every
 clone, unmounting on the agent that mounted it before the array deletes it. Through the real
 coordinator and catalog; the node's agent and the array are fakes that record the order of calls.
 
@@ -17,15 +19,12 @@ from collections.abc import Sequence
 
 import pytest
 
-from ringsnap.coordinator.drill.cleanups import (
-    NodeAgentCache,
-    cleanup_clone,
-    clone_cleanup,
-)
+from ringsnap.coordinator.drill.cleanups import NodeAgentCache
 from ringsnap.coordinator.export.model import purpose_id
 from ringsnap.coordinator.export.session import export_node_opener
 from ringsnap.coordinator.ports import AgentError
 from ringsnap.coordinator.runs.lease import Lease, RunKind
+from ringsnap.coordinator.runs.resources import Resource, ResourceType
 from ringsnap.plugins.types import Volume
 from tests.unit.coordinator_api.conftest import Harness
 
@@ -56,18 +55,19 @@ class NodeAgent:
 def _setup(
     harness: Harness, monkeypatch: pytest.MonkeyPatch, agent: NodeAgent | None, events: list[str]
 ) -> list[Volume]:
-    harness.catalog.add_cleanups(
-        BACKUP,
-        [
-            clone_cleanup(
-                "a1",
-                CLONE,
-                f"clone of n2_data made to export backup {BACKUP} from node n2",
-                cluster="prod",
-                purpose_id=PURPOSE,
-                node="n2",
-            )
-        ],
+    harness.catalog.add_resource(
+        Resource(
+            type=ResourceType.CLONE,
+            cluster="prod",
+            run_id=BACKUP,
+            run_kind="export or table restore",
+            reason=f"clone of n2_data made to export backup {BACKUP} from node n2",
+            array="a1",
+            name=CLONE.name,
+            volume_id=CLONE.id,
+            node="n2",
+            mount_purpose=PURPOSE,
+        )
     )
     deleted: list[Volume] = []
 
@@ -82,35 +82,6 @@ def _setup(
     return deleted
 
 
-def test_the_cleanup_record_names_the_node_and_purpose_that_mounted_the_clone() -> None:
-    request = clone_cleanup("a1", CLONE, "r", cluster="prod", purpose_id=PURPOSE, node="n2")
-    parsed = cleanup_clone(request.snapshot_name)
-    assert parsed is not None
-    assert (parsed.cluster, parsed.node, parsed.purpose_id, parsed.volume) == (
-        "prod",
-        "n2",
-        PURPOSE,
-        CLONE,
-    )
-    # A drill's clone (no node): the cluster's drill host, as before.
-    of_drill = clone_cleanup("a1", CLONE, "r", cluster="prod", purpose_id="p")
-    drill = cleanup_clone(of_drill.snapshot_name)
-    assert drill is not None and drill.node == ""
-
-
-@pytest.mark.parametrize(
-    "body",
-    [
-        '{"name":"c","id":"i","cluster":"prod","purpose":"p","node":7}',
-        '{"name":"c","id":"i","cluster":"prod","purpose":"","node":"n2"}',
-        '{"name":"c","id":"i","cluster":"prod","purpose":"p","node":"n2\\n"}',
-    ],
-)
-def test_an_unreadable_node_in_a_cleanup_is_refused_naming_the_row(body: str) -> None:
-    with pytest.raises(ValueError, match="by hand"):
-        cleanup_clone("clone:" + body)
-
-
 def test_the_retry_unmounts_on_the_node_then_deletes_the_clone(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -121,7 +92,7 @@ def test_the_retry_unmounts_on_the_node_then_deletes_the_clone(
 
     assert events == [f"n2:unmount:{PURPOSE}", f"array:delete:{CLONE.name}"]
     assert deleted == [CLONE]
-    assert harness.catalog.pending_cleanups() == []
+    assert harness.catalog.resources() == []
 
 
 def test_an_unreachable_node_keeps_the_clone_and_its_cleanup_until_it_answers(
@@ -139,7 +110,7 @@ def test_an_unreachable_node_keeps_the_clone_and_its_cleanup_until_it_answers(
     assert harness.call(harness.coordinator.run_pending_cleanups()) == 1
 
     assert deleted == [], "a clone was deleted while it may still be mounted"
-    (pending,) = harness.catalog.pending_cleanups()
+    (pending,) = harness.catalog.resources()
     assert pending.attempts == 2
     assert "node n2 did not confirm it is unmounted" in pending.last_error
     assert "UNAVAILABLE" in pending.last_error and "kept" in pending.last_error
@@ -175,7 +146,7 @@ def test_a_node_no_longer_configured_keeps_the_clone(
     assert harness.call(harness.coordinator.run_pending_cleanups()) == 1
 
     assert deleted == [] and events == []
-    (pending,) = harness.catalog.pending_cleanups()
+    (pending,) = harness.catalog.resources()
     assert "node n2 of cluster prod mounted it" in pending.last_error
     assert "by hand" in pending.last_error
 
@@ -190,7 +161,7 @@ def test_a_clone_of_a_busy_cluster_is_left_alone_until_the_cluster_is_free(
     with leases.hold(Lease("prod", RunKind.EXPORT, run_id=BACKUP, backup_id=BACKUP)):
         assert harness.call(harness.coordinator.run_pending_cleanups()) == 1
     assert events == [] and deleted == [], "a clone of a running export was touched"
-    (pending,) = harness.catalog.pending_cleanups()
+    (pending,) = harness.catalog.resources()
     assert pending.attempts == 0
 
     assert harness.call(harness.coordinator.run_pending_cleanups()) == 0

@@ -16,11 +16,12 @@ from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
 from ringsnap.coordinator.api.drill_messages import record_of
 from ringsnap.coordinator.drill import daemon
-from ringsnap.coordinator.drill.cleanups import DrillHosts, clone_cleanup
+from ringsnap.coordinator.drill.cleanups import DrillHosts
 from ringsnap.coordinator.drill.model import DrillState, DrillStep, DrillVerdict
 from ringsnap.coordinator.drill.plan import DrillSettings
 from ringsnap.coordinator.model import Verification
 from ringsnap.coordinator.runs.lease import Lease, RunKind
+from ringsnap.coordinator.runs.resources import Resource, ResourceType
 from ringsnap.plugins.types import Volume
 from tests.support.coordinator_rpc import reason_of, rpc_error
 from tests.support.drill_fakes import DrillArray, FakeFacts, FakeHost, session_opener
@@ -166,9 +167,21 @@ def test_the_daemon_retries_a_drill_clone_unmounting_it_first(
 ) -> None:
     purpose = "dr-20261124-090000-00aa-n1"
     clone = Volume("n1-data_dr_20261124_090000_00aa_n1", "c-n1-data")
-    harness.catalog.add_cleanups(
-        "rs-1", [clone_cleanup("a1", clone, "drill test", cluster="prod", purpose_id=purpose)]
+    # Left in the ledger by a drill whose coordinator was killed (named: the array answered).
+    entry = harness.catalog.add_resource(
+        Resource(
+            type=ResourceType.CLONE,
+            cluster="prod",
+            run_id="dr-20261124-090000-00aa",
+            run_kind="drill",
+            reason="drill test",
+            array="a1",
+            name_hint="dr_20261124_090000_00aa_n1",
+            mount_purpose=purpose,
+            drill_host=True,
+        )
     )
+    harness.catalog.resource_made(entry.id, clone.name, clone.id)
     deleted: list[Volume] = []
 
     async def delete_clone(volume: Volume) -> None:
@@ -182,13 +195,13 @@ def test_the_daemon_retries_a_drill_clone_unmounting_it_first(
     # The drill host does not answer: the clone stays, never deleted under a mount.
     fakes.host.fail["unmount"] = ConnectionError("drill host unreachable")
     assert harness.call(harness.coordinator.run_pending_cleanups()) == 1
-    (pending,) = harness.catalog.pending_cleanups()
+    (pending,) = harness.catalog.resources()
     assert pending.attempts == 1 and "drill host unreachable" in pending.last_error
     assert deleted == []
     # It answers again: stop the drill, unmount, then delete the clone (by name and id).
     fakes.host.fail.clear()
     assert harness.call(harness.coordinator.run_pending_cleanups()) == 0
-    assert deleted == [clone]
+    assert deleted == [clone] and harness.catalog.resources() == []
     assert fakes.events[-3:] == [
         f"host:stop:{purpose}",
         f"host:unmount:{purpose}",

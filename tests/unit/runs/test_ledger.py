@@ -16,6 +16,7 @@ import pytest
 
 from ringsnap.agent.errors import Conflict
 from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.ports import AgentError
 from ringsnap.coordinator.runs.lease import Lease, RunKind
 from ringsnap.coordinator.runs.ledger import UNNAMED_GRACE, Ledger, LedgerRetry
 from ringsnap.coordinator.runs.resources import Resource, ResourceType
@@ -39,6 +40,7 @@ CLONE = Resource(
 _KILLED = """
 import os, signal, sys
 from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.ports import AgentError
 from tests.unit.runs.test_ledger import CLONE
 with Catalog(sys.argv[1]) as catalog:
     entry = catalog.add_resource(CLONE)
@@ -81,6 +83,26 @@ class FakeNode:
         self.events.append(f"{self.name}:clearsnapshot:{tag}")
 
 
+class FakeDrillHost:
+    """The cluster's drill host: StopDrill and UnmountClones of a purpose record an event, or
+    raise `fail` (the purpose unknown: NOT_FOUND, as the agent answers)."""
+
+    def __init__(self, events: Events, fail: Exception | None = None) -> None:
+        self.events = events
+        self.fail = fail
+
+    async def stop_drill(self, purpose_id: str) -> None:
+        self.events.append(f"host:stop:{purpose_id}")
+        if self.fail is not None:
+            raise self.fail
+
+    async def unmount_clones(self, purpose_id: str) -> Sequence[str]:
+        self.events.append(f"host:unmount:{purpose_id}")
+        if self.fail is not None:
+            raise self.fail
+        return ["/mnt/x"]
+
+
 def retry(
     catalog: Catalog,
     array: FakeArray,
@@ -88,12 +110,14 @@ def retry(
     *,
     held: Lease | None = None,
     now: datetime | None = None,
+    host: FakeDrillHost | None = None,
 ) -> int:
     ledger = LedgerRetry(
         Ledger(catalog),
         {"array1": array},
         node_agent=lambda cluster, node: nodes.get(node) if cluster == "c1" else None,
         tag_agent=lambda cluster, node: nodes.get(node),
+        drill_host=lambda cluster: host if cluster == "c1" else None,
         held=lambda cluster: held,
         now=lambda: now or datetime.now(UTC),
     )
@@ -198,3 +222,59 @@ def test_a_clone_already_gone_and_a_native_tag_are_undone(tmp_path: Path) -> Non
         # Staging is the run's to remove (a resume needs it), never the retries'.
         assert [e.resource for e in catalog.resources()] == [staging]
     assert events == ["node2:unmount:export-abc", "node1:clearsnapshot:b1"]
+
+
+DRILL_CLONE = Resource(
+    type=ResourceType.CLONE,
+    cluster="c1",
+    run_id="dr-1",
+    run_kind="drill",
+    reason="clone of data1 made by drill dr-1 of backup b1 for node2",
+    array="array1",
+    name_hint="dr_1_node2",
+    mount_purpose="dr-1-node2",
+    drill_host=True,
+)
+
+
+def test_a_drill_clone_is_unmounted_on_the_drill_host_before_the_array_deletes_it(
+    tmp_path: Path,
+) -> None:
+    events: Events = []
+    array = FakeArray(events, [Volume("data1_dr_1_node2", "vol-9")])
+    with Catalog(tmp_path / "catalog.db") as catalog:
+        entry = catalog.add_resource(DRILL_CLONE)
+        catalog.resource_made(entry.id, "data1_dr_1_node2", "vol-9")
+        # No drill host configured: kept, never deleted while it may be mounted.
+        assert retry(catalog, array, {}) == 1
+        assert "has no drill host configured" in catalog.resources()[0].last_error
+        # The host does not answer: kept too.
+        down = FakeDrillHost(events, fail=Conflict("drill host unreachable"))
+        assert retry(catalog, array, {}, host=down) == 1
+        assert "did not confirm it is unmounted" in catalog.resources()[0].last_error
+        assert not [e for e in events if e.startswith("array1:")]
+        events.clear()
+        # It answers: the drill stopped, the purpose unmounted, then the clone deleted.
+        assert retry(catalog, array, {}, host=FakeDrillHost(events)) == 0
+    assert events == [
+        "host:stop:dr-1-node2",
+        "host:unmount:dr-1-node2",
+        "array1:delete:data1_dr_1_node2",
+    ]
+
+
+def test_a_drill_the_host_no_longer_knows_is_unmounted_and_deleted(tmp_path: Path) -> None:
+    events: Events = []
+    array = FakeArray(events, [Volume("data1_dr_1_node2", "vol-9")])
+    gone = AgentError("drill host: StopDrill: NOT_FOUND: no drill dr-1-node2", code="NOT_FOUND")
+
+    class Host(FakeDrillHost):
+        async def unmount_clones(self, purpose_id: str) -> Sequence[str]:
+            self.events.append(f"host:unmount:{purpose_id}")
+            return []
+
+    with Catalog(tmp_path / "catalog.db") as catalog:
+        entry = catalog.add_resource(DRILL_CLONE)
+        catalog.resource_made(entry.id, "data1_dr_1_node2", "vol-9")
+        assert retry(catalog, array, {}, host=Host(events, fail=gone)) == 0
+    assert events[-1] == "array1:delete:data1_dr_1_node2"
