@@ -278,3 +278,23 @@ def test_a_drill_the_host_no_longer_knows_is_unmounted_and_deleted(tmp_path: Pat
         catalog.resource_made(entry.id, "data1_dr_1_node2", "vol-9")
         assert retry(catalog, array, {}, host=Host(events, fail=gone)) == 0
     assert events[-1] == "array1:delete:data1_dr_1_node2"
+
+
+def test_a_snapshot_entry_is_never_undone_as_a_clone(tmp_path: Path) -> None:
+    events: Events = []
+    array = FakeArray(events, [Volume("b1", "vol-1")])
+    with Catalog(tmp_path / "catalog.db") as catalog:
+        catalog.add_resource(
+            Resource(
+                type=ResourceType.SNAPSHOT,
+                cluster="c1",
+                run_id="b1",
+                run_kind="backup",
+                reason="array snapshot of backup b1",
+                array="array1",
+                name="b1",
+            )
+        )
+        assert retry(catalog, array, {}) == 1
+        assert "does not undo snapshot entries" in catalog.resources()[0].last_error
+    assert events == [] and [v.name for v in array.volumes] == ["b1"]
