@@ -132,10 +132,10 @@ class LedgerRetry:
         *,
         node_agent: Callable[[str, str], NodeHolder | None],
         tag_agent: Callable[[str, str], TagHolder | None],
-        drill_host: Callable[[str], DrillHostHolder | None],
         held: Callable[[str], Lease | None],
         now: Callable[[], datetime],
         unmount_timeout: float = UNMOUNT_TIMEOUT_SECONDS,
+        drill_host: Callable[[str], DrillHostHolder | None] = lambda _cluster: None,
         node_host: Callable[[str], HostLookup | None] | None = None,
     ) -> None:
         self.ledger = ledger
