@@ -7,8 +7,7 @@ against the sandbox's real Prometheus.
 `--check` exits 1 naming the stale files instead of writing.
 
 Every query filters on the `$cluster` variable; the agents' series carry `cluster` from the scrape
-configuration (README, "Monitoring"). Point-in-time recovery does not exist yet: no panel of
-recovery-point lag.
+configuration (README, "Monitoring").
 
 The pieces live beside it: `dashboard_panels` (panel kinds, layout, the dashboard around them),
 `dashboard_backups` and `dashboard_agents` (one dashboard each).
