@@ -18,6 +18,8 @@ PREFIX = "ringsnap-drill-"
 NETNS_DIRECTORY = Path("/run/netns")
 IP = "ip"
 _TIMEOUT_SECONDS = 30.0
+#: What a drill host's agent needs under systemd (network namespaces, netlink, the mount calls).
+DRILL_HOST_DROP_IN = "/etc/systemd/system/ringsnap-agent.service.d/drill-host.conf"
 
 
 def name_for(drill_id: str) -> str:

@@ -231,7 +231,12 @@ class DrillRun:
         try:
             await netns.create(self.namespace, request.address)
         except (CommandFailed, CommandTimeout) as exc:
-            raise StepFailed("start", f"cannot create network namespace: {exc}") from None
+            raise StepFailed(
+                "start",
+                f"cannot create network namespace: {exc} (under systemd the drill host's agent"
+                f" needs ringsnap's systemd/ringsnap-agent.service.d/drill-host.conf installed as"
+                f" {netns.DRILL_HOST_DROP_IN})",
+            ) from None
         argv = netns.exec_argv(self.namespace, cassandra_argv(self.settings, config))
         output: IO[bytes] = self.log_file.open("ab")
         try:

@@ -36,7 +36,7 @@ from ringsnap.agent.drill.cassandra_yaml import (
 )
 from ringsnap.agent.drill.host import DrillHost, TooManyDrills
 from ringsnap.agent.drill.model import DrillRequest
-from ringsnap.agent.errors import Conflict, NotFound
+from ringsnap.agent.errors import CommandFailed, Conflict, NotFound
 from ringsnap.agent.mounts import Host
 from ringsnap.config import validate
 from ringsnap.errors import ValidationError
@@ -413,6 +413,30 @@ def test_a_cassandra_that_exits_fails_the_start_step_with_its_log(rig: Rig) -> N
         assert "exited (code 3)" in drill.status.message
         assert "Saved cluster name x != y" in drill.status.message
         assert netns.name_for("drill-1") in rig.fake.deleted
+
+    asyncio.run(run())
+
+
+def test_a_namespace_the_unit_forbids_fails_the_start_step_naming_the_drop_in(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The drill host's agent under the base unit (RestrictNamespaces=yes, no netlink): `ip netns
+    add` is refused, and the operator is told which drop-in the drill host needs."""
+
+    async def refused(namespace: str, address: str) -> None:
+        raise CommandFailed(f"ip netns add {namespace}: mount --make-shared /run/netns failed")
+
+    monkeypatch.setattr(netns, "create", refused)
+
+    async def run() -> None:
+        await mount_for(rig, "drill-1")
+        await rig.host.start_drill(request())
+        drill = rig.host._drills["drill-1"]
+        await wait_for(lambda: drill.status.final)
+        assert drill.status.state == "failed" and drill.status.step == "start"
+        assert "cannot create network namespace" in drill.status.message
+        assert netns.DRILL_HOST_DROP_IN in drill.status.message
+        assert "systemd/ringsnap-agent.service.d/drill-host.conf" in drill.status.message
 
     asyncio.run(run())
 

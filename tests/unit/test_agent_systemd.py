@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ringsnap.agent.config import DEFAULT_RESTORE_STATE_DIRECTORY
+from ringsnap.agent.config import DEFAULT_DRILL_WORK_DIRECTORY, DEFAULT_RESTORE_STATE_DIRECTORY
+from ringsnap.agent.drill.netns import DRILL_HOST_DROP_IN, NETNS_DIRECTORY
 from ringsnap.agent.mounts import RESTORE_DROP_IN
 from tests.support.systemd_units import (
     SYSTEMD,
@@ -27,6 +28,7 @@ from tests.support.systemd_units import (
 
 UNIT = SYSTEMD / "ringsnap-agent.service"
 RESTORE = SYSTEMD / "ringsnap-agent.service.d" / "restore.conf"
+DRILL_HOST = SYSTEMD / "ringsnap-agent.service.d" / "drill-host.conf"
 INSTALLED_PROGRAM = "/usr/local/bin/ringsnap-agent"
 #: Recorded in the issue note; a change that raises it must be deliberate. (1.6 on systemd 252.)
 MAX_EXPOSURE = 2.0
@@ -34,6 +36,9 @@ MAX_EXPOSURE = 2.0
 #: (the price of mounting in the host's namespace), CAP_SYS_PTRACE and CAP_DAC_OVERRIDE, the mount
 #: calls, block devices. A change that raises it must be deliberate.
 MAX_EXPOSURE_WITH_RESTORE = 4.3
+#: The unit with the drill-host drop-in, as measured on systemd 252 (3.2): root, network and mount
+#: namespaces, netlink, CAP_NET_ADMIN, block devices; its own mount namespace kept.
+MAX_EXPOSURE_WITH_DRILL_HOST = 3.3
 #: Settings that make systemd start the service in a mount namespace of its own (systemd's
 #: exec_needs_mount_namespace()), with the value that does not. Anything there would keep the
 #: agent's mounts from ever reaching the host.
@@ -192,6 +197,77 @@ def test_every_line_of_the_drop_in_says_why() -> None:
     lines = RESTORE.read_text().splitlines()
     assert lines[0] == f"# {RESTORE_DROP_IN} — install this only on nodes that"
     assert "[Service]" in lines
+    for index, line in enumerate(lines):
+        if "=" in line and not line.startswith("#"):
+            assert lines[index - 1].startswith("# "), f"no comment above {line!r}"
+
+
+# -- the drill-host drop-in ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def drill_host_copy(tmp_path: Path) -> Path:
+    """The unit as installed on the drill host: with the drill-host drop-in."""
+    return with_drop_ins(installed_copy(UNIT, INSTALLED_PROGRAM, tmp_path), DRILL_HOST)
+
+
+def test_systemd_analyze_verify_accepts_the_unit_with_the_drill_host_drop_in(
+    drill_host_copy: Path,
+) -> None:
+    verify(drill_host_copy)
+
+
+def test_exposure_score_with_the_drill_host_drop_in_is_recorded(
+    drill_host_copy: Path, tmp_path: Path
+) -> None:
+    score = exposure_score(drill_host_copy)
+    assert score <= MAX_EXPOSURE_WITH_DRILL_HOST
+    (tmp_path / "plain").mkdir()
+    assert score > exposure_score(installed_copy(UNIT, INSTALLED_PROGRAM, tmp_path / "plain"))
+
+
+def test_the_drill_host_drop_in_allows_namespaces_netlink_and_mounts_only() -> None:
+    """What `ip netns add/exec` and mount(8) need, nothing more: no user/pid/ipc namespaces, no
+    chroot or pivot_root, four capabilities."""
+    drop_in = directives(DRILL_HOST.read_text())
+    unit = effective(UNIT.read_text(), DRILL_HOST.read_text())
+    assert unit["User"] == ["ringsnap", "root"]
+    needed = {"CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_SYS_PTRACE", "CAP_DAC_OVERRIDE"}
+    for key in ("CapabilityBoundingSet", "AmbientCapabilities"):
+        assert {cap for line in unit[key] for cap in line.split()} == needed, key
+    assert unit["SecureBits"] == ["noroot-locked"] and unit["NoNewPrivileges"] == ["yes"]
+    # the base unit allows no namespace; the drop-in adds exactly network and mount ones
+    assert unit["RestrictNamespaces"] == ["yes", "mnt net"]
+    (families,) = drop_in["RestrictAddressFamilies"]
+    assert set(families.split()) == {"AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK"}
+    (calls,) = drop_in["SystemCallFilter"]
+    assert {"mount", "umount2", "setns", "unshare"} <= set(calls.split())
+    assert "~" not in calls and "chroot" not in calls and "pivot_root" not in calls
+    assert unit["DevicePolicy"] == ["closed"] and "block-sd rw" in unit["DeviceAllow"]
+    for kept in ("IPAddressDeny", "IPAddressAllow", "ProtectClock", "MemoryDenyWriteExecute"):
+        assert kept not in drop_in, kept
+
+
+def test_the_drill_host_keeps_a_mount_namespace_of_its_own() -> None:
+    """Clones are mounted for the agent and its drill node only, never on the host: the base unit's
+    file-system sandboxing stays, with the two paths a drill writes made writable."""
+    unit = effective(UNIT.read_text(), DRILL_HOST.read_text())
+    assert unit["PrivateMounts"] == ["yes"] and unit["ProtectSystem"] == ["strict"]
+    assert unit["ProtectHome"] == ["yes"] and unit["PrivateTmp"] == ["yes"]
+    assert unit["ReadWritePaths"] == ["/run/ringsnap", str(NETNS_DIRECTORY)]
+    assert unit["ExecStartPre"] == [f"+/bin/mkdir -p {NETNS_DIRECTORY}"]
+    # clone records, mount points and the drills' work directory are under the state directory
+    state = Path("/var/lib") / unit["StateDirectory"][0]
+    assert state == DEFAULT_RESTORE_STATE_DIRECTORY
+    assert DEFAULT_DRILL_WORK_DIRECTORY.is_relative_to(state)
+    # what discovery needs: the host's devices, writable rescan files
+    assert unit["PrivateDevices"] == ["yes", "no"]
+    assert unit["ProtectKernelTunables"] == ["yes", "no"]
+
+
+def test_every_line_of_the_drill_host_drop_in_says_why() -> None:
+    lines = DRILL_HOST.read_text().splitlines()
+    assert lines[0].startswith(f"# {DRILL_HOST_DROP_IN} — install this only on the")
     for index, line in enumerate(lines):
         if "=" in line and not line.startswith("#"):
             assert lines[index - 1].startswith("# "), f"no comment above {line!r}"
