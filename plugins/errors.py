@@ -150,6 +150,11 @@ class UnsupportedError(DriverError):
     """The driver or the array cannot do this."""
 
 
+class SnapshotLostError(DriverError):
+    """The snapshot is there but its contents are lost (an overflowed thick LVM snapshot): it can
+    be neither restored nor drilled; the message names the node and what to do."""
+
+
 class ArrayTimeoutError(DriverError):
     """The array did not finish in time (a job or an asynchronous rollback)."""
 

@@ -28,6 +28,7 @@ from ringsnap.plugins.errors import (
     DriverError,
     NotFoundError,
     QuotaExceededError,
+    SnapshotLostError,
     UnreachableError,
     UnsupportedError,
 )
@@ -54,7 +55,7 @@ CALL_TIMEOUT_SECONDS = 120.0
 LONG_TIMEOUT_SECONDS = 3600.0
 
 
-class InvalidSnapshotError(DriverError):
+class InvalidSnapshotError(SnapshotLostError):
     """A member's copy-on-write space overflowed: the snapshot's contents are lost on that node."""
 
 

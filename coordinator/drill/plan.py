@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from ringsnap.coordinator.drill.model import purpose_id
@@ -21,7 +21,7 @@ from ringsnap.coordinator.drill.ports import NodeDrillFacts, NodeFactsPort
 from ringsnap.coordinator.model import Backup, BackupNode, SnapshotKind
 from ringsnap.coordinator.ports import ArrayPort
 from ringsnap.coordinator.restore.plan import match_volume, narrowed
-from ringsnap.plugins.errors import NotFoundError
+from ringsnap.plugins.errors import NotFoundError, SnapshotLostError
 from ringsnap.plugins.types import SnapshotRef
 
 #: What the plan says a drill changes in production.
@@ -86,6 +86,9 @@ class NodeDrillPlan:
     volumes: tuple[CloneSource, ...]
     #: The backup's snapshot on each array, narrowed to this node's volumes.
     snapshots: tuple[SnapshotRef, ...]
+    #: Why this node's snapshot can prove nothing (its contents are lost: an overflowed
+    #: node-local snapshot, `SnapshotLostError`); the drill reports it NOT PROVEN, cloning nothing.
+    lost: str = ""
 
 
 @dataclass(frozen=True)
@@ -214,7 +217,11 @@ async def plan_drill(  # noqa: PLR0917 - the plan needs every outside view at on
                 snapshots=snapshots,
             )
         )
-    refusals += await _check_arrays(nodes, arrays, timeout)
+    array_refusals, lost = await _check_arrays(nodes, arrays, timeout)
+    refusals += array_refusals
+    for name, why in sorted(lost.items()):
+        warnings.append(f"node {name} will be NOT PROVEN, nothing of it drilled: {why}")
+    nodes = [replace(n, lost=lost[n.name]) if n.name in lost else n for n in nodes]
     if len(names) < len([n for n in backup.nodes if n.included]):
         warnings.append(
             f"only {', '.join(names) or 'no node'} of backup {backup.id} is drilled: the backup is"
@@ -286,8 +293,11 @@ def _snapshots(backup: Backup, node: BackupNode, problems: list[str]) -> tuple[S
 
 async def _check_arrays(
     nodes: Sequence[NodeDrillPlan], arrays: Mapping[str, ArrayPort], timeout: float
-) -> list[str]:
+) -> tuple[list[str], dict[str, str]]:
+    """(refusals, node -> why its snapshot's contents are lost). A lost snapshot refuses no
+    drill: drilling it can only say NOT PROVEN, and must say it (never PROVEN, never silent)."""
     refusals: list[str] = []
+    lost: dict[str, str] = {}
     seen: set[str] = set()
     for node in nodes:
         for ref in node.snapshots:
@@ -309,6 +319,8 @@ async def _check_arrays(
                 refusals.append(
                     f"array {ref.array}: snapshot {ref.snapshot_name} is missing: {exc}"
                 )
+            except SnapshotLostError as exc:
+                lost[node.name] = "; ".join(filter(None, (lost.get(node.name), str(exc))))
             except Exception as exc:
                 refusals.append(f"array {ref.array}: cannot be asked about its snapshot: {exc}")
-    return refusals
+    return refusals, lost

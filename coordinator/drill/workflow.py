@@ -184,6 +184,9 @@ class DrillWorkflow:
             self.progress(node.name, step.value, "done")
 
         try:
+            if node.lost:
+                # Nothing to clone: the snapshot's contents are gone (the plan said so).
+                raise _NotProven(f"snapshot lost: {node.lost}", (), 0)
             self.progress(node.name, "clone", "")
             await self._clone(run, node, made)
             await advance(DrillStep.CLONED, clones=tuple(c for c, _ in made))

@@ -26,7 +26,8 @@ from ringsnap.coordinator.model import (
     Verification,
 )
 from ringsnap.coordinator.runs.ledger import Ledger, LedgerRetry
-from ringsnap.plugins.errors import DriverError
+from ringsnap.plugins.errors import DriverError, SnapshotLostError
+from ringsnap.plugins.types import SnapshotInfo, SnapshotRef
 from tests.support.drill_fakes import (
     T0,
     DrillArray,
@@ -200,6 +201,46 @@ def test_a_failed_drill_is_not_proven_names_why_and_fails_the_backup(rig: Rig) -
     assert "n1 (canary: canary row absent (failed))" in backup.verification_detail
     events = [e for e in rig.events if e.startswith("host:")]
     assert events[-2:] == [f"host:stop:{n1.purpose_id}", f"host:unmount:{n1.purpose_id}"]
+    rig.nothing_left()
+
+
+class LostOnN2(DrillArray):
+    """n2's node-local snapshot overflowed its copy-on-write space (as `agent-lvm` reports it)."""
+
+    async def get_snapshot(self, ref: SnapshotRef) -> SnapshotInfo:
+        if any(m.volume.name.startswith("n2_") for m in ref.members):
+            raise SnapshotLostError(
+                "node n2: snapshot rs-1 is invalid: vg/n2_data.rs overflowed its copy-on-write"
+                " space, its contents are lost; restore this node from the backup's S3 copy",
+                array="a1",
+            )
+        return await super().get_snapshot(ref)
+
+
+def test_a_drill_of_a_lost_snapshot_is_not_proven_naming_why_and_drills_the_others(
+    rig: Rig,
+) -> None:
+    rig.array = LostOnN2(rig.events)
+    plan = rig.plan(ring=True)
+    assert not plan.refused, plan.refusals
+    assert any(w.startswith("node n2 will be NOT PROVEN") for w in plan.warnings), plan.warnings
+
+    record = rig.drill(ring=True)
+
+    n2 = record.node("n2")
+    assert n2.verdict is DrillVerdict.NOT_PROVEN
+    (problem,) = n2.problems
+    assert problem.startswith("snapshot lost: ") and "node n2: snapshot rs-1 is invalid" in problem
+    assert "overflowed its copy-on-write space" in problem
+    assert n2.proof == () and n2.clones == ()
+    assert [record.node(n).verdict for n in ("n1", "n3")] == [DrillVerdict.PROVEN] * 2
+    assert record.state is DrillState.NOT_PROVEN
+    # Nothing of n2 was cloned, mounted or started.
+    assert not [e for e in rig.events if n2.purpose_id in e or "n2_" in e], rig.events
+    backup = rig.catalog.get_backup("rs-1")
+    assert backup.verification is Verification.FAILED
+    assert "not proven on n2 (snapshot lost: " in backup.verification_detail
+    assert "node n2: snapshot rs-1 is invalid" in backup.verification_detail
     rig.nothing_left()
 
 
