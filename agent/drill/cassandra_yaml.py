@@ -109,7 +109,7 @@ def write_conf(config: DrillNodeConfig) -> Path:
 
 
 def cassandra_argv(settings: DrillSection, config: DrillNodeConfig) -> list[str]:
-    """How to run the drill node in the foreground (before `ip netns exec` is put in front)."""
+    """How to run the drill node in the foreground (before `nsenter --net` is put in front)."""
     conf = config.conf_directory
     if settings.command is not None:
         values = {"conf": str(conf), "heap": settings.heap, "work": str(config.work_directory)}

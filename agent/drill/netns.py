@@ -3,6 +3,13 @@
 No veth, no route: inside, every 127.0.0.0/8 address is local and nothing else is reachable, so a
 drill node started on a production node's own address talks to itself only. An address that is
 not a loopback one (a production address on a real NIC) is added to `lo` inside the namespace.
+
+Processes enter the namespace with `nsenter --net` (network namespace only), not `ip netns exec`
+or `ip -n`: those also make a mount namespace (to mount that namespace's /sys), a copy of every
+mount of the host at that moment. Where the host's mounts are private (no systemd as PID 1), the
+copies do not follow the host's unmounts, so a drill node running for minutes would keep every
+other filesystem of the host busy — a restore beside it could not release its volumes ("still
+holds /dev/loopN"). Nothing a drill runs needs the namespace's /sys.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from ringsnap.agent.errors import CommandFailed
 PREFIX = "ringsnap-drill-"
 NETNS_DIRECTORY = Path("/run/netns")
 IP = "ip"
+NSENTER = "nsenter"
 _TIMEOUT_SECONDS = 30.0
 #: What a drill host's agent needs under systemd (network namespaces, netlink, the mount calls).
 DRILL_HOST_DROP_IN = "/etc/systemd/system/ringsnap-agent.service.d/drill-host.conf"
@@ -27,8 +35,14 @@ def name_for(drill_id: str) -> str:
 
 
 def exec_argv(namespace: str, argv: list[str]) -> list[str]:
-    """`argv` run inside the namespace (ip netns exec setns()es, then execs: same pid)."""
-    return [IP, "netns", "exec", namespace, *argv]
+    """`argv` run inside the network namespace (nsenter setns()es, then execs: same pid), in the
+    caller's mount namespace (see the module's docstring)."""
+    return [NSENTER, f"--net={NETNS_DIRECTORY / namespace}", "--", *argv]
+
+
+def program_of(argv: list[str]) -> str:
+    """The program an `exec_argv` command line runs."""
+    return argv[argv.index("--") + 1]
 
 
 def existing(directory: Path = NETNS_DIRECTORY) -> list[str]:
@@ -44,13 +58,13 @@ async def create(namespace: str, address: str) -> None:
     await process.run([IP, "netns", "add", namespace], timeout=_TIMEOUT_SECONDS)
     try:
         await process.run(
-            [IP, "-n", namespace, "link", "set", "lo", "up"], timeout=_TIMEOUT_SECONDS
+            exec_argv(namespace, [IP, "link", "set", "lo", "up"]), timeout=_TIMEOUT_SECONDS
         )
         parsed = ipaddress.ip_address(address)
         if not parsed.is_loopback:
             prefix = 32 if parsed.version == 4 else 128
             await process.run(
-                [IP, "-n", namespace, "address", "add", f"{parsed}/{prefix}", "dev", "lo"],
+                exec_argv(namespace, [IP, "address", "add", f"{parsed}/{prefix}", "dev", "lo"]),
                 timeout=_TIMEOUT_SECONDS,
             )
     except BaseException:

@@ -1,6 +1,6 @@
 """The CQL checks of a drill, run inside the drill's network namespace:
 
-    ip netns exec ringsnap-drill-<id> python -m ringsnap.agent.drill.probe --address A ...
+    nsenter --net=/run/netns/ringsnap-drill-<id> -- python -m ringsnap.agent.drill.probe --address A ...
 
 Waits until the node answers CQL, then checks `system.local` (cluster name, host id), reads the
 node's canary row at CL=ONE, reads each user table over the node's own primary ranges and counts

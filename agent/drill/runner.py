@@ -248,7 +248,9 @@ class DrillRun:
                 start_new_session=True,
             )
         except OSError as exc:
-            raise StepFailed("start", f"cannot run {argv[4]}: {exc.strerror}") from None
+            raise StepFailed(
+                "start", f"cannot run {netns.program_of(argv)}: {exc.strerror}"
+            ) from None
         finally:
             output.close()
         log.warning(

@@ -351,7 +351,7 @@ def is_ringsnap_command(argv: Sequence[str]) -> bool:
     """Whether `argv` runs one of ringsnap's own commands: a console script of ringsnap (by the
     program's name, wherever it is installed), a Python interpreter running such a script or a
     module of the `ringsnap` package (`-m ringsnap.agent.s3`), possibly behind `env`, `timeout`
-    or `ip netns exec NAME`.
+    `ip netns exec NAME` or `nsenter --net=PATH --`.
 
     Decided by the program and the module, never by a substring of a path: a checkout or a venv
     under a directory named ringsnap makes every interpreter's path contain "ringsnap", and the
@@ -388,7 +388,7 @@ def _is_ringsnap_module(module: str) -> bool:
 
 def _unwrapped(args: list[str]) -> list[str]:
     """The command behind the launchers tests put in front of one (`env A=B`, `timeout 60`,
-    `ip netns exec NAME`)."""
+    `ip netns exec NAME`, `nsenter ... --`)."""
     while args:
         program = Path(args[0]).name
         if program == "env":
@@ -402,6 +402,8 @@ def _unwrapped(args: list[str]) -> list[str]:
             args = args[1:]  # the duration
         elif program == "ip" and args[1:3] == ["netns", "exec"]:
             args = args[4:]
+        elif program == "nsenter" and "--" in args:
+            args = args[args.index("--") + 1 :]
         else:
             return args
     return args

@@ -179,6 +179,11 @@ def test_the_output_of_a_ringsnap_process_a_test_reads_is_searched(tmp_path: Pat
         (["python3.11", "-u", "-mringsnap.agent.s3", "export"], True),
         (["/venv/bin/python", "-X", "dev", "/venv/bin/ringsnap-agent", "serve"], True),
         (["ip", "netns", "exec", "ns1", "python", "-m", "ringsnap.agent.main", "serve"], True),
+        (
+            ["nsenter", "--net=/run/netns/d1", "--", "python", "-m", "ringsnap.agent.drill.probe"],
+            True,
+        ),
+        (["nsenter", "--net=/run/netns/ringsnap-1", "--", "ip", "link", "set", "lo", "up"], False),
         (["env", "A=1", "timeout", "60", "/v/bin/ringsnap", "backup"], True),
         # A path that contains "ringsnap" is not a command of ringsnap's.
         (["/src/ringsnap/.venv/bin/python", "-c", "print(1)", "ringsnap-agent"], False),
