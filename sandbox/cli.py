@@ -143,6 +143,12 @@ def _print_usage(found: stack_services.Services) -> None:
         f"then: ringsnap backup {stack_services.CLUSTER_NAME}; ringsnap list;"
         " ringsnap show BACKUP; ringsnap status"
     )
+    if found.s3_endpoint:
+        out.print(
+            f"S3 (S3Proxy, bucket {found.s3_bucket}): {found.s3_endpoint}; every agent ships its"
+            " commit log there. Then: ringsnap export BACKUP; ringsnap restore BACKUP --from s3;"
+            " ringsnap restore --cluster sandbox --to 'YYYY-MM-DD HH:MM:SS.mmm' (UTC)"
+        )
     for view in found.views:
         if view.process.kind == "prometheus":
             out.print(

@@ -163,6 +163,19 @@ def _properties(
     return "\n".join((*lines, ""))
 
 
+def write_properties(
+    root: Path, port: int, access: str, secret: str, data: Path, *, backend: Backend = "filesystem"
+) -> Path:
+    """S3Proxy's configuration under `root` (mode 0600: it holds the secret key), its objects
+    under `data`."""
+    data.mkdir(parents=True, exist_ok=True)
+    properties = root / "s3proxy.properties"
+    properties.touch(mode=0o600)  # before the secret goes in
+    properties.chmod(0o600)
+    properties.write_text(_properties(port, access, secret, data, backend))
+    return properties
+
+
 @contextmanager
 def running_s3proxy(
     directory: Path | None = None, *, start_timeout: float = 120, backend: Backend = "filesystem"
@@ -183,12 +196,9 @@ def running_s3proxy(
     container = None
     try:
         data = root / "objects"
-        data.mkdir(parents=True, exist_ok=True)
         port = free_port()
         access, secret = f"ringsnap{secrets.token_hex(6)}", secrets.token_urlsafe(24)
-        properties = root / "s3proxy.properties"
-        properties.write_text(_properties(port, access, secret, data, backend))
-        properties.chmod(0o600)
+        properties = write_properties(root, port, access, secret, data, backend=backend)
         container = (
             DockerContainer(tag)
             .with_command(["--properties", str(properties)])

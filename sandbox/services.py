@@ -82,6 +82,9 @@ class Services:
     vendor: str
     config_file: Path
     views: list[ServiceView]
+    #: S3Proxy's endpoint and the playground's bucket ("" from an `up` before S3 was added).
+    s3_endpoint: str = ""
+    s3_bucket: str = ""
 
     @property
     def all_running(self) -> bool:
@@ -119,7 +122,9 @@ def current(layout: InstanceLayout) -> Services | None:
     if not views:
         return None
     config = Path(state.details.get("config", str(layout.coordinator_config)))
-    return Services(layout, state.details.get("array", "?"), config, views)
+    details = state.details
+    s3 = {"s3_endpoint": details.get("s3", ""), "s3_bucket": details.get("s3_bucket", "")}
+    return Services(layout, details.get("array", "?"), config, views, **s3)
 
 
 # -- TOML ------------------------------------------------------------------------------------------
@@ -308,6 +313,8 @@ def start(
     are stopped and all are started again (the catalog is kept). On failure nothing is left
     running and the error quotes the failing process's log."""
     from ringsnap.sandbox.agents import write_config
+    from ringsnap.sandbox.pitr import pitr_table
+    from ringsnap.sandbox.s3_service import start_s3
     from ringsnap.sandbox.stack import (
         ARRAY_NAME,
         agent_data,
@@ -322,6 +329,8 @@ def start(
             f"unknown array simulator {vendor!r}; choose one of {', '.join(VENDORS)}"
         )
     layout = cluster.layout
+    # Before the agents: each ships its commit log to the bucket as soon as it runs.
+    s3 = start_s3(layout, say)
     existing = current(layout)
     if existing is not None:
         if existing.all_running and existing.vendor == vendor:
@@ -338,7 +347,9 @@ def start(
     directory = layout.services_dir
     directory.mkdir(parents=True, exist_ok=True)
     config_file = layout.coordinator_config
-    launcher = _Launcher(layout, {"array": vendor, "config": str(config_file)})
+    details = {"array": vendor, "config": str(config_file)}
+    details |= {"s3": s3.endpoint_url, "s3_bucket": s3.table["bucket"]}
+    launcher = _Launcher(layout, details)
     try:
         say(f"starting an agent per node ({len(cluster.nodes)})")
         ca_file, pki = _write_pki(cluster, directory / "pki")
@@ -349,6 +360,10 @@ def start(
                 cluster, node, pki[node.name], directory / "agent-state" / node.name, address
             )
             data["log"] = {"json": True, "level": "info"}
+            # Exports and restores from S3 as in production, and the commit log shipped as it
+            # grows (`restore --to`): the sandbox's cassandra.yaml archives every segment.
+            data["s3"] = s3.table
+            data["pitr"] = pitr_table(node)
             # On the node's own loopback address, as on a real node: the sandbox's Prometheus.
             data["metrics"] = {"enabled": True, "listen": layout.agent_metrics_address(node.index)}
             agent_config = write_config(directory / f"agent-{node.name}.toml", data)
@@ -420,6 +435,8 @@ def start(
             },
         )
         data["retention"] = {"playground": {"daily": 7, "min_count": 3}}
+        data["s3"] = s3.table
+        data["clusters"][0]["pitr"] = True  # the daemon writes the time canaries of `--to`
         text = toml_document(
             data,
             f"The coordinator of sandbox instance {layout.name!r}, written by `ringsnap sandbox"

@@ -15,11 +15,16 @@ import shlex
 import subprocess
 import sys
 import time
+import tomllib
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
+from ringsnap.agent.pitr.keys import PitrKeys
+from ringsnap.agent.s3.client import make_client
+from ringsnap.agent.s3.layout import Layout
+from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.sandbox.instance import LABEL_INSTANCE, sandbox_root
 from ringsnap.sandbox.prometheus import PrometheusApi
 from tests.support.testbed import sandbox_unavailable
@@ -127,6 +132,25 @@ def test_sandbox_up_is_a_playground_for_the_ringsnap_cli(sandbox_instance_name: 
         assert watching, _said(up)
         api = PrometheusApi(watching.group(1))
         assert api.url.startswith("http://127.0.0.1:")
+        # S3 as in production: S3Proxy (a container of the instance, removed by `down`) and its
+        # bucket in the coordinator's and every agent's `[s3]`, shipping the commit log.
+        for said in ("ringsnap export BACKUP", "--from s3", "--to "):
+            assert said in " ".join(up.stdout.split()), _said(up)
+        written = tomllib.loads(Path(config).read_text())
+        s3 = S3Settings.model_validate(written["s3"])
+        assert s3.bucket == "ringsnap-sandbox" and s3.endpoint_url
+        assert s3.endpoint_url.startswith("http://127.0.0.1:")
+        assert written["clusters"][0]["pitr"] is True
+        for node in ("node1", "node2", "node3"):
+            agent = tomllib.loads((root / "services" / f"agent-{node}.toml").read_text())
+            assert agent["s3"] == written["s3"] and agent["pitr"]["enabled"] is True
+        s3proxy = subprocess.run(
+            ["docker", "ps", "--quiet", "--filter", f"label={LABEL_INSTANCE}={instance}",
+             "--filter", "label=ringsnap.role=s3proxy"],
+            capture_output=True, text=True, check=True,
+        ).stdout.split()  # fmt: skip
+        assert len(s3proxy) == 1
+        bucket = make_client(s3)
 
         cli = {**env, "RINGSNAP_CONFIG": config}
         backup = _ringsnap("backup", "sandbox", env=cli)
@@ -134,6 +158,19 @@ def test_sandbox_up_is_a_playground_for_the_ringsnap_cli(sandbox_instance_name: 
         done = re.search(r"COMPLETE backup (\S+) of all 3 nodes", backup.stdout)
         assert done, _said(backup)
         backup_id = done.group(1)
+
+        # An export through the bucket `up` configured, by the daemon, as an operator types it.
+        exported_ = _ringsnap("export", backup_id, env=cli)
+        assert exported_.returncode == 0, _said(exported_)
+        assert "SUCCEEDED" in exported_.stdout, _said(exported_)
+        manifests = bucket.list_objects_v2(
+            Bucket=s3.bucket, Prefix=Layout(s3.prefix).backups_prefix(backup_id)
+        ).get("Contents", [])
+        assert len(manifests) >= 3, manifests
+        # Every agent ships its commit log there: its recoverable point is in the bucket.
+        for node in ("node1", "node2", "node3"):
+            point = bucket.get_object(Bucket=s3.bucket, Key=PitrKeys(s3.prefix, node).point)
+            assert json.loads(point["Body"].read())["node"] == node
 
         listed = _ringsnap("list", "--output", "json", env=cli)
         assert listed.returncode == 0, _said(listed)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ringsnap.sandbox.s3proxy import _properties
+from ringsnap.sandbox.s3proxy import _properties, write_properties
 
 
 def _parsed(text: str) -> dict[str, str]:
@@ -30,3 +30,11 @@ def test_the_nio2_backend_gets_the_jclouds_keys_its_start_up_check_requires() ->
         "access",
         "secret",
     )
+
+
+def test_the_written_properties_are_readable_by_their_owner_only(tmp_path: Path) -> None:
+    """`ringsnap sandbox up` keeps them under the instance's services/ for later `up`s."""
+    written = write_properties(tmp_path, 26001, "access", "secret", tmp_path / "objects")
+    assert written.stat().st_mode & 0o777 == 0o600
+    assert _parsed(written.read_text())["s3proxy.endpoint"] == "http://127.0.0.1:26001"
+    assert (tmp_path / "objects").is_dir()
