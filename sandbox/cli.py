@@ -147,7 +147,8 @@ def _print_usage(found: stack_services.Services) -> None:
         out.print(
             f"S3 (S3Proxy, bucket {found.s3_bucket}): {found.s3_endpoint}; every agent ships its"
             " commit log there. Then: ringsnap export BACKUP; ringsnap restore BACKUP --from s3;"
-            " ringsnap restore --cluster sandbox --to 'YYYY-MM-DD HH:MM:SS.mmm' (UTC)"
+            " ringsnap restore --cluster sandbox --to 'YYYY-MM-DD HH:MM:SS.mmm' (UTC; it runs in"
+            " the CLI's process: stop the coordinator first, docs/pitr.md, known limits)"
         )
     for view in found.views:
         if view.process.kind == "prometheus":
