@@ -22,7 +22,7 @@ import shlex
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,6 +50,22 @@ NO_DEVICE_MAPPER_STDERR = (
 _MODPROBE_STDERR = (
     "  /sbin/modprobe: execvp failed: No such file or directory\n  /sbin/modprobe failed: 2\n"
 )
+#: Seconds each lvm2 command takes on a real host, for figures taken with the emulator
+#: (`Lvm2Emulator(latency=REAL_LATENCY)`). Chosen, not measured here (this machine has no
+#: device-mapper): every lvm2 command scans its devices and takes the VG lock (a report, lvs or
+#: vgs, tens of ms on a host with a few PVs); lvcreate of a snapshot and lvremove commit the VG
+#: metadata twice (precommit, commit: a synchronous write each), suspend and resume the
+#: origin's device-mapper table (which flushes its I/O) and wait for udev: a few hundred ms;
+#: lvconvert --merge and lvchange activate or reload tables likewise. `dd` is the data itself
+#: and takes what it takes.
+REAL_LATENCY: dict[str, float] = {
+    "lvs": 0.05,
+    "vgs": 0.05,
+    "lvcreate": 0.35,
+    "lvremove": 0.25,
+    "lvconvert": 0.3,
+    "lvchange": 0.15,
+}
 #: The fields it knows: those the driver asks for (`lvm.report` parses them) and a few more.
 _LV_COLUMNS = (*LV_FIELDS, "lv_active", "lv_device_open", "metadata_percent")
 _VG_COLUMNS = (*VG_FIELDS, "vg_uuid")
@@ -124,12 +140,24 @@ class Lvm2Emulator:
         *,
         device_mapper: bool = True,
         clock: Callable[[], float] = time.time,
+        latency: Mapping[str, float] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         """`device_mapper=False` behaves like this project's build machines: reports work (with
-        the kernel's complaint on stderr), anything that needs a kernel target fails."""
+        the kernel's complaint on stderr), anything that needs a kernel target fails.
+
+        `latency`: seconds each command takes, by command name (`lvcreate`, `lvs`, ...; see
+        `REAL_LATENCY`), spent holding the host's lvm2 lock as real lvm2 holds its VG lock: a
+        figure taken with it shows what real lvm2 calls would cost, not the emulator's
+        microseconds. Default: none."""
         self.store = store
         self.device_mapper = device_mapper
         self._clock = clock
+        self._latency = dict(latency or {})
+        for command, seconds in self._latency.items():
+            if seconds < 0 or seconds > 60:
+                raise ValueError(f"latency of {command}: {seconds} s is not within 0..60 s")
+        self._sleep = sleep
         self._vgs: dict[str, _Vg] = {}
         self._lock = threading.RLock()
         self._failures: list[Failure] = []
@@ -178,12 +206,16 @@ class Lvm2Emulator:
                 extents=extents,
             )
 
-    def add_linear(self, vg: str, name: str, size_bytes: int) -> Path | None:
+    def add_linear(
+        self, vg: str, name: str, size_bytes: int, *, image: Path | None = None
+    ) -> Path | None:
+        """A linear LV; with `image`, that existing file is its device (see `_adopt`)."""
         with self._lock:
             extents = math.ceil(size_bytes / EXTENT)
             lv = _Lv(name, "linear", extents * EXTENT, self._now(), _lvm_uuid(), extents=extents)
+            adopted = self._adopt(vg, lv, image) if image else None
             self._vg(vg).lvs[name] = lv
-            return self._new_image(vg, lv)
+            return adopted or self._new_image(vg, lv)
 
     def add_thin_pool(self, vg: str, name: str, size_bytes: int) -> None:
         with self._lock:
@@ -194,12 +226,16 @@ class Lvm2Emulator:
             )
             self._vg(vg).lvs[name] = pool
 
-    def add_thin(self, vg: str, name: str, size_bytes: int, pool: str) -> Path | None:
+    def add_thin(
+        self, vg: str, name: str, size_bytes: int, pool: str, *, image: Path | None = None
+    ) -> Path | None:
+        """A thin LV in `pool`; with `image`, that existing file is its device (see `_adopt`)."""
         with self._lock:
             size = math.ceil(size_bytes / EXTENT) * EXTENT
             lv = _Lv(name, "thin", size, self._now(), _lvm_uuid(), pool=pool)
+            adopted = self._adopt(vg, lv, image) if image else None
             self._vg(vg).lvs[name] = lv
-            return self._new_image(vg, lv)
+            return adopted or self._new_image(vg, lv)
 
     def device(self, vg: str, lv: str) -> Path:
         """The image file standing for `/dev/<vg>/<lv>` (needs a store)."""
@@ -262,6 +298,8 @@ class Lvm2Emulator:
             command = commands.get(args[0]) if args else None
             if command is None:
                 raise FileNotFoundError(args[0] if args else "")
+            if self._latency.get(args[0]):
+                self._sleep(self._latency[args[0]])
             # Without device-mapper, lvm2 complains on stderr whenever it asks the kernel: for
             # every change, and for lvs when there are LVs to report a status for (vgs never).
             asks_kernel = args[0] in ("lvcreate", "lvremove", "lvconvert", "lvchange")
@@ -589,7 +627,10 @@ class Lvm2Emulator:
         del vg.lvs[lv_name]
         vg.lvs[origin.name] = merged
         if self.store is not None:
-            self.device(vg_name, lv_name).replace(self.device(vg_name, origin.name))
+            # Into the origin's file, not over it: /dev/<vg>/<origin> stays the same device
+            # node after a merge, and an adopted image (a sandbox LUN) must stay that LUN.
+            reflink(self.device(vg_name, lv_name), self.device(vg_name, origin.name), replace=True)
+            self.device(vg_name, lv_name).unlink(missing_ok=True)
         return f"  Volume {vg_name}/{lv_name} replaced origin {vg_name}/{origin.name}.\n"
 
     def _lvchange(self, args: list[str]) -> str:
@@ -776,6 +817,22 @@ class Lvm2Emulator:
         path = self.device(vg, lv.name)
         with open(path, "wb") as handle:
             handle.truncate(lv.size_bytes)
+        return path
+
+    def _adopt(self, vg: str, lv: _Lv, image: Path) -> Path:
+        """Make the existing file `image` the LV's device: `device(vg, lv)` becomes a symbolic
+        link to it, so snapshots (reflinks of it, in the store: same filesystem needed) and
+        merges (written into it, its inode kept) act on that very file. This is how a sandbox
+        LUN, already formatted and mounted under a Cassandra node, becomes a node-local LV."""
+        if self.store is None:
+            raise RuntimeError("an image can be adopted only by an emulator with a store")
+        if not image.is_file():
+            raise FileNotFoundError(f"image {image} of LV {vg}/{lv.name} does not exist")
+        if image.stat().st_size < lv.size_bytes:
+            raise ValueError(f"image {image} is smaller than LV {vg}/{lv.name} ({lv.size_bytes})")
+        path = self.device(vg, lv.name)
+        path.unlink(missing_ok=True)
+        path.symlink_to(image.resolve())
         return path
 
     def _device_of(self, path: str) -> Path:
