@@ -18,6 +18,12 @@ LUN is an image file `<pool>/luns/<volume>.img` on a loop device, so:
   array's mapping made: `plugins.simulators.fabric`): a clone no one presented is refused, as a
   real host would not see it.
 
+With `--lvm-store <dir>` the node's disks are local, LVs of the lvm2 emulator
+(`plugins.simulators.lvm2`, a DAS node: `sandbox.das`): $RINGSNAP_VOLUME is `<vg>/<lv>`, its image
+`<dir>/<vg>/<lv>.img` (a LUN image adopted as the LV, or a snapshot's or clone's own file);
+attach needs no fabric (a local disk is seen by its host alone), and detach lets go of a loop
+device whose backing file is a LUN image of the pool or a file of the store.
+
 Exit codes: 0 done (also: nothing to detach); 1 refused or failed (the message says why);
 2 usage. Commands run without a shell; the environment names nothing that reaches a shell.
 """
@@ -168,6 +174,29 @@ def _losetup(argv: Sequence[str]) -> str:
 # -- the two hooks -----------------------------------------------------------------------------------
 
 
+_LV_PART = re.compile(r"^[A-Za-z0-9+_.][A-Za-z0-9+_.-]{0,127}$")
+
+
+def lv_image(store: Path, volume: str) -> Path:
+    """`<store>/<vg>/<lv>.img` of $RINGSNAP_VOLUME = `<vg>/<lv>`, which must exist."""
+    vg, _, lv = volume.partition("/")
+    if not all(_LV_PART.match(part) for part in (vg, lv)):
+        raise HookRefused(f"${VOLUME_ENV}={volume!r} is not a logical volume name <vg>/<lv>")
+    image = store / vg / f"{lv}.img"
+    if not image.is_file():
+        raise HookRefused(f"logical volume {volume!r} has no image {image}: lvm2 has no such LV")
+    return image
+
+
+def store_volume_of(backing_file: str, store: Path) -> str:
+    """`<vg>/<lv>` of a backing file directly in a VG directory of the lvm2 emulator's store."""
+    path = Path(backing_file.removesuffix(_DELETED))
+    root = Path(os.path.realpath(store))
+    if path.parent.parent != root or path.suffix != ".img":
+        raise HookRefused(f"its backing file {backing_file} is no LV image of {root}")
+    return f"{path.parent.name}/{path.stem}"
+
+
 def detach(
     pool: Path,
     environ: Mapping[str, str],
@@ -175,8 +204,10 @@ def detach(
     losetup: Runner = _losetup,
     sys_block: Path = SYS_BLOCK,
     mountinfo: Path = MOUNTINFO,
+    lvm_store: Path | None = None,
 ) -> str:
-    """Detach $RINGSNAP_DEVICE if it is an attached LUN of `pool`; returns what was done."""
+    """Detach $RINGSNAP_DEVICE if it is an attached LUN of `pool` (or an LV image of
+    `lvm_store`); returns what was done."""
     device = required_env(environ, DEVICE_ENV)
     loop = loop_name(device)
     luns = pool_luns_dir(pool)
@@ -186,7 +217,12 @@ def detach(
     try:
         volume = lun_volume_of(backing, luns)
     except HookRefused as exc:
-        raise HookRefused(f"refusing to detach {device}: {exc}") from None
+        try:
+            if lvm_store is None:
+                raise
+            volume = store_volume_of(backing, lvm_store)
+        except HookRefused:
+            raise HookRefused(f"refusing to detach {device}: {exc}") from None
     if device in mounted_sources(mountinfo.read_text()):
         raise HookRefused(
             f"refusing to detach {device} (volume {volume}): it is still mounted; unmount it first"
@@ -208,6 +244,26 @@ def attach(
     """Attach $RINGSNAP_VOLUME's image to a loop device; returns the device."""
     volume = required_env(environ, VOLUME_ENV)
     image = volume_image(pool, volume)
+    return _attach_image(pool, image, volume, losetup=losetup, sys_block=sys_block)
+
+
+def attach_lv(
+    store: Path,
+    environ: Mapping[str, str],
+    *,
+    losetup: Runner = _losetup,
+    sys_block: Path = SYS_BLOCK,
+) -> str:
+    """Attach the image of the local LV $RINGSNAP_VOLUME (`<vg>/<lv>`); returns the device. An
+    image already attached (a retried attach) is given its device again."""
+    image = lv_image(store, required_env(environ, VOLUME_ENV))
+    existing = attached_devices(image, sys_block)
+    if existing:
+        return existing[0]
+    return _new_loop(image, losetup)
+
+
+def _attach_image(pool: Path, image: Path, volume: str, *, losetup: Runner, sys_block: Path) -> str:
     existing = attached_devices(image, sys_block)
     seen = [d for d in existing if fabric.named(pool, Path(d))]
     if seen:
@@ -221,6 +277,10 @@ def attach(
     if existing:
         print(f"{image} is already attached to {existing[0]}: using it", file=sys.stderr)
         return existing[0]
+    return _new_loop(image, losetup)
+
+
+def _new_loop(image: Path, losetup: Runner) -> str:
     device = losetup(["--find", "--show", str(image)]).strip().splitlines()
     if not device or _LOOP_DEVICE.match(device[-1]) is None:
         raise HookRefused(f"losetup gave no loop device for {image}: {device!r}")
@@ -236,6 +296,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--pool", type=Path, required=True, help="the XFS pool (its LUNs are luns/*.img)"
     )
+    parser.add_argument(
+        "--lvm-store",
+        type=Path,
+        help="local disks: the lvm2 emulator's store (<vg>/<lv>.img); $RINGSNAP_VOLUME is vg/lv",
+    )
     return parser
 
 
@@ -244,7 +309,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     env = os.environ if environ is None else environ
     try:
         if arguments.action == "detach":
-            print(detach(arguments.pool, env), file=sys.stderr)
+            print(detach(arguments.pool, env, lvm_store=arguments.lvm_store), file=sys.stderr)
+        elif arguments.lvm_store is not None:
+            print(attach_lv(arguments.lvm_store, env), flush=True)
         else:
             device = attach(arguments.pool, env)
             print(device, flush=True)

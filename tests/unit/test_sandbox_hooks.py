@@ -371,3 +371,84 @@ def test_detach_takes_the_devices_by_id_links_with_it(pool: Path, tmp_path: Path
     )
     assert not fabric.named(pool, Path("/dev/loop3"))
     assert fabric.named(pool, Path(clone)), "the image's own link stays"
+
+
+# -- local disks: LVs of the lvm2 emulator (--lvm-store) ---------------------------------------
+
+
+@pytest.fixture
+def lvm_store(pool: Path) -> Path:
+    """A store whose VG das1 adopted the LUN as its data LV (a link), plus a snapshot's own file."""
+    store = pool / "das"
+    (store / "das1").mkdir(parents=True)
+    (store / "das1" / "data.img").symlink_to(pool / "luns" / "play-node1-data.img")
+    (store / "das1" / "snap.img").write_bytes(b"\0" * 4096)
+    return store
+
+
+def test_attach_lv_attaches_the_lv_image_without_any_fabric(
+    lvm_store: Path, tmp_path: Path
+) -> None:
+    losetup = FakeLosetup("/dev/loop7\n")
+    device = hooks.attach_lv(
+        lvm_store,
+        {"RINGSNAP_VOLUME": "das1/snap"},
+        losetup=losetup,
+        sys_block=_sys_block(tmp_path, {}),
+    )
+    assert device == "/dev/loop7"
+    assert losetup.calls == [["--find", "--show", str(lvm_store / "das1" / "snap.img")]]
+
+
+def test_attach_lv_reuses_the_device_holding_the_adopted_lun(
+    pool: Path, lvm_store: Path, tmp_path: Path
+) -> None:
+    lun = os.path.realpath(pool / "luns" / "play-node1-data.img")
+    losetup = FakeLosetup("/dev/loop7\n")
+    device = hooks.attach_lv(
+        lvm_store,
+        {"RINGSNAP_VOLUME": "das1/data"},
+        losetup=losetup,
+        sys_block=_sys_block(tmp_path, {"loop2": lun}),
+    )
+    assert device == "/dev/loop2"
+    assert losetup.calls == []
+
+
+@pytest.mark.parametrize("volume", ["data", "das1/", "../das1/data", "das1/../x", "das1/missing"])
+def test_attach_lv_refuses_what_is_no_lv_of_the_store(lvm_store: Path, volume: str) -> None:
+    with pytest.raises(HookRefused, match=r"das1|logical volume"):
+        hooks.attach_lv(lvm_store, {"RINGSNAP_VOLUME": volume}, losetup=FakeLosetup())
+
+
+def test_detach_with_a_store_releases_an_lv_image_of_it(
+    pool: Path, lvm_store: Path, tmp_path: Path
+) -> None:
+    snapshot = os.path.realpath(lvm_store / "das1" / "snap.img")
+    losetup = FakeLosetup()
+    done = hooks.detach(
+        pool,
+        {"RINGSNAP_DEVICE": "/dev/loop3"},
+        losetup=losetup,
+        sys_block=_sys_block(tmp_path, {"loop3": snapshot}),
+        mountinfo=_mountinfo(tmp_path),
+        lvm_store=lvm_store,
+    )
+    assert losetup.calls == [["--detach", "/dev/loop3"]]
+    assert "das1/snap" in done
+
+
+def test_detach_with_a_store_still_refuses_any_other_file(
+    pool: Path, lvm_store: Path, tmp_path: Path
+) -> None:
+    other = tmp_path / "elsewhere.img"
+    other.write_bytes(b"\0")
+    with pytest.raises(HookRefused, match="refusing to detach /dev/loop3"):
+        hooks.detach(
+            pool,
+            {"RINGSNAP_DEVICE": "/dev/loop3"},
+            losetup=FakeLosetup(),
+            sys_block=_sys_block(tmp_path, {"loop3": str(other)}),
+            mountinfo=_mountinfo(tmp_path),
+            lvm_store=lvm_store,
+        )
