@@ -46,6 +46,13 @@ def _kinds(filesystem: FilesystemFacts) -> set[str]:
     return _KINDS_OF_ROLE.get(filesystem.role, set())
 
 
+def is_on(filesystem: FilesystemFacts, volume: ExpectedVolume) -> bool:
+    """Whether `filesystem` holds `volume`'s directories and is that volume by its ids."""
+    return bool(KINDS[volume.role] & _kinds(filesystem)) and device_ids.same_volume(
+        filesystem.identifiers(), volume.host_ids
+    )
+
+
 def _shown(ids: Sequence[str]) -> str:
     shown = [i for i in ids if i]
     return " / ".join(shown) if shown else "none"

@@ -11,6 +11,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 
+from ringsnap.coordinator.backup.followed import followed_volumes, with_followed
 from ringsnap.coordinator.backup.model import BackupRun, BackupSettings, new_backup_id
 from ringsnap.coordinator.backup.nodes import arrays_of, planned_nodes
 from ringsnap.coordinator.backup.record import record_completed, record_failed
@@ -80,9 +81,12 @@ class DaemonBackups:
             if operation is not None:
                 operation.update_soon(phase=phase, message=message)
 
+        # The catalog's restores tell which volumes are the nodes' disks now (after a clone-mode
+        # restore: the clones, whatever the config still names).
+        restores = await asyncio.to_thread(self.catalog.array_restores, cluster.name)
         workflow = BackupWorkflow(
             cluster.name,
-            runtime.targets(),
+            with_followed(runtime.targets(), followed_volumes(cluster.name, restores)),
             {name: self.arrays[name] for name in arrays_of(cluster)},
             runtime.canaries,
             progress=progress,

@@ -14,6 +14,7 @@ from ringsnap.coordinator.model import (
     NodeVolume,
     QuiesceMode,
     SnapshotKind,
+    VolumeRole,
 )
 from ringsnap.coordinator.ports import AgentPort, PhaseClock, SSTable
 from ringsnap.errors import RingsnapError
@@ -33,11 +34,29 @@ class BackupFailed(RingsnapError):
 
 
 @dataclass(frozen=True)
+class FollowedVolume:
+    """What the catalog knows of a node's disk in one role since a restore attached another
+    volume there (a clone-mode restore's clone, or the backup's volume put back by a revert)."""
+
+    array: str
+    role: VolumeRole
+    #: The volume the node's disk in this role is now, as the newest restore attached it.
+    volume: str
+    #: That restore.
+    restore_id: str
+    #: Every volume that was this node's disk in this role, as far as restores tell: a configured
+    #: volume among them is followed to `volume` (the config was not edited since).
+    earlier: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
 class NodeTarget:
     name: str
     agent: AgentPort
     #: The node's volumes as configured (array, volume, role); the plan resolves their ids.
     volumes: tuple[NodeVolume, ...]
+    #: The node's disks as its restores left them (`ringsnap.coordinator.backup.followed`).
+    followed: tuple[FollowedVolume, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,9 @@ def planned_nodes(cluster: ClusterSection) -> list[BackupNode]:
 
 
 def recorded_node(node: NodeSection, outcome: NodeOutcome) -> BackupNode:
-    """The node as configured, with what the run learned (ids, canary, exclusion)."""
+    """The node as configured, with what the run learned (ids, canary, exclusion, and the volume
+    snapshotted for each configured one: another after a clone-mode restore, see
+    `ringsnap.coordinator.backup.followed`)."""
     resolved = dict(zip((v.volume for v in node.volumes), outcome.volumes, strict=False))
     return BackupNode(
         name=node.name,
@@ -37,7 +39,7 @@ def recorded_node(node: NodeSection, outcome: NodeOutcome) -> BackupNode:
         volumes=tuple(
             NodeVolume(
                 array=v.array,
-                volume=v.volume,
+                volume=resolved[v.volume].name if v.volume in resolved else v.volume,
                 role=v.role,
                 volume_id=resolved[v.volume].id if v.volume in resolved else "",
                 size_bytes=resolved[v.volume].size_bytes if v.volume in resolved else 0,

@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from ringsnap.coordinator.backup.followed import Choice, follow
 from ringsnap.coordinator.backup.model import BackupRefused, NodeOutcome, NodeTarget
+from ringsnap.coordinator.model import NodeVolume
 from ringsnap.coordinator.ports import NodeFacts
-from ringsnap.coordinator.volume_identity import ExpectedVolume, mismatches
+from ringsnap.coordinator.volume_identity import ExpectedVolume, is_on, mismatches
 from ringsnap.plugins.types import Volume
 
 
@@ -27,6 +29,8 @@ class Plan:
     nodes: dict[str, NodeOutcome]
     #: The volumes of the included nodes, per array, in node order.
     volumes: dict[str, list[Volume]]
+    #: What the operator should know: volumes followed to where a restore attached them.
+    warnings: tuple[str, ...] = ()
 
 
 def arrays_of(nodes: Sequence[NodeTarget], configured: Collection[str]) -> list[str]:
@@ -50,7 +54,9 @@ def plan_backup(
 
     An unreachable array takes every node on it, so it refuses the backup; an unreachable node
     is excluded, which refuses it unless `allow_partial`. A node whose configured volumes are not
-    the disks its agent reports under its directories refuses it (`volume_identity`).
+    the disks its agent reports under its directories refuses it (`volume_identity`). A configured
+    volume a restore replaced on the node is followed to the one attached since
+    (`ringsnap.coordinator.backup.followed`), unless the disk is the configured one after all.
     """
     by_array: dict[str, dict[str, Volume]] = {}
     host_ids: dict[str, Mapping[str, tuple[str, ...]] | None] = {}
@@ -68,6 +74,7 @@ def plan_backup(
     outcomes: dict[str, NodeOutcome] = {}
     unreachable: list[str] = []
     identity_problems: list[str] = []
+    warnings: list[str] = []
     for node, info in zip(nodes, facts, strict=True):
         if isinstance(info, BaseException):
             reason = f"agent unreachable: {info}"
@@ -75,14 +82,18 @@ def plan_backup(
             outcomes[node.name] = NodeOutcome(node.name, excluded_reason=reason)
             continue
         volumes = []
+        notes: list[str] = []
         for target in node.volumes:
-            volume = by_array[target.array].get(target.volume)
+            choice = _choose(node, target, info, host_ids.get(target.array))
+            volume = by_array[target.array].get(choice.volume)
             if volume is None:
                 raise BackupRefused(
-                    f"node {node.name}: volume {target.volume!r} not found on array"
+                    f"node {node.name}: volume {choice.volume!r} not found on array"
                     f" {target.array}; check the node's volumes in the coordinator config"
                 )
             volumes.append(volume)
+            warnings += [choice.warning] if choice.warning else []
+            notes += [choice.note] if choice.note else []
         outcomes[node.name] = NodeOutcome(
             node.name,
             info.host_id,
@@ -91,7 +102,7 @@ def plan_backup(
                 for v, t in zip(volumes, node.volumes, strict=True)
             ),
         )
-        identity_problems += _identity_problems(node, info, volumes, host_ids)
+        identity_problems += _identity_problems(node, info, volumes, host_ids, notes)
     check_one_ring(
         {n.name: f for n, f in zip(nodes, facts, strict=True) if isinstance(f, NodeFacts)}
     )
@@ -114,7 +125,27 @@ def plan_backup(
             continue
         for target, volume in zip(node.volumes, outcomes[node.name].volumes, strict=True):
             per_array.setdefault(target.array, []).append(volume)
-    return Plan(outcomes, per_array)
+    return Plan(outcomes, per_array, tuple(warnings))
+
+
+def _choose(
+    node: NodeTarget,
+    target: NodeVolume,
+    info: NodeFacts,
+    host_ids: Mapping[str, tuple[str, ...]] | None,
+) -> Choice:
+    """The volume to snapshot for `target`: the catalog's when it followed it, unless the array
+    tells that the disk under the role's directories is the configured volume (moved back by
+    hand): the disk decides, so a stale catalog never holds a correct config hostage."""
+    choice = follow(node.name, target, node.followed)
+    if choice.volume == target.volume or host_ids is None:
+        return choice
+    configured = ExpectedVolume(
+        target.array, target.volume, target.role, host_ids.get(target.volume, ())
+    )
+    if any(is_on(f, configured) for f in info.filesystems):
+        return Choice(target.volume)
+    return choice
 
 
 def check_one_ring(facts: Mapping[str, NodeFacts]) -> None:
@@ -152,12 +183,13 @@ def _identity_problems(
     info: NodeFacts,
     volumes: Sequence[Volume],
     host_ids: Mapping[str, Mapping[str, tuple[str, ...]] | None],
+    notes: Sequence[str] = (),
 ) -> list[str]:
     """Per directory of `node`, why its configured volumes are not the disks its agent reports
     (see `ringsnap.coordinator.volume_identity`); nothing for volumes of a driver that
     identifies none (LVM)."""
     expected = [
-        ExpectedVolume(target.array, target.volume, target.role, ids.get(volume.name, ()))
+        ExpectedVolume(target.array, volume.name, target.role, ids.get(volume.name, ()))
         for target, volume in zip(node.volumes, volumes, strict=True)
         if (ids := host_ids.get(target.array)) is not None
     ]
@@ -172,5 +204,6 @@ def _identity_problems(
         f"edit node {node.name}'s volumes in the coordinator's config ([[clusters.nodes]]"
         f' name = "{node.name}", volumes = [{{ array, volume, role }}]) so that each role'
         " names the volume its directory is on"
+        + "".join(f" ({note})" for note in notes)
     )
     return mismatches(node.name, info.filesystems, expected, known=known, fix=fix)

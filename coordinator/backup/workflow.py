@@ -156,6 +156,7 @@ class BackupWorkflow:
             allow_partial=run.settings.allow_partial,
         )
         run.nodes.update(plan.nodes)
+        run.warnings.extend(plan.warnings)
         return plan.volumes
 
     async def write_canaries(self, run: BackupRun) -> None:

@@ -101,6 +101,13 @@ class RestoreStore(Database):
         with self._tx(write=False) as conn:
             return _ROWS.newest(conn, where, params, limit=min(limit, MAX_PAGE_SIZE))
 
+    def array_restores(self, cluster: str) -> list[RestoreRecord]:
+        """Every restore of `cluster` that reverted or cloned array volumes, oldest first: which
+        volume each node attached where (`ringsnap.coordinator.backup.followed`)."""
+        with self._tx(write=False) as conn:
+            found = _ROWS.newest(conn, ["cluster = ?"], [cluster])
+        return [r for r in reversed(found) if r.arrays_done]
+
     def open_restores(self, cluster: str | None = None) -> list[RestoreRecord]:
         """Restores not finished (running, failed or interrupted), newest first: they may have left
         nodes stopped."""
