@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import cast
+from typing import Any, cast
 
 from ringsnap.agent.s3.client import make_client
 from ringsnap.coordinator import catalog_metrics
@@ -21,7 +21,7 @@ from ringsnap.coordinator.backup import (
     new_backup_id,
 )
 from ringsnap.coordinator.backup.daemon import DaemonBackups, recover_interrupted
-from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.catalog import BackupStateError, Catalog
 from ringsnap.coordinator.cluster_clients import client_tls
 from ringsnap.coordinator.cluster_runtime import ClusterRuntime, UnknownClusterError
 from ringsnap.coordinator.config import CoordinatorConfig, RetentionSection
@@ -51,7 +51,7 @@ from ringsnap.coordinator.presentation import (
 )
 from ringsnap.coordinator.restore.daemon import DaemonRestores
 from ringsnap.coordinator.retention import RetentionPlan, apply_policy
-from ringsnap.coordinator.runs.lease import ClusterLeases
+from ringsnap.coordinator.runs.lease import ClusterHeld, ClusterLeases, Lease, RunKind
 from ringsnap.coordinator.runs.ledger import Ledger, LedgerRetry
 from ringsnap.coordinator.runs.resources import ResourceType
 from ringsnap.coordinator.scheduler import (
@@ -99,6 +99,8 @@ class Coordinator:
         # Every backup running in this process (scheduled ones have no operation): stop() cancels
         # them so that their nodes are thawed and the catalog says why they failed.
         self._backup_tasks: set[asyncio.Task[object]] = set()
+        # Exports of scheduled backups, run after their backup gave its cluster back.
+        self._export_tasks: set[asyncio.Task[None]] = set()
         # Drill hosts, for the pending cleanups of drill clones (opened on first use).
         self.drill_hosts = DrillHosts(lambda: drill_hosts(config, client_tls(config)))
         # Nodes' agents, for the pending cleanups of clones a node mounted (exports).
@@ -193,7 +195,7 @@ class Coordinator:
         if self._cleaner is not None:
             self._cleaner.cancel()
             await asyncio.gather(self._cleaner, return_exceptions=True)
-        tasks = set(self._backup_tasks)
+        tasks: set[asyncio.Task[Any]] = {*self._backup_tasks, *self._export_tasks}
         tasks.update(op.task for op in self.operations.running() if op.task is not None)
         for task in tasks:
             task.cancel()
@@ -279,11 +281,58 @@ class Coordinator:
         backup = await self.backups.run(request, self.cluster(request.cluster))
         self.metrics.record_backup(backup)
         if request.policy and exports_policy(self.config, request.policy):
-            await export_scheduled_backup(self.config, self.catalog, self.arrays, backup)
-            await asyncio.to_thread(self.refresh_restore_metrics)
+            self._export_after(backup, request)
         if request.policy:
             await self.apply_retention(request.cluster, request.policy)
         return backup
+
+    def _export_after(self, backup: Backup, request: BackupRequest) -> None:
+        """Export a scheduled backup in a task of its own, under an export's lease (taken now,
+        beside the backup's), so that the cluster's next backups do not wait for the upload."""
+        lease = Lease(
+            backup.cluster,
+            RunKind.EXPORT,
+            run_id=backup.id,
+            backup_id=backup.id,
+            asked_by=request.trigger,
+            schedule=request.schedule,
+        )
+        try:
+            self.leases.take(lease)
+        except ClusterHeld as busy:
+            log.error(
+                "scheduled export not started: export it once the cluster is free"
+                f" (`ringsnap export {backup.id}`)",
+                backup=backup.id,
+                reason=str(busy),
+            )
+            return
+
+        async def export() -> None:
+            try:
+                await export_scheduled_backup(self.config, self.catalog, self.arrays, backup)
+                await asyncio.to_thread(self.refresh_restore_metrics)
+            finally:
+                self.leases.give_back(lease)
+
+        task = asyncio.get_running_loop().create_task(export())
+        self._export_tasks.add(task)
+        task.add_done_callback(self._export_tasks.discard)
+
+    async def exports_idle(self) -> None:
+        """Wait for the exports of scheduled backups running now to end."""
+        while self._export_tasks:
+            await asyncio.gather(*list(self._export_tasks), return_exceptions=True)
+
+    def refuse_while_exported(self, backup_id: str) -> None:
+        """A backup an export reads its snapshots from is not deleted under it."""
+        for cluster in self.clusters:
+            export = self.leases.exporting(cluster)
+            if export is not None and export.backup_id == backup_id:
+                raise BackupStateError(
+                    f"backup {backup_id} is {export.doing}: its snapshots are in use; delete it"
+                    " once the export has ended (`ringsnap status` shows it)"
+                )
 
     async def start_drill(self, request: DrillRequest, *, drill_id: str = "") -> Operation:
         """Plan and run a drill as an operation, holding its cluster (docs/drills.md)."""
@@ -371,8 +420,17 @@ class Coordinator:
 
     async def apply_retention(self, cluster: str, policy: str) -> RetentionPlan:
         plan = await self.plan_retention(cluster, policy)
+        export = self.leases.exporting(cluster)
         for decision in plan.decisions:
             if decision.keep:
+                continue
+            if export is not None and export.backup_id == decision.backup.id:
+                log.warning(
+                    "retention keeps a backup being exported; the next run removes it",
+                    cluster=cluster,
+                    backup_id=decision.backup.id,
+                    reason=decision.reason,
+                )
                 continue
             log.info(
                 "retention removes backup",

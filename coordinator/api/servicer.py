@@ -197,6 +197,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         reason = request.reason.strip() or "deleted through the coordinator API"
         backup_id = _backup_id(request.backup_id)
         self._coordinator.restores.refuse_while_restored(backup_id)
+        self._coordinator.refuse_while_exported(backup_id)
         operation = await control.start_delete(self._coordinator, backup_id, reason)
         return self._operation(operation)
 

@@ -1,6 +1,7 @@
 """Exports run by the daemon (the API's StartExport): the same session as `ringsnap export`, as an
-operation of kind EXPORT that holds the backup's cluster (as a drill does: no backup, restore or
-other export of the cluster meanwhile; the agents refuse a second export of a node anyway)."""
+operation of kind EXPORT under an export's lease: no restore, drill, purge or other export of the
+cluster meanwhile (the agents refuse a second export of a node anyway), while its backups go on
+(`ringsnap.coordinator.runs.lease`)."""
 
 from __future__ import annotations
 

@@ -9,6 +9,12 @@ using them); backups of the backup a restore reads are not deleted under it.
 
 Non-blocking by design: `take` holds the cluster or raises ClusterHeld. A backup that finds its
 cluster held is skipped, not queued (docs: the scheduler's overlap rule).
+
+An export is the one run that does not hold its cluster against backups: it reads a backup's
+snapshots through clones mounted read-only beside Cassandra's own volumes, which a backup neither
+freezes nor snapshots, so a long upload (a scheduled export runs right after its backup) must not
+make the next backups of the cluster skip as busy. It still excludes every other kind (a restore,
+table restore or drill, a purge of the copies it writes, a second export), and they exclude it.
 """
 
 from __future__ import annotations
@@ -127,24 +133,37 @@ class ClusterHeld(RingsnapError):
 
 
 class ClusterLeases:
-    """The coordinator's leases, one per cluster at most."""
+    """The coordinator's leases: one run per cluster at most, besides which one export may run
+    while backups come and go (see the module's note)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._held: dict[str, Lease] = {}
+        self._exports: dict[str, Lease] = {}
 
     def take(self, lease: Lease) -> None:
         with self._lock:
             holder = self._held.get(lease.cluster)
+            export = self._exports.get(lease.cluster)
+            if lease.kind is RunKind.EXPORT:
+                if export is not None:
+                    raise ClusterHeld(lease, export)
+                if holder is not None and holder.kind is not RunKind.BACKUP:
+                    raise ClusterHeld(lease, holder)
+                self._exports[lease.cluster] = lease
+                return
             if holder is not None:
                 raise ClusterHeld(lease, holder)
+            if export is not None and lease.kind is not RunKind.BACKUP:
+                raise ClusterHeld(lease, export)
             self._held[lease.cluster] = lease
 
     def give_back(self, lease: Lease) -> None:
+        held = self._exports if lease.kind is RunKind.EXPORT else self._held
         with self._lock:
-            if self._held.get(lease.cluster) is not lease:
+            if held.get(lease.cluster) is not lease:
                 raise RuntimeError(f"cluster {lease.cluster} is not held by {lease.describe()}")
-            del self._held[lease.cluster]
+            del held[lease.cluster]
 
     @contextlib.contextmanager
     def hold(self, lease: Lease) -> Iterator[Lease]:
@@ -155,5 +174,11 @@ class ClusterLeases:
             self.give_back(lease)
 
     def holder(self, cluster: str) -> Lease | None:
+        """The run holding `cluster`: the one exclusive run, else the export running."""
         with self._lock:
-            return self._held.get(cluster)
+            return self._held.get(cluster) or self._exports.get(cluster)
+
+    def exporting(self, cluster: str) -> Lease | None:
+        """The export of `cluster` running, whatever else holds it."""
+        with self._lock:
+            return self._exports.get(cluster)
