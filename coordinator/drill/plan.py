@@ -16,10 +16,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from ringsnap import device_ids
 from ringsnap.coordinator.drill.model import purpose_id
 from ringsnap.coordinator.drill.ports import NodeDrillFacts, NodeFactsPort
-from ringsnap.coordinator.model import Backup, BackupNode, SnapshotKind
-from ringsnap.coordinator.ports import ArrayPort
+from ringsnap.coordinator.model import Backup, BackupNode, NodeVolume, SnapshotKind
+from ringsnap.coordinator.ports import ArrayPort, NodeVolumeFacts
 from ringsnap.coordinator.restore.plan import match_volume, narrowed
 from ringsnap.plugins.errors import NotFoundError, SnapshotLostError
 from ringsnap.plugins.types import SnapshotRef
@@ -67,6 +68,10 @@ class CloneSource:
     volume: str
     role: str
     source_mount_point: str
+    #: The filesystem UUID the node reports on the backed-up volume itself (matched by WWN),
+    #: which its clone holds too: the drill host refuses a device holding another. "" when the
+    #: node's disk there is another volume now (a clone-mode restore's clone): not checked.
+    fs_uuid: str = ""
 
 
 @dataclass(frozen=True)
@@ -197,7 +202,15 @@ async def plan_drill(  # noqa: PLR0917 - the plan needs every outside view at on
             except ValueError as exc:
                 problems.append(str(exc))
                 continue
-            volumes.append(CloneSource(volume.array, volume.volume, volume.role.value, point))
+            volumes.append(
+                CloneSource(
+                    volume.array,
+                    volume.volume,
+                    volume.role.value,
+                    point,
+                    _fs_uuid(volume, point, seen.volumes),
+                )
+            )
         snapshots = _snapshots(backup, node, problems)
         refusals += problems
         nodes.append(
@@ -324,3 +337,16 @@ async def _check_arrays(
             except Exception as exc:
                 refusals.append(f"array {ref.array}: cannot be asked about its snapshot: {exc}")
     return refusals, lost
+
+
+def _fs_uuid(volume: NodeVolume, point: str, facts: Sequence[NodeVolumeFacts]) -> str:
+    """The UUID of the filesystem at `point` when its device is `volume` by WWN, else ""."""
+    for fact in facts:
+        if (
+            fact.mount_point == point
+            and fact.mounted
+            and volume.wwn
+            and device_ids.same_volume((fact.wwn,), (volume.wwn,))
+        ):
+            return fact.fs_uuid
+    return ""

@@ -465,16 +465,18 @@ class _NotProven(Exception):
 
 
 def _mounts(node: NodeDrillPlan, clones: list[DrillClone]) -> list[CloneToMount]:
-    points = {(v.array, v.volume): v.source_mount_point for v in node.volumes}
+    sources = {(v.array, v.volume): v for v in node.volumes}
     return [
         CloneToMount(
             role=c.role,
             array=c.array,
             volume=c.name,
             wwn=c.wwn,
-            source_mount_point=points.get((c.array, c.source), ""),
+            source_mount_point=source.source_mount_point if source else "",
+            fs_uuid=source.fs_uuid if source else "",
         )
         for c in clones
+        for source in (sources.get((c.array, c.source)),)
     ]
 
 

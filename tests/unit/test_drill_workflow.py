@@ -364,3 +364,58 @@ def test_a_drill_the_host_stopped_before_a_verdict_fails_without_judging_the_bac
     assert n2.problems[0].startswith("drill: the drill host stopped the drill at step start")
     assert rig.catalog.get_backup("rs-1").verification is Verification.UNVERIFIED
     rig.nothing_left()
+
+
+class _FactsWithWwns(FakeFacts):
+    """n1's facts, its data filesystem on the device of WWN `data_wwn`, its commit log on one of
+    WWN `log_wwn`."""
+
+    def __init__(self, node: str, data_wwn: str, log_wwn: str) -> None:
+        super().__init__(node)
+        self.wwns = {"data": data_wwn, "commitlog": log_wwn}
+
+    async def drill_facts(self) -> Any:
+        facts = await super().drill_facts()
+        volumes = tuple(replace(v, wwn=self.wwns[v.kinds[0]]) for v in facts.volumes)
+        return replace(facts, volumes=volumes)
+
+
+def test_the_drill_host_is_given_the_source_filesystem_uuid_of_the_backed_up_volume(
+    rig: Rig,
+) -> None:
+    """The clone of a volume holds its filesystem: the drill host refuses a device holding another
+    UUID. Passed only where the node's disk is the backed-up volume itself (by WWN); where it is
+    another volume now (its clone after a clone-mode restore), nothing is claimed."""
+    backup = rig.catalog.get_backup("rs-1")
+    n1 = backup.node("n1")
+    wwns = ("600a0980aaaa", "600a0980bbbb")
+    n1 = replace(
+        n1, volumes=tuple(replace(v, wwn=w) for v, w in zip(n1.volumes, wwns, strict=True))
+    )
+    backup = replace(backup, nodes=tuple(n1 if n.name == "n1" else n for n in backup.nodes))
+    rig.facts["n1"] = _FactsWithWwns("n1", "naa.600A0980AAAA", "600a0980cccc")
+
+    plan = asyncio.run(
+        plan_drill(
+            "dr-20261121-100000-0001",
+            DrillRequest(cluster="c1", backup_id="rs-1", nodes=("n1",)),
+            backup,
+            rig.facts,
+            {"a1": rig.array},  # type: ignore[dict-item]
+            rig.host.address,
+            "ringsnap",
+            rig.settings,
+        )
+    )
+    assert not plan.refused, plan.refusals
+    workflow = DrillWorkflow(
+        rig.host,
+        {"a1": rig.array},  # type: ignore[dict-item]
+        CatalogDrillJournal(rig.catalog),
+        settings=rig.settings,
+    )
+    record = asyncio.run(workflow.run(plan, "cli:test", "test"))
+    assert record.state is DrillState.PROVEN
+    mounts = {m.role: m for m in rig.host.mount_requests[0]}
+    assert mounts["data"].fs_uuid == "u1"  # the data volume itself
+    assert mounts["commitlog"].fs_uuid == ""  # another device than the backed-up volume
