@@ -372,7 +372,25 @@ class ESeriesSimulator(SimulatorApp):
                 "views": sorted(v.label for v in self._views.values()),
                 "key_values": dict(self._key_values),
                 "purged": list(self.purged),
+                # (volume or view, host, LUN id) of every volume mapping.
+                "mappings": sorted(
+                    (self._mapped_label(m.volume_ref), self._target_label(m.target_ref), m.lun)
+                    for m in self._mappings.values()
+                ),
             }
+
+    def _mapped_label(self, ref: str) -> str:
+        view = self._views.get(ref)
+        if view is not None:
+            return view.label
+        try:
+            return self._volume_label(ref)
+        except _Fail:
+            return ref
+
+    def _target_label(self, ref: str) -> str:
+        host = self._hosts.get(ref)
+        return host.label if host is not None else ref
 
     def image_count(self) -> int:
         with self._lock:
