@@ -35,7 +35,9 @@ from pathlib import Path
 
 from ringsnap import logs
 from ringsnap.agent import process
+from ringsnap.agent.clone_options import mount_options
 from ringsnap.agent.config import VolumesSection
+from ringsnap.agent.device_removal import DeviceRemoval
 from ringsnap.agent.discovery import Rescan, SysfsRescan, check_fs_uuid, wait_for_device
 from ringsnap.agent.durable import write_durably
 from ringsnap.agent.errors import CommandFailed, CommandTimeout, Conflict, NotFound
@@ -189,21 +191,6 @@ class CloneRecords:
         ]
 
 
-def mount_options(fs_type: str, read_only: bool) -> tuple[str, ...]:
-    """A clone has the live volume's filesystem UUID: XFS refuses a second mount of the same UUID
-    without `nouuid`. Read-only mounts skip journal replay too, so not one block is written."""
-    options: list[str] = []
-    if fs_type == "xfs":
-        options.append("nouuid")
-    if read_only:
-        options.append("ro")
-        if fs_type == "xfs":
-            options.append("norecovery")
-        elif fs_type in ("ext3", "ext4"):
-            options.append("noload")
-    return tuple(options)
-
-
 def mount_points_for(base: Path, volumes: Sequence[CloneVolume]) -> list[str]:
     """`<base>/<role>`, then `<role>-2`, `<role>-3` for further volumes of the same role."""
     seen: dict[str, int] = {}
@@ -233,6 +220,7 @@ class CloneMounter:
         host: Host | None = None,
         before_unmount: Callable[[str], Awaitable[None]] | None = None,
         rescan: Rescan | None = None,
+        remove_device: Callable[[str], Awaitable[list[str]]] | None = None,
     ) -> None:
         self.settings = settings
         self.directory = state_directory / CLONES_DIRECTORY
@@ -242,6 +230,8 @@ class CloneMounter:
         self.before_unmount = before_unmount
         #: How a clone attached by identity is looked for (SCSI host scans, NVMe rescans).
         self.rescan: Rescan = rescan or SysfsRescan()
+        #: How a clone found by identity is let go of before the array unmaps it.
+        self.remove_device = remove_device or DeviceRemoval()
         self._lock = asyncio.Lock()
 
     def base(self, purpose_id: str) -> Path:
@@ -411,6 +401,15 @@ class CloneMounter:
                 log.warning("clone unmounted", purpose_id=purpose_id, mount_point=clone.mount_point)
             if clone.device and self.settings.detach_command:
                 await self._hook("detach_command", self.settings.detach_command, purpose_id, clone)
+            elif clone.device and not self.settings.attach_command:
+                # Found by identity: flushed and removed, so that the unmap leaves no dead path.
+                for problem in await self.remove_device(clone.device):
+                    log.warning(
+                        "clone device not let go of; the array's unmap leaves a stale path",
+                        purpose_id=purpose_id,
+                        volume=clone.volume,
+                        problem=problem,
+                    )
             record.clones[index] = replace(clone, state=ATTACHING, device="")
             self.records.save(record)
             detached.append(clone.volume)

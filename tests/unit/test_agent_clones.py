@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from ringsnap.agent.clone_options import mount_options
 from ringsnap.agent.clones import (
     ATTACHED,
     MOUNTED,
     CloneMounter,
     CloneVolume,
     check_purpose_id,
-    mount_options,
 )
 from ringsnap.agent.config import VolumesSection
 from ringsnap.agent.errors import CommandFailed, Conflict, NotFound
