@@ -139,6 +139,21 @@ class ProcessAgent:
             self._process.terminate()  # SIGTERM: the agent thaws what it froze, then exits
             self._process.wait(30)
 
+    @property
+    def pid(self) -> int:
+        assert self._process is not None, "agent not started"
+        return self._process.pid
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash or the OOM killer: none of the agent's own clean-up runs."""
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait(30)
+
+    def restart(self) -> None:
+        """A new process on the same config (after `kill`), as systemd restarts it."""
+        self.__enter__()
+
 
 def _free_port() -> int:
     with socket.socket() as probe:
