@@ -235,14 +235,18 @@ def show_command(
 ) -> None:
     """Show one backup in full.
 
-    Its nodes and volumes, the array snapshots, the phase timings, the freeze window and its parts, and whether a restore or drill ever proved it.
+    Its nodes and volumes, the array snapshots, the phase timings, the freeze window and its parts, and whether a restore or drill ever proved it. For a cluster with point-in-time recovery, its recoverable window too.
     """
+    from ringsnap.coordinator.cli.pitr import pitr_status_lines
+
     with session(config, coordinator, output) as s:
         backup = s.client().get_backup(backup_id)
         if s.json:
             s.emit(render.to_json(backup))
         else:
             out.print(render.backup_detail(backup))
+            for line in pitr_status_lines(config, backup.cluster):
+                out.print(line)
 
 
 # -- delete ----------------------------------------------------------------------------------------

@@ -29,11 +29,13 @@ from ringsnap.coordinator.restore.pitr_session import plan_point_in_time, run_po
 from ringsnap.errors import RingsnapError
 
 
-def pitr_status_lines(config: Path | None) -> list[str]:
+def pitr_status_lines(config: Path | None, cluster: str | None = None) -> list[str]:
+    """The recoverable windows (`cluster`'s only, when given), read here from the config's
+    bucket and catalog."""
     try:
         loaded = load_config(config_path(config))
         with Catalog(loaded.coordinator.catalog, exclusive=False) as catalog:
-            return status_lines(loaded, catalog)
+            return status_lines(loaded, catalog, cluster)
     except Exception as exc:
         return [f"(point-in-time window cannot be read: {exc})"]
 

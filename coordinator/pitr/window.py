@@ -189,18 +189,21 @@ def pitr_clusters(config: Any) -> dict[str, list[str]]:
     return {c.name: [n.name for n in c.nodes] for c in config.clusters if c.pitr}
 
 
-def status_lines(config: Any, catalog: Any) -> list[str]:
-    """`ringsnap status`'s point-in-time lines (nothing without `[s3]` or a shipped log)."""
+def status_lines(config: Any, catalog: Any, cluster: str | None = None) -> list[str]:
+    """`ringsnap status`'s point-in-time lines (nothing without `[s3]` or a shipped log); with
+    `cluster`, that cluster's only (`ringsnap show` of one of its backups)."""
     clusters = pitr_clusters(config)
+    if cluster is not None:
+        clusters = {c: n for c, n in clusters.items() if c == cluster}
     if not clusters:
         return []
     client = make_client(config.s3)
     lines: list[str] = []
-    for cluster, nodes in clusters.items():
+    for name, nodes in clusters.items():
         points = read_points(client, config.s3, nodes)
         if not points:
             continue
-        window = compute_window(cluster, nodes, points, catalog.backup_summaries(cluster))
+        window = compute_window(name, nodes, points, catalog.backup_summaries(name))
         for node in points:
             # Listing every piece: for the operator's status, not for every scrape.
             found = gaps(list_segments(client, config.s3.bucket, PitrKeys(config.s3.prefix, node)))

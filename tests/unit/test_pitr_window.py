@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 import boto3
@@ -21,6 +22,7 @@ from ringsnap.coordinator.pitr.window import (
     PitrCollector,
     compute_window,
     read_points,
+    status_lines,
     window_lines,
 )
 from ringsnap.coordinator.restore.pitr import base_backup, parse_time
@@ -136,3 +138,32 @@ def test_times_are_utc_with_milliseconds() -> None:
     with pytest.raises(RestoreRefused, match="not a UTC time"):
         parse_time("yesterday")
     assert datetime.fromtimestamp(parse_time("2026-11-29T06:40:00Z") / 1000, UTC).hour == 6
+
+
+def test_status_lines_of_one_cluster_read_only_its_nodes(
+    client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ringsnap show` of a backup prints its cluster's window, not every cluster's."""
+    import ringsnap.coordinator.pitr.window as window_module
+
+    monkeypatch.setattr(window_module, "make_client", lambda _settings: client)
+    now_ms = _ms("2026-11-29T12:00:00+00:00")
+    for node in ("a1", "b1"):
+        body = {"shipped_at_ms": now_ms, "recoverable_through_ms": now_ms - 10_000, "holes": []}
+        client.put_object(
+            Bucket=S3.bucket, Key=PitrKeys(S3.prefix, node).point, Body=json.dumps(body)
+        )
+
+    def cluster(name: str, node: str) -> SimpleNamespace:
+        return SimpleNamespace(name=name, pitr=True, nodes=[SimpleNamespace(name=node)])
+
+    config = SimpleNamespace(s3=S3, clusters=[cluster("a", "a1"), cluster("b", "b1")])
+    catalog = SimpleNamespace(backup_summaries=lambda _cluster: BACKUPS)
+    both = status_lines(config, catalog)
+    assert any(line.startswith("a: point-in-time window 2026-11-29T10:00:00.000") for line in both)
+    assert any(line.startswith("b: point-in-time window 2026-11-29T10:00:00.000") for line in both)
+    only_b = status_lines(config, catalog, "b")
+    assert only_b[0].startswith("b: point-in-time window 2026-11-29T10:00:00.000+00:00 to")
+    assert any(line.startswith("  b1: recoverable through") for line in only_b)
+    assert not any("a1" in line or line.startswith("a:") for line in only_b)
+    assert status_lines(config, catalog, "c") == []

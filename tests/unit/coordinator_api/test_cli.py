@@ -222,6 +222,25 @@ def test_show_prints_nodes_snapshots_timings_window_and_verification(
     assert document["warnings"] == [left]
 
 
+def test_show_prints_the_point_in_time_window_of_the_backups_cluster(
+    app: typer.Typer, cli_config: Path, harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ringsnap.coordinator.cli import pitr
+
+    asked: list[tuple[Path | None, str | None]] = []
+
+    def window(config: Path | None, cluster: str | None = None) -> list[str]:
+        asked.append((config, cluster))
+        return [f"{cluster}: point-in-time window A to B (`ringsnap restore --to TIME`)"]
+
+    monkeypatch.setattr(pitr, "pitr_status_lines", window)
+    harness.seed_backup("rs-pitr", T0)
+    result = run(app, "show", "rs-pitr", "--config", str(cli_config))
+    assert result.exit_code == 0, result.output
+    assert asked == [(cli_config, "prod")]
+    assert "prod: point-in-time window A to B" in flat(result.stdout)
+
+
 def test_show_unknown_backup_is_not_found(app: typer.Typer, cli_config: Path) -> None:
     result = run(app, "show", "rs-missing", "--config", str(cli_config))
     assert result.exit_code == ExitCode.NOT_FOUND
