@@ -230,8 +230,18 @@ class FlashArrayDriver(
 
     def clone(self, ref: SnapshotRef, suffix: str) -> Sequence[Volume]:
         snapshot = self._usable(ref)
+        # The members asked, in their order (a run may narrow the ref to one node's volumes);
+        # the array's listing holds every member of the protection-group snapshot.
+        on_array = {m.volume.name: m for m in snapshot.members}
+        missing = [m.volume.name for m in ref.members if m.volume.name not in on_array]
+        if missing:
+            raise NotFoundError(
+                f"snapshot {self._pg_snapshot_name(ref)} holds no snapshot of volume(s)"
+                f" {', '.join(missing)}",
+                array=self._array,
+            )
         made: list[Volume] = []
-        for member in snapshot.members:
+        for member in (on_array[m.volume.name] for m in ref.members):
             target = clone_name(member.volume.name, suffix)
             try:
                 items = self._client.post(

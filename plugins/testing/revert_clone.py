@@ -6,6 +6,7 @@ skipped by the test, saying so."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -96,6 +97,26 @@ class RevertAndCloneConformance:
             harness.driver.delete_clone(clone)
             harness.driver.delete_clone(clone)
             assert not harness.lun(clone).exists()
+
+    def test_clone_of_some_members_clones_only_those(self, harness: Harness) -> None:
+        """A run narrows a group snapshot to one node's volumes (an export, a drill): the clones
+        are of those members only, in the order asked."""
+        if not harness.driver.cloneable:
+            pytest.skip("precondition: the driver does not implement Cloneable")
+        assert len(harness.volumes) >= 2, "the harness needs two volumes for this test"
+        with self._marked_snapshot(harness, "some-", "mks") as (ref, expected, _mountpoints):
+            last = len(ref.members) - 1
+            narrowed = dataclasses.replace(ref, members=(ref.members[last],))
+            clones = harness.driver.clone(narrowed, CLONE_SUFFIX)
+            assert len(clones) == 1, [c.name for c in clones]
+            index = [v.id for v in harness.volumes].index(ref.members[last].volume.id)
+            mountpoint = harness.workdir / "mnt" / "some" / clones[0].name
+            with mounts.mounted(harness.lun(clones[0]), mountpoint):
+                assert mounts.read_markers(mountpoint) == expected[index], (
+                    f"clone {clones[0].name} must be of {ref.members[last].volume.name}"
+                )
+        harness.driver.delete_clone(clones[0])
+        assert not harness.lun(clones[0]).exists()
 
     @staticmethod
     def _clone_sources(

@@ -131,12 +131,18 @@ class ActiveSegment:
 
 
 def active_segment(commitlog_directory: Path) -> ActiveSegment:
-    """The node's newest segment (the one Cassandra appends to) and its synced bytes."""
+    """The segment Cassandra appends to and its synced bytes: the newest one holding synced
+    bytes (Cassandra creates the next segment ahead of need; it holds nothing synced yet)."""
     names = {
         n: p for n in (e.name for e in commitlog_directory.iterdir()) if (p := SegmentName.parse(n))
     }
-    name, parsed = max(names.items(), key=lambda kv: kv[1].id)
-    return ActiveSegment(name, synced_end(commitlog_directory / name, parsed.id))
+    newest: ActiveSegment | None = None
+    for name, parsed in sorted(names.items(), key=lambda kv: kv[1].id, reverse=True):
+        newest = ActiveSegment(name, synced_end(commitlog_directory / name, parsed.id))
+        if newest.synced > 0:
+            return newest
+    assert newest is not None, f"no commit-log segment in {commitlog_directory}"
+    return newest
 
 
 def shipped_segments(table: dict[str, Any], node: str) -> dict[str, SegmentState]:
