@@ -73,7 +73,7 @@ def quick_settings(table: dict[str, Any]) -> S3Settings:
     """The bucket's settings with short timeouts and no retry: the test's own reads must not hang
     for minutes on a bucket it made unreachable."""
     return S3Settings.model_validate(
-        {**table, "connect_timeout_seconds": 2, "read_timeout_seconds": 3, "max_attempts": 1}
+        {**table, "connect_timeout_seconds": 2, "read_timeout_seconds": 5, "max_attempts": 2}
     )
 
 
