@@ -157,11 +157,15 @@ def _outage_with_a_shipper_killed(
         agent.kill()
         agent.restart()
         coordinator_max = agent_max = 0.0
-        while time.monotonic() - began < OUTAGE_SECONDS:
+        while True:
+            # Read when scraped: the last sample is taken once the outage has lasted its time.
+            ending = time.monotonic() - began >= OUTAGE_SECONDS
             coordinator_max = max(coordinator_max, *coordinator_lags(collector).values())
             lag = scrape(stack.agent_metrics[watched], "ringsnap_agent_pitr_lag_seconds")
             agent_max = max(agent_max, lag)
-            time.sleep(3)
+            if ending:
+                break
+            time.sleep(1)
         seconds = time.monotonic() - began
     ended_ms = int(time.time() * 1000)
     # The gauges grew through the outage: nothing was shipped, and they say so.
