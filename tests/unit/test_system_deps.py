@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _fake(bin_dir: Path, name: str, body: str) -> None:
     script = bin_dir / name
-    script.write_text(f'#!/bin/sh\necho "{name} $*" >> "$CALLS"\n{body}\n')
+    script.write_text(f"#!/bin/sh\necho \"{name} $*\" >> \"$CALLS\"\n{body}\n")
     script.chmod(0o755)
 
 
