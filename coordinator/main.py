@@ -2,7 +2,8 @@
 
     ringsnap-coordinator serve [--config /etc/ringsnap/coordinator.toml]
     ringsnap-coordinator check-config [--config FILE]
-    ringsnap-coordinator catalog rebuild --from s3[://bucket/prefix/] [--merge] [--config FILE]
+    ringsnap-coordinator catalog rebuild --from s3[://bucket/prefix/] [--merge] [--key-file K]
+        [--config FILE]
 
 `serve` logs JSON lines to stdout (journald), speaks sd_notify (READY, WATCHDOG, STOPPING), serves
 Prometheus metrics on `metrics_listen` and the API on `listen` (loopback only). SIGTERM or SIGINT
@@ -91,6 +92,13 @@ def _parser() -> argparse.ArgumentParser:
         help="'s3' (the [s3] section) or s3://bucket/prefix/ (with that section's credentials)",
     )
     rebuild.add_argument("--merge", action="store_true", help="add to a catalog that has backups")
+    rebuild.add_argument(
+        "--key-file",
+        default="",
+        metavar="PATH",
+        help="an encrypted mirror ([s3.encryption]): the age secret key file of one of its"
+        " recipients, or credential:NAME for a systemd credential; refused without it",
+    )
     return parser
 
 
@@ -223,7 +231,12 @@ def main(argv: list[str] | None = None) -> int:
             from ringsnap.coordinator.export.rebuild_cli import rebuild_command
 
             logs.configure(json=False, level="warning")
-            return rebuild_command(arguments.config, arguments.source, merge=arguments.merge)
+            return rebuild_command(
+                arguments.config,
+                arguments.source,
+                merge=arguments.merge,
+                key_file=arguments.key_file,
+            )
         logs.configure(json=arguments.log_format == "json", level=arguments.log_level)
         config = load_config(arguments.config)
         with contextlib.suppress(KeyboardInterrupt):

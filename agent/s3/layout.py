@@ -6,6 +6,7 @@
     <prefix>backups/<backup id>/<node>.commitlog.jsonl.gz
     <prefix>backups/<backup id>/<node>.refs.gz   (encrypted copies: the component keys, MACed)
     <prefix>catalog/<backup id>/<object>
+    <prefix>catalog/<backup id>/key.json         (an encrypted mirror's wrapped run key)
     <prefix>keys/<node>/<run key id>.json        (encrypted copies: an export run's wrapped key)
 
 A component's key is its content address, derived only from what Cassandra records (no byte of the
@@ -41,6 +42,8 @@ COMMITLOG_SUFFIX = ".commitlog.jsonl.gz"
 REFERENCES_SUFFIX = ".refs.gz"
 #: Cassandra's commit-log segments (and, with CDC, their index files).
 SEGMENT_NAME = re.compile(r"CommitLog-[0-9]{1,3}-[0-9]{1,20}(?:\.log|_cdc\.idx)")
+#: An encrypted catalog mirror's key object, below `catalog/<backup id>/`.
+MIRROR_KEY_OBJECT = "key.json"
 #: The names of the catalog mirror's objects below `catalog/<backup id>/`.
 CATALOG_OBJECT = re.compile(r"[a-z][a-z0-9_-]{0,62}\.json(?:l\.gz)?")
 

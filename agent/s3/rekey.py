@@ -3,7 +3,8 @@
     python -m ringsnap.agent.s3.rekey --settings s3.toml --identity old.age \\
         --add age1new... [--remove age:age1old...] [--node NAME] [--dry-run]
 
-Every key object under `<prefix>keys/` (of one node, or of all) is read, its run key opened with
+Every key object under `<prefix>keys/` (of one node, or of all; and without `--node` every
+encrypted catalog mirror's, `<prefix>catalog/<backup>/key.json`) is read, its run key opened with
 the identity, wrapped for the recipients added, the stanzas of those removed dropped, and the key
 object written again (one PUT each, replacing it whole: S3 replaces an object atomically). The
 data objects are sealed with the run keys, which do not change: none is read or rewritten. Run
@@ -19,7 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -38,7 +39,7 @@ from ringsnap.agent.s3.crypto.recipients import (
     WrapError,
     age_identities,
 )
-from ringsnap.agent.s3.layout import Layout
+from ringsnap.agent.s3.layout import MIRROR_KEY_OBJECT, Layout
 from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.config import load
 from ringsnap.errors import RingsnapError, ValidationError
@@ -76,6 +77,29 @@ def rekey(
         raise ValidationError("a rekey adds or removes at least one recipient")
     wanted = {f"{r.kind}:{r.label}" for r in add}
     found = rewritten = unchanged = 0
+    for key in _key_objects(client, bucket, layout, node):
+        found += 1
+        wrapped = _read(client, bucket, key)
+        labels = set(wrapped.recipients)
+        if wanted <= labels and not labels & set(remove):
+            unchanged += 1
+            continue
+        try:
+            new = rewrap(wrapped, identities, key, add=add, remove=remove)
+        except (WrapError, KeyUnavailable) as exc:
+            raise RekeyRefused(
+                f"{exc}; {rewritten} key object(s) were re-wrapped before it, run the same"
+                " command again once fixed (those are skipped)"
+            ) from None
+        if not dry_run:
+            client.put_object(Bucket=bucket, Key=key, Body=new.to_bytes())
+        rewritten += 1
+        log.info("key object re-wrapped", key=key, recipients=new.recipients, dry_run=dry_run)
+    return RekeyResult(found, rewritten, unchanged, dry_run)
+
+
+def _key_objects(client: S3Client, bucket: str, layout: Layout, node: str) -> Iterator[str]:
+    """The key objects of the copies (of `node`, or all) and, for all, of the catalog mirrors."""
     paginator = client.get_paginator("list_objects_v2")
     for page in paginator.paginate(Bucket=bucket, Prefix=layout.keys_prefix(node)):
         for item in page.get("Contents", ()):
@@ -84,24 +108,16 @@ def rekey(
                 # A directory marker some stores list (S3Proxy's filesystem backend): no object.
                 continue
             layout.parse_key_object_key(key)
-            found += 1
-            wrapped = _read(client, bucket, key)
-            labels = set(wrapped.recipients)
-            if wanted <= labels and not labels & set(remove):
-                unchanged += 1
+            yield key
+    if node:
+        return
+    for page in paginator.paginate(Bucket=bucket, Prefix=layout.catalog_prefix()):
+        for item in page.get("Contents", ()):
+            key = item["Key"]
+            if not key.endswith("/" + MIRROR_KEY_OBJECT):
                 continue
-            try:
-                new = rewrap(wrapped, identities, key, add=add, remove=remove)
-            except (WrapError, KeyUnavailable) as exc:
-                raise RekeyRefused(
-                    f"{exc}; {rewritten} key object(s) were re-wrapped before it, run the same"
-                    " command again once fixed (those are skipped)"
-                ) from None
-            if not dry_run:
-                client.put_object(Bucket=bucket, Key=key, Body=new.to_bytes())
-            rewritten += 1
-            log.info("key object re-wrapped", key=key, recipients=new.recipients, dry_run=dry_run)
-    return RekeyResult(found, rewritten, unchanged, dry_run)
+            layout.parse_catalog_key(key)
+            yield key
 
 
 def _read(client: S3Client, bucket: str, key: str) -> WrappedKey:

@@ -5,6 +5,9 @@ from the bucket alone.
                                                          {"format", "backup_id", "node"} then one
                                                          SSTable per line
     <prefix>catalog/<backup id>/schemas.json            the keyspace schemas the backup captured
+    <prefix>catalog/<backup id>/key.json                with [s3.encryption], written first: the
+                                                         run key every other object is sealed
+                                                         with (`mirror_keys`)
     <prefix>catalog/<backup id>/backup.json             written last: the backup row (nodes,
                                                          snapshots, timings), the list of the
                                                          manifest objects, the export record
@@ -30,9 +33,12 @@ from pydantic import TypeAdapter
 from pydantic import ValidationError as PydanticError
 
 from ringsnap.agent.s3.client import S3Client
+from ringsnap.agent.s3.crypto.envelope import EnvelopeError, cipher_size
+from ringsnap.agent.s3.crypto.recipients import Identity, Recipient
 from ringsnap.agent.s3.layout import Layout
 from ringsnap.coordinator.backup.schema import SchemaRow
 from ringsnap.coordinator.catalog import BackupNotFoundError, Catalog
+from ringsnap.coordinator.export.mirror_keys import MirrorKeys, MirrorSealing
 from ringsnap.coordinator.export.model import ExportRecord, ExportState
 from ringsnap.coordinator.model import Backup, BackupNode
 from ringsnap.coordinator.ports import SSTable
@@ -64,19 +70,33 @@ def manifest_name(index: int) -> str:
 
 
 def write_mirror(
-    client: S3Client, bucket: str, layout: Layout, catalog: Catalog, record: ExportRecord
+    client: S3Client,
+    bucket: str,
+    layout: Layout,
+    catalog: Catalog,
+    record: ExportRecord,
+    *,
+    recipients: Sequence[Recipient] = (),
 ) -> list[str]:
     """Write the backup's catalog record under `<prefix>catalog/<backup id>/`; the keys written,
-    the index last."""
+    the index last. With `recipients` (`[s3.encryption]`), every object sealed for them."""
     backup = catalog.get_backup(record.backup_id)
     written: list[str] = []
+    sealing = MirrorSealing(recipients, layout, backup.id) if recipients else None
+    if sealing is not None:
+        written.append(sealing.start(client, bucket))
+
+    def put(key: str, body: bytes) -> None:
+        sealed = sealing.seal(key, body) if sealing is not None else body
+        client.put_object(Bucket=bucket, Key=key, Body=sealed)
+        written.append(key)
+
     manifests: list[dict[str, Any]] = []
     included = [n.name for n in backup.nodes if n.included]
     for index, node in enumerate(included):
         key = layout.catalog_key(backup.id, manifest_name(index))
         body, count = _manifest_object(backup.id, node, catalog.iter_manifest(backup.id, node))
-        client.put_object(Bucket=bucket, Key=key, Body=body)
-        written.append(key)
+        put(key, body)
         manifests.append({"node": node, "object": manifest_name(index), "sstables": count})
     schemas = {
         keyspace: [
@@ -85,9 +105,7 @@ def write_mirror(
         ]
         for keyspace in catalog.captured_keyspaces(backup.id)
     }
-    key = layout.catalog_key(backup.id, SCHEMAS)
-    client.put_object(Bucket=bucket, Key=key, Body=json.dumps(schemas).encode())
-    written.append(key)
+    put(layout.catalog_key(backup.id, SCHEMAS), json.dumps(schemas).encode())
     index_document = {
         "format": FORMAT,
         "backup_id": backup.id,
@@ -95,10 +113,10 @@ def write_mirror(
         "manifests": manifests,
         "export": _EXPORT.dump_python(record, mode="json"),
     }
-    key = layout.catalog_key(backup.id, INDEX)
-    client.put_object(Bucket=bucket, Key=key, Body=json.dumps(index_document).encode())
-    written.append(key)
-    log.info("catalog record mirrored", backup=backup.id, objects=len(written))
+    put(layout.catalog_key(backup.id, INDEX), json.dumps(index_document).encode())
+    log.info(
+        "catalog record mirrored", backup=backup.id, objects=len(written), sealed=bool(sealing)
+    )
     return written
 
 
@@ -165,26 +183,36 @@ def mirrored_backups(client: S3Client, bucket: str, layout: Layout) -> tuple[lis
     return done, sorted(b for b, indexed in seen.items() if not indexed)
 
 
-def _read(client: S3Client, bucket: str, key: str, limit: int) -> bytes:
+def _read(
+    client: S3Client, bucket: str, key: str, limit: int, *, keys: MirrorKeys, backup_id: str
+) -> bytes:
+    sealed_limit = cipher_size(limit) if keys.encrypted(backup_id) else limit
     head = client.head_object(Bucket=bucket, Key=key)
-    if head["ContentLength"] > limit:
+    if head["ContentLength"] > sealed_limit:
         raise ValidationError(
-            f"S3 object {key!r} is {head['ContentLength']} bytes (at most {limit})"
+            f"S3 object {key!r} is {head['ContentLength']} bytes (at most {sealed_limit})"
         )
-    data: bytes = client.get_object(Bucket=bucket, Key=key)["Body"].read(limit + 1)
-    if len(data) > limit:
-        raise ValidationError(f"S3 object {key!r} is larger than {limit} bytes")
-    return data
+    data: bytes = client.get_object(Bucket=bucket, Key=key)["Body"].read(sealed_limit + 1)
+    if len(data) > sealed_limit:
+        raise ValidationError(f"S3 object {key!r} is larger than {sealed_limit} bytes")
+    try:
+        return keys.open_bytes(backup_id, key, data)
+    except EnvelopeError as exc:
+        raise _refuse(key, str(exc)) from None
 
 
 def _refuse(key: str, why: str) -> ValidationError:
     return ValidationError(f"S3 object {key!r}: {why}; refused (nothing of this backup recorded)")
 
 
-def read_index(client: S3Client, bucket: str, layout: Layout, backup_id: str) -> dict[str, Any]:
+def read_index(
+    client: S3Client, bucket: str, layout: Layout, backup_id: str, keys: MirrorKeys
+) -> dict[str, Any]:
     key = layout.catalog_key(backup_id, INDEX)
     try:
-        document = json.loads(_read(client, bucket, key, MAX_INDEX_BYTES))
+        document = json.loads(
+            _read(client, bucket, key, MAX_INDEX_BYTES, keys=keys, backup_id=backup_id)
+        )
     except ValueError:
         raise _refuse(key, "not JSON") from None
     if not isinstance(document, dict) or document.get("format") != FORMAT:
@@ -216,13 +244,23 @@ def read_index(client: S3Client, bucket: str, layout: Layout, backup_id: str) ->
 
 
 def read_manifest(
-    client: S3Client, bucket: str, layout: Layout, backup_id: str, *, node: str, name: str
+    client: S3Client,
+    bucket: str,
+    layout: Layout,
+    backup_id: str,
+    keys: MirrorKeys,
+    *,
+    node: str,
+    name: str,
 ) -> list[SSTable]:
     key = layout.catalog_key(backup_id, name)
-    body = client.get_object(Bucket=bucket, Key=key)["Body"]
     sstables: list[SSTable] = []
     try:
-        with gzip.GzipFile(fileobj=body, mode="rb") as unzipped:
+        body = keys.open_stream(backup_id, key, client.get_object(Bucket=bucket, Key=key)["Body"])
+    except EnvelopeError as exc:
+        raise _refuse(key, str(exc)) from None
+    try:
+        with body, gzip.GzipFile(fileobj=body, mode="rb") as unzipped:
             # Each line read with the bound: iterating the file would inflate a gzip bomb's one
             # endless line whole before its length could be checked.
             lines = iter(lambda: unzipped.readline(MAX_MANIFEST_LINE + 1), b"")
@@ -247,11 +285,12 @@ def read_manifest(
 
 
 def read_schemas(
-    client: S3Client, bucket: str, layout: Layout, backup_id: str
+    client: S3Client, bucket: str, layout: Layout, backup_id: str, keys: MirrorKeys
 ) -> dict[str, Sequence[SchemaRow]]:
     key = layout.catalog_key(backup_id, SCHEMAS)
+    raw = _read(client, bucket, key, MAX_SCHEMAS_BYTES, keys=keys, backup_id=backup_id)
     try:
-        return dict(_ROWS.validate_json(_read(client, bucket, key, MAX_SCHEMAS_BYTES)))
+        return dict(_ROWS.validate_json(raw))
     except PydanticError as exc:
         raise _refuse(key, f"not keyspace schemas ({exc.errors()[0]['msg']})") from None
 
@@ -264,8 +303,13 @@ def rebuild(
     *,
     merge: bool = False,
     known_arrays: Sequence[str] = (),
+    identities: Sequence[Identity] = (),
 ) -> RebuildResult:
     """Record every mirrored backup in `catalog`; refuses a non-empty catalog unless `merge`.
+
+    An encrypted mirror opens with one of `identities` (the restore's secret keys): every
+    backup's key object is opened before anything is recorded, and a mirror they do not open
+    refuses the whole rebuild, naming its recipients (`mirror_keys.MirrorLocked`).
 
     A backup whose snapshot is on an array this coordinator does not know (`known_arrays`), or a
     native backup (its snapshots live on nodes the new coordinator cannot vouch for), is marked as
@@ -278,19 +322,25 @@ def rebuild(
         )
     done, incomplete = mirrored_backups(client, bucket, layout)
     result = RebuildResult(incomplete=incomplete)
+    wanted = []
     for backup_id in done:
         if merge and _known(catalog, backup_id):
             result.skipped.append(backup_id)
-            continue
-        index = read_index(client, bucket, layout, backup_id)
+        else:
+            wanted.append(backup_id)
+    keys = MirrorKeys(client, bucket, layout, identities)
+    for backup_id in wanted:
+        keys.load(backup_id)
+    for backup_id in wanted:
+        index = read_index(client, bucket, layout, backup_id, keys)
         backup: Backup = index["backup"]
         manifests = {
             m["node"]: read_manifest(
-                client, bucket, layout, backup_id, node=m["node"], name=m["object"]
+                client, bucket, layout, backup_id, keys, node=m["node"], name=m["object"]
             )
             for m in index["manifests"]
         }
-        schemas = read_schemas(client, bucket, layout, backup_id)
+        schemas = read_schemas(client, bucket, layout, backup_id, keys)
         _record(catalog, backup, manifests, schemas)
         export: ExportRecord = index["export"]
         catalog.save_export(export)

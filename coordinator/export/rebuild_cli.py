@@ -1,5 +1,6 @@
-"""`ringsnap-coordinator catalog rebuild --from s3[://bucket/prefix/] [--merge]`: a new catalog
-from the bucket alone (see `mirror`)."""
+"""`ringsnap-coordinator catalog rebuild --from s3[://bucket/prefix/] [--merge] [--key-file K]`:
+a new catalog from the bucket alone (see `mirror`). An encrypted mirror needs `--key-file`, the
+secret key of one of its recipients (as a restore from S3 does; read, used, forgotten)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ringsnap.agent.s3.client import make_client
+from ringsnap.agent.s3.crypto.recipients import Identity, age_identities
 from ringsnap.agent.s3.layout import Layout
 from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.coordinator.assembly import load_config
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.export.mirror import RebuildRefused, rebuild
+from ringsnap.coordinator.restore.s3_keys import RestoreKeys
 from ringsnap.errors import ValidationError
 
 
@@ -39,9 +42,18 @@ def source_settings(configured: S3Settings | None, source: str) -> S3Settings:
     return configured.model_copy(update={"bucket": parts.netloc, "prefix": prefix})
 
 
-def rebuild_command(config_file: Path, source: str, *, merge: bool) -> int:
+def rebuild_identities(key_file: str) -> list[Identity]:
+    """The identities of `--key-file` (a path or credential:NAME); none without it."""
+    if not key_file:
+        return []
+    keys = RestoreKeys.of_reference(key_file)
+    return list(age_identities("\n".join(keys.age), f"--key-file {key_file}"))
+
+
+def rebuild_command(config_file: Path, source: str, *, merge: bool, key_file: str = "") -> int:
     config = load_config(config_file)
     settings = source_settings(config.s3, source)
+    identities = rebuild_identities(key_file)
     with Catalog(config.coordinator.catalog) as catalog:
         result = rebuild(
             make_client(settings),
@@ -50,6 +62,7 @@ def rebuild_command(config_file: Path, source: str, *, merge: bool) -> int:
             catalog,
             merge=merge,
             known_arrays=list(config.arrays),
+            identities=identities,
         )
     print(
         json.dumps(

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 from ringsnap.agent.s3.client import make_client
+from ringsnap.agent.s3.crypto.configured import configured_recipients
 from ringsnap.agent.s3.layout import Layout
 from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.coordinator.agents.connection import ClientTls
@@ -60,6 +61,10 @@ class ExportSession:
                 Layout(settings.prefix),
                 self.catalog,
                 record,
+                # The nodes' public recipients: the coordinator can seal a mirror, not open one.
+                recipients=configured_recipients(settings.encryption)
+                if settings.encryption
+                else (),
             )
 
         await asyncio.to_thread(write)

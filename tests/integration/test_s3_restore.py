@@ -34,15 +34,17 @@ from cassandra.query import SimpleStatement
 
 from ringsnap.agent.restore.install_record import REPLACED_DIRECTORY
 from ringsnap.agent.s3.client import make_client
+from ringsnap.agent.s3.crypto.envelope import MAGIC
 from ringsnap.agent.s3.crypto.recipients import AgeRecipient, age_identities
 from ringsnap.agent.s3.crypto.references import name_key_of
-from ringsnap.agent.s3.layout import Layout
+from ringsnap.agent.s3.layout import MIRROR_KEY_OBJECT, Layout
 from ringsnap.agent.s3.rekey import rekey
 from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.agent.staging.s3_paths import STAGING_DIRECTORY
 from ringsnap.config import validate
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.export.mirror_keys import MirrorLocked
 from ringsnap.coordinator.export.model import ExportState
 from ringsnap.coordinator.export.rebuild_cli import rebuild_command
 from ringsnap.coordinator.export.retention import ClusterPurge, purge_cluster
@@ -151,12 +153,17 @@ def _export(config: CoordinatorConfig, backup: Backup, recipient: str) -> None:
     asyncio.run(run())
 
 
-def _fresh_coordinator(stack: Stack, s3_table: dict[str, Any], workdir: Path) -> CoordinatorConfig:
-    """A new coordinator whose catalog is rebuilt from the bucket alone."""
+def _fresh_coordinator(
+    stack: Stack, s3_table: dict[str, Any], workdir: Path, keys: Keys
+) -> CoordinatorConfig:
+    """A new coordinator whose catalog is rebuilt from the bucket alone: the mirror is encrypted,
+    so without the secret key the rebuild is refused naming the recipient, and records nothing."""
     data = with_s3(stack, s3_table, catalog=workdir / "fresh" / "catalog.db")
     config_file = workdir / "fresh.toml"
     config_file.write_text(services.toml_document(data, "a new coordinator"))
-    assert rebuild_command(config_file, "s3", merge=False) == 0
+    with pytest.raises(MirrorLocked, match=f"age:{keys.recipient}"):
+        rebuild_command(config_file, "s3", merge=False)
+    assert rebuild_command(config_file, "s3", merge=False, key_file=str(keys.file)) == 0
     return validate(data, CoordinatorConfig, source="<fresh>")
 
 
@@ -240,6 +247,13 @@ def _assert_nothing_in_plain_text(
     assert data_objects and all(
         k.split("/")[-2].split("-")[-1].startswith("k") for k in data_objects
     )
+    # The catalog mirror (SSTable names, digests, schemas) is sealed too, but for its key object.
+    mirror = [k for k in objects if k.startswith(Layout(settings.prefix).catalog_prefix())]
+    assert mirror and all(
+        s3_server.object_path(settings.bucket, k).read_bytes().startswith(MAGIC)
+        for k in mirror
+        if not k.endswith("/" + MIRROR_KEY_OBJECT)
+    ), mirror
     settings_text = json.dumps(settings.model_dump(mode="json"))
     assert keys.secret not in settings_text and "AGE-SECRET-KEY" not in settings_text
     assert keys.recipient in settings_text
@@ -329,7 +343,7 @@ def test_ring_restored_from_s3_with_the_array_lost_and_a_corrupt_object_refused(
 
     # The coordinator is lost too: a new one rebuilds its catalog from the bucket.
     first = config
-    config = _fresh_coordinator(s3_stack, s3_table, tmp_path)
+    config = _fresh_coordinator(s3_stack, s3_table, tmp_path, copy_keys)
 
     # A Data.db object of node2 corrupted in the bucket by hand (same size, other bytes).
     layout = Layout(settings.prefix)
@@ -392,8 +406,15 @@ def test_ring_restored_from_s3_with_the_array_lost_and_a_corrupt_object_refused(
         add=[AgeRecipient(rotated.recipient)],
         remove=[f"age:{copy_keys.recipient}"],
     )
-    key_objects = sorted(k for k in before if k.startswith(layout.keys_prefix("")))
-    assert done.rewritten == done.key_objects == len(key_objects) >= 3, done
+    # The copies' key objects, and the catalog mirror's (one per backup mirrored).
+    mirror_keys = [
+        k
+        for k in before
+        if k.startswith(layout.catalog_prefix()) and k.endswith("/" + MIRROR_KEY_OBJECT)
+    ]
+    assert len(mirror_keys) == 1, mirror_keys
+    key_objects = sorted([k for k in before if k.startswith(layout.keys_prefix(""))] + mirror_keys)
+    assert done.rewritten == done.key_objects == len(key_objects) >= 4, done
     assert sorted(writes) == sorted(f"PutObject {k}" for k in key_objects), writes
     after = _bucket_objects(settings)
     assert set(after) == set(before)

@@ -123,18 +123,25 @@ def test_the_catalog_mirror_manifest_reader_is_bounded_on_a_gzip_bomb() -> None:
     """Its length check ran after iterating the file had inflated the whole line."""
     import tracemalloc
 
+    from botocore.exceptions import ClientError
+
     from ringsnap.coordinator.export.mirror import MAX_MANIFEST_LINE, read_manifest
+    from ringsnap.coordinator.export.mirror_keys import KEY_OBJECT, MirrorKeys
 
     bomb = gzip.compress(b"0" * (256 * MAX_MANIFEST_LINE), compresslevel=1, mtime=0)
 
-    class Store:  # only the one call read_manifest makes
-        def get_object(self, **_: Any) -> dict[str, Any]:
+    class Store:  # only the calls read_manifest makes: a mirror in plain text (no key object)
+        def get_object(self, **request: Any) -> dict[str, Any]:
+            if request["Key"].endswith("/" + KEY_OBJECT):
+                raise ClientError({"Error": {"Code": "NoSuchKey"}}, "GetObject")
             return {"Body": io.BytesIO(bomb)}
 
     tracemalloc.start()
     try:
         with pytest.raises(ValidationError, match="line 1 is longer than") as refused:
-            read_manifest(Store(), "b", Layout("p/"), "rs-1", node="n1", name="node-0001.jsonl.gz")
+            keys = MirrorKeys(Store(), "b", Layout("p/"), ())
+            name = "node-0001.jsonl.gz"
+            read_manifest(Store(), "b", Layout("p/"), "rs-1", keys, node="n1", name=name)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

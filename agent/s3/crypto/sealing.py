@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ringsnap.agent.s3.client import S3Client
+from ringsnap.agent.s3.crypto.configured import configured_recipients
 from ringsnap.agent.s3.crypto.envelope import (
     HEADER_SIZE,
     MAGIC,
@@ -38,7 +39,7 @@ from ringsnap.agent.s3.crypto.keyring import (
     unwrap,
 )
 from ringsnap.agent.s3.crypto.names import NameKey
-from ringsnap.agent.s3.crypto.recipients import AgeRecipient, Identity, Recipient
+from ringsnap.agent.s3.crypto.recipients import Identity, Recipient
 from ringsnap.agent.s3.crypto.references import write_references
 from ringsnap.agent.s3.crypto.streams import DecryptingWriter, EncryptingReader
 from ringsnap.agent.s3.layout import Layout
@@ -87,7 +88,7 @@ class ExportSealing:
     """One export run of one node: its run key, its key object, its keyed names."""
 
     def __init__(self, encryption: S3Encryption, layout: Layout, node: str) -> None:
-        self._recipients: list[Recipient] = [AgeRecipient(r) for r in encryption.recipients]
+        self._recipients: list[Recipient] = configured_recipients(encryption)
         self._name_secret = bytes.fromhex(encryption.name_key_file.get_secret_value().strip())
         self._names = NameKey(self._name_secret, "[s3.encryption] name_key_file")
         self._layout = layout
