@@ -76,7 +76,9 @@ class ExportRequest:
 def copy_recipients(settings: S3Settings) -> list[str]:
     """Who an export of this node encrypts for (what its key objects name), or [] in plain text."""
     encryption = settings.encryption
-    return [f"age:{r}" for r in encryption.recipients] if encryption is not None else []
+    if encryption is None:
+        return []
+    return [f"age:{r}" for r in encryption.recipients] + [f"kms:{k}" for k in encryption.kms_keys]
 
 
 def progress_message(phase: str, progress: Progress) -> agent_pb2.ExportToS3Response:

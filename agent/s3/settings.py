@@ -34,22 +34,47 @@ class S3Encryption(Section):
 
     #: age X25519 public keys (`age1...`, from `age-keygen`) the copies are encrypted for; any one
     #: of their secret keys opens a copy.
-    recipients: list[str] = Field(min_length=1, max_length=32)
+    recipients: list[str] = Field(default_factory=list, max_length=32)
+    #: KMS keys (id, ARN or alias) the copies' run keys are also wrapped with (`kms:Encrypt`);
+    #: a restore allowed `kms:Decrypt` with one of them opens a copy. The node's credentials
+    #: should be allowed to encrypt only (docs/s3.md, "KMS recipients").
+    kms_keys: list[str] = Field(default_factory=list, max_length=8)
+    kms_region: str = Field(default="us-east-1", pattern=r"^[a-z0-9-]{1,32}$")
+    #: None: AWS KMS of `kms_region`; else a KMS-compatible endpoint.
+    kms_endpoint_url: str | None = Field(default=None, pattern=r"^https?://[^\s/]+(/[^\s]*)?$")
+    #: The node's credentials for KMS (a path or `credential:NAME`); both or neither (then
+    #: boto3's own chain: environment, instance profile).
+    kms_access_key_id_file: SecretFile | None = None
+    kms_secret_access_key_file: SecretFile | None = None
     #: The cluster's name key: 64 hex digits (`openssl rand -hex 32`), the same on every node; a
     #: path or `credential:NAME`. Object names are keyed with it (no plaintext digest in them).
     name_key_file: SecretFile
 
     @model_validator(mode="after")
     def _valid(self) -> S3Encryption:
-        from ringsnap.agent.s3.crypto.recipients import AgeRecipient, WrapError
+        from ringsnap.agent.s3.crypto.recipients import AgeRecipient, WrapError, kms_key_id
 
+        if not self.recipients and not self.kms_keys:
+            raise ValueError("name at least one recipient (age) or KMS key (kms_keys)")
         for recipient in self.recipients:
             try:
                 AgeRecipient(recipient)
             except WrapError as exc:
                 raise ValueError(f"recipients: {exc}") from None
+        for key in self.kms_keys:
+            try:
+                kms_key_id(key)
+            except WrapError as exc:
+                raise ValueError(f"kms_keys: {exc}") from None
         if len(set(self.recipients)) != len(self.recipients):
             raise ValueError("recipients: a recipient is listed twice")
+        if len(set(self.kms_keys)) != len(self.kms_keys):
+            raise ValueError("kms_keys: a key is listed twice")
+        if (self.kms_access_key_id_file is None) != (self.kms_secret_access_key_file is None):
+            raise ValueError(
+                "kms_access_key_id_file and kms_secret_access_key_file go together: set both or"
+                " neither"
+            )
         if not _is_hex_key(self.name_key_file.get_secret_value().strip()):
             raise ValueError(
                 "name_key_file must hold 64 hex digits (make it with `openssl rand -hex 32`)"

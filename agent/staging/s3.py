@@ -35,7 +35,7 @@ from ringsnap.agent.s3.crypto.recipients import Identity
 from ringsnap.agent.s3.download import DownloadCancelled, DownloadResult, download_node
 from ringsnap.agent.s3.layout import node_name
 from ringsnap.agent.s3.progress import Progress
-from ringsnap.agent.s3.settings import S3Settings
+from ringsnap.agent.s3.settings import S3Encryption, S3Settings
 from ringsnap.agent.staging.s3_check import DownloadCheck, check_download
 from ringsnap.agent.staging.s3_paths import (
     COMMITLOG_STAGING,
@@ -83,6 +83,10 @@ class S3Restore:
             s3=getattr(config, "s3", None),
             records=restorer.installs,
         )
+
+    def encryption(self) -> S3Encryption | None:
+        """The agent's `[s3.encryption]` (where a KMS restore key's client connects)."""
+        return self.s3.encryption if self.s3 is not None else None
 
     def settings(self) -> S3Settings:
         if self.s3 is None:

@@ -255,7 +255,7 @@ class S3StagingRpcs:
         self, request: agent_pb2.CheckS3RoomRequest
     ) -> agent_pb2.CheckS3DownloadResponse:
         check_operation_id(request.run_id)
-        identities = identities_of(request.keys)
+        identities = identities_of(request.keys, self._staging.restores.encryption())
         done = await asyncio.to_thread(
             self._staging.check_room,
             request.run_id,

@@ -114,7 +114,7 @@ class S3RestoreRpcs:
         if bool(request.keyspace) != bool(request.table):
             raise ValidationError("a table download from S3 needs both keyspace and table")
         check_operation_id(request.run_id)
-        identities = identities_of(request.keys)
+        identities = identities_of(request.keys, self._restores.encryption())
         await self._wait_for_previous(request.run_id)
         cancel = threading.Event()
         if request.keyspace:
@@ -204,7 +204,7 @@ class S3RestoreRpcs:
             request.run_id,
             request.backup_id,
             request.node,
-            identities_of(request.keys),
+            identities_of(request.keys, self._restores.encryption()),
         )
         return check_response(done)
 

@@ -138,7 +138,9 @@ class GrpcS3Restore(AgentConnection):
 
 def key_messages(keys: RestoreKeys) -> list[agent_pb2.RestoreKey]:
     """The restore's keys as a request carries them (the channel is the agent's mutual TLS)."""
-    return [agent_pb2.RestoreKey(kind="age", secret=secret) for secret in keys.age]
+    return [agent_pb2.RestoreKey(kind="age", secret=secret) for secret in keys.age] + [
+        agent_pb2.RestoreKey(kind="kms", secret=line) for line in keys.kms
+    ]
 
 
 def check_of(reply: agent_pb2.CheckS3DownloadResponse) -> S3DownloadCheck:

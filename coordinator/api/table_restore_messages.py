@@ -114,7 +114,7 @@ def request_fields(request: TableRestoreRequest) -> dict[str, Any]:
         "as_keyspace": keyspace,
         "as_table": table,
         "source": pb.TABLE_RESTORE_SOURCE_S3 if request.from_s3 else pb.TABLE_RESTORE_SOURCE_ARRAY,
-        "age_keys": list(request.keys.age),
+        "age_keys": list(request.keys.lines),
     }
 
 

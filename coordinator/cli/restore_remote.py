@@ -85,7 +85,7 @@ def restore(
                 resume_id=options.resume,
                 confirm_cluster=record.cluster,
                 requested_by=operator_name(),
-                age_keys=options.keys.age,
+                age_keys=options.keys.lines,
             )
         else:
             assert options.backup_id is not None
@@ -96,7 +96,7 @@ def restore(
                     nodes=options.nodes,
                     mode=messages.RESTORE_MODES[options.mode],
                     force=options.force,
-                    age_keys=options.keys.age,
+                    age_keys=options.keys.lines,
                 ),
                 LONG_CALL_TIMEOUT,
             )
@@ -118,7 +118,7 @@ def restore(
                 confirm_cluster=plan.cluster,
                 restore_id=plan.restore_id,
                 requested_by=operator_name(),
-                age_keys=options.keys.age,
+                age_keys=options.keys.lines,
             )
         operation = client.call(client.stub.StartRestore, request, LONG_CALL_TIMEOUT)
         restore_id = options.resume or request.restore_id

@@ -57,7 +57,7 @@ def table_restore(
                 abort_id=options.abort or "",
                 confirm_cluster=record.cluster,
                 requested_by=operator_name(),
-                age_keys=options.keys.age,
+                age_keys=options.keys.lines,
             )
             restore_id = existing
         else:

@@ -9,9 +9,10 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ringsnap.agent.s3.client import make_client
+from ringsnap.agent.s3.crypto.kms import kms_identity, parse_kms_line
 from ringsnap.agent.s3.crypto.recipients import Identity, age_identities
 from ringsnap.agent.s3.layout import Layout
-from ringsnap.agent.s3.settings import S3Settings
+from ringsnap.agent.s3.settings import S3Encryption, S3Settings
 from ringsnap.coordinator.assembly import load_config
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.export.mirror import RebuildRefused, rebuild
@@ -42,18 +43,22 @@ def source_settings(configured: S3Settings | None, source: str) -> S3Settings:
     return configured.model_copy(update={"bucket": parts.netloc, "prefix": prefix})
 
 
-def rebuild_identities(key_file: str) -> list[Identity]:
-    """The identities of `--key-file` (a path or credential:NAME); none without it."""
+def rebuild_identities(key_file: str, encryption: S3Encryption | None = None) -> list[Identity]:
+    """The identities of `--key-file` (a path or credential:NAME): age secret keys, and KMS
+    rights used with `encryption`'s KMS endpoint; none without it."""
     if not key_file:
         return []
     keys = RestoreKeys.of_reference(key_file)
-    return list(age_identities("\n".join(keys.age), f"--key-file {key_file}"))
+    source = f"--key-file {key_file}"
+    found: list[Identity] = list(age_identities("\n".join(keys.age), source)) if keys.age else []
+    found += [kms_identity(encryption, parse_kms_line(line, source)) for line in keys.kms]
+    return found
 
 
 def rebuild_command(config_file: Path, source: str, *, merge: bool, key_file: str = "") -> int:
     config = load_config(config_file)
     settings = source_settings(config.s3, source)
-    identities = rebuild_identities(key_file)
+    identities = rebuild_identities(key_file, settings.encryption)
     with Catalog(config.coordinator.catalog) as catalog:
         result = rebuild(
             make_client(settings),

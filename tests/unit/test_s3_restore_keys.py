@@ -106,7 +106,9 @@ def test_the_request_carries_the_keys_and_the_agent_opens_them_for_the_call(
 @pytest.mark.parametrize(
     ("key", "error"),
     [
-        (agent_pb2.RestoreKey(kind="kms", secret="alias/x"), "kind 'kms'"),
+        (agent_pb2.RestoreKey(kind="pgp", secret="HOSTILE"), "kind 'pgp'"),
+        (agent_pb2.RestoreKey(kind="kms", secret="alias/x HOSTILE"), "a kms line is"),
+        (agent_pb2.RestoreKey(kind="kms", secret="kms " + "x" * 5000), "not a kms restore key"),
         (agent_pb2.RestoreKey(kind="age", secret=""), "not an age secret key"),
         (agent_pb2.RestoreKey(kind="age", secret="AGE-SECRET-KEY-1HOSTILE"), "keys\\[0\\]"),
         (agent_pb2.RestoreKey(kind="age", secret="x" * 10_000), "not an age secret key"),

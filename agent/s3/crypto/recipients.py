@@ -134,8 +134,9 @@ def _context(key_id: bytes) -> dict[str, str]:
     return {"ringsnap-run-key": key_id.hex()}
 
 
-def _kms_key(key: str) -> str:
-    if not key or len(key) > _KMS_ID_MAX or any(c.isspace() for c in key):
+def kms_key_id(key: str) -> str:
+    """A KMS key id, ARN or alias as a stanza may name it; `WrapError` otherwise."""
+    if not key or len(key) > _KMS_ID_MAX or not key.isprintable() or any(c.isspace() for c in key):
         raise WrapError(f"{key[:80]!r} is not a KMS key id, ARN or alias")
     return key
 
@@ -147,7 +148,7 @@ class KmsRecipient(Recipient):
 
     def __init__(self, client: Any, key: str) -> None:
         self._client = client
-        self._key = _kms_key(key)
+        self._key = kms_key_id(key)
 
     @property
     def label(self) -> str:
@@ -171,7 +172,7 @@ class KmsIdentity(Identity):
 
     def __init__(self, client: Any, key: str) -> None:
         self._client = client
-        self._key = _kms_key(key)
+        self._key = kms_key_id(key)
 
     @property
     def label(self) -> str:
