@@ -4,7 +4,8 @@ The rule (docs/s3.md): a backup's copy lives as long as the backup is in the cat
 snapshots' retention policies decide for the copies too. When retention (or an operator) deleted a
 backup, `purge_cluster` first deletes what belongs to that backup alone (its manifest objects, its
 commit-log segments and its catalog mirror) and drops its export record; then it deletes the SSTable
-component objects that no kept copy references, in bulk (DeleteObjects, 1,000 keys a request).
+component objects that no kept copy references, in bulk (DeleteObjects, 1,000 keys a request), and
+last the key objects of encrypted copies that no remaining object was sealed with (`purge_keys`).
 Never while an export of the cluster runs: an export skips components it found in the bucket, and
 the purge could delete them under it.
 """
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from ringsnap.agent.s3.client import S3Client
 from ringsnap.agent.s3.layout import Layout
 from ringsnap.agent.s3.purge import DEFAULT_MIN_AGE_SECONDS, PurgeResult, purge, referenced_keys
+from ringsnap.agent.s3.purge_keys import purge_key_objects
 from ringsnap.coordinator.catalog import BackupNotFoundError, Catalog
 from ringsnap.coordinator.catalog.listing import MAX_PAGE_SIZE
 from ringsnap.coordinator.export.mirror import delete_mirror
@@ -37,6 +39,8 @@ class ClusterPurge:
     #: Copies kept (their keys are referenced).
     copies_kept: int = 0
     components: PurgeResult = field(default_factory=PurgeResult)
+    #: Key objects of encrypted copies no remaining object needs, deleted (`purge_keys`).
+    key_objects_deleted: int = 0
 
 
 def _backup_exists(catalog: Catalog, backup_id: str) -> bool:
@@ -140,4 +144,11 @@ def purge_cluster(
         total.foreign_keys += one.foreign_keys
         total.seconds += one.seconds
     result.components = total
+    if result.copies_removed or total.deleted:
+        # Only after something was removed: deciding reads a header of each remaining object.
+        for node in nodes:
+            keys = purge_key_objects(
+                client, bucket, layout, node, min_age_seconds=min_age_seconds, dry_run=dry_run
+            )
+            result.key_objects_deleted += len(keys.deleted)
     return result

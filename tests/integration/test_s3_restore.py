@@ -499,5 +499,8 @@ def _purge_without_the_secret_key(
             for k in left
             if k.startswith((layout.sstables_prefix(""), f"{layout.prefix}backups/"))
         ], left
+        # No object sealed with them is left: the copy's key objects went with it.
+        assert gone.key_objects_deleted >= len(nodes), gone
+        assert not [k for k in left if k.startswith(layout.keys_prefix(""))], left
     finally:
         catalog.close()
