@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+from botocore.config import Config
 
 REGION = "us-east-1"
 #: Who may do what with KMS (every user may use S3: the copies' bucket is on the same server).
@@ -73,14 +74,14 @@ def _free_port() -> int:
 
 
 def _wait(port: int, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # a loaded 2-core machine starts it slowly
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"moto_server exited with {process.returncode}")
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
             return
         time.sleep(0.1)
-    raise RuntimeError("moto_server did not answer on 127.0.0.1 within 30 s")
+    raise RuntimeError("moto_server did not answer on 127.0.0.1 within 120 s")
 
 
 @contextlib.contextmanager
@@ -98,6 +99,8 @@ def running_moto_kms() -> Iterator[MotoKms]:
         _wait(port, process)
         url = f"http://127.0.0.1:{port}"
         setup = {
+            # One attempt each: a retried call would use up one of the unauthenticated requests.
+            "config": Config(retries={"total_max_attempts": 1}, read_timeout=300),
             "endpoint_url": url,
             "region_name": REGION,
             "aws_access_key_id": "setup",
