@@ -34,9 +34,12 @@ What is timed, each as its own process:
   own with the default `filesystem` backend (nio2's listing skips objects while others are
   deleted).
 
-ringsnap runs with the environment of the agent's systemd unit (`MALLOC_ARENA_MAX=2`).
+ringsnap runs with the environment of the agent's systemd unit (`MALLOC_ARENA_MAX=2`). With
+`--encrypt` ringsnap's copy is encrypted on the node (`[s3.encryption]`, an age key made for the
+run) and its downloads open it with the secret key; medusa's copy stays unencrypted (it offers
+only the store's own encryption).
 
-    sudo flock /tmp/ringsnap-cassandra.lock .venv/bin/python -m bench.s3_vs_medusa [--sstables 8] [--sstable-mib 256]
+    sudo flock /tmp/ringsnap-cassandra.lock .venv/bin/python -m bench.s3_vs_medusa [--sstables 8] [--sstable-mib 256] [--encrypt]
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pyrage
 
 from bench.measured_run import S3PROXY, Run, run_measured
 from bench.medusa_venv import ensure_medusa
@@ -227,6 +232,22 @@ def nodetool_snapshot(cluster: SandboxCluster, tag: str) -> float:
     return time.perf_counter() - started
 
 
+def encrypt_settings(work: Path, settings: Path) -> Path:
+    """`[encryption]` added to ringsnap's settings (an age key made here, a name key); the
+    identity file the download opens the copy with."""
+    secret = pyrage.x25519.Identity.generate()
+    identity = work / "restore.age"
+    identity.write_text(f"{secret}\n")
+    name_key = work / "name.key"
+    name_key.write_text(os.urandom(32).hex())
+    with settings.open("a") as table:
+        table.write(
+            f'[encryption]\nrecipients = ["{secret.to_public()}"]\nname_key_file = "{name_key}"\n'
+        )
+    print("ringsnap's copy is encrypted on the node (age); medusa's is not", flush=True)
+    return identity
+
+
 def ringsnap_backup(
     node: NodeInfo, settings: Path, backup: str
 ) -> tuple[float, Run, dict[str, Any]]:
@@ -287,6 +308,12 @@ def main() -> None:
     parser.add_argument("--purge-objects", type=int, default=5000)
     parser.add_argument("--heap", default="4G", help="the node's heap: memtables hold a SSTable")
     parser.add_argument("--dir", type=Path, help="parent of the temporary directory")
+    parser.add_argument(
+        "--encrypt",
+        action="store_true",
+        help="ringsnap's copy encrypted on the node for an age key ([s3.encryption]); medusa's"
+        " stays unencrypted (it has no client-side encryption)",
+    )
     args = parser.parse_args()
     configure(json=False, level="warning")
     medusa_bin = ensure_medusa()
@@ -325,6 +352,9 @@ def _compare(
     for bucket in ("medusa", "ringsnap"):
         client.create_bucket(Bucket=bucket)
     settings = settings_file(work, server, "ringsnap")
+    identity: Path | None = None
+    if args.encrypt:
+        identity = encrypt_settings(work, settings)
     config = medusa_config(work, node, server, "medusa")
     print(f"S3Proxy at {server.endpoint_url}; node {node.address}, data in {node.data_dir}")
 
@@ -386,7 +416,7 @@ def _compare(
         print(load_line(), f"before the downloads ({first} first)")
         load_before = load_now()
         m_down, r_down, r_bytes = _downloads(
-            first, medusa_bin, config, settings, restored, node.data_dir.parent
+            first, medusa_bin, config, settings, restored, node.data_dir.parent, identity
         )
         rows_table.append(
             Row(f"restore's download ({first} first)", r_bytes, m_down, r_down.seconds, r_down,
@@ -402,7 +432,13 @@ def _compare(
 
 
 def _downloads(
-    first: str, medusa_bin: Path, config: Path, settings: Path, backup: str, parent: Path
+    first: str,
+    medusa_bin: Path,
+    config: Path,
+    settings: Path,
+    backup: str,
+    parent: Path,
+    identity: Path | None = None,
 ) -> tuple[Run, Run, int]:
     """medusa's and ringsnap's download of `backup` into empty directories under `parent`, `first`
     first; (medusa's run, ringsnap's run, the bytes ringsnap wrote)."""
@@ -414,7 +450,8 @@ def _downloads(
             run = medusa(medusa_bin, config, "download", "--backup-name", backup,
                          "--download-destination", str(dest))  # fmt: skip
         else:
-            run, _ = ringsnap("download", settings, backup, str(dest))
+            keys = ("--identity", str(identity)) if identity is not None else ()
+            run, _ = ringsnap("download", settings, backup, *keys, str(dest))
         runs[tool] = (run, tree_bytes(dest))
         shutil.rmtree(dest)
     print(
