@@ -97,7 +97,8 @@ def _parser() -> argparse.ArgumentParser:
         default="",
         metavar="PATH",
         help="an encrypted mirror ([s3.encryption]): the age secret key file of one of its"
-        " recipients, or credential:NAME for a systemd credential; refused without it",
+        " recipients (or `kms KEY [credentials]` lines), or credential:NAME for a systemd"
+        " credential; refused without it",
     )
     return parser
 

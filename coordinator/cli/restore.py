@@ -181,8 +181,9 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
         "--key-file",
         metavar="PATH",
         help="With --from s3, an encrypted copy: the age secret key file (AGE-SECRET-KEY-1...) of"
-        " one of its recipients, or credential:NAME for a systemd credential. Sent to each node"
-        " for its download only; never stored, so a --resume needs it again (docs/s3.md).",
+        " one of its recipients (or `kms KEY [credentials]` lines for KMS recipients), or"
+        " credential:NAME for a systemd credential. Sent to each node for its download only;"
+        " never stored, so a --resume needs it again (docs/s3.md).",
     ),
     abort: str = typer.Option(
         None,
