@@ -15,7 +15,8 @@ object no remaining object names is deleted; one whose objects cannot be read st
 logged), so a failure keeps keys, never loses a copy.
 
 The cost: one small GET per remaining object of a node that has a candidate, i.e. after a purge
-that removed a copy; nothing otherwise.
+that removed a copy; nothing otherwise. A dry run reads the bucket as it is: the copies it would
+remove are still there, so their keys count as used (it reports fewer than a real run deletes).
 """
 
 from __future__ import annotations
