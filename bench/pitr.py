@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.load_process import WriteLoadProcess
+from bench.measured_run import descendants
 from bench.pitr_figures import (
     Side,
     in_windows,
@@ -113,6 +114,20 @@ class Phases:
     )
     lags: list[float] = field(default_factory=list)
     catch_up: list[float] = field(default_factory=list)
+    #: Every phase in order: shipping on or off, its measured window, the agents' CPU seconds in it.
+    order: list[tuple[bool, tuple[float, float], float]] = field(default_factory=list)
+
+
+def _agents_cpu() -> float:
+    """CPU seconds (user + system) of this run's agent processes so far."""
+    total = 0.0
+    for pid in descendants(os.getpid()):
+        with contextlib.suppress(OSError):
+            if b"ringsnap.agent.main" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                continue
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def _phases(
@@ -137,12 +152,14 @@ def _phases(
                 # The first cycle after the switch ships what the off phase left (or everything).
                 measured.catch_up.append(points.wait("shipped_at_ms", began_ms, 300))
             time.sleep(max(0.0, settled_at - time.monotonic()))
-            low = time.monotonic()
+            low, cpu = time.monotonic(), _agents_cpu()
             while time.monotonic() - low < seconds:
                 if on:
                     measured.lags.extend(points.lags())
                 time.sleep(1.0)
-            measured.windows[on].append((low, time.monotonic()))
+            window = (low, time.monotonic())
+            measured.windows[on].append(window)
+            measured.order.append((on, window, _agents_cpu() - cpu))
         print(
             f"phase {index}/{len(plan)} shipping {'on ' if on else 'off'}:"
             f" {seconds:.0f} s measured after {args.settle:.0f} s settling; {_load()}",
@@ -302,6 +319,10 @@ def main() -> None:
         )
         print(f"(b) client writes at {args.rate:.0f}/s, {args.phases} alternating phases:")
         print(f"    {on.line()}\n    {off.line()}")
+        for index, (shipping, window, cpu) in enumerate(phases.order, 1):
+            side = _side(f"phase {index} {'on' if shipping else 'off'}", load, [window])
+            share = cpu / (window[1] - window[0])
+            print(f"      {side.line()}; agents' CPU {share:.2f} s/s")
         # Errors carry no start time: counted over the whole run (switches included).
         print(f"    write errors over the whole run: {len(load.report.errors)}")
         print(f"    p99 on vs off: {p99_worse_percent(on, off):+.1f} % (target <= +5 %); {_load()}")
