@@ -36,9 +36,11 @@ from typing import Any
 from bench.load_process import WriteLoadProcess
 from bench.measured_run import descendants
 from bench.pitr_figures import (
+    Replay,
     Side,
     in_windows,
     lag_line,
+    marginal_line,
     p99_worse_percent,
     replay_line,
     replays,
@@ -187,15 +189,15 @@ def _node_log(container: str, since: float) -> str:
 
 def _print_restore(
     label: str, record: RestoreRecord, cluster: SandboxCluster, since: float
-) -> None:
+) -> dict[str, list[Replay]]:
     total = (record.finished_at - record.started_at).total_seconds()  # type: ignore[operator]
     print(f"{label}: {record.state.value} in {total:.1f} s")
     for timing in record.timings:
         print(f"    {timing.phase:<22} {timing.seconds:7.2f} s")
-    for node in cluster.nodes:
-        print(
-            "    replay " + replay_line(node.name, replays(_node_log(node.container_name, since)))
-        )
+    found = {node.name: replays(_node_log(node.container_name, since)) for node in cluster.nodes}
+    for node, replayed in found.items():
+        print("    replay " + replay_line(node, replayed))
+    return found
 
 
 def _totals(record: RestoreRecord) -> float:
@@ -274,11 +276,16 @@ def _restores(
     since = time.time()
     pitr = asyncio.run(run_point_in_time(config, CLUSTER_NAME, target_ms, "bench"))
     cluster.refresh()
-    _print_restore(f"restore --to T ({_load()})", pitr, cluster, since)
+    to_time = _print_restore(f"restore --to T ({_load()})", pitr, cluster, since)
     since = time.time()
     plain = asyncio.run(_plain_restore(config, backup.id))
     cluster.refresh()
-    _print_restore(f"plain array restore of the same backup ({_load()})", plain, cluster, since)
+    plain_replays = _print_restore(
+        f"plain array restore of the same backup ({_load()})", plain, cluster, since
+    )
+    print("replay of the shipped commit log (restore --to T minus the plain restore's replay):")
+    for node, replayed in to_time.items():
+        print("    " + marginal_line(node, replayed, plain_replays.get(node, [])))
     for record in (pitr, plain):
         if record.state is not RestoreState.PROVEN:
             raise SystemExit(f"restore {record.id} is {record.state.value}: {record.error}")

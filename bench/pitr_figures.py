@@ -103,3 +103,19 @@ def replay_line(node: str, found: Sequence[Replay]) -> str:
         f"{node}: {last.mutations} mutations replayed in {last.milliseconds} ms"
         f" ({last.rate:,.0f} mutations/s)"
     )
+
+
+def marginal_line(node: str, to_time: Sequence[Replay], plain: Sequence[Replay]) -> str:
+    """What the restore to a time's replay added over the plain restore's on the same node: the
+    start-up replay has a fixed cost (reading the restored segments, flushing), so the rate that
+    says how fast shipped commit log is replayed is the extra mutations over the extra time."""
+    if not to_time or not plain:
+        return f"{node}: no replay to compare"
+    extra = to_time[-1].mutations - plain[-1].mutations
+    extra_ms = to_time[-1].milliseconds - plain[-1].milliseconds
+    if extra_ms <= 0:
+        return f"{node}: {extra} more mutations replayed in no more time ({extra_ms} ms)"
+    return (
+        f"{node}: {extra} more mutations in {extra_ms} more ms"
+        f" ({extra / (extra_ms / 1000):,.0f} mutations/s)"
+    )

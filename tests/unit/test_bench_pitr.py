@@ -10,6 +10,7 @@ from bench.pitr_figures import (
     Side,
     in_windows,
     lag_line,
+    marginal_line,
     p99_worse_percent,
     percentile,
     replay_line,
@@ -61,3 +62,10 @@ def test_the_replay_cassandra_logged_gives_mutations_per_second() -> None:
     assert Replay(0, 0).rate == 0.0
     assert replay_line("node1", replays(log)).endswith("(4,800 mutations/s)")
     assert replay_line("node2", []) == "node2: no replay logged"
+
+
+def test_the_shipped_log_replay_rate_is_what_the_restore_to_a_time_added() -> None:
+    line = marginal_line("node1", [Replay(6112, 13311)], [Replay(374, 10137)])
+    assert line == "node1: 5738 more mutations in 3174 more ms (1,808 mutations/s)"
+    assert "no more time" in marginal_line("node1", [Replay(10, 100)], [Replay(5, 200)])
+    assert marginal_line("node1", [], [Replay(5, 200)]) == "node1: no replay to compare"
