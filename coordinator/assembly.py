@@ -84,9 +84,11 @@ class LazyCqlCanaries:
 
 @contextlib.asynccontextmanager
 async def open_coordinator(
-    config: CoordinatorConfig, *, source: str, start: bool = True
+    config: CoordinatorConfig, *, source: str, start: bool = True, catalog: Catalog | None = None
 ) -> AsyncIterator[Coordinator]:
-    """A started coordinator for `config`; everything it opened is closed on exit."""
+    """A started coordinator for `config`; everything it opened is closed on exit. `catalog`: one
+    the caller opened (exclusively) and hands over; it is closed on exit too. `start=False`: no
+    recovery, schedules or cleanup rounds (a coordinator the CLI hosts for one command)."""
     tls = ClientTls(
         cert=Path(config.tls.cert_file).read_bytes(),
         key=config.tls.key_file.get_secret_value().encode(),
@@ -108,7 +110,8 @@ async def open_coordinator(
         writer = LazyCqlCanaries(cluster)
         canaries.append(writer)
         clusters[cluster.name] = ClusterRuntime(cluster, cluster_agents, writer)
-    catalog = await asyncio.to_thread(Catalog, config.coordinator.catalog)
+    if catalog is None:
+        catalog = await asyncio.to_thread(Catalog, config.coordinator.catalog)
     metrics = CoordinatorMetrics(clusters)
     if config.s3 is not None:
         # Each node's recovery-point lag, read from the bucket when scraped (docs/pitr.md).

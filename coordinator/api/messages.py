@@ -334,7 +334,7 @@ def restore_volume_of(message: pb.RestoreVolume) -> RestoreVolume:
 
 
 def restore_plan(plan: RestorePlan) -> pb.RestorePlan:
-    """What the plan will do and destroy; the CLI prints it (`restore_remote.plan_document`)."""
+    """What the plan will do and destroy; the CLI prints it (`restore_client.plan_document`)."""
     message = pb.RestorePlan(
         restore_id=plan.restore_id,
         backup_id=plan.backup.id,

@@ -179,6 +179,15 @@ class Target:
     source: str
     #: Set for the coordinator's remote (mutual TLS) listener; None for loopback with the token.
     tls: RemoteTls | None = None
+    #: The token of a coordinator this process hosts for one command (`api.hosted`): made for
+    #: that run, held in memory, never written; None to read `token_file`.
+    token: str | None = field(default=None, repr=False)
+
+    @property
+    def hosted(self) -> bool:
+        """Whether this process hosts the coordinator it calls (no daemon answered): the run
+        then ends with this process, and Ctrl-C interrupts it rather than stops following it."""
+        return self.token is not None
 
 
 class RemoteClientFile(TlsFiles):
@@ -291,7 +300,7 @@ def open_channel(target: Target) -> grpc.Channel:
             root_certificates=tls.ca, private_key=tls.key, certificate_chain=tls.cert
         )
         return grpc.secure_channel(target.address, credentials, options=options)
-    token = _token(target)
+    token = target.token if target.token is not None else _token(target)
     local = grpc.composite_channel_credentials(
         grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP),
         grpc.access_token_call_credentials(token),

@@ -58,7 +58,8 @@ def follow(
 ) -> types_pb2.Operation:
     """Watch the daemon's operation to its end, printing each new progress line; Ctrl-C or a lost
     daemon stop following, not the operation (`what` names it, `hint` says where to look, and
-    `lost_hint` when the daemon was lost, if it says more)."""
+    `lost_hint` when the daemon was lost, if it says more). With a coordinator this process hosts,
+    Ctrl-C is raised on: leaving the hosted service interrupts the run, as it did in-process."""
     final = operation
     shown = ("", "")
     try:
@@ -69,6 +70,8 @@ def follow(
                 printer.line(update.message)
                 shown = seen
     except KeyboardInterrupt:
+        if client.target.hosted:
+            raise  # this process runs it: the command's own handler says it was interrupted
         raise CliError(
             f"stopped following; {what} goes on in the coordinator",
             ExitCode.INTERRUPTED,
@@ -88,8 +91,9 @@ def follow(
 
 
 def say_the_daemon_runs(target: Target, what: str, *, as_json: bool) -> None:
-    """Tell the operator (not a JSON reader) that `what` runs in the daemon holding the catalog."""
-    if not as_json:
+    """Tell the operator (not a JSON reader) that `what` runs in the daemon holding the catalog
+    (nothing to tell when this process hosts the coordinator: no daemon runs)."""
+    if not as_json and not target.hosted:
         err.print(
             f"the coordinator daemon at {target.address} holds the catalog: {what} runs in the"
             " daemon",

@@ -1,13 +1,13 @@
 """`ringsnap restore`: the on-call engineer's command.
 
-It runs the restore in this process, from the coordinator's config and catalog (the catalog's lock
-keeps the daemon and any other restore out meanwhile), so that it works when the daemon is down:
-plan, typed confirmation, live progress per node and step, a report with every node's verdict,
-and an exit code scripts can use (0 proven, 6 not proven, 3 refused, 4 failed, 130 interrupted).
+Plan, typed confirmation, live progress per node and step, a report with every node's verdict, and
+an exit code scripts can use (0 proven, 6 not proven, 3 refused, 4 failed, 130 interrupted).
 
-When the catalog is locked and the coordinator daemon answers, the daemon holds it: the same
-restore then runs in the daemon, through its API (`restore_remote`), with the same plan,
-confirmation, progress, report and exit codes, rendered by the same functions (`restore_report`, `console`).
+The restore always runs in the coordinator's code, through its API (`restore_client`): in the
+daemon while it runs (it holds the catalog); when no daemon runs (an incident), in the same service
+hosted by this process for the one restore, under the same catalog lock (`hosted`); from another
+host, in the remote daemon over mutual TLS. The same plan, confirmation, progress, report and exit
+codes either way, rendered by the same functions (`restore_report`, `console`).
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ import asyncio
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from ringsnap.coordinator.assembly import load_config
 from ringsnap.coordinator.catalog import Catalog
+from ringsnap.coordinator.cli import restore_client
 from ringsnap.coordinator.cli.client import (
     REMOTE_ENV,
     CliError,
@@ -30,14 +31,12 @@ from ringsnap.coordinator.cli.client import (
 )
 from ringsnap.coordinator.cli.console import (
     Output,
-    ProgressPrinter,
-    confirm,
     err,
     error_exit_code,
     fail,
     jsonable,
-    operator_name,
 )
+from ringsnap.coordinator.cli.hosted import command_coordinator
 from ringsnap.coordinator.cli.local_catalog import (
     OutputOption,
     config_path,
@@ -47,15 +46,10 @@ from ringsnap.coordinator.cli.local_catalog import (
 from ringsnap.coordinator.cli.restore_report import (
     RestoreOptions,
     exit_code_of,
-    plan_document,
-    print_plan,
     print_report,
 )
-from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.model import RestoreMode, RestoreRecord
-from ringsnap.coordinator.restore.plan import RestoreRequest
 from ringsnap.coordinator.restore.s3_keys import NO_KEYS, RestoreKeys
-from ringsnap.coordinator.restore.session import open_restore_session
 from ringsnap.coordinator.restore.workflow import RestoreFailed, RestoreRefused
 from ringsnap.errors import RingsnapError, ValidationError
 
@@ -68,44 +62,6 @@ def _finish(record: RestoreRecord, as_json: bool) -> None:
     else:
         print_report(record)
     raise typer.Exit(int(exit_code_of(record)))
-
-
-async def _restore(
-    config: CoordinatorConfig, catalog: Catalog, options: RestoreOptions
-) -> RestoreRecord | dict[str, Any]:
-    """The restore in this process; a plan's document when it ends at the plan (dry run, or a
-    refusal with --output json)."""
-    try:
-        if options.resume:
-            record = await asyncio.to_thread(catalog.get_restore, options.resume)
-            cluster = record.cluster
-        else:
-            assert options.backup_id is not None
-            cluster = (await asyncio.to_thread(catalog.get_backup, options.backup_id)).cluster
-        async with open_restore_session(config, cluster, catalog=catalog) as session:
-            progress = ProgressPrinter(quiet=options.as_json)
-            if options.resume:
-                return await session.resume(options.resume, progress, options.keys)
-            request = RestoreRequest(
-                options.backup_id or "",
-                options.nodes,
-                options.mode,
-                options.force,
-                operator_name(),
-                keys=options.keys,
-            )
-            plan = await session.plan(request)
-            if options.as_json and (options.dry_run or plan.refused):
-                return plan_document(plan)
-            print_plan(plan)
-            if plan.refused:
-                raise RestoreRefused("the plan refused: " + "; ".join(plan.refusals))
-            if options.dry_run:
-                return plan_document(plan)
-            await asyncio.to_thread(confirm, plan.backup.cluster, options.yes)
-            return await session.run(plan, operator_name(), progress)
-    finally:
-        await asyncio.to_thread(catalog.close)
 
 
 def restore_command(  # noqa: PLR0917 - typer maps parameters to the command line
@@ -148,10 +104,10 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
             "-c",
             dir_okay=False,
             help="The coordinator's config (default: $RINGSNAP_CONFIG, else"
-            " /etc/ringsnap/coordinator.toml). Restores run in this process: they need the TLS"
-            " key, array credentials and the catalog; while the coordinator daemon holds the"
-            " catalog, they run in the daemon, at the API address and with the token of this"
-            " config.",
+            " /etc/ringsnap/coordinator.toml). While the coordinator daemon holds the catalog,"
+            " restores run in the daemon, at the API address and with the token of this config;"
+            " when no daemon runs, this process hosts the coordinator's service for the restore:"
+            " it then needs the TLS key, array credentials and the catalog.",
         ),
     ] = None,
     output: OutputOption = Output.TEXT,
@@ -200,10 +156,11 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
     the cluster's name, stops Cassandra on the target nodes, reverts (or clones) their volumes,
     starts the ring again seeds first, and proves every node with its canaries and its manifest.
 
-    Runs in this process, so it works while the coordinator daemon is down. While the daemon runs
-    (it holds the catalog), the restore runs in the daemon instead, through its API, with the same
-    plan, confirmation, progress and report; meanwhile the daemon skips the cluster's backups, and
-    Ctrl-C stops following, not the restore.
+    Runs in the coordinator's code, through its API. While the daemon runs (it holds the catalog),
+    the restore runs in the daemon instead, through its API; meanwhile the daemon skips the
+    cluster's backups, and Ctrl-C stops following, not the restore. When the daemon is down, this
+    process hosts the same service for the restore, under the same catalog lock, with the same
+    plan, confirmation, progress and report; Ctrl-C then interrupts the restore (resume it).
 
     Exit codes: 0 proven, 6 not proven, 3 refused, 4 failed (the report says what each node was
     left in), 130 interrupted (resume it).
@@ -260,22 +217,8 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
             as_json=as_json,
             keys=keys,
         )
-        result: RestoreRecord | dict[str, Any]
-        if config is None and os.environ.get(REMOTE_ENV):
-            # An operator on another host: the daemon restores, reached by its remote listener.
-            from ringsnap.coordinator.cli import restore_remote
-
-            result = restore_remote.restore(resolve_target(None, None), options)
-        else:
-            config_file = config_path(config)
-            loaded = load_config(config_file)
-            opened = restore_catalog(loaded, config_file)
-            if isinstance(opened, Catalog):
-                result = asyncio.run(_restore(loaded, opened, options))
-            else:
-                from ringsnap.coordinator.cli import restore_remote
-
-                result = restore_remote.restore(opened, options)
+        with command_coordinator(config) as target:
+            result = restore_client.restore(target, options)
     except CliError as error:
         fail(error, as_json)
     except RestoreRefused as error:

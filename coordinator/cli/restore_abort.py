@@ -1,15 +1,14 @@
 """`ringsnap restore --abort rr-...`: give up a restore from S3 before its install.
 
-In this process from the coordinator's config and catalog, or through the daemon while it holds
-the catalog (AbortRestore, also from a bastion through `$RINGSNAP_REMOTE`). The operator types the
-cluster's name (or --yes); progress per node on stderr; the report says per node what was removed
-and what is left to do. Exit codes: 0 given up, 4 not finished (each node's next step says why; the
+Through the coordinator's API (AbortRestore): the daemon while it holds the catalog (also from a
+bastion through `$RINGSNAP_REMOTE`), else the same service hosted by this process for the abort
+(`hosted`). The operator types the cluster's name (or --yes); progress per node on stderr; the
+report says per node what was removed and what is left to do. Exit codes: 0 given up, 4 not finished (each node's next step says why; the
 same command finishes it), 3 refused (nothing was done), 130 interrupted.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from pathlib import Path
@@ -20,18 +19,14 @@ import typer
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
 from ringsnap.coordinator.api import messages
-from ringsnap.coordinator.assembly import load_config
-from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.cli import operation as operation_cli
 from ringsnap.coordinator.cli.client import (
     LONG_CALL_TIMEOUT,
-    REMOTE_ENV,
     CliError,
     Coordinator,
     ExitCode,
     Target,
     reason_exit_code,
-    resolve_target,
 )
 from ringsnap.coordinator.cli.console import (
     ProgressPrinter,
@@ -41,12 +36,10 @@ from ringsnap.coordinator.cli.console import (
     jsonable,
     operator_name,
 )
-from ringsnap.coordinator.cli.local_catalog import config_path, restore_catalog
+from ringsnap.coordinator.cli.hosted import command_coordinator
 from ringsnap.coordinator.cli.restore_report import print_report
-from ringsnap.coordinator.config import CoordinatorConfig
 from ringsnap.coordinator.model import RestoreRecord, RestoreState
-from ringsnap.coordinator.restore.abort import abort_in_session, check_abortable
-from ringsnap.coordinator.restore.session import open_restore_session
+from ringsnap.coordinator.restore.abort import check_abortable
 from ringsnap.coordinator.restore.workflow import RestoreRefused
 from ringsnap.errors import RingsnapError
 
@@ -78,28 +71,8 @@ def confirm_abort(record: RestoreRecord, yes: bool) -> None:
         )
 
 
-async def _here(
-    config: CoordinatorConfig, catalog: Catalog, restore_id: str, yes: bool, as_json: bool
-) -> RestoreRecord:
-    try:
-        record = await asyncio.to_thread(catalog.get_restore, restore_id)
-        check_abortable(record)
-        await asyncio.to_thread(confirm_abort, record, yes)
-        async with open_restore_session(config, record.cluster, catalog=catalog) as session:
-            return await abort_in_session(
-                session, restore_id, operator_name(), ProgressPrinter(quiet=as_json)
-            )
-    finally:
-        await asyncio.to_thread(catalog.close)
-
-
 def _through(target: Target, restore_id: str, yes: bool, as_json: bool) -> RestoreRecord:
-    if not as_json:
-        err.print(
-            f"the coordinator daemon at {target.address} holds the catalog: the abort runs in"
-            " the daemon",
-            style="dim",
-        )
+    operation_cli.say_the_daemon_runs(target, "the abort", as_json=as_json)
     with Coordinator(target) as client:
         get = pb.GetRestoreRequest(restore_id=restore_id)
         record = messages.restore_record(client.call(client.stub.GetRestore, get))
@@ -136,16 +109,8 @@ def _through(target: Target, restore_id: str, yes: bool, as_json: bool) -> Resto
 def abort_ring_restore(config: Path | None, restore_id: str, yes: bool, as_json: bool) -> NoReturn:
     """Give `restore_id` up and exit with the command's code."""
     try:
-        if config is None and os.environ.get(REMOTE_ENV):
-            record = _through(resolve_target(None, None), restore_id, yes, as_json)
-        else:
-            config_file = config_path(config)
-            loaded = load_config(config_file)
-            opened = restore_catalog(loaded, config_file)
-            if isinstance(opened, Catalog):
-                record = asyncio.run(_here(loaded, opened, restore_id, yes, as_json))
-            else:
-                record = _through(opened, restore_id, yes, as_json)
+        with command_coordinator(config) as target:
+            record = _through(target, restore_id, yes, as_json)
     except CliError as error:
         fail(error, as_json)
         raise  # fail exits; for the type checker

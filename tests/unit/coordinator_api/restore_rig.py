@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
@@ -30,10 +33,11 @@ from ringsnap.coordinator.restore.session import RestoreSession
 from ringsnap.coordinator.restore.workflow import RestoreSettings
 from ringsnap.coordinator.ring import CqlRing
 from ringsnap.plugins.types import Capabilities, SnapshotRef, Volume
+from tests.support.coordinator_config import write_config
 from tests.support.fakes import FakeAgent, FakeArray, volumes_of
 from tests.support.s3_restore_fakes import FakeS3Agent
 
-from .conftest import ALL_NODES, ARRAY, MANIFEST, Harness
+from .conftest import ALL_NODES, ARRAY, MANIFEST, Harness, config_data
 
 SETTINGS = RestoreSettings(agent_timeout=10, start_timeout=10, ring_timeout=10, array_timeout=10)
 #: When the backup the restores are of (rs-1) began.
@@ -220,6 +224,36 @@ def install(harness: Harness, monkeypatch: Any) -> RestoreRig:
     rig = RestoreRig(harness)
     monkeypatch.setattr(restore_daemon, "open_restore_session", rig.open_session)
     return rig
+
+
+def install_hosted(tmp: Path, monkeypatch: Any) -> tuple[Path, RestoreRig]:
+    """A coordinator config whose catalog (in `tmp`) holds the backup rs-1 and whose daemon does
+    not run (its address answers nothing): `ringsnap restore` then hosts the coordinator's service
+    itself. Its restore sessions are a rig's, opened where the daemon opens them; its array
+    handles (which a restore does not use: it opens its own session) are fakes."""
+    from ringsnap.coordinator import assembly
+    from ringsnap.coordinator.restore import daemon as restore_daemon
+
+    data = config_data(tmp)
+    data["coordinator"]["listen"] = f"127.0.0.1:{closed_port()}"
+    config = write_config(tmp / "coordinator.toml", data)
+    stand_in: Any = SimpleNamespace(array=SimpleNamespace(snapshots={}))
+    with Catalog(data["coordinator"]["catalog"]) as catalog:
+        stand_in.catalog = catalog
+        Harness.seed_backup(stand_in, "rs-1", RECENT)
+    rig = RestoreRig(stand_in)
+    monkeypatch.setattr(restore_daemon, "open_restore_session", rig.open_session)
+    monkeypatch.setattr(
+        assembly, "open_array", lambda _config, name, *_: FakeArray(name, volumes_of(ALL_NODES))
+    )
+    return config, rig
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 class S3Rig(RestoreRig):

@@ -18,7 +18,7 @@ from ringsnap.api.v1 import types_pb2
 from ringsnap.coordinator.api import messages
 from ringsnap.coordinator.api.errors import classify
 from ringsnap.coordinator.catalog import RestoreNotFoundError
-from ringsnap.coordinator.cli import restore_remote, restore_report
+from ringsnap.coordinator.cli import restore_client, restore_report
 from ringsnap.coordinator.cli.client import REASON_EXIT_CODES, ExitCode
 from ringsnap.coordinator.model import (
     NodeVerdict,
@@ -98,7 +98,7 @@ def test_the_plan_document_is_the_same_in_process_and_through_the_api(
     plan = dataclasses.replace(plan, lost_backups=("rs-0",), expected_seconds=93.25)
     through_api = pb.RestorePlan.FromString(messages.restore_plan(plan).SerializeToString())
     document = restore_report.plan_document(plan)
-    assert restore_remote.plan_document(through_api) == document
+    assert restore_client.plan_document(through_api) == document
     assert document["nodes"][2]["cassandra_running"] is False
     assert "array a1: snapshot rs-0 is deleted" in document["destroyed"]
     assert any("n3: Cassandra is not running" in w for w in document["warnings"])

@@ -14,8 +14,6 @@ import socket
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
 import typer
@@ -31,7 +29,7 @@ from ringsnap.plugins.errors import DriverError
 from tests.support.coordinator_config import write_config
 
 from .conftest import Harness, config_data
-from .restore_rig import RestoreRig, install
+from .restore_rig import RestoreRig, install, install_hosted
 
 RECENT = datetime.now(UTC) - timedelta(hours=2)
 
@@ -220,16 +218,10 @@ def test_help_says_the_restore_runs_in_the_daemon_while_it_runs(app: typer.Typer
 def test_with_the_catalog_free_the_restore_runs_in_this_process(
     app: typer.Typer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The path the daemon's absence takes, rendered by the same functions."""
+    """The path the daemon's absence takes: this process hosts the coordinator's service, rendered
+    by the same functions."""
+    config, rig = install_hosted(tmp_path, monkeypatch)
     data = config_data(tmp_path)
-    data["coordinator"]["listen"] = f"127.0.0.1:{_closed_port()}"
-    config = write_config(tmp_path / "coordinator.toml", data)
-    stand_in: Any = SimpleNamespace(array=SimpleNamespace(snapshots={}))
-    with Catalog(data["coordinator"]["catalog"]) as catalog:
-        stand_in.catalog = catalog
-        Harness.seed_backup(stand_in, "rs-1", RECENT)
-    rig = RestoreRig(stand_in)
-    monkeypatch.setattr(restore_cli, "open_restore_session", rig.open_session)
 
     result = run(app, "rs-1", "--yes", "--config", str(config))
     assert result.exit_code == ExitCode.OK, result.output

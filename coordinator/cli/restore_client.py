@@ -1,15 +1,16 @@
-"""`ringsnap restore` through the coordinator daemon, when the daemon holds the catalog.
+"""`ringsnap restore`, run by the coordinator: the daemon, a remote one, or (no daemon runs) the
+daemon's service hosted by this process for the one restore (`cli.hosted`). One path for all three.
 
-The same command as in the CLI's own process (`cli.restore`), with the daemon doing the work:
 PlanRestore, the plan printed by `restore_report.print_plan`, the typed confirmation, StartRestore
 (with the cluster's name and the id of the plan shown), the operation followed with one progress
 line per change, GetRestore, and the report and exit code of `cli.restore`. Its results and errors
-are those of `cli.restore._restore` (a record, a plan's document, RestoreRefused, RestoreFailed,
-CliError), so that `cli.restore.restore_command` ends both paths the same way.
+are a record, a plan's document, RestoreRefused, RestoreFailed or CliError, which
+`cli.restore.restore_command` turns into the report and the exit code.
 
-The daemon plans again when it starts and refuses when what the restore destroys changed since the
-plan was shown (a backup finished meanwhile, say): the operator then reviews the new plan. Ctrl-C
-stops following; the restore goes on in the daemon.
+The coordinator plans again when it starts and refuses when what the restore destroys changed since
+the plan was shown (a backup finished meanwhile, say): the operator then reviews the new plan.
+Ctrl-C stops following a daemon's restore (it goes on there); a restore hosted here is interrupted
+(its record says where each node stands; --resume goes on).
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ _OWN_PHASES = frozenset({"", "plan", "record"})
 
 
 def plan_document(message: pb.RestorePlan) -> dict[str, Any]:
-    """The daemon's plan as `restore_report.plan_document` makes it of a plan made in-process."""
+    """The coordinator's plan as a document, as `restore_report.plan_document` makes it of a
+    `RestorePlan`."""
     return {
         "restore_id": message.restore_id,
         **console.backup_fields(
@@ -123,13 +125,22 @@ def restore(
         operation = client.call(client.stub.StartRestore, request, LONG_CALL_TIMEOUT)
         restore_id = options.resume or request.restore_id
         if not options.as_json:
-            console.err.print(
-                f"restore {restore_id} started in the coordinator (operation"
-                f" {operation.operation_id}); Ctrl-C stops following, not the restore",
-                style="dim",
-            )
+            console.err.print(_started(target, restore_id, operation.operation_id), style="dim")
         final = _follow(client, operation, restore_id, console.ProgressPrinter(options.as_json))
         return _outcome(client, final, restore_id)
+
+
+def _started(target: Target, restore_id: str, operation_id: str) -> str:
+    if target.hosted:
+        # The operation's id is not shown: it ends with this process.
+        return (
+            f"restore {restore_id} started in this process (no coordinator daemon runs): Ctrl-C"
+            f" interrupts it; `ringsnap restore --resume {restore_id}` goes on"
+        )
+    return (
+        f"restore {restore_id} started in the coordinator (operation {operation_id}); Ctrl-C"
+        " stops following, not the restore"
+    )
 
 
 def _get(client: Coordinator, restore_id: str) -> RestoreRecord:
