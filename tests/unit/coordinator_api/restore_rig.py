@@ -230,8 +230,7 @@ def install_hosted(tmp: Path, monkeypatch: Any) -> tuple[Path, RestoreRig]:
     """A coordinator config whose catalog (in `tmp`) holds the backup rs-1 and whose daemon does
     not run (its address answers nothing): `ringsnap restore` then hosts the coordinator's service
     itself. Its restore sessions are a rig's, opened where the daemon opens them; its array
-    handles (which a restore does not use: it opens its own session) are fakes."""
-    from ringsnap.coordinator import assembly
+    handles are fakes (`fake_arrays`)."""
     from ringsnap.coordinator.restore import daemon as restore_daemon
 
     data = config_data(tmp)
@@ -243,10 +242,18 @@ def install_hosted(tmp: Path, monkeypatch: Any) -> tuple[Path, RestoreRig]:
         Harness.seed_backup(stand_in, "rs-1", RECENT)
     rig = RestoreRig(stand_in)
     monkeypatch.setattr(restore_daemon, "open_restore_session", rig.open_session)
+    fake_arrays(monkeypatch)
+    return config, rig
+
+
+def fake_arrays(monkeypatch: Any) -> None:
+    """The array handles a coordinator the CLI hosts opens from the config: fakes (the config's
+    driver is "fake"), which a restore does not use: it opens its own session."""
+    from ringsnap.coordinator import assembly
+
     monkeypatch.setattr(
         assembly, "open_array", lambda _config, name, *_: FakeArray(name, volumes_of(ALL_NODES))
     )
-    return config, rig
 
 
 def closed_port() -> int:

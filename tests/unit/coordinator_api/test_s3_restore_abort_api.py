@@ -53,7 +53,7 @@ from tests.support.coordinator_config import write_config
 from tests.support.coordinator_rpc import reason_of, rpc_error, watch_to_end
 
 from .conftest import Harness, config_data
-from .restore_rig import S3Rig, install_s3
+from .restore_rig import S3Rig, fake_arrays, install_s3
 
 RESTORE_ID = "rr-20261124-050000-abcd"
 SERVICE = "/ringsnap.api.v1.CoordinatorService/"
@@ -153,9 +153,12 @@ def test_abort_restore_is_refused_before_anything_when_unconfirmed_or_busy(
     assert again.state == pb.RESTORE_STATE_ABORTED
 
 
-def test_the_cli_in_its_own_process_refuses_a_restore_installed_somewhere(tmp_path: Path) -> None:
+def test_the_cli_in_its_own_process_refuses_a_restore_installed_somewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Without a daemon (the catalog free), from the real catalog: a restore from S3 installed on a
     node cannot be given up, and nothing is asked of any node (no agent is reachable here)."""
+    fake_arrays(monkeypatch)  # the coordinator this process hosts opens them; none is asked
     data = config_data(tmp_path)
     config = write_config(tmp_path / "coordinator.toml", data)
     installed = replace(
