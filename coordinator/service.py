@@ -2,9 +2,9 @@
 
 Joins the pieces that each do one job: the workflow (the protocol), the catalog (the record), the
 drivers (through the middleware), the scheduler (one backup per cluster at a time), the metrics.
-Restores run here too when the daemon owns the catalog (`ringsnap restore` then goes through the
-API): the same session and workflow as in the CLI's own process, holding the cluster as a backup
-does. Nothing here speaks gRPC; `ringsnap.coordinator.api.servicer` translates for it.
+Restores run here, always (`ringsnap restore` goes through the API): in the daemon, or, while no
+daemon runs, in this same class hosted by the CLI for the one command (`cli.hosted`, not started:
+no schedules), holding the cluster as a backup does. Nothing here speaks gRPC; `ringsnap.coordinator.api.servicer` translates for it.
 """
 
 from __future__ import annotations

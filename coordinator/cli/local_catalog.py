@@ -91,9 +91,9 @@ def restore_catalog(config: CoordinatorConfig, config_file: Path) -> Catalog | T
         config,
         config_file,
         held="is held by another process, most likely the coordinator daemon (or another restore)",
-        hint="restores run in this process so that they work while the daemon is down; stop"
-        " it for the restore (`systemctl stop ringsnap-coordinator`: no scheduled backup can"
-        " then freeze the ring being restored) and start it again afterwards",
+        hint="another `ringsnap` command may be running a restore, drill or export in its own"
+        " process: wait for it to end; or the daemon does not answer: see why with `journalctl"
+        " -u ringsnap-coordinator`",
     )
 
 

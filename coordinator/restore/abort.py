@@ -1,7 +1,8 @@
-"""Where a restore from S3 is given up: in the CLI's own process (`abort_in_session`, holding the
-catalog) or in the daemon (`start_abort`: the API's AbortRestore, an operation of kind restore that
-holds the cluster as the restore did, so that no backup, restore, drill or export of it runs
-meanwhile). What the abort does is `s3_restore_abort.S3RestoreAbort`."""
+"""Where a restore from S3 is given up: in the coordinator (`start_abort`: the API's AbortRestore,
+an operation of kind restore that holds the cluster as the restore did, so that no backup, restore,
+drill or export of it runs meanwhile; the daemon, or the same service `ringsnap` hosts while no
+daemon runs), in one session (`abort_in_session`). What the abort does is
+`s3_restore_abort.S3RestoreAbort`."""
 
 from __future__ import annotations
 

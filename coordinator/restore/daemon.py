@@ -1,7 +1,8 @@
 """Whole-ring restores run by the daemon (`ringsnap restore` through the API, also from a bastion):
 plans held for the operator's confirmation, the restore run as an operation that holds its cluster
 by the cluster's lease, resumes, and the refusals a running restore imposes on backups, deletions
-and retention. The same session and workflow as in the CLI's own process (docs/restore.md).
+and retention. The daemon runs them, and so does the same service `ringsnap` hosts while no daemon
+runs (`cli.hosted`): one path (docs/restore.md).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""A restore as one process runs it: the config and the catalog turned into the workflow's ports.
+"""A restore as the coordinator runs it: the config and the catalog turned into the workflow's ports.
 
-The incident CLI runs restores in its own process (so they work while the coordinator daemon is
-down), holding the catalog's lock for the whole restore: no scheduled backup can freeze a ring that
-is being restored.
+The coordinator (the daemon, or the same service the incident CLI hosts while the daemon is down)
+holds the catalog's lock, and the restore its cluster's lease, for the whole restore: no scheduled
+backup can freeze a ring that is being restored.
 """
 
 from __future__ import annotations
