@@ -12,7 +12,9 @@ import asyncio
 import hashlib
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -38,6 +40,7 @@ from ringsnap.coordinator.restore.session import open_restore_session
 from ringsnap.coordinator.restore.workflow import RestoreFailed
 from ringsnap.plugins.simulators.faults import Fault
 from ringsnap.sandbox.cluster import SandboxCluster
+from ringsnap.sandbox.services import toml_document
 from ringsnap.sandbox.stack import CLUSTER_NAME, Stack, running_stack
 from tests.support.acked_writes import backup_under_writes, ids_at_all
 from tests.support.ring_runs import assert_proven, complete_backup, run_restore, started_at
@@ -147,6 +150,56 @@ def test_one_node_restored_alone_is_proven_and_told_to_repair(
     assert any("nodetool repair -full" in w for w in record.warnings)
     # The other nodes were never stopped.
     assert untouched == {n: started_at(sandbox_cluster, n) for n in ("node1", "node3")}
+    sandbox_cluster.refresh()
+
+
+# -- `ringsnap restore` while no coordinator daemon runs ----------------------------------------------
+
+#: The `ringsnap` command of this environment.
+RINGSNAP = str(Path(sys.executable).parent / "ringsnap")
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_ringsnap_restore_with_no_daemon_hosts_the_coordinator_and_proves_the_node(
+    sandbox_cluster: SandboxCluster, ontap: Stack, tmp_path: Path
+) -> None:
+    """The incident command while the daemon is down: `ringsnap restore` hosts the daemon's own
+    service in its process (the catalog's lock, the API on an ephemeral loopback port) and restores
+    through it as through the daemon: the plan, progress, report and exit code, on the real ring."""
+    data = ontap.coordinator_data()
+    data["coordinator"]["listen"] = f"127.0.0.1:{_closed_port()}"  # no daemon answers there
+    config_file = tmp_path / "coordinator.toml"
+    config_file.write_text(toml_document(data, "ringsnap restore with no daemon"))
+    backup = complete_backup(ontap.coordinator_config())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RINGSNAP_")}
+
+    result = subprocess.run(
+        [RINGSNAP, "restore", backup.id, "--nodes", "node2", "--yes", "--config", str(config_file)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        cwd="/",
+    )
+
+    said = f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert result.returncode == 0, said
+    assert "holds the catalog" not in result.stderr, said
+    assert "started in this process (no coordinator daemon runs)" in result.stderr, said
+    assert f"backup {backup.id} of cluster {CLUSTER_NAME}" in result.stderr, said
+    assert "node2: verified done" in result.stderr, said
+    assert re.findall(r"^\s+(node\d) (\w+)", result.stdout, re.MULTILINE) == [
+        ("node2", "PROVEN")
+    ], said
+    with Catalog(Path(data["coordinator"]["catalog"]), exclusive=False) as catalog:
+        (record,) = [r for r in catalog.list_restores(CLUSTER_NAME) if r.backup_id == backup.id]
+    assert_proven(record)
     sandbox_cluster.refresh()
 
 
