@@ -12,22 +12,16 @@ codes either way, rendered by the same functions (`restore_report`, `console`).
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from ringsnap.coordinator.assembly import load_config
-from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.cli import restore_client
 from ringsnap.coordinator.cli.client import (
-    REMOTE_ENV,
     CliError,
     ExitCode,
-    resolve_target,
 )
 from ringsnap.coordinator.cli.console import (
     Output,
@@ -39,9 +33,7 @@ from ringsnap.coordinator.cli.console import (
 from ringsnap.coordinator.cli.hosted import command_coordinator
 from ringsnap.coordinator.cli.local_catalog import (
     OutputOption,
-    config_path,
     quiet_cql_driver,
-    restore_catalog,
 )
 from ringsnap.coordinator.cli.restore_report import (
     RestoreOptions,
@@ -302,14 +294,10 @@ def _table_restore(  # noqa: PLR0917 - the options of the command line
     source: str = "",
     key_file: str = "",
 ) -> None:
-    """`--keyspace` (or a table restore's --resume/--abort): ringsnap.coordinator.table_restore.
-    In this process; through the daemon while it holds the catalog, or from another host."""
-    from ringsnap.coordinator.cli import table_restore_remote as remote
-    from ringsnap.coordinator.cli.table_restore import (
-        TableRestoreOptions,
-        run_table_restore,
-        table_restore_main,
-    )
+    """`--keyspace` (or a table restore's --resume/--abort): ringsnap.coordinator.table_restore,
+    run by the coordinator as a whole-ring restore is (`hosted.command_coordinator`)."""
+    from ringsnap.coordinator.cli import table_restore_client as client
+    from ringsnap.coordinator.cli.table_restore import TableRestoreOptions, table_restore_main
 
     try:
         if sum(bool(v) for v in (backup, resume, abort)) != 1 or (backup and not keyspace):
@@ -331,21 +319,8 @@ def _table_restore(  # noqa: PLR0917 - the options of the command line
             from_s3=_mode_with_source(RestoreMode.REVERT, source) is RestoreMode.S3,
             keys=_keys(key_file, bool(source) or bool(resume)),
         )
-        if config is None and os.environ.get(REMOTE_ENV):
-            # An operator on another host: the daemon restores, reached by its remote listener.
-            daemon = resolve_target(None, None)
-            table_restore_main(lambda: remote.table_restore(daemon, options), options)
-        config_file = config_path(config)
-        loaded = load_config(config_file)
-        opened = restore_catalog(loaded, config_file)
-        if isinstance(opened, Catalog):
-            catalog = opened
-            table_restore_main(
-                lambda: asyncio.run(run_table_restore(loaded, catalog, options)), options
-            )
-        else:
-            daemon = opened
-            table_restore_main(lambda: remote.table_restore(daemon, options), options)
+        with command_coordinator(config) as target:
+            table_restore_main(lambda: client.table_restore(target, options), options)
     except CliError as error:
         fail(error, as_json)
     except KeyboardInterrupt:

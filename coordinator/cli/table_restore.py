@@ -5,7 +5,6 @@ checked, 3 refused, 4 failed: resume or abort it, 130 interrupted)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -14,23 +13,19 @@ from typing import Any, NoReturn
 import typer
 from rich.text import Text
 
-from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.cli import render
 from ringsnap.coordinator.cli.client import CliError, ExitCode
 from ringsnap.coordinator.cli.console import (
-    ProgressPrinter,
-    confirm,
     err,
     operator_name,
     out,
     plan_table,
     print_title,
 )
-from ringsnap.coordinator.cli.operation import ends_at_plan, finish
-from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.cli.operation import finish
 from ringsnap.coordinator.restore.s3_keys import NO_KEYS, RestoreKeys
 from ringsnap.coordinator.table_restore.counts import NOT_COMPARED
-from ringsnap.coordinator.table_restore.documents import plan_document, record_document
+from ringsnap.coordinator.table_restore.documents import record_document
 from ringsnap.coordinator.table_restore.model import (
     TableRestoreFailed,
     TableRestoreRecord,
@@ -38,7 +33,6 @@ from ringsnap.coordinator.table_restore.model import (
     TableRestoreRequest,
     TableRestoreState,
 )
-from ringsnap.coordinator.table_restore.session import open_table_restore_session
 from ringsnap.errors import ValidationError
 from ringsnap.names import keyspace_name, table_name
 
@@ -206,44 +200,11 @@ def request_of(options: TableRestoreOptions) -> TableRestoreRequest:
     )
 
 
-async def run_table_restore(
-    config: CoordinatorConfig, catalog: Catalog, options: TableRestoreOptions
-) -> TableRestoreRecord | dict[str, Any]:
-    """In this process; a plan's document when it ends at the plan (dry run or refusal)."""
-    try:
-        existing = options.resume or options.abort
-        if existing:
-            cluster = (await asyncio.to_thread(catalog.get_table_restore, existing)).cluster
-        else:
-            assert options.backup_id is not None
-            cluster = (await asyncio.to_thread(catalog.get_backup, options.backup_id)).cluster
-        async with open_table_restore_session(config, cluster, catalog=catalog) as session:
-            progress = ProgressPrinter(quiet=options.as_json)
-            if options.abort:
-                return await session.abort(options.abort, progress)
-            if options.resume:
-                return await session.resume(options.resume, progress, options.keys)
-            plan = await session.plan(request_of(options))
-            ended = ends_at_plan(
-                plan_document(plan),
-                as_json=options.as_json,
-                dry_run=options.dry_run,
-                print_plan=print_plan,
-                refused=TableRestoreRefused,
-            )
-            if ended is not None:
-                return ended
-            await asyncio.to_thread(confirm, cluster, options.yes)
-            return await session.run(plan, progress)
-    finally:
-        await asyncio.to_thread(catalog.close)
-
-
 def table_restore_main(
     run: Callable[[], TableRestoreRecord | dict[str, Any]], options: TableRestoreOptions
 ) -> NoReturn:
-    """Run it (in this process or through the daemon) and exit with its code (the caller maps
-    CliError and RingsnapError)."""
+    """Run it (through the coordinator: `table_restore_client`) and exit with its code (the
+    caller maps CliError and RingsnapError)."""
     try:
         result = run()
     except TableRestoreRefused as error:

@@ -24,7 +24,10 @@ from ringsnap.coordinator.cli import restore as restore_cli
 from ringsnap.coordinator.cli.client import ExitCode
 from ringsnap.coordinator.model import RestoreState
 from ringsnap.coordinator.service import Coordinator
+from ringsnap.coordinator.table_restore import daemon as table_daemon
+from tests.support.coordinator_config import write_config
 
+from . import table_restore_rig
 from .conftest import Harness, config_data
 from .restore_rig import RECENT, RestoreRig, install, install_hosted
 from .test_restore_cli import run
@@ -54,6 +57,13 @@ def daemon(handled: Handled, harness: Harness) -> Iterator[Harness]:
     yield harness
 
 
+def _listening(harness: Harness) -> dict[str, Any]:
+    """The daemon's config as it runs with it (its real address)."""
+    data = config_data(harness.tmp)
+    data["coordinator"]["listen"] = f"127.0.0.1:{harness.server.port}"
+    return data
+
+
 @pytest.fixture
 def app() -> typer.Typer:
     root = typer.Typer(pretty_exceptions_enable=False)
@@ -69,6 +79,7 @@ def app() -> typer.Typer:
 _ELAPSED = re.compile(r"^\s*\d+(\.\d+)? (ms|s|min)\s+")
 _IDS = (
     (re.compile(r"rr-\d{8}-\d{6}-[0-9a-f]+"), "rr-ID"),
+    (re.compile(r"tr[-_]\d{8}[-_]\d{6}[-_][0-9a-f]+"), "tr-ID"),
     (re.compile(r"\b[0-9a-f]{32}\b"), "OPERATION"),
     (re.compile(r"\b\d+(\.\d+)? ?(ms|s|min|h)\b"), "TIME"),
     (re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"), "MOMENT"),
@@ -78,6 +89,9 @@ _WHERE = (
     "holds the catalog: the restore runs in the daemon",
     "started in the coordinator (operation",
     "started in this process (no coordinator daemon runs)",
+    "runs the table restore",
+    "runs in the coordinator (operation",
+    "runs in this process (no coordinator daemon runs)",
 )
 
 
@@ -179,3 +193,57 @@ def test_ctrl_c_interrupts_a_restore_this_process_hosts_and_resume_finishes_it(
     assert f"Restore {record.id} of backup rs-1 (revert): PROVEN" in " ".join(
         resumed.stdout.split()
     )
+
+
+def test_table_restore_with_the_daemon_up_and_down_runs_the_same_servicer_and_shows_the_same(
+    app: typer.Typer, harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ringsnap restore BACKUP --keyspace K` takes the same one path: the daemon's servicer, or
+    the same servicer hosted here while no daemon runs."""
+    seen: list[Coordinator] = []
+    original = CoordinatorServicer.StartTableRestore
+
+    async def recording(self: CoordinatorServicer, request: Any, context: Any) -> Any:
+        seen.append(self._coordinator)
+        return await original(self, request, context)
+
+    def fakes_for(catalog: Catalog) -> table_restore_rig.Fakes:
+        table_restore_rig.seed(catalog)
+        made = table_restore_rig.Fakes()
+        monkeypatch.setattr(table_daemon, "open_table_restore_session", made.open_session)
+        return made
+
+    def table_restore(config: Path) -> Result:
+        args = [table_restore_rig.BACKUP, "--keyspace", "shop", "--table", "orders", "--yes"]
+        return run(app, *args, "--config", str(config))
+
+    # The daemon's server registered its methods at its start: it is started again to record.
+    monkeypatch.setattr(CoordinatorServicer, "StartTableRestore", recording)
+    harness.call(harness.server.stop(0))
+    harness.call(harness.server.start())
+    daemon_config = write_config(harness.tmp / "coordinator.toml", _listening(harness))
+    fakes_for(harness.catalog)
+    up = table_restore(daemon_config)
+
+    config, _rig = install_hosted(tmp_path / "daemon-down", monkeypatch)
+    with Catalog(config_data(tmp_path / "daemon-down")["coordinator"]["catalog"]) as catalog:
+        made = fakes_for(catalog)
+    down = table_restore(config)
+
+    assert up.exit_code == down.exit_code == ExitCode.OK, (up.output, down.output)
+    assert seen[0] is harness.coordinator and seen[1] is not harness.coordinator
+    assert len(seen) == 2 and type(seen[1]) is Coordinator
+    assert "runs in this process (no coordinator daemon runs)" in down.stderr
+    assert any(e.endswith(":import:shop.orders") for e in made.events)
+    # The plan and progress (stderr; in any order: nodes run in parallel), and the report.
+    for stream in ("stderr", "stdout"):
+        lines_up, lines_down = (
+            sorted(
+                _normal(line)
+                for line in getattr(result, stream).splitlines()
+                if line.strip() and not any(where in line for where in _WHERE)
+            )
+            for result in (up, down)
+        )
+        assert lines_down == lines_up, stream
+    assert "Table restore tr-ID of backup" in _normal(up.stdout), up.stdout

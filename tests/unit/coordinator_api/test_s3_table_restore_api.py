@@ -1,5 +1,5 @@
 """A table restore `--from s3` through the daemon's API (and `ringsnap restore --keyspace --from s3`
-from a bastion through `table_restore.remote`): the source travels in PlanTableRestore and
+from a bastion through `cli.table_restore_client`): the source travels in PlanTableRestore and
 StartTableRestore, the plan asks no array, the run stages every node from the bucket and never
 clones, the record read back says it came from S3, and a resume of it stays on S3. The harness's
 real coordinator and server; the session's agents are the fakes of the table-restore workflow tests
@@ -16,7 +16,7 @@ import pytest
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
 from ringsnap.coordinator.api.table_restore_messages import record_of
-from ringsnap.coordinator.cli import table_restore_remote as remote
+from ringsnap.coordinator.cli import table_restore_client as remote
 from ringsnap.coordinator.cli.client import Target
 from ringsnap.coordinator.restore.s3_ports import S3Room
 from ringsnap.coordinator.table_restore import daemon

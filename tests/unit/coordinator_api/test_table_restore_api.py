@@ -1,7 +1,7 @@
 """Table restores through the coordinator's API: PlanTableRestore plans and changes nothing,
 StartTableRestore runs the real session and workflow (on the fakes of the workflow's tests) as an
 operation that holds the cluster, refuses an unconfirmed cluster or a refused plan before anything
-is made, and `ringsnap restore --keyspace` through the daemon (`table_restore.remote`) ends with the
+is made, and `ringsnap restore --keyspace` through the daemon (`cli.table_restore_client`) ends with the
 same record; resume and abort go through the same call.
 
 The proof on a real ring and a real daemon is tests/integration/test_table_restore.py."""
@@ -20,7 +20,7 @@ from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
 from ringsnap.coordinator.api import access
 from ringsnap.coordinator.api.table_restore_messages import record_of
-from ringsnap.coordinator.cli import table_restore_remote as remote
+from ringsnap.coordinator.cli import table_restore_client as remote
 from ringsnap.coordinator.cli.client import Target
 from ringsnap.coordinator.runs.lease import RunKind
 from ringsnap.coordinator.table_restore import daemon

@@ -1,11 +1,12 @@
-"""`ringsnap restore BACKUP --keyspace K` (and a table restore's --resume/--abort) through the
-coordinator daemon, when the daemon holds the catalog or the operator is on another host
-(`$RINGSNAP_REMOTE`): PlanTableRestore, the same plan and typed confirmation as in the CLI's own
-process, StartTableRestore under the id of the plan shown, the operation followed with one progress
-line per change, GetTableRestore, and the same report and exit codes. Its results and errors are
-those of `cli.run_table_restore`, so that `cli.table_restore_main` ends both paths the same way.
+"""`ringsnap restore BACKUP --keyspace K` (and a table restore's --resume/--abort), run by the
+coordinator: the daemon (holding the catalog), a remote one (`$RINGSNAP_REMOTE`), or, while no
+daemon runs, the daemon's service hosted by this process for the one command (`cli.hosted`). One
+path for all three: PlanTableRestore, the plan and typed confirmation, StartTableRestore under the
+id of the plan shown, the operation followed with one progress line per change, GetTableRestore,
+and the report and exit codes of `cli.table_restore.table_restore_main`.
 
-Ctrl-C stops following; the restore goes on in the daemon (its record says where each node is)."""
+Ctrl-C stops following a daemon's table restore (it goes on there; its record says where each node
+is); one hosted here is interrupted (`ringsnap restore --resume` goes on)."""
 
 from __future__ import annotations
 
@@ -39,9 +40,9 @@ from ringsnap.coordinator.table_restore.model import (
 def table_restore(
     target: Target, options: TableRestoreOptions
 ) -> TableRestoreRecord | dict[str, Any]:
-    """The table restore, run by the daemon at `target`: its final record, or the plan's document
-    when it ends at the plan."""
-    if not options.as_json:
+    """The table restore, run by the coordinator at `target`: its final record, or the plan's
+    document when it ends at the plan."""
+    if not options.as_json and not target.hosted:
         err.print(
             f"the coordinator daemon at {target.address} runs the table restore",
             style="dim",
@@ -50,8 +51,8 @@ def table_restore(
         existing = options.resume or options.abort
         if existing:
             record = _get(client, existing)
-            # As in the CLI's own process, resume and abort ask nothing: the record names the
-            # cluster, which the daemon wants confirmed.
+            # Resume and abort ask nothing: the record names the cluster, which the coordinator
+            # wants confirmed.
             start = pb.StartTableRestoreRequest(
                 resume_id=options.resume or "",
                 abort_id=options.abort or "",
@@ -88,11 +89,7 @@ def table_restore(
             )
         operation = client.call(client.stub.StartTableRestore, start, LONG_CALL_TIMEOUT)
         if not options.as_json:
-            err.print(
-                f"table restore {restore_id} runs in the coordinator (operation"
-                f" {operation.operation_id}); Ctrl-C stops following, not the restore",
-                style="dim",
-            )
+            err.print(_started(target, restore_id, operation.operation_id), style="dim")
         final = follow(
             client,
             operation,
@@ -102,6 +99,18 @@ def table_restore(
             f" {restore_id}` goes on with a failed one",
         )
         return _outcome(client, final, restore_id)
+
+
+def _started(target: Target, restore_id: str, operation_id: str) -> str:
+    if target.hosted:
+        return (
+            f"table restore {restore_id} runs in this process (no coordinator daemon runs):"
+            f" Ctrl-C interrupts it; `ringsnap restore --resume {restore_id}` goes on"
+        )
+    return (
+        f"table restore {restore_id} runs in the coordinator (operation {operation_id}); Ctrl-C"
+        " stops following, not the restore"
+    )
 
 
 def _get(client: Coordinator, restore_id: str) -> TableRestoreRecord:
@@ -114,7 +123,7 @@ def _get(client: Coordinator, restore_id: str) -> TableRestoreRecord:
 def _outcome(
     client: Coordinator, final: types_pb2.Operation, restore_id: str
 ) -> TableRestoreRecord:
-    """The final record, or the error the CLI's own process would have raised."""
+    """The final record, or the error of the workflow's outcome."""
     if final.state == types_pb2.OPERATION_STATE_FAILED:
         reason = final.error_reason
         message = final.message or "; ".join(final.errors) or "no reason given"
