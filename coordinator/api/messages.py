@@ -2,7 +2,7 @@
 
 Mostly one direction: the server answers with these, and the CLI reads backups and operations as
 they are. Restores go both ways (`restore` and `restore_record`), so that `ringsnap restore` renders
-the same `RestoreRecord` whether it ran in its own process or through the daemon; a restore plan
+the `RestoreRecord` the coordinator kept (the daemon's, or the one the CLI hosts); a restore plan
 goes to the API only (`restore_plan`): its agents and array handles do not cross the wire.
 """
 

@@ -179,7 +179,7 @@ class Target:
     source: str
     #: Set for the coordinator's remote (mutual TLS) listener; None for loopback with the token.
     tls: RemoteTls | None = None
-    #: The token of a coordinator this process hosts for one command (`api.hosted`): made for
+    #: The token of a coordinator this process hosts for one command (`cli.hosted`): made for
     #: that run, held in memory, never written; None to read `token_file`.
     token: str | None = field(default=None, repr=False)
 

@@ -1,6 +1,6 @@
-"""The catalog for a command that runs in this process (restore, drill, export): opened
-exclusively, or, when it is locked and the coordinator daemon answers (the daemon holds it), the
-daemon to run the command through."""
+"""The catalog for a command that needs it (restore and table restore: for the coordinator the CLI
+hosts, `hosted`; drill and export: run in this process): opened exclusively, or, when it is locked
+and the coordinator daemon answers (the daemon holds it), the daemon to run the command through."""
 
 from __future__ import annotations
 
