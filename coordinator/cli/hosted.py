@@ -134,6 +134,7 @@ def command_coordinator(config: Path | None) -> Iterator[Target]:
     if config is None and os.environ.get(REMOTE_ENV):
         yield resolve_target(None, None)
         return
+    _quiet_logs()  # opening the catalog may log its migrations
     config_file = config_path(config)
     loaded = load_config(config_file)
     opened = restore_catalog(loaded, config_file)
