@@ -69,12 +69,19 @@ class _Loop:
             self.loop.close()
 
 
-def _quiet_logs() -> None:
+@contextlib.contextmanager
+def _quiet_logs() -> Iterator[None]:
     """The daemon's code logs for a journal; on the operator's terminal, stdout carries the report
-    (and JSON for scripts): only errors are logged, to stderr. A process that configured its
-    logs already (a test, the sandbox) keeps its own."""
-    if not structlog.is_configured():
-        logs.configure(json=False, level="error")
+    (and JSON for scripts): while the command runs, only errors are logged, to stderr. A process
+    that configured its logs already (a test, the sandbox) keeps its own."""
+    if structlog.is_configured():
+        yield
+        return
+    logs.configure(json=False, level="error")
+    try:
+        yield
+    finally:
+        structlog.reset_defaults()
 
 
 @contextlib.contextmanager
@@ -87,7 +94,6 @@ def hosted_coordinator(
     from ringsnap.coordinator.api.listeners import CoordinatorServer
     from ringsnap.coordinator.assembly import open_coordinator
 
-    _quiet_logs()
     token = secrets.token_urlsafe(32)
     stack = contextlib.AsyncExitStack()
 
@@ -134,12 +140,12 @@ def command_coordinator(config: Path | None) -> Iterator[Target]:
     if config is None and os.environ.get(REMOTE_ENV):
         yield resolve_target(None, None)
         return
-    _quiet_logs()  # opening the catalog may log its migrations
-    config_file = config_path(config)
-    loaded = load_config(config_file)
-    opened = restore_catalog(loaded, config_file)
-    if isinstance(opened, Target):
-        yield opened
-        return
-    with hosted_coordinator(loaded, opened, source=str(config_file)) as target:
-        yield target
+    with _quiet_logs():  # from the catalog's opening on (it logs its migrations)
+        config_file = config_path(config)
+        loaded = load_config(config_file)
+        opened = restore_catalog(loaded, config_file)
+        if isinstance(opened, Target):
+            yield opened
+            return
+        with hosted_coordinator(loaded, opened, source=str(config_file)) as target:
+            yield target

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 import typer
 from typer.testing import Result
 
@@ -182,6 +183,8 @@ def test_ctrl_c_interrupts_a_restore_this_process_hosts_and_resume_finishes_it(
     assert result.exit_code == ExitCode.INTERRUPTED, result.output
     assert "interrupted: the restore's record says where each node stands" in result.stderr
     assert "goes on in the coordinator" not in result.stderr
+    # The daemon's code logs for a journal: on the terminal, stdout is the command's alone.
+    assert "restore starting" not in result.stdout and not structlog.is_configured()
     with Catalog(config_data(tmp_path)["coordinator"]["catalog"]) as catalog:
         (record,) = catalog.list_restores()
     assert record.state is RestoreState.INTERRUPTED, record
