@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from cassandra import ConsistencyLevel
@@ -61,9 +62,12 @@ class AckedWriter:
 
 
 def backup_under_writes(
-    cluster: SandboxCluster, config: CoordinatorConfig
+    cluster: SandboxCluster,
+    config: CoordinatorConfig,
+    take: Callable[[CoordinatorConfig], Backup] = complete_backup,
 ) -> tuple[Backup, set[int], set[int]]:
-    """Backup under load, then more writes: (backup, acked before it, begun after it)."""
+    """Backup under load, then more writes: (backup, acked before it, begun after it). `take`
+    takes the backup (default: `complete_backup` in this process)."""
     cluster.session()
     cluster.wait_for_session()  # an earlier test may have restarted nodes under this session
     session = cluster.session()  # after the wait: it may have replaced a stale session
@@ -74,7 +78,7 @@ def backup_under_writes(
     with AckedWriter(session, insert, "x" * 200, pause=0.01) as writer:
         time.sleep(2)
         before = time.monotonic()
-        backup = complete_backup(config)
+        backup = take(config)
         after = time.monotonic()
         time.sleep(2)
     acked_before = {i for i, t in writer.acked_at.items() if t < before}
