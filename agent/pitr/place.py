@@ -23,7 +23,13 @@ from pathlib import Path
 
 from ringsnap.agent.durable import fsync_directory
 from ringsnap.agent.pitr.archiving import restore_time, write_properties
-from ringsnap.agent.pitr.keys import PitrKeys, SegmentState, gaps, list_segments
+from ringsnap.agent.pitr.keys import (
+    MAX_SEQUENCE_STEP,
+    PitrKeys,
+    SegmentState,
+    gaps,
+    list_segments,
+)
 from ringsnap.agent.pitr.segment import SegmentName, synced_end
 from ringsnap.agent.pitr.settings import PitrSettings
 from ringsnap.agent.s3.client import S3Client
@@ -94,7 +100,15 @@ def plan_placement(
             " commit-log position is unknown (was the commit-log volume restored?)"
         )
     base = min(local.values())
-    shipped = list_segments(client, s3.bucket, keys)
+    # A segment's id is its Cassandra process's start (ms) plus its rank: one more than
+    # MAX_SEQUENCE_STEP past T was written by a process started after T, which received nothing
+    # at or before T. Such segments are not placed, and a hole in one (a later restore that
+    # discarded its commit log) does not refuse T.
+    shipped = {
+        name: state
+        for name, state in list_segments(client, s3.bucket, keys).items()
+        if (parsed := SegmentName.parse(name)) is None or parsed.id <= target_ms + MAX_SEQUENCE_STEP
+    }
     lost = gaps(shipped, base.id)
     if lost:
         raise PlacementRefused(

@@ -25,7 +25,14 @@ from ringsnap.agent.pitr.archiving import (
     restore_point_of,
     restore_time,
 )
-from ringsnap.agent.pitr.keys import Piece, PitrKeys, SegmentState, gaps, list_segments
+from ringsnap.agent.pitr.keys import (
+    MAX_SEQUENCE_STEP,
+    Piece,
+    PitrKeys,
+    SegmentState,
+    gaps,
+    list_segments,
+)
 from ringsnap.agent.pitr.settings import PitrSettings
 from ringsnap.agent.pitr.shipper import CommitlogShipper
 from ringsnap.agent.s3.settings import S3Settings
@@ -293,6 +300,41 @@ def test_placement_refuses_a_hole_on_the_way(client: Any, node: tuple[Path, Pitr
         placing.plan_placement(
             client, S3, node="node1", commitlog_directory=commitlog, target_ms=shipped_at
         )
+
+
+def test_segments_of_a_process_started_after_the_time_are_not_placed_nor_their_holes_refused(
+    client: Any, node: tuple[Path, PitrSettings]
+) -> None:
+    """A restore after T discarded a segment of the ring restarted since (a hole): T, before
+    that process started, is still placed, without that segment."""
+    commitlog, _settings = node
+    shipper = _shipper(client, node)
+    before = FakeSegment(commitlog, 40)
+    before.sync(b"a" * 10)
+    shipper.cycle()
+    target = int(time.time() * 1000) - 1000
+    later = target + MAX_SEQUENCE_STEP + 5000  # a process started after T
+    restarted = FakeSegment(commitlog, later)
+    restarted.sync(b"b" * 10)
+    shipper.cycle()
+    restarted.path.unlink()  # discarded by a restore...
+    FakeSegment(commitlog, later + 1).sync(b"c")  # ...while the next one is already there
+    shipper.cycle()
+    assert (
+        restarted.name
+        in json.loads(
+            client.get_object(Bucket=S3.bucket, Key=PitrKeys(S3.prefix, "node1").point)[
+                "Body"
+            ].read()
+        )["holes"]
+    )
+    for entry in commitlog.iterdir():
+        entry.unlink()
+    FakeSegment(commitlog, 40).sync(b"a")  # the base backup's copy
+    plan = placing.plan_placement(
+        client, S3, node="node1", commitlog_directory=commitlog, target_ms=target
+    )
+    assert [s.name for s in plan.segments] == [before.name]
 
 
 def test_a_damaged_piece_is_refused_and_nothing_replaced(
