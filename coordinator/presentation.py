@@ -141,7 +141,7 @@ class Presenter:
             for e in entries
             if e.resource.type is ResourceType.MAPPING
             and e.resource.cluster == self.run.cluster
-            and e.resource.node == node
+            and host_key(e.resource) == node
             and e.resource.mount_purpose == purpose
         ]
 
@@ -178,7 +178,8 @@ class Presenter:
                         array=clone.array,
                         name=clone.volume,
                         volume_id=clone.volume_id,
-                        node=node,
+                        node="" if node == DRILL_HOST_NODE else node,
+                        drill_host=node == DRILL_HOST_NODE,
                         mount_purpose=purpose,
                         host=host.array_host,
                     ),
@@ -263,18 +264,24 @@ async def unpresent_entry(
     if resource.host:
         host = HostInitiators(array_host=resource.host)
     elif hosts is not None:
-        host = await hosts(resource.node)
+        host = await hosts(host_key(resource))
     else:
         raise RingsnapError(
-            f"{resource.describe()}: the host object is not recorded and node {resource.node}"
-            " cannot be asked for its initiators; unmap the volume by hand"
+            f"{resource.describe()}: the host object is not recorded and its host cannot be"
+            " asked for its initiators; unmap the volume by hand"
         )
     await presenter.unpresent([Volume(resource.name, resource.volume_id)], host)
     log.info("clone unpresented", resource=resource.describe())
 
 
-#: The ledger's node name for a cluster's drill host (not a valid node name: no clash).
+#: How a presenter and a host lookup name a cluster's drill host (not a valid node name: no
+#: clash). The ledger does not: its entries carry the `drill_host` flag (`host_key`).
 DRILL_HOST_NODE = "@drill-host"
+
+
+def host_key(resource: Resource) -> str:
+    """Whose host a ledger entry is presented to, as `HostLookup` and `Presenter` name it."""
+    return DRILL_HOST_NODE if resource.drill_host else resource.node
 
 
 def cluster_hosts(

@@ -39,12 +39,10 @@ from ringsnap.coordinator.model import (
     BackupState,
 )
 from ringsnap.coordinator.operations import Operation, Operations
-from ringsnap.coordinator.pending_cleanups import PendingCleanups
 from ringsnap.coordinator.pitr.retention import purge_shipped_log
 from ringsnap.coordinator.pitr.window import pitr_clusters
 from ringsnap.coordinator.ports import AgentPort, ArrayPort
 from ringsnap.coordinator.presentation import (
-    DRILL_HOST_NODE,
     HostLookup,
     InitiatorSource,
     cluster_hosts,
@@ -54,6 +52,7 @@ from ringsnap.coordinator.retention import RetentionPlan, apply_policy
 from ringsnap.coordinator.runs.lease import ClusterHeld, ClusterLeases, Lease, RunKind
 from ringsnap.coordinator.runs.ledger import Ledger, LedgerRetry
 from ringsnap.coordinator.runs.resources import ResourceType
+from ringsnap.coordinator.runs.snapshot_undo import SnapshotUndo
 from ringsnap.coordinator.scheduler import (
     BackupRequest,
     BackupScheduler,
@@ -118,8 +117,8 @@ class Coordinator:
             misfire_grace=timedelta(seconds=config.coordinator.misfire_grace_seconds),
             last_run=self._last_run,
         )
-        self.cleanups = PendingCleanups(catalog, arrays, volume_names=self._volume_names, now=now)
-        # The resource ledger: clones of runs on the engine, unmounted on their node first.
+        # The resource ledger: backups' snapshots, native tags, clones (unmounted on their node
+        # first) and mappings, each undone by its one path.
         self.ledger = LedgerRetry(
             Ledger(catalog),
             arrays,
@@ -129,6 +128,7 @@ class Coordinator:
             held=self.leases.holder,
             now=now,
             node_host=self._node_host,
+            snapshots=SnapshotUndo(arrays, self._volume_names, now),
         )
         self.restores = DaemonRestores(
             config,
@@ -226,8 +226,6 @@ class Coordinator:
         return self.drill_hosts.get()
 
     def _clone_holder(self, cluster: str, node: str) -> CloneHolder | None:
-        if node == DRILL_HOST_NODE:  # clones presented to the drill host (the ledger)
-            return self._drill_hosts().get(cluster)
         return self.clone_nodes.get(cluster, node)
 
     def _node_host(self, cluster: str) -> HostLookup | None:
@@ -367,39 +365,45 @@ class Coordinator:
     # -- deletion, cleanup, retention ------------------------------------------------------------
 
     async def delete_backup(self, backup_id: str, reason: str) -> None:
-        cleanups = await asyncio.to_thread(self.catalog.delete_backup, backup_id, reason=reason)
-        await self.cleanups.run(cleanups)
-        await self._clear_native_tags(backup_id)
+        await asyncio.to_thread(self.catalog.delete_backup, backup_id, reason=reason)
+        await self._undo_backup(backup_id)
 
     async def _after_failed_backup(self, backup_id: str) -> None:
-        await self._clear_native_tags(backup_id)
+        await self._undo_backup(backup_id)
         await self.run_pending_cleanups()
 
-    async def _clear_native_tags(self, backup_id: str) -> None:
-        """A failed or deleted backup's native snapshots, at once: no run uses them, whoever holds
-        the cluster (its own failing run, or the backup whose retention deletes it)."""
-        tags = await asyncio.to_thread(self.catalog.resources, backup_id)
+    async def _undo_backup(self, backup_id: str) -> None:
+        """A failed or deleted backup's snapshots and native tags, at once: no run uses them,
+        whoever holds the cluster (its own failing run, or the backup whose retention deletes
+        it)."""
+        left = await asyncio.to_thread(self.catalog.resources, backup_id)
+        backup_kinds = (ResourceType.SNAPSHOT, ResourceType.NATIVE_TAG)
         await self.ledger.run(
-            [e for e in tags if e.resource.type is ResourceType.NATIVE_TAG], even_if_held=True
+            [e for e in left if e.resource.type in backup_kinds], even_if_held=True
         )
 
     async def run_pending_cleanups(self) -> int:
-        """Retry the pending cleanups, then undo what the resource ledger holds (the run
-        engine's runs' clones); how many of both are left."""
-        pending = await asyncio.to_thread(self.catalog.pending_cleanups)
-        await self.cleanups.run(pending)
-        left = await asyncio.to_thread(self.catalog.pending_cleanups)
-        oldest = min((c.created_at for c in left), default=None)
-        self.metrics.set_pending_cleanups(len(left), oldest)
+        """Undo what the resource ledger holds; how many entries are left. Two figures: backups'
+        array snapshots left to delete (`ringsnap_pending_cleanups`), and the other entries no
+        run holds now (`ringsnap_ledger_entries`)."""
         await self.ledger.run()
         in_ledger = await asyncio.to_thread(self.catalog.resources)
+        snapshots = [e for e in in_ledger if e.resource.type is ResourceType.SNAPSHOT]
+        self.metrics.set_pending_cleanups(
+            len(snapshots), min((e.created_at for e in snapshots), default=None)
+        )
         # A cluster a run holds now is using its entries (the retry leaves them alone too): only
         # the others are left over, and only they may age into the alert.
-        left_over = [e for e in in_ledger if self.leases.holder(e.resource.cluster) is None]
+        left_over = [
+            e
+            for e in in_ledger
+            if e.resource.type is not ResourceType.SNAPSHOT
+            and self.leases.holder(e.resource.cluster) is None
+        ]
         self.metrics.set_ledger_entries(
             len(left_over), min((e.created_at for e in left_over), default=None)
         )
-        return len(left) + len(in_ledger)
+        return len(in_ledger)
 
     def policy(self, name: str) -> RetentionSection:
         try:

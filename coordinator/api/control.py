@@ -124,12 +124,11 @@ async def coordinator_status(coordinator: Coordinator) -> CoordinatorStatus:
                 ),
             )
         )
+    # Backups' array snapshots left to delete (the ledger's snapshot entries).
     pending = await asyncio.to_thread(catalog.pending_cleanups)
-    # What the run engine's runs left in the resource ledger is still to clean up as well.
-    in_ledger = await asyncio.to_thread(catalog.resources)
     return CoordinatorStatus(
         clusters=tuple(clusters),
-        pending_cleanups=len(pending) + len(in_ledger),
+        pending_cleanups=len(pending),
         recent_skips=tuple(reversed(coordinator.scheduler.recent_skips)),
     )
 

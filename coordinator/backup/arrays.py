@@ -2,6 +2,10 @@
 within the budget while frozen, finished after the thaw; on failure, aborted and deleted.
 
 Its rules:
+- each array's snapshot is in the resource ledger (by the backup's id, its name) before the array
+  is asked for anything; its entry goes once the run knows no snapshot is left there (deleted, or
+  never asked for), and stays otherwise, for the coordinator's retries; a completed backup takes
+  its snapshots from the ledger when the catalog records it;
 - a snapshot call that failed may still have made its snapshot: its name is left for cleanup;
 - every snapshot a failed run made is deleted, or recorded for cleanup when it cannot be;
 - a prepare or commit still running is never aborted or finished under it: it is waited for
@@ -21,6 +25,8 @@ from ringsnap.coordinator.backup.model import BackupFailed, BackupRun
 from ringsnap.coordinator.backup.tasks import Cancelled, Done, Failed, Running, settled, triage
 from ringsnap.coordinator.model import CleanupRequest
 from ringsnap.coordinator.ports import ArrayPort
+from ringsnap.coordinator.runs.ledger import Ledger
+from ringsnap.coordinator.runs.resources import array_snapshot
 from ringsnap.logs import get_logger
 from ringsnap.plugins.api import PreparedSnapshot
 from ringsnap.plugins.errors import DriverError, SnapshotMismatchError
@@ -33,9 +39,14 @@ log = get_logger(__name__)
 class ArrayRun:
     """The array work of `run`, on `arrays`; made for one run and used once."""
 
-    def __init__(self, arrays: Mapping[str, ArrayPort], run: BackupRun) -> None:
+    def __init__(
+        self, arrays: Mapping[str, ArrayPort], run: BackupRun, ledger: Ledger | None = None
+    ) -> None:
         self.arrays = arrays
         self.run = run
+        self.ledger = ledger
+        # The ledger entry of each array's snapshot, recorded before the array is asked.
+        self._entries: dict[str, int] = {}
         # Prepared snapshots not yet finished or aborted, by array.
         self._prepared: dict[str, PreparedSnapshot] = {}
         # Arrays whose commit returned a snapshot (finished, not aborted, when released).
@@ -52,6 +63,7 @@ class ArrayRun:
         discard aborts what the others prepared)."""
         timeout = self.run.settings.agent_timeout
         self._order = list(per_array)
+        await self._record(sorted(per_array))
         tasks = {
             array: asyncio.create_task(
                 self.arrays[array].prepare_group_snapshot(per_array[array], self.run.backup_id)
@@ -68,6 +80,22 @@ class ArrayRun:
         failures = self._prepared_by(tasks, cancelled=False)
         if failures:
             raise BackupFailed("; ".join(failures))
+
+    async def _record(self, arrays: Sequence[str]) -> None:
+        """Each array's snapshot in the ledger, by the name the array will give it."""
+        if self.ledger is None:
+            return
+        for array in arrays:
+            port = self.arrays[array]
+            self._entries[array] = await self.ledger.record(
+                array_snapshot(
+                    self.run.cluster,
+                    array,
+                    self.run.backup_id,
+                    f"backup {self.run.backup_id} asked array {array} for its snapshot",
+                    node=port.capabilities().extra.get("node_local", ""),
+                )
+            )
 
     def _prepared_by(
         self, tasks: Mapping[str, asyncio.Task[PreparedSnapshot]], *, cancelled: bool
@@ -263,6 +291,18 @@ class ArrayRun:
                             f"array {array}: {overran} ended after the thaw; its snapshot"
                             f" {ref.snapshot_name!r} could not be deleted and is a pending cleanup",
                         )
+        await self._forget_deleted()
+
+    async def _forget_deleted(self) -> None:
+        """The ledger entries of the arrays where nothing is left (their snapshot deleted, or
+        never asked for) go; the others stay, joined by the run's record of what is left."""
+        if self.ledger is None:
+            return
+        left = {cleanup.array for cleanup in self.run.pending_cleanups}
+        for array, entry in list(self._entries.items()):
+            if array not in left:
+                await self.ledger.gone(entry)
+                del self._entries[array]
 
     async def _delete(self, ref: SnapshotRef, failed: str) -> bool:
         """Delete `ref`, or record it for the cleanup with `failed` and the reason."""

@@ -31,6 +31,7 @@ from ringsnap.coordinator.model import (
 )
 from ringsnap.coordinator.operations import Operations
 from ringsnap.coordinator.ports import ArrayPort
+from ringsnap.coordinator.runs.ledger import Ledger
 from ringsnap.coordinator.scheduler import BackupRequest
 from ringsnap.logs import get_logger
 
@@ -93,6 +94,7 @@ class DaemonBackups:
             schemas=runtime.canaries
             if isinstance(runtime.canaries, KeyspaceSchemaReader)
             else None,
+            ledger=Ledger(self.catalog),
         )
         started = time.monotonic()
 

@@ -11,8 +11,9 @@ prepared. Its safety rules, in one place (kept by `freeze.FreezeBarrier` and `ar
   letting client writes time out;
 - thaw runs in a `finally`, shielded from cancellation, whatever happened before;
 - a node whose lease ran out before its thaw was not frozen for the whole snapshot: the run fails;
-- every snapshot a failed run made is deleted, or recorded for cleanup when it cannot be; a
-  snapshot call that failed may still have made its snapshot, so its name is left for cleanup;
+- every array's snapshot is in the resource ledger before the array is asked; every snapshot a
+  failed run made is deleted, or stays in the ledger when it cannot be; a snapshot call that
+  failed may still have made its snapshot, so its name stays there for the retries;
 - no snapshot call starts once the freeze has used the whole budget;
 - a prepare or commit still running is never aborted or finished under it: it is waited for
   (bounded), or what it set up is logged and kept with the run's warnings.
@@ -43,6 +44,7 @@ from ringsnap.coordinator.backup.schema_capture import KeyspaceSchemaReader
 from ringsnap.coordinator.backup.tasks import bounded, raise_failures, to_completion
 from ringsnap.coordinator.model import QuiesceMode, SnapshotKind
 from ringsnap.coordinator.ports import AgentPort, ArrayPort, CanaryWriter, SSTable
+from ringsnap.coordinator.runs.ledger import Ledger
 from ringsnap.logs import get_logger
 from ringsnap.plugins.types import Volume
 
@@ -63,8 +65,12 @@ class BackupWorkflow:
         *,
         progress: Progress | None = None,
         schemas: KeyspaceSchemaReader | None = None,
+        ledger: Ledger | None = None,
     ) -> None:
         self.cluster = cluster
+        #: Where each array's snapshot is recorded before the array is asked (None: the caller
+        #: keeps no ledger, e.g. a benchmark or a test of the protocol alone).
+        self.ledger = ledger
         self.schemas = schemas
         self.nodes = list(nodes)
         self.arrays = dict(arrays)
@@ -92,7 +98,7 @@ class BackupWorkflow:
         bound = log.bind(backup_id=run.backup_id, cluster=self.cluster)
         if on_start is not None:
             await on_start(run)
-        arrays = ArrayRun(self.arrays, run)
+        arrays = ArrayRun(self.arrays, run, self.ledger)
         try:
             per_array = await self._phase(run, "plan", self.plan(run))
             await self._phase(run, "canary", self.write_canaries(run))

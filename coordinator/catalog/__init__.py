@@ -5,8 +5,9 @@ What it promises:
   missing, unless every included node has its manifest and every array of the plan its snapshot,
   covering every volume of those nodes; a backup with excluded nodes (each with its reason) is
   recorded as `partial`, never as `complete` (the rule: `completeness`);
-- no snapshot is forgotten: a failed or deleted backup's snapshot references move, in the same
-  transaction, to `pending_cleanups`, where they stay until the array confirms the deletion;
+- no snapshot is forgotten: a backup run records each array snapshot in the resource ledger
+  before the array is asked; a failed or deleted backup's snapshots stay there (joined in the same
+  transaction) until the array confirms the deletion, a completed backup takes its own;
 - backups found `running` when the catalog is opened are reported by `interrupted_backups()` so that
   the coordinator cleans them up and marks them failed; restores found `running` are marked
   interrupted and reported by `interrupted_restores()`;

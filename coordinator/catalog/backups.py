@@ -1,7 +1,7 @@
 """The life of a backup in the catalog: begun as running, its plan, snapshots and timings recorded,
 then complete (or partial) only when nothing is missing, or failed; later verified by a restore or
 drill, lost when a restore destroyed its snapshots, or deleted. Snapshots of a failed or deleted
-backup move to the pending cleanups in the same transaction."""
+backup become the resource ledger's snapshot entries in the same transaction."""
 
 # S608: every query is assembled from constant fragments and "?" placeholders; values are bound.
 # ruff: noqa: S608
@@ -75,7 +75,7 @@ class BackupStore(Database):
             # Snapshots are named after their backup: reusing the id of a backup whose snapshot
             # still waits for deletion would let that cleanup delete the new backup's snapshot.
             pending = conn.execute(
-                "SELECT array FROM pending_cleanups WHERE snapshot_name = ? OR backup_id = ?",
+                "SELECT array FROM resources WHERE type = 'snapshot' AND (name = ? OR run_id = ?)",
                 (backup_id, backup_id),
             ).fetchall()
             if pending:
@@ -181,6 +181,7 @@ class BackupStore(Database):
             if missing:
                 raise IncompleteBackupError(backup_id, missing)
             state = completeness.finished_state(backup)
+            cleanup_rows.accepted(conn, backup_id, [ref.array for ref in backup.snapshots])
             conn.execute(
                 "UPDATE backups SET state = ?, finished_us = ?, warnings = ? WHERE pk = ?",
                 (state.value, to_us(finished), json.dumps(list(warnings)), pk),
@@ -203,9 +204,10 @@ class BackupStore(Database):
     ) -> Backup:
         """Mark a running backup failed with `error`.
 
-        In the same transaction, every snapshot recorded for it moves to the pending cleanups, with
-        `cleanups` (snapshots the run made but could not delete, or only knows by name), and its
-        `native_tags` (native snapshots it may have taken) go in the resource ledger.
+        In the same transaction, every snapshot recorded for it, and `cleanups` (snapshots the run
+        made but could not delete, or only knows by name), are the ledger's snapshot entries to
+        delete (joined with the entries the run made before asking each array), and its
+        `native_tags` (native snapshots it may have taken) go in the ledger too.
         """
         if not error:
             raise ValueError("a failed backup needs its error")
@@ -218,8 +220,9 @@ class BackupStore(Database):
                 CleanupRequest(array=row["array"], reason=reason, ref=codec.decode_ref(row["ref"]))
                 for row in conn.execute("SELECT array, ref FROM snapshots WHERE backup = ?", (pk,))
             ]
+            cluster = backup_rows.get_pk(conn, pk).cluster
             for request in [*moved, *cleanups]:
-                cleanup_rows.insert(conn, backup_id, request, finished)
+                cleanup_rows.leave_snapshot(conn, cluster, backup_id, request, finished)
             for tag in native_tags:
                 insert_resource(conn, tag, finished)
             conn.execute("DELETE FROM snapshots WHERE backup = ?", (pk,))
@@ -251,9 +254,9 @@ class BackupStore(Database):
     def delete_backup(self, backup_id: str, *, reason: str) -> list[PendingCleanup]:
         """Remove a finished backup from the catalog.
 
-        Its snapshots move to the pending cleanups in the same transaction and are returned: the
-        caller deletes them from the arrays and calls `cleanup_done` (a crash in between leaves them
-        pending, never forgotten). A native backup's snapshot is one tag per included node: each
+        Its snapshots become ledger entries in the same transaction and are returned: the caller
+        deletes them from the arrays and removes the entries (a crash in between leaves them in
+        the ledger, never forgotten). A native backup's snapshot is one tag per included node: each
         goes in the resource ledger (`runs.resources.native_tag`), retried by its one path.
         """
         if not reason:
@@ -272,7 +275,10 @@ class BackupStore(Database):
             if backup.snapshot_kind is SnapshotKind.NATIVE:
                 for tag in native_tags(backup, why):
                     insert_resource(conn, tag, at)
-            ids = [cleanup_rows.insert(conn, backup_id, request, at) for request in requests]
+            ids = [
+                cleanup_rows.leave_snapshot(conn, backup.cluster, backup_id, request, at)
+                for request in requests
+            ]
             conn.execute("DELETE FROM backups WHERE pk = ?", (pk,))
             pending = cleanup_rows.by_ids(conn, ids)
         log.info(

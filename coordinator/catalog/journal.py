@@ -1,7 +1,6 @@
 """What the journals of the workflows that read a backup (restores, drills, table restores, exports)
-share: the catalog calls they make, each off the event loop (SQLite blocks): the manifests, the
-pending cleanups (`CatalogCleanups`: the clones of records from before the ledger, whose rows
-catalog migration 13 moved to the ledger) and the resource ledger (`CatalogResources`)."""
+share: the catalog calls they make, each off the event loop (SQLite blocks): the manifests and
+the resource ledger (`CatalogResources`)."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ import asyncio
 from collections.abc import Iterable, Sequence
 
 from ringsnap.coordinator.catalog import Catalog
-from ringsnap.coordinator.model import CleanupRequest, Verification
+from ringsnap.coordinator.model import Verification
 from ringsnap.coordinator.ports import SSTable
 from ringsnap.coordinator.runs.resources import Resource
 
@@ -28,30 +27,6 @@ class CatalogJournalBase:
         self, backup_id: str, result: Verification, detail: str, by: str
     ) -> None:
         await asyncio.to_thread(self.catalog.mark_verified, backup_id, result, detail, by=by)
-
-
-class CatalogCleanups:
-    """The pending-cleanup calls of a journal whose workflow makes clones (exports, table
-    restores): each clone is recorded before it is used, and marked done or failed after."""
-
-    def __init__(self, catalog: Catalog) -> None:
-        self.catalog = catalog
-
-    async def add_cleanups(self, backup_id: str, requests: Sequence[CleanupRequest]) -> list[int]:
-        """Record `requests`; their cleanup ids, in order."""
-        made = await asyncio.to_thread(self.catalog.add_cleanups, backup_id, requests)
-        ids = {c.snapshot_name: c.id for c in made}
-        return [ids[r.snapshot_name] for r in requests]
-
-    async def cleanup_pending(self, cleanup_id: int) -> bool:
-        pending = await asyncio.to_thread(self.catalog.pending_cleanups)
-        return any(c.id == cleanup_id for c in pending)
-
-    async def cleanup_done(self, cleanup_id: int) -> None:
-        await asyncio.to_thread(self.catalog.cleanup_done, cleanup_id)
-
-    async def cleanup_failed(self, cleanup_id: int, error: str) -> None:
-        await asyncio.to_thread(self.catalog.cleanup_failed, cleanup_id, error)
 
 
 class CatalogResources:

@@ -11,11 +11,13 @@ import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
 
+from ringsnap.coordinator.catalog import codec
 from ringsnap.coordinator.catalog.columns import EPOCH, from_us, now, to_us, utc
 from ringsnap.coordinator.catalog.database import Database
 from ringsnap.coordinator.catalog.errors import CatalogError
 from ringsnap.coordinator.runs.resources import LedgerEntry, Resource, ResourceType
 from ringsnap.logs import get_logger
+from ringsnap.plugins.types import SnapshotRef
 
 log = get_logger(__name__)
 
@@ -23,7 +25,7 @@ log = get_logger(__name__)
 _RUNS_VERSION = 10
 _COLUMNS = (
     "type, cluster, run_id, run_kind, reason, array, name, volume_id, name_hint, node,"
-    " mount_purpose, host, drill_host"
+    " mount_purpose, host, drill_host, ref"
 )
 
 
@@ -44,6 +46,7 @@ def _entry(row: sqlite3.Row) -> LedgerEntry:
             mount_purpose=row["mount_purpose"],
             host=row["host"],
             drill_host=bool(row["drill_host"]),
+            ref=codec.decode_ref(row["ref"]) if row["ref"] else None,
         ),
         created_at=from_us(row["created_us"]) or EPOCH,
         attempts=row["attempts"],
@@ -69,12 +72,13 @@ def insert_resource(conn: sqlite3.Connection, resource: Resource, at: datetime) 
         resource.mount_purpose,
         resource.host,
         int(resource.drill_host),
+        codec.encode_ref(resource.ref) if resource.ref is not None else "",
         to_us(at),
     )
     try:
         row = conn.execute(
             f"INSERT INTO resources ({_COLUMNS}, created_us)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
             values,
         ).fetchone()
     except sqlite3.IntegrityError as exc:
@@ -157,6 +161,16 @@ class RunStore(Database):
             raise CatalogError(f"ledger entry {entry_id}: a made resource needs its name")
         self._update(entry_id, "name = ?, volume_id = ?", (name, volume_id))
 
+    def snapshot_made(self, entry_id: int, ref: SnapshotRef) -> None:
+        """The array answered a snapshot call: its reference (deleted by it from now on)."""
+        self._update(
+            entry_id,
+            "name = ?, ref = ?",
+            (ref.snapshot_name, codec.encode_ref(ref)),
+            "type = 'snapshot' AND array = ?",
+            (ref.array,),
+        )
+
     def resource_host(self, entry_id: int, host: str) -> None:
         """A mapping was made: the array's host object it names."""
         self._update(entry_id, "host = ?", (host,))
@@ -186,10 +200,18 @@ class RunStore(Database):
             rows = conn.execute(f"SELECT * FROM resources {where} ORDER BY id", params)
             return [_entry(row) for row in rows.fetchall()]
 
-    def _update(self, entry_id: int, assignments: str, params: Sequence[object]) -> None:
+    def _update(
+        self,
+        entry_id: int,
+        assignments: str,
+        params: Sequence[object],
+        where: str = "1",
+        where_params: Sequence[object] = (),
+    ) -> None:
         with self._tx(write=True) as conn:
             updated = conn.execute(
-                f"UPDATE resources SET {assignments} WHERE id = ?", (*params, entry_id)
+                f"UPDATE resources SET {assignments} WHERE id = ? AND {where}",
+                (*params, entry_id, *where_params),
             ).rowcount
         if not updated:
-            raise CatalogError(f"no ledger entry {entry_id}")
+            raise CatalogError(f"no ledger entry {entry_id} (of that type and array)")

@@ -17,6 +17,7 @@ from ringsnap.coordinator.catalog.errors import CatalogSchemaError
 from ringsnap.coordinator.catalog.schema_ledger import LEDGER_FOLD
 from ringsnap.coordinator.catalog.schema_mappings import MAPPINGS
 from ringsnap.coordinator.catalog.schema_not_proven import NOT_PROVEN
+from ringsnap.coordinator.catalog.schema_snapshots import SNAPSHOTS_IN_LEDGER
 from ringsnap.logs import get_logger
 
 log = get_logger(__name__)
@@ -408,6 +409,11 @@ MIGRATIONS: list[Migration] = [
         13,
         "drills' clones and native snapshot tags in the ledger; encoded cleanups moved",
         LEDGER_FOLD,
+    ),
+    Migration(
+        14,
+        "backups' array snapshots in the ledger (no pending cleanups); one drill-host spelling",
+        SNAPSHOTS_IN_LEDGER,
     ),
 ]
 

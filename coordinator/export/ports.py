@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ringsnap.coordinator.clone_mounts import CloneMounter
-from ringsnap.coordinator.clone_session import CloneCleanups
 from ringsnap.coordinator.export.model import ExportRecord
 from ringsnap.coordinator.ports import VolumeState
 from ringsnap.coordinator.runs.resources import Resource
@@ -64,9 +63,9 @@ class ExportNodePort(CloneMounter, Protocol):
     ) -> NodeUpload: ...
 
 
-class ExportJournal(CloneCleanups, Protocol):
-    """The catalog, for an export (calls are blocking-free coroutines). Its `cleanup_*` calls are
-    for the clones older exports recorded as pending cleanups; new clones are in the ledger."""
+class ExportJournal(Protocol):
+    """The catalog, for an export (calls are blocking-free coroutines); its clones are in the
+    resource ledger."""
 
     async def save(self, record: ExportRecord) -> None: ...
 

@@ -15,7 +15,7 @@ from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.coordinator.agents.connection import ClientTls
 from ringsnap.coordinator.agents.export import GrpcExportNode
 from ringsnap.coordinator.catalog import Catalog
-from ringsnap.coordinator.catalog.journal import CatalogCleanups, CatalogResources
+from ringsnap.coordinator.catalog.journal import CatalogResources
 from ringsnap.coordinator.cluster_clients import client_tls, open_cluster
 from ringsnap.coordinator.config import ClusterSection, CoordinatorConfig
 from ringsnap.coordinator.export.mirror import write_mirror
@@ -27,7 +27,7 @@ from ringsnap.coordinator.ports import ArrayPort
 from ringsnap.coordinator.presentation import Presenter, RunOf, cluster_hosts
 
 
-class CatalogExportJournal(CatalogCleanups, CatalogResources):
+class CatalogExportJournal(CatalogResources):
     """`ExportJournal` over the catalog (every call off the event loop)."""
 
     async def save(self, record: ExportRecord) -> None:

@@ -123,8 +123,6 @@ class ExportWorkflow:
         self.arrays = dict(arrays)
         self.journal = journal
         self.clones = CloneSession(self.arrays, LedgerCleanups(journal))
-        #: Clones recorded as pending cleanups by exports before the run engine.
-        self.legacy_clones = CloneSession(self.arrays, journal)
         self.parallel_nodes = max(1, parallel_nodes)
         self.progress = progress or _quiet
         self.mirror = mirror
@@ -385,8 +383,6 @@ class ExportWorkflow:
             for clone in made:
                 if clone.ledger_id:
                     await self.journal.resource_failed(clone.ledger_id, why)
-                elif clone.cleanup_id:
-                    await self.journal.cleanup_failed(clone.cleanup_id, why)
             raise RuntimeError(
                 f"{exc}; clones {names} are not deleted while they may be mounted (pending"
                 " cleanups); run the export again once the node answers",
@@ -404,13 +400,14 @@ class ExportWorkflow:
                 self.progress(ctx.node, f"clone {clone.array}:{clone.clone} deleted")
 
         left = ctx.payload.node(ctx.node).clones_left
-        problems = [
-            await self.clones.delete(
-                [c for c in left if c.ledger_id], deleted, key=lambda c: c.ledger_id
-            ),
-            await self.legacy_clones.delete([c for c in left if not c.ledger_id], deleted),
-        ]
-        problem = "; ".join(p for p in problems if p)
+        for clone in left:
+            if clone.clone and not clone.deleted and not clone.ledger_id:
+                # A record from before the ledger: catalog migration 13 moved its pending
+                # cleanup to the ledger, whose retries delete it.
+                await deleted(clone, True)
+        problem = await self.clones.delete(
+            [c for c in left if c.ledger_id], deleted, key=lambda c: c.ledger_id
+        )
         if problem:
             raise RuntimeError(problem)
 

@@ -1,6 +1,8 @@
 """The resource ledger as runs and the retries use it (every call off the event loop), and the one
 retry path that undoes what a run left: unmount on the node (or the drill host) that mounts it,
-then delete on the array (a clone), or clear on the node (a native snapshot tag).
+then delete on the array (a clone), delete through the array's port (a backup's snapshot,
+`snapshot_undo`: a node-local array's port asks its node's agent), or clear on the node (a native
+snapshot tag).
 
 Safety, in one place:
 - a resource is in the ledger before it exists (a clone: before the array is asked, by the hint
@@ -26,10 +28,11 @@ from typing import Protocol
 from ringsnap.coordinator.presentation import HostLookup, unpresent_entry
 from ringsnap.coordinator.runs.lease import Lease
 from ringsnap.coordinator.runs.resources import LedgerEntry, Resource, ResourceType
+from ringsnap.coordinator.runs.snapshot_undo import NotYetMade, SnapshotUndo
 from ringsnap.errors import RingsnapError
 from ringsnap.logs import get_logger
 from ringsnap.plugins.errors import NotFoundError
-from ringsnap.plugins.types import Volume
+from ringsnap.plugins.types import SnapshotRef, Volume
 
 log = get_logger(__name__)
 
@@ -53,6 +56,8 @@ class LedgerStore(Protocol):
 
     def resources(self, run_id: str | None = None) -> list[LedgerEntry]: ...
 
+    def snapshot_made(self, entry_id: int, ref: SnapshotRef) -> None: ...
+
 
 class Ledger:
     """The ledger for a run's steps: record before making, name once made, gone once undone."""
@@ -68,6 +73,10 @@ class Ledger:
 
     async def failed(self, entry_id: int, error: str) -> None:
         await asyncio.to_thread(self.store.resource_failed, entry_id, error)
+
+    async def snapshot_made(self, entry_id: int, ref: SnapshotRef) -> None:
+        """A snapshot entry's array answered: deleted by `ref` from now on."""
+        await asyncio.to_thread(self.store.snapshot_made, entry_id, ref)
 
     async def gone(self, entry_id: int) -> None:
         await asyncio.to_thread(self.store.resource_gone, entry_id)
@@ -137,8 +146,11 @@ class LedgerRetry:
         unmount_timeout: float = UNMOUNT_TIMEOUT_SECONDS,
         drill_host: Callable[[str], DrillHostHolder | None] = lambda _cluster: None,
         node_host: Callable[[str], HostLookup | None] | None = None,
+        snapshots: SnapshotUndo | None = None,
     ) -> None:
         self.ledger = ledger
+        #: How backups' snapshot entries are deleted (None: kept, saying this retry does not).
+        self.snapshots = snapshots
         self.arrays = arrays
         self.node_agent = node_agent
         self.tag_agent = tag_agent
@@ -201,14 +213,22 @@ class LedgerRetry:
             await agent.clear_snapshot(resource.name)
             return True
         if resource.type is ResourceType.MAPPING:
-            if resource.mount_purpose:
+            if resource.mount_purpose and resource.drill_host:
+                await self.unmount_on_drill_host(resource)
+            elif resource.mount_purpose:
                 await self.unmount(resource)
             hosts = self.node_host(resource.cluster) if self.node_host is not None else None
             await unpresent_entry(entry, self.arrays, hosts)
             return True
+        if resource.type is ResourceType.SNAPSHOT and self.snapshots is not None:
+            try:
+                await self.snapshots.delete(entry)
+            except NotYetMade as exc:
+                await self.ledger.failed(entry.id, str(exc))
+                return False
+            return True
         if resource.type is not ResourceType.CLONE:
-            # The catalog allows 'snapshot' entries (backups' array snapshots are still pending
-            # cleanups): never undo one as if it were a clone.
+            # Never undo an entry of another type as if it were a clone.
             raise RingsnapError(
                 f"{resource.describe()}: this ringsnap does not undo {resource.type.value}"
                 " entries; delete it by hand"
@@ -278,9 +298,10 @@ class LedgerRetry:
 
     @staticmethod
     def _not_confirmed(resource: Resource, why: str) -> NotConfirmed:
+        whose = "the drill host" if resource.drill_host else f"node {resource.node}"
         return NotConfirmed(
-            f"{resource.describe()}: node {resource.node} did not confirm it is unmounted ({why});"
-            " it is kept (never deleted while it may be mounted) and retried"
+            f"{resource.describe()}: {whose} did not confirm it is unmounted ({why}); it is kept"
+            " (never deleted while it may be mounted) and retried"
         )
 
     async def _delete_clone(self, entry: LedgerEntry) -> bool:

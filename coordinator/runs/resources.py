@@ -1,6 +1,6 @@
-"""The resource ledger's entries: every clone, snapshot, native snapshot tag and staging directory
-a run makes, with who made it, where it is mounted and how to undo it, recorded BEFORE it is
-made. An entry leaves the ledger only once its undo was confirmed; one whose undo failed stays,
+"""The resource ledger's entries: every clone, array snapshot, native snapshot tag and staging
+directory a run makes, with who made it, where it is mounted and how to undo it, recorded BEFORE
+it is made. An entry leaves the ledger only once its undo was confirmed; one whose undo failed stays,
 with the error, and is retried (`runs.retry`). Typed columns, nothing encoded in a name."""
 
 from __future__ import annotations
@@ -9,13 +9,17 @@ import enum
 from dataclasses import dataclass
 from datetime import datetime
 
+from ringsnap.plugins.types import SnapshotRef
+
 
 class ResourceType(enum.StrEnum):
     #: A volume cloned from a snapshot on `array` (name and id once the array answered); mounted
     #: under `mount_purpose` by the agent of `node`, or by the cluster's drill host
     #: (`drill_host`), when those are set.
     CLONE = "clone"
-    #: A snapshot on `array`, by name.
+    #: A backup's group snapshot on `array`: by name (the backup id) from before the array is
+    #: asked, by `ref` once it answered; on a node-local array (`agent-lvm`) `node` says whose
+    #: disks hold it. Deleted through the array's port (a node-local one asks that node's agent).
     SNAPSHOT = "snapshot"
     #: A Cassandra snapshot tagged `name` on `node`, cleared by its agent.
     NATIVE_TAG = "native-tag"
@@ -49,9 +53,12 @@ class Resource:
     #: A mapping's host object on the array ("" until the array named it, when the config does
     #: not: the retry then finds it by the node's initiators).
     host: str = ""
-    #: Mounted by the cluster's drill host (a drill's clones), not by a node: a retry stops the
-    #: drill of `mount_purpose` there and unmounts it before the array deletes the clone.
+    #: Mounted by (a mapping: presented to) the cluster's drill host, not a node (`node` is then
+    #: ""): a retry stops the drill of `mount_purpose` there and unmounts it before the array
+    #: deletes the clone or unmaps the volume. The one spelling of the drill host in the ledger.
     drill_host: bool = False
+    #: A snapshot's reference, once the array answered (None: known by `name` only).
+    ref: SnapshotRef | None = None
 
     @property
     def made(self) -> bool:
@@ -61,11 +68,14 @@ class Resource:
         where = f"array {self.array}" if self.array else f"node {self.node}"
         if self.drill_host and self.mount_purpose:
             where += f" (mounted by the drill host under {self.mount_purpose})"
+        if self.type is ResourceType.SNAPSHOT and self.node:
+            where += f" (node {self.node}'s own disks)"
         name = self.name or f"(not named yet; names contain {self.name_hint!r})"
         if self.type is ResourceType.MAPPING:
             host = f"host {self.host}" if self.host else "the host"
+            whose = "the drill host" if self.drill_host else f"node {self.node}"
             return (
-                f"mapping of {name} to {host} of node {self.node} on array {self.array},"
+                f"mapping of {name} to {host} of {whose} on array {self.array},"
                 f" made by {self.run_kind} {self.run_id}"
             )
         return f"{self.type.value} {name} on {where}, made by {self.run_kind} {self.run_id}"
@@ -92,4 +102,28 @@ def native_tag(cluster: str, node: str, backup_id: str, reason: str) -> Resource
         reason=reason,
         name=backup_id,
         node=node,
+    )
+
+
+def array_snapshot(
+    cluster: str,
+    array: str,
+    backup_id: str,
+    reason: str,
+    *,
+    node: str = "",
+    ref: SnapshotRef | None = None,
+) -> Resource:
+    """Backup `backup_id`'s snapshot on `array` (named after the backup), to delete unless a
+    completed backup takes it; `node`: the node whose agent holds it (node-local arrays)."""
+    return Resource(
+        type=ResourceType.SNAPSHOT,
+        cluster=cluster,
+        run_id=backup_id,
+        run_kind="backup",
+        reason=reason,
+        array=array,
+        name=ref.snapshot_name if ref is not None else backup_id,
+        node=node,
+        ref=ref,
     )

@@ -35,7 +35,6 @@ class CloneSteps:
     nodes: dict[str, TableNodePort]
     journal: TableRestoreJournal
     clones: CloneSession
-    legacy_clones: CloneSession
     s3_agents: dict[str, S3RestorePort]
     #: An encrypted copy's keys (`--from s3 --key-file`), for the downloads of this run.
     keys: RestoreKeys
@@ -231,10 +230,11 @@ class CloneSteps:
             )
 
         clones = ctx.payload.clones
-        problems = [
-            await self.clones.delete([c for c in clones if c.in_ledger], deleted),
-            await self.legacy_clones.delete([c for c in clones if not c.in_ledger], deleted),
-        ]
-        problem = "; ".join(p for p in problems if p)
+        for clone in clones:
+            if clone.clone and not clone.deleted and not clone.in_ledger:
+                # A record from before the ledger: catalog migration 13 moved its pending
+                # cleanup to the ledger, whose retries delete it.
+                await deleted(clone, True)
+        problem = await self.clones.delete([c for c in clones if c.in_ledger], deleted)
         if problem:
             raise TableRestoreFailed(problem)

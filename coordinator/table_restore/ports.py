@@ -100,11 +100,7 @@ class TableCqlPort(Protocol):
 
 class TableRestoreJournal(CloneCleanups, Protocol):
     """The catalog, as the run uses it: its record saved after every step, the backup's manifests
-    and drills read, and its clones kept in the resource ledger (its `cleanup_*` calls; `legacy`
-    for the clones older records kept as pending cleanups)."""
-
-    @property
-    def legacy(self) -> CloneCleanups: ...
+    and drills read, and its clones kept in the resource ledger (its `cleanup_*` calls)."""
 
     async def save(self, record: TableRestoreRecord) -> None: ...
 

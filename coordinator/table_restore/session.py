@@ -13,7 +13,6 @@ from ringsnap.coordinator.agents.s3_restore import GrpcS3Restore
 from ringsnap.coordinator.agents.table_restore import GrpcTableNode
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.catalog.journal import (
-    CatalogCleanups,
     CatalogJournalBase,
     CatalogResources,
 )
@@ -42,10 +41,6 @@ from ringsnap.coordinator.table_restore.workflow import Progress, TableRestoreWo
 
 class CatalogTableJournal(CatalogJournalBase, CatalogResources):
     """`TableRestoreJournal` (`table_restore.ports`) over the catalog (every call off the event loop)."""
-
-    def __init__(self, catalog: Catalog) -> None:
-        super().__init__(catalog)
-        self.legacy = CatalogCleanups(catalog)
 
     async def save(self, record: TableRestoreRecord) -> None:
         await asyncio.to_thread(self.catalog.save_table_restore, record)

@@ -113,7 +113,6 @@ class TableRestoreWorkflow(CloneSteps):
         self.journal = journal
         self.clones = CloneSession(self.arrays, journal)
         #: Clones recorded as pending cleanups by table restores before the run engine.
-        self.legacy_clones = CloneSession(self.arrays, journal.legacy)
         self.progress = progress or _quiet
         self._announced: set[str] = set()
 

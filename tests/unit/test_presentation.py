@@ -17,6 +17,7 @@ from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.clone_mounts import CloneToMount
 from ringsnap.coordinator.ports import VolumeState
 from ringsnap.coordinator.presentation import (
+    DRILL_HOST_NODE,
     NoInitiators,
     Presenter,
     RunOf,
@@ -241,3 +242,56 @@ def test_a_clone_whose_mapping_is_not_undone_is_not_deleted(catalog: Catalog) ->
     assert not any(e.startswith("delete") for e in events)
     left = {e.id: e.last_error for e in catalog.resources()}
     assert "unmapped first" in left[clone.id]
+
+
+def test_a_drill_mapping_has_one_spelling_and_is_retried_on_the_drill_hosts_agent(
+    catalog: Catalog,
+) -> None:
+    """A clone presented to the drill host is one ledger entry with the `drill_host` flag (no
+    node); a killed drill's mapping is retried on the drill host's agent (its drill stopped,
+    its purpose unmounted), never on a node's, then unmapped from the drill host's host."""
+    events: list[str] = []
+    array = FakeArray(catalog, events)
+    hosts_asked: list[str] = []
+
+    async def hosts(node: str) -> HostInitiators:
+        hosts_asked.append(node)
+        return HostInitiators(iqns=("iqn.2026-11.net.x:drill",), array_host="drillhost")
+
+    presenter = Presenter({"array1": array}, catalog, RunOf("c1", "dr-1", "drill"), hosts)
+    asyncio.run(presenter.present(DRILL_HOST_NODE, "dr-1-node2", CLONES[:1]))
+    (entry,) = catalog.resources()
+    assert (entry.resource.node, entry.resource.drill_host) == ("", True)
+    assert "the drill host" in entry.resource.describe()
+    events.clear()
+
+    class DrillHost:
+        async def stop_drill(self, purpose_id: str) -> None:
+            events.append(f"host:stop:{purpose_id}")
+
+        async def unmount_clones(self, purpose_id: str) -> Sequence[str]:
+            events.append(f"host:unmount:{purpose_id}")
+            return []
+
+    def no_node(cluster: str, node: str) -> _Node:
+        raise AssertionError(f"a drill-host mapping was retried on node {node!r}")
+
+    retry = LedgerRetry(
+        Ledger(catalog),
+        {"array1": array},
+        node_agent=no_node,
+        tag_agent=lambda cluster, node: None,
+        drill_host=lambda cluster: DrillHost() if cluster == "c1" else None,
+        held=lambda cluster: None,
+        now=lambda: datetime.now(UTC),
+    )
+    assert asyncio.run(retry.run()) == 0
+    assert events == [
+        "host:stop:dr-1-node2",
+        "host:unmount:dr-1-node2",
+        "unpresent:c_data:drillhost",
+    ]
+    # The presenter's own unpresent finds the entry by the drill host too.
+    asyncio.run(presenter.present(DRILL_HOST_NODE, "dr-1-node2", CLONES[:1]))
+    asyncio.run(presenter.unpresent(DRILL_HOST_NODE, "dr-1-node2"))
+    assert catalog.resources() == []

@@ -246,7 +246,7 @@ def test_delete_moves_snapshots_to_cleanups_and_removes_everything_else(
     for table in ("backup_nodes", "snapshots", "manifests", "manifest_chunks", "phase_timings"):
         assert conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0, table
     for cleanup in cleanups:
-        catalog.cleanup_done(cleanup.id)
+        catalog.resource_gone(cleanup.id)
     assert catalog.pending_cleanups() == []
 
 
@@ -258,7 +258,7 @@ def test_an_id_with_snapshots_pending_deletion_cannot_be_reused(catalog: Catalog
     # A new backup named rs-1 would make a snapshot named rs-1 that this cleanup would delete.
     with pytest.raises(BackupStateError, match="pending deletion on a1; choose another id"):
         begin(catalog, "rs-1", nodes)
-    catalog.cleanup_done(cleanup.id)
+    catalog.resource_gone(cleanup.id)
     begin(catalog, "rs-1", nodes)
 
 
