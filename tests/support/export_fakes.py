@@ -8,7 +8,6 @@ from dataclasses import replace
 
 from ringsnap.coordinator.export.model import ExportRecord
 from ringsnap.coordinator.export.ports import NodeUpload, UploadProgress
-from ringsnap.coordinator.model import CleanupRequest
 from ringsnap.coordinator.runs.resources import Resource
 from tests.support.clone_fakes import CloneNode
 
@@ -40,34 +39,16 @@ def _unheard(_: UploadProgress) -> None:
 
 
 class ExportJournal:
-    """The export's records as saved, and its pending cleanups and ledger entries by id (one
-    space of ids: `cleanups` holds both)."""
+    """The export's records as saved, and its ledger entries by id (`cleanups`)."""
 
     def __init__(self) -> None:
         self.saved: list[ExportRecord] = []
-        self.cleanups: dict[int, CleanupRequest | Resource] = {}
+        self.cleanups: dict[int, Resource] = {}
         self.failed: dict[int, str] = {}
         self.next_id = 1
 
     async def save(self, record: ExportRecord) -> None:
         self.saved.append(record)
-
-    async def add_cleanups(self, backup_id: str, requests: Sequence[CleanupRequest]) -> list[int]:
-        ids = []
-        for request in requests:
-            self.cleanups[self.next_id] = request
-            ids.append(self.next_id)
-            self.next_id += 1
-        return ids
-
-    async def cleanup_pending(self, cleanup_id: int) -> bool:
-        return cleanup_id in self.cleanups
-
-    async def cleanup_done(self, cleanup_id: int) -> None:
-        del self.cleanups[cleanup_id]
-
-    async def cleanup_failed(self, cleanup_id: int, error: str) -> None:
-        self.failed[cleanup_id] = error
 
     async def record_resources(self, resources: Sequence[Resource]) -> list[int]:
         ids = []

@@ -181,11 +181,6 @@ class Journal:
     async def clone_made(self, entry_id: int, clone: CloneRecord) -> None:
         self.pending_cleanups[entry_id] = f"{clone.node}:{clone.array}:{clone.clone}"
 
-    @property
-    def legacy(self) -> Journal:
-        """Records from before the ledger kept their clones' cleanups here too."""
-        return self
-
     async def cleanup_pending(self, cleanup_id: int) -> bool:
         return cleanup_id in self.pending_cleanups
 

@@ -1,7 +1,7 @@
 """Catalog migration 13: what an older ringsnap left as pending cleanups with an encoded name moves
 to the resource ledger, typed, keeping who made it, why, when, its attempts and its last error;
-array snapshots stay pending cleanups; a row no ringsnap wrote stays where it is, refused with
-what to do. The migrated entries are then undone by the ledger's one retry path (unmounted on the
+array snapshots stay pending cleanups (until migration 14 makes them ledger entries too:
+test_snapshot_migration); a row no ringsnap wrote stays where it is, refused with what to do. The migrated entries are then undone by the ledger's one retry path (unmounted on the
 node or the drill host that mounted them, then deleted)."""
 
 from __future__ import annotations
