@@ -17,7 +17,7 @@ from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.catalog import schema as catalog_schema
 from ringsnap.coordinator.catalog.codec import encode_ref
 from ringsnap.coordinator.runs.ledger import Ledger, LedgerRetry
-from ringsnap.coordinator.runs.resources import ResourceType
+from ringsnap.coordinator.runs.resources import LedgerEntry, ResourceType
 from ringsnap.coordinator.runs.snapshot_undo import SnapshotUndo
 from tests.support.fakes import FakeArray, snapshot_ref, volume
 
@@ -52,6 +52,22 @@ def _older_catalog(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
                 " 'presented', 'array1', 'data1_dr_1', '@drill-host', 'dr-1', 1)"
             )
     monkeypatch.undo()
+
+
+def _retry(
+    catalog: Catalog, arrays: dict[str, FakeArray], now: datetime, entries: list[LedgerEntry]
+) -> None:
+    """The ledger's retry of `entries` at `now`, deleting snapshots through `arrays`."""
+    retry = LedgerRetry(
+        Ledger(catalog),
+        arrays,
+        node_agent=lambda cluster, name: None,
+        tag_agent=lambda cluster, name: None,
+        held=lambda cluster: None,
+        now=lambda: now,
+        snapshots=SnapshotUndo(arrays, lambda array: {v.name for v in VOLUMES}, lambda: now),
+    )
+    asyncio.run(retry.run(entries))
 
 
 def test_pending_cleanups_become_typed_snapshot_entries(
@@ -105,19 +121,9 @@ def test_the_moved_snapshots_are_deleted_through_their_arrays_ports(
     arrays["array1"].snapshots["rs-a"] = REF_A
     # The interrupted run's snapshot, which its process never heard of: found by its name.
     arrays["array2"].snapshots["rs-gone"] = snapshot_ref("array2", "rs-gone", VOLUMES)
-    now = datetime.now(UTC)
     with Catalog(path) as catalog:
-        retry = LedgerRetry(
-            Ledger(catalog),
-            arrays,
-            node_agent=lambda cluster, name: None,
-            tag_agent=lambda cluster, name: None,
-            held=lambda cluster: None,
-            now=lambda: now,
-            snapshots=SnapshotUndo(arrays, lambda array: {v.name for v in VOLUMES}, lambda: now),
-        )
         snapshots = [e for e in catalog.resources() if e.resource.type is ResourceType.SNAPSHOT]
-        asyncio.run(retry.run(snapshots))
+        _retry(catalog, arrays, datetime.now(UTC), snapshots)
         (left,) = catalog.pending_cleanups()
     assert events == ["delete rs-a", "delete rs-gone"]
     assert arrays["array1"].snapshots == {} and arrays["array2"].snapshots == {}
@@ -134,21 +140,8 @@ def test_a_name_not_found_is_kept_within_its_grace_then_let_go(
     with Catalog(path) as catalog:
         (entry,) = [e for e in catalog.resources() if e.resource.array == "array2"]
 
-        def retry(now: datetime) -> None:
-            undo = SnapshotUndo(arrays, lambda array: {v.name for v in VOLUMES}, lambda: now)
-            ledger = LedgerRetry(
-                Ledger(catalog),
-                arrays,
-                node_agent=lambda cluster, name: None,
-                tag_agent=lambda cluster, name: None,
-                held=lambda cluster: None,
-                now=lambda: now,
-                snapshots=undo,
-            )
-            asyncio.run(ledger.run([entry]))
-
-        retry(entry.created_at + timedelta(minutes=14))
+        _retry(catalog, arrays, entry.created_at + timedelta(minutes=14), [entry])
         (kept,) = [e for e in catalog.resources() if e.id == entry.id]
         assert "not on the array yet" in kept.last_error
-        retry(entry.created_at + timedelta(minutes=16))
+        _retry(catalog, arrays, entry.created_at + timedelta(minutes=16), [entry])
         assert [e for e in catalog.resources() if e.id == entry.id] == []
