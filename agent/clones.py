@@ -137,7 +137,7 @@ class MountedClone:
 
 @dataclass(slots=True)
 class CloneRecord:
-    purpose_id: str
+    run_id: str
     read_only: bool
     clones: list[MountedClone] = field(default_factory=list)
 
@@ -148,18 +148,18 @@ class CloneRecords:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
 
-    def path(self, purpose_id: str) -> Path:
-        return self.directory / f"{check_purpose_id(purpose_id)}.json"
+    def path(self, run_id: str) -> Path:
+        return self.directory / f"{check_purpose_id(run_id)}.json"
 
-    def load(self, purpose_id: str) -> CloneRecord | None:
-        path = self.path(purpose_id)
+    def load(self, run_id: str) -> CloneRecord | None:
+        path = self.path(run_id)
         try:
             document = json.loads(path.read_bytes())
             clones = [
                 MountedClone(**{**item, "options": tuple(item.get("options", ()))})
                 for item in document["clones"]
             ]
-            return CloneRecord(purpose_id, bool(document["read_only"]), clones)
+            return CloneRecord(run_id, bool(document["read_only"]), clones)
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -170,14 +170,14 @@ class CloneRecords:
 
     def save(self, record: CloneRecord) -> None:
         payload = {
-            "purpose_id": record.purpose_id,
+            "run_id": record.run_id,
             "read_only": record.read_only,
             "clones": [asdict(clone) for clone in record.clones],
         }
-        write_durably(self.path(record.purpose_id), json.dumps(payload, indent=1).encode())
+        write_durably(self.path(record.run_id), json.dumps(payload, indent=1).encode())
 
-    def remove(self, purpose_id: str) -> None:
-        self.path(purpose_id).unlink(missing_ok=True)
+    def remove(self, run_id: str) -> None:
+        self.path(run_id).unlink(missing_ok=True)
 
     def purposes(self) -> list[str]:
         try:
@@ -234,32 +234,32 @@ class CloneMounter:
         self.remove_device = remove_device or DeviceRemoval()
         self._lock = asyncio.Lock()
 
-    def base(self, purpose_id: str) -> Path:
-        return self.directory / check_purpose_id(purpose_id)
+    def base(self, run_id: str) -> Path:
+        return self.directory / check_purpose_id(run_id)
 
-    def mounted(self, purpose_id: str) -> list[MountedClone]:
+    def mounted(self, run_id: str) -> list[MountedClone]:
         """The clones of a purpose that are mounted now (NotFound if it has none)."""
-        record = self.records.load(purpose_id)
+        record = self.records.load(run_id)
         if record is None or not record.clones:
-            raise NotFound(f"no clones are mounted for {purpose_id!r}; call MountClones first")
+            raise NotFound(f"no clones are mounted for {run_id!r}; call MountClones first")
         missing = [c.volume for c in record.clones if c.state != MOUNTED]
         if missing:
             raise Conflict(
-                f"clones {', '.join(missing)} of {purpose_id!r} are not mounted (a MountClones"
+                f"clones {', '.join(missing)} of {run_id!r} are not mounted (a MountClones"
                 " did not finish); call MountClones again"
             )
         return record.clones
 
     async def mount(
-        self, purpose_id: str, volumes: Sequence[CloneVolume], *, read_only: bool
+        self, run_id: str, volumes: Sequence[CloneVolume], *, read_only: bool
     ) -> list[MountedClone]:
-        check_purpose_id(purpose_id)
+        check_purpose_id(run_id)
         wanted = [volume.checked() for volume in volumes]
         if not wanted:
-            raise ValidationError(f"MountClones for {purpose_id!r} names no volume")
+            raise ValidationError(f"MountClones for {run_id!r} names no volume")
         names = [volume.volume for volume in wanted]
         if len(set(names)) != len(names):
-            raise ValidationError(f"MountClones for {purpose_id!r} names a volume twice")
+            raise ValidationError(f"MountClones for {run_id!r} names a volume twice")
         unknown = [v.volume for v in wanted if not v.wwn]
         if not self.settings.attach_command and unknown:
             raise Conflict(
@@ -268,11 +268,11 @@ class CloneMounter:
                 " no [volumes] attach_command to attach them otherwise"
             )
         async with self._lock:
-            record = self.records.load(purpose_id)
-            points = mount_points_for(self.base(purpose_id), wanted)
+            record = self.records.load(run_id)
+            points = mount_points_for(self.base(run_id), wanted)
             if record is None:
                 record = CloneRecord(
-                    purpose_id,
+                    run_id,
                     read_only,
                     [
                         MountedClone(
@@ -290,7 +290,7 @@ class CloneMounter:
                 )
             elif [c.request for c in record.clones] != wanted or record.read_only != read_only:
                 raise Conflict(
-                    f"{purpose_id!r} was mounted with other clones"
+                    f"{run_id!r} was mounted with other clones"
                     f" ({', '.join(c.volume for c in record.clones)},"
                     f" read_only={record.read_only}); UnmountClones it first"
                 )
@@ -300,7 +300,7 @@ class CloneMounter:
                     record.clones[index] = await self._mount_one(record, index)
             log.warning(
                 "clones mounted",
-                purpose_id=purpose_id,
+                run_id=run_id,
                 read_only=read_only,
                 mounts={c.volume: c.mount_point for c in record.clones},
             )
@@ -325,7 +325,7 @@ class CloneMounter:
         if clone.state == ATTACHING or not clone.device:
             assert self.settings.attach_command is not None
             result = await self._hook(
-                "attach_command", self.settings.attach_command, record.purpose_id, clone
+                "attach_command", self.settings.attach_command, record.run_id, clone
             )
             lines = result.stdout.rstrip().splitlines()
             device = lines[-1].strip() if lines else ""
@@ -367,7 +367,7 @@ class CloneMounter:
         await self.host.mount(clone.device, clone.mount_point, fs_type, options)
         log.warning(
             "clone mounted",
-            purpose_id=record.purpose_id,
+            run_id=record.run_id,
             volume=clone.volume,
             device=clone.device,
             mount_point=clone.mount_point,
@@ -375,16 +375,16 @@ class CloneMounter:
         )
         return save(replace(clone, state=MOUNTED, fs_type=fs_type, options=options))
 
-    async def unmount(self, purpose_id: str) -> list[str]:
+    async def unmount(self, run_id: str) -> list[str]:
         """Unmount and detach every clone recorded for the purpose; [] if there is none."""
-        check_purpose_id(purpose_id)
+        check_purpose_id(run_id)
         if self.before_unmount is not None:
-            await self.before_unmount(purpose_id)
+            await self.before_unmount(run_id)
         async with self._lock:
-            return await self._unmount(purpose_id)
+            return await self._unmount(run_id)
 
-    async def _unmount(self, purpose_id: str) -> list[str]:
-        record = self.records.load(purpose_id)
+    async def _unmount(self, run_id: str) -> list[str]:
+        record = self.records.load(run_id)
         if record is None:
             return []
         detached: list[str] = []
@@ -392,21 +392,21 @@ class CloneMounter:
         for index, clone in reversed(list(enumerate(record.clones))):
             if clone.mount_point in mounted:
                 try:
-                    await self._umount(purpose_id, clone.mount_point)
+                    await self._umount(run_id, clone.mount_point)
                 except (CommandFailed, CommandTimeout) as exc:
                     raise Conflict(
                         f"clone {clone.volume} at {clone.mount_point} cannot be unmounted ({exc});"
                         " stop what holds it, then call UnmountClones again"
                     ) from None
-                log.warning("clone unmounted", purpose_id=purpose_id, mount_point=clone.mount_point)
+                log.warning("clone unmounted", run_id=run_id, mount_point=clone.mount_point)
             if clone.device and self.settings.detach_command:
-                await self._hook("detach_command", self.settings.detach_command, purpose_id, clone)
+                await self._hook("detach_command", self.settings.detach_command, run_id, clone)
             elif clone.device and not self.settings.attach_command:
                 # Found by identity: flushed and removed, so that the unmap leaves no dead path.
                 for problem in await self.remove_device(clone.device):
                     log.warning(
                         "clone device not let go of; the array's unmap leaves a stale path",
-                        purpose_id=purpose_id,
+                        run_id=run_id,
                         volume=clone.volume,
                         problem=problem,
                     )
@@ -414,12 +414,12 @@ class CloneMounter:
             self.records.save(record)
             detached.append(clone.volume)
             _remove_empty(Path(clone.mount_point))
-        _remove_empty(self.base(purpose_id))
-        self.records.remove(purpose_id)
-        log.warning("clones detached", purpose_id=purpose_id, volumes=detached)
+        _remove_empty(self.base(run_id))
+        self.records.remove(run_id)
+        log.warning("clones detached", run_id=run_id, volumes=detached)
         return sorted(detached)
 
-    async def _umount(self, purpose_id: str, mount_point: str) -> None:
+    async def _umount(self, run_id: str, mount_point: str) -> None:
         for attempt in range(1, UNMOUNT_ATTEMPTS + 1):
             try:
                 await self.host.umount(mount_point)
@@ -429,7 +429,7 @@ class CloneMounter:
                     raise
                 log.warning(
                     "clone busy: unmount tried again shortly",
-                    purpose_id=purpose_id,
+                    run_id=run_id,
                     mount_point=mount_point,
                     attempt=attempt,
                     error=str(exc)[:300],
@@ -439,14 +439,14 @@ class CloneMounter:
     async def recover(self, why: str = "left by a previous agent") -> None:
         """Tear down every recorded clone, logged: at start (a previous process left them) and
         at stop (nobody will use them; a caller that still needs them mounts them again)."""
-        for purpose_id in self.records.purposes():
-            log.warning("tearing down clones", purpose_id=purpose_id, why=why)
+        for run_id in self.records.purposes():
+            log.warning("tearing down clones", run_id=run_id, why=why)
             try:
-                await self.unmount(purpose_id)
+                await self.unmount(run_id)
             except (Conflict, CommandFailed, CommandTimeout) as exc:
                 log.error(
                     "clones could not be torn down",
-                    purpose_id=purpose_id,
+                    run_id=run_id,
                     error=str(exc)[:500],
                 )
 
@@ -455,11 +455,11 @@ class CloneMounter:
         return await filesystem_type(device)
 
     async def _hook(
-        self, key: str, argv: Sequence[str], purpose_id: str, clone: MountedClone
+        self, key: str, argv: Sequence[str], run_id: str, clone: MountedClone
     ) -> process.CommandResult:
         environment = {k: v for k, v in os.environ.items() if not k.startswith(_ENV_PREFIX)}
         environment.update(
-            RINGSNAP_OPERATION=purpose_id,
+            RINGSNAP_OPERATION=run_id,
             RINGSNAP_MOUNT_POINT=clone.mount_point,
             RINGSNAP_DEVICE=clone.device,
             RINGSNAP_FS_UUID="",

@@ -69,7 +69,7 @@ class FrozenFilesystem:
 
 @dataclass(frozen=True, slots=True)
 class FreezeResult:
-    operation_id: str
+    run_id: str
     filesystems: tuple[FrozenFilesystem, ...]
     lease_expires_at: float
 
@@ -86,14 +86,14 @@ class ThawedFilesystem:
 
 @dataclass(frozen=True, slots=True)
 class ThawResult:
-    operation_id: str
+    run_id: str
     filesystems: tuple[ThawedFilesystem, ...]
     lease_expired: bool
 
 
 @dataclass
 class _Operation:
-    operation_id: str
+    run_id: str
     mount_points: tuple[str, ...]
     devices: frozenset[int]
     lease: Lease
@@ -146,15 +146,15 @@ class FreezeManager:
 
     async def freeze(
         self,
-        operation_id: str,
+        run_id: str,
         mount_points: Sequence[str] = (),
         *,
         lease_seconds: float | None = None,
         sync_first: bool = False,
     ) -> FreezeResult:
-        _check_operation_id(operation_id)
+        _check_operation_id(run_id)
         seconds = self.policy.choose(lease_seconds)
-        existing = self._active.get(operation_id) or self._ended.get(operation_id)
+        existing = self._active.get(run_id) or self._ended.get(run_id)
         targets = self._targets(mount_points)
         wanted = tuple(sorted(fs.mount_point for fs in targets))
         if existing is not None:
@@ -164,25 +164,25 @@ class FreezeManager:
             if other.devices & devices:
                 busy = sorted(set(other.mount_points) & set(wanted)) or list(other.mount_points)
                 raise Conflict(
-                    f"{', '.join(busy)} is frozen by operation {other.operation_id!r}; thaw it"
+                    f"{', '.join(busy)} is frozen by operation {other.run_id!r}; thaw it"
                     " first or wait for its lease to run out"
                 )
         # Registered synchronously, before any await: a concurrent request sees the operation and
         # cannot claim the same devices.
         operation = _Operation(
-            operation_id=operation_id,
+            run_id=run_id,
             mount_points=wanted,
             devices=devices,
             lease=Lease(seconds, clock=self._clock),
         )
-        self._active[operation_id] = operation
+        self._active[run_id] = operation
         # Shielded: a caller that disconnects mid-freeze must not cancel the bookkeeping that the
         # watchdog relies on to thaw.
         work = asyncio.ensure_future(self._freeze_operation(operation, sync_first))
         return await asyncio.shield(work)
 
     async def _freeze_operation(self, operation: _Operation, sync_first: bool) -> FreezeResult:
-        operation_id, wanted = operation.operation_id, operation.mount_points
+        run_id, wanted = operation.run_id, operation.mount_points
         loop = asyncio.get_running_loop()
         # syncfs freezes nothing: it writes back while the record is written, so that the
         # record's fsync (milliseconds, much more on a busy disk) is not added to the freeze.
@@ -192,17 +192,17 @@ class FreezeManager:
             for point in (wanted if sync_first else ())
         }
         try:
-            await loop.run_in_executor(self._pool, self._store.write, operation_id, wanted)
+            await loop.run_in_executor(self._pool, self._store.write, run_id, wanted)
         except BaseException:
-            self._active.pop(operation_id, None)
+            self._active.pop(run_id, None)
             await asyncio.gather(*syncs.values(), return_exceptions=True)
             raise
         operation.watchdog = asyncio.create_task(
-            self._watch(operation), name=f"lease-{operation_id}"
+            self._watch(operation), name=f"lease-{run_id}"
         )
         log.info(
             "freezing",
-            operation_id=operation_id,
+            run_id=run_id,
             mount_points=list(wanted),
             lease_seconds=operation.lease.seconds,
             sync_first=sync_first,
@@ -248,7 +248,7 @@ class FreezeManager:
         result = self._freeze_result(operation)
         log.info(
             "frozen",
-            operation_id=operation_id,
+            run_id=run_id,
             freeze_ms={
                 fs.mount_point: round(fs.freeze_seconds * 1000, 2) for fs in result.filesystems
             },
@@ -259,55 +259,55 @@ class FreezeManager:
     async def _repeat(self, operation: _Operation, wanted: tuple[str, ...]) -> FreezeResult:
         if operation.mount_points != wanted:
             raise Conflict(
-                f"operation {operation.operation_id!r} froze {', '.join(operation.mount_points)},"
+                f"operation {operation.run_id!r} froze {', '.join(operation.mount_points)},"
                 f" not {', '.join(wanted)}; use a new run id"
             )
         await operation.freeze_done.wait()
         if operation.state is not State.FROZEN or operation.end_reason is not None:
             why = operation.end_reason.value if operation.end_reason else operation.state.value
             raise Conflict(
-                f"operation {operation.operation_id!r} has ended ({why}); its filesystems are"
+                f"operation {operation.run_id!r} has ended ({why}); its filesystems are"
                 " thawed; use a new run id"
             )
         return self._freeze_result(operation)
 
     def _freeze_result(self, operation: _Operation) -> FreezeResult:
         return FreezeResult(
-            operation_id=operation.operation_id,
+            run_id=operation.run_id,
             filesystems=tuple(operation.frozen[point] for point in operation.mount_points),
             lease_expires_at=operation.lease.expires_at_wall(),
         )
 
-    async def renew(self, operation_id: str, lease_seconds: float | None = None) -> float:
+    async def renew(self, run_id: str, lease_seconds: float | None = None) -> float:
         """Extend the lease; returns its new end as a Unix time."""
-        _check_operation_id(operation_id)
+        _check_operation_id(run_id)
         seconds = self.policy.choose(lease_seconds)
-        operation = self._active.get(operation_id)
+        operation = self._active.get(run_id)
         if operation is None or operation.state not in (State.FREEZING, State.FROZEN):
-            ended = self._ended.get(operation_id) or operation
+            ended = self._ended.get(run_id) or operation
             if ended is not None:
                 why = ended.end_reason.value if ended.end_reason else "thawing"
                 raise Conflict(
-                    f"operation {operation_id!r} has ended ({why}); its filesystems are thawed"
+                    f"operation {run_id!r} has ended ({why}); its filesystems are thawed"
                 )
-            raise NotFound(f"no freeze operation {operation_id!r} on this agent")
+            raise NotFound(f"no freeze operation {run_id!r} on this agent")
         if operation.lease.expired():
             # The watchdog is about to thaw; a late renewal must not revive the freeze.
-            raise Conflict(f"the lease of operation {operation_id!r} has run out")
+            raise Conflict(f"the lease of operation {run_id!r} has run out")
         operation.lease.renew(seconds)
         operation.wake.set()
         self.metrics.lease_renewals.inc()
-        log.debug("lease renewed", operation_id=operation_id, lease_seconds=seconds)
+        log.debug("lease renewed", run_id=run_id, lease_seconds=seconds)
         return operation.lease.expires_at_wall()
 
-    async def thaw(self, operation_id: str) -> ThawResult:
-        """Thaw what `operation_id` froze. Unknown or ended operations are not an error: the result
+    async def thaw(self, run_id: str) -> ThawResult:
+        """Thaw what `run_id` froze. Unknown or ended operations are not an error: the result
         then says that nothing was frozen any more (`was_frozen` False)."""
-        _check_operation_id(operation_id)
-        operation = self._active.get(operation_id) or self._ended.get(operation_id)
+        _check_operation_id(run_id)
+        operation = self._active.get(run_id) or self._ended.get(run_id)
         if operation is None:
-            log.info("thaw of an unknown operation: nothing frozen", operation_id=operation_id)
-            return ThawResult(operation_id, (), lease_expired=False)
+            log.info("thaw of an unknown operation: nothing frozen", run_id=run_id)
+            return ThawResult(run_id, (), lease_expired=False)
         if operation.end_reason is not None and operation.state is State.ENDED:
             return _already_thawed(operation)
         if operation.ending is not None:
@@ -343,7 +343,7 @@ class FreezeManager:
         for outcome in failed:
             log.error(
                 "could not thaw a recorded freeze; the record stays",
-                operation_id=outcome.operation_id,
+                run_id=outcome.run_id,
                 mount_point=outcome.mount_point,
                 error=outcome.error,
             )
@@ -361,7 +361,7 @@ class FreezeManager:
                 self.metrics.lease_expirations.inc()
                 log.warning(
                     "lease expired: thawing",
-                    operation_id=operation.operation_id,
+                    run_id=operation.run_id,
                     lease_seconds=operation.lease.seconds,
                     renewals=operation.lease.renewals,
                 )
@@ -405,7 +405,7 @@ class FreezeManager:
                     still.append(point)
                     log.error(
                         "thaw failed",
-                        operation_id=operation.operation_id,
+                        run_id=operation.run_id,
                         mount_point=point,
                         error=str(outcome),
                     )
@@ -415,7 +415,7 @@ class FreezeManager:
                 thawed.append(ThawedFilesystem(point, outcome.changed, frozen_for, outcome.seconds))
                 log.info(
                     "thawed",
-                    operation_id=operation.operation_id,
+                    run_id=operation.run_id,
                     mount_point=point,
                     reason=reason.value,
                     frozen_ms=round(frozen_for * 1000, 2),
@@ -436,19 +436,19 @@ class FreezeManager:
             operation.thaw_failures += 1
             operation.watchdog = asyncio.create_task(self._retry_thaw(operation, reason, delay))
             raise FreezeFailed(
-                f"could not thaw {', '.join(pending)} for operation {operation.operation_id!r};"
+                f"could not thaw {', '.join(pending)} for operation {operation.run_id!r};"
                 f" retrying in {delay:g} s; `ringsnap-agent thaw-all` also retries; check the"
                 " kernel log"
             )
-        await loop.run_in_executor(self._pool, self._store.remove, operation.operation_id)
+        await loop.run_in_executor(self._pool, self._store.remove, operation.run_id)
         operation.state = State.ENDED
-        self._active.pop(operation.operation_id, None)
-        self._ended[operation.operation_id] = operation
+        self._active.pop(operation.run_id, None)
+        self._ended[operation.run_id] = operation
         while len(self._ended) > _HISTORY:
             self._ended.popitem(last=False)
         order = {point: index for index, point in enumerate(operation.mount_points)}
         return ThawResult(
-            operation.operation_id,
+            operation.run_id,
             tuple(sorted(thawed, key=lambda fs: order[fs.mount_point])),
             lease_expired=reason is EndReason.LEASE_EXPIRED,
         )
@@ -456,7 +456,7 @@ class FreezeManager:
 
 def _already_thawed(operation: _Operation) -> ThawResult:
     return ThawResult(
-        operation.operation_id,
+        operation.run_id,
         tuple(ThawedFilesystem(fs.mount_point, was_frozen=False) for fs in operation.thawed),
         lease_expired=operation.end_reason is EndReason.LEASE_EXPIRED,
     )

@@ -33,7 +33,7 @@ log = logs.get_logger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class FreezeRecord:
-    operation_id: str
+    run_id: str
     mount_points: tuple[str, ...]
     pid: int
     created_at: str
@@ -44,7 +44,7 @@ class FreezeRecord:
 @dataclass(frozen=True, slots=True)
 class ThawOutcome:
     mount_point: str
-    operation_id: str
+    run_id: str
     #: True if it was frozen and is now thawed; False if it was not frozen.
     was_frozen: bool
     #: Why the thaw failed; empty on success.
@@ -64,24 +64,24 @@ class StateStore:
     def ensure(self) -> None:
         self.directory.mkdir(mode=0o750, parents=True, exist_ok=True)
 
-    def _path(self, operation_id: str) -> Path:
-        if not valid_operation_id(operation_id):
-            raise ValueError(f"run id {operation_id!r} is not safe as a file name")
-        return self.directory / f"{_PREFIX}{operation_id}{_SUFFIX}"
+    def _path(self, run_id: str) -> Path:
+        if not valid_operation_id(run_id):
+            raise ValueError(f"run id {run_id!r} is not safe as a file name")
+        return self.directory / f"{_PREFIX}{run_id}{_SUFFIX}"
 
-    def write(self, operation_id: str, mount_points: tuple[str, ...]) -> FreezeRecord:
+    def write(self, run_id: str, mount_points: tuple[str, ...]) -> FreezeRecord:
         """Record a freeze durably (file and directory fsynced) before any filesystem is frozen."""
         record = FreezeRecord(
-            operation_id=operation_id,
+            run_id=run_id,
             mount_points=mount_points,
             pid=os.getpid(),
             created_at=datetime.now(UTC).isoformat(),
         )
-        target = self._path(operation_id)
+        target = self._path(run_id)
         temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         payload = json.dumps(
             {
-                "operation_id": record.operation_id,
+                "run_id": record.run_id,
                 "mount_points": list(record.mount_points),
                 "pid": record.pid,
                 "created_at": record.created_at,
@@ -97,7 +97,7 @@ class StateStore:
         self._fsync_directory()
         return record
 
-    def remove(self, operation_id: str) -> None:
+    def remove(self, run_id: str) -> None:
         """Forget a freeze whose filesystems are all thawed.
 
         The directory is not fsynced: the thaw's answer (the end of the freeze window) would wait
@@ -105,7 +105,7 @@ class StateStore:
         brings back a record of thawed filesystems, which the next `thaw_all` thaws again: FITHAW
         of a filesystem that is not frozen changes nothing.
         """
-        self._path(operation_id).unlink(missing_ok=True)
+        self._path(run_id).unlink(missing_ok=True)
 
     def records(self) -> list[FreezeRecord]:
         """Every record on disk; unreadable ones are logged and returned with what could be read."""
@@ -117,13 +117,13 @@ class StateStore:
         for name in names:
             if not (name.startswith(_PREFIX) and name.endswith(_SUFFIX)):
                 continue
-            operation_id = name[len(_PREFIX) : -len(_SUFFIX)]
+            run_id = name[len(_PREFIX) : -len(_SUFFIX)]
             try:
                 data = json.loads((self.directory / name).read_bytes())
                 points = tuple(str(point) for point in data["mount_points"])
                 found.append(
                     FreezeRecord(
-                        operation_id=operation_id,
+                        run_id=run_id,
                         mount_points=points,
                         pid=int(data.get("pid", 0)),
                         created_at=str(data.get("created_at", "")),
@@ -131,7 +131,7 @@ class StateStore:
                 )
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 log.error("freeze record unreadable", record=name, error=str(exc))
-                found.append(FreezeRecord(operation_id, (), 0, "", problem=f"unreadable: {exc}"))
+                found.append(FreezeRecord(run_id, (), 0, "", problem=f"unreadable: {exc}"))
         return found
 
     def _fsync_directory(self) -> None:
@@ -169,7 +169,7 @@ def thaw_all(store: StateStore) -> list[ThawOutcome]:
     for record in store.records():
         failed = bool(record.problem)
         if failed:
-            outcomes.append(ThawOutcome("", record.operation_id, False, record.problem))
+            outcomes.append(ThawOutcome("", record.run_id, False, record.problem))
         for point in record.mount_points:
             try:
                 result = fsfreeze.thaw(point)
@@ -178,22 +178,22 @@ def thaw_all(store: StateStore) -> list[ThawOutcome]:
                 problem = os.strerror(exc.errno) if exc.errno else str(exc)
                 if exc.errno in (errno.ENOENT, errno.ENOTDIR):
                     problem += " (mount point gone: unmounted? remove the record once checked)"
-                outcomes.append(ThawOutcome(point, record.operation_id, False, problem))
+                outcomes.append(ThawOutcome(point, record.run_id, False, problem))
                 log.error(
                     "thaw failed",
-                    operation_id=record.operation_id,
+                    run_id=record.run_id,
                     mount_point=point,
                     error=problem,
                 )
                 continue
-            outcomes.append(ThawOutcome(point, record.operation_id, result.changed))
+            outcomes.append(ThawOutcome(point, record.run_id, result.changed))
             log.warning(
                 "thawed a recorded freeze" if result.changed else "recorded freeze was not frozen",
-                operation_id=record.operation_id,
+                run_id=record.run_id,
                 mount_point=point,
                 recorded_by_pid=record.pid,
                 recorded_at=record.created_at,
             )
         if not failed:
-            store.remove(record.operation_id)
+            store.remove(record.run_id)
     return outcomes

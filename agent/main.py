@@ -112,7 +112,7 @@ def thaw_all_command(arguments: argparse.Namespace) -> int:
             state = f"FAILED: {outcome.error}"
         else:
             state = "thawed" if outcome.was_frozen else "was not frozen"
-        print(f"{outcome.mount_point or '-'}\t{outcome.operation_id}\t{state}")
+        print(f"{outcome.mount_point or '-'}\t{outcome.run_id}\t{state}")
     if not outcomes:
         print(f"no freeze records under {store.directory}")
     return 1 if failed else 0

@@ -124,7 +124,7 @@ def mounted_clones_message(mounts: Sequence[MountedClone]) -> agent_pb2.MountClo
 
 def drill_status_message(status: DrillStatus) -> agent_pb2.DrillStatus:
     return agent_pb2.DrillStatus(
-        run_id=status.drill_id,
+        run_id=status.run_id,
         state=status.state,
         step=status.step,
         message=status.message,
@@ -138,7 +138,7 @@ def drill_status_message(status: DrillStatus) -> agent_pb2.DrillStatus:
 
 def drill_request(request: agent_pb2.StartDrillRequest) -> DrillRequest:
     return DrillRequest(
-        drill_id=request.run_id,
+        run_id=request.run_id,
         node=request.node,
         cluster_name=request.cluster_name,
         address=request.address,

@@ -144,21 +144,21 @@ class NodeAgent:
 
     async def freeze(
         self,
-        operation_id: str,
+        run_id: str,
         mount_points: Sequence[str] = (),
         *,
         lease_seconds: float | None = None,
         sync_first: bool = False,
     ) -> FreezeResult:
         return await self.freezer.freeze(
-            operation_id, mount_points, lease_seconds=lease_seconds, sync_first=sync_first
+            run_id, mount_points, lease_seconds=lease_seconds, sync_first=sync_first
         )
 
-    async def renew(self, operation_id: str, lease_seconds: float | None = None) -> float:
-        return await self.freezer.renew(operation_id, lease_seconds)
+    async def renew(self, run_id: str, lease_seconds: float | None = None) -> float:
+        return await self.freezer.renew(run_id, lease_seconds)
 
-    async def thaw(self, operation_id: str) -> ThawResult:
-        return await self.freezer.thaw(operation_id)
+    async def thaw(self, run_id: str) -> ThawResult:
+        return await self.freezer.thaw(run_id)
 
     def manifest(
         self,
@@ -287,44 +287,44 @@ class NodeAgent:
         return await self.restorer.state()
 
     async def release_volumes(
-        self, operation_id: str, mount_points: Sequence[str] = ()
+        self, run_id: str, mount_points: Sequence[str] = ()
     ) -> tuple[VolumeFacts, ...]:
         async with self.metrics.restore_step("release_volumes"):
-            return await self.restorer.release(operation_id, mount_points)
+            return await self.restorer.release(run_id, mount_points)
 
     async def attach_volumes(
-        self, operation_id: str, volumes: Sequence[tuple[str, str]]
+        self, run_id: str, volumes: Sequence[tuple[str, str]]
     ) -> tuple[VolumeFacts, ...]:
         async with self.metrics.restore_step("attach_volumes"):
-            return await self.restorer.attach(operation_id, volumes)
+            return await self.restorer.attach(run_id, volumes)
 
     async def discard_replay_state(
-        self, operation_id: str, *, hints: bool = False
+        self, run_id: str, *, hints: bool = False
     ) -> tuple[DiscardedDirectory, ...]:
         async with self.metrics.restore_step("discard_replay_state"):
-            return await self.restorer.discard(operation_id, hints=hints)
+            return await self.restorer.discard(run_id, hints=hints)
 
-    async def restore_snapshot(self, operation_id: str, tag: str) -> tuple[RestoredTable, ...]:
+    async def restore_snapshot(self, run_id: str, tag: str) -> tuple[RestoredTable, ...]:
         async with self.metrics.restore_step("restore_snapshot"):
-            return await self.restorer.restore_snapshot(operation_id, tag)
+            return await self.restorer.restore_snapshot(run_id, tag)
 
-    def _staged_copy(self, operation_id: str, backup_id: str) -> StagedCopy:
-        return StagedCopy(self.config.cassandra.data_directories, operation_id, backup_id)
+    def _staged_copy(self, run_id: str, backup_id: str) -> StagedCopy:
+        return StagedCopy(self.config.cassandra.data_directories, run_id, backup_id)
 
     async def install_s3_download(
-        self, operation_id: str, backup_id: str
+        self, run_id: str, backup_id: str
     ) -> tuple[RestoredTable, ...]:
-        """Put the node back to the copy of `backup_id` that `operation_id` downloaded from S3, in
+        """Put the node back to the copy of `backup_id` that `run_id` downloaded from S3, in
         place: the same install as `restore_snapshot`, from the staged copy."""
-        source = self._staged_copy(operation_id, backup_id)
+        source = self._staged_copy(run_id, backup_id)
         return await self.restorer.install(
-            operation_id, source, f"install backup {backup_id} from S3"
+            run_id, source, f"install backup {backup_id} from S3"
         )
 
-    async def install_s3_commitlog(self, operation_id: str, backup_id: str) -> CommitlogInstalled:
+    async def install_s3_commitlog(self, run_id: str, backup_id: str) -> CommitlogInstalled:
         """The commit-log segments staged with the download, once DiscardReplayState emptied the
         commit-log directory."""
-        source = self._staged_copy(operation_id, backup_id)
+        source = self._staged_copy(run_id, backup_id)
         directory = self.config.cassandra.commitlog_directory
         return await self.restorer.while_stopped(
             "install the commit log from S3",

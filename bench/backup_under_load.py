@@ -149,23 +149,23 @@ def _tap_freezes(
         for agent in runtime.agents.values():
             freeze, thaw = agent.freeze, agent.thaw
 
-            async def timed_freeze(operation_id: str, lease: float, freeze: Any = freeze) -> Any:
-                span = spans.setdefault(operation_id, [time.monotonic(), 0.0])
+            async def timed_freeze(run_id: str, lease: float, freeze: Any = freeze) -> Any:
+                span = spans.setdefault(run_id, [time.monotonic(), 0.0])
                 span[0] = min(span[0], time.monotonic())
-                return await freeze(operation_id, lease)
+                return await freeze(run_id, lease)
 
-            async def timed_thaw(operation_id: str, thaw: Any = thaw) -> Any:
+            async def timed_thaw(run_id: str, thaw: Any = thaw) -> Any:
                 receipt = None
                 try:
-                    receipt = await thaw(operation_id)
+                    receipt = await thaw(run_id)
                     return receipt
                 finally:
-                    span = spans.setdefault(operation_id, [time.monotonic(), 0.0])
+                    span = spans.setdefault(run_id, [time.monotonic(), 0.0])
                     span[1] = max(span[1], time.monotonic())
                     # The longest any filesystem of the node stayed frozen (agent's clock): what
                     # a write to it may have stalled.
                     frozen = getattr(receipt, "frozen_for_seconds", 0.0)
-                    frozen_for.setdefault(operation_id, []).append(frozen)
+                    frozen_for.setdefault(run_id, []).append(frozen)
 
             flush = agent.flush
 

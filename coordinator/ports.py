@@ -182,11 +182,11 @@ class AgentPort(Protocol):
 
     async def flush(self) -> float: ...
 
-    async def freeze(self, operation_id: str, lease_seconds: float) -> FreezeReceipt: ...
+    async def freeze(self, run_id: str, lease_seconds: float) -> FreezeReceipt: ...
 
-    async def renew(self, operation_id: str, lease_seconds: float) -> datetime: ...
+    async def renew(self, run_id: str, lease_seconds: float) -> datetime: ...
 
-    async def thaw(self, operation_id: str) -> ThawReceipt: ...
+    async def thaw(self, run_id: str) -> ThawReceipt: ...
 
     async def manifest(self, snapshot_tag: str = "") -> list[SSTable]:
         """The SSTables of the live data directories, or of native snapshot `snapshot_tag`."""
@@ -219,25 +219,25 @@ class AgentPort(Protocol):
         ...
 
     async def release_volumes(
-        self, operation_id: str, mount_points: Sequence[str]
+        self, run_id: str, mount_points: Sequence[str]
     ) -> tuple[NodeVolumeFacts, ...]:
         """Unmount (and detach) the volumes at `mount_points` (empty: every Cassandra volume)."""
         ...
 
     async def attach_volumes(
-        self, operation_id: str, volumes: Sequence[tuple[str, str]]
+        self, run_id: str, volumes: Sequence[tuple[str, str]]
     ) -> tuple[NodeVolumeFacts, ...]:
-        """Attach and mount (mount point, array volume name) pairs `operation_id` released."""
+        """Attach and mount (mount point, array volume name) pairs `run_id` released."""
         ...
 
     async def discard_replay_state(
-        self, operation_id: str, *, hints: bool
+        self, run_id: str, *, hints: bool
     ) -> tuple[DiscardedDirectory, ...]:
-        """Empty the replay state outside the volumes `operation_id` released and attached (all of
+        """Empty the replay state outside the volumes `run_id` released and attached (all of
         it after a `restore_snapshot` of the same operation)."""
         ...
 
-    async def restore_snapshot(self, operation_id: str, tag: str) -> tuple[RestoredTable, ...]:
+    async def restore_snapshot(self, run_id: str, tag: str) -> tuple[RestoredTable, ...]:
         """With Cassandra stopped, put every table back to native snapshot `tag`, in place (the
         live files are kept aside); repeating it finishes what was started."""
         ...

@@ -69,10 +69,10 @@ class DrillHost:
         settings = self._require()
         request = request.checked()
         async with self._lock:
-            existing = self._drills.get(request.drill_id)
+            existing = self._drills.get(request.run_id)
             if existing is not None:
                 if existing.request != _with_deadline(request, existing.request):
-                    raise Conflict(f"drill {request.drill_id!r} was started with another request")
+                    raise Conflict(f"drill {request.run_id!r} was started with another request")
                 return existing.snapshot()
             running = [d for d, task in self._tasks.items() if not task.done()]
             if len(running) >= settings.max_parallel:
@@ -80,37 +80,37 @@ class DrillHost:
                     f"this drill host runs {len(running)} drill(s) ({', '.join(running)}) and"
                     f" allows {settings.max_parallel} at once ([drill] max_parallel); retry later"
                 )
-            clones = self.clones.mounted(request.drill_id)
+            clones = self.clones.mounted(request.run_id)
             deadline = min(
                 request.deadline_seconds or settings.max_deadline_seconds,
                 settings.max_deadline_seconds,
             )
             drill = DrillRun(request, settings, clones)
             self._save_record(drill, deadline)
-            self._drills[request.drill_id] = drill
-            self._tasks[request.drill_id] = asyncio.create_task(drill.run())
-            self._deadlines[request.drill_id] = asyncio.create_task(
-                self._expire(request.drill_id, deadline)
+            self._drills[request.run_id] = drill
+            self._tasks[request.run_id] = asyncio.create_task(drill.run())
+            self._deadlines[request.run_id] = asyncio.create_task(
+                self._expire(request.run_id, deadline)
             )
             log.warning(
                 "drill started",
-                drill_id=request.drill_id,
+                run_id=request.run_id,
                 node=request.node,
                 backup_id=request.backup_id,
                 deadline_seconds=deadline,
             )
             return drill.snapshot()
 
-    def get(self, drill_id: str) -> DrillStatus:
-        return self._drill(drill_id).snapshot()
+    def get(self, run_id: str) -> DrillStatus:
+        return self._drill(run_id).snapshot()
 
-    def manifest(self, drill_id: str) -> Iterator[list[manifest.SSTable]]:
+    def manifest(self, run_id: str) -> Iterator[list[manifest.SSTable]]:
         """The manifest of the drill's clones (a blocking generator) as they were mounted: the
         one walked for the digests, before the drill node started (its start flushes and may
         compact), else walked now. Each entry's data_directory is the production path it stands
         for, as the backup recorded it."""
-        drill = self._drill(drill_id)
-        self.clones.mounted(drill_id)  # still mounted?
+        drill = self._drill(run_id)
+        self.clones.mounted(run_id)  # still mounted?
         production = dict(
             zip(drill.clone_data_directories, drill.request.data_directories, strict=True)
         )
@@ -136,14 +136,14 @@ class DrillHost:
 
         return batches()
 
-    async def stop(self, drill_id: str) -> DrillStatus:
+    async def stop(self, run_id: str) -> DrillStatus:
         """Stop the node and delete the namespace now; the clones stay (UnmountClones)."""
-        check_purpose_id(drill_id, "run_id")
-        drill = self._drills.get(drill_id)
+        check_purpose_id(run_id, "run_id")
+        drill = self._drills.get(run_id)
         if drill is None:
             # Unknown here: never started, or torn down by a restart (recover). Nothing runs.
-            return DrillStatus(drill_id, state=STOPPED, step="", message="no such drill runs here")
-        task = self._tasks.get(drill_id)
+            return DrillStatus(run_id, state=STOPPED, step="", message="no such drill runs here")
+        task = self._tasks.get(run_id)
         if task is not None and not task.done():
             drill.status.message = drill.status.message or "stopped by StopDrill"
             task.cancel()
@@ -153,50 +153,50 @@ class DrillHost:
         if not drill.status.final:  # cancelled before it ever ran
             drill.status.state = STOPPED
             drill.status.elapsed_seconds = time.monotonic() - drill.started
-        self._remove_record(drill_id)
+        self._remove_record(run_id)
         return drill.snapshot()
 
-    async def release(self, purpose_id: str) -> None:
+    async def release(self, run_id: str) -> None:
         """Before a purpose's clones are unmounted: its drill (if any) is stopped and forgotten."""
-        if purpose_id not in self._drills:
+        if run_id not in self._drills:
             return
-        await self.stop(purpose_id)
-        deadline = self._deadlines.pop(purpose_id, None)
+        await self.stop(run_id)
+        deadline = self._deadlines.pop(run_id, None)
         if deadline is not None and deadline is not asyncio.current_task():
             deadline.cancel()
-        drill = self._drills.pop(purpose_id)
-        self._tasks.pop(purpose_id, None)
+        drill = self._drills.pop(run_id)
+        self._tasks.pop(run_id, None)
         _keep_log_and_remove(drill.work_directory, drill.log_file)
 
     # -- deadlines, records, leftovers ---------------------------------------------------------
 
-    async def _expire(self, drill_id: str, seconds: float) -> None:
+    async def _expire(self, run_id: str, seconds: float) -> None:
         await asyncio.sleep(seconds)
         log.warning(
             "drill deadline passed: tearing it down and unmounting its clones",
-            drill_id=drill_id,
+            run_id=run_id,
             deadline_seconds=seconds,
         )
-        drill = self._drills.get(drill_id)
+        drill = self._drills.get(run_id)
         if drill is not None and not drill.status.final:
             drill.status.message = f"the drill's deadline ({seconds:g} s) passed"
         try:
-            await self.clones.unmount(drill_id)  # stops the drill first (release)
+            await self.clones.unmount(run_id)  # stops the drill first (release)
         except (Conflict, CommandFailed, CommandTimeout) as exc:
-            log.error("drill teardown at its deadline failed", drill_id=drill_id, error=str(exc))
+            log.error("drill teardown at its deadline failed", run_id=run_id, error=str(exc))
 
     def _save_record(self, drill: DrillRun, deadline: float) -> None:
         payload = {
-            "drill_id": drill.request.drill_id,
+            "run_id": drill.request.run_id,
             "node": drill.request.node,
             "namespace": drill.namespace,
             "work_directory": str(drill.work_directory),
             "deadline_unix": time.time() + deadline,
         }
-        write_durably(self.records / f"{drill.request.drill_id}.json", json.dumps(payload).encode())
+        write_durably(self.records / f"{drill.request.run_id}.json", json.dumps(payload).encode())
 
-    def _remove_record(self, drill_id: str) -> None:
-        (self.records / f"{check_purpose_id(drill_id)}.json").unlink(missing_ok=True)
+    def _remove_record(self, run_id: str) -> None:
+        (self.records / f"{check_purpose_id(run_id)}.json").unlink(missing_ok=True)
 
     async def recover(self) -> None:
         """Tear down the drills a previous process of this agent recorded: their processes and
@@ -205,22 +205,22 @@ class DrillHost:
         recorded: dict[str, str] = {}
         with contextlib.suppress(FileNotFoundError):
             for path in sorted(self.records.glob("*.json")):
-                drill_id = path.stem
+                run_id = path.stem
                 try:
-                    check_purpose_id(drill_id)
+                    check_purpose_id(run_id)
                 except ValidationError:
                     log.error("drill record with an unsafe name: left alone", record=str(path))
                     continue
                 # The namespace follows from the id; the record's own copy is not trusted.
-                recorded[netns.name_for(drill_id)] = drill_id
-        for namespace, drill_id in sorted(recorded.items()):
+                recorded[netns.name_for(run_id)] = run_id
+        for namespace, run_id in sorted(recorded.items()):
             log.warning(
                 "tearing down a drill left by a previous agent",
                 namespace=namespace,
-                drill_id=drill_id,
+                run_id=run_id,
             )
             await clear_namespace(namespace, stop_seconds)
-            self._remove_record(drill_id)
+            self._remove_record(run_id)
         for namespace in sorted(set(netns.existing()) - set(recorded)):
             log.warning(
                 "a drill namespace this agent has no record of: left alone (another agent's?);"
@@ -230,17 +230,17 @@ class DrillHost:
 
     async def close(self) -> None:
         """Stop every drill (the agent is stopping); clones stay recorded for the next start."""
-        for drill_id in list(self._drills):
+        for run_id in list(self._drills):
             with contextlib.suppress(DomainError):
-                await self.stop(drill_id)
+                await self.stop(run_id)
         for task in self._deadlines.values():
             task.cancel()
 
-    def _drill(self, drill_id: str) -> DrillRun:
-        check_purpose_id(drill_id, "run_id")
-        drill = self._drills.get(drill_id)
+    def _drill(self, run_id: str) -> DrillRun:
+        check_purpose_id(run_id, "run_id")
+        drill = self._drills.get(run_id)
         if drill is None:
-            raise NotFound(f"no drill {drill_id!r} on this agent")
+            raise NotFound(f"no drill {run_id!r} on this agent")
         return drill
 
 

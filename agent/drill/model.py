@@ -35,7 +35,7 @@ def _matching(pattern: re.Pattern[str], value: str, what: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class DrillRequest:
-    drill_id: str
+    run_id: str
     node: str
     cluster_name: str
     address: str
@@ -54,7 +54,7 @@ class DrillRequest:
     def checked(self) -> DrillRequest:
         """The same request with every field validated and normalised (ValidationError names the
         field); paths are mapped onto the clones later, when the clones are known."""
-        check_purpose_id(self.drill_id, "run_id")
+        check_purpose_id(self.run_id, "run_id")
         _matching(_NODE, self.node, "node name")
         _matching(_CLUSTER_NAME, self.cluster_name, "cluster name")
         try:
@@ -96,7 +96,7 @@ class DrillRequest:
 
 @dataclass(slots=True)
 class DrillStatus:
-    drill_id: str
+    run_id: str
     state: str = STARTING
     step: str = "mount"
     message: str = ""

@@ -30,8 +30,8 @@ _TIMEOUT_SECONDS = 30.0
 DRILL_HOST_DROP_IN = "/etc/systemd/system/ringsnap-agent.service.d/drill-host.conf"
 
 
-def name_for(drill_id: str) -> str:
-    return f"{PREFIX}{drill_id}"
+def name_for(run_id: str) -> str:
+    return f"{PREFIX}{run_id}"
 
 
 def exec_argv(namespace: str, argv: list[str]) -> list[str]:

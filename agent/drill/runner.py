@@ -79,9 +79,9 @@ class DrillRun:
         self.request = request
         self.settings = settings
         self.clones = tuple(clones)
-        self.namespace = netns.name_for(request.drill_id)
-        self.work_directory = settings.work_directory / request.drill_id
-        self.status = DrillStatus(request.drill_id)
+        self.namespace = netns.name_for(request.run_id)
+        self.work_directory = settings.work_directory / request.run_id
+        self.status = DrillStatus(request.run_id)
         self.started = time.monotonic()
         self._cassandra: asyncio.subprocess.Process | None = None
         #: The clones' manifest, walked before the drill node started (which flushes, compacts).
@@ -112,7 +112,7 @@ class DrillRun:
 
     def _step(self, step: str, state: str) -> float:
         self.status.step, self.status.state = step, state
-        log.info("drill step", drill_id=self.request.drill_id, step=step)
+        log.info("drill step", run_id=self.request.run_id, step=step)
         return time.monotonic()
 
     def _timed(self, name: str, since: float) -> None:
@@ -134,7 +134,7 @@ class DrillRun:
             self._finish()
             raise
         except Exception as exc:
-            log.exception("drill failed unexpectedly", drill_id=self.request.drill_id)
+            log.exception("drill failed unexpectedly", run_id=self.request.run_id)
             state, step = FAILED, self.status.step
             message = f"{step}: {type(exc).__name__}: {exc}"[:2000]
         try:
@@ -148,7 +148,7 @@ class DrillRun:
         self.status.elapsed_seconds = time.monotonic() - self.started
         log.warning(
             "drill ended",
-            drill_id=self.request.drill_id,
+            run_id=self.request.run_id,
             node=self.request.node,
             state=self.status.state,
             step=self.status.step,
@@ -255,7 +255,7 @@ class DrillRun:
             output.close()
         log.warning(
             "drill node started",
-            drill_id=request.drill_id,
+            run_id=request.run_id,
             node=request.node,
             namespace=self.namespace,
             pid=self._cassandra.pid,
@@ -337,7 +337,7 @@ class DrillRun:
                     await asyncio.wait_for(process_.wait(), self.settings.stop_timeout_seconds)
                 except TimeoutError:
                     log.warning(
-                        "drill node ignored SIGTERM: killing it", drill_id=self.request.drill_id
+                        "drill node ignored SIGTERM: killing it", run_id=self.request.run_id
                     )
                     with contextlib.suppress(ProcessLookupError):
                         process_.kill()

@@ -27,7 +27,7 @@ class VolumeAttacher:
         self.settings = settings
 
     async def attach_one(
-        self, operation_id: str, volume: ReleasedVolume, volume_name: str
+        self, run_id: str, volume: ReleasedVolume, volume_name: str
     ) -> ReleasedVolume:
         point = volume.mount_point
         current = on_top(await asyncio.to_thread(self.host.entries)).get(point)
@@ -39,7 +39,7 @@ class VolumeAttacher:
                     f" {uuid or 'none'}), not the one released (UUID {volume.fs_uuid});"
                     " unmount it first"
                 )
-            log.info("already attached", operation_id=operation_id, mount_point=point)
+            log.info("already attached", run_id=run_id, mount_point=point)
             return replace(
                 volume,
                 state=ATTACHED,
@@ -54,7 +54,7 @@ class VolumeAttacher:
                 self.settings,
                 "attach_command",
                 self.settings.attach_command,
-                operation_id,
+                run_id,
                 volume,
                 volume_name=volume_name,
             )
@@ -84,11 +84,11 @@ class VolumeAttacher:
             raise Conflict(f"{device} cannot be mounted at {point}: {busy}")
         uuid = await self._uuid_of(device)
         # A device the attach hook attached and a check refuses goes to the detach hook.
-        refused = (operation_id, volume, device, volume_name) if hooked else None
+        refused = (run_id, volume, device, volume_name) if hooked else None
         if uuid != volume.fs_uuid:
             raise await self._refusal(
                 f"{device} holds filesystem UUID {uuid or 'none'}, but {point} held"
-                f" {volume.fs_uuid} when operation {operation_id!r} released it: not the restored"
+                f" {volume.fs_uuid} when operation {run_id!r} released it: not the restored"
                 f" volume (attached {volume_name}); nothing was mounted",
                 refused,
             )
@@ -96,7 +96,7 @@ class VolumeAttacher:
             raise Conflict(f"the mount point {point} is not a directory any more; create it first")
         log.warning(
             "mounting for a restore",
-            operation_id=operation_id,
+            run_id=run_id,
             mount_point=point,
             device=device,
             volume=volume_name,
@@ -115,7 +115,7 @@ class VolumeAttacher:
             )
         log.warning(
             "attached after a restore",
-            operation_id=operation_id,
+            run_id=run_id,
             mount_point=point,
             device=device,
             volume=volume_name,
@@ -139,7 +139,7 @@ class VolumeAttacher:
         return Conflict(message)
 
     async def _detach_refused(
-        self, operation_id: str, volume: ReleasedVolume, device: str, volume_name: str
+        self, run_id: str, volume: ReleasedVolume, device: str, volume_name: str
     ) -> str:
         """Hand a device the attach hook attached, and the UUID check refused, to the detach hook,
         so that nothing stays attached; returns what to add to the error message.
@@ -160,7 +160,7 @@ class VolumeAttacher:
         attached = replace(volume, device=device, serial=identity.serial, wwn=identity.wwn)
         log.warning(
             "detaching a device the attach hook attached but the check refused",
-            operation_id=operation_id,
+            run_id=run_id,
             mount_point=volume.mount_point,
             device=device,
             volume=volume_name,
@@ -170,14 +170,14 @@ class VolumeAttacher:
                 self.settings,
                 "detach_command",
                 self.settings.detach_command,
-                operation_id,
+                run_id,
                 attached,
                 volume_name=volume_name,
             )
         except (CommandFailed, CommandTimeout) as exc:
             log.error(
                 "the detach hook failed for a refused device",
-                operation_id=operation_id,
+                run_id=run_id,
                 device=device,
                 error=str(exc)[:500],
             )

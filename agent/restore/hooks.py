@@ -20,7 +20,7 @@ async def run_hook(
     settings: VolumesSection,
     key: str,
     argv: Sequence[str],
-    operation_id: str,
+    run_id: str,
     volume: ReleasedVolume,
     *,
     volume_name: str | None = None,
@@ -29,13 +29,13 @@ async def run_hook(
     result = await process.run(
         argv,
         timeout=settings.hook_timeout_seconds,
-        env=hook_environment(operation_id, volume, volume_name),
+        env=hook_environment(run_id, volume, volume_name),
         display=f"[volumes] {key} ({shlex.join(argv)})",
     )
     log.info(
         "volume hook ran",
         hook=key,
-        operation_id=operation_id,
+        run_id=run_id,
         mount_point=volume.mount_point,
         seconds=round(result.seconds, 3),
     )
@@ -43,14 +43,14 @@ async def run_hook(
 
 
 def hook_environment(
-    operation_id: str, volume: ReleasedVolume, volume_name: str | None = None
+    run_id: str, volume: ReleasedVolume, volume_name: str | None = None
 ) -> dict[str, str]:
     """The agent's environment without any RINGSNAP_* of its own, plus what the hook needs."""
     environment = {
         key: value for key, value in os.environ.items() if not key.startswith(_ENV_PREFIX)
     }
     environment.update(
-        RINGSNAP_OPERATION=operation_id,
+        RINGSNAP_OPERATION=run_id,
         RINGSNAP_MOUNT_POINT=volume.mount_point,
         RINGSNAP_DEVICE=volume.device,
         RINGSNAP_FS_UUID=volume.fs_uuid,

@@ -190,19 +190,19 @@ def move_aside(table: Path, replaced: Path) -> int:
     return sum(len(files(directory)) for directory, _ in pairs(replaced, replaced))
 
 
-def table_moved_aside(table: RestoredTable, operation_id: str) -> RestoredTable:
-    """`table` once its live files are moved aside into `REPLACED_DIRECTORY/<operation_id>` (the
+def table_moved_aside(table: RestoredTable, run_id: str) -> RestoredTable:
+    """`table` once its live files are moved aside into `REPLACED_DIRECTORY/<run_id>` (the
     table directory made first, owned as its data directory, when only the source has it). The
     move is logged when it moved any: those files are kept, never deleted."""
     if not table.path.is_dir():
         make_directory(table.path, owner_of(Path(table.data_directory)))
-    replaced = table.path / REPLACED_DIRECTORY / operation_id
+    replaced = table.path / REPLACED_DIRECTORY / run_id
     moved = move_aside(table.path, replaced)
     if moved:
         log.warning(
             "live files of the table moved aside and KEPT (never deleted: the data as it was"
             " before the restore, for a rollback; remove them once the restore is proven)",
-            operation_id=operation_id,
+            run_id=run_id,
             table=str(table.path),
             in_backup=table.restored,
             kept_in=str(replaced),
@@ -222,30 +222,30 @@ class Installer:
         self.data_directories = list(data_directories)
         self.records = records
 
-    def install(self, operation_id: str, source: Source) -> tuple[RestoredTable, ...]:
-        record = self.records.load(operation_id)
+    def install(self, run_id: str, source: Source) -> tuple[RestoredTable, ...]:
+        record = self.records.load(run_id)
         if record is not None and record.tag != source.tag:
             raise Conflict(
-                f"operation {operation_id!r} restores {source_name(record.tag)} on this node, not"
+                f"operation {run_id!r} restores {source_name(record.tag)} on this node, not"
                 f" {source.tag}; one operation restores one backup"
             )
         if record is not None and record.phase == DONE:
-            log.info("already installed", operation_id=operation_id, source=source.tag)
+            log.info("already installed", run_id=run_id, source=source.tag)
             return record.tables
         if record is None:
             tables = plan(self.data_directories, source)
             source.check({(t.keyspace, t.table_directory) for t in tables if t.restored})
-            record = InstallRecord(operation_id, source.tag, MOVING, tuple(tables))
+            record = InstallRecord(run_id, source.tag, MOVING, tuple(tables))
             self.records.save(record)  # before anything moves: a resume knows what was planned
         log.warning(
             f"restoring {source_name(source.tag)} in place",
-            operation_id=operation_id,
+            run_id=run_id,
             phase=record.phase,
             tables=sum(table.restored for table in record.tables),
             not_in_backup=sum(not table.restored for table in record.tables),
         )
         if record.phase == MOVING:
-            moved = tuple(table_moved_aside(table, operation_id) for table in record.tables)
+            moved = tuple(table_moved_aside(table, run_id) for table in record.tables)
             record = replace(record, phase=LINKING, tables=moved)
             self.records.save(record)  # before the first file is placed: from now on, ours
         placed = tuple(
@@ -266,16 +266,16 @@ def _report(record: InstallRecord) -> None:
             "table directories the backup does not hold (a table created after it, or not a"
             " table: e.g. system/_paxos_repair_state): their live files moved aside and KEPT,"
             " nothing put in their place",
-            operation_id=record.operation_id,
+            run_id=record.run_id,
             source=record.tag,
             tables=absent,
-            kept_in=f"<table dir>/{REPLACED_DIRECTORY}/{record.operation_id}",
+            kept_in=f"<table dir>/{REPLACED_DIRECTORY}/{record.run_id}",
         )
     log.warning(
         f"{source_name(record.tag)} restored in place; the replaced files are KEPT in each"
-        f" table's {REPLACED_DIRECTORY}/{record.operation_id}/ (remove them once the restore is"
+        f" table's {REPLACED_DIRECTORY}/{record.run_id}/ (remove them once the restore is"
         " proven)",
-        operation_id=record.operation_id,
+        run_id=record.run_id,
         tables=sum(t.restored for t in record.tables),
         not_in_backup=len(absent),
         files_placed=sum(t.files_linked for t in record.tables),

@@ -60,7 +60,7 @@ class RestoredTable:
 class InstallRecord:
     """One operation's install of one source."""
 
-    operation_id: str
+    run_id: str
     tag: str
     phase: str
     tables: tuple[RestoredTable, ...]
@@ -72,16 +72,16 @@ class InstallRecords:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
 
-    def path(self, operation_id: str) -> Path:
-        return self.directory / f"{operation_id}.json"
+    def path(self, run_id: str) -> Path:
+        return self.directory / f"{run_id}.json"
 
-    def phase(self, operation_id: str) -> str:
-        """How far `operation_id` got ("" when it installed nothing here)."""
-        record = self.load(operation_id)
+    def phase(self, run_id: str) -> str:
+        """How far `run_id` got ("" when it installed nothing here)."""
+        record = self.load(run_id)
         return record.phase if record is not None else ""
 
-    def load(self, operation_id: str) -> InstallRecord | None:
-        path = self.path(operation_id)
+    def load(self, run_id: str) -> InstallRecord | None:
+        path = self.path(run_id)
         try:
             data = path.read_bytes()
         except FileNotFoundError:
@@ -93,17 +93,17 @@ class InstallRecords:
         except (ValueError, KeyError, TypeError) as exc:
             raise Conflict(
                 f"install record {path} is unreadable ({exc}); inspect it and the"
-                f" {REPLACED_DIRECTORY}/{operation_id} directories of the tables, then remove it"
+                f" {REPLACED_DIRECTORY}/{run_id} directories of the tables, then remove it"
             ) from None
 
     def save(self, record: InstallRecord) -> None:
         document = {
-            "operation_id": record.operation_id,
+            "run_id": record.run_id,
             "tag": record.tag,
             "phase": record.phase,
             "tables": [asdict(table) for table in record.tables],
         }
-        write_durably(self.path(record.operation_id), json.dumps(document, indent=1).encode())
+        write_durably(self.path(record.run_id), json.dumps(document, indent=1).encode())
 
 
 def _decode(data: bytes) -> InstallRecord:
@@ -125,9 +125,9 @@ def _decode(data: bytes) -> InstallRecord:
                 raise TypeError(f"{name} is not a {wanted.__name__}")
             values[name] = value
         tables.append(RestoredTable(**values))
-    phase, tag, operation_id = document["phase"], document["tag"], document["operation_id"]
+    phase, tag, run_id = document["phase"], document["tag"], document["run_id"]
     if phase not in _PHASES:
         raise ValueError(f"unknown phase {phase!r}")
-    if not isinstance(tag, str) or not isinstance(operation_id, str):
-        raise TypeError("tag and operation_id must be strings")
-    return InstallRecord(operation_id, tag, phase, tuple(tables))
+    if not isinstance(tag, str) or not isinstance(run_id, str):
+        raise TypeError("tag and run_id must be strings")
+    return InstallRecord(run_id, tag, phase, tuple(tables))

@@ -78,7 +78,7 @@ class ReleasedVolume:
     def device_number(self) -> int:
         return os.makedev(self.major, self.minor)
 
-    def facts(self, operation_id: str) -> VolumeFacts:
+    def facts(self, run_id: str) -> VolumeFacts:
         attached = self.state == ATTACHED
         return VolumeFacts(
             mount_point=self.mount_point,
@@ -90,7 +90,7 @@ class ReleasedVolume:
             wwn=self.wwn,
             loop_backing_file=self.loop_backing_file,
             mounted=attached,
-            released_by="" if attached else operation_id,
+            released_by="" if attached else run_id,
         )
 
 

@@ -34,7 +34,7 @@ class Release:
 
 
 def release_plan(
-    operation_id: str,
+    run_id: str,
     requested: list[str],
     *,
     entries: Sequence[Mount],
@@ -50,7 +50,7 @@ def release_plan(
     `filesystems` are the Cassandra directories' as mounted now, `protected` the devices never
     released with the reason, `record_location` where an operation's record is read."""
     pending = released_not_attached(records)
-    mine = {volume.mount_point: volume for volume in records.get(operation_id, [])}
+    mine = {volume.mount_point: volume for volume in records.get(run_id, [])}
     visible = on_top(entries)
     frozen_points = set(frozen)
     by_name = {name: fs for fs in filesystems for name in (fs.mount_point, *fs.aliases)}
@@ -99,11 +99,11 @@ def release_plan(
                 continue
             if entry.device_number != recorded.device_number:
                 raise Conflict(
-                    f"{point} was released by operation {operation_id!r}, but another"
+                    f"{point} was released by operation {run_id!r}, but another"
                     f" filesystem is mounted there now ({entry.source}); unmount it first"
                 )
         other = pending.get(point)
-        if other is not None and other[0] != operation_id:
+        if other is not None and other[0] != run_id:
             raise Conflict(
                 f"{point} was released by operation {other[0]!r} and not attached again;"
                 f" attach it under that operation first (or, once the volume is checked,"

@@ -28,21 +28,21 @@ class RestoreRecords:
         self.directory = directory
         self.fallbacks = tuple(dict.fromkeys(path for path in fallbacks if path != directory))
 
-    def path(self, operation_id: str) -> Path:
+    def path(self, run_id: str) -> Path:
         """Where the operation's record is written."""
-        return self.directory / f"{check_operation_id(operation_id)}.json"
+        return self.directory / f"{check_operation_id(run_id)}.json"
 
-    def location(self, operation_id: str) -> Path:
+    def location(self, run_id: str) -> Path:
         """Where the operation's record is read from: the first directory that has one."""
-        name = f"{check_operation_id(operation_id)}.json"
+        name = f"{check_operation_id(run_id)}.json"
         for directory in (self.directory, *self.fallbacks):
             if os.path.lexists(directory / name):
                 return directory / name
         return self.directory / name
 
-    def load(self, operation_id: str) -> list[ReleasedVolume]:
+    def load(self, run_id: str) -> list[ReleasedVolume]:
         """The operation's volumes ([] if it has no record); an unreadable record is a Conflict."""
-        path = self.location(operation_id)
+        path = self.location(run_id)
         try:
             data = path.read_bytes()
         except FileNotFoundError:
@@ -71,30 +71,30 @@ class RestoreRecords:
                 problems.append(f"restore records in {directory} cannot be listed: {exc.strerror}")
                 continue
             for name in names:
-                operation_id = name.removesuffix(".json")
-                if name.startswith(".") or not name.endswith(".json") or operation_id in seen:
+                run_id = name.removesuffix(".json")
+                if name.startswith(".") or not name.endswith(".json") or run_id in seen:
                     continue
-                if not valid_operation_id(operation_id):
+                if not valid_operation_id(run_id):
                     problems.append(f"restore record {directory / name} has an unsafe name")
                     continue
-                seen.add(operation_id)
+                seen.add(run_id)
                 try:
-                    found[operation_id] = self.load(operation_id)
+                    found[run_id] = self.load(run_id)
                 except Conflict as exc:
                     problems.append(str(exc))
         return found, problems
 
-    def remove(self, operation_id: str) -> None:
+    def remove(self, run_id: str) -> None:
         """Remove the operation's record where it is written (fallback directories are left)."""
-        self.path(operation_id).unlink(missing_ok=True)
+        self.path(run_id).unlink(missing_ok=True)
 
-    def save(self, operation_id: str, released: Sequence[ReleasedVolume]) -> None:
+    def save(self, run_id: str, released: Sequence[ReleasedVolume]) -> None:
         """Write the record atomically and durably (file and directory fsynced), mode 0600."""
         payload = json.dumps(
-            {"operation_id": operation_id, "volumes": [asdict(volume) for volume in released]},
+            {"run_id": run_id, "volumes": [asdict(volume) for volume in released]},
             indent=1,
         ).encode()
-        write_durably(self.path(operation_id), payload)
+        write_durably(self.path(run_id), payload)
 
 
 _TUPLE_FIELDS = {"options", "super_options", "kinds", "cassandra_directories"}
@@ -139,8 +139,8 @@ def released_not_attached(
 ) -> dict[str, tuple[str, ReleasedVolume]]:
     """{mount point: (operation, volume)} of every volume released and not attached again."""
     return {
-        volume.mount_point: (operation_id, volume)
-        for operation_id, released in sorted(records.items())
+        volume.mount_point: (run_id, volume)
+        for run_id, released in sorted(records.items())
         for volume in released
         if volume.state == RELEASED
     }

@@ -22,7 +22,7 @@ log = logs.get_logger(__name__)
 
 
 def discard_plan(
-    operation_id: str,
+    run_id: str,
     *,
     hints: bool,
     entries: Sequence[Mount],
@@ -35,26 +35,26 @@ def discard_plan(
     """(shown path, real path, kind) of each replay-state directory to empty for the operation:
     those outside the volumes it released and attached again; `protected` are the real paths
     never emptied (the agent's state and program)."""
-    mine = records.get(operation_id, [])
+    mine = records.get(run_id, [])
     if not mine and not snapshot_phase:
         raise Conflict(
-            f"operation {operation_id!r} released no volume and restored no snapshot on this"
+            f"operation {run_id!r} released no volume and restored no snapshot on this"
             " node; the replay state is discarded only for a restore whose volumes this agent"
             " released and attached, or whose snapshot it restored"
         )
     if snapshot_phase and snapshot_phase != SNAPSHOT_DONE:
         raise Conflict(
-            f"operation {operation_id!r} has not finished restoring its snapshot on this node"
+            f"operation {run_id!r} has not finished restoring its snapshot on this node"
             f" (still {snapshot_phase}); RestoreSnapshot again first"
         )
     waiting = [volume.mount_point for volume in mine if volume.state != ATTACHED]
     if waiting:
         raise Conflict(
-            f"{', '.join(waiting)} released by operation {operation_id!r} is not attached"
+            f"{', '.join(waiting)} released by operation {run_id!r} is not attached"
             " again; attach it first (the directories on it must be told apart from the rest)"
         )
     others = sorted(
-        point for point, (op, _) in released_not_attached(records).items() if op != operation_id
+        point for point, (op, _) in released_not_attached(records).items() if op != run_id
     )
     if others:
         raise Conflict(
@@ -67,7 +67,7 @@ def discard_plan(
         entry = visible.get(volume.mount_point)
         if entry is None:
             raise Conflict(
-                f"{volume.mount_point} was attached by operation {operation_id!r} but is not"
+                f"{volume.mount_point} was attached by operation {run_id!r} but is not"
                 " mounted now; attach it again first"
             )
         kept[entry.device_number] = volume.mount_point
@@ -86,7 +86,7 @@ def discard_plan(
             if restored is not None:
                 log.info(
                     "kept: it came back with the restored volume",
-                    operation_id=operation_id,
+                    run_id=run_id,
                     path=str(path),
                     kind=kind,
                     mount_point=restored,

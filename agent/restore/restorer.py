@@ -216,17 +216,17 @@ class VolumeRestorer:
                     released_by=releasing[0] if releasing else "",
                 )
             )
-        for point, (operation_id, volume) in sorted(pending.items()):
+        for point, (run_id, volume) in sorted(pending.items()):
             if point not in mounted:
-                found.append(volume.facts(operation_id))
+                found.append(volume.facts(run_id))
         return VolumeState(cassandra, tuple(found))
 
     # -- release --------------------------------------------------------------------------------
 
     async def release(
-        self, operation_id: str, mount_points: Sequence[str] = ()
+        self, run_id: str, mount_points: Sequence[str] = ()
     ) -> tuple[VolumeFacts, ...]:
-        check_operation_id(operation_id)
+        check_operation_id(run_id)
         requested = list(dict.fromkeys(check_mount_point(point) for point in mount_points))
         action = f"release {', '.join(requested) or 'the Cassandra volumes'}"
         self._refuse_without_host_access(action)
@@ -234,7 +234,7 @@ class VolumeRestorer:
             await self._refuse_while_running(action)
             entries, records, _ = await asyncio.to_thread(self._read, strict=True)
             plan = await asyncio.to_thread(
-                self._release_plan, operation_id, requested, entries, records
+                self._release_plan, run_id, requested, entries, records
             )
             uuids: dict[str, str] = {}
             for item in plan:
@@ -248,23 +248,23 @@ class VolumeRestorer:
                             " release it"
                         )
                     uuids[item.mount_point] = uuid
-            mine = {volume.mount_point: volume for volume in records.get(operation_id, [])}
+            mine = {volume.mount_point: volume for volume in records.get(run_id, [])}
             done: dict[str, ReleasedVolume] = {}
             for item in plan:
                 done[item.mount_point] = await self._release_one(
-                    operation_id, item, mine, uuids.get(item.mount_point, "")
+                    run_id, item, mine, uuids.get(item.mount_point, "")
                 )
-            return tuple(done[item.mount_point].facts(operation_id) for item in plan)
+            return tuple(done[item.mount_point].facts(run_id) for item in plan)
 
     def _release_plan(
         self,
-        operation_id: str,
+        run_id: str,
         requested: list[str],
         entries: list[Mount],
         records: Mapping[str, list[ReleasedVolume]],
     ) -> list[Release]:
         return release_plan(
-            operation_id,
+            run_id,
             requested,
             entries=entries,
             records=records,
@@ -277,7 +277,7 @@ class VolumeRestorer:
 
     async def _release_one(
         self,
-        operation_id: str,
+        run_id: str,
         item: Release,
         mine: dict[str, ReleasedVolume],
         uuid: str,
@@ -285,7 +285,7 @@ class VolumeRestorer:
         point = item.mount_point
         if item.step == "done":
             assert item.recorded is not None
-            log.info("already released", operation_id=operation_id, mount_point=point)
+            log.info("already released", run_id=run_id, mount_point=point)
             return item.recorded
         if item.step in ("new", "resume"):
             assert item.filesystem is not None and item.entry is not None
@@ -312,13 +312,13 @@ class VolumeRestorer:
                 )
                 mine[point] = volume
                 # Durable before the unmount: whatever happens next, attach knows what was here.
-                await asyncio.to_thread(self.records.save, operation_id, list(mine.values()))
+                await asyncio.to_thread(self.records.save, run_id, list(mine.values()))
             else:
                 assert item.recorded is not None
                 volume = item.recorded
             log.warning(
                 "unmounting for a restore",
-                operation_id=operation_id,
+                run_id=run_id,
                 mount_point=point,
                 device=volume.device,
                 fs_uuid=volume.fs_uuid,
@@ -330,7 +330,7 @@ class VolumeRestorer:
                 if still is not None and still.device_number == volume.device_number:
                     # Nothing was released: the record must not say otherwise.
                     mine.pop(point, None)
-                    await asyncio.to_thread(self._save_or_remove, operation_id, mine)
+                    await asyncio.to_thread(self._save_or_remove, run_id, mine)
                 raise
         else:
             assert item.recorded is not None
@@ -347,33 +347,33 @@ class VolumeRestorer:
                 self.settings,
                 "detach_command",
                 self.settings.detach_command,
-                operation_id,
+                run_id,
                 volume,
             )
         volume = replace(volume, detached=True)
         mine[point] = volume
-        await asyncio.to_thread(self.records.save, operation_id, list(mine.values()))
+        await asyncio.to_thread(self.records.save, run_id, list(mine.values()))
         log.warning(
             "released for a restore",
-            operation_id=operation_id,
+            run_id=run_id,
             mount_point=point,
             device=volume.device,
             fs_uuid=volume.fs_uuid,
         )
         return volume
 
-    def _save_or_remove(self, operation_id: str, mine: Mapping[str, ReleasedVolume]) -> None:
+    def _save_or_remove(self, run_id: str, mine: Mapping[str, ReleasedVolume]) -> None:
         if mine:
-            self.records.save(operation_id, list(mine.values()))
+            self.records.save(run_id, list(mine.values()))
         else:
-            self.records.remove(operation_id)
+            self.records.remove(run_id)
 
     # -- attach ---------------------------------------------------------------------------------
 
     async def attach(
-        self, operation_id: str, requested: Sequence[tuple[str, str]]
+        self, run_id: str, requested: Sequence[tuple[str, str]]
     ) -> tuple[VolumeFacts, ...]:
-        check_operation_id(operation_id)
+        check_operation_id(run_id)
         if not requested:
             raise ValidationError("name the volumes to attach: (mount point, volume name) pairs")
         wanted: dict[str, str] = {}
@@ -386,40 +386,40 @@ class VolumeRestorer:
         self._refuse_without_host_access(f"attach {', '.join(wanted)}")
         async with self._lock:
             await self._refuse_while_running(f"attach {', '.join(wanted)}")
-            released = await asyncio.to_thread(self.records.load, operation_id)
+            released = await asyncio.to_thread(self.records.load, run_id)
             mine = {volume.mount_point: volume for volume in released}
             for point in wanted:
                 if point not in mine:
                     raise Conflict(
-                        f"{point} was not released by operation {operation_id!r} on this node"
+                        f"{point} was not released by operation {run_id!r} on this node"
                         f" (it released: {', '.join(mine) or 'nothing'}); only what an operation"
                         " released can be attached under it"
                     )
             results: list[VolumeFacts] = []
             for point, name in wanted.items():
-                volume = await self._attacher.attach_one(operation_id, mine[point], name)
+                volume = await self._attacher.attach_one(run_id, mine[point], name)
                 mine[point] = volume
-                await asyncio.to_thread(self.records.save, operation_id, list(mine.values()))
-                results.append(volume.facts(operation_id))
+                await asyncio.to_thread(self.records.save, run_id, list(mine.values()))
+                results.append(volume.facts(run_id))
             return tuple(results)
 
     # -- installs in place ------------------------------------------------------------------------
 
-    async def restore_snapshot(self, operation_id: str, tag: str) -> tuple[RestoredTable, ...]:
+    async def restore_snapshot(self, run_id: str, tag: str) -> tuple[RestoredTable, ...]:
         """Put the node back to native snapshot `tag`, in place."""
         snapshot_tag(tag)
         source = NativeSnapshot(self.directories.get("data", []), tag)
-        return await self.install(operation_id, source, f"restore snapshot {tag}")
+        return await self.install(run_id, source, f"restore snapshot {tag}")
 
     async def install(
-        self, operation_id: str, source: Source, action: str
+        self, run_id: str, source: Source, action: str
     ) -> tuple[RestoredTable, ...]:
         """Put the node's tables back to `source` in place (`ringsnap.agent.restore.install`);
         refused while Cassandra runs or anything holds a file under a data directory, or while a
         restore's released volumes are not attached again."""
-        check_operation_id(operation_id)
+        check_operation_id(run_id)
         return await self.while_stopped(
-            action, lambda: self.installer.install(operation_id, source)
+            action, lambda: self.installer.install(run_id, source)
         )
 
     async def while_stopped(self, action: str, work: Callable[[], _T]) -> _T:
@@ -450,24 +450,24 @@ class VolumeRestorer:
 
     # -- discard --------------------------------------------------------------------------------
 
-    async def discard(self, operation_id: str, *, hints: bool) -> tuple[DiscardedDirectory, ...]:
-        check_operation_id(operation_id)
+    async def discard(self, run_id: str, *, hints: bool) -> tuple[DiscardedDirectory, ...]:
+        check_operation_id(run_id)
         self._refuse_without_host_access("discard the replay state")
         async with self._lock:
             await self._refuse_while_running("discard the replay state")
-            plan = await asyncio.to_thread(self._discard_plan, operation_id, hints)
+            plan = await asyncio.to_thread(self._discard_plan, run_id, hints)
             done: list[DiscardedDirectory] = []
             for shown, real, kind in plan:
                 log.warning(
                     "discarding replay state outside the restored volumes",
-                    operation_id=operation_id,
+                    run_id=run_id,
                     path=shown,
                     kind=kind,
                 )
                 files, size = await asyncio.to_thread(empty_directory, real)
                 log.warning(
                     "discarded replay state",
-                    operation_id=operation_id,
+                    run_id=run_id,
                     path=shown,
                     kind=kind,
                     files=files,
@@ -476,14 +476,14 @@ class VolumeRestorer:
                 done.append(DiscardedDirectory(shown, kind, files, size))
             return tuple(done)
 
-    def _discard_plan(self, operation_id: str, hints: bool) -> list[tuple[str, str, str]]:
+    def _discard_plan(self, run_id: str, hints: bool) -> list[tuple[str, str, str]]:
         entries, records, _ = self._read(strict=True)
         return discard_plan(
-            operation_id,
+            run_id,
             hints=hints,
             entries=entries,
             records=records,
-            snapshot_phase=self.installs.phase(operation_id),
+            snapshot_phase=self.installs.phase(run_id),
             directories=self.directories,
             protected=[os.path.realpath(path) for path, _ in self._protected_paths()[1:]],
             host=self.host,

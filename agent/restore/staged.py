@@ -67,13 +67,13 @@ class CommitlogInstalled:
 
 
 class StagedCopy:
-    """The copy of backup `backup_id` that operation `operation_id` downloaded here."""
+    """The copy of backup `backup_id` that operation `run_id` downloaded here."""
 
-    def __init__(self, data_directories: Sequence[Path], operation_id: str, backup_id: str) -> None:
+    def __init__(self, data_directories: Sequence[Path], run_id: str, backup_id: str) -> None:
         self.data_directories = list(data_directories)
-        self.operation_id = operation_id
+        self.run_id = run_id
         self.backup_id = valid_backup_id(backup_id)
-        self.roots = staging_roots(self.data_directories, operation_id)
+        self.roots = staging_roots(self.data_directories, run_id)
         self.tag = tag_of(backup_id)
 
     def tables(self) -> list[TableLocation]:
@@ -87,7 +87,7 @@ class StagedCopy:
         done = read_marker(self.roots[0])
         if done is None or done.get("backup_id") != self.backup_id:
             raise Conflict(
-                f"the download of backup {self.backup_id} for operation {self.operation_id} is"
+                f"the download of backup {self.backup_id} for operation {self.run_id} is"
                 " not complete on this node: run DownloadFromS3 first; nothing was changed"
             )
 
@@ -105,10 +105,10 @@ class StagedCopy:
     def install_commitlog(
         self, records: InstallRecords, commitlog_directory: Path
     ) -> CommitlogInstalled:
-        record = records.load(self.operation_id)
+        record = records.load(self.run_id)
         if record is None or record.tag != self.tag or record.phase != DONE:
             raise Conflict(
-                f"operation {self.operation_id} has not installed backup {self.backup_id} on this"
+                f"operation {self.run_id} has not installed backup {self.backup_id} on this"
                 " node: InstallS3Download first"
             )
         root = self.roots[0]
@@ -118,7 +118,7 @@ class StagedCopy:
         names = [n for n in entry_names(staged, directories=False) if n.startswith("CommitLog-")]
         if not names:
             detail = str(marker.get("commitlog") or f"{NO_COMMITLOG}: none staged")
-            log.warning("no commit log installed", operation_id=self.operation_id, detail=detail)
+            log.warning("no commit log installed", run_id=self.run_id, detail=detail)
             _finish(root)
             return CommitlogInstalled(0, 0, detail)
         owner = owner_of(commitlog_directory)
@@ -133,7 +133,7 @@ class StagedCopy:
         detail = (
             f"{len(names)} commit-log segments of the backup installed in {commitlog_directory}"
         )
-        log.warning(detail, operation_id=self.operation_id, bytes=size)
+        log.warning(detail, run_id=self.run_id, bytes=size)
         _finish(root)
         return CommitlogInstalled(len(names), size, detail)
 

@@ -56,7 +56,7 @@ HEARTBEAT_SECONDS = 5.0
 class ExportRequest:
     backup_id: str
     node: str
-    purpose_id: str = ""
+    run_id: str = ""
     snapshot_tag: str = ""
 
     @classmethod
@@ -65,7 +65,7 @@ class ExportRequest:
         node_name(request.node)
         if bool(request.run_id) == bool(request.snapshot_tag):
             raise ValidationError(
-                "ExportToS3 needs exactly one of purpose_id (mounted clones) and snapshot_tag"
+                "ExportToS3 needs exactly one of run_id (mounted clones) and snapshot_tag"
                 " (a native snapshot)"
             )
         if request.snapshot_tag:
@@ -150,32 +150,32 @@ class S3Exports:
         if request.snapshot_tag:
             return native_source(cassandra, request.snapshot_tag)
         mounter = self._clones()
-        mounted = mounter.mounted(request.purpose_id)  # NotFound / Conflict when not all mounted
-        record = mounter.records.load(request.purpose_id)
+        mounted = mounter.mounted(request.run_id)  # NotFound / Conflict when not all mounted
+        record = mounter.records.load(request.run_id)
         return clone_source(
             cassandra,
-            request.purpose_id,
+            request.run_id,
             mounted,
             read_only=record is not None and record.read_only,
         )
 
-    async def release_purpose(self, purpose_id: str) -> None:
-        """Before the clones of `purpose_id` are unmounted: an export still reading them (its
+    async def release_purpose(self, run_id: str) -> None:
+        """Before the clones of `run_id` are unmounted: an export still reading them (its
         caller gone, its worker winding down) is stopped and waited for, so that the unmount
         does not find the clones busy."""
         with self._lock:
             cancelled = self._cancelled
-            reading = self._running is not None and self._purpose == purpose_id
+            reading = self._running is not None and self._purpose == run_id
         if not reading:
             return
         if cancelled is not None:
             cancelled.set()
-        log.warning("stopping the export that reads these clones", purpose_id=purpose_id)
+        log.warning("stopping the export that reads these clones", run_id=run_id)
         if not await asyncio.to_thread(self._idle.wait, CANCELLED_WIND_DOWN_SECONDS):
             log.error(
                 "the export reading these clones did not stop in time; unmounting anyway (a busy"
                 " clone stays mounted and the unmount fails)",
-                purpose_id=purpose_id,
+                run_id=run_id,
                 seconds=CANCELLED_WIND_DOWN_SECONDS,
             )
 
@@ -204,7 +204,7 @@ class S3Exports:
             self._running = request.backup_id
             self._idle.clear()
             self._cancelled = cancelled
-            self._purpose = request.purpose_id
+            self._purpose = request.run_id
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[agent_pb2.ExportToS3Response] = asyncio.Queue(maxsize=64)
         metrics = self._metrics_of()
@@ -304,7 +304,7 @@ class S3Exports:
             "export to S3 starts",
             backup=request.backup_id,
             node=request.node,
-            purpose_id=request.purpose_id,
+            run_id=request.run_id,
             snapshot_tag=request.snapshot_tag,
             commitlog=str(source.commitlog_directory or ""),
         )

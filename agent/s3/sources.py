@@ -38,12 +38,12 @@ def native_source(cassandra: CassandraSection, tag: str) -> ExportSource:
 
 
 def clone_source(
-    cassandra: CassandraSection, purpose_id: str, clones: list[MountedClone], *, read_only: bool
+    cassandra: CassandraSection, run_id: str, clones: list[MountedClone], *, read_only: bool
 ) -> ExportSource:
     """Each configured directory on the clone of the volume it lives on (longest mount point)."""
     if not read_only:
         raise Conflict(
-            f"the clones of {purpose_id!r} are mounted read-write; an export reads read-only"
+            f"the clones of {run_id!r} are mounted read-write; an export reads read-only"
             " clones only (UnmountClones, then MountClones with read_only)"
         )
     data = []
@@ -51,7 +51,7 @@ def clone_source(
         mapped = _on_clone(directory, clones)
         if mapped is None:
             raise Conflict(
-                f"data directory {directory} lies on none of the clones of {purpose_id!r}"
+                f"data directory {directory} lies on none of the clones of {run_id!r}"
                 f" ({', '.join(c.source_mount_point for c in clones)}); mount the clones of all"
                 " of this node's volumes of the backup"
             )

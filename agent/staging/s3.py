@@ -96,14 +96,14 @@ class S3Restore:
             )
         return self.s3
 
-    def staging(self, operation_id: str) -> list[Path]:
-        return staging_roots(self.data_directories, operation_id)
+    def staging(self, run_id: str) -> list[Path]:
+        return staging_roots(self.data_directories, run_id)
 
     # -- 0. the plan's check (read-only) ----------------------------------------------------------
 
     def check(
         self,
-        operation_id: str,
+        run_id: str,
         backup_id: str,
         node: str,
         identities: Sequence[Identity] = (),
@@ -117,11 +117,11 @@ class S3Restore:
             backup_id=backup_id,
             node=node,
             data_directories=self.data_directories,
-            staging=self.staging(operation_id),
+            staging=self.staging(run_id),
             identities=identities,
         )
         try:
-            marker = self._marker(operation_id)
+            marker = self._marker(run_id)
         except Conflict:
             marker = None  # unreadable: not complete, the download writes it again
         complete = marker is not None and marker.get("backup_id") == backup_id
@@ -131,7 +131,7 @@ class S3Restore:
 
     def download(
         self,
-        operation_id: str,
+        run_id: str,
         backup_id: str,
         node: str,
         progress: Callable[[Progress], None] | None = None,
@@ -143,12 +143,12 @@ class S3Restore:
         settings = self.settings()
         valid_backup_id(backup_id)
         node_name(node)
-        roots = self.staging(operation_id)
+        roots = self.staging(run_id)
         marker = roots[0] / DOWNLOADED_MARKER
-        done = self._marker(operation_id)
+        done = self._marker(run_id)
         if done is not None and done.get("backup_id") != backup_id:
             raise Conflict(
-                f"operation {operation_id} already downloaded backup {done.get('backup_id')} here;"
+                f"operation {run_id} already downloaded backup {done.get('backup_id')} here;"
                 " one operation restores one backup"
             )
         for root in roots:
@@ -184,7 +184,7 @@ class S3Restore:
         )
         log.info(
             "backup downloaded from S3 and verified",
-            operation_id=operation_id,
+            run_id=run_id,
             backup_id=backup_id,
             node=node,
             components=result.components,
@@ -217,12 +217,12 @@ class S3Restore:
             return f"{NO_COMMITLOG}: {exc}"
         return f"{done.segments} commit-log segments ({done.bytes_total} bytes) staged"
 
-    def _marker(self, operation_id: str) -> dict[str, Any] | None:
-        return read_marker(self.staging(operation_id)[0])
+    def _marker(self, run_id: str) -> dict[str, Any] | None:
+        return read_marker(self.staging(run_id)[0])
 
     def download_table(
         self,
-        operation_id: str,
+        run_id: str,
         backup_id: str,
         node: str,
         *,
@@ -234,7 +234,7 @@ class S3Restore:
         identities: Sequence[Identity] = (),
     ) -> StagedDownload:
         """Only `keyspace`.`table`'s components (not its indexes'), flat into `staging` (the
-        table-restore staging directory of `operation_id`); `identities` as `download`'s."""
+        table-restore staging directory of `run_id`); `identities` as `download`'s."""
         settings = self.settings()
         valid_backup_id(backup_id)
         node_name(node)

@@ -19,10 +19,10 @@ COMMITLOG_STAGING = ".commitlog"
 NO_COMMITLOG = "no commit-log copy in the bucket"
 
 
-def staging_roots(data_directories: Sequence[Path], operation_id: str) -> list[Path]:
-    """The staging of `operation_id` in each data directory, in their order."""
-    check_operation_id(operation_id)
-    return [d / STAGING_DIRECTORY / operation_id for d in data_directories]
+def staging_roots(data_directories: Sequence[Path], run_id: str) -> list[Path]:
+    """The staging of `run_id` in each data directory, in their order."""
+    check_operation_id(run_id)
+    return [d / STAGING_DIRECTORY / run_id for d in data_directories]
 
 
 def read_marker(first_root: Path) -> dict[str, Any] | None:

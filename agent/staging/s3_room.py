@@ -73,7 +73,7 @@ def _tree_size(root: Path) -> tuple[int, int]:
 
 class S3Staging:
     """The plan's cheap check and the discard of one node (blocking methods: run them in
-    threads). `downloading(operation_id)` says whether that operation's download runs here."""
+    threads). `downloading(run_id)` says whether that operation's download runs here."""
 
     def __init__(
         self,
@@ -90,7 +90,7 @@ class S3Staging:
 
     def check_room(
         self,
-        operation_id: str,
+        run_id: str,
         backup_id: str,
         node: str,
         expected_bytes: int,
@@ -101,13 +101,13 @@ class S3Staging:
         if expected_bytes < 0:
             raise ValidationError(f"expected_bytes: {expected_bytes} is negative")
         restores = self.restores
-        roots = restores.staging(operation_id)
+        roots = restores.staging(run_id)
         staged = any(os.path.lexists(root) for root in roots)
         complete = staged and marker_backup(roots[0]) == backup_id
         directories = restores.data_directories
         one_filesystem = len({os.stat(d).st_dev for d in directories}) <= 1
         if not complete and (staged or not expected_bytes or not one_filesystem):
-            return restores.check(operation_id, backup_id, node, identities)
+            return restores.check(run_id, backup_id, node, identities)
         settings = restores.settings()
         client = self.client(settings)
         layout = Layout(settings.prefix)
@@ -151,24 +151,24 @@ class S3Staging:
 
     # -- giving the restore up -------------------------------------------------------------------
 
-    def discard(self, operation_id: str, backup_id: str) -> list[Discarded]:
-        check_operation_id(operation_id)
+    def discard(self, run_id: str, backup_id: str) -> list[Discarded]:
+        check_operation_id(run_id)
         valid_backup_id(backup_id)
         restores = self.restores
-        if self.downloading(operation_id):
+        if self.downloading(run_id):
             raise Conflict(
-                f"the download of operation {operation_id} is running on this node: stop the"
+                f"the download of operation {run_id} is running on this node: stop the"
                 " restore first (Ctrl-C, or wait for it to fail), then give it up again; nothing"
                 " was removed"
             )
-        record = restores.records.load(operation_id)
+        record = restores.records.load(run_id)
         if record is not None:
             raise Conflict(
-                f"operation {operation_id} began installing on this node ({record.phase}: files"
+                f"operation {run_id} began installing on this node ({record.phase}: files"
                 " were moved in Cassandra's table directories); it cannot be given up: resume the"
-                f" restore (ringsnap restore --resume {operation_id}); nothing was removed"
+                f" restore (ringsnap restore --resume {run_id}); nothing was removed"
             )
-        roots = restores.staging(operation_id)
+        roots = restores.staging(run_id)
         marker = marker_backup(roots[0])
         if marker and marker != backup_id:
             raise Conflict(
@@ -190,7 +190,7 @@ class S3Staging:
             removed.append(Discarded(str(root), files, size))
             log.warning(
                 "staging of a restore from S3 removed: the restore is given up",
-                operation_id=operation_id,
+                run_id=run_id,
                 backup_id=backup_id,
                 path=str(root),
                 files=files,

@@ -64,23 +64,23 @@ class S3RestoreRpcs:
         #: waits for a cancelled one to stop (two threads must never write one staging).
         self._running: dict[str, tuple[threading.Event, asyncio.Future[StagedDownload]]] = {}
 
-    async def _wait_for_previous(self, operation_id: str) -> None:
-        """Returns once no download of `operation_id` runs (the caller registers its own before
+    async def _wait_for_previous(self, run_id: str) -> None:
+        """Returns once no download of `run_id` runs (the caller registers its own before
         its next await); a running one that was not cancelled is refused."""
-        while (previous := self._running.get(operation_id)) is not None:
+        while (previous := self._running.get(run_id)) is not None:
             cancel, work = previous
             if not cancel.is_set():
                 raise Conflict(
-                    f"a download for operation {operation_id} is already running on this node;"
+                    f"a download for operation {run_id} is already running on this node;"
                     " wait for it to end (or cancel it), then ask again"
                 )
             done, _ = await asyncio.wait({work}, timeout=CANCELLED_WIND_DOWN_SECONDS)
             if not done:
                 raise Conflict(
-                    f"the cancelled download for operation {operation_id} has not stopped within"
+                    f"the cancelled download for operation {run_id} has not stopped within"
                     f" {CANCELLED_WIND_DOWN_SECONDS:g} s; ask again in a minute"
                 )
-            self._forget(operation_id, work)  # its done callback may not have run yet
+            self._forget(run_id, work)  # its done callback may not have run yet
 
     @cached_property
     def _metrics(self) -> AgentMetrics:
@@ -92,12 +92,12 @@ class S3RestoreRpcs:
     def _restores(self) -> S3Restore:
         return S3Restore.of(self._agent.config, self._agent.restorer)
 
-    def _table_staging(self, operation_id: str, keyspace: str, table: str) -> Path:
+    def _table_staging(self, run_id: str, keyspace: str, table: str) -> Path:
         config = self._agent.config
         importer = TableImporter(
             config.cassandra, config.volumes.state_directory / CLONES_DIRECTORY
         )
-        return importer.table_directory(operation_id, keyspace, table)
+        return importer.table_directory(run_id, keyspace, table)
 
     async def download(
         self, request: agent_pb2.DownloadFromS3Request
@@ -122,7 +122,7 @@ class S3RestoreRpcs:
                 restore_id(request.run_id)
             except ValidationError as exc:
                 # The table restore's id rule speaks of a "restore id": name the field.
-                raise ValidationError(f"operation_id: {exc}") from None
+                raise ValidationError(f"run_id: {exc}") from None
             staging = self._table_staging(
                 request.run_id,
                 request.target_keyspace or request.keyspace,
@@ -182,18 +182,18 @@ class S3RestoreRpcs:
                 cancel.set()
                 log.warning(
                     "download from S3 cancelled by its caller; stopping it",
-                    operation_id=request.run_id,
+                    run_id=request.run_id,
                     backup_id=request.backup_id,
                     node=request.node,
                 )
 
-    def downloading(self, operation_id: str) -> bool:
-        """Whether a download of `operation_id` runs here (its staging is never discarded then)."""
-        return operation_id in self._running
+    def downloading(self, run_id: str) -> bool:
+        """Whether a download of `run_id` runs here (its staging is never discarded then)."""
+        return run_id in self._running
 
-    def _forget(self, operation_id: str, work: asyncio.Future[StagedDownload]) -> None:
-        if self._running.get(operation_id, (None, None))[1] is work:
-            del self._running[operation_id]
+    def _forget(self, run_id: str, work: asyncio.Future[StagedDownload]) -> None:
+        if self._running.get(run_id, (None, None))[1] is work:
+            del self._running[run_id]
 
     async def check(
         self, request: agent_pb2.CheckS3DownloadRequest

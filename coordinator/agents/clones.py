@@ -17,9 +17,9 @@ class CloneMountingConnection(AgentConnection):
     """An agent connection that mounts clones on the agent's host and takes them down again."""
 
     async def mount_clones(
-        self, purpose_id: str, clones: Sequence[CloneToMount], *, read_only: bool
+        self, run_id: str, clones: Sequence[CloneToMount], *, read_only: bool
     ) -> tuple[MountedClone, ...]:
-        request = clone_volumes_message(purpose_id, clones, read_only=read_only)
+        request = clone_volumes_message(run_id, clones, read_only=read_only)
         with self._calling("MountClones"):
             reply = await self._stub.MountClones(request, timeout=CLONE_MOUNTS_TIMEOUT_SECONDS)
         return tuple(
@@ -27,8 +27,8 @@ class CloneMountingConnection(AgentConnection):
             for m in reply.mounts
         )
 
-    async def unmount_clones(self, purpose_id: str) -> tuple[str, ...]:
-        request = agent_pb2.UnmountClonesRequest(run_id=purpose_id)
+    async def unmount_clones(self, run_id: str) -> tuple[str, ...]:
+        request = agent_pb2.UnmountClonesRequest(run_id=run_id)
         with self._calling("UnmountClones"):
             reply = await self._stub.UnmountClones(request, timeout=CLONE_MOUNTS_TIMEOUT_SECONDS)
         return tuple(reply.detached_volumes)

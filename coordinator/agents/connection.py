@@ -79,12 +79,12 @@ class ClientTls:
 
 
 def clone_volumes_message(
-    purpose_id: str, clones: Sequence[CloneToMount], *, read_only: bool
+    run_id: str, clones: Sequence[CloneToMount], *, read_only: bool
 ) -> agent_pb2.MountClonesRequest:
     """The MountClones request for `clones`, built in one place for every client that mounts
     clones (drill host, table restore, export)."""
     return agent_pb2.MountClonesRequest(
-        run_id=purpose_id,
+        run_id=run_id,
         read_only=read_only,
         volumes=[
             agent_pb2.CloneVolume(
@@ -196,9 +196,9 @@ class GrpcNodeAgent(AgentConnection):
             )
         return _seconds(reply.duration)
 
-    async def freeze(self, operation_id: str, lease_seconds: float) -> FreezeReceipt:
+    async def freeze(self, run_id: str, lease_seconds: float) -> FreezeReceipt:
         request = agent_pb2.FreezeFilesystemsRequest(
-            run_id=operation_id, lease=_duration(lease_seconds), sync_first=True
+            run_id=run_id, lease=_duration(lease_seconds), sync_first=True
         )
         with self._calling("FreezeFilesystems"):
             reply = await self._stub.FreezeFilesystems(request, timeout=self._timeout)
@@ -208,16 +208,16 @@ class GrpcNodeAgent(AgentConnection):
             lease_expires_at=moment(reply.lease_expires_at),
         )
 
-    async def renew(self, operation_id: str, lease_seconds: float) -> datetime:
-        request = agent_pb2.RenewLeaseRequest(run_id=operation_id, lease=_duration(lease_seconds))
+    async def renew(self, run_id: str, lease_seconds: float) -> datetime:
+        request = agent_pb2.RenewLeaseRequest(run_id=run_id, lease=_duration(lease_seconds))
         with self._calling("RenewLease"):
             reply = await self._stub.RenewLease(request, timeout=lease_seconds)
         return moment(reply.lease_expires_at)
 
-    async def thaw(self, operation_id: str) -> ThawReceipt:
+    async def thaw(self, run_id: str) -> ThawReceipt:
         with self._calling("ThawFilesystems"):
             reply = await self._stub.ThawFilesystems(
-                agent_pb2.ThawFilesystemsRequest(run_id=operation_id),
+                agent_pb2.ThawFilesystemsRequest(run_id=run_id),
                 timeout=self._timeout,
             )
         thawed = [fs for fs in reply.filesystems if fs.was_frozen]
@@ -268,20 +268,20 @@ class GrpcNodeAgent(AgentConnection):
         return _seconds(reply.duration)
 
     async def release_volumes(
-        self, operation_id: str, mount_points: Sequence[str]
+        self, run_id: str, mount_points: Sequence[str]
     ) -> tuple[NodeVolumeFacts, ...]:
         request = agent_pb2.ReleaseVolumesRequest(
-            run_id=operation_id, mount_points=list(mount_points)
+            run_id=run_id, mount_points=list(mount_points)
         )
         with self._calling("ReleaseVolumes"):
             reply = await self._stub.ReleaseVolumes(request, timeout=VOLUMES_TIMEOUT_SECONDS)
         return tuple(_volume(volume) for volume in reply.volumes)
 
     async def attach_volumes(
-        self, operation_id: str, volumes: Sequence[tuple[str, str]]
+        self, run_id: str, volumes: Sequence[tuple[str, str]]
     ) -> tuple[NodeVolumeFacts, ...]:
         request = agent_pb2.AttachVolumesRequest(
-            run_id=operation_id,
+            run_id=run_id,
             volumes=[
                 agent_pb2.AttachVolume(mount_point=point, volume_name=name)
                 for point, name in volumes
@@ -292,9 +292,9 @@ class GrpcNodeAgent(AgentConnection):
         return tuple(_volume(volume) for volume in reply.volumes)
 
     async def discard_replay_state(
-        self, operation_id: str, *, hints: bool
+        self, run_id: str, *, hints: bool
     ) -> tuple[DiscardedDirectory, ...]:
-        request = agent_pb2.DiscardReplayStateRequest(run_id=operation_id, hints=hints)
+        request = agent_pb2.DiscardReplayStateRequest(run_id=run_id, hints=hints)
         with self._calling("DiscardReplayState"):
             reply = await self._stub.DiscardReplayState(request, timeout=DISCARD_TIMEOUT_SECONDS)
         return tuple(
@@ -302,8 +302,8 @@ class GrpcNodeAgent(AgentConnection):
             for d in reply.directories
         )
 
-    async def restore_snapshot(self, operation_id: str, tag: str) -> tuple[RestoredTable, ...]:
-        request = agent_pb2.RestoreSnapshotRequest(run_id=operation_id, tag=tag)
+    async def restore_snapshot(self, run_id: str, tag: str) -> tuple[RestoredTable, ...]:
+        request = agent_pb2.RestoreSnapshotRequest(run_id=run_id, tag=tag)
         with self._calling("RestoreSnapshot"):
             reply = await self._stub.RestoreSnapshot(request, timeout=VOLUMES_TIMEOUT_SECONDS)
         return tuple(

@@ -47,14 +47,14 @@ class GrpcDrillHost(CloneMountingConnection):
             reply = await self._stub.StartDrill(request, timeout=self._timeout)
         return _status(reply)
 
-    async def get_drill(self, purpose_id: str) -> DrillStatus:
-        request = agent_pb2.DrillRequest(run_id=purpose_id)
+    async def get_drill(self, run_id: str) -> DrillStatus:
+        request = agent_pb2.DrillRequest(run_id=run_id)
         with self._calling("GetDrill"):
             reply = await self._stub.GetDrill(request, timeout=self._timeout)
         return _status(reply)
 
-    async def drill_manifest(self, purpose_id: str) -> list[SSTable]:
-        request = agent_pb2.DrillRequest(run_id=purpose_id)
+    async def drill_manifest(self, run_id: str) -> list[SSTable]:
+        request = agent_pb2.DrillRequest(run_id=run_id)
         sstables: list[SSTable] = []
         with self._calling("GetDrillManifest"):
             async for batch in self._stub.GetDrillManifest(
@@ -63,8 +63,8 @@ class GrpcDrillHost(CloneMountingConnection):
                 sstables.extend(sstable_from_wire(entry) for entry in batch.entries)
         return sstables
 
-    async def stop_drill(self, purpose_id: str) -> DrillStatus:
-        request = agent_pb2.DrillRequest(run_id=purpose_id)
+    async def stop_drill(self, run_id: str) -> DrillStatus:
+        request = agent_pb2.DrillRequest(run_id=run_id)
         with self._calling("StopDrill"):
             reply = await self._stub.StopDrill(request, timeout=STOP_TIMEOUT_SECONDS)
         return _status(reply)

@@ -50,12 +50,12 @@ class GrpcExportNode(GrpcNodeAgent, CloneMountingConnection):
         self,
         backup_id: str,
         *,
-        purpose_id: str = "",
+        run_id: str = "",
         snapshot_tag: str = "",
         progress: Callable[[UploadProgress], None] | None = None,
     ) -> NodeUpload:
         request = agent_pb2.ExportToS3Request(
-            backup_id=backup_id, node=self.node, run_id=purpose_id, snapshot_tag=snapshot_tag
+            backup_id=backup_id, node=self.node, run_id=run_id, snapshot_tag=snapshot_tag
         )
         result: NodeUpload | None = None
         with self._calling("ExportToS3"):

@@ -81,10 +81,10 @@ class GrpcS3Restore(AgentConnection):
         )
 
     async def check_s3_download(
-        self, operation_id: str, backup_id: str, node: str, keys: RestoreKeys = NO_KEYS
+        self, run_id: str, backup_id: str, node: str, keys: RestoreKeys = NO_KEYS
     ) -> S3DownloadCheck:
         request = agent_pb2.CheckS3DownloadRequest(
-            run_id=operation_id, backup_id=backup_id, node=node, keys=key_messages(keys)
+            run_id=run_id, backup_id=backup_id, node=node, keys=key_messages(keys)
         )
         with self._calling("CheckS3Download"):
             reply = await self._stub.CheckS3Download(request, timeout=CHECK_TIMEOUT_SECONDS)
@@ -92,14 +92,14 @@ class GrpcS3Restore(AgentConnection):
 
     async def check_s3_room(
         self,
-        operation_id: str,
+        run_id: str,
         backup_id: str,
         node: str,
         expected_bytes: int,
         keys: RestoreKeys = NO_KEYS,
     ) -> S3DownloadCheck:
         request = agent_pb2.CheckS3RoomRequest(
-            run_id=operation_id,
+            run_id=run_id,
             backup_id=backup_id,
             node=node,
             expected_bytes=expected_bytes,
@@ -110,15 +110,15 @@ class GrpcS3Restore(AgentConnection):
         return check_of(reply)
 
     async def discard_s3_download(
-        self, operation_id: str, backup_id: str
+        self, run_id: str, backup_id: str
     ) -> tuple[DiscardedStaging, ...]:
-        request = agent_pb2.DiscardS3DownloadRequest(run_id=operation_id, backup_id=backup_id)
+        request = agent_pb2.DiscardS3DownloadRequest(run_id=run_id, backup_id=backup_id)
         with self._calling("DiscardS3Download"):
             reply = await self._stub.DiscardS3Download(request, timeout=INSTALL_TIMEOUT_SECONDS)
         return tuple(DiscardedStaging(d.path, d.files, d.bytes) for d in reply.removed)
 
-    async def install_s3_download(self, operation_id: str, backup_id: str) -> InstalledCopy:
-        request = agent_pb2.InstallS3DownloadRequest(run_id=operation_id, backup_id=backup_id)
+    async def install_s3_download(self, run_id: str, backup_id: str) -> InstalledCopy:
+        request = agent_pb2.InstallS3DownloadRequest(run_id=run_id, backup_id=backup_id)
         with self._calling("InstallS3Download"):
             reply = await self._stub.InstallS3Download(request, timeout=INSTALL_TIMEOUT_SECONDS)
         return InstalledCopy(
@@ -127,9 +127,9 @@ class GrpcS3Restore(AgentConnection):
             files_kept_aside=sum(t.files_moved for t in reply.tables),
         )
 
-    async def install_s3_commitlog(self, operation_id: str, backup_id: str, node: str) -> str:
+    async def install_s3_commitlog(self, run_id: str, backup_id: str, node: str) -> str:
         request = agent_pb2.InstallS3DownloadRequest(
-            run_id=operation_id, backup_id=backup_id, node=node, commitlog=True
+            run_id=run_id, backup_id=backup_id, node=node, commitlog=True
         )
         with self._calling("InstallS3Download"):
             reply = await self._stub.InstallS3Download(request, timeout=INSTALL_TIMEOUT_SECONDS)

@@ -49,23 +49,23 @@ class GrpcTableNode(CloneMountingConnection):
     def node(self) -> str:
         return self._node
 
-    async def staging_space(self, restore_id: str) -> StagingSpace:
+    async def staging_space(self, run_id: str) -> StagingSpace:
         with self._calling("GetStagingSpace"):
             reply = await self._stub.GetStagingSpace(
-                agent_pb2.GetStagingSpaceRequest(run_id=restore_id), timeout=self._timeout
+                agent_pb2.GetStagingSpaceRequest(run_id=run_id), timeout=self._timeout
             )
         return StagingSpace(reply.staging_directory, reply.free_bytes, reply.staged_bytes)
 
     async def stage_table(
         self,
-        restore_id: str,
+        run_id: str,
         keyspace: str,
         table: str,
         clone_mounts: Sequence[tuple[str, str]],
         sstables: Sequence[SSTable],
     ) -> StagedTable:
         request = agent_pb2.StageTableRequest(
-            run_id=restore_id,
+            run_id=run_id,
             keyspace=keyspace,
             table=table,
             clone_mounts=[
@@ -80,10 +80,10 @@ class GrpcTableNode(CloneMountingConnection):
         )
 
     async def import_staged_table(
-        self, restore_id: str, keyspace: str, table: str
+        self, run_id: str, keyspace: str, table: str
     ) -> ImportedTable:
         request = agent_pb2.ImportStagedTableRequest(
-            run_id=restore_id, keyspace=keyspace, table=table
+            run_id=run_id, keyspace=keyspace, table=table
         )
         with self._calling("ImportStagedTable"):
             reply = await self._stub.ImportStagedTable(request, timeout=IMPORT_TIMEOUT_SECONDS)
@@ -94,9 +94,9 @@ class GrpcTableNode(CloneMountingConnection):
             reply.method,
         )
 
-    async def remove_staging(self, restore_id: str) -> tuple[int, int]:
+    async def remove_staging(self, run_id: str) -> tuple[int, int]:
         with self._calling("RemoveStaging"):
             reply = await self._stub.RemoveStaging(
-                agent_pb2.RemoveStagingRequest(run_id=restore_id), timeout=self._timeout
+                agent_pb2.RemoveStagingRequest(run_id=run_id), timeout=self._timeout
             )
         return reply.files, reply.bytes

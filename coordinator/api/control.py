@@ -13,7 +13,7 @@ from datetime import datetime
 from ringsnap.coordinator.catalog import BackupStateError, OperationNotFoundError
 from ringsnap.coordinator.model import Backup, BackupState, OperationKind
 from ringsnap.coordinator.operations import Operation
-from ringsnap.coordinator.runs.lease import RunKind
+from ringsnap.coordinator.runs.lease import Lease, RunKind
 from ringsnap.coordinator.scheduler import Skip
 from ringsnap.coordinator.service import Coordinator
 from ringsnap.logs import get_logger
@@ -43,12 +43,18 @@ class ScheduledRun:
 
 @dataclass(frozen=True)
 class RunningBackup:
+    """The run holding a cluster (a backup, or a run of another kind)."""
+
     #: "" in the instant between taking the cluster and recording the backup.
     backup_id: str
+    #: Who asked for it (a backup's trigger; a schedule's name when no one else is known).
     trigger: str
     since: datetime | None
     #: "" for a scheduled backup (operations are made for backups started through the API).
     operation_id: str
+    kind: RunKind = RunKind.BACKUP
+    #: The run's id ("" for a backup, whose id is `backup_id`).
+    run_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,20 @@ class CoordinatorStatus:
     pending_cleanups: int
     #: Newest first.
     recent_skips: tuple[Skip, ...]
+
+
+def running_run(
+    lease: Lease, backup_id: str, since: datetime | None, operation_id: str
+) -> RunningBackup:
+    """The run `lease` stands for, as the status shows it: typed kind and id, and who asked."""
+    return RunningBackup(
+        backup_id=backup_id,
+        trigger=lease.asked_by or lease.schedule,
+        since=since,
+        operation_id=operation_id,
+        kind=lease.kind,
+        run_id="" if lease.kind is RunKind.BACKUP else lease.run_id,
+    )
 
 
 def find_operation(coordinator: Coordinator, operation_id: str) -> Operation:
@@ -96,11 +116,11 @@ async def coordinator_status(coordinator: Coordinator) -> CoordinatorStatus:
                 since: datetime | None = row.started_at
             else:
                 since = None if lease.kind is RunKind.BACKUP else lease.since
-            running = RunningBackup(
-                backup_id=backup_id,
-                trigger=lease.trigger,
-                since=since,
-                operation_id=operation.current.operation_id if operation is not None else "",
+            running = running_run(
+                lease,
+                backup_id,
+                since,
+                operation.current.operation_id if operation is not None else "",
             )
         schedules = sorted(
             (s for s in coordinator.scheduler.schedules.values() if s.cluster == name),

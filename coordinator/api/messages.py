@@ -257,6 +257,8 @@ def retention_plan(plan: RetentionPlan, *, applied: bool) -> pb.PlanRetentionRes
 def _running(message: pb.ClusterStatus, running: RunningBackup) -> None:
     message.running_backup_id = running.backup_id
     message.running_trigger = running.trigger
+    message.running_kind = running.kind.value
+    message.running_run_id = running.run_id
     message.running_operation_id = running.operation_id
     if running.since is not None:
         message.running_since.CopyFrom(timestamp(running.since))

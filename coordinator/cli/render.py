@@ -407,11 +407,15 @@ def status_view(status: pb.Status, now: datetime | None = None) -> RenderableTyp
             if success_at is not None
             else Text("never: no complete backup", style="bold red")
         )
-        kind, _, run_id = cluster.running_trigger.partition(":")
-        if kind in {"restore", "table-restore"} and run_id:
-            # The lease's "<kind>:<run id>" (`runs.lease.Lease.trigger`).
-            running = Text(f"{kind.replace('-', ' ')} {run_id}", style="bold yellow")
-            running.append(f"\nof backup {cluster.running_backup_id}")
+        kind = cluster.running_kind
+        if kind not in {"", "backup"}:
+            # Another kind of run holds the cluster: it, and the backup it reads.
+            running = Text(
+                f"{kind.replace('-', ' ')} {cluster.running_run_id or '(starting)'}",
+                style="bold yellow",
+            )
+            if cluster.running_backup_id:
+                running.append(f"\nof backup {cluster.running_backup_id}")
         elif cluster.running_backup_id or cluster.running_trigger:
             running = Text(cluster.running_backup_id or "(starting)", style="cyan")
             running.append(f"\nby {cluster.running_trigger}")

@@ -57,7 +57,7 @@ class ExportNodePort(CloneMounter, Protocol):
         self,
         backup_id: str,
         *,
-        purpose_id: str = "",
+        run_id: str = "",
         snapshot_tag: str = "",
         progress: Callable[[UploadProgress], None] | None = None,
     ) -> NodeUpload: ...

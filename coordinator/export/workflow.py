@@ -304,7 +304,7 @@ class ExportWorkflow:
         if self.native:
             upload = await self._stream(name, snapshot_tag=self.backup.id)
         else:
-            upload = await self._stream(name, purpose_id=self.purpose)
+            upload = await self._stream(name, run_id=self.purpose)
         await self._node(
             ctx,
             exported=True,
@@ -327,7 +327,7 @@ class ExportWorkflow:
         )
 
     async def _stream(
-        self, name: str, *, purpose_id: str = "", snapshot_tag: str = ""
+        self, name: str, *, run_id: str = "", snapshot_tag: str = ""
     ) -> NodeUpload:
         heard = time.monotonic()
 
@@ -338,7 +338,7 @@ class ExportWorkflow:
 
         call = asyncio.ensure_future(
             self.nodes[name].export_to_s3(
-                self.backup.id, purpose_id=purpose_id, snapshot_tag=snapshot_tag, progress=report
+                self.backup.id, run_id=run_id, snapshot_tag=snapshot_tag, progress=report
             )
         )
         try:

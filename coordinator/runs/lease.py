@@ -94,14 +94,6 @@ class Lease:
             case RunKind.PURGE:
                 return f"the purge of cluster {self.cluster}'s copies on S3"
 
-    @property
-    def trigger(self) -> str:
-        """The holder as `status` shows it on the wire (`running_trigger`): the backup's asker,
-        or "<kind>:<run id>". For people and the status line only; nothing parses it back."""
-        if self.kind is RunKind.BACKUP:
-            return self.asked_by
-        return f"{self.kind.value}:{self.run_id or self.schedule}"
-
     def describe(self) -> str:
         return f"{self.called} (since {self.since:%Y-%m-%d %H:%M:%S} UTC)"
 

@@ -22,14 +22,14 @@ class ExportNode(CloneNode):
         self,
         backup_id: str,
         *,
-        purpose_id: str = "",
+        run_id: str = "",
         snapshot_tag: str = "",
         progress: Progress | None = None,
     ) -> NodeUpload:
-        return await self.upload(backup_id, purpose_id, snapshot_tag, progress or _unheard)
+        return await self.upload(backup_id, run_id, snapshot_tag, progress or _unheard)
 
     async def upload(
-        self, backup_id: str, purpose_id: str, snapshot_tag: str, progress: Progress
+        self, backup_id: str, run_id: str, snapshot_tag: str, progress: Progress
     ) -> NodeUpload:
         raise NotImplementedError
 

@@ -48,7 +48,7 @@ HOST_ID = "5b3f7c0e-2a4d-4c5e-9f10-1a2b3c4d5e6f"
 
 def request(**changes: Any) -> DrillRequest:
     base = DrillRequest(
-        drill_id="drill-1",
+        run_id="drill-1",
         node="node1",
         cluster_name="ringsnap-sandbox",
         address="127.0.1.2",
@@ -68,8 +68,8 @@ def request(**changes: Any) -> DrillRequest:
 @pytest.mark.parametrize(
     ("changes", "names"),
     [
-        ({"drill_id": "../x"}, "run id"),
-        ({"drill_id": "Drill"}, "run id"),
+        ({"run_id": "../x"}, "run id"),
+        ({"run_id": "Drill"}, "run id"),
         ({"node": "node 1;rm"}, "node name"),
         ({"cluster_name": 'a"b'}, "cluster name"),
         ({"cluster_name": "a\nb"}, "cluster name"),
@@ -294,18 +294,18 @@ def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Rig]:
     yield Rig(DrillHost(settings, clones, tmp_path / "state"), clones, fake, tmp_path)
 
 
-async def mount_for(rig: Rig, drill_id: str) -> None:
+async def mount_for(rig: Rig, run_id: str) -> None:
     await rig.clones.mount(
-        drill_id,
+        run_id,
         [
-            CloneVolume("data", "a1", f"{drill_id}_d", source_mount_point="/srv/node1/data"),
+            CloneVolume("data", "a1", f"{run_id}_d", source_mount_point="/srv/node1/data"),
             CloneVolume(
-                "commitlog", "a1", f"{drill_id}_c", source_mount_point="/srv/node1/commitlog"
+                "commitlog", "a1", f"{run_id}_c", source_mount_point="/srv/node1/commitlog"
             ),
         ],
         read_only=False,
     )
-    base = rig.tmp / "state" / "clones" / drill_id
+    base = rig.tmp / "state" / "clones" / run_id
     (base / "data" / "data").mkdir(parents=True)
     (base / "commitlog" / "commitlog").mkdir(parents=True)
 
@@ -375,18 +375,18 @@ def test_one_drill_at_a_time_by_default_and_stop_is_idempotent(rig: Rig) -> None
         first = await rig.host.start_drill(request())
         assert first.state in ("starting", "verifying")
         # The same request again: the same drill, not a second one.
-        assert (await rig.host.start_drill(request())).drill_id == "drill-1"
+        assert (await rig.host.start_drill(request())).run_id == "drill-1"
         with pytest.raises(Conflict, match="another request"):
             await rig.host.start_drill(request(backup_id="b-2"))
         with pytest.raises(TooManyDrills, match=r"max_parallel"):
-            await rig.host.start_drill(request(drill_id="drill-2"))
+            await rig.host.start_drill(request(run_id="drill-2"))
         stopped = await rig.host.stop("drill-1")
         assert stopped.state == "stopped" and stopped.message == "stopped by StopDrill"
         assert (await rig.host.stop("drill-1")).state == "stopped"
         assert (await rig.host.stop("drill-9")).state == "stopped"  # unknown: nothing runs
         assert netns.name_for("drill-1") in rig.fake.deleted
         # Now the second one may run.
-        await rig.host.start_drill(request(drill_id="drill-2"))
+        await rig.host.start_drill(request(run_id="drill-2"))
         await rig.host.close()
 
     asyncio.run(run())

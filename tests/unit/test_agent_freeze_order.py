@@ -35,10 +35,10 @@ class GatedStore(StateStore):
         self.gate = threading.Event()
         self.events = events
 
-    def write(self, operation_id: str, mount_points: tuple[str, ...]) -> FreezeRecord:
+    def write(self, run_id: str, mount_points: tuple[str, ...]) -> FreezeRecord:
         self.events.append("record started")
         assert self.gate.wait(10), "the test never opened the gate"
-        record = super().write(operation_id, mount_points)
+        record = super().write(run_id, mount_points)
         self.events.append("record durable")
         return record
 
@@ -66,7 +66,7 @@ class Kernel:
 
     def freeze(self, point: str) -> fsfreeze.IoctlResult:
         with self.lock:
-            recorded = [r.operation_id for r in self.store.records()]
+            recorded = [r.run_id for r in self.store.records()]
             self.events.append(f"freeze {point} (records: {recorded})")
             self.frozen.add(point)
         return fsfreeze.IoctlResult(True, 0.001)
@@ -226,7 +226,7 @@ def test_the_thaw_answers_without_waiting_for_the_disk_and_the_record_is_gone(
     async def scenario() -> None:
         freezer = manager(store)
         await freezer.freeze("op-1", lease_seconds=5, sync_first=True)
-        assert [r.operation_id for r in store.records()] == ["op-1"]
+        assert [r.run_id for r in store.records()] == ["op-1"]
         monkeypatch.setattr(os, "fsync", counted_fsync)
         thawed = await freezer.thaw("op-1")
         monkeypatch.setattr(os, "fsync", real_fsync)

@@ -391,4 +391,4 @@ def test_unreadable_record_is_kept(tmp_path: Path, kernel: FakeKernel) -> None:
     (tmp_path / "state" / "freeze-broken.json").write_text("{not json")
     store.write("good", (DATA,))
     run(manager(tmp_path).recover())
-    assert [record.operation_id for record in store.records()] == ["broken"]
+    assert [record.run_id for record in store.records()] == ["broken"]

@@ -44,7 +44,7 @@ def test_thaw_all_keeps_records_it_cannot_act_on(
     store.write("gone", (str(tmp_path / "no-such-mount"),))
     assert main(["thaw-all", "--state-dir", str(store.directory)]) == 1
     assert "FAILED" in capsys.readouterr().out
-    assert [record.operation_id for record in store.records()] == ["gone"]
+    assert [record.run_id for record in store.records()] == ["gone"]
 
 
 def test_serve_with_a_missing_config_exits_78(

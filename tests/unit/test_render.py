@@ -165,7 +165,11 @@ def test_status_names_a_running_restore_as_a_restore() -> None:
     status = pb.Status(
         clusters=[
             pb.ClusterStatus(
-                cluster="prod", running_backup_id="rs-1", running_trigger="restore:rr-9"
+                cluster="prod",
+                running_backup_id="rs-1",
+                running_trigger="cli:ann",
+                running_kind="restore",
+                running_run_id="rr-9",
             )
         ]
     )

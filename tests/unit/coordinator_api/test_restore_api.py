@@ -215,7 +215,7 @@ def test_a_restore_makes_the_cluster_busy_for_backups_and_restores(
 
         status = stub.GetStatus(pb.GetStatusRequest(), timeout=10)
         prod = next(c for c in status.clusters if c.cluster == "prod")
-        assert prod.running_trigger.startswith("restore:rr-")
+        assert prod.running_kind == "restore" and prod.running_run_id.startswith("rr-")
         assert prod.running_operation_id == restore.operation_id
         assert any(s.kind == "busy" and s.trigger == "cli:bob" for s in status.recent_skips)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from ringsnap.coordinator.api.control import ClusterStatus, running_run
+from ringsnap.coordinator.api.messages import cluster_status
 from ringsnap.coordinator.runs.lease import RESTORING, ClusterHeld, ClusterLeases, Lease, RunKind
 
 
@@ -27,8 +29,33 @@ def test_one_run_holds_a_cluster_and_a_second_is_refused_naming_it() -> None:
         leases.give_back(export)
 
 
-def test_the_status_line_shows_each_kind_and_its_run() -> None:
-    assert Lease("c", RunKind.BACKUP, asked_by="cli:ann").trigger == "cli:ann"
-    assert Lease("c", RunKind.RESTORE, "rr-1").trigger == "restore:rr-1"
-    assert Lease("c", RunKind.TABLE_RESTORE, "tr-1").trigger == "table-restore:tr-1"
+def test_the_status_message_carries_each_kind_and_its_run_typed() -> None:
+    def status(lease: Lease) -> tuple[str, str, str, str]:
+        running = running_run(lease, "rs-1", None, "")
+        message = cluster_status(ClusterStatus("c", None, None, running, ()))
+        return (
+            message.running_kind,
+            message.running_run_id,
+            message.running_trigger,
+            message.running_backup_id,
+        )
+
+    assert status(Lease("c", RunKind.BACKUP, asked_by="cli:ann")) == (
+        "backup",
+        "",
+        "cli:ann",
+        "rs-1",
+    )
+    assert status(Lease("c", RunKind.RESTORE, "rr-1", asked_by="cli:bob")) == (
+        "restore",
+        "rr-1",
+        "cli:bob",
+        "rs-1",
+    )
+    assert status(Lease("c", RunKind.DRILL, "dr-1", schedule="nightly")) == (
+        "drill",
+        "dr-1",
+        "nightly",
+        "rs-1",
+    )
     assert {RunKind.RESTORE, RunKind.TABLE_RESTORE} == RESTORING

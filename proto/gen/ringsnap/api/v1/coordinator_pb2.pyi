@@ -1318,12 +1318,20 @@ class ClusterStatus(_message.Message):
     RUNNING_BACKUP_ID_FIELD_NUMBER: _builtins.int
     RUNNING_TRIGGER_FIELD_NUMBER: _builtins.int
     RUNNING_SINCE_FIELD_NUMBER: _builtins.int
+    RUNNING_KIND_FIELD_NUMBER: _builtins.int
+    RUNNING_RUN_ID_FIELD_NUMBER: _builtins.int
     cluster: _builtins.str
     running_operation_id: _builtins.str
     """The operation of the backup running now, if it was started through the API."""
     running_backup_id: _builtins.str
-    """The backup running now (scheduled or not) and who asked for it."""
+    """The run holding the cluster now: the backup it makes or reads ("" while a scheduled backup
+    starts), who asked for it (a backup's trigger, or the run's asker), since when, its kind
+    (backup, restore, table-restore, drill, export, purge) and its id ("" for a backup, whose id
+    is running_backup_id).
+    """
     running_trigger: _builtins.str
+    running_kind: _builtins.str
+    running_run_id: _builtins.str
     @_builtins.property
     def last_backup(self) -> Global___Backup:
         """The newest backup whatever its state (BASIC view); absent if there is none."""
@@ -1347,10 +1355,12 @@ class ClusterStatus(_message.Message):
         running_backup_id: _builtins.str = ...,
         running_trigger: _builtins.str = ...,
         running_since: _timestamp_pb2.Timestamp | None = ...,
+        running_kind: _builtins.str = ...,
+        running_run_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["last_backup", b"last_backup", "last_successful_backup_at", b"last_successful_backup_at", "running_since", b"running_since"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "last_backup", b"last_backup", "last_successful_backup_at", b"last_successful_backup_at", "next_runs", b"next_runs", "running_backup_id", b"running_backup_id", "running_operation_id", b"running_operation_id", "running_since", b"running_since", "running_trigger", b"running_trigger"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "last_backup", b"last_backup", "last_successful_backup_at", b"last_successful_backup_at", "next_runs", b"next_runs", "running_backup_id", b"running_backup_id", "running_kind", b"running_kind", "running_operation_id", b"running_operation_id", "running_run_id", b"running_run_id", "running_since", b"running_since", "running_trigger", b"running_trigger"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
