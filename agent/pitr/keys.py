@@ -9,7 +9,9 @@ from it must pass (the coordinator's window and the restore read the same keys).
     <prefix>pitr/<node>/holes/<segment>.json                   a segment whose tail may be lost
 
 A segment's pieces follow one another from offset 0 without a gap; a piece is never rewritten (the
-synced prefix only grows), so a piece's key says all about it and a rerun skips what is there.
+synced prefix only grows), so a piece's key says all about it and a rerun skips what is there. A
+range sent again after a PUT the shipper gave up on may leave two pieces from one offset: the
+longer one counts (`SegmentState.chain`).
 
 `gaps` finds what the bucket lost (an object deleted by hand, a lifecycle rule): pieces that do not
 follow one another, a complete segment whose pieces hold fewer bytes than its marker says, and
@@ -97,12 +99,26 @@ class SegmentState:
     @property
     def shipped(self) -> int:
         """Bytes shipped from offset 0 without a gap."""
+        chain = self.chain
+        return chain[-1].end if chain else 0
+
+    @property
+    def chain(self) -> list[Piece]:
+        """The pieces that hold bytes [0, shipped) one after the other. Two pieces may start at
+        the same offset: a PUT the shipper gave up on (a timeout in an outage, a killed agent)
+        can still be stored by the server after the shipper sent that range again with the
+        bytes synced since. Both hold the same prefix (a segment's synced bytes never change),
+        so the longer one is taken and the other is left out; reading both would repeat bytes."""
+        longest: dict[int, Piece] = {}
+        for piece in self.pieces:
+            if piece.start not in longest or piece.end > longest[piece.start].end:
+                longest[piece.start] = piece
+        chain: list[Piece] = []
         end = 0
-        for piece in sorted(self.pieces):
-            if piece.start != end:
-                break
-            end = piece.end
-        return end
+        while end in longest:
+            chain.append(longest[end])
+            end = longest[end].end
+        return chain
 
 
 def list_segments(client: object, bucket: str, keys: PitrKeys) -> dict[str, SegmentState]:
@@ -137,7 +153,7 @@ def gaps(states: dict[str, SegmentState], from_id: int = 0) -> list[str]:
     for _, name in ordered:
         state = states[name]
         end = max((p.end for p in state.pieces), default=0)
-        if state.shipped != end:
+        if state.shipped != end:  # a piece missing: pieces stored past it are unreachable
             found.append(f"segment {name}: pieces missing (they stop at byte {state.shipped})")
         elif state.complete and state.complete_bytes != state.shipped:
             found.append(

@@ -144,7 +144,7 @@ def _fetch(
     client: S3Client, bucket: str, keys: PitrKeys, state: SegmentState, target: Path
 ) -> None:
     with open(target, "wb") as out:
-        for piece in sorted(state.pieces):
+        for piece in state.chain:
             body = client.get_object(Bucket=bucket, Key=keys.piece(state.name, piece))["Body"]
             crc = 0
             size = 0

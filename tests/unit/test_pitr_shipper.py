@@ -433,6 +433,37 @@ def test_a_restart_s_jump_in_segment_ids_is_no_hole() -> None:
     assert gaps(states, from_id=1002) == []
 
 
+def test_a_put_given_up_on_but_stored_later_is_no_hole_and_places_once(
+    client: Any, node: tuple[Path, PitrSettings], tmp_path: Path
+) -> None:
+    """In an outage (or an agent killed mid-upload) a PUT the shipper gave up on can still be
+    stored by the server afterwards, beside the piece it sent again from the same offset with the
+    bytes synced since: no hole, and the segment is put together once, not twice."""
+    commitlog, _ = node
+    shipper = _shipper(client, node)
+    segment = FakeSegment(commitlog, 30)
+    first = segment.sync(os.urandom(600))
+    shipper._load()  # the shipper's state, before the late PUT lands
+    late = segment.path.read_bytes()[:first]
+    keys = shipper.keys
+    client.put_object(
+        Bucket=BUCKET, Key=keys.piece(segment.name, Piece(0, first, zlib.crc32(late))), Body=late
+    )
+    second = segment.sync(os.urandom(900))
+    assert shipper.cycle().pieces == 1  # [0, second): it never saw [0, first) succeed
+    state = list_segments(client, BUCKET, keys)[segment.name]
+    assert len(state.pieces) == 2 and state.shipped == second
+    assert gaps({segment.name: state}) == []
+    target = tmp_path / "placed.log"
+    placing._fetch(client, BUCKET, keys, state, target)
+    assert target.read_bytes() == segment.path.read_bytes()[:second]
+    # A piece really missing after them is still found.
+    state.pieces.append(Piece(second + 10, second + 20, 0))
+    assert gaps({segment.name: state}) == [
+        f"segment {segment.name}: pieces missing (they stop at byte {second})"
+    ]
+
+
 def test_a_spool_on_another_filesystem_is_refused_at_start(
     client: Any, node: tuple[Path, PitrSettings]
 ) -> None:
