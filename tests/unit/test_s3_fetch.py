@@ -205,11 +205,12 @@ class _CuttingProxy:
                     sink.shutdown(socket.SHUT_RDWR)
                     source.shutdown(socket.SHUT_RDWR)
                     return
-                sink.sendall(data)
-                sent += len(data)
                 if response:
+                    # Counted before it is sent: a client that has read it all may look at once.
                     with self._lock:
                         self.response_bytes += len(data)
+                sink.sendall(data)
+                sent += len(data)
         except OSError:
             pass
         finally:
