@@ -13,42 +13,39 @@ is never lost track of.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
-from typing import Any, NoReturn
+from collections.abc import Mapping, Sequence
+from typing import NoReturn
 
-from ringsnap.logs import get_logger
-from ringsnap.plugins.api import Cloneable, ConfiguredDriver, PreparedSnapshot, Revertible
+from ringsnap.plugins.api import ConfiguredDriver, PreparedSnapshot, Revertible
 from ringsnap.plugins.errors import (
     AlreadyExistsError,
     DriverError,
     NotFoundError,
     SnapshotMismatchError,
-    UnsupportedError,
     mismatch,
 )
 from ringsnap.plugins.flasharray.client import FlashArrayClient, RejectedError
+from ringsnap.plugins.flasharray.clones import FlashArrayCloning
 from ringsnap.plugins.flasharray.config import FlashArraySettings
 from ringsnap.plugins.flasharray.items import millis, snapshot_info, volume_of, volume_set
-from ringsnap.plugins.flasharray.names import clone_name, snapshot_suffix
+from ringsnap.plugins.flasharray.names import snapshot_suffix
 from ringsnap.plugins.flasharray.presentation import FlashArrayPresenting
-from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume, VolumeSnapshot
+from ringsnap.plugins.flasharray.refs import DRIVER_NAME
+from ringsnap.plugins.types import Capabilities, SnapshotInfo, SnapshotRef, Volume
 
-_log = get_logger(__name__)
-_PGROUP_SNAPSHOT = "pgroup_snapshot"
 # What prepare hands commit: the protection group and the snapshot suffix.
 _PGROUP = "pgroup"
 _SUFFIX = "suffix"
 
 
 class FlashArrayDriver(
-    FlashArrayPresenting, ConfiguredDriver[FlashArraySettings], Revertible, Cloneable
+    FlashArrayPresenting, FlashArrayCloning, ConfiguredDriver[FlashArraySettings], Revertible
 ):
-    """Protection-group snapshots, overwrite-revert and copies on one FlashArray."""
+    """Protection-group snapshots and overwrite-revert on one FlashArray; copies come from
+    `FlashArrayCloning`, hosts from `FlashArrayPresenting`, object reads from `FlashArrayRefs`."""
 
-    name = "flasharray"
+    name = DRIVER_NAME
     settings_model = FlashArraySettings
 
     def __init__(
@@ -226,93 +223,6 @@ class FlashArrayDriver(
                 ) from exc
             done.append(member.volume.name)
 
-    # -- clones ------------------------------------------------------------------------------
-
-    def clone(self, ref: SnapshotRef, suffix: str) -> Sequence[Volume]:
-        snapshot = self._usable(ref)
-        # The members asked, in their order (a run may narrow the ref to one node's volumes);
-        # the array's listing holds every member of the protection-group snapshot.
-        on_array = {m.volume.name: m for m in snapshot.members}
-        missing = [m.volume.name for m in ref.members if m.volume.name not in on_array]
-        if missing:
-            raise NotFoundError(
-                f"snapshot {self._pg_snapshot_name(ref)} holds no snapshot of volume(s)"
-                f" {', '.join(missing)}",
-                array=self._array,
-            )
-        made: list[Volume] = []
-        for member in (on_array[m.volume.name] for m in ref.members):
-            target = clone_name(member.volume.name, suffix)
-            try:
-                items = self._client.post(
-                    "volumes", {"names": target}, {"source": {"name": member.snapshot_name}}
-                )["items"]
-            except RejectedError as exc:
-                if exc.mentions("already exists"):
-                    made.append(self._earlier_clone(target, member, snapshot))
-                    continue
-                raise self._clone_failed(target, member, exc, made) from None
-            except DriverError as exc:
-                raise self._clone_failed(target, member, exc, made) from None
-            made.append(volume_of(items[0]))
-        return made
-
-    def _earlier_clone(self, target: str, member: VolumeSnapshot, snapshot: SnapshotRef) -> Volume:
-        """The volume `target` if an earlier clone() of this snapshot made it."""
-        item = self._lookup("volumes", target)
-        source = (item or {}).get("source") or {}
-        created = int((item or {}).get("created") or 0)
-        if (
-            item is None
-            or item.get("destroyed")
-            or source.get("name") != member.volume.name
-            or created < snapshot.created_at.timestamp() * 1000
-        ):
-            raise AlreadyExistsError(
-                f"volume {target} exists already and is not a clone of {member.snapshot_name};"
-                " pick another clone suffix",
-                array=self._array,
-            )
-        return volume_of(item)
-
-    def _clone_failed(
-        self, target: str, member: VolumeSnapshot, error: DriverError, made: Sequence[Volume]
-    ) -> DriverError:
-        if error.retryable:
-            # A retry finds the clones made so far and goes on; if it never comes, they are
-            # reported below.
-            left = [volume.name for volume in made]
-            undone = ""
-        else:
-            left = self._undo_clones(made)
-            undone = f"; removed the {len(made) - len(left)} clone(s) made before" if made else ""
-        return DriverError(
-            f"cloning {member.snapshot_name} to {target} failed: {error}{undone}",
-            array=self._array,
-            retryable=error.retryable,
-            left_on_array=tuple(f"volume {name} (a clone; delete it)" for name in left),
-        )
-
-    def delete_clone(self, volume: Volume) -> None:
-        try:
-            groups = [
-                str(m["group"]["name"])
-                for m in self._client.items(
-                    "protection-groups/volumes", {"member_names": volume.name}
-                )
-            ]
-        except RejectedError as exc:
-            if not exc.mentions("does not exist"):
-                raise
-            groups = []
-        if groups:
-            raise UnsupportedError(
-                f"volume {volume.name} is a member of protection group(s) {', '.join(groups)};"
-                " it is not a clone, refusing to delete it",
-                array=self._array,
-            )
-        self._destroy_and_eradicate("volumes", volume.name)
-
     # -- helpers -----------------------------------------------------------------------------
 
     def _pgroup_name(self, by_name: Mapping[str, Volume]) -> str:
@@ -394,113 +304,3 @@ class FlashArrayDriver(
             retryable=True,
             left_on_array=left,
         )
-
-    def _pgroup_snapshot(self, ref: SnapshotRef) -> dict[str, Any] | None:
-        return self._lookup("protection-group-snapshots", self._pg_snapshot_name(ref))
-
-    def _lookup(self, resource: str, name: str) -> dict[str, Any] | None:
-        try:
-            items = self._client.get(resource, {"names": name}).get("items") or []
-        except RejectedError as exc:
-            if exc.mentions("does not exist"):
-                return None
-            raise
-        return dict(items[0]) if items else None
-
-    def _usable(self, ref: SnapshotRef) -> SnapshotRef:
-        item = self._pgroup_snapshot(ref)
-        name = self._pg_snapshot_name(ref)
-        if item is None:
-            raise NotFoundError(f"snapshot {name} does not exist", array=self._array)
-        if item.get("destroyed"):
-            raise NotFoundError(
-                f"snapshot {name} is destroyed (pending eradication); recover it on the array"
-                f" (PATCH destroyed=false) before using it",
-                array=self._array,
-            )
-        by_name = {m.volume.name: m.volume for m in ref.members}
-        return self._ref(item, by_name)
-
-    def _ref(self, item: Mapping[str, Any], by_name: Mapping[str, Volume]) -> SnapshotRef:
-        name = str(item["name"])
-        members = self._member_snapshots(
-            self._client.items("volume-snapshots", {"filter": f"name='{name}.*'"})
-        )
-        return self._ref_from(item, by_name, members.get(name, []))
-
-    def _unread_ref(self, item: Mapping[str, Any], by_name: Mapping[str, Volume]) -> SnapshotRef:
-        """`item`'s ref with the member snapshots by name only (their ids are read later)."""
-        name = str(item["name"])
-        ref = self._ref_from(item, by_name, [])
-        members = tuple(
-            VolumeSnapshot(volume, "", f"{name}.{volume.name}") for volume in by_name.values()
-        )
-        return dataclasses.replace(ref, members=members)
-
-    def _ref_from(
-        self,
-        item: Mapping[str, Any],
-        by_name: Mapping[str, Volume],
-        members: Sequence[Mapping[str, Any]],
-    ) -> SnapshotRef:
-        name = str(item["name"])
-        group, _, suffix = name.partition(".")
-        snaps = []
-        for member in sorted(members, key=lambda m: str(m["name"])):
-            volume_name = str(member["source"]["name"])
-            volume = by_name.get(volume_name) or Volume(
-                name=volume_name, id=str(member["source"]["id"])
-            )
-            snaps.append(VolumeSnapshot(volume, str(member["id"]), str(member["name"])))
-        return SnapshotRef(
-            array=self._array,
-            driver=self.name,
-            group=group,
-            snapshot_id=str(item["id"]),
-            snapshot_name=suffix,
-            created_at=datetime.fromtimestamp(int(item["created"]) / 1000, tz=UTC),
-            members=tuple(snaps),
-            attributes=((_PGROUP_SNAPSHOT, name),),
-        )
-
-    @staticmethod
-    def _member_snapshots(
-        items: Iterable[Mapping[str, Any]],
-    ) -> dict[str, list[Mapping[str, Any]]]:
-        """Volume snapshots keyed by the protection-group snapshot they belong to."""
-        grouped: dict[str, list[Mapping[str, Any]]] = {}
-        for item in items:
-            name = str(item["name"])
-            source = str(item["source"]["name"])
-            if name.count(".") == 2 and name.endswith(f".{source}"):
-                grouped.setdefault(name.rsplit(".", 1)[0], []).append(item)
-        return grouped
-
-    def _pg_snapshot_name(self, ref: SnapshotRef) -> str:
-        return ref.attribute(_PGROUP_SNAPSHOT) or f"{ref.group}.{ref.snapshot_name}"
-
-    def _destroy_and_eradicate(self, resource: str, name: str) -> None:
-        try:
-            self._client.patch(resource, {"names": name}, {"destroyed": True})
-        except RejectedError as exc:
-            if exc.mentions("does not exist"):
-                return
-            raise
-        try:
-            self._client.delete(resource, {"names": name})
-        except RejectedError as exc:
-            # SafeMode: the array eradicates it when its eradication delay ends; get/list
-            # keep showing it as destroyed until then.
-            if exc.mentions("eradication is disabled") or exc.mentions("does not exist"):
-                return
-            raise
-
-    def _undo_clones(self, made: Sequence[Volume]) -> list[str]:
-        """Remove clones of a failed clone(); the names that could not be removed."""
-        left = []
-        for volume in made:
-            try:
-                self._destroy_and_eradicate("volumes", volume.name)
-            except DriverError:
-                left.append(volume.name)
-        return left
