@@ -1,18 +1,22 @@
 """Key rotation of encrypted copies: re-wrap the run keys, never touch a data object.
 
-    python -m ringsnap.agent.s3.rekey --settings s3.toml --identity old.age \\
-        --add age1new... [--remove age:age1old...] [--node NAME] [--dry-run]
+    python -m ringsnap.agent.s3.rekey --settings s3.toml --key-file old.keys \\
+        --add age1new... | --add kms:KEY [--remove age:age1old... | --remove kms:KEY] \\
+        [--node NAME] [--dry-run]
 
 Every key object under `<prefix>keys/` (of one node, or of all; and without `--node` every
 encrypted catalog mirror's, `<prefix>catalog/<backup>/key.json`) is read, its run key opened with
-the identity, wrapped for the recipients added, the stanzas of those removed dropped, and the key
-object written again (one PUT each, replacing it whole: S3 replaces an object atomically). The
-data objects are sealed with the run keys, which do not change: none is read or rewritten. Run
-it where the secret key is (not on a node), then put the new recipients in the nodes'
-`[s3.encryption]` so that new exports use them.
+the key file (age secret keys, `kms KEY [credentials]` lines: as a restore takes it), wrapped for
+the recipients added, the stanzas of those removed dropped, and the key object written again
+(one PUT each, replacing it whole: S3 replaces an object atomically). The data objects are
+sealed with the run keys, which do not change: none is read or rewritten. Run it where the
+secret key is (not on a node), then put the new recipients in the nodes' `[s3.encryption]` so
+that new exports use them. A KMS key added is wrapped with `kms:Encrypt` through the settings'
+`[s3.encryption]` KMS endpoint, region and credentials (the nodes' encrypt-only ones suffice).
 
-Refused before any write: a key object this identity cannot open (naming the recipients that
-would), removing a recipient a key object does not have, or removing every recipient.
+Refused before its write: a key object the key file cannot open (naming the recipients that
+would), removing a recipient a key object does not have, or removing every recipient; the
+message says how many key objects were re-wrapped before it (a rerun skips those).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ringsnap.agent.s3.client import S3Client, make_client
+from ringsnap.agent.s3.crypto.key_file import key_file_identities
 from ringsnap.agent.s3.crypto.keyring import (
     MAX_OBJECT_BYTES,
     KeyObjectInvalid,
@@ -32,16 +37,17 @@ from ringsnap.agent.s3.crypto.keyring import (
     WrappedKey,
     rewrap,
 )
+from ringsnap.agent.s3.crypto.kms import kms_client
 from ringsnap.agent.s3.crypto.recipients import (
     AgeRecipient,
     Identity,
+    KmsRecipient,
     Recipient,
     WrapError,
-    age_identities,
 )
 from ringsnap.agent.s3.layout import MIRROR_KEY_OBJECT, Layout
-from ringsnap.agent.s3.settings import S3Settings
-from ringsnap.config import load
+from ringsnap.agent.s3.settings import S3Encryption, S3Settings
+from ringsnap.config import load, read_secret
 from ringsnap.errors import RingsnapError, ValidationError
 from ringsnap.logs import get_logger
 
@@ -132,25 +138,79 @@ def _read(client: S3Client, bucket: str, key: str) -> WrappedKey:
         raise RekeyRefused(str(exc)) from None
 
 
+#: A key file is small (age-keygen's is one line; a kms line with a session token about 1 KiB).
+_MAX_KEY_FILE = 64 * 1024
+
+
+def recipients_to_add(texts: Sequence[str], encryption: S3Encryption | None) -> list[Recipient]:
+    """`--add` values: `age1...` (or `age:age1...`) and `kms:KEY`; the KMS ones wrap through one
+    client of `encryption`'s KMS endpoint and credentials (boto3's chain without them)."""
+    found: list[Recipient] = []
+    client = None
+    for text in texts:
+        if text.startswith("kms:"):
+            client = client or kms_client(encryption)
+            found.append(KmsRecipient(client, text.removeprefix("kms:")))
+        elif text.startswith(("age1", "age:")):
+            found.append(AgeRecipient(text.removeprefix("age:")))
+        else:
+            raise ValidationError(f"--add {text[:80]!r}: use age1... or kms:KEY (id, ARN, alias)")
+    return found
+
+
+def labels_to_remove(texts: Sequence[str]) -> list[str]:
+    """`--remove` values as stanzas name them: `age:age1...` (a bare `age1...` too), `kms:KEY`."""
+    found = []
+    for text in texts:
+        label = f"age:{text}" if text.startswith("age1") else text
+        if not label.startswith(("age:", "kms:")):
+            raise ValidationError(
+                f"--remove {text[:80]!r}: name it as the key objects list it (age:age1..., kms:KEY)"
+            )
+        found.append(label)
+    return found
+
+
+def read_key_file(reference: str, encryption: S3Encryption | None) -> list[Identity]:
+    """The identities of `--key-file` (a path or `credential:NAME`), never quoting it."""
+    source = f"--key-file {reference}"
+    if not reference.startswith("credential:") and Path(reference).stat().st_size > _MAX_KEY_FILE:
+        raise ValidationError(f"{source}: larger than a key file; refused")
+    try:
+        text = read_secret(reference).get_secret_value()
+    except ValueError as exc:
+        raise ValidationError(f"{source}: {exc}") from None
+    try:
+        return key_file_identities(text, source, encryption)
+    except WrapError as exc:
+        raise ValidationError(f"{source}: {exc}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ringsnap.agent.s3.rekey", description=__doc__)
     parser.add_argument("--settings", type=Path, required=True)
-    parser.add_argument("--identity", type=Path, required=True, help="age secret key file")
-    parser.add_argument("--add", action="append", default=[], help="age1... public key")
-    parser.add_argument("--remove", action="append", default=[], help="age:age1... (as listed)")
+    parser.add_argument(
+        "--key-file",
+        "--identity",
+        dest="key_file",
+        required=True,
+        help="a restore's key file (age secret keys, kms lines) or credential:NAME",
+    )
+    parser.add_argument("--add", action="append", default=[], help="age1... or kms:KEY")
+    parser.add_argument("--remove", action="append", default=[], help="age:age1... or kms:KEY")
     parser.add_argument("--node", default="")
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args(argv)
     try:
         settings = load(args.settings, S3Settings)
-        identities = age_identities(args.identity.read_text(), str(args.identity))
+        identities = read_key_file(args.key_file, settings.encryption)
         result = rekey(
             make_client(settings),
             settings.bucket,
             Layout(settings.prefix),
             identities,
-            add=[AgeRecipient(text) for text in args.add],
-            remove=args.remove,
+            add=recipients_to_add(args.add, settings.encryption),
+            remove=labels_to_remove(args.remove),
             node=args.node,
             dry_run=args.dry_run,
         )

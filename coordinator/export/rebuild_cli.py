@@ -9,8 +9,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ringsnap.agent.s3.client import make_client
-from ringsnap.agent.s3.crypto.kms import kms_identity, parse_kms_line
-from ringsnap.agent.s3.crypto.recipients import Identity, age_identities
+from ringsnap.agent.s3.crypto.key_file import key_file_identities
+from ringsnap.agent.s3.crypto.recipients import Identity
 from ringsnap.agent.s3.layout import Layout
 from ringsnap.agent.s3.settings import S3Encryption, S3Settings
 from ringsnap.coordinator.assembly import load_config
@@ -49,10 +49,7 @@ def rebuild_identities(key_file: str, encryption: S3Encryption | None = None) ->
     if not key_file:
         return []
     keys = RestoreKeys.of_reference(key_file)
-    source = f"--key-file {key_file}"
-    found: list[Identity] = list(age_identities("\n".join(keys.age), source)) if keys.age else []
-    found += [kms_identity(encryption, parse_kms_line(line, source)) for line in keys.kms]
-    return found
+    return key_file_identities("\n".join(keys.lines), f"--key-file {key_file}", encryption)
 
 
 def rebuild_command(config_file: Path, source: str, *, merge: bool, key_file: str = "") -> int:

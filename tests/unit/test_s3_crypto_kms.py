@@ -225,3 +225,203 @@ def test_kms_settings_are_checked(tmp_path: Path, encryption: dict[str, Any], er
         table["kms_access_key_id_file"] = str(tmp_path / "x")
     with pytest.raises(ValueError, match=error):
         S3Settings.model_validate({"bucket": BUCKET, "encryption": table})
+
+
+def _rekey_settings(copy: Exported, directory: Path, kms_key: str) -> Path:
+    """The rotation's settings file: the copies' bucket and the nodes' `[s3.encryption]` after
+    the rotation (a KMS key, wrapped with the nodes' encrypt-only credentials)."""
+    encryption = copy.settings.encryption
+    assert encryption is not None
+    access, secret = copy.kms.users["node"].files(directory, "rekey")
+    name_key = directory / "rekey-name.key"
+    name_key.write_text(encryption.name_key_file.get_secret_value())
+    path = directory / "rekey.toml"
+    path.write_text(
+        f'bucket = "{BUCKET}"\nprefix = "{copy.settings.prefix}"\n'
+        f'endpoint_url = "{copy.kms.url}"\n'
+        f'access_key_id_file = "{access}"\nsecret_access_key_file = "{secret}"\n'
+        f'[encryption]\nkms_keys = ["{kms_key}"]\nkms_endpoint_url = "{copy.kms.url}"\n'
+        f'kms_access_key_id_file = "{access}"\nkms_secret_access_key_file = "{secret}"\n'
+        f'name_key_file = "{name_key}"\n'
+    )
+    return path
+
+
+def _bucket(client: Any, prefix: str) -> dict[str, bytes]:
+    listed = client.list_objects_v2(Bucket=BUCKET, Prefix=prefix)["Contents"]
+    return {o["Key"]: client.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read() for o in listed}
+
+
+def test_rotation_to_a_kms_key_and_back_by_the_command_line(
+    moto_kms: MotoKms, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy sealed for an age key (and its catalog mirror) rotated by `rekey`'s command line to
+    a KMS key with the age recipient removed: one PUT per key object, no data object rewritten;
+    the old age key is refused, the KMS restore right opens every file and the mirror. Then back:
+    the KMS right re-wraps for a new age key and `kms:KEY` is removed."""
+    import pyrage
+
+    from ringsnap.agent.s3 import rekey as rekey_module
+    from ringsnap.agent.s3.crypto.configured import configured_recipients
+    from ringsnap.agent.s3.layout import Layout
+    from ringsnap.coordinator.catalog import Catalog
+    from ringsnap.coordinator.export.mirror import rebuild, write_mirror
+    from ringsnap.coordinator.export.mirror_keys import MirrorLocked
+    from ringsnap.coordinator.export.rebuild_cli import rebuild_identities
+    from tests.unit.catalog.test_export_mirror import _exported
+
+    old, new = pyrage.x25519.Identity.generate(), pyrage.x25519.Identity.generate()
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "name.key").write_text(os.urandom(32).hex())
+    access, secret = moto_kms.users["node"].files(secrets, "node")
+    prefix = f"{PREFIX}{tmp_path.name}/"
+    settings = S3Settings.model_validate(
+        {
+            "bucket": BUCKET,
+            "prefix": prefix,
+            "endpoint_url": moto_kms.url,
+            "access_key_id_file": access,
+            "secret_access_key_file": secret,
+            "encryption": {
+                "recipients": [str(old.to_public())],
+                # Where a restore's kms line is sent: the node's KMS endpoint.
+                "kms_endpoint_url": moto_kms.url,
+                "kms_access_key_id_file": access,
+                "kms_secret_access_key_file": secret,
+                "name_key_file": str(secrets / "name.key"),
+            },
+        }
+    )
+    assert settings.encryption is not None
+    client = moto_kms.client("s3", "node")
+    source = tmp_path / "source"
+    write_sstable(table_directory(source), 1, 200_000)
+    # b1 (the backup `_restore` downloads) reuses b0's components: two run keys open it.
+    for backup in ("b0", "b1"):
+        if backup == "b1":
+            write_sstable(table_directory(source), 2, 100_000)
+        export_node(
+            client,
+            settings,
+            backup_id=backup,
+            node="node1",
+            data_directories=[source],
+            manifest=lambda: manifest([source], cache=None),
+        )
+    copy = Exported(moto_kms, settings, source)
+    layout = Layout(prefix)
+    with Catalog(tmp_path / "a.db") as original:
+        write_mirror(
+            client,
+            BUCKET,
+            layout,
+            original,
+            _exported(original, "rs-1"),
+            recipients=configured_recipients(settings.encryption),
+        )
+    before = _bucket(client, prefix)
+    key_objects = sorted(k for k in before if k.startswith(f"{prefix}keys/") or "/key.json" in k)
+    assert len(key_objects) == 3  # two export runs of node1, the mirror's
+
+    writes: list[str] = []
+    from ringsnap.agent.s3.client import make_client as made
+
+    def counting_client(s3: S3Settings) -> Any:
+        counted = made(s3)
+        for operation in ("PutObject", "CopyObject", "CreateMultipartUpload", "DeleteObject"):
+            counted.meta.events.register(
+                f"before-parameter-build.s3.{operation}",
+                lambda params, _op=operation, **_: writes.append(f"{_op} {params['Key']}"),
+            )
+        return counted
+
+    monkeypatch.setattr(rekey_module, "make_client", counting_client)
+    kms_b = moto_kms.keys["b"]
+    rekey_settings = _rekey_settings(copy, secrets, kms_b)
+    old_file = tmp_path / "old.keys"
+    old_file.write_text(f"# the age key of the copies until now\n{old}\n")
+    args = ["--settings", str(rekey_settings), "--key-file", str(old_file)]
+    assert (
+        rekey_module.main([*args, "--add", f"kms:{kms_b}", "--remove", str(old.to_public())]) == 0
+    )
+    assert sorted(writes) == [f"PutObject {k}" for k in key_objects]
+    after = _bucket(client, prefix)
+    assert set(after) == set(before)
+    assert {k: v for k, v in after.items() if k not in key_objects} == {
+        k: v for k, v in before.items() if k not in key_objects
+    }, "a data object was rewritten"
+    assert [WrappedKey.parse(after[k], k).recipients for k in key_objects] == [[f"kms:{kms_b}"]] * 3
+
+    with pytest.raises(DownloadRefused, match=f"one of: kms:{kms_b}"):
+        _restore(copy, str(old), tmp_path / "old")
+    dest = tmp_path / "dest"
+    _restore(copy, _line(moto_kms, "b", "restore"), dest)
+    files = [p for p in source.rglob("*") if p.is_file()]
+    assert len(files) > 8
+    for path in files:
+        assert (dest / path.relative_to(source)).read_bytes() == path.read_bytes()
+    key_file = tmp_path / "kms.keys"
+    key_file.write_text(_line(moto_kms, "b", "restore") + "\n")
+    with Catalog(tmp_path / "b.db") as fresh:
+        with pytest.raises(MirrorLocked, match=f"kms:{kms_b}"):
+            rebuild(
+                client,
+                BUCKET,
+                layout,
+                fresh,
+                known_arrays=["a1"],
+                identities=rebuild_identities(str(old_file), settings.encryption),
+            )
+        identities = rebuild_identities(str(key_file), settings.encryption)
+        result = rebuild(client, BUCKET, layout, fresh, known_arrays=["a1"], identities=identities)
+        assert result.rebuilt == ["rs-1"]
+
+    # Back, with the KMS right as the rotation's key: a new age key in, the KMS key out.
+    writes.clear()
+    args = ["--settings", str(rekey_settings), "--key-file", str(key_file)]
+    assert (
+        rekey_module.main([*args, "--add", str(new.to_public()), "--remove", f"kms:{kms_b}"]) == 0
+    )
+    assert sorted(writes) == [f"PutObject {k}" for k in key_objects]
+    with pytest.raises(DownloadRefused, match=f"one of: age:{new.to_public()}"):
+        _restore(copy, _line(moto_kms, "b", "restore"), tmp_path / "kms-again")
+    _restore(copy, str(new), tmp_path / "new")
+    for path in files:
+        assert (tmp_path / "new" / path.relative_to(source)).read_bytes() == path.read_bytes()
+
+
+def test_rekey_command_line_refusals_write_nothing(
+    exported: Exported, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A KMS key the rotation's credentials may not encrypt with, a malformed --add or --remove,
+    and a key file the copy does not open: exit 1 naming the cause, the key objects untouched."""
+    from ringsnap.agent.s3.rekey import main
+
+    kms = exported.kms
+    client = kms.client("s3", "node")
+    keys_prefix = f"{exported.settings.prefix}keys/"
+    before = _bucket(client, keys_prefix)
+    settings = _rekey_settings(exported, tmp_path, kms.keys["a"])
+    node_line = tmp_path / "node.keys"  # the node's own rights: Encrypt only
+    node_line.write_text(_line(kms, "a", "node") + "\n")
+    restore_line = tmp_path / "restore.keys"
+    restore_line.write_text(_line(kms, "a", "restore") + "\n")
+    cases = [
+        (
+            node_line,
+            ["--add", f"kms:{kms.keys['b']}"],
+            f"KMS key {kms.keys['a']} would not decrypt",
+        ),
+        (restore_line, ["--add", "kms:alias/a b"], "not a KMS key id"),
+        (restore_line, ["--add", "pgp:ABCD"], "use age1... or kms:KEY"),
+        (restore_line, ["--remove", "ABCD"], "name it as the key objects list it"),
+        (restore_line, ["--remove", f"kms:{kms.keys['a']}"], "would lose the copy"),
+    ]
+    for key_file, extra, error in cases:
+        code = main(["--settings", str(settings), "--key-file", str(key_file), *extra])
+        assert code == 1, extra
+        err = capsys.readouterr().err
+        assert error in err, (extra, err)
+        assert kms.users["restore"].secret_access_key not in err
+    assert _bucket(client, keys_prefix) == before

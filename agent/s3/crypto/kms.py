@@ -66,7 +66,9 @@ def parse_kms_line(line: str, source: str) -> KmsRights:
 def kms_client(encryption: S3Encryption | None, rights: KmsRights | None = None) -> Any:
     """A boto3 KMS client for `encryption`'s endpoint and region: with the restore's
     credentials when `rights` carries some, else the configured ones (or boto3's chain)."""
-    options: dict[str, Any] = {"config": _TIMEOUTS}
+    # Without `[s3.encryption]` (a rotation's or rebuild's settings may lack it), its default
+    # region: boto3 would otherwise refuse to make the client at all.
+    options: dict[str, Any] = {"config": _TIMEOUTS, "region_name": "us-east-1"}
     if encryption is not None:
         options["region_name"] = encryption.kms_region
         if encryption.kms_endpoint_url:
