@@ -333,15 +333,17 @@ def status_command(
 ) -> None:
     """Per cluster: last backup, last success, what runs now, next scheduled run.
 
-    Also the array snapshots of failed or deleted backups still to be cleaned up, and backups recently skipped (cluster busy, schedule missed). Restores that did not finish come first, read from the catalog, with each node's state and the exact next step: they show even while the daemon is down. Per cluster, the newest proven backup, the newer ones never proven, and the last restore drill (read from the catalog too).
+    Also the array snapshots of failed or deleted backups still to be cleaned up, and backups recently skipped (cluster busy, schedule missed). Restores that did not finish come first, read from the catalog, with each node's state and the exact next step: they show even while the daemon is down. Per cluster, the newest proven backup, the newer ones never proven, and the last restore drill (read from the catalog too). For node-local (LVM on the nodes' own disks) clusters: each node's thin-pool data and metadata use and thick copy-on-write room, asked of its agent, and each backup with no S3 copy (it dies with the nodes' disks).
     """
     from ringsnap.coordinator.cli.drill_status import drill_status_lines
     from ringsnap.coordinator.cli.local_catalog import config_path
+    from ringsnap.coordinator.cli.node_local import node_local_lines
     from ringsnap.coordinator.cli.pitr import pitr_status_lines
     from ringsnap.coordinator.cli.restore_report import open_restores_lines
 
     restores = list(open_restores_lines(config))
     proofs = list(drill_status_lines(config_path(config)))
+    node_local = node_local_lines(config)
     with session(config, coordinator, output) as s:
         if restores and not s.json:
             out.print(Text("Restores not finished", style="bold red"))
@@ -349,7 +351,14 @@ def status_command(
                 out.print(line)
         status = s.client().status()
         if s.json:
-            s.emit({**render.to_json(status), "open_restores": restores, "proofs": proofs})
+            s.emit(
+                {
+                    **render.to_json(status),
+                    "open_restores": restores,
+                    "proofs": proofs,
+                    "node_local": node_local,
+                }
+            )
         else:
             out.print(render.status_view(status))
             if proofs:
@@ -358,6 +367,10 @@ def status_command(
                     out.print(line)
             for line in pitr_status_lines(config):
                 out.print(line)
+            if node_local:
+                out.print(Text("Node-local snapshots", style="bold"))
+                for line in node_local:
+                    out.print(line)
 
 
 # -- retention -------------------------------------------------------------------------------------

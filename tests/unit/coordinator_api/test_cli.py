@@ -319,6 +319,33 @@ def test_status_text_and_json(app: typer.Typer, cli_config: Path, harness: Harne
     assert document["pending_cleanups"] == 0
 
 
+def test_status_prints_the_node_local_lines_text_and_json(
+    app: typer.Typer, cli_config: Path, harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ringsnap.coordinator.cli import node_local
+
+    asked: list[Path | None] = []
+    said = [
+        "node1 (prod, array node1-das): thin pool das1/pool data 42.50%, metadata 7.25% used",
+        "prod: backup rs-l1 has no S3 copy: its snapshots are on the own disks of node1 and die"
+        " with them; export it (ringsnap export rs-l1)",
+    ]
+
+    def lines(config: Path | None) -> list[str]:
+        asked.append(config)
+        return said
+
+    monkeypatch.setattr(node_local, "node_local_lines", lines)
+    result = run(app, "status", "--config", str(cli_config))
+    assert result.exit_code == 0, result.output
+    text = flat(result.stdout)
+    assert "Node-local snapshots" in text
+    assert all(flat(line) in text for line in said), text
+    document = run_json(app, "status", "--config", str(cli_config))
+    assert document["node_local"] == said
+    assert asked == [cli_config, cli_config]
+
+
 def test_retention_dry_run_then_apply(app: typer.Typer, cli_config: Path, harness: Harness) -> None:
     now = datetime.now(UTC)
     for days in range(4):
