@@ -5,9 +5,9 @@ One S3Proxy (filesystem backend, this machine), one data set of SSTables in Cass
 an age key. Each export and each download runs as its own process (`python -m ringsnap.agent.s3`,
 with the agent unit's environment), timed, with its peak RSS and CPU seconds and S3Proxy's. The
 steps alternate (off, on, on, off) so that a drift of the machine's load during the run weighs on
-both sides alike; the ratio is on/off of the summed times.
+both sides alike, after an untimed run of each side; the ratio is on/off of the summed times.
 
-    sudo .venv/bin/python -m bench.s3_encryption [--sstables 8] [--sstable-mib 256]
+    sudo .venv/bin/python -m bench.s3_encryption [--sstables 8] [--sstable-mib 256] [--warmup 1]
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ def main() -> None:
     parser.add_argument("--sstables", type=int, default=8)
     parser.add_argument("--sstable-mib", type=int, default=256)
     parser.add_argument("--dir", type=Path, help="parent of the temporary directory")
+    parser.add_argument(
+        "--warmup", type=int, default=1, help="untimed runs of each side before the timed ones"
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ringsnap-bench-s3-crypto-", dir=args.dir))
     try:
@@ -63,7 +66,11 @@ def main() -> None:
             for step in ("export", "download"):
                 seconds = {"off": 0.0, "on": 0.0}
                 rss = {"off": 0, "on": 0}
-                for turn, label in enumerate(("off", "on", "on", "off")):
+                # Untimed first runs of each side warm the page cache, S3Proxy's JIT and its
+                # connection pools, which would otherwise weigh on whichever side runs first.
+                warm = ("on", "off") * args.warmup
+                for turn, label in enumerate((*warm, "off", "on", "on", "off")):
+                    counted = turn >= len(warm)
                     # A node name per turn: every export uploads all of it (no dedup), and each
                     # download fetches the copy of the export of the same turn.
                     node = f"node{turn}"
@@ -75,11 +82,13 @@ def main() -> None:
                     if step == "download" and label == "on":
                         argv += ["--identity", str(identity)]
                     _, wall, peak = run_measured([*argv, str(directory)])
-                    seconds[label] += wall
-                    rss[label] = max(rss[label], peak)
+                    if counted:
+                        seconds[label] += wall
+                        rss[label] = max(rss[label], peak)
                     print(
                         f"{step} encryption {label}: {size / MIB:,.0f} MiB in {wall:.1f} s ="
                         f" {size / MIB / wall:.0f} MiB/s; peak RSS {peak / MIB:.0f} MiB"
+                        + ("" if counted else " (warm-up, not counted)")
                     )
                     if step == "download":
                         shutil.rmtree(directory)
