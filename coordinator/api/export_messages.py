@@ -64,4 +64,5 @@ def purge_response(result: ClusterPurge, operation_id: str = "") -> pb.PurgeExpo
         foreign_keys=c.foreign_keys,
         seconds=c.seconds,
         operation_id=operation_id,
+        key_objects_deleted=result.key_objects_deleted,
     )

@@ -145,6 +145,7 @@ def purge_document(result: ClusterPurge) -> dict[str, Any]:
         "copy_objects_deleted": result.copy_objects_deleted,
         "copies_kept": result.copies_kept,
         "components": jsonable(result.components),
+        "key_objects_deleted": result.key_objects_deleted,
     }
 
 
@@ -164,6 +165,14 @@ def print_purge(purged: ClusterPurge, as_json: bool) -> NoReturn:
             f"components: {c.listed} listed, {c.referenced} referenced, {verb} {c.deleted}"
             f" ({c.bytes_deleted} bytes) in {c.delete_requests} requests,"
             f" {c.too_young} too young, {len(c.foreign_keys)} not ours"
+        )
+        # A dry run leaves the copies it would remove in place, and they keep their keys in use.
+        dry = (
+            " (a dry run counts only keys no object needs now; the copies it removes may free more)"
+        )
+        out.print(
+            f"key objects of encrypted copies: {verb} {purged.key_objects_deleted}"
+            + (dry if c.dry_run and purged.copies_removed else "")
         )
     raise typer.Exit(int(ExitCode.OK))
 

@@ -28,6 +28,7 @@ def cluster_purge_of(reply: pb.PurgeExportsResponse) -> ClusterPurge:
             foreign_keys=list(reply.foreign_keys),
             seconds=reply.seconds,
         ),
+        key_objects_deleted=reply.key_objects_deleted,
     )
 
 

@@ -45,7 +45,8 @@ def purge_verdict(result: ClusterPurge) -> str:
     return (
         f"purge: {len(result.copies_removed)} copies of deleted backups removed"
         f" ({result.copy_objects_deleted} objects), {c.deleted} unreferenced components deleted"
-        f" ({c.bytes_deleted} bytes) in {c.delete_requests} requests"
+        f" ({c.bytes_deleted} bytes) in {c.delete_requests} requests,"
+        f" {result.key_objects_deleted} key objects deleted"
     )
 
 

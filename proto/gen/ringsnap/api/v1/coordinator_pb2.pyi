@@ -2339,6 +2339,7 @@ class PurgeExportsResponse(_message.Message):
     FOREIGN_KEYS_FIELD_NUMBER: _builtins.int
     SECONDS_FIELD_NUMBER: _builtins.int
     OPERATION_ID_FIELD_NUMBER: _builtins.int
+    KEY_OBJECTS_DELETED_FIELD_NUMBER: _builtins.int
     dry_run: _builtins.bool
     copy_objects_deleted: _builtins.int
     copies_kept: _builtins.int
@@ -2351,6 +2352,10 @@ class PurgeExportsResponse(_message.Message):
     seconds: _builtins.float
     operation_id: _builtins.str
     """The operation that ran the purge (empty for PlanPurge)."""
+    key_objects_deleted: _builtins.int
+    """Key objects of encrypted copies no remaining object was sealed with, deleted. A dry run
+    counts fewer: the copies it would remove are still there and keep their keys in use.
+    """
     @_builtins.property
     def copies_removed(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Backups whose copies were removed (gone from the catalog), and their objects deleted."""
@@ -2373,10 +2378,11 @@ class PurgeExportsResponse(_message.Message):
         foreign_keys: _abc.Iterable[_builtins.str] | None = ...,
         seconds: _builtins.float = ...,
         operation_id: _builtins.str = ...,
+        key_objects_deleted: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_deleted", b"bytes_deleted", "copies_kept", b"copies_kept", "copies_removed", b"copies_removed", "copy_objects_deleted", b"copy_objects_deleted", "delete_requests", b"delete_requests", "deleted", b"deleted", "dry_run", b"dry_run", "foreign_keys", b"foreign_keys", "listed", b"listed", "operation_id", b"operation_id", "referenced", b"referenced", "seconds", b"seconds", "too_young", b"too_young"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_deleted", b"bytes_deleted", "copies_kept", b"copies_kept", "copies_removed", b"copies_removed", "copy_objects_deleted", b"copy_objects_deleted", "delete_requests", b"delete_requests", "deleted", b"deleted", "dry_run", b"dry_run", "foreign_keys", b"foreign_keys", "key_objects_deleted", b"key_objects_deleted", "listed", b"listed", "operation_id", b"operation_id", "referenced", b"referenced", "seconds", b"seconds", "too_young", b"too_young"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
