@@ -14,6 +14,7 @@ from ringsnap.coordinator.catalog import BackupStateError, OperationNotFoundErro
 from ringsnap.coordinator.model import Backup, BackupState, OperationKind
 from ringsnap.coordinator.operations import Operation
 from ringsnap.coordinator.runs.lease import Lease, RunKind
+from ringsnap.coordinator.runs.resources import LedgerEntry, ResourceType
 from ringsnap.coordinator.scheduler import Skip
 from ringsnap.coordinator.service import Coordinator
 from ringsnap.logs import get_logger
@@ -67,11 +68,22 @@ class ClusterStatus:
 
 
 @dataclass(frozen=True)
+class LeftResource:
+    """A ledger entry other than a backup's snapshot, and the run holding its cluster now (""
+    when none: the next retry round takes it)."""
+
+    entry: LedgerEntry
+    held_by: str = ""
+
+
+@dataclass(frozen=True)
 class CoordinatorStatus:
     clusters: tuple[ClusterStatus, ...]
     pending_cleanups: int
     #: Newest first.
     recent_skips: tuple[Skip, ...]
+    #: Every other ledger entry (clones, mappings, snapshot tags, staging), oldest first.
+    left_resources: tuple[LeftResource, ...] = ()
 
 
 def running_run(
@@ -150,7 +162,20 @@ async def coordinator_status(coordinator: Coordinator) -> CoordinatorStatus:
         clusters=tuple(clusters),
         pending_cleanups=len(pending),
         recent_skips=tuple(reversed(coordinator.scheduler.recent_skips)),
+        left_resources=await left_resources(coordinator),
     )
+
+
+async def left_resources(coordinator: Coordinator) -> tuple[LeftResource, ...]:
+    """The ledger's entries other than backups' snapshots, each with the run holding its cluster
+    now (the retry leaves those alone until it ends)."""
+    left = []
+    for entry in await asyncio.to_thread(coordinator.catalog.resources):
+        if entry.resource.type is ResourceType.SNAPSHOT:
+            continue
+        lease = coordinator.leases.holder(entry.resource.cluster)
+        left.append(LeftResource(entry, lease.describe() if lease is not None else ""))
+    return tuple(left)
 
 
 async def start_delete(coordinator: Coordinator, backup_id: str, reason: str) -> Operation:

@@ -14,7 +14,12 @@ from typing import TypeVar
 from ringsnap import package_version
 from ringsnap.api.v1 import coordinator_pb2 as pb
 from ringsnap.api.v1 import types_pb2
-from ringsnap.coordinator.api.control import ClusterStatus, CoordinatorStatus, RunningBackup
+from ringsnap.coordinator.api.control import (
+    ClusterStatus,
+    CoordinatorStatus,
+    LeftResource,
+    RunningBackup,
+)
 from ringsnap.coordinator.model import (
     Backup,
     BackupNode,
@@ -292,12 +297,29 @@ def skip(value: Skip) -> pb.SkippedBackup:
     )
 
 
+def left_resource(value: LeftResource) -> pb.LeftResource:
+    entry, resource = value.entry, value.entry.resource
+    return pb.LeftResource(
+        type=resource.type.value,
+        cluster=resource.cluster,
+        run_kind=resource.run_kind,
+        run_id=resource.run_id,
+        description=resource.describe(),
+        retry=resource.retry_plan(),
+        since=timestamp(entry.created_at),
+        attempts=entry.attempts,
+        last_error=entry.last_error,
+        held_by=value.held_by,
+    )
+
+
 def status(value: CoordinatorStatus) -> pb.Status:
     return pb.Status(
         clusters=[cluster_status(c) for c in value.clusters],
         pending_cleanups=value.pending_cleanups,
         recent_skips=[skip(s) for s in value.recent_skips],
         version=package_version(),
+        left_resources=[left_resource(r) for r in value.left_resources],
     )
 
 

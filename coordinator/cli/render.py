@@ -7,7 +7,7 @@ says when and by which restore or drill, and one whose snapshots a restore destr
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -447,6 +447,7 @@ def status_view(status: pb.Status, now: datetime | None = None) -> RenderableTyp
         )
     else:
         parts.append(Text("no pending snapshot cleanups", style="dim"))
+    parts += left_resource_lines(status.left_resources, now)
     if status.recent_skips:
         parts.append(Text("\nrecently skipped backups (newest first):", style="bold"))
         for skipped in list(status.recent_skips)[:5]:
@@ -455,6 +456,31 @@ def status_view(status: pb.Status, now: datetime | None = None) -> RenderableTyp
                 + Text(skipped.reason, style="dim")
             )
     return Group(*parts)
+
+
+def left_resource_lines(left: Sequence[pb.LeftResource], now: datetime) -> list[RenderableType]:
+    """One line per ledger entry other than a backup's snapshot: what, which run left it, and
+    what the coordinator will do with it (or which run it waits for)."""
+    if not left:
+        return []
+    lines: list[RenderableType] = [
+        Text(f"{len(left)} other resources left by runs (resource ledger):", style="yellow")
+    ]
+    for entry in left:
+        line = Text(f"  {entry.description}")
+        since = moment(entry.since)
+        if since is not None:
+            line.append(f", {when(since, now)}", style="dim")
+        if entry.held_by:
+            line.append(f"\n    left alone while {entry.held_by} holds cluster {entry.cluster}")
+        line.append(f"\n    the coordinator will: {entry.retry}")
+        if entry.attempts:
+            line.append(
+                f"\n    tried {entry.attempts} times; last error: {entry.last_error or '-'}",
+                style="red",
+            )
+        lines.append(line)
+    return lines
 
 
 def retention_table(response: pb.PlanRetentionResponse) -> Table:

@@ -80,6 +80,37 @@ class Resource:
             )
         return f"{self.type.value} {name} on {where}, made by {self.run_kind} {self.run_id}"
 
+    def retry_plan(self) -> str:
+        """What the daemon's ledger retry does with it (`runs.ledger.LedgerRetry`), for people."""
+        if self.type is ResourceType.STAGING:
+            return (
+                f"nothing: its run removes it once imported; `ringsnap restore --abort"
+                f" {self.run_id}` removes it now"
+            )
+        if self.type is ResourceType.NATIVE_TAG:
+            return f"clear the Cassandra snapshot tag through node {self.node}'s agent"
+        if self.type is ResourceType.SNAPSHOT:
+            return f"delete it on array {self.array}" + (
+                f" (through node {self.node}'s agent)" if self.node else ""
+            )
+        steps = []
+        if self.mount_purpose:
+            steps.append(
+                f"stop the drill and unmount it on the drill host ({self.mount_purpose})"
+                if self.drill_host
+                else f"unmount it on node {self.node} ({self.mount_purpose})"
+            )
+        if self.type is ResourceType.MAPPING:
+            steps.append(f"unmap it on array {self.array}")
+        elif self.name:
+            steps.append(f"delete the clone on array {self.array}")
+        else:
+            steps.append(
+                f"look on array {self.array} for a volume whose name contains"
+                f" {self.name_hint!r} and delete it (let go after 15 minutes if none appears)"
+            )
+        return ", then ".join(steps)
+
 
 @dataclass(frozen=True)
 class LedgerEntry:

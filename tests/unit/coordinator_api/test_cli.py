@@ -18,8 +18,15 @@ from typer.testing import CliRunner, Result
 from ringsnap.coordinator.api.token import TOKEN_FILE_ENV
 from ringsnap.coordinator.cli import commands, render
 from ringsnap.coordinator.cli.client import ADDRESS_ENV, ExitCode
+from ringsnap.coordinator.runs.lease import Lease, RunKind
+from ringsnap.coordinator.runs.resources import (
+    Resource,
+    ResourceType,
+    array_snapshot,
+    native_tag,
+)
 
-from .conftest import Harness, fail_snapshots
+from .conftest import ARRAY, Harness, fail_snapshots
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
@@ -344,6 +351,91 @@ def test_status_prints_the_node_local_lines_text_and_json(
     document = run_json(app, "status", "--config", str(cli_config))
     assert document["node_local"] == said
     assert asked == [cli_config, cli_config]
+
+
+def test_status_names_every_other_ledger_entry_its_run_and_what_the_daemon_does(
+    app: typer.Typer, cli_config: Path, harness: Harness
+) -> None:
+    """A backup's snapshot is counted; every other entry gets its own line: what, which run
+    left it, what the retry will do (or the run it waits for), and its last error."""
+    catalog = harness.coordinator.catalog
+    catalog.add_resource(array_snapshot("prod", ARRAY, "rs-old", "a failed backup's snapshot"))
+    clone = catalog.add_resource(
+        Resource(
+            type=ResourceType.CLONE,
+            cluster="prod",
+            run_id="ex-1",
+            run_kind="export",
+            reason="an export's clone",
+            array=ARRAY,
+            name="n1-data-ex1",
+            node="n1",
+            mount_purpose="ex-1",
+        )
+    )
+    catalog.resource_failed(clone.id, "agent n1 unreachable")
+    catalog.add_resource(
+        Resource(
+            type=ResourceType.MAPPING,
+            cluster="prod",
+            run_id="dr-1",
+            run_kind="drill",
+            reason="a drill's mapping",
+            array=ARRAY,
+            name="n2-data-dr1",
+            host="drillbox",
+            drill_host=True,
+            mount_purpose="dr-1",
+        )
+    )
+    catalog.add_resource(native_tag("prod", "n3", "rs-tag", "a failed backup's tag"))
+    catalog.add_resource(
+        Resource(
+            type=ResourceType.STAGING,
+            cluster="edge",
+            run_id="tr-1",
+            run_kind="table-restore",
+            reason="staged tables",
+            name="tr-1",
+            node="e1",
+        )
+    )
+    lease = Lease("edge", RunKind.TABLE_RESTORE, "tr-2", asked_by="cli:ann")
+    harness.coordinator.leases.take(lease)
+    try:
+        result = run(app, "status", "--config", str(cli_config))
+        document = run_json(app, "status", "--config", str(cli_config))
+    finally:
+        harness.coordinator.leases.give_back(lease)
+    assert result.exit_code == 0, result.output
+    text = flat(result.stdout)
+    assert "1 array snapshots of failed or deleted backups are still to be deleted" in text
+    assert "4 other resources left by runs" in text
+    assert (
+        "clone n1-data-ex1 on array a1, made by export ex-1" in text
+        and "the coordinator will: unmount it on node n1 (ex-1), then delete the clone on array a1"
+        in text
+        and "tried 1 times; last error: agent n1 unreachable" in text
+    ), text
+    assert (
+        "mapping of n2-data-dr1 to host drillbox of the drill host on array a1, made by drill dr-1"
+        in text
+        and "stop the drill and unmount it on the drill host (dr-1), then unmap it on array a1"
+        in text
+    ), text
+    assert "native-tag rs-tag on node n3, made by backup rs-tag" in text
+    assert "clear the Cassandra snapshot tag through node n3's agent" in text
+    assert "staging tr-1 on node e1, made by table-restore tr-1" in text
+    assert "`ringsnap restore --abort tr-1` removes it now" in text
+    assert "left alone while table restore tr-2" in text and "holds cluster edge" in text
+    # The snapshot is not listed again; the JSON carries each entry typed.
+    assert "rs-old" not in text
+    left = document["left_resources"]
+    assert [e["type"] for e in left] == ["clone", "mapping", "native-tag", "staging"]
+    assert left[0]["run_kind"] == "export" and left[0]["run_id"] == "ex-1"
+    assert left[0]["attempts"] == 1 and left[0]["last_error"] == "agent n1 unreachable"
+    assert left[3]["cluster"] == "edge" and left[3]["held_by"].startswith("table restore tr-2")
+    assert all(not e.get("held_by") for e in left[:3])
 
 
 def test_retention_dry_run_then_apply(app: typer.Typer, cli_config: Path, harness: Harness) -> None:

@@ -1402,6 +1402,62 @@ class SkippedBackup(_message.Message):
 Global___SkippedBackup: _TypeAlias = SkippedBackup  # noqa: Y015
 
 @_typing.final
+class LeftResource(_message.Message):
+    """A resource-ledger entry other than a backup's array snapshot (those are counted in
+    Status.pending_cleanups): a clone, a mapping, a node's snapshot tag, staging, left by a run.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    CLUSTER_FIELD_NUMBER: _builtins.int
+    RUN_KIND_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    RETRY_FIELD_NUMBER: _builtins.int
+    SINCE_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
+    LAST_ERROR_FIELD_NUMBER: _builtins.int
+    HELD_BY_FIELD_NUMBER: _builtins.int
+    type: _builtins.str
+    """The ledger's type: clone, mapping, native-tag, staging."""
+    cluster: _builtins.str
+    run_kind: _builtins.str
+    """The run that made it: its kind (backup, restore, table-restore, drill, export) and id."""
+    run_id: _builtins.str
+    description: _builtins.str
+    """What it is and where, for people."""
+    retry: _builtins.str
+    """What the coordinator's retry does with it, for people."""
+    attempts: _builtins.int
+    last_error: _builtins.str
+    held_by: _builtins.str
+    """The run holding its cluster now, which the retry waits for ("": none)."""
+    @_builtins.property
+    def since(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        type: _builtins.str = ...,
+        cluster: _builtins.str = ...,
+        run_kind: _builtins.str = ...,
+        run_id: _builtins.str = ...,
+        description: _builtins.str = ...,
+        retry: _builtins.str = ...,
+        since: _timestamp_pb2.Timestamp | None = ...,
+        attempts: _builtins.int = ...,
+        last_error: _builtins.str = ...,
+        held_by: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["since", b"since"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "cluster", b"cluster", "description", b"description", "held_by", b"held_by", "last_error", b"last_error", "retry", b"retry", "run_id", b"run_id", "run_kind", b"run_kind", "since", b"since", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LeftResource: _TypeAlias = LeftResource  # noqa: Y015
+
+@_typing.final
 class Status(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1409,6 +1465,7 @@ class Status(_message.Message):
     PENDING_CLEANUPS_FIELD_NUMBER: _builtins.int
     RECENT_SKIPS_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
+    LEFT_RESOURCES_FIELD_NUMBER: _builtins.int
     pending_cleanups: _builtins.int
     """Array snapshots of failed or deleted backups still to delete (retried by the coordinator)."""
     version: _builtins.str
@@ -1418,6 +1475,10 @@ class Status(_message.Message):
     def recent_skips(self) -> _containers.RepeatedCompositeFieldContainer[Global___SkippedBackup]:
         """Newest first."""
 
+    @_builtins.property
+    def left_resources(self) -> _containers.RepeatedCompositeFieldContainer[Global___LeftResource]:
+        """Every other ledger entry left, oldest first."""
+
     def __init__(
         self,
         *,
@@ -1425,10 +1486,11 @@ class Status(_message.Message):
         pending_cleanups: _builtins.int = ...,
         recent_skips: _abc.Iterable[Global___SkippedBackup] | None = ...,
         version: _builtins.str = ...,
+        left_resources: _abc.Iterable[Global___LeftResource] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["clusters", b"clusters", "pending_cleanups", b"pending_cleanups", "recent_skips", b"recent_skips", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clusters", b"clusters", "left_resources", b"left_resources", "pending_cleanups", b"pending_cleanups", "recent_skips", b"recent_skips", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
