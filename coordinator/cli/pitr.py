@@ -26,6 +26,7 @@ from ringsnap.coordinator.cli.restore_report import exit_code_of, print_report
 from ringsnap.coordinator.pitr.window import status_lines
 from ringsnap.coordinator.restore.pitr import parse_time
 from ringsnap.coordinator.restore.pitr_session import plan_point_in_time, run_point_in_time
+from ringsnap.coordinator.restore.s3_keys import NO_KEYS, RestoreKeys
 from ringsnap.errors import RingsnapError
 
 
@@ -49,8 +50,10 @@ def restore_to_time(
     yes: bool,
     as_json: bool,
     from_s3: bool = False,
+    keys: RestoreKeys = NO_KEYS,
 ) -> None:
-    """Plan (the base backup, each node's segments and bytes), confirm, run, report."""
+    """Plan (the base backup, each node's segments and bytes), confirm, run, report. `keys`:
+    `--key-file`'s, for a base copy on S3 that is encrypted."""
     try:
         loaded = load_config(config_path(config))
         target_ms = parse_time(when)
@@ -98,6 +101,7 @@ def restore_to_time(
                 operator_name(),
                 ProgressPrinter(quiet=as_json),
                 from_s3=from_s3,
+                keys=keys,
             )
         )
     except RingsnapError as exc:

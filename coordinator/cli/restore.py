@@ -164,10 +164,19 @@ def restore_command(  # noqa: PLR0917 - typer maps parameters to the command lin
 
         try:
             from_s3 = _mode_with_source(mode, source) is RestoreMode.S3
+            # An encrypted base copy opens with these; refused without --from s3.
+            to_keys = _keys(key_file, from_s3)
         except CliError as error:
             fail(error, as_json)
         restore_to_time(
-            config, cluster, to, dry_run=dry_run, yes=yes, as_json=as_json, from_s3=from_s3
+            config,
+            cluster,
+            to,
+            dry_run=dry_run,
+            yes=yes,
+            as_json=as_json,
+            from_s3=from_s3,
+            keys=to_keys,
         )
         return
     if abort and abort.startswith("rr-"):

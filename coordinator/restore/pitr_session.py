@@ -19,6 +19,7 @@ from ringsnap.coordinator.pitr.time_canary import TimeCanaries, TimeProof
 from ringsnap.coordinator.restore.pitr import PointInTime, PointInTimeWorkflow, base_backup
 from ringsnap.coordinator.restore.pitr_ports import NodePlacement
 from ringsnap.coordinator.restore.plan import RestoreRequest
+from ringsnap.coordinator.restore.s3_keys import NO_KEYS, RestoreKeys
 from ringsnap.coordinator.restore.session import CatalogRestoreJournal, open_restore_session
 from ringsnap.coordinator.restore.workflow import Progress, RestoreRefused
 from ringsnap.coordinator.ring import open_session
@@ -88,9 +89,12 @@ async def run_point_in_time(
     progress: Progress | None = None,
     *,
     from_s3: bool = False,
+    keys: RestoreKeys = NO_KEYS,
 ) -> RestoreRecord:
     """`from_s3`: the base backup comes from its S3 copy (the array's snapshots lost), as
-    `restore --from s3`; the commit log is placed the same way after its install."""
+    `restore --from s3`, opened with `keys` when it is encrypted (refused at the plan, naming
+    its recipients, without one that opens it); the commit log is placed the same way after its
+    install."""
     catalog = await asyncio.to_thread(Catalog, config.coordinator.catalog)
     try:
         async with open_restore_session(config, cluster_name, catalog=catalog) as session:
@@ -102,6 +106,7 @@ async def run_point_in_time(
                     (),
                     RestoreMode.S3 if from_s3 else RestoreMode.REVERT,
                     requested_by=requested_by,
+                    keys=keys,
                 )
             )
             if plan.refused:
@@ -117,6 +122,7 @@ async def run_point_in_time(
                     seeds=session.cluster.seeds,
                     settings=session.settings,
                     s3_agents=session.s3_agents,
+                    keys=plan.keys,
                     point=PointInTime(target_ms, pitr, _prover(config, cluster_name)),
                     **kwargs,
                 )
