@@ -3,8 +3,9 @@
     python -m ringsnap.agent.s3 export --settings s3.toml --backup ID --node NAME [--tag TAG] DATA_DIR...
     python -m ringsnap.agent.s3 download --settings s3.toml --backup ID --node NAME [--identity KEYFILE] DEST_DIR...
 
-`--settings`: a TOML file of the `[s3]` settings (top level). `--identity`: an age key file
-(`age-keygen`'s) opening an encrypted copy; read for this download only. Progress goes to stdout as JSON lines;
+`--settings`: a TOML file of the `[s3]` settings (top level). `--identity`: a key file opening an
+encrypted copy, as a restore's `--key-file` (age secret keys, `kms KEY [credentials]` lines sent to
+the settings' KMS endpoint); read for this download only. Progress goes to stdout as JSON lines;
 the coordinator drives the same functions through the agent.
 """
 
@@ -40,7 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--node", required=True)
     parser.add_argument("--tag", default="", help="native snapshot tag to export (export only)")
     parser.add_argument(
-        "--identity", type=Path, help="age secret key file of an encrypted copy (download only)"
+        "--identity",
+        type=Path,
+        help="key file of an encrypted copy: age keys, kms lines (download only)",
     )
     parser.add_argument("directories", nargs="+", type=Path)
     args = parser.parse_args(argv)
@@ -65,13 +68,16 @@ def main(argv: list[str] | None = None) -> int:
                 progress=_print_progress,
             )
         else:
-            from ringsnap.agent.s3.crypto.recipients import WrapError, age_identities
+            from ringsnap.agent.s3.crypto.key_file import key_file_identities
+            from ringsnap.agent.s3.crypto.recipients import Identity, WrapError
             from ringsnap.agent.s3.download import download_node
 
-            identities = []
+            identities: list[Identity] = []
             if args.identity is not None:
                 try:
-                    identities = age_identities(args.identity.read_text(), str(args.identity))
+                    identities = key_file_identities(
+                        args.identity.read_text(), str(args.identity), settings.encryption
+                    )
                 except (OSError, UnicodeDecodeError, WrapError) as exc:
                     print(f"error: --identity {args.identity}: {exc}", file=sys.stderr)
                     return 1

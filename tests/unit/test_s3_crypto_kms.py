@@ -425,3 +425,21 @@ def test_rekey_command_line_refusals_write_nothing(
         assert error in err, (extra, err)
         assert kms.users["restore"].secret_access_key not in err
     assert _bucket(client, keys_prefix) == before
+
+
+def test_the_download_by_hand_takes_a_kms_line(exported: Exported, tmp_path: Path) -> None:
+    """`python -m ringsnap.agent.s3 download --identity FILE` reads the key file as a restore
+    does: a `kms` line with the restore's rights opens the copy, the node's own do not."""
+    from ringsnap.agent.s3.__main__ import main
+
+    settings = _rekey_settings(exported, tmp_path, exported.kms.keys["a"])
+    common = ["download", "--settings", str(settings), "--backup", "b1", "--node", "node1"]
+    for user, code in (("node", 1), ("restore", 0)):
+        key_file = tmp_path / f"{user}.keys"
+        key_file.write_text(f"# by hand\n{_line(exported.kms, 'a', user)}\n")
+        dest = tmp_path / f"dest-{user}"
+        assert main([*common, "--identity", str(key_file), str(dest)]) == code, user
+    files = [p for p in exported.source.rglob("*") if p.is_file()]
+    for path in files:
+        copied = tmp_path / "dest-restore" / path.relative_to(exported.source)
+        assert copied.read_bytes() == path.read_bytes()
