@@ -5,6 +5,7 @@ a change is a new migration at the end. `schema_version` keeps one row per appli
 """
 
 # S608: the migration script is assembled from constants of this module.
+# ruff: noqa: S608
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ringsnap.coordinator.catalog.errors import CatalogSchemaError
 from ringsnap.coordinator.catalog.schema_ledger import LEDGER_FOLD
 from ringsnap.coordinator.catalog.schema_mappings import MAPPINGS
 from ringsnap.coordinator.catalog.schema_not_proven import NOT_PROVEN
+from ringsnap.coordinator.catalog.schema_resources import resources_table
 from ringsnap.coordinator.catalog.schema_snapshots import SNAPSHOTS_IN_LEDGER
 from ringsnap.logs import get_logger
 
@@ -342,7 +344,8 @@ CREATE INDEX restores_open ON restores (state) WHERE state IN ('running', 'faile
 # per clone, native snapshot tag or staging directory a run makes, recorded before it is made.
 # Exports may now be 'interrupted' (found running at open): the table is made again with the new
 # CHECK, same columns, rows and index.
-_V10 = """
+_V10 = (
+    """
 CREATE TABLE runs (
     id          TEXT    PRIMARY KEY,
     kind        TEXT    NOT NULL,
@@ -354,28 +357,9 @@ CREATE TABLE runs (
 );
 CREATE INDEX runs_running ON runs (state) WHERE state = 'running';
 
-CREATE TABLE resources (
-    id              INTEGER PRIMARY KEY,
-    type            TEXT    NOT NULL CHECK (type IN ('clone', 'native-tag', 'staging')),
-    cluster         TEXT    NOT NULL,
-    run_id          TEXT    NOT NULL,
-    run_kind        TEXT    NOT NULL,
-    reason          TEXT    NOT NULL,
-    array           TEXT    NOT NULL DEFAULT '',
-    name            TEXT    NOT NULL DEFAULT '',
-    volume_id       TEXT    NOT NULL DEFAULT '',
-    name_hint       TEXT    NOT NULL DEFAULT '',
-    node            TEXT    NOT NULL DEFAULT '',
-    mount_purpose   TEXT    NOT NULL DEFAULT '',
-    created_us      INTEGER NOT NULL,
-    attempts        INTEGER NOT NULL DEFAULT 0,
-    last_error      TEXT    NOT NULL DEFAULT '',
-    last_attempt_us INTEGER,
-    -- a clone is known by its name once made, by the hint its names contain before
-    CHECK (type <> 'clone' OR name <> '' OR name_hint <> ''),
-    CHECK (mount_purpose = '' OR node <> '')
-);
-CREATE INDEX resources_by_run ON resources (run_id);
+"""
+    + resources_table(10)
+    + """
 
 CREATE TABLE exports_v10 (
     backup_id   TEXT    PRIMARY KEY,
@@ -391,6 +375,7 @@ DROP TABLE exports;
 ALTER TABLE exports_v10 RENAME TO exports;
 CREATE INDEX exports_by_cluster ON exports (cluster, started_us DESC);
 """
+)
 
 MIGRATIONS: list[Migration] = [
     Migration(1, "backups, nodes, snapshots, manifests, timings, cleanups, operations", _V1),

@@ -16,45 +16,11 @@ error. `pending_cleanups` then holds only array snapshots (by reference, or by n
 
 from __future__ import annotations
 
+from ringsnap.coordinator.catalog.schema_resources import resources_table
+
 #: The ledger's table made again (as migration 12 left it, with its 'mapping' and `host`): the
 #: drill host as a mounter.
-_RESOURCES = """
-CREATE TABLE resources_v13 (
-    id              INTEGER PRIMARY KEY,
-    type            TEXT    NOT NULL
-                    CHECK (type IN ('clone', 'snapshot', 'native-tag', 'staging', 'mapping')),
-    cluster         TEXT    NOT NULL,
-    run_id          TEXT    NOT NULL,
-    run_kind        TEXT    NOT NULL,
-    reason          TEXT    NOT NULL,
-    array           TEXT    NOT NULL DEFAULT '',
-    name            TEXT    NOT NULL DEFAULT '',
-    volume_id       TEXT    NOT NULL DEFAULT '',
-    name_hint       TEXT    NOT NULL DEFAULT '',
-    node            TEXT    NOT NULL DEFAULT '',
-    mount_purpose   TEXT    NOT NULL DEFAULT '',
-    host            TEXT    NOT NULL DEFAULT '',
-    drill_host      INTEGER NOT NULL DEFAULT 0 CHECK (drill_host IN (0, 1)),
-    created_us      INTEGER NOT NULL,
-    attempts        INTEGER NOT NULL DEFAULT 0,
-    last_error      TEXT    NOT NULL DEFAULT '',
-    last_attempt_us INTEGER,
-    -- a clone is known by its name once made, by the hint its names contain before
-    CHECK (type <> 'clone' OR name <> '' OR name_hint <> ''),
-    -- a mapping names its volume and the node whose host it is mapped to
-    CHECK (type <> 'mapping' OR (name <> '' AND node <> '')),
-    -- a mounted resource says who mounts it: a node, or the cluster's drill host
-    CHECK (mount_purpose = '' OR node <> '' OR drill_host = 1),
-    CHECK (type <> 'native-tag' OR (node <> '' AND name <> ''))
-);
-INSERT INTO resources_v13 (id, type, cluster, run_id, run_kind, reason, array, name, volume_id,
-        name_hint, node, mount_purpose, host, created_us, attempts, last_error, last_attempt_us)
-    SELECT id, type, cluster, run_id, run_kind, reason, array, name, volume_id, name_hint, node,
-        mount_purpose, host, created_us, attempts, last_error, last_attempt_us FROM resources;
-DROP TABLE resources;
-ALTER TABLE resources_v13 RENAME TO resources;
-CREATE INDEX resources_by_run ON resources (run_id);
-"""
+_RESOURCES = resources_table(13)
 
 #: `native:<cluster>/<node>`: the cluster is between the prefix (7 characters) and the first '/'.
 _NATIVE = """
