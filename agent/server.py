@@ -197,6 +197,9 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         self, request: agent_pb2.StopCassandraRequest, context: Context
     ) -> agent_pb2.StopCassandraResponse:
         stopped = await self._agent.stop_cassandra(drain=request.drain)
+        # A restore stops Cassandra to revert or empty its commit log: what it synced goes to
+        # the bucket whole first (no-op without a shipper).
+        await self._pitr.seal()
         return agent_pb2.StopCassandraResponse(
             duration=duration(stopped.seconds), drained=stopped.drained
         )

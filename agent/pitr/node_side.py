@@ -1,5 +1,6 @@
-"""The agent's point-in-time side: the shipper's lifecycle with the agent, and the two restore
-calls (place, finish), each refused where `[pitr]` is not configured."""
+"""The agent's point-in-time side: the shipper's lifecycle with the agent, its seal once Cassandra
+is stopped for a restore, and the two restore calls (place, finish), each refused where `[pitr]`
+is not configured."""
 
 from __future__ import annotations
 
@@ -10,12 +11,16 @@ from ringsnap.agent.config import AgentConfig
 from ringsnap.agent.errors import Conflict
 from ringsnap.agent.pitr import place as placing
 from ringsnap.agent.pitr.settings import PitrSettings
-from ringsnap.agent.pitr.shipper import CommitlogShipper
+from ringsnap.agent.pitr.shipper import CommitlogShipper, CycleReport
 from ringsnap.agent.s3.client import make_client
 from ringsnap.agent.s3.settings import S3Settings
 from ringsnap.logs import get_logger
 
 log = get_logger(__name__)
+
+#: How long a restore's stop waits for the seal; past it the restore goes on and what the seal
+#: did not ship becomes the holes it reports (the bucket unreachable: each S3 call retries).
+SEAL_SECONDS = 60.0
 
 
 class PitrNode:
@@ -59,6 +64,30 @@ class PitrNode:
     def stop(self) -> None:
         if self.shipper is not None:
             self.shipper.stop()
+
+    async def seal(self) -> CycleReport | None:
+        """After Cassandra was stopped for a restore: complete every segment in its directory in
+        the bucket (`CommitlogShipper.seal`), so the restore's revert or discard of the commit log
+        is no hole. Nothing without a shipper, or while Cassandra still answers (a segment
+        completed under a running Cassandra would lose what it writes next)."""
+        shipper = self.shipper
+        if shipper is None:
+            return None
+        if await self._running():
+            log.warning(
+                "Cassandra still answers after its stop: commit-log segments not sealed",
+                node=shipper.node,
+            )
+            return None
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(shipper.seal), SEAL_SECONDS)
+        except TimeoutError:
+            log.error(
+                "commit-log seal still running after the stop's wait: the restore goes on",
+                node=shipper.node,
+                seconds=SEAL_SECONDS,
+            )
+            return None
 
     async def place(self, target_ms: int, *, dry_run: bool) -> placing.Placement:
         s3, pitr = self._settings()

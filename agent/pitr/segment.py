@@ -53,37 +53,50 @@ def _crc_ints(*values: int) -> int:
     return crc
 
 
-def header_end(raw: BinaryIO, segment_id: int) -> int:
-    """The header's length (where the first sync marker is); raises SegmentUnreadable."""
+def header_end(raw: BinaryIO, segment_id: int) -> int | None:
+    """The header's length (where the first sync marker is); None while the header is still being
+    written; raises SegmentUnreadable for a header that is wrong.
+
+    Cassandra writes a new segment's header field by field (version, id, parameters' length,
+    parameters, CRC32), and on a cold JVM the parameters' JSON can take it milliseconds: a read in
+    between sees the fields so far and zeros after them. So a header whose CRC32 slot and first
+    marker slot are still zero (or that the file ends inside) is one being written: no section can
+    have been synced after it, nothing is lost, and the next read finds it whole. Replay itself
+    accepts nothing from a file whose header does not verify."""
     head = raw.read(14)
     if len(head) < 14:
-        raise SegmentUnreadable("shorter than a commit-log header")
+        return None
     version, found_id, length = struct.unpack(">iqH", head)
-    if found_id != segment_id:
-        raise SegmentUnreadable(f"header id {found_id} is not the name's {segment_id}")
     if length > _MAX_PARAMETERS:
         raise SegmentUnreadable(f"header parameters of {length} bytes")
     parameters = raw.read(length)
     stored = raw.read(4)
     if len(parameters) < length or len(stored) < 4:
-        raise SegmentUnreadable("header cut short")
+        return None
     crc = _crc_ints(version, found_id & 0xFFFFFFFF, found_id >> 32, length)
     crc = zlib.crc32(parameters, crc)
     if crc != struct.unpack(">I", stored)[0]:
+        if not (stored + raw.read(MARKER_BYTES)).strip(b"\x00"):
+            return None
         raise SegmentUnreadable("header CRC32 does not match")
+    if found_id != segment_id:
+        raise SegmentUnreadable(f"header id {found_id} is not the name's {segment_id}")
     return 14 + int(length) + 4
 
 
 def synced_end(path: Path, segment_id: int) -> int:
     """Bytes of `path` that replay accepts: the end of its last section with a valid sync marker
-    (0 when the header itself is not yet written, e.g. a segment just allocated)."""
+    (0 while the header itself is not yet written whole, e.g. a segment just allocated)."""
     with open(path, "rb") as raw:
         size = raw.seek(0, 2)
         raw.seek(0)
         if not raw.read(14).strip(b"\x00"):
             return 0  # allocated, its header not yet there
         raw.seek(0)
-        offset = header_end(raw, segment_id)
+        found = header_end(raw, segment_id)
+        if found is None:
+            return 0
+        offset = found
         end = 0
         while offset <= size - MARKER_BYTES:
             raw.seek(offset)

@@ -14,6 +14,12 @@ bucket: `point.json` says so (`shipped_at_ms` = t0, `recoverable_through_ms` = t
 commit-log sync period: a write acknowledged later may not have been synced yet). The lag metric is
 now minus t0 of the last such cycle: it grows while the bucket is unreachable.
 
+Cassandra stopped for a restore (the agent's StopCassandra): every segment in its directory is
+final, since a restarted Cassandra writes new ones and hands these over at start-up. `seal` ships
+each one's synced part and completes it then, before the restore reverts or empties the directory:
+what the restore discards is in the bucket whole and no hole. A seal the bucket refuses leaves the
+segments' unshipped tails to be lost with the directory: holes, reported as such.
+
 Resumable: the state is what the bucket holds (listed at start); pieces are never rewritten, so a
 shipper killed mid-upload sends the same piece again. Memory: one piece (at most
 `piece_max_bytes`) at a time.
@@ -106,6 +112,8 @@ class CommitlogShipper:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._since_ms = 0
+        # One cycle at a time: the loop's and a seal's.
+        self._lock = threading.Lock()
 
     # -- set-up ----------------------------------------------------------------------------------
 
@@ -143,18 +151,50 @@ class CommitlogShipper:
     # -- one cycle -------------------------------------------------------------------------------
 
     def cycle(self) -> CycleReport:
-        report = CycleReport(started_ms=int(time.time() * 1000))
-        try:
-            self._cycle(report)
-        except Exception as exc:
-            self.metrics.errors_total += 1
-            report.error = f"{type(exc).__name__}: {exc}"
-            log.warning("commit-log shipping failed; retrying", node=self.node, error=report.error)
+        with self._lock:
+            report = CycleReport(started_ms=int(time.time() * 1000))
+            try:
+                self._cycle(report)
+            except Exception as exc:
+                self._failed(report, exc)
+                log.warning(
+                    "commit-log shipping failed; retrying", node=self.node, error=report.error
+                )
+                return report
+            self.metrics.last_point_ms = report.started_ms
             return report
-        self.metrics.last_point_ms = report.started_ms
-        return report
 
-    def _cycle(self, report: CycleReport) -> None:
+    def seal(self) -> CycleReport:
+        """Cassandra is stopped: ship the synced part of every segment in its directory and
+        complete each one (see the module). Call it only once Cassandra's process is gone: a
+        segment completed while Cassandra still writes to it would lose what follows."""
+        with self._lock:
+            report = CycleReport(started_ms=int(time.time() * 1000))
+            try:
+                self._cycle(report, seal=True)
+            except Exception as exc:
+                self._failed(report, exc)
+                open_segments = sorted(
+                    n for n, s in (self._state or {}).items() if not s.complete and s.pieces
+                )
+                for name in open_segments:
+                    # Not stored now (the bucket refused the seal): point.json carries it.
+                    self._remember_hole(
+                        name,
+                        "Cassandra stopped for a restore before this segment's synced tail was"
+                        f" shipped ({report.error}): the restore discards it",
+                        report,
+                    )
+                return report
+            self.metrics.last_point_ms = report.started_ms
+            log.info("commit-log segments sealed", node=self.node, completed=report.completed)
+            return report
+
+    def _failed(self, report: CycleReport, exc: Exception) -> None:
+        self.metrics.errors_total += 1
+        report.error = f"{type(exc).__name__}: {exc}"
+
+    def _cycle(self, report: CycleReport, *, seal: bool = False) -> None:
         state = self._load()
         live = _segments(self.commitlog_directory)
         if not self.commitlog_directory.is_dir():
@@ -170,8 +210,9 @@ class CommitlogShipper:
             if seg.complete:
                 (self.spool / name).unlink(missing_ok=True)
                 continue
-            complete = name in spooled
-            path = self.spool / name if complete else self.commitlog_directory / name
+            spooled_here = name in spooled
+            complete = spooled_here or seal
+            path = self.spool / name if spooled_here else self.commitlog_directory / name
             try:
                 end = synced_end(path, segment.id)
             except FileNotFoundError:
@@ -226,6 +267,12 @@ class CommitlogShipper:
             {"segment": segment, "reason": reason, "detected_ms": report.started_ms}
         ).encode()
         self._client.put_object(Bucket=self._bucket, Key=self.keys.hole(segment), Body=body)
+        self._remember_hole(segment, reason, report)
+
+    def _remember_hole(self, segment: str, reason: str, report: CycleReport) -> None:
+        """The hole counted and carried by every point.json from now on."""
+        if segment in self._holes:
+            return
         self._holes.add(segment)
         self.metrics.holes_total += 1
         report.holes.append(segment)

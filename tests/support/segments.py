@@ -24,12 +24,17 @@ class FakeSegment:
         self.id = segment_id
         self.name = f"CommitLog-7-{segment_id}.log"
         self.path = directory / self.name
+        header = self.header(segment_id)
+        self.path.write_bytes(header + bytes(size - len(header)))
+        self.marker = len(header)
+
+    @staticmethod
+    def header(segment_id: int) -> bytes:
+        """The header Cassandra writes first: version, id, parameters' length, parameters, CRC32."""
         parameters = b"{}"
         header = struct.pack(">iqH", 7, segment_id, len(parameters)) + parameters
         crc = _crc_ints(7, segment_id & 0xFFFFFFFF, segment_id >> 32, len(parameters))
-        header += struct.pack(">I", zlib.crc32(parameters, crc))
-        self.path.write_bytes(header + bytes(size - len(header)))
-        self.marker = len(header)
+        return header + struct.pack(">I", zlib.crc32(parameters, crc))
 
     def sync(self, data: bytes) -> int:
         """Append a synced section holding `data`; returns the synced end."""

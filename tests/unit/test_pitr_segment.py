@@ -71,6 +71,30 @@ def test_an_allocated_segment_without_header_has_nothing_synced(tmp_path: Path) 
     assert synced_end(path, 5) == 0
 
 
+@pytest.mark.parametrize("written", [2, 4, 12, 14, 16])
+def test_a_header_still_being_written_has_nothing_synced(tmp_path: Path, written: int) -> None:
+    """Cassandra writes the header field by field, its CRC32 last: read in between (version,
+    id, length, parameters so far, zeros after), it is no damage: nothing can be synced yet."""
+    path = tmp_path / "CommitLog-7-42.log"
+    path.write_bytes(FakeSegment.header(42)[:written] + bytes(4096))
+    assert synced_end(path, 42) == 0
+    path.write_bytes(FakeSegment.header(42)[:written])  # the file ends inside the header
+    assert synced_end(path, 42) == 0
+
+
+def test_a_header_with_its_crc_wiped_after_sections_were_synced_is_refused(
+    tmp_path: Path,
+) -> None:
+    segment = FakeSegment(tmp_path, 43)
+    segment.sync(b"a" * 100)
+    data = bytearray(segment.path.read_bytes())
+    crc_at = len(FakeSegment.header(43)) - 4
+    data[crc_at : crc_at + 4] = bytes(4)
+    segment.path.write_bytes(bytes(data))
+    with pytest.raises(SegmentUnreadable, match="CRC32"):
+        synced_end(segment.path, 43)
+
+
 def test_segment_names_sort_by_id() -> None:
     names = ["CommitLog-7-10.log", "CommitLog-7-9.log", "CommitLog-7-100.log"]
     parsed = sorted(p for n in names if (p := SegmentName.parse(n)) is not None)

@@ -252,13 +252,16 @@ def test_placement_puts_the_shipped_log_back_and_writes_the_restore_point(
     client: Any, node: tuple[Path, PitrSettings], tmp_path: Path
 ) -> None:
     commitlog, settings = node
-    _shipper_made, expected = _shipped_ring_state(client, node)
+    shipper, expected = _shipped_ring_state(client, node)
     # The base backup's commit-log volume: segment 20 as it was then (shorter), nothing newer.
     for entry in commitlog.iterdir():
         entry.unlink()
     snapshot = FakeSegment(commitlog, 20)
     snapshot.path.write_bytes(expected[0][:300] + bytes(100))
-    target = int(time.time() * 1000) - 1000
+    # Before the point the last cycle shipped (read back, not the clock's now minus a margin: a
+    # cycle slower than the margin on a loaded machine refused the time).
+    point = json.loads(client.get_object(Bucket=BUCKET, Key=shipper.keys.point)["Body"].read())
+    target = int(point["recoverable_through_ms"]) - 1000
     placed = placing.place(
         client, S3, pitr=settings, node="node1", commitlog_directory=commitlog, target_ms=target
     )
@@ -351,6 +354,7 @@ def test_a_damaged_piece_is_refused_and_nothing_replaced(
     for entry in commitlog.iterdir():
         entry.unlink()
     FakeSegment(commitlog, 20)
+    point = json.loads(client.get_object(Bucket=BUCKET, Key=keys.point)["Body"].read())
     with pytest.raises(placing.PlacementRefused, match="does not verify"):
         placing.place(
             client,
@@ -358,7 +362,7 @@ def test_a_damaged_piece_is_refused_and_nothing_replaced(
             pitr=settings,
             node="node1",
             commitlog_directory=commitlog,
-            target_ms=int(time.time() * 1000) - 1000,
+            target_ms=int(point["recoverable_through_ms"]) - 1000,
         )
     assert not (commitlog / "CommitLog-7-21.log").exists()
     assert not [p for p in commitlog.iterdir() if p.name.startswith(".")]
