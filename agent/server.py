@@ -198,8 +198,9 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     ) -> agent_pb2.StopCassandraResponse:
         stopped = await self._agent.stop_cassandra(drain=request.drain)
         # A restore stops Cassandra to revert or empty its commit log: what it synced goes to
-        # the bucket whole first (no-op without a shipper).
-        await self._pitr.seal()
+        # the bucket whole first (only `AgentServer`'s PitrNode has a shipper to seal).
+        if self._pitr_made is not None:
+            await self._pitr_made.seal()
         return agent_pb2.StopCassandraResponse(
             duration=duration(stopped.seconds), drained=stopped.drained
         )
