@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import datetime
 from pathlib import Path
 
 import typer
 
+from ringsnap.agent.s3.client import make_client
 from ringsnap.coordinator.assembly import load_config
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.cli.client import CliError
@@ -23,6 +25,8 @@ from ringsnap.coordinator.cli.console import (
 )
 from ringsnap.coordinator.cli.local_catalog import config_path
 from ringsnap.coordinator.cli.restore_report import exit_code_of, print_report
+from ringsnap.coordinator.config import CoordinatorConfig
+from ringsnap.coordinator.pitr.download import DownloadEstimate, estimate_download
 from ringsnap.coordinator.pitr.window import status_lines
 from ringsnap.coordinator.restore.pitr import parse_time
 from ringsnap.coordinator.restore.pitr_session import plan_point_in_time, run_point_in_time
@@ -39,6 +43,17 @@ def pitr_status_lines(config: Path | None, cluster: str | None = None) -> list[s
             return status_lines(loaded, catalog, cluster)
     except Exception as exc:
         return [f"(point-in-time window cannot be read: {exc})"]
+
+
+def _downloads(
+    config: CoordinatorConfig, nodes: list[str], target_ms: int, plan_started: datetime
+) -> dict[str, DownloadEstimate]:
+    """Per node, what the restore will fetch from the bucket (ringsnap.coordinator.pitr.download);
+    nothing without the coordinator's `[s3]`."""
+    if config.s3 is None:
+        return {}
+    client = make_client(config.s3)
+    return {n: estimate_download(client, config.s3, n, target_ms, plan_started) for n in nodes}
 
 
 def restore_to_time(
@@ -63,6 +78,7 @@ def restore_to_time(
                 raise RingsnapError(f"several clusters are configured ({names}): give --cluster")
             cluster = names[0]
         plan = asyncio.run(plan_point_in_time(loaded, cluster, target_ms))
+        downloads = _downloads(loaded, sorted(plan.placements), target_ms, plan.base.started_at)
         document = {
             "base_backup": plan.base.id,
             "target_ms": target_ms,
@@ -71,6 +87,14 @@ def restore_to_time(
                     "segments": [s.name for s in p.segments],
                     "bytes": sum(s.bytes for s in p.segments),
                     "restore_point": p.restore_point,
+                    **(
+                        {
+                            "download_bytes": downloads[n].bytes,
+                            "download_segments": list(downloads[n].segments),
+                        }
+                        if n in downloads
+                        else {}
+                    ),
                 }
                 for n, p in plan.placements.items()
             },
@@ -86,6 +110,15 @@ def restore_to_time(
                     f"  {node}: {len(placement.segments)} shipped segment(s), {total} bytes,"
                     f" replayed up to {placement.restore_point} GMT"
                 )
+                if node in downloads:
+                    fetch = downloads[node]
+                    typer.echo(
+                        f"    downloads at most {fetch.bytes} bytes of commit log from the bucket"
+                        f" ({len(fetch.segments)} segment(s) the backup's snapshot lacks)"
+                    )
+            if downloads:
+                everything = sum(d.bytes for d in downloads.values())
+                typer.echo(f"  in all: at most {everything} bytes of commit log to download")
             for refusal in plan.refusals:
                 err.print(f"refused: {refusal}")
         if plan.refusals:
