@@ -174,8 +174,13 @@ def labels_to_remove(texts: Sequence[str]) -> list[str]:
 def read_key_file(reference: str, encryption: S3Encryption | None) -> list[Identity]:
     """The identities of `--key-file` (a path or `credential:NAME`), never quoting it."""
     source = f"--key-file {reference}"
-    if not reference.startswith("credential:") and Path(reference).stat().st_size > _MAX_KEY_FILE:
-        raise ValidationError(f"{source}: larger than a key file; refused")
+    if not reference.startswith("credential:"):
+        try:
+            size = Path(reference).stat().st_size
+        except OSError as exc:
+            raise ValidationError(f"{source}: cannot read it ({exc.strerror})") from None
+        if size > _MAX_KEY_FILE:
+            raise ValidationError(f"{source}: larger than a key file; refused")
     try:
         text = read_secret(reference).get_secret_value()
     except ValueError as exc:
@@ -183,7 +188,8 @@ def read_key_file(reference: str, encryption: S3Encryption | None) -> list[Ident
     try:
         return key_file_identities(text, source, encryption)
     except WrapError as exc:
-        raise ValidationError(f"{source}: {exc}") from None
+        why = str(exc)  # a kms line's refusal names the source already
+        raise ValidationError(why if why.startswith(source) else f"{source}: {why}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

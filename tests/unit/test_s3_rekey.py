@@ -176,7 +176,7 @@ def _recipients(client: Any) -> list[list[str]]:
     ]
 
 
-def test_the_command_line(copy: Copy, tmp_path: Path) -> None:
+def test_the_command_line(copy: Copy, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     settings = tmp_path / "s3.toml"
     settings.write_text(f'bucket = "{BUCKET}"\nprefix = "{PREFIX}"\n')
     old_file = tmp_path / "old.age"
@@ -187,6 +187,14 @@ def test_the_command_line(copy: Copy, tmp_path: Path) -> None:
     assert main([*common, "--add", str(new.to_public()), "--dry-run"]) == 0
     assert _recipients(copy.client) == [[old_label]] * 3
     assert main([*common, "--add", "age1notakey"]) == 1
+    missing = ["--settings", str(settings), "--key-file", str(tmp_path / "none.age")]
+    assert main([*missing, "--add", str(new.to_public())]) == 1
+    assert f"--key-file {tmp_path / 'none.age'}: cannot read it" in capsys.readouterr().err
+    bad = tmp_path / "bad.keys"
+    bad.write_text("kms alias/a ID\n")
+    assert main(["--settings", str(settings), "--key-file", str(bad), "--add", "age1x"]) == 1
+    usage = "a kms line is `kms KEY [ACCESS_KEY_ID SECRET_ACCESS_KEY [SESSION_TOKEN]]`"
+    assert capsys.readouterr().err == f"error: --key-file {bad}: {usage}\n"
     assert main([*common, "--add", str(new.to_public()), "--node", "node1"]) == 0
     assert _recipients(copy.client) == [[old_label, new_label]] * 3
 
