@@ -141,8 +141,9 @@ def kms_key_id(key: str) -> str:
     return key
 
 
-class KmsRecipient(Recipient):
-    """A KMS key (id, ARN or alias) the node may `Encrypt` with; `client` is a boto3 KMS client."""
+class _KmsKey:
+    """A KMS key (id, ARN or alias) through `client`, a boto3 KMS client: what the recipient that
+    encrypts with it and the identity that decrypts with it both hold."""
 
     kind = "kms"
 
@@ -153,6 +154,10 @@ class KmsRecipient(Recipient):
     @property
     def label(self) -> str:
         return self._key
+
+
+class KmsRecipient(_KmsKey, Recipient):
+    """A KMS key the node may `Encrypt` with."""
 
     def wrap(self, key_id: bytes, run_key: bytes) -> bytes:
         _check_ids(key_id, run_key)
@@ -165,18 +170,8 @@ class KmsRecipient(Recipient):
         return bytes(answer["CiphertextBlob"])
 
 
-class KmsIdentity(Identity):
+class KmsIdentity(_KmsKey, Identity):
     """The same KMS key, for a restore allowed to `Decrypt` with it."""
-
-    kind = "kms"
-
-    def __init__(self, client: Any, key: str) -> None:
-        self._client = client
-        self._key = kms_key_id(key)
-
-    @property
-    def label(self) -> str:
-        return self._key
 
     def unwrap(self, key_id: bytes, body: bytes) -> bytes:
         try:
