@@ -360,46 +360,34 @@ def test_status_names_every_other_ledger_entry_its_run_and_what_the_daemon_does(
     left it, what the retry will do (or the run it waits for), and its last error."""
     catalog = harness.coordinator.catalog
     catalog.add_resource(array_snapshot("prod", ARRAY, "rs-old", "a failed backup's snapshot"))
-    clone = catalog.add_resource(
-        Resource(
-            type=ResourceType.CLONE,
-            cluster="prod",
-            run_id="ex-1",
-            run_kind="export",
-            reason="an export's clone",
-            array=ARRAY,
-            name="n1-data-ex1",
-            node="n1",
-            mount_purpose="ex-1",
+    # (run kind, run id): an export's clone mounted by n1, a drill's mapping to the drill host,
+    # a table restore's staging (a backup's tag comes below).
+    left: dict[tuple[str, str], dict[str, Any]] = {
+        ("export", "ex-1"): {"type": ResourceType.CLONE, "name": "n1-data-ex1", "node": "n1"},
+        ("drill", "dr-1"): {
+            "type": ResourceType.MAPPING,
+            "name": "n2-data-dr1",
+            "host": "drillbox",
+            "drill_host": True,
+        },
+        ("table-restore", "tr-1"): {"type": ResourceType.STAGING, "name": "tr-1", "node": "e1"},
+    }
+    made = {
+        run: catalog.add_resource(
+            Resource(
+                cluster="edge" if kind == "table-restore" else "prod",
+                run_id=run,
+                run_kind=kind,
+                reason=f"left by {run}",
+                array="" if kind == "table-restore" else ARRAY,
+                mount_purpose="" if kind == "table-restore" else run,
+                **fields,
+            )
         )
-    )
-    catalog.resource_failed(clone.id, "agent n1 unreachable")
-    catalog.add_resource(
-        Resource(
-            type=ResourceType.MAPPING,
-            cluster="prod",
-            run_id="dr-1",
-            run_kind="drill",
-            reason="a drill's mapping",
-            array=ARRAY,
-            name="n2-data-dr1",
-            host="drillbox",
-            drill_host=True,
-            mount_purpose="dr-1",
-        )
-    )
+        for (kind, run), fields in left.items()
+    }
+    catalog.resource_failed(made["ex-1"].id, "agent n1 unreachable")
     catalog.add_resource(native_tag("prod", "n3", "rs-tag", "a failed backup's tag"))
-    catalog.add_resource(
-        Resource(
-            type=ResourceType.STAGING,
-            cluster="edge",
-            run_id="tr-1",
-            run_kind="table-restore",
-            reason="staged tables",
-            name="tr-1",
-            node="e1",
-        )
-    )
     lease = Lease("edge", RunKind.TABLE_RESTORE, "tr-2", asked_by="cli:ann")
     harness.coordinator.leases.take(lease)
     try:
@@ -430,12 +418,12 @@ def test_status_names_every_other_ledger_entry_its_run_and_what_the_daemon_does(
     assert "left alone while table restore tr-2" in text and "holds cluster edge" in text
     # The snapshot is not listed again; the JSON carries each entry typed.
     assert "rs-old" not in text
-    left = document["left_resources"]
-    assert [e["type"] for e in left] == ["clone", "mapping", "native-tag", "staging"]
-    assert left[0]["run_kind"] == "export" and left[0]["run_id"] == "ex-1"
-    assert left[0]["attempts"] == 1 and left[0]["last_error"] == "agent n1 unreachable"
-    assert left[3]["cluster"] == "edge" and left[3]["held_by"].startswith("table restore tr-2")
-    assert all(not e.get("held_by") for e in left[:3])
+    listed = document["left_resources"]
+    assert [e["type"] for e in listed] == ["clone", "mapping", "staging", "native-tag"]
+    assert listed[0]["run_kind"] == "export" and listed[0]["run_id"] == "ex-1"
+    assert listed[0]["attempts"] == 1 and listed[0]["last_error"] == "agent n1 unreachable"
+    assert listed[2]["cluster"] == "edge" and listed[2]["held_by"].startswith("table restore tr-2")
+    assert not any(listed[i].get("held_by") for i in (0, 1, 3))
 
 
 def test_retention_dry_run_then_apply(app: typer.Typer, cli_config: Path, harness: Harness) -> None:
