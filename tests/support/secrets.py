@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support.needle_sieve import NeedleSieve
+
 #: Shorter values cannot be searched for without false alarms (and are no real secret either).
 MIN_LENGTH = 8
 _PEM_BEGIN = "-----BEGIN "
@@ -55,6 +57,10 @@ class SecretRegistry:
     def __init__(self) -> None:
         self._needles: dict[str, str] = {}
         self._lock = threading.Lock()
+        # The needles as of the last scan, with what each is: rebuilt when a secret was
+        # registered since (needles are only ever added).
+        self._sieve = NeedleSieve(())
+        self._whats: dict[str, str] = {}
 
     def register(self, value: str | bytes, what: str) -> None:
         """Register `value` (a PEM key is searched for by each line of its body: a log that
@@ -71,13 +77,14 @@ class SecretRegistry:
         if not text:
             return []
         with self._lock:
-            needles = list(self._needles.items())
-        leaks = []
-        for needle, what in needles:
-            at = text.find(needle)
-            if at >= 0:
-                leaks.append(Leak(what, where, _masked(text, at, needle)))
-        return leaks
+            if len(self._sieve.needles) != len(self._needles):
+                self._sieve = NeedleSieve(list(self._needles))
+                self._whats = dict(self._needles)
+            sieve, whats = self._sieve, self._whats
+        return [
+            Leak(whats[needle], where, _masked(text, text.find(needle), needle))
+            for needle in sieve.present(text)
+        ]
 
 
 def _needles_of(text: str) -> Iterator[str]:
