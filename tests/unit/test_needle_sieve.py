@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from tests.support import secrets
 from tests.support.needle_sieve import BLOCK, LONG, NeedleSieve
 
@@ -13,10 +15,11 @@ def _brute(needles: list[str], text: str) -> list[str]:
     return [n for n in needles if n in text]
 
 
-def test_every_offset_and_length_is_found_as_in_finds_it() -> None:
+# Small alphabets: many near misses that share blocks with the needles. Multi-byte characters
+# (the sieve cuts UTF-8 bytes) and a space in the needles (then every byte of the text is kept).
+@pytest.mark.parametrize("alphabet", ["ab", "a\u00e9", "a\ufffd\U0001f511", "a b"])
+def test_every_offset_and_length_is_found_as_in_finds_it(alphabet: str) -> None:
     rng = random.Random(7)
-    # A small alphabet: many near misses that share blocks with the needles.
-    alphabet = "ab"
     for _ in range(300):
         needles = list(
             dict.fromkeys(
@@ -28,7 +31,10 @@ def test_every_offset_and_length_is_found_as_in_finds_it() -> None:
         )
         pieces = [rng.choice(needles)[: rng.randint(1, LONG)] for _ in range(3)]
         text = "".join(
-            rng.choice([*needles, *pieces, "".join(rng.choice(alphabet) for _ in range(5))])
+            # Fillers with bytes of no needle: the runs the sieve cuts end there.
+            rng.choice(
+                [*needles, *pieces, "".join(rng.choice(alphabet + "z\n\0") for _ in range(5))]
+            )
             for _ in range(rng.randint(0, 8))
         )
         assert NeedleSieve(needles).present(text) == _brute(needles, text), (needles, text)
