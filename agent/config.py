@@ -272,6 +272,16 @@ class AgentConfig(Section):
         return self
 
     @model_validator(mode="after")
+    def _pitr_not_in_plain_text_unasked(self) -> AgentConfig:
+        # Fail closed: an operator who asked for encrypted copies does not get production data
+        # shipped in plain text without having said so (load and `ringsnap-agent check` refuse).
+        if self.pitr is not None and self.s3 is not None:
+            refusal = self.pitr.plain_text_refusal(encrypted=self.s3.encryption is not None)
+            if refusal is not None:
+                raise ValueError(refusal)
+        return self
+
+    @model_validator(mode="after")
     def _metrics_apart(self) -> AgentConfig:
         if self.metrics.enabled and self.metrics.listen == self.server.listen:
             raise ValueError(

@@ -30,6 +30,8 @@ class PitrNode:
         self.config = config
         self._running = cassandra_running
         self.shipper: CommitlogShipper | None = None
+        #: Why shipping is configured but did not start (None: it started, or is not configured).
+        self.not_shipping: str | None = None
 
     def _settings(self) -> tuple[S3Settings, PitrSettings]:
         if self.config.pitr is None or self.config.s3 is None:
@@ -43,6 +45,14 @@ class PitrNode:
         pitr = self.config.pitr
         if pitr is None or not pitr.enabled or self.config.s3 is None:
             return
+        encrypted = self.config.s3.encryption is not None
+        refusal = pitr.plain_text_refusal(encrypted=encrypted)
+        if refusal is not None:
+            # The config's validation refuses this already; a config built around it (tests,
+            # model_construct) still must not ship a byte.
+            self.not_shipping = refusal
+            log.error("commit-log shipping not started", node=pitr.node, reason=refusal)
+            return
         self.shipper = CommitlogShipper(
             make_client(self.config.s3),
             self.config.s3,
@@ -52,12 +62,14 @@ class PitrNode:
         )
         self.shipper.start()
         log.info("commit-log shipping started", node=pitr.node, spool=str(pitr.spool_directory))
-        if self.config.s3.encryption is not None:
-            # The pieces are not sealed yet (docs/pitr.md, "Known limits"): say so where the
-            # operator who asked for encrypted copies looks, at every start.
+        if encrypted:
+            # Opted in (`ship_unencrypted`); the pieces are not sealed (docs/pitr.md, "Known
+            # limits"): say so where the operator who asked for encrypted copies looks, at
+            # every start.
             log.warning(
                 "the shipped commit log is NOT encrypted: [s3.encryption] seals the exported"
-                " copies only; the pieces under <prefix>pitr/ are in plain text",
+                " copies only; the pieces under <prefix>pitr/ are in plain text"
+                " ([pitr] ship_unencrypted = true)",
                 node=pitr.node,
             )
 

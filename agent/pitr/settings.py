@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, StrictBool, field_validator
 
 from ringsnap.config import Section
 
@@ -37,6 +37,23 @@ class PitrSettings(Section):
     #: cassandra.yaml's commitlog_sync_period (periodic sync): a write acknowledged may reach the
     #: disk this much later, so the recoverable point is the shipped point minus this.
     commitlog_sync_period_seconds: float = Field(default=10.0, ge=0.0, le=600.0)
+    #: The operator's explicit choice to ship the commit log although `[s3.encryption]` is set:
+    #: the shipper does not seal its pieces (docs/pitr.md, "Known limits"), so without this the
+    #: agent refuses such a config. Strict: only a TOML `true`, never a string that reads as one.
+    ship_unencrypted: StrictBool = False
+
+    def plain_text_refusal(self, *, encrypted: bool) -> str | None:
+        """Why this shipping must not start when the copies are encrypted (`encrypted`) and the
+        operator has not opted in to a plain-text commit log; None when it may."""
+        if not self.enabled or not encrypted or self.ship_unencrypted:
+            return None
+        return (
+            "[pitr] enabled = true with [s3.encryption]: the shipper uploads the commit log under"
+            " <prefix>pitr/ in plain text (it does not seal its pieces), so the agent refuses to"
+            " ship it. Either set ship_unencrypted = true in [pitr] to accept that and rely on"
+            " the store's own encryption ([s3] server_side_encryption), or turn shipping off"
+            " (enabled = false in [pitr]); see docs/pitr.md, Known limits"
+        )
 
     @field_validator("spool_directory", "properties_file")
     @classmethod
