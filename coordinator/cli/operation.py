@@ -1,13 +1,14 @@
 """What the CLI's long operations (whole-ring restore, table restore, drill) share, in their own
 process or through the daemon: ending at the plan (dry run, refusal, `--output json`), following
-the daemon's operation with one progress line per change, and the final document, report and exit
-code. Each command keeps its own plan and report rendering; the flow is here, once."""
+the daemon's operation with one progress line per change to the run's record or error
+(`follow_run`, for restores and table restores), and the final document, report and exit code. Each command keeps its own plan and report rendering; the flow is here, once."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, NoReturn, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, NoReturn, TypeVar
 
 import typer
 
@@ -88,6 +89,84 @@ def follow(
             hint=lost_hint or hint,
         ) from None
     return final
+
+
+@dataclass(frozen=True)
+class FollowedRun(Generic[R]):
+    """A run the coordinator executes as an operation, as the CLI follows it to its record:
+    `what` names it ("restore rr-…"), `resume` is the command that goes on with it, `get` reads its
+    record, `failed`/`refused` are the
+    workflow's own errors (failed with the record when it can be read), `hint` says where to look
+    when the CLI stops following, `lost_hint` (if it says more) when the daemon was lost."""
+
+    what: str
+    resume: str
+    get: Callable[[], R]
+    failed: Callable[[str, R | None], Exception]
+    refused: Callable[[str], Exception]
+    hint: str
+    lost_hint: str = ""
+    own_phases: frozenset[str] = OWN_PHASES
+
+
+def follow_run(
+    client: Coordinator,
+    operation: types_pb2.Operation,
+    run: FollowedRun[R],
+    *,
+    as_json: bool,
+) -> R:
+    """The started run followed to its end, one progress line per change: its final record, or
+    the error it ended with (RESTORE_REFUSED → `refused`, RESTORE_FAILED → `failed`, any other
+    reason its CliError). A coordinator that stopped meanwhile (the operation cancelled) leaves the
+    record saying where the run stands; without one, INTERRUPTED."""
+    if not as_json:
+        err.print(_started(client.target, run, operation.operation_id), style="dim")
+    final = follow(
+        client,
+        operation,
+        ProgressPrinter(as_json),
+        what=run.what,
+        hint=run.hint,
+        lost_hint=run.lost_hint,
+        own_phases=run.own_phases,
+    )
+    if final.state == types_pb2.OPERATION_STATE_FAILED:
+        reason = final.error_reason
+        message = final.message or "; ".join(final.errors) or "no reason given"
+        if reason == "RESTORE_FAILED":
+            try:
+                record: R | None = run.get()
+            except CliError:
+                record = None
+            raise run.failed(message, record)
+        if reason == "RESTORE_REFUSED":
+            raise run.refused(message)
+        raise CliError(message, reason_exit_code(reason, ExitCode.FAILED), reason=reason)
+    try:
+        return run.get()
+    except CliError:
+        if final.state != types_pb2.OPERATION_STATE_CANCELLED:
+            raise
+        raise CliError(
+            f"the coordinator stopped during {run.what}",
+            ExitCode.INTERRUPTED,
+            reason="INTERRUPTED",
+            hint=f"`ringsnap status` says where each node stands; `{run.resume}` goes on",
+        ) from None
+
+
+def _started(target: Target, run: FollowedRun[Any], operation_id: str) -> str:
+    if target.hosted:
+        # The operation's id is not shown: it ends with this process.
+        return (
+            f"{run.what} started in this process (no coordinator daemon runs): Ctrl-C"
+            f" interrupts it; `{run.resume}` goes on"
+        )
+    return (
+        f"{run.what} started in the coordinator (operation {operation_id}); Ctrl-C"
+        " stops following, not the restore"
+    )
 
 
 def say_the_daemon_runs(target: Target, what: str, *, as_json: bool) -> None:

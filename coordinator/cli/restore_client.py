@@ -19,17 +19,13 @@ from typing import Any
 
 from ringsnap import wire
 from ringsnap.api.v1 import coordinator_pb2 as pb
-from ringsnap.api.v1 import types_pb2
 from ringsnap.coordinator.api import messages
 from ringsnap.coordinator.cli import console, restore_report
 from ringsnap.coordinator.cli import operation as operation_cli
 from ringsnap.coordinator.cli.client import (
     LONG_CALL_TIMEOUT,
-    CliError,
     Coordinator,
-    ExitCode,
     Target,
-    reason_exit_code,
 )
 from ringsnap.coordinator.cli.console import operator_name
 from ringsnap.coordinator.model import RestoreRecord
@@ -102,15 +98,15 @@ def restore(
                 ),
                 LONG_CALL_TIMEOUT,
             )
-            document = plan_document(plan)
-            refusals = document["refusals"]
-            if options.as_json and (options.dry_run or refusals):
-                return document
-            restore_report.print_plan(document)
-            if refusals:
-                raise RestoreRefused("the plan refused: " + "; ".join(refusals))
-            if options.dry_run:
-                return document
+            ended = operation_cli.ends_at_plan(
+                plan_document(plan),
+                as_json=options.as_json,
+                dry_run=options.dry_run,
+                print_plan=restore_report.print_plan,
+                refused=RestoreRefused,
+            )
+            if ended is not None:
+                return ended
             console.confirm(plan.cluster, options.yes)
             request = pb.StartRestoreRequest(
                 backup_id=options.backup_id,
@@ -124,72 +120,19 @@ def restore(
             )
         operation = client.call(client.stub.StartRestore, request, LONG_CALL_TIMEOUT)
         restore_id = options.resume or request.restore_id
-        if not options.as_json:
-            console.err.print(_started(target, restore_id, operation.operation_id), style="dim")
-        final = _follow(client, operation, restore_id, console.ProgressPrinter(options.as_json))
-        return _outcome(client, final, restore_id)
-
-
-def _started(target: Target, restore_id: str, operation_id: str) -> str:
-    if target.hosted:
-        # The operation's id is not shown: it ends with this process.
-        return (
-            f"restore {restore_id} started in this process (no coordinator daemon runs): Ctrl-C"
-            f" interrupts it; `ringsnap restore --resume {restore_id}` goes on"
+        run = operation_cli.FollowedRun(
+            what=f"restore {restore_id}",
+            resume=f"ringsnap restore --resume {restore_id}",
+            get=lambda: _get(client, restore_id),
+            failed=RestoreFailed,
+            refused=RestoreRefused,
+            hint="`ringsnap status` lists the restores not finished and where each node stands",
+            lost_hint="the restore's record says where each node stands (`ringsnap status`); go on"
+            f" with `ringsnap restore --resume {restore_id}`",
         )
-    return (
-        f"restore {restore_id} started in the coordinator (operation {operation_id}); Ctrl-C"
-        " stops following, not the restore"
-    )
+        return operation_cli.follow_run(client, operation, run, as_json=options.as_json)
 
 
 def _get(client: Coordinator, restore_id: str) -> RestoreRecord:
     message = client.call(client.stub.GetRestore, pb.GetRestoreRequest(restore_id=restore_id))
     return messages.restore_record(message)
-
-
-def _follow(
-    client: Coordinator,
-    operation: types_pb2.Operation,
-    restore_id: str,
-    printer: console.ProgressPrinter,
-) -> types_pb2.Operation:
-    """Watch the operation to its end, printing each new progress line of the workflow."""
-    return operation_cli.follow(
-        client,
-        operation,
-        printer,
-        what=f"restore {restore_id}",
-        hint="`ringsnap status` lists the restores not finished and where each node stands",
-        lost_hint="the restore's record says where each node stands (`ringsnap status`); go on"
-        f" with `ringsnap restore --resume {restore_id}`",
-        own_phases=_OWN_PHASES,
-    )
-
-
-def _outcome(client: Coordinator, final: types_pb2.Operation, restore_id: str) -> RestoreRecord:
-    """The final record, or the error the CLI's own process would have raised."""
-    if final.state == types_pb2.OPERATION_STATE_FAILED:
-        reason = final.error_reason
-        message = final.message or "; ".join(final.errors) or "no reason given"
-        if reason == "RESTORE_FAILED":
-            try:
-                record = _get(client, restore_id)
-            except CliError:
-                record = None
-            raise RestoreFailed(message, record)
-        if reason == "RESTORE_REFUSED":
-            raise RestoreRefused(message)
-        raise CliError(message, reason_exit_code(reason, ExitCode.FAILED), reason=reason)
-    try:
-        return _get(client, restore_id)
-    except CliError:
-        if final.state != types_pb2.OPERATION_STATE_CANCELLED:
-            raise
-        raise CliError(
-            f"the coordinator stopped during restore {restore_id}",
-            ExitCode.INTERRUPTED,
-            reason="INTERRUPTED",
-            hint=f"`ringsnap status` says where each node stands; `ringsnap restore --resume"
-            f" {restore_id}` goes on",
-        ) from None

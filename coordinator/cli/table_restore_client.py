@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 from ringsnap.api.v1 import coordinator_pb2 as pb
-from ringsnap.api.v1 import types_pb2
 from ringsnap.coordinator.api.table_restore_messages import (
     plan_document_of,
     record_of,
@@ -21,14 +20,16 @@ from ringsnap.coordinator.api.table_restore_messages import (
 )
 from ringsnap.coordinator.cli.client import (
     LONG_CALL_TIMEOUT,
-    CliError,
     Coordinator,
-    ExitCode,
     Target,
-    reason_exit_code,
 )
-from ringsnap.coordinator.cli.console import ProgressPrinter, confirm, err, operator_name
-from ringsnap.coordinator.cli.operation import ends_at_plan, follow
+from ringsnap.coordinator.cli.console import confirm, operator_name
+from ringsnap.coordinator.cli.operation import (
+    FollowedRun,
+    ends_at_plan,
+    follow_run,
+    say_the_daemon_runs,
+)
 from ringsnap.coordinator.cli.table_restore import TableRestoreOptions, print_plan, request_of
 from ringsnap.coordinator.table_restore.model import (
     TableRestoreFailed,
@@ -42,11 +43,7 @@ def table_restore(
 ) -> TableRestoreRecord | dict[str, Any]:
     """The table restore, run by the coordinator at `target`: its final record, or the plan's
     document when it ends at the plan."""
-    if not options.as_json and not target.hosted:
-        err.print(
-            f"the coordinator daemon at {target.address} runs the table restore",
-            style="dim",
-        )
+    say_the_daemon_runs(target, "the table restore", as_json=options.as_json)
     with Coordinator(target) as client:
         existing = options.resume or options.abort
         if existing:
@@ -88,29 +85,16 @@ def table_restore(
                 requested_by=operator_name(),
             )
         operation = client.call(client.stub.StartTableRestore, start, LONG_CALL_TIMEOUT)
-        if not options.as_json:
-            err.print(_started(target, restore_id, operation.operation_id), style="dim")
-        final = follow(
-            client,
-            operation,
-            ProgressPrinter(options.as_json),
+        run = FollowedRun(
             what=f"table restore {restore_id}",
+            resume=f"ringsnap restore --resume {restore_id}",
+            get=lambda: _get(client, restore_id),
+            failed=TableRestoreFailed,
+            refused=TableRestoreRefused,
             hint=f"`ringsnap status` says where each node stands; `ringsnap restore --resume"
             f" {restore_id}` goes on with a failed one",
         )
-        return _outcome(client, final, restore_id)
-
-
-def _started(target: Target, restore_id: str, operation_id: str) -> str:
-    if target.hosted:
-        return (
-            f"table restore {restore_id} runs in this process (no coordinator daemon runs):"
-            f" Ctrl-C interrupts it; `ringsnap restore --resume {restore_id}` goes on"
-        )
-    return (
-        f"table restore {restore_id} runs in the coordinator (operation {operation_id}); Ctrl-C"
-        " stops following, not the restore"
-    )
+        return follow_run(client, operation, run, as_json=options.as_json)
 
 
 def _get(client: Coordinator, restore_id: str) -> TableRestoreRecord:
@@ -118,29 +102,3 @@ def _get(client: Coordinator, restore_id: str) -> TableRestoreRecord:
         client.stub.GetTableRestore, pb.GetTableRestoreRequest(table_restore_id=restore_id)
     )
     return record_of(message)
-
-
-def _outcome(
-    client: Coordinator, final: types_pb2.Operation, restore_id: str
-) -> TableRestoreRecord:
-    """The final record, or the error of the workflow's outcome."""
-    if final.state == types_pb2.OPERATION_STATE_FAILED:
-        reason = final.error_reason
-        message = final.message or "; ".join(final.errors) or "no reason given"
-        if reason == "RESTORE_FAILED":
-            try:
-                record: TableRestoreRecord | None = _get(client, restore_id)
-            except CliError:
-                record = None
-            raise TableRestoreFailed(message, record)
-        if reason == "RESTORE_REFUSED":
-            raise TableRestoreRefused(message)
-        raise CliError(message, reason_exit_code(reason, ExitCode.FAILED), reason=reason)
-    if final.state == types_pb2.OPERATION_STATE_CANCELLED:
-        raise CliError(
-            f"the coordinator stopped during table restore {restore_id}",
-            ExitCode.INTERRUPTED,
-            reason="INTERRUPTED",
-            hint=f"`ringsnap restore --resume {restore_id}` goes on from its record",
-        )
-    return _get(client, restore_id)

@@ -88,11 +88,9 @@ _IDS = (
 #: The lines that say where the restore runs: the only ones that differ, on purpose.
 _WHERE = (
     "holds the catalog: the restore runs in the daemon",
+    "holds the catalog: the table restore runs in the daemon",
     "started in the coordinator (operation",
     "started in this process (no coordinator daemon runs)",
-    "runs the table restore",
-    "runs in the coordinator (operation",
-    "runs in this process (no coordinator daemon runs)",
 )
 
 
@@ -236,7 +234,7 @@ def test_table_restore_with_the_daemon_up_and_down_runs_the_same_servicer_and_sh
     assert up.exit_code == down.exit_code == ExitCode.OK, (up.output, down.output)
     assert seen[0] is harness.coordinator and seen[1] is not harness.coordinator
     assert len(seen) == 2 and type(seen[1]) is Coordinator
-    assert "runs in this process (no coordinator daemon runs)" in down.stderr
+    assert "started in this process (no coordinator daemon runs)" in down.stderr
     assert any(e.endswith(":import:shop.orders") for e in made.events)
     # The plan and progress (stderr; in any order: nodes run in parallel), and the report.
     for stream in ("stderr", "stdout"):
