@@ -10,7 +10,8 @@ LUN is an image file `<pool>/luns/<volume>.img` on a loop device, so:
   $RINGSNAP_DEVICE, if it is still attached. It refuses (exit 1) anything but a `/dev/loopN`
   whose backing file is a LUN image of this pool, and a device that is still mounted: detaching a
   mounted loop device would only defer the detach to the unmount, and the array would then revert
-  an image the kernel still caches.
+  an image the kernel still caches. A by-id link that named the device names its image afterwards:
+  the host logged out, the array still maps the LUN, and `attach` finds it again.
 - `attach` (run before mounting): attach `<pool>/luns/$RINGSNAP_VOLUME.img` to a loop device and
   print the device on the last line of stdout (the agent mounts that). An image already attached
   to a loop device (a retried attach) is given that device again, not a second one. Only a LUN
@@ -228,9 +229,14 @@ def detach(
             f"refusing to detach {device} (volume {volume}): it is still mounted; unmount it first"
         )
     losetup(["--detach", device])
-    # As udev does when a device goes: no by-id link may name a loop device that is gone (it
-    # would name the next image attached to it).
-    fabric.forget_device(pool, device)
+    # No by-id link may name a loop device that is gone (it would name the next image attached
+    # to it). A LUN image still there stays mapped (the array's doing, not the host's): its links
+    # name the image, as a rescan on a real host would find the LUN again by its WWN.
+    image = Path(backing)
+    if not backing.endswith(_DELETED) and image.parent == luns:
+        fabric.release_device(pool, device, image)
+    else:
+        fabric.forget_device(pool, device)
     return f"detached {device} (volume {volume}, {backing})"
 
 

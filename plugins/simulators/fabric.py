@@ -15,6 +15,13 @@ agent finds by the identity and mounts with no hook at all; when the last mappin
 goes and the loop device is detached. One by-id directory serves every host of the sandbox (they
 share one machine): a clone mapped to any host is seen by all of them; a flow that forgot to
 present is seen by none.
+
+A node's detach hook (a host logging the LUN out) lets go of the loop device but not of the
+mapping, which is the array's: on a real SAN the by-id link goes with the device and comes back,
+same WWN, at the next rescan, for as long as the array maps the LUN. The sandbox has no rescan, so
+the link is re-pointed at the clone's image (`release_device`), as a volume's own link is, and the
+attach hook (the log-in) finds it there; the clone-mode restore's clones, which stay mapped to
+their nodes, can be detached, reverted and attached again.
 """
 
 from __future__ import annotations
@@ -56,16 +63,18 @@ def present(pool_root: Path, image: Path, host_id: str) -> None:
 
 
 def withdraw(pool_root: Path, image: Path) -> None:
-    """Remove every by-id link that names `image` (its LUN was deleted)."""
+    """Remove every by-id link that names `image` (its LUN was deleted), however the pool's path
+    is spelt in the link (a detach hook may have written the resolved path)."""
     directory = by_id_dir(pool_root)
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
         return
+    wanted = os.path.realpath(image)
     for name in names:
         link = directory / name
         with contextlib.suppress(OSError):
-            if os.readlink(link) == str(image):
+            if os.path.islink(link) and os.path.realpath(link) == wanted:
                 link.unlink()
 
 
@@ -85,6 +94,24 @@ def forget_device(pool_root: Path, device: str) -> None:
             with contextlib.suppress(OSError):
                 if os.readlink(directory / name) == device:
                     (directory / name).unlink()
+
+
+def release_device(pool_root: Path, device: str, image: Path) -> None:
+    """The host let go of `device`, a loop device of `image`, while the array still maps the LUN:
+    every link that named the device names the image now (the LUN stays visible to hosts, a
+    later attach finds it by the same id; see the module's note)."""
+    directory = by_id_dir(pool_root)
+    with contextlib.suppress(FileNotFoundError):
+        for name in os.listdir(directory):
+            link = directory / name
+            with contextlib.suppress(OSError):
+                if os.readlink(link) != device:
+                    continue
+                staged = directory / f".{name}.{os.getpid()}"
+                with contextlib.suppress(FileNotFoundError):
+                    staged.unlink()
+                os.symlink(str(image), staged)
+                os.replace(staged, link)
 
 
 def forget_devices(pool_root: Path) -> None:

@@ -357,20 +357,57 @@ def test_attach_gives_the_loop_device_a_mapping_made(pool: Path, tmp_path: Path)
     assert losetup.calls == []
 
 
-def test_detach_takes_the_devices_by_id_links_with_it(pool: Path, tmp_path: Path) -> None:
-    """A mapped clone's link names its loop device: once detached, no link may name the device
-    (the next image attached to it would be taken for the clone)."""
-    clone = os.path.realpath(pool) + "/luns/play-node1-data.img"
+def test_detach_points_the_devices_by_id_link_at_the_lun_it_held(
+    pool: Path, tmp_path: Path
+) -> None:
+    """A mapped clone's link names its loop device. Once the host let go of the device, no link
+    names it (the next image attached to it would be taken for the clone), but the array still
+    maps the clone: its id names the clone's image, and attach finds it there again."""
+    clone = pool / "luns" / "play-node1-data-clone.img"
+    clone.write_bytes(b"\0" * 4096)
+    clone_id = "600a0980" + "ef" * 12
+    fabric.present(pool, Path("/dev/loop3"), clone_id)
+    hooks.detach(
+        pool,
+        {"RINGSNAP_DEVICE": "/dev/loop3"},
+        losetup=FakeLosetup(),
+        sys_block=_sys_block(tmp_path, {"loop3": os.path.realpath(clone)}),
+        mountinfo=_mountinfo(tmp_path, "/dev/loop4"),
+    )
+    assert not fabric.named(pool, Path("/dev/loop3"))
+    link = fabric.by_id_dir(pool) / f"wwn-0x{clone_id}"
+    assert os.path.realpath(link) == os.path.realpath(clone)
+    assert fabric.named(pool, pool / "luns" / "play-node1-data.img"), "a volume's link stays"
+
+    losetup = FakeLosetup("/dev/loop5\n")
+    attached = hooks.attach(
+        pool,
+        {"RINGSNAP_VOLUME": "play-node1-data-clone"},
+        losetup=losetup,
+        sys_block=_sys_block(tmp_path / "after", {}),
+    )
+    assert attached == "/dev/loop5"
+    assert losetup.calls == [["--find", "--show", os.path.realpath(clone)]]
+
+    # The array unmaps it, then deletes it: no link is left to name it.
+    fabric.withdraw(pool, clone)
+    assert not link.is_symlink()
+
+
+def test_detach_of_a_deleted_lun_image_leaves_no_link_to_its_device(
+    pool: Path, tmp_path: Path
+) -> None:
+    gone = os.path.realpath(pool) + "/luns/play-node1-data-clone.img (deleted)"
     fabric.present(pool, Path("/dev/loop3"), "600a0980" + "ef" * 12)
     hooks.detach(
         pool,
         {"RINGSNAP_DEVICE": "/dev/loop3"},
         losetup=FakeLosetup(),
-        sys_block=_sys_block(tmp_path, {"loop3": clone}),
-        mountinfo=_mountinfo(tmp_path, "/dev/loop4"),
+        sys_block=_sys_block(tmp_path, {"loop3": gone}),
+        mountinfo=_mountinfo(tmp_path),
     )
     assert not fabric.named(pool, Path("/dev/loop3"))
-    assert fabric.named(pool, Path(clone)), "the image's own link stays"
+    assert not (fabric.by_id_dir(pool) / f"wwn-0x{'600a0980' + 'ef' * 12}").is_symlink()
 
 
 # -- local disks: LVs of the lvm2 emulator (--lvm-store) ---------------------------------------

@@ -3,6 +3,7 @@ device that goes takes its links with it, and a new array (simulator) starts wit
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ringsnap.plugins.simulators import fabric
@@ -42,3 +43,21 @@ def test_withdraw_id_and_forget_device(tmp_path: Path) -> None:
     fabric.present(tmp_path, Path("/dev/loop7"), CLONE_NAA)
     fabric.forget_device(tmp_path, "/dev/loop7")
     assert not fabric.named(tmp_path, Path("/dev/loop7")) and fabric.named(tmp_path, image)
+
+
+def test_release_device_points_its_links_at_the_image(tmp_path: Path) -> None:
+    """A host let go of a mapped clone's loop device: the id names the clone's image (the array
+    still maps it), and deleting the clone removes that link whatever spelling of the pool it has."""
+    image = _pool(tmp_path)
+    clone = tmp_path / "luns" / "clone.img"
+    clone.write_bytes(b"\0" * 512)
+    fabric.present(tmp_path, Path("/dev/loop7"), CLONE_NAA)
+    fabric.release_device(tmp_path, "/dev/loop8", clone)  # another device: nothing changes
+    link = fabric.by_id_dir(tmp_path) / f"wwn-0x{CLONE_NAA}"
+    assert os.readlink(link) == "/dev/loop7"
+
+    fabric.release_device(tmp_path, "/dev/loop7", Path(os.path.realpath(clone)))
+    assert not fabric.named(tmp_path, Path("/dev/loop7"))
+    assert fabric.named(tmp_path, clone) and fabric.named(tmp_path, image)
+    fabric.withdraw(tmp_path, clone)
+    assert not link.is_symlink() and fabric.named(tmp_path, image)
