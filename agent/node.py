@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -293,10 +293,13 @@ class NodeAgent:
             return await self.restorer.release(run_id, mount_points)
 
     async def attach_volumes(
-        self, run_id: str, volumes: Sequence[tuple[str, str]]
+        self,
+        run_id: str,
+        volumes: Sequence[tuple[str, str]],
+        identities: Mapping[str, str] | None = None,
     ) -> tuple[VolumeFacts, ...]:
         async with self.metrics.restore_step("attach_volumes"):
-            return await self.restorer.attach(run_id, volumes)
+            return await self.restorer.attach(run_id, volumes, identities)
 
     async def discard_replay_state(
         self, run_id: str, *, hints: bool = False

@@ -238,6 +238,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         attached = await self._agent.attach_volumes(
             request.run_id,
             [(volume.mount_point, volume.volume_name) for volume in request.volumes],
+            {volume.mount_point: volume.identity for volume in request.volumes},
         )
         return agent_pb2.AttachVolumesResponse(
             volumes=[node_volume_message(volume) for volume in attached]

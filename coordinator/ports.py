@@ -225,9 +225,13 @@ class AgentPort(Protocol):
         ...
 
     async def attach_volumes(
-        self, run_id: str, volumes: Sequence[tuple[str, str]]
+        self,
+        run_id: str,
+        volumes: Sequence[tuple[str, str]],
+        identities: Mapping[str, str] | None = None,
     ) -> tuple[NodeVolumeFacts, ...]:
-        """Attach and mount (mount point, array volume name) pairs `run_id` released."""
+        """Attach and mount (mount point, array volume name) pairs `run_id` released;
+        `identities`, by mount point, that of a clone presented to the node's host."""
         ...
 
     async def discard_replay_state(

@@ -318,14 +318,22 @@ def cluster_hosts(
 
 async def present_restored_clones(
     presenter: Callable[[str], Presenter] | None, restore_id: str, node: RestoreNode
-) -> None:
+) -> dict[str, str]:
     """A clone-mode restore: map the node's clones to its host before it attaches them; they
     become its disks, so the mappings are kept (`keep`). `presenter`: the restore's, by its id
-    (None: nothing is presented)."""
+    (None: nothing is presented). Returns, by mount point, the identity each presented clone has
+    on the host: an agent with no attach hook finds it by that (AttachVolume.identity)."""
     clones = [
         CloneToMount(role="data", array=v.array, volume=v.attached_volume)
         for v in node.volumes
         if v.attached_volume and v.attached_volume != v.volume
     ]
-    if clones and presenter is not None:
-        await presenter(restore_id).present(node.name, restore_id, clones, keep=True)
+    if not clones or presenter is None:
+        return {}
+    presented = await presenter(restore_id).present(node.name, restore_id, clones, keep=True)
+    by_volume = {(c.array, c.volume): c.wwn for c in presented if c.wwn}
+    return {
+        v.mount_point: by_volume[(v.array, v.attached_volume)]
+        for v in node.volumes
+        if (v.array, v.attached_volume) in by_volume
+    }

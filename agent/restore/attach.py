@@ -1,6 +1,8 @@
-"""Attaching a released volume again: the attach hook (which may name the device to mount), the
-checks that it is the released filesystem (UUID before and after the mount), the mount, and a
-refused device handed to the detach hook so that nothing stays attached."""
+"""Attaching a released volume again: the attach hook (which may name the device to mount) or,
+without one, the clone the coordinator presented to this host found by its identity (a clone-mode
+restore; else the released device itself), the checks that it is the released filesystem (UUID
+before and after the mount), the mount, and a refused device handed to the detach hook so that
+nothing stays attached."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from dataclasses import replace
 from ringsnap import logs
 from ringsnap.agent import volumes
 from ringsnap.agent.config import VolumesSection
+from ringsnap.agent.discovery import Rescan, SysfsRescan, wait_for_device
 from ringsnap.agent.errors import CommandFailed, CommandTimeout, Conflict
 from ringsnap.agent.mounts import Host
 from ringsnap.agent.restore.hooks import run_hook
@@ -22,13 +25,16 @@ log = logs.get_logger(__name__)
 class VolumeAttacher:
     """Attaches one released volume at a time; the caller holds the restore lock."""
 
-    def __init__(self, host: Host, settings: VolumesSection) -> None:
+    def __init__(self, host: Host, settings: VolumesSection, rescan: Rescan | None = None) -> None:
         self.host = host
         self.settings = settings
+        #: How a clone attached by identity is looked for (SCSI host scans, NVMe rescans).
+        self.rescan: Rescan = rescan or SysfsRescan()
 
     async def attach_one(
-        self, run_id: str, volume: ReleasedVolume, volume_name: str
+        self, run_id: str, volume: ReleasedVolume, volume_name: str, identity: str = ""
     ) -> ReleasedVolume:
+        """`identity`: the clone's, as presented to this host; used when no hook is set."""
         point = volume.mount_point
         current = on_top(await asyncio.to_thread(self.host.entries)).get(point)
         if current is not None:
@@ -68,6 +74,15 @@ class VolumeAttacher:
                         " its last line must be the device's absolute path (or nothing)"
                     )
                 device, from_hook = os.path.normpath(named), True
+        elif identity:
+            # A clone-mode restore with no hook: the released device is the original volume;
+            # what must be mounted is the clone the array mapped to this host, found by its id.
+            device = await wait_for_device(
+                identity,
+                self.settings.by_id_dir,
+                rescan=self.rescan,
+                is_block_device=lambda path: self.host.block_device_number(path) is not None,
+            )
         number = self.host.block_device_number(device)
         if number is None:
             if from_hook:

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from ringsnap import device_ids
 from ringsnap.agent.freezestate import valid_operation_id
 from ringsnap.errors import ValidationError
 from ringsnap.mountinfo import Mount
@@ -23,6 +24,7 @@ REPLAY_KINDS = ("commitlog", "cdc_raw", "saved_caches", "hints")
 RELEASED = "released"
 ATTACHED = "attached"
 _VOLUME_NAME = re.compile(r"[A-Za-z0-9_.:/-]{1,255}")
+_IDENTITY = re.compile(r"[0-9a-f]{16,64}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +131,36 @@ def check_volume_name(value: str) -> str:
             " '-', not starting with '-' and without '..'"
         )
     return value
+
+
+def attach_requests(
+    requested: Sequence[tuple[str, str]], identities: Mapping[str, str]
+) -> dict[str, tuple[str, str]]:
+    """AttachVolumes checked: by normalised mount point, (volume name, the identity of the clone
+    presented for it, or ""). An identity is a WWN, NAA or EUI id in any of a host's spellings,
+    for a mount point asked for."""
+    if not requested:
+        raise ValidationError("name the volumes to attach: (mount point, volume name) pairs")
+    wanted: dict[str, tuple[str, str]] = {}
+    for point, name in requested:
+        normal = check_mount_point(point)
+        check_volume_name(name)
+        if normal in wanted:
+            raise ValidationError(f"{normal} is named twice")
+        wanted[normal] = (name, "")
+    for point, identity in identities.items():
+        normal = check_mount_point(point)
+        if not identity:
+            continue
+        if normal not in wanted:
+            raise ValidationError(f"identity {identity!r} given for {point}, which is not attached")
+        if not _IDENTITY.fullmatch(device_ids.canonical(identity)):
+            raise ValidationError(
+                f"identity {identity[:80]!r} of the clone for {point} is no WWN, NAA or EUI id"
+                " (16-64 hex digits once its prefix such as naa., eui. or 0x is removed)"
+            )
+        wanted[normal] = (wanted[normal][0], identity)
+    return wanted
 
 
 def on_top(entries: Sequence[Mount]) -> dict[str, Mount]:

@@ -55,9 +55,9 @@ from ringsnap.agent.restore.model import (
     DiscardedDirectory,
     ReleasedVolume,
     VolumeState,
+    attach_requests,
     check_mount_point,
     check_operation_id,
-    check_volume_name,
     now,
     on_top,
     ordered,
@@ -66,7 +66,6 @@ from ringsnap.agent.restore.release import Release, release_plan
 from ringsnap.agent.restore.release_records import RestoreRecords, released_not_attached
 from ringsnap.agent.restore.replay_state import discard_plan, empty_directory
 from ringsnap.agent.restore.snapshot import NativeSnapshot
-from ringsnap.errors import ValidationError
 from ringsnap.mountinfo import Mount
 from ringsnap.names import snapshot_tag
 from ringsnap.volume_facts import VolumeFacts
@@ -371,18 +370,15 @@ class VolumeRestorer:
     # -- attach ---------------------------------------------------------------------------------
 
     async def attach(
-        self, run_id: str, requested: Sequence[tuple[str, str]]
+        self,
+        run_id: str,
+        requested: Sequence[tuple[str, str]],
+        identities: Mapping[str, str] | None = None,
     ) -> tuple[VolumeFacts, ...]:
+        """Mount (mount point, volume) pairs `run_id` released; `identities`, by mount point,
+        that of a clone presented to this host, found by it when no attach hook is set."""
         check_operation_id(run_id)
-        if not requested:
-            raise ValidationError("name the volumes to attach: (mount point, volume name) pairs")
-        wanted: dict[str, str] = {}
-        for point, name in requested:
-            normal = check_mount_point(point)
-            check_volume_name(name)
-            if normal in wanted:
-                raise ValidationError(f"{normal} is named twice")
-            wanted[normal] = name
+        wanted = attach_requests(requested, identities or {})
         self._refuse_without_host_access(f"attach {', '.join(wanted)}")
         async with self._lock:
             await self._refuse_while_running(f"attach {', '.join(wanted)}")
@@ -396,8 +392,8 @@ class VolumeRestorer:
                         " released can be attached under it"
                     )
             results: list[VolumeFacts] = []
-            for point, name in wanted.items():
-                volume = await self._attacher.attach_one(run_id, mine[point], name)
+            for point, (name, identity) in wanted.items():
+                volume = await self._attacher.attach_one(run_id, mine[point], name, identity)
                 mine[point] = volume
                 await asyncio.to_thread(self.records.save, run_id, list(mine.values()))
                 results.append(volume.facts(run_id))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -270,20 +270,24 @@ class GrpcNodeAgent(AgentConnection):
     async def release_volumes(
         self, run_id: str, mount_points: Sequence[str]
     ) -> tuple[NodeVolumeFacts, ...]:
-        request = agent_pb2.ReleaseVolumesRequest(
-            run_id=run_id, mount_points=list(mount_points)
-        )
+        request = agent_pb2.ReleaseVolumesRequest(run_id=run_id, mount_points=list(mount_points))
         with self._calling("ReleaseVolumes"):
             reply = await self._stub.ReleaseVolumes(request, timeout=VOLUMES_TIMEOUT_SECONDS)
         return tuple(_volume(volume) for volume in reply.volumes)
 
     async def attach_volumes(
-        self, run_id: str, volumes: Sequence[tuple[str, str]]
+        self,
+        run_id: str,
+        volumes: Sequence[tuple[str, str]],
+        identities: Mapping[str, str] | None = None,
     ) -> tuple[NodeVolumeFacts, ...]:
+        known = identities or {}
         request = agent_pb2.AttachVolumesRequest(
             run_id=run_id,
             volumes=[
-                agent_pb2.AttachVolume(mount_point=point, volume_name=name)
+                agent_pb2.AttachVolume(
+                    mount_point=point, volume_name=name, identity=known.get(point, "")
+                )
                 for point, name in volumes
             ],
         )

@@ -363,9 +363,9 @@ class RestoreWorkflow:
 
     async def _attach(self, run: RestoreRun) -> None:
         async def attach(node: RestoreNode) -> None:
-            await present_restored_clones(self.presenter, run.record.id, node)
+            identities = await present_restored_clones(self.presenter, run.record.id, node)
             pairs = [(v.mount_point, v.attached_volume or v.volume) for v in node.volumes]
-            await self.agents[node.name].attach_volumes(run.record.id, pairs)
+            await self.agents[node.name].attach_volumes(run.record.id, pairs, identities)
 
         await self._on_pending(run, RestoreStep.ATTACHED, attach)
 

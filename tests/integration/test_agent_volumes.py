@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -196,6 +197,66 @@ def rig(luns: dict[str, Lun], tmp_path: Path) -> Iterator[Rig]:
     config = validate(data, AgentConfig, source="<volumes test agent>")
     with BackgroundAgent(config) as agent:
         yield Rig(luns, agent, pki, state, log, pool)
+
+
+@pytest.fixture
+def hookless(luns: dict[str, Lun], tmp_path: Path) -> Iterator[Rig]:
+    """An agent with no [volumes] hook: what a SAN node needs when the arrays present clones
+    (issue 20); its by-id directory is where the test plays the host's udev."""
+    pki = TestPki.create(tmp_path / "pki")
+    by_id = tmp_path / "by-id"
+    by_id.mkdir()
+    data = config_data(
+        pki,
+        data_directories=[luns["data"].mount_point / "data"],
+        commitlog_directory=luns["commitlog"].mount_point / "commitlog",
+        state_directory=tmp_path / "state",
+        nodetool=["false"],
+    )
+    data["volumes"] |= {"by_id_dir": str(by_id)}
+    config = validate(data, AgentConfig, source="<hookless volumes test agent>")
+    with BackgroundAgent(config) as agent:
+        # `pool` is its by-id directory here: no hook reads a pool.
+        yield Rig(luns, agent, pki, tmp_path / "state", tmp_path / "no-hooks.jsonl", by_id)
+
+
+CLONE_WWN = "600a098038304437522b4d6f6a6b7a31"
+
+
+def test_without_hooks_a_clone_restore_mounts_the_clone_the_array_presented(
+    hookless: Rig, tmp_path: Path
+) -> None:
+    """A clone-mode restore on a node with no hook: AttachVolume carries the identity the array
+    gave the clone when it was mapped to this host; the agent mounts the device of that identity,
+    not the released original (which stays attached: nothing detaches it without a hook)."""
+    data = hookless.luns["data"]
+    point = str(data.mount_point)
+    (data.mount_point / "data" / "original").write_text("o")
+    (released,) = hookless.call(lambda agent: agent.release_volumes(OPERATION, [point]))
+    assert mounted_at(data.mount_point) == [] and loop_devices_of(data.image) == [released.device]
+
+    # The array's clone: the original's filesystem (same UUID) with a file of its own, mapped to
+    # this host: a device behind a by-id link named by its WWN, as udev makes one.
+    clone = data.image.parent / "data_clone.img"
+    shutil.copyfile(data.image, clone)
+    device = _run("losetup", "--find", "--show", str(clone)).strip()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    _run("mount", "-t", "ext4", device, str(scratch))
+    try:
+        (scratch / "data" / "from-clone").write_text("c")
+    finally:
+        _run("umount", str(scratch))
+    (hookless.pool / f"wwn-0x{CLONE_WWN}").symlink_to(device)
+
+    (volume,) = hookless.call(
+        lambda agent: agent.attach_volumes(
+            OPERATION, [(point, "data_clone")], {point: f"naa.{CLONE_WWN}"}
+        )
+    )
+    assert volume.mounted and volume.device == device and volume.fs_uuid == data.uuid
+    assert mounted_at(data.mount_point) == [device]
+    assert (data.mount_point / "data" / "from-clone").read_text() == "c"
 
 
 def test_release_then_attach_brings_back_the_same_filesystem(rig: Rig) -> None:

@@ -211,7 +211,10 @@ class FakeAgent:
         raise NotImplementedError
 
     async def attach_volumes(
-        self, operation_id: str, volumes: Sequence[tuple[str, str]]
+        self,
+        operation_id: str,
+        volumes: Sequence[tuple[str, str]],
+        identities: Mapping[str, str] | None = None,
     ) -> tuple[NodeVolumeFacts, ...]:
         raise NotImplementedError
 

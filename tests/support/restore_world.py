@@ -5,7 +5,7 @@ them; `Events` records every call in order."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -122,7 +122,10 @@ class FakeAgent:
         return ()
 
     async def attach_volumes(
-        self, operation_id: str, volumes: Sequence[tuple[str, str]]
+        self,
+        operation_id: str,
+        volumes: Sequence[tuple[str, str]],
+        identities: Mapping[str, str] | None = None,
     ) -> tuple[Any, ...]:
         self._call("attach:" + ",".join(v for _, v in volumes))
         return ()

@@ -589,6 +589,71 @@ def test_attach_without_a_hook_mounts_the_recorded_device(node: Node) -> None:
     assert node.host.calls == [("mount", "/dev/sdb", node.data_mount, "ext4", ("rw", "noatime"))]
 
 
+CLONE_WWN = "600a098038304437522b4d6f6a6b7a31"
+
+
+def test_attach_without_a_hook_mounts_the_clone_found_by_its_identity(
+    node: Node, tmp_path: Path
+) -> None:
+    """A clone-mode restore on a node with no attach hook: the released device is the original
+    volume; the clone the coordinator presented to this host is found by its WWN in the by-id
+    directory and mounted (it keeps the original's filesystem UUID)."""
+    by_id = tmp_path / "by-id"
+    by_id.mkdir()
+    restorer = released(node, node.data_mount, by_id_dir=by_id)
+    (by_id / f"wwn-0x{CLONE_WWN}").symlink_to("/dev/sdz")
+    node.host.devices["/dev/sdz"] = (65, 144)
+    node.host.uuids["/dev/sdz"] = UUID_DATA
+
+    (volume,) = run(
+        restorer.attach(
+            OPERATION,
+            [(node.data_mount, "data_clone")],
+            {node.data_mount + "/": f"naa.{CLONE_WWN.upper()}"},  # any spelling of both
+        )
+    )
+    assert volume.mounted and volume.device == "/dev/sdz"
+    assert node.host.calls == [("mount", "/dev/sdz", node.data_mount, "ext4", ("rw", "noatime"))]
+    recorded = node.record()["volumes"][0]
+    assert recorded["attached_device"] == "/dev/sdz" and recorded["volume_name"] == "data_clone"
+
+
+def test_a_clone_found_by_identity_holding_another_filesystem_is_not_mounted(
+    node: Node, tmp_path: Path
+) -> None:
+    by_id = tmp_path / "by-id"
+    by_id.mkdir()
+    restorer = released(node, node.data_mount, by_id_dir=by_id)
+    (by_id / f"wwn-0x{CLONE_WWN}").symlink_to("/dev/sdz")
+    node.host.devices["/dev/sdz"] = (65, 144)
+    node.host.uuids["/dev/sdz"] = UUID_OTHER  # the array mapped another volume under that id
+    with pytest.raises(Conflict, match="nothing was mounted") as refused:
+        run(restorer.attach(OPERATION, [(node.data_mount, "c")], {node.data_mount: CLONE_WWN}))
+    assert "/dev/sdz" in str(refused.value) and UUID_OTHER in str(refused.value)
+    assert node.host.calls == [] and node.record()["volumes"][0]["state"] == RELEASED
+
+
+@pytest.mark.parametrize(
+    ("identity", "point", "words"),
+    [
+        ("serial-ABC", "", "is no WWN, NAA or EUI id"),
+        ("600a0980", "", "is no WWN"),  # too short to name a LUN
+        (CLONE_WWN, "/elsewhere", "which is not attached"),
+    ],
+)
+def test_attach_refuses_an_identity_that_names_nothing_it_attaches(
+    node: Node, identity: str, point: str, words: str
+) -> None:
+    restorer = released(node, node.data_mount)
+    with pytest.raises(ValidationError, match=words):
+        run(
+            restorer.attach(
+                OPERATION, [(node.data_mount, "c")], {point or node.data_mount: identity}
+            )
+        )
+    assert node.host.calls == []
+
+
 def test_attach_refuses_another_filesystem_and_mounts_nothing(node: Node) -> None:
     restorer = released(node, node.data_mount)
     node.host.uuids["/dev/sdb"] = UUID_OTHER  # the array put something else there

@@ -15,6 +15,7 @@ import pytest
 
 from ringsnap.coordinator.catalog import Catalog
 from ringsnap.coordinator.clone_mounts import CloneToMount
+from ringsnap.coordinator.model import RestoreNode, RestoreVolume, VolumeRole
 from ringsnap.coordinator.ports import VolumeState
 from ringsnap.coordinator.presentation import (
     DRILL_HOST_NODE,
@@ -22,6 +23,7 @@ from ringsnap.coordinator.presentation import (
     Presenter,
     RunOf,
     host_of,
+    present_restored_clones,
     presenting,
 )
 from ringsnap.coordinator.runs.ledger import Ledger, LedgerRetry
@@ -147,6 +149,52 @@ def test_kept_mappings_leave_the_ledger_once_made(catalog: Catalog) -> None:
     asyncio.run(_presenter(catalog, array).present("node1", "r-1", CLONES, keep=True))
     assert catalog.resources() == []
     assert array.mapped == {"c_data": "node1", "c_log": "node1"}
+
+
+def test_a_clone_restore_gives_each_mount_point_its_clones_identity(catalog: Catalog) -> None:
+    """What AttachVolume.identity carries: by mount point, the identity the array gave each
+    clone presented to the node's host, so that an agent with no attach hook finds it."""
+    array = FakeArray(catalog, [])
+    node = RestoreNode(
+        name="node1",
+        volumes=(
+            RestoreVolume(
+                array="array1",
+                volume="data",
+                role=VolumeRole.DATA,
+                mount_point="/d",
+                attached_volume="c_data",
+            ),
+            RestoreVolume(
+                array="array1",
+                volume="log",
+                role=VolumeRole.COMMITLOG,
+                mount_point="/l",
+                attached_volume="c_log",
+            ),
+        ),
+    )
+    presenter = lambda restore_id: _presenter(catalog, array)  # noqa: E731
+    identities = asyncio.run(present_restored_clones(presenter, "r-1", node))
+    assert identities == {"/d": "600a0980v-1", "/l": "600a0980v-2"}
+    assert array.mapped == {"c_data": "node1", "c_log": "node1"}
+
+    # A revert attaches the node's own volume again: nothing presented, no identity to give.
+    reverted = RestoreNode(
+        name="node2",
+        volumes=(
+            RestoreVolume(
+                array="array1",
+                volume="data",
+                role=VolumeRole.DATA,
+                mount_point="/d",
+                attached_volume="data",
+            ),
+        ),
+    )
+    assert asyncio.run(present_restored_clones(presenter, "r-2", reverted)) == {}
+    assert asyncio.run(present_restored_clones(None, "r-1", node)) == {}
+    assert "node2" not in array.mapped.values()
 
 
 def test_a_driver_that_cannot_present_is_passed_over() -> None:

@@ -88,7 +88,10 @@ class RestoringAgent(FakeAgent):
         return ()
 
     async def attach_volumes(
-        self, operation_id: str, volumes: Sequence[tuple[str, str]]
+        self,
+        operation_id: str,
+        volumes: Sequence[tuple[str, str]],
+        identities: Mapping[str, str] | None = None,
     ) -> tuple[NodeVolumeFacts, ...]:
         self.events.append(f"attach {self.node}")
         return ()

@@ -742,21 +742,29 @@ class AttachVolume(_message.Message):
 
     MOUNT_POINT_FIELD_NUMBER: _builtins.int
     VOLUME_NAME_FIELD_NUMBER: _builtins.int
+    IDENTITY_FIELD_NUMBER: _builtins.int
     mount_point: _builtins.str
     """A mount point the same operation released."""
     volume_name: _builtins.str
     """The array's volume to attach there: the same volume after a revert, the clone after a clone.
     Passed to the attach hook as RINGSNAP_VOLUME; letters, digits and _ . : / - only.
     """
+    identity: _builtins.str
+    """The identity (WWN, NAA or EUI id) the array gave the clone when the coordinator presented it
+    to this node's host (a clone-mode restore). An agent with no attach hook finds the device by it
+    in its by-id directory instead of mounting the released device again. Empty: a revert, or no
+    presentation.
+    """
     def __init__(
         self,
         *,
         mount_point: _builtins.str = ...,
         volume_name: _builtins.str = ...,
+        identity: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["mount_point", b"mount_point", "volume_name", b"volume_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["identity", b"identity", "mount_point", b"mount_point", "volume_name", b"volume_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
