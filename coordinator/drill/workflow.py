@@ -471,6 +471,7 @@ def _mounts(node: NodeDrillPlan, clones: list[DrillClone]) -> list[CloneToMount]
             role=c.role,
             array=c.array,
             volume=c.name,
+            volume_id=c.id,  # presented by id: no volume list holds an E-Series clone
             wwn=c.wwn,
             source_mount_point=source.source_mount_point if source else "",
             fs_uuid=source.fs_uuid if source else "",

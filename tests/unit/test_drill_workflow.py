@@ -146,6 +146,10 @@ def test_a_ring_drill_proves_every_node_one_at_a_time_and_marks_the_backup(rig: 
     mounts = {m.role: m for m in rig.host.mount_requests[0]}
     assert mounts["data"].source_mount_point == "/srv/n1/data"
     assert mounts["commitlog"].source_mount_point == "/srv/n1/commitlog"
+    # Each clone with its id on the array, which presenting it needs (E-Series: no volume lists
+    # a snapshot volume).
+    made = {c.name: c.id for c in record.clones}
+    assert all(made[m.volume] == m.volume_id != "" for m in mounts.values())
 
 
 def test_node_by_node_the_backup_is_proven_when_its_last_node_is(rig: Rig) -> None:
