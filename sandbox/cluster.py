@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Literal
 
 from ringsnap.logs import get_logger
 from ringsnap.sandbox import instance as instances
+from ringsnap.sandbox.at_once import each_at_once
 from ringsnap.sandbox.commands import run
 from ringsnap.sandbox.cql_session import RingSession
 from ringsnap.sandbox.errors import SandboxError
@@ -335,9 +337,10 @@ class SandboxCluster:
         expected = expected or list(self._nodes)
         wanted = {n.address for n in expected}
         deadline = time.monotonic() + timeout
-        for observer in expected:
+
+        def observe(observer: NodeInfo, stop: threading.Event) -> None:
             seen: dict[str, RingMember] = {}
-            while True:
+            while not stop.is_set():
                 self._check_running(expected)
                 try:
                     seen = self.ring(observer)
@@ -346,7 +349,7 @@ class SandboxCluster:
                 else:
                     last_error = ""
                     if all(a in seen and seen[a].up_normal for a in wanted):
-                        break
+                        return
                 if time.monotonic() > deadline:
                     view = (
                         ", ".join(f"{m.status}{m.state} {a}" for a, m in sorted(seen.items()))
@@ -356,7 +359,10 @@ class SandboxCluster:
                         f"{observer.name} did not see {sorted(wanted)} Up/Normal within {timeout:.0f} s; "
                         f"it sees {view}. {last_error}"
                     )
-                time.sleep(poll)
+                stop.wait(poll)
+
+        # Every node's view at once (a nodetool JVM each), not one after the other.
+        each_at_once(expected, observe)
         # Up/Normal in gossip comes before the native transport: wait for CQL too.
         for node in expected:
             while not _accepts(node.address, NATIVE_PORT):
