@@ -94,6 +94,8 @@ class DasStack:
     pki: TestPki
     store: Path
     nodes: dict[str, DasNode]
+    #: The `[s3]` table of the agents and the coordinator (exports), or None.
+    s3: dict[str, Any] | None = None
 
     def coordinator_data(self, directory: Path) -> dict[str, Any]:
         """The coordinator's config as data, its catalog and client certificate in `directory`."""
@@ -116,7 +118,7 @@ class DasStack:
             }
             for node in self.nodes.values()
         ]
-        return {
+        data: dict[str, Any] = {
             "coordinator": {
                 "listen": "127.0.0.1:0",
                 "metrics_listen": "127.0.0.1:0",
@@ -140,6 +142,9 @@ class DasStack:
                 for node in self.nodes.values()
             },
         }
+        if self.s3 is not None:
+            data["s3"] = dict(self.s3)
+        return data
 
     def kill_agent(self, name: str) -> None:
         """The node's agent goes away as a killed one does: its server stops at once, mid-call,
@@ -177,7 +182,14 @@ def volume_group(
 
 
 def das_agent_config(
-    cluster: SandboxCluster, node: NodeInfo, pki: TestPki, workdir: Path, *, vg: str, store: Path
+    cluster: SandboxCluster,
+    node: NodeInfo,
+    pki: TestPki,
+    workdir: Path,
+    *,
+    vg: str,
+    store: Path,
+    s3: dict[str, Any] | None = None,
 ) -> AgentConfig:
     """The sandbox agent of `node` (`stack.agent_data`) with `[lvm]` and hooks for its LVs."""
     data = agent_data(
@@ -192,6 +204,8 @@ def das_agent_config(
         "detach_command": [*hook_argv("detach", cluster.pool_dir), *lvm_store],
         "attach_command": [*hook_argv("attach", cluster.pool_dir), *lvm_store],
     }
+    if s3 is not None:
+        data["s3"] = dict(s3)  # exports upload from the node (docs/s3.md)
     data["lvm"] = {
         "volumes": [
             {"volume": f"{vg}/{DATA_LV}", "kind": "thick", "directories": [str(node.data_dir)]},
@@ -211,9 +225,14 @@ def _stop_agent(node: DasNode) -> None:
 
 @contextlib.contextmanager
 def running_das_stack(
-    cluster: SandboxCluster, workdir: Path, *, latency: Mapping[str, float] | None = None
+    cluster: SandboxCluster,
+    workdir: Path,
+    *,
+    latency: Mapping[str, float] | None = None,
+    s3: dict[str, Any] | None = None,
 ) -> Iterator[DasStack]:
-    """An lvm2 (emulated, `latency` per command) and an agent for every node of `cluster`."""
+    """An lvm2 (emulated, `latency` per command) and an agent for every node of `cluster`;
+    `s3`: the `[s3]` table of the agents and the coordinator (exports to that bucket)."""
     workdir.mkdir(parents=True, exist_ok=True)
     store = cluster.pool_dir / "das"
     if store.exists():
@@ -225,13 +244,13 @@ def running_das_stack(
             for info in cluster.nodes:
                 vg, emulator = volume_group(info, store, latency)
                 lvm2 = RecordedLvm2(emulator)
-                config = das_agent_config(cluster, info, pki, workdir, vg=vg, store=store)
+                config = das_agent_config(cluster, info, pki, workdir, vg=vg, store=store, s3=s3)
                 nodes[info.name] = DasNode(
                     info, vg, lvm2, BackgroundAgent(config, lvm_runner=lvm2).start(), config
                 )
                 # The node's agent then, whichever it is (a test may have started it again).
                 stack.callback(_stop_agent, nodes[info.name])
-            yield DasStack(cluster, pki, store, nodes)
+            yield DasStack(cluster, pki, store, nodes, s3)
     finally:
         # Links to the LUN images (never the images) and snapshot images.
         shutil.rmtree(store, ignore_errors=True)
