@@ -21,13 +21,10 @@ there holds it: a restore that put back anything but the snapshot fails its proo
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import hashlib
 import json
-import multiprocessing
 import os
 import shutil
-import stat
 import subprocess
 import sys
 import threading
@@ -35,7 +32,6 @@ import uuid
 import zlib
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import AsyncExitStack, ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +72,7 @@ from ringsnap.plugins.testing import mounts
 from ringsnap.plugins.types import SnapshotRef, Volume
 from ringsnap.sandbox.agents import BackgroundAgent, TestPki, config_data
 from tests.plugins.test_lvm import device_mapper_error
+from tests.support.confined import assert_confined, confinement, run_confined
 
 pytestmark = pytest.mark.integration
 
@@ -1132,44 +1129,12 @@ def test_an_agent_killed_after_the_others_snapshotted_fails_thaws_and_cleans_up(
 
 
 # -- the coordinator as its unit runs it: its own mount namespace, no devices, no capability ------
+# (`tests.support.confined`). Its uid stays 0: the canaries of this rig are files the coordinator
+# writes itself on the nodes' root-owned filesystems (no Cassandra runs), which it reaches because
+# the rig's mounts are shared into its namespace (`share_mounts_below`, `keep_below`).
 
-CLONE_NEWNS = 0x00020000
-MS_NOSUID, MS_NOEXEC, MS_REC, MS_SLAVE = 0x2, 0x8, 0x4000, 0x80000
-PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP = 38, 24
-#: What systemd's PrivateDevices=yes leaves in /dev (besides tty and pseudo-terminals).
-PRIVATE_DEVICES = {"null": 3, "zero": 5, "full": 7, "random": 8, "urandom": 9}
-
-
-def _libc_call(result: int, what: str) -> None:
-    if result != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"{what}: {os.strerror(errno)}")
-
-
-def confine_like_the_coordinator_unit() -> None:
-    """In a fresh process: a mount namespace of its own (a slave of the host's), a /dev holding
-    only PrivateDevices=yes's devices, then every capability dropped for good (bounding set,
-    effective, permitted, inheritable) with no_new_privs. Its uid stays 0 only because this
-    machine's interpreter lives under /root (mode 0700): without CAP_DAC_OVERRIDE it reads and
-    writes only what root owns, it can mount nothing, create no device, reach no device-mapper."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    _libc_call(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
-    _libc_call(libc.mount(b"none", b"/", None, MS_REC | MS_SLAVE, None), "make / a slave")
-    _libc_call(
-        libc.mount(b"tmpfs", b"/dev", b"tmpfs", MS_NOSUID | MS_NOEXEC, b"mode=0755"),
-        "mount a private /dev",
-    )
-    for name, minor in PRIVATE_DEVICES.items():
-        os.mknod(f"/dev/{name}", 0o666 | stat.S_IFCHR, os.makedev(1, minor))
-        os.chmod(f"/dev/{name}", 0o666)
-    # Everything the scenario needs is imported before the capabilities go.
-    __import__("tests.integration.test_restore_lvm")
-    for capability in range(64):
-        libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0)  # EINVAL past the last one: fine
-    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
-    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable (x2): all empty
-    _libc_call(libc.capset(header, data), "capset")
-    _libc_call(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+#: Imported by the confined process before its capabilities go.
+PRELOAD = ("tests.integration.test_restore_lvm",)
 
 
 @dataclass(frozen=True)
@@ -1227,27 +1192,6 @@ def ring_spec(rig: Rig) -> RingSpec:
     )
 
 
-def confinement() -> dict[str, object]:
-    """What the confined process can see and do, for the test to check."""
-    status = Path("/proc/self/status").read_text()
-    caps = {
-        line.split(":")[0]: int(line.split()[1], 16)
-        for line in status.splitlines()
-        if line.startswith("Cap")
-    }
-    try:
-        os.mknod("/dev/loop-probe", 0o600 | stat.S_IFBLK, os.makedev(7, 0))
-        mknod = "allowed"
-    except OSError as exc:
-        mknod = exc.strerror or str(exc)
-    return {
-        "dev": sorted(os.listdir("/dev")),
-        "caps": caps,
-        "mknod": mknod,
-        "mapper": Path("/dev/mapper/control").exists(),
-    }
-
-
 def coordinator_backup(spec: RingSpec) -> tuple[TakenBackup, dict[str, object]]:
     """In the confined process: the backup workflow through the agents."""
 
@@ -1273,21 +1217,11 @@ def coordinator_restore(
     return record, journal, confinement()
 
 
-def as_the_coordinator_unit(function: Callable[..., T], *args: object) -> T:
-    """`function(*args)` in a fresh process confined like the coordinator's unit."""
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(
-        1, mp_context=context, initializer=confine_like_the_coordinator_unit
-    ) as pool:
-        return pool.submit(function, *args).result(timeout=600)
-
-
-def assert_confined(seen: dict[str, object]) -> None:
-    assert seen["dev"] == sorted(PRIVATE_DEVICES), seen
-    assert seen["mapper"] is False, seen
-    caps = cast(dict[str, int], seen["caps"])
-    assert caps["CapEff"] == caps["CapPrm"] == caps["CapBnd"] == 0, caps
-    assert seen["mknod"] != "allowed", seen
+def as_the_coordinator_unit(spec: RingSpec, function: Callable[..., T], *args: object) -> T:
+    """`function(*args)` in a fresh process confined like the coordinator's unit (uid 0, see
+    above), the rig's mounts kept."""
+    rig_roots = sorted({node.root.parent for node in spec.nodes})
+    return run_confined(function, *args, uid=0, preload=PRELOAD, keep_below=rig_roots, timeout=600)
 
 
 @pytest.mark.parametrize("rig", ["emulated"], indirect=True)
@@ -1296,11 +1230,13 @@ def test_an_unprivileged_coordinator_without_devices_backs_up_and_restores_throu
 ) -> None:
     spec = ring_spec(rig)
     with writing_load(rig):
-        taken, during_backup = as_the_coordinator_unit(coordinator_backup, spec)
-    assert_confined(during_backup)
+        taken, during_backup = as_the_coordinator_unit(spec, coordinator_backup, spec)
+    assert_confined(during_backup, uid=0)
     write_after_the_backup(rig)
-    record, journal, during_restore = as_the_coordinator_unit(coordinator_restore, spec, taken)
-    assert_confined(during_restore)
+    record, journal, during_restore = as_the_coordinator_unit(
+        spec, coordinator_restore, spec, taken
+    )
+    assert_confined(during_restore, uid=0)
 
     assert_proven(record, journal)
     assert_holds_the_backup(rig, taken)

@@ -90,32 +90,43 @@ FOREIGN_FS_TYPES = ("overlay", "nsfs")
 MNT_DETACH = 2
 
 
-def foreign_mounts(mounts: Sequence[Mount]) -> list[str]:
-    """Mount points of `mounts` the confined process lets go of, deepest first."""
+def _related(point: str, kept: Sequence[str]) -> bool:
+    """`point` is one of `kept`, below one, or above one (a parent carries what is below it)."""
+    path = Path(point)
+    return any(path == k or k in path.parents or path in k.parents for k in map(Path, kept))
+
+
+def foreign_mounts(mounts: Sequence[Mount], keep_below: Sequence[str] = ()) -> list[str]:
+    """Mount points of `mounts` the confined process lets go of, deepest first; the mounts
+    below `keep_below` (and those holding them) stay."""
     foreign = [
         m.mount_point
         for m in mounts
-        if m.source.startswith("/dev/loop") or m.fs_type in FOREIGN_FS_TYPES
+        if (m.source.startswith("/dev/loop") or m.fs_type in FOREIGN_FS_TYPES)
+        and not _related(m.mount_point, keep_below)
     ]
     return sorted(set(foreign), key=lambda point: (-point.count("/"), point))
 
 
-def _let_go_of_the_nodes_mounts(libc: ctypes.CDLL) -> None:
+def _let_go_of_the_nodes_mounts(libc: ctypes.CDLL, keep_below: Sequence[str]) -> None:
     """Detach this namespace's copies of the nodes' mounts. The host's mounts here are private
     (no propagation), so a copy would outlive the host's unmount and keep the kernel holding the
     device: an agent releasing a volume for a revert would rightly refuse ("mounted elsewhere"),
-    and a container's overlay could not be mounted again."""
-    for point in foreign_mounts(mountinfo.read()):
+    and a container's overlay could not be mounted again. A test whose coordinator reads the
+    nodes' files itself keeps them (`keep_below`), below a shared mount that propagates here."""
+    for point in foreign_mounts(mountinfo.read(), keep_below):
         libc.umount2(point.encode(), MNT_DETACH)  # gone already with a parent: fine
 
 
-def confine(uid: int, reachable: Sequence[str], preload: Sequence[str]) -> None:
+def confine(
+    uid: int, reachable: Sequence[str], preload: Sequence[str], keep_below: Sequence[str] = ()
+) -> None:
     """The initializer of the confined process (see the module doc)."""
     libc = ctypes.CDLL(None, use_errno=True)
     covers, binds = blocked_below(needed_paths(reachable))
     _check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _check(libc.mount(b"none", b"/", None, MS_REC | MS_SLAVE, None), "make / a slave")
-    _let_go_of_the_nodes_mounts(libc)
+    _let_go_of_the_nodes_mounts(libc, keep_below)
     # Held open across the tmpfs that hides them, then bound back from /proc/self/fd.
     held = [os.open(path, os.O_PATH) for path in binds]
     for cover in covers:
@@ -155,16 +166,17 @@ def run_confined(
     uid: int = NOBODY,
     reachable: Sequence[Path] = (),
     preload: Sequence[str] = (),
+    keep_below: Sequence[Path] = (),
     timeout: float = 900,
 ) -> T:
     """`function(*args)` in a fresh confined process (see the module doc); `preload`: modules
-    imported while still root."""
+    imported while still root; `keep_below`: the nodes' mounts there stay visible."""
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(
         1,
         mp_context=context,
         initializer=confine,
-        initargs=(uid, [str(p) for p in reachable], list(preload)),
+        initargs=(uid, [str(p) for p in reachable], list(preload), [str(p) for p in keep_below]),
     ) as pool:
         failed, value = pool.submit(_call, function, *args).result(timeout=timeout)
     if failed:

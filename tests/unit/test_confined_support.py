@@ -63,3 +63,19 @@ def test_the_nodes_mounts_are_let_go_of_deepest_first() -> None:
         "/run/docker/netns/x",
         "/var/lib/sandbox/pool",
     ]
+
+
+def test_mounts_a_test_keeps_stay_with_those_holding_them() -> None:
+    text = "\n".join(
+        [
+            "20 1 8:1 / / rw - ext4 /dev/vda rw",
+            "30 20 7:1 / /tmp/rig/pool rw - xfs /dev/loop1 rw",
+            "31 30 7:2 / /tmp/rig/pool/node1/data rw - ext4 /dev/loop2 rw",
+            "32 20 7:3 / /var/lib/sandbox/mnt/node1/data rw - ext4 /dev/loop3 rw",
+        ]
+    )
+    kept = ["/tmp/rig"]
+    assert foreign_mounts(parse(text), kept) == ["/var/lib/sandbox/mnt/node1/data"]
+    assert foreign_mounts(parse(text), ["/tmp/rig/pool/node1"]) == [
+        "/var/lib/sandbox/mnt/node1/data"
+    ]
