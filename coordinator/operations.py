@@ -1,9 +1,12 @@
 """Long-running operations (backups, deletes, retention) with progress that callers can watch.
 
 Operations live in memory: the catalog is the durable record of what they produced. A watcher gets
-every change as it happens and the final state, even if it subscribed after the end. A watcher that
-stops reading (a stuck client) holds at most `WATCH_BACKLOG` progress snapshots: past that its
-oldest progress is dropped, never a state change nor the final state.
+every change since the operation began, then each one as it happens, and the final state, even if it
+subscribed after the end: a command starts a run and then watches it, and a run that moved on in
+between (a loaded machine) must not lose the lines it printed meanwhile. An operation keeps every
+state change and its newest `HISTORY` progress snapshots for the watchers to come; a watcher
+that stops reading (a stuck client) holds at most as many: past that its oldest progress is
+dropped, never a state change nor the final state.
 """
 
 from __future__ import annotations
@@ -23,6 +26,10 @@ log = get_logger(__name__)
 #: Progress snapshots (the state unchanged) one watcher may have unread. A long run's progress
 #: lines for a client that reads late fit; a client that stopped reading costs no more than this.
 WATCH_BACKLOG = 1000
+
+#: Progress snapshots an operation keeps for watchers to come (every state change is kept too): a
+#: restore's or a backup's lines, with room; bounded because finished operations are kept too.
+HISTORY = 256
 
 
 @dataclass(frozen=True)
@@ -44,9 +51,11 @@ class OperationSnapshot:
 class _Backlog:
     """One watcher's unread snapshots: every state change, and the newest `limit` progress ones."""
 
-    def __init__(self, operation_id: str, limit: int) -> None:
+    def __init__(self, operation_id: str, limit: int, *, quiet: bool = False) -> None:
         self._operation_id = operation_id
         self._limit = limit
+        #: The operation's own history drops its oldest progress without a warning: nobody is late.
+        self._quiet = quiet
         self._items: deque[tuple[OperationSnapshot, bool]] = deque()  # (snapshot, progress only)
         self._progress = 0
         self._dropped = 0
@@ -70,13 +79,22 @@ class _Backlog:
                 del self._items[index]
                 self._progress -= 1
                 break
-        if self._dropped == 0:
+        if self._dropped == 0 and not self._quiet:
             log.warning(
                 "a watcher is not reading; its oldest progress lines are dropped",
                 operation_id=self._operation_id,
                 backlog=self._limit,
             )
         self._dropped += 1
+
+    def copy(self, limit: int) -> _Backlog:
+        """A watcher's backlog of `limit` progress snapshots holding what this one holds."""
+        other = _Backlog(self._operation_id, limit)
+        other._items = deque(self._items)
+        other._progress = self._progress
+        if other._items:
+            other._ready.set()
+        return other
 
     async def get(self) -> OperationSnapshot:
         while not self._items:
@@ -99,6 +117,9 @@ class Operation:
             uuid.uuid4().hex, kind, OperationState.PENDING, backup_id=backup_id
         )
         self._backlog = backlog
+        #: What a watcher that comes now reads first: every snapshot so far, within the bound.
+        self._history = _Backlog(self._current.operation_id, min(backlog, HISTORY), quiet=True)
+        self._history.put(self._current, progress=False)
         #: Each watcher's snapshots it has not read yet.
         self._watchers: set[_Backlog] = set()
         self.task: asyncio.Task[None] | None = None
@@ -117,7 +138,7 @@ class Operation:
         previous = self._current
         self._current = replace(previous, **changes)  # type: ignore[arg-type]
         progress = self._current.state is previous.state
-        for backlog in self._watchers:
+        for backlog in (self._history, *self._watchers):
             backlog.put(self._current, progress=progress)
 
     def update_soon(self, **changes: object) -> None:
@@ -125,14 +146,16 @@ class Operation:
         asyncio.get_running_loop().create_task(self.update(**changes))
 
     async def watch(self) -> AsyncGenerator[OperationSnapshot, None]:
-        """The current snapshot, then every later one in order, until the final state. None is
+        """Every snapshot since the operation began (its state changes, and its newest progress
+        within the backlog), then every later one in order, until the final state. None is
         skipped while the watcher keeps within the backlog of progress snapshots; past it, its
         oldest unread progress is dropped (a state change and the final state never are)."""
-        # Registered and read with no await in between: no change falls between the two.
-        backlog = _Backlog(self._current.operation_id, self._backlog)
+        # Filled from the history and registered with no await in between: no change falls
+        # between the two.
+        backlog = self._history.copy(self._backlog)
         self._watchers.add(backlog)
         try:
-            snapshot = self._current
+            snapshot = await backlog.get()
             yield snapshot
             while not snapshot.state.finished:
                 snapshot = await backlog.get()
