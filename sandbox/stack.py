@@ -386,6 +386,13 @@ def agent_data(
     return data
 
 
+def drill_jvm_options(jit: str) -> list[str]:
+    """The drill nodes' Java flags: Cassandra's, and the sandbox nodes' JIT. With `quick` (C1 only,
+    as the ring's nodes) a drill node needs about half the CPU to start: every drill of the tests
+    starts one Cassandra per node on this 2-core machine, beside the ring."""
+    return [*java17_flags(), *(["-XX:TieredStopAtLevel=1"] if jit == "quick" else [])]
+
+
 def drill_host_data(
     cluster: SandboxCluster, pki: TestPki, workdir: Path, listen: str
 ) -> dict[str, Any]:
@@ -408,7 +415,7 @@ def drill_host_data(
     data["volumes"] = {**data["volumes"], "by_id_dir": str(fabric.by_id_dir(cluster.pool_dir))}
     data["drill"] = {
         "cassandra_home": str(cassandra_home()),
-        "jvm_options": java17_flags(),
+        "jvm_options": drill_jvm_options(cluster.jit),
         "heap": "512M",
         "work_directory": str(root / "drills"),
         "start_timeout_seconds": 240.0,
