@@ -48,6 +48,7 @@ from ringsnap.agent.s3.client import S3Client
 from ringsnap.agent.s3.crypto.envelope import Sealer, cipher_size
 from ringsnap.agent.s3.crypto.sealing import ExportSealing
 from ringsnap.agent.s3.crypto.streams import EncryptingReader
+from ringsnap.agent.s3.in_flight import without_writes_in_flight
 from ringsnap.agent.s3.layout import Layout, node_name
 from ringsnap.agent.s3.progress import Reporter, Tracker
 from ringsnap.agent.s3.settings import S3Settings
@@ -223,6 +224,7 @@ def export_node(
     node_name(node)
     layout = Layout(settings.prefix)
     roots = {str(root): index for index, root in enumerate(data_directories)}
+    manifest = without_writes_in_flight(manifest, node)
     started = time.monotonic()
     components, total, largest = _count(manifest(), roots, node)
     tracker = Tracker(components, total, progress)
