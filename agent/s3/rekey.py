@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ringsnap.agent.s3.client import S3Client, make_client
-from ringsnap.agent.s3.crypto.key_file import key_file_identities
+from ringsnap.agent.s3.crypto.key_file import key_file_identities, read_key_text
 from ringsnap.agent.s3.crypto.keyring import (
     MAX_OBJECT_BYTES,
     KeyObjectInvalid,
@@ -47,7 +47,7 @@ from ringsnap.agent.s3.crypto.recipients import (
 )
 from ringsnap.agent.s3.layout import MIRROR_KEY_OBJECT, Layout
 from ringsnap.agent.s3.settings import S3Encryption, S3Settings
-from ringsnap.config import load, read_secret
+from ringsnap.config import load
 from ringsnap.errors import RingsnapError, ValidationError
 from ringsnap.logs import get_logger
 
@@ -138,10 +138,6 @@ def _read(client: S3Client, bucket: str, key: str) -> WrappedKey:
         raise RekeyRefused(str(exc)) from None
 
 
-#: A key file is small (age-keygen's is one line; a kms line with a session token about 1 KiB).
-_MAX_KEY_FILE = 64 * 1024
-
-
 def recipients_to_add(texts: Sequence[str], encryption: S3Encryption | None) -> list[Recipient]:
     """`--add` values: `age1...` (or `age:age1...`) and `kms:KEY`; the KMS ones wrap through one
     client of `encryption`'s KMS endpoint and credentials (boto3's chain without them)."""
@@ -173,18 +169,7 @@ def labels_to_remove(texts: Sequence[str]) -> list[str]:
 
 def read_key_file(reference: str, encryption: S3Encryption | None) -> list[Identity]:
     """The identities of `--key-file` (a path or `credential:NAME`), never quoting it."""
-    source = f"--key-file {reference}"
-    if not reference.startswith("credential:"):
-        try:
-            size = Path(reference).stat().st_size
-        except OSError as exc:
-            raise ValidationError(f"{source}: cannot read it ({exc.strerror})") from None
-        if size > _MAX_KEY_FILE:
-            raise ValidationError(f"{source}: larger than a key file; refused")
-    try:
-        text = read_secret(reference).get_secret_value()
-    except ValueError as exc:
-        raise ValidationError(f"{source}: {exc}") from None
+    text, source = read_key_text(reference)
     try:
         return key_file_identities(text, source, encryption)
     except WrapError as exc:

@@ -16,17 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from ringsnap.agent.s3.crypto.key_file import read_key_text
 from ringsnap.agent.s3.crypto.kms import MAX_LINE, is_kms_line, parse_kms_line
 from ringsnap.agent.s3.crypto.recipients import WrapError, age_identities
-from ringsnap.config import read_secret
 from ringsnap.errors import ValidationError
 
 #: As many as a key object may have recipients.
 MAX_KEYS = 32
-#: An age key file is small; a larger one is not one.
-MAX_KEY_FILE_BYTES = 64 * 1024
 #: An age X25519 secret key is 74 characters; room for whitespace around it.
 _MAX_SECRET = 256
 
@@ -78,18 +75,7 @@ class RestoreKeys:
     @classmethod
     def of_reference(cls, reference: str) -> RestoreKeys:
         """The keys of the file at `reference`, or of the systemd credential `credential:NAME`."""
-        source = f"--key-file {reference}"
-        if not reference.startswith("credential:"):
-            try:
-                size = Path(reference).stat().st_size
-            except OSError as exc:
-                raise ValidationError(f"{source}: cannot read it ({exc.strerror})") from None
-            if size > MAX_KEY_FILE_BYTES:
-                raise ValidationError(f"{source}: larger than an age key file; refused")
-        try:
-            text = read_secret(reference).get_secret_value()
-        except ValueError as exc:
-            raise ValidationError(f"{source}: {exc}") from None
+        text, source = read_key_text(reference, kind="an age key file")
         return cls.of_text(text, source)
 
 
